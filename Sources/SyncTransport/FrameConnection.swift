@@ -1,0 +1,36 @@
+/// Counters of one connection, as bytes on the wire and frames.
+public struct ConnectionStatistics: Sendable, Equatable {
+    public var framesSent: Int = 0
+    public var framesReceived: Int = 0
+    /// Bytes handed to the wire, envelope included (after compression and encryption).
+    public var bytesSent: Int = 0
+    /// Bytes read from the wire, envelope included.
+    public var bytesReceived: Int = 0
+    /// Payload bytes before compression, for the frames sent.
+    public var payloadBytesSent: Int = 0
+
+    public init() {}
+}
+
+/// One bidirectional, ordered pipe of frames between two peers.
+///
+/// Implementations: the in-memory pair (`InMemoryConnection.makePair()`) and
+/// TCP (`TCPTransport`). The engine runs the same replication code over both.
+public protocol FrameConnection: Sendable {
+    /// Frames from the peer, in the order they arrived. Finishes when the
+    /// connection closes normally; throws a `TransportError` when it fails.
+    var inbound: AsyncThrowingStream<Frame, any Error> { get }
+
+    /// Sends one frame. Suspends while the outbound buffer is full
+    /// (backpressure); throws a `TransportError` once the connection is closed.
+    func send(_ frame: Frame) async throws
+
+    /// Closes the connection; `inbound` finishes. Safe to call more than once.
+    func close() async
+
+    /// A short, human-readable description of the remote end (never a secret).
+    var peerDescription: String { get }
+
+    /// Bytes and frames moved so far.
+    var statistics: ConnectionStatistics { get }
+}

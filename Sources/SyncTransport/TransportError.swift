@@ -1,0 +1,34 @@
+/// An error of the transport: a stable code and a message that says what
+/// happened and what to do. Never contains payload bytes or secrets.
+public struct TransportError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// A stable, opaque error code that scripts and tests can match on.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(_ rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        public static let closed = Code("closed")
+        public static let truncatedFrame = Code("truncated-frame")
+        public static let oversizedFrame = Code("oversized-frame")
+        public static let badMagic = Code("bad-magic")
+        public static let unsupportedVersion = Code("unsupported-version")
+        public static let checksumMismatch = Code("checksum-mismatch")
+        public static let decompressionFailed = Code("decompression-failed")
+        public static let authenticationFailed = Code("authentication-failed")
+        public static let decryptionFailed = Code("decryption-failed")
+        public static let protocolViolation = Code("protocol-violation")
+        public static let timeout = Code("timeout")
+        public static let connectFailed = Code("connect-failed")
+        public static let badSecretFile = Code("bad-secret-file")
+    }
+
+    public let code: Code
+    public let message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(code): \(message)" }
+}

@@ -1,0 +1,3 @@
+import Testing
+@testable import SyncTransport
+@Test func frameEnvelopeHeaderSize() { #expect(FrameEnvelope.headerSize == 13) }
