@@ -1,0 +1,31 @@
+/// A hybrid logical clock timestamp: physical milliseconds, a logical
+/// counter and the node that issued it. Ordered by (time, counter, node), so
+/// every node picks the same winner between two writes.
+public struct HLCTimestamp: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+    /// Physical milliseconds (48 bits used) and counter (16 bits), packed.
+    public let packed: Int64
+    /// The issuing node.
+    public let node: UInt32
+
+    public init(packed: Int64, node: UInt32) {
+        self.packed = packed
+        self.node = node
+    }
+
+    public init(physicalMilliseconds: Int64, counter: UInt16, node: UInt32) {
+        packed = (physicalMilliseconds << 16) | Int64(counter)
+        self.node = node
+    }
+
+    public var physicalMilliseconds: Int64 { packed >> 16 }
+    public var counter: UInt16 { UInt16(truncatingIfNeeded: packed & 0xFFFF) }
+
+    /// The zero timestamp: older than every real write.
+    public static let zero = HLCTimestamp(packed: 0, node: 0)
+
+    public static func < (lhs: HLCTimestamp, rhs: HLCTimestamp) -> Bool {
+        lhs.packed != rhs.packed ? lhs.packed < rhs.packed : lhs.node < rhs.node
+    }
+
+    public var description: String { "\(physicalMilliseconds).\(counter)@\(String(node, radix: 16))" }
+}

@@ -1,0 +1,66 @@
+import Foundation
+import Synchronization
+
+/// The wall clock, injected: logic never reads `Date()` itself.
+public protocol PhysicalClock: Sendable {
+    /// Milliseconds since 1970.
+    func nowMilliseconds() -> Int64
+}
+
+/// The real wall clock.
+public struct SystemClock: PhysicalClock {
+    public init() {}
+    public func nowMilliseconds() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+}
+
+/// A clock that tests and the simulator set by hand, with a skew.
+public final class ManualClock: PhysicalClock {
+    private let state: Mutex<(now: Int64, skew: Int64)>
+
+    public init(now: Int64 = 1_700_000_000_000, skewMilliseconds: Int64 = 0) {
+        state = Mutex((now, skewMilliseconds))
+    }
+
+    public func nowMilliseconds() -> Int64 { state.withLock { $0.now + $0.skew } }
+    /// Sets the true time (the skew is added on read).
+    public func set(_ now: Int64) { state.withLock { $0.now = now } }
+    public func advance(by milliseconds: Int64) { state.withLock { $0.now += milliseconds } }
+    public func setSkew(_ milliseconds: Int64) { state.withLock { $0.skew = milliseconds } }
+}
+
+/// A hybrid logical clock (Kulkarni et al.): versions issued by one node only
+/// grow, and a write made after seeing a remote version is ordered after it,
+/// whatever the skew between the two physical clocks.
+public final class HybridLogicalClock: Sendable {
+    private let physical: any PhysicalClock
+    public let node: UInt32
+    private let last: Mutex<Int64>
+
+    /// `floor` is the largest packed time already used (e.g. read from disk),
+    /// so a restart with a clock that went backwards never reissues a version.
+    public init(node: UInt32, physical: any PhysicalClock, floor: Int64 = 0) {
+        self.node = node
+        self.physical = physical
+        self.last = Mutex(floor)
+    }
+
+    /// A new timestamp for a local event, greater than every earlier one.
+    public func now() -> HLCTimestamp {
+        let wall = physical.nowMilliseconds() << 16
+        let packed = last.withLock { last -> Int64 in
+            last = wall > last ? wall : last + 1
+            return last
+        }
+        return HLCTimestamp(packed: packed, node: node)
+    }
+
+    /// Folds in a timestamp seen from the peer, so later local events order after it.
+    public func observe(_ remote: HLCTimestamp) {
+        last.withLock { last in
+            if remote.packed > last { last = remote.packed }
+        }
+    }
+
+    /// The latest packed time issued or observed.
+    public var latest: Int64 { last.withLock { $0 } }
+}

@@ -1,0 +1,89 @@
+/// The untyped declaration of a key: everything both peers must agree on.
+///
+/// Typed `Key`s carry one; registries loaded from JSON (`syncsim node --keys`)
+/// are made of them directly.
+public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// Full name, namespaces joined by `:` (e.g. `health:daily:steps`).
+    public var name: String
+    public var availability: Availability
+    public var policy: SyncPolicy
+    public var security: KeySecurity
+    /// Serializer identifier (`json`, `plist`, `data`, `string`, or a custom one).
+    public var encoding: String
+    /// A family declares many entries: `name:<id>` for any id.
+    public var isFamily: Bool
+    /// Name of a deterministic conflict resolver; nil for last-writer-wins.
+    public var resolver: String?
+    /// An older key whose value moves over on first read.
+    public var legacyName: String?
+
+    public init(name: String, availability: Availability = .all, policy: SyncPolicy = .automaticSmall,
+                security: KeySecurity = .none, encoding: String = "json", isFamily: Bool = false,
+                resolver: String? = nil, legacyName: String? = nil) {
+        self.name = name
+        self.availability = availability
+        self.policy = policy
+        self.security = security
+        self.encoding = encoding
+        self.isFamily = isFamily
+        self.resolver = resolver
+        self.legacyName = legacyName
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case name, availability, policy, security, encoding, family, resolver, legacyName
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        name = try c.decode(String.self, forKey: .name)
+        availability = try c.decodeIfPresent(Availability.self, forKey: .availability) ?? .all
+        policy = try c.decodeIfPresent(SyncPolicy.self, forKey: .policy) ?? .automaticSmall
+        security = try c.decodeIfPresent(KeySecurity.self, forKey: .security) ?? .none
+        encoding = try c.decodeIfPresent(String.self, forKey: .encoding) ?? "json"
+        isFamily = try c.decodeIfPresent(Bool.self, forKey: .family) ?? false
+        resolver = try c.decodeIfPresent(String.self, forKey: .resolver)
+        legacyName = try c.decodeIfPresent(String.self, forKey: .legacyName)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(name, forKey: .name)
+        try c.encode(availability, forKey: .availability)
+        try c.encode(policy, forKey: .policy)
+        try c.encode(security, forKey: .security)
+        if encoding != "json" { try c.encode(encoding, forKey: .encoding) }
+        if isFamily { try c.encode(true, forKey: .family) }
+        try c.encodeIfPresent(resolver, forKey: .resolver)
+        try c.encodeIfPresent(legacyName, forKey: .legacyName)
+    }
+
+    /// Whether entries of this key may ever leave a device of `role`.
+    public func replicates(from role: DeviceRole) -> Bool {
+        policy != .never && availability.replicates(from: role)
+    }
+
+    /// The part of the declaration both peers must share, as one canonical line.
+    /// Security and legacy names are local matters and are not compared.
+    var wireDeclaration: String {
+        "\(name)|\(availability.rawValue)|\(policy.rawValue)|\(encoding)|\(isFamily ? "family" : "single")|\(resolver ?? "lww")"
+    }
+
+    public var description: String {
+        "\(name) (\(availability.rawValue), \(policy.rawValue)\(security == .encrypted ? ", encrypted" : "")\(isFamily ? ", family" : ""))"
+    }
+
+    /// Checks the name: non-empty segments separated by `:`, no whitespace
+    /// or control characters, at most 256 bytes.
+    static func validate(name: String) throws {
+        guard !name.isEmpty, name.utf8.count <= 256 else {
+            throw SyncError(.invalidKey, "a key name must have 1 to 256 bytes")
+        }
+        for segment in name.split(separator: ":", omittingEmptySubsequences: false) where segment.isEmpty {
+            throw SyncError(.invalidKey, "key name '\(name)' has an empty namespace segment; write names like 'health:daily:steps'")
+        }
+        if name.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.value < 0x20 || $0.value == 0x7F }) {
+            throw SyncError(.invalidKey, "key name '\(name.debugDescription)' contains whitespace or control characters")
+        }
+    }
+}

@@ -1,0 +1,101 @@
+import Crypto
+import Foundation
+
+/// The set of keys a store knows, checked once when it is built: valid names,
+/// no duplicates, resolvers present. Both peers must build the same registry.
+public struct KeyRegistry: Sendable {
+    struct Registered: Sendable {
+        let descriptor: KeyDescriptor
+        let valueTypeName: String
+        let resolver: ErasedResolver?
+    }
+
+    private var exact: [String: Registered] = [:]
+    private var families: [String: Registered] = [:]
+    /// Every declared key, in declaration order.
+    public private(set) var descriptors: [KeyDescriptor] = []
+
+    /// Builds a registry from typed keys. Two keys with one full name throw
+    /// `.duplicateKey`, naming both declarations.
+    public init(_ keys: [any KeyDeclaration]) throws {
+        for key in keys {
+            try add(Registered(descriptor: key.descriptor, valueTypeName: key.valueTypeName, resolver: key.erasedResolver))
+        }
+    }
+
+    /// Builds a registry from untyped descriptors (e.g. a KEYS.json file);
+    /// resolvers are looked up among the built-in ones.
+    public init(descriptors: [KeyDescriptor]) throws {
+        for descriptor in descriptors {
+            var resolver: ErasedResolver?
+            if let name = descriptor.resolver {
+                guard let builtin = ErasedResolver.builtin(named: name) else {
+                    throw SyncError(.invalidKey, "key '\(descriptor.name)' names resolver '\(name)', which is not built in; use 'max' or 'union', or declare the key in code")
+                }
+                resolver = builtin
+            }
+            try add(Registered(descriptor: descriptor, valueTypeName: "JSON", resolver: resolver))
+        }
+    }
+
+    private mutating func add(_ entry: Registered) throws {
+        let d = entry.descriptor
+        try KeyDescriptor.validate(name: d.name)
+        if let existing = exact[d.name] ?? families[d.name] {
+            throw SyncError(.duplicateKey, "two keys are named '\(d.name)': \(existing.valueTypeName) \(existing.descriptor) and \(entry.valueTypeName) \(d); give one of them another name")
+        }
+        if d.resolver != nil && entry.resolver == nil {
+            throw SyncError(.invalidKey, "key '\(d.name)' names a resolver but none was supplied")
+        }
+        if d.isFamily { families[d.name] = entry } else { exact[d.name] = entry }
+        descriptors.append(d)
+    }
+
+    /// Loads a registry file: `{"keys":[{"name":..., "availability":..., "policy":..., "security":...}]}`.
+    public static func load(jsonFile path: String) throws -> KeyRegistry {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw SyncError(.invalidConfiguration, "cannot read the key registry file \(path)")
+        }
+        struct File: Decodable { let keys: [KeyDescriptor] }
+        do {
+            return try KeyRegistry(descriptors: JSONDecoder().decode(File.self, from: data).keys)
+        } catch let error as SyncError {
+            throw error
+        } catch {
+            throw SyncError(.invalidConfiguration, "the key registry \(path) is not valid: \(error); expected {\"keys\":[{\"name\":...,\"availability\":...,\"policy\":...,\"security\":...}]}")
+        }
+    }
+
+    /// The declaration that governs the stored entry `entryKey`: the key
+    /// itself, or the longest family whose name is a `:`-prefix of it.
+    func registered(forEntry entryKey: String) -> Registered? {
+        if let hit = exact[entryKey] { return hit }
+        guard !families.isEmpty else { return nil }
+        var name = Substring(entryKey)
+        while let colon = name.lastIndex(of: ":") {
+            name = name[..<colon]
+            if let family = families[String(name)] { return family }
+        }
+        return nil
+    }
+
+    /// The descriptor that governs `entryKey`, if any.
+    public func descriptor(forEntry entryKey: String) -> KeyDescriptor? {
+        registered(forEntry: entryKey)?.descriptor
+    }
+
+    /// Declarations that replicate from `role`, as canonical lines, sorted.
+    func wireDeclarations(from role: DeviceRole) -> [String] {
+        descriptors.filter { $0.policy != .never && ($0.availability.replicates(from: role) || $0.availability.replicates(from: role.counterpart)) }
+            .map(\.wireDeclaration).sorted()
+    }
+
+    /// SHA-256 over the declarations that may cross between the devices.
+    func fingerprint(for role: DeviceRole) -> [UInt8] {
+        var hasher = SHA256()
+        for line in wireDeclarations(from: role) {
+            hasher.update(data: Array(line.utf8) + [0x0A])
+        }
+        return Array(hasher.finalize())
+    }
+}

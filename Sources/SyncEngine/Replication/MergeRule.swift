@@ -1,0 +1,70 @@
+/// One version of one key, as the merge rule sees it.
+struct EntryState: Sendable, Equatable {
+    var version: HLCTimestamp
+    /// The version this write replaced on its node (what its writer had seen).
+    var base: HLCTimestamp
+    var deleted: Bool
+    /// Plaintext bytes; nil for a tombstone.
+    var value: [UInt8]?
+}
+
+/// The conflict rule, pure: what to keep when an entry arrives from the peer.
+///
+/// - An entry whose writer had seen ours (its base is at least our version)
+///   replaces it; one we had seen is ignored. Same version: same write.
+/// - Otherwise the two writes are concurrent: a conflict. Last writer wins by
+///   HLC (time, counter, node id), or, for keys with a resolver and two live
+///   values, the resolver merges `(older, newer)` and the result keeps the
+///   newer version — both devices compute the same pair and the same result.
+enum MergeRule {
+    enum Outcome: Equatable {
+        case ignore
+        case take
+        case merged(value: [UInt8], version: HLCTimestamp)
+    }
+
+    struct Decision: Equatable {
+        var outcome: Outcome
+        /// Set when the two writes were concurrent.
+        var conflict: (winner: Winner, rule: String)?
+
+        static func == (a: Decision, b: Decision) -> Bool {
+            a.outcome == b.outcome && a.conflict?.winner == b.conflict?.winner && a.conflict?.rule == b.conflict?.rule
+        }
+    }
+
+    enum Winner: String, Sendable { case local, remote, merged }
+
+    static func decide(local: EntryState?, incoming: EntryState,
+                       resolver: ((_ older: [UInt8], _ newer: [UInt8]) throws -> [UInt8])?) -> Decision {
+        guard let local else { return Decision(outcome: .take) }
+        if incoming.version == local.version {
+            if incoming.deleted == local.deleted && incoming.value == local.value { return Decision(outcome: .ignore) }
+            // Only merges give one version two values; join them again.
+            if let resolver, let a = local.value, let b = incoming.value,
+               let merged = try? (a.lexicographicallyPrecedes(b) ? resolver(a, b) : resolver(b, a)) {
+                return merged == local.value ? Decision(outcome: .ignore) : Decision(outcome: .merged(value: merged, version: local.version))
+            }
+            if incoming.deleted && !local.deleted { return Decision(outcome: .take) }
+            if !incoming.deleted && local.deleted { return Decision(outcome: .ignore) }
+            let takeIncoming = (incoming.value ?? []).lexicographicallyPrecedes(local.value ?? []) == false
+            return Decision(outcome: takeIncoming ? .take : .ignore)
+        }
+        if incoming.version < local.version {
+            if local.base >= incoming.version { return Decision(outcome: .ignore) }
+            if let resolver, let older = incoming.value, let newer = local.value, !incoming.deleted, !local.deleted,
+               let merged = try? resolver(older, newer) {
+                if merged == local.value { return Decision(outcome: .ignore, conflict: (.local, "resolver")) }
+                return Decision(outcome: .merged(value: merged, version: local.version), conflict: (.merged, "resolver"))
+            }
+            return Decision(outcome: .ignore, conflict: (.local, "last-writer-wins"))
+        }
+        if incoming.base >= local.version { return Decision(outcome: .take) }
+        if let resolver, let older = local.value, let newer = incoming.value, !incoming.deleted, !local.deleted,
+           let merged = try? resolver(older, newer) {
+            if merged == incoming.value { return Decision(outcome: .take, conflict: (.remote, "resolver")) }
+            return Decision(outcome: .merged(value: merged, version: incoming.version), conflict: (.merged, "resolver"))
+        }
+        return Decision(outcome: .take, conflict: (.remote, "last-writer-wins"))
+    }
+}

@@ -1,0 +1,35 @@
+/// What happens during sync, for people (logs, UI) and tests (wait on events, never sleep).
+public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
+    /// A session with the peer is established.
+    case connected(peerNode: UInt32, peerRole: DeviceRole)
+    case disconnected(reason: String)
+    /// Keys declared differently by the peer: they do not sync until fixed.
+    case keyMismatch(keys: [String])
+    /// Batch `number` of about `total` for this session was sent.
+    case batchSent(number: Int, total: Int, entries: Int)
+    /// Entries from the peer were applied (`applied` changed something).
+    case received(entries: Int, applied: Int)
+    /// A large value chunk was sent or received.
+    case chunk(key: String, index: Int, count: Int, outgoing: Bool)
+    case conflictResolved(key: String, winner: String, rule: String)
+    /// An automaticSmall value over 100 KB waits for the next manual sync.
+    case deferred(key: String, size: Int)
+    /// Nothing is pending or in flight.
+    case idle
+    case error(SyncError)
+
+    public var description: String {
+        switch self {
+        case .connected(let node, let role): "connected to \(role) \(String(node, radix: 16))"
+        case .disconnected(let reason): "disconnected: \(reason)"
+        case .keyMismatch(let keys): "keys declared differently on the peer: \(keys.joined(separator: ", "))"
+        case .batchSent(let n, let m, let entries): "batch \(n) of \(m) sent (\(entries) entries)"
+        case .received(let entries, let applied): "received \(entries) entries, \(applied) applied"
+        case .chunk(let key, let index, let count, let outgoing): "\(outgoing ? "sent" : "received") chunk \(index + 1)/\(count) of \(key)"
+        case .conflictResolved(let key, let winner, let rule): "conflict on \(key): \(winner) wins by \(rule)"
+        case .deferred(let key, let size): "\(key) (\(size) bytes) deferred to the next manual sync"
+        case .idle: "idle"
+        case .error(let error): "error: \(error)"
+        }
+    }
+}

@@ -1,0 +1,98 @@
+import Synchronization
+
+/// Read-through, write-through cache of entries, with cached absence and
+/// statistics. Holds plaintext bytes and the last decoded value.
+final class StoreCache: Sendable {
+    struct Slot {
+        /// Plaintext bytes, nil when the key has no live value (absent or deleted).
+        var bytes: [UInt8]?
+        var encoding: String
+        var version: HLCTimestamp
+        var decoded: (any Sendable)?
+    }
+
+    private struct State {
+        var slots: [String: Slot] = [:]
+        var bytes = 0
+        var stats = CacheStatistics()
+    }
+
+    private let state = Mutex(State())
+    /// Values larger than this are read from disk each time.
+    let maxCachedValueSize: Int
+    /// Total cached bytes before slots are evicted.
+    let budget: Int
+
+    init(maxCachedValueSize: Int = 64 * 1024, budget: Int = 8 * 1024 * 1024) {
+        self.maxCachedValueSize = maxCachedValueSize
+        self.budget = budget
+    }
+
+    /// The slot for `key`, counting a hit or a miss.
+    func lookup(_ key: String) -> Slot? {
+        state.withLock { s in
+            if let slot = s.slots[key] {
+                s.stats.hits += 1
+                return slot
+            }
+            s.stats.misses += 1
+            return nil
+        }
+    }
+
+    /// The slot for `key` without touching the statistics.
+    func peek(_ key: String) -> Slot? { state.withLock { $0.slots[key] } }
+
+    func store(_ key: String, _ slot: Slot) {
+        state.withLock { s in
+            if let old = s.slots.removeValue(forKey: key) { s.bytes -= old.bytes?.count ?? 0 }
+            guard (slot.bytes?.count ?? 0) <= maxCachedValueSize else { return }
+            s.slots[key] = slot
+            s.bytes += slot.bytes?.count ?? 0
+            if s.bytes > budget || s.slots.count > 200_000 {
+                // Evict about half; a cache, not a copy of the database.
+                var removed = 0
+                let target = s.slots.count / 2
+                for k in s.slots.keys where removed < target {
+                    s.bytes -= s.slots.removeValue(forKey: k)?.bytes?.count ?? 0
+                    removed += 1
+                }
+            }
+        }
+    }
+
+    func rememberDecoded(_ key: String, version: HLCTimestamp, value: any Sendable) {
+        state.withLock { s in
+            if s.slots[key]?.version == version { s.slots[key]?.decoded = value }
+        }
+    }
+
+    func invalidate(_ key: String) {
+        state.withLock { s in s.bytes -= s.slots.removeValue(forKey: key)?.bytes?.count ?? 0 }
+    }
+
+    func invalidateAll() {
+        state.withLock { s in
+            s.slots.removeAll()
+            s.bytes = 0
+        }
+    }
+
+    func countSkippedWrite() { state.withLock { $0.stats.skippedWrites += 1 } }
+
+    var statistics: CacheStatistics { state.withLock { $0.stats } }
+    func resetStatistics() { state.withLock { $0.stats = CacheStatistics() } }
+}
+
+/// Cache counters of one store.
+public struct CacheStatistics: Sendable, Equatable, Codable {
+    public var hits = 0
+    public var misses = 0
+    /// Writes of bytes identical to the stored ones: no disk write, no new version, no event.
+    public var skippedWrites = 0
+
+    public init() {}
+
+    /// hits ÷ (hits + misses), 0 when nothing was read.
+    public var hitRate: Double { hits + misses == 0 ? 0 : Double(hits) / Double(hits + misses) }
+}

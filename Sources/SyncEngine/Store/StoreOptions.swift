@@ -1,0 +1,19 @@
+import Logging
+
+/// How a store is opened.
+public struct StoreOptions: Sendable {
+    /// The wall clock used for versions. Inject a `ManualClock` in tests.
+    public var clock: any PhysicalClock = SystemClock()
+    /// The master key for `encrypted` keys; required when the registry has any.
+    public var encryption: EncryptionKeySource?
+    /// Largest value a key may hold, serialized.
+    public var maxValueSize = 64 * 1024 * 1024
+    /// Values larger than this are not kept in the cache.
+    public var maxCachedValueSize = 64 * 1024
+    public var logger = Logger(label: "SyncEngine.store")
+
+    public init(clock: any PhysicalClock = SystemClock(), encryption: EncryptionKeySource? = nil) {
+        self.clock = clock
+        self.encryption = encryption
+    }
+}

@@ -1,0 +1,160 @@
+extension SyncStore {
+    /// The value of `key`, or its default when nothing is stored.
+    public func get<Value>(_ key: Key<Value>) async throws -> Value {
+        try value(for: key)
+    }
+
+    /// Synchronous read: from the cache when possible.
+    public func value<Value>(for key: Key<Value>) throws -> Value {
+        try storedValue(for: key) ?? key.defaultValue
+    }
+
+    /// The stored value, or nil when the key has none. For `Key<T?>` a stored
+    /// `nil` comes back as `.some(nil)`, distinct from absent.
+    public func storedValue<Value>(for key: Key<Value>) throws -> Value? {
+        try checkOpen()
+        let descriptor = try governingDescriptor(for: key)
+        let slot: StoreCache.Slot
+        if let cached = cache.lookup(key.name) {
+            slot = cached
+        } else if let loaded = try loadSlot(key.name, descriptor: descriptor) {
+            slot = loaded
+        } else {
+            return nil
+        }
+        guard let bytes = slot.bytes else { return nil }
+        if let decoded = slot.decoded as? Value { return decoded }
+        guard slot.encoding == key.serializer.identifier else {
+            throw SyncError(.typeMismatch, "key '\(key.name)' holds a value written with the \(slot.encoding) serializer, but is read as \(Value.self) with \(key.serializer.identifier)")
+        }
+        let value = try key.serializer.decode(bytes)
+        cache.rememberDecoded(key.name, version: slot.version, value: value)
+        return value
+    }
+
+    /// Whether `key` has a live value.
+    public func contains<Value>(_ key: Key<Value>) throws -> Bool {
+        try checkOpen()
+        if let slot = cache.lookup(key.name) { return slot.bytes != nil }
+        return try loadSlot(key.name, descriptor: try governingDescriptor(for: key))?.bytes != nil
+    }
+
+    /// Reads the row into the cache (under the database lock, so the cache
+    /// never goes back in time); migrates a legacy key on first read.
+    private func loadSlot(_ key: String, descriptor: KeyDescriptor) throws -> StoreCache.Slot? {
+        let slot = try database.read { conn -> StoreCache.Slot in
+            let row = try loadRow(conn, key: key)
+            let slot = StoreCache.Slot(bytes: row?.deleted == false ? row?.value : nil, encoding: row?.encoding ?? descriptor.encoding,
+                                       version: row?.version ?? .zero, decoded: nil)
+            if slot.bytes != nil || descriptor.legacyName == nil { cache.store(key, slot) }
+            return slot
+        }
+        if slot.bytes == nil, let legacy = descriptor.legacyName, slot.version == .zero {
+            return try migrateLegacy(from: legacy, to: key, descriptor: descriptor)
+        }
+        return slot
+    }
+
+    /// Moves the legacy key's value to `key` in one transaction: the new value
+    /// is written and the legacy row removed together, or neither.
+    private func migrateLegacy(from legacy: String, to key: String, descriptor: KeyDescriptor) throws -> StoreCache.Slot? {
+        let now = physicalClock.nowMilliseconds()
+        let slot = try database.write({ conn -> StoreCache.Slot? in
+            if let current = try loadRow(conn, key: key) {
+                return StoreCache.Slot(bytes: current.deleted ? nil : current.value, encoding: current.encoding, version: current.version, decoded: nil)
+            }
+            guard let old = try loadRow(conn, key: legacy), !old.deleted, let bytes = old.value else {
+                return StoreCache.Slot(bytes: nil, encoding: descriptor.encoding, version: .zero, decoded: nil)
+            }
+            let version = clock.now()
+            let lane = lane(for: descriptor, size: bytes.count, deleted: false)
+            try saveRow(conn, StoredRow(key: key, value: bytes, encoding: old.encoding, version: version, base: .zero, deleted: false,
+                                        encrypted: false, size: bytes.count, changeSeq: takeSeq(), lane: lane, ackedSeq: 0),
+                        encrypt: descriptor.security == .encrypted, writtenAt: now)
+            if let legacyDescriptor = registry.descriptor(forEntry: legacy) {
+                let tombstone = StoredRow(key: legacy, value: nil, encoding: old.encoding, version: clock.now(), base: old.version,
+                                          deleted: true, encrypted: false, size: 0, changeSeq: takeSeq(),
+                                          lane: self.lane(for: legacyDescriptor, size: 0, deleted: true), ackedSeq: 0)
+                try saveRow(conn, tombstone, encrypt: false, writtenAt: now)
+            } else {
+                let delete = try conn.statement("DELETE FROM entries WHERE key = ?")
+                delete.bind(1, legacy)
+                try delete.run()
+            }
+            return StoreCache.Slot(bytes: bytes, encoding: old.encoding, version: version, decoded: nil)
+        }, onCommit: { slot in
+            if let slot { cache.store(key, slot) }
+            cache.invalidate(legacy)
+        })
+        if let slot, slot.bytes != nil {
+            publishCommitted([StoreChange(key: key, kind: .set, origin: .local, version: slot.version)])
+            localWrites.publish(())
+        }
+        return slot
+    }
+
+    /// Metadata of one stored entry (no value): version, size, deletion, pending state.
+    public func entryInfo(forKey key: String) throws -> EntryInfo? {
+        try checkOpen()
+        return try database.read { conn in
+            try loadRow(conn, key: key).map { EntryInfo(row: $0) }
+        }
+    }
+
+    /// Every stored entry's metadata, ordered by key (no values).
+    public func allEntryInfo() throws -> [EntryInfo] {
+        try checkOpen()
+        return try database.read { conn in
+            let stmt = try conn.statement("SELECT key, encoding, ver, node, deleted, size, change_seq, lane, acked_seq, encrypted FROM entries ORDER BY key")
+            var result: [EntryInfo] = []
+            while try stmt.step() {
+                result.append(EntryInfo(key: stmt.string(0), encoding: stmt.string(1),
+                                        version: HLCTimestamp(packed: stmt.int64(2), node: UInt32(truncatingIfNeeded: stmt.int64(3))),
+                                        isDeleted: stmt.int(4) != 0, size: stmt.int(5), changeSequence: stmt.int64(6),
+                                        lane: SyncLane(rawValue: stmt.int(7)) ?? .none, isPending: stmt.int(7) != 0 && stmt.int64(6) > stmt.int64(8),
+                                        isEncrypted: stmt.int(9) != 0))
+            }
+            return result
+        }
+    }
+
+    /// The stored bytes of an entry (decrypted), for tools like `syncsim`.
+    public func rawValue(forKey key: String) throws -> [UInt8]? {
+        try checkOpen()
+        return try database.read { conn in
+            guard let row = try loadRow(conn, key: key), !row.deleted else { return nil }
+            return row.value
+        }
+    }
+}
+
+/// What the store knows about one entry, without its value.
+public struct EntryInfo: Sendable, Equatable, Codable {
+    public let key: String
+    public let encoding: String
+    public let version: HLCTimestamp
+    public let isDeleted: Bool
+    public let size: Int
+    public let changeSequence: Int64
+    public let lane: SyncLane
+    /// Written here and not yet acknowledged by the peer.
+    public let isPending: Bool
+    public let isEncrypted: Bool
+
+    init(key: String, encoding: String, version: HLCTimestamp, isDeleted: Bool, size: Int, changeSequence: Int64, lane: SyncLane, isPending: Bool, isEncrypted: Bool) {
+        self.key = key
+        self.encoding = encoding
+        self.version = version
+        self.isDeleted = isDeleted
+        self.size = size
+        self.changeSequence = changeSequence
+        self.lane = lane
+        self.isPending = isPending
+        self.isEncrypted = isEncrypted
+    }
+
+    init(row: StoredRow) {
+        self.init(key: row.key, encoding: row.encoding, version: row.version, isDeleted: row.deleted, size: row.size,
+                  changeSequence: row.changeSeq, lane: row.lane, isPending: row.isPending, isEncrypted: row.encrypted)
+    }
+}

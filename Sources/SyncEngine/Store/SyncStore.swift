@@ -1,0 +1,210 @@
+import Crypto
+import Foundation
+import Logging
+import Synchronization
+
+/// A typed key-value store on one device: a SQLite file in WAL mode, a cache,
+/// observation, encryption at rest, and the replication metadata (versions,
+/// change sequence, checkpoints) written in the same transaction as the data.
+///
+/// ```swift
+/// let store = try SyncStore(path: "phone.sqlite", role: .phone, registry: try KeyRegistry([steps]))
+/// try await store.set(1_234, for: steps)
+/// let now = try await store.get(steps)
+/// ```
+public final class SyncStore: Sendable {
+    public let role: DeviceRole
+    public let registry: KeyRegistry
+    /// This store's node id, made once and kept in the file.
+    public let nodeID: UInt32
+    public let path: String
+
+    let database: Database
+    let clock: HybridLogicalClock
+    let physicalClock: any PhysicalClock
+    let cache: StoreCache
+    let cipher: AtRestCipher?
+    let options: StoreOptions
+    let logger: Logger
+    let changeHub = Broadcaster<StoreChange>()
+    let eventHub = Broadcaster<SyncEvent>()
+    let localWrites = Broadcaster<Void>()
+    let counters = Mutex(SyncCounters())
+    let hooks = Mutex(CommitHooks())
+    /// The next change sequence number; only touched inside write transactions.
+    let nextSeq: Mutex<Int64>
+    private let closed = Atomic<Bool>(false)
+
+    /// Opens (creating if needed) the store at `path` for `role`.
+    ///
+    /// Throws `.notADatabase` for a file that is not a store (left untouched),
+    /// `.encryptionKeyMissing` / `.encryptionKeyWrong` for key problems (nothing destroyed).
+    public init(path: String, role: DeviceRole, registry: KeyRegistry, options: StoreOptions = StoreOptions()) throws {
+        self.path = path
+        self.role = role
+        self.registry = registry
+        self.options = options
+        self.logger = options.logger
+        self.physicalClock = options.clock
+        let database = try Database(path: path)
+        self.database = database
+        self.cache = StoreCache(maxCachedValueSize: options.maxCachedValueSize)
+
+        let setup = try database.write { conn -> (node: UInt32, salt: [UInt8], verifier: String?, storedRole: String?, floor: Int64, seq: Int64) in
+            var meta = try SyncStore.readMeta(conn)
+            if meta["node_id"] == nil {
+                var node: UInt32 = 0
+                while node == 0 { node = UInt32.random(in: 1...UInt32.max) }
+                try SyncStore.writeMeta(conn, "node_id", String(node))
+                try SyncStore.writeMeta(conn, "role", role.rawValue)
+                try SyncStore.writeMeta(conn, "salt", Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString())
+                meta = try SyncStore.readMeta(conn)
+            }
+            let floorStmt = try conn.statement("SELECT coalesce(max(ver), 0), coalesce(max(change_seq), 0) FROM entries")
+            _ = try floorStmt.step()
+            let floor = floorStmt.int64(0)
+            let seq = floorStmt.int64(1)
+            try floorStmt.run()
+            let salt = [UInt8](Data(base64Encoded: meta["salt"] ?? "") ?? Data())
+            return (UInt32(meta["node_id"] ?? "") ?? 0, salt, meta["at_rest_verifier"], meta["role"], floor, seq)
+        }
+        if let storedRole = setup.storedRole, storedRole != role.rawValue {
+            throw SyncError(.invalidConfiguration, "the store at \(path) belongs to a \(storedRole), not a \(role); open it with role \(storedRole) or use another file")
+        }
+        nodeID = setup.node
+        nextSeq = Mutex(setup.seq + 1)
+        clock = HybridLogicalClock(node: setup.node, physical: options.clock, floor: setup.floor)
+
+        let needsKey = registry.descriptors.contains { $0.security == .encrypted }
+        if let source = options.encryption {
+            let cipher = try AtRestCipher(source: source, salt: setup.salt)
+            if let verifier = setup.verifier {
+                guard let sealed = Data(base64Encoded: verifier),
+                      (try? cipher.open([UInt8](sealed), keyName: "")) == AtRestCipher.verifierPlaintext else {
+                    throw SyncError(.encryptionKeyWrong, "the master key does not match the one this store was created with; nothing was changed — supply the original key file or passphrase")
+                }
+            } else {
+                let sealed = try cipher.seal(AtRestCipher.verifierPlaintext, keyName: "")
+                try database.write { conn in try SyncStore.writeMeta(conn, "at_rest_verifier", Data(sealed).base64EncodedString()) }
+            }
+            self.cipher = cipher
+        } else {
+            if needsKey {
+                throw SyncError(.encryptionKeyMissing, "the registry declares encrypted keys but no master key was given; pass StoreOptions(encryption: .keyFile(path:)) or .passphrase")
+            }
+            self.cipher = nil
+        }
+    }
+
+    /// Stops observers; the file stays as committed. Further use throws `.closed`.
+    public func close() {
+        guard !closed.exchange(true, ordering: .relaxed) else { return }
+        changeHub.finishAll()
+        eventHub.finishAll()
+        localWrites.finishAll()
+    }
+
+    var isClosed: Bool { closed.load(ordering: .relaxed) }
+
+    func checkOpen() throws {
+        if isClosed { throw SyncError(.closed, "the store at \(path) is closed; open it again") }
+    }
+
+    // MARK: metadata
+
+    static func readMeta(_ conn: SQLiteConnection) throws -> [String: String] {
+        let stmt = try conn.statement("SELECT name, value FROM sync_meta")
+        var result: [String: String] = [:]
+        while try stmt.step() { result[stmt.string(0)] = stmt.string(1) }
+        return result
+    }
+
+    static func writeMeta(_ conn: SQLiteConnection, _ name: String, _ value: String) throws {
+        let stmt = try conn.statement("INSERT INTO sync_meta(name, value) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value")
+        stmt.bind(1, name)
+        stmt.bind(2, value)
+        try stmt.run()
+    }
+
+    func meta(_ name: String) throws -> String? {
+        try database.read { conn in
+            let stmt = try conn.statement("SELECT value FROM sync_meta WHERE name = ?")
+            stmt.bind(1, name)
+            defer { try? stmt.run() }
+            return try stmt.step() ? stmt.string(0) : nil
+        }
+    }
+
+    func setMeta(_ name: String, _ value: String) throws {
+        try database.write { conn in try SyncStore.writeMeta(conn, name, value) }
+    }
+
+    // MARK: observation
+
+    /// Changes of one key, local and remote, after they commit.
+    public func changes<Value>(for key: Key<Value>) -> AsyncStream<StoreChange> { changes(matching: .key(key.name)) }
+    /// Changes of every key in a namespace.
+    public func changes(in namespace: Namespace) -> AsyncStream<StoreChange> { changes(matching: .namespace(namespace.name)) }
+    /// Changes matching `filter` (all keys by default).
+    public func changes(matching filter: ChangeFilter = .all) -> AsyncStream<StoreChange> {
+        changeHub.subscribe { filter.matches($0.key) }
+    }
+
+    /// Sync status events: connected, batches, conflicts, deferred values, errors.
+    public func events() -> AsyncStream<SyncEvent> { eventHub.subscribe() }
+
+    /// Registers a hook that runs inside the write transaction, before commit;
+    /// throwing aborts the write.
+    public func addWillCommitHook(_ hook: @escaping @Sendable ([StoreChange]) throws -> Void) {
+        hooks.withLock { $0.willCommit.append(hook) }
+    }
+
+    /// Registers a hook that runs after a write committed.
+    public func addDidCommitHook(_ hook: @escaping @Sendable ([StoreChange]) -> Void) {
+        hooks.withLock { $0.didCommit.append(hook) }
+    }
+
+    // MARK: statistics
+
+    public var cacheStatistics: CacheStatistics { cache.statistics }
+    public func resetCacheStatistics() { cache.resetStatistics() }
+    /// Counters of replication traffic and outcomes.
+    public var syncCounters: SyncCounters { counters.withLock { $0 } }
+
+    func emit(_ event: SyncEvent) { eventHub.publish(event) }
+
+    func publishCommitted(_ changes: [StoreChange]) {
+        guard !changes.isEmpty else { return }
+        let didCommit = hooks.withLock { $0.didCommit }
+        for hook in didCommit { hook(changes) }
+        if changeHub.hasSubscribers {
+            for change in changes { changeHub.publish(change) }
+        }
+    }
+}
+
+struct CommitHooks {
+    var willCommit: [@Sendable ([StoreChange]) throws -> Void] = []
+    var didCommit: [@Sendable ([StoreChange]) -> Void] = []
+}
+
+/// Counters of one store's replication, for people and tests.
+public struct SyncCounters: Sendable, Equatable, Codable {
+    public var entriesSent = 0
+    public var entriesReceived = 0
+    /// Entries received that changed nothing (duplicates, older versions).
+    public var entriesIgnored = 0
+    public var entriesRejected = 0
+    public var bytesSent = 0
+    public var bytesReceived = 0
+    public var batchesSent = 0
+    public var batchesReceived = 0
+    public var chunksSent = 0
+    public var chunksReceived = 0
+    public var conflicts = 0
+    /// automaticSmall writes over the limit, waiting for a manual sync.
+    public var deferred = 0
+    public var sessions = 0
+
+    public init() {}
+}

@@ -1,0 +1,49 @@
+/// The one error type of SyncEngine: a stable code plus a message that says
+/// what happened and what to do. Messages never contain stored values or secrets.
+public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// A stable, opaque code; match on it, never on the message.
+    public struct Code: Hashable, Sendable, CustomStringConvertible, Codable {
+        public let rawValue: String
+        public init(_ rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+        public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.singleValueContainer()
+            try c.encode(rawValue)
+        }
+
+        public static let database = Code("database")
+        public static let notADatabase = Code("not-a-database")
+        public static let schemaTooNew = Code("schema-too-new")
+        public static let invalidKey = Code("invalid-key")
+        public static let duplicateKey = Code("duplicate-key")
+        public static let unknownKey = Code("unknown-key")
+        public static let keyDeclarationMismatch = Code("key-declaration-mismatch")
+        public static let writeNotAllowed = Code("write-not-allowed")
+        public static let typeMismatch = Code("type-mismatch")
+        public static let encodingFailed = Code("encoding-failed")
+        public static let valueTooLarge = Code("value-too-large")
+        public static let encryptionKeyMissing = Code("encryption-key-missing")
+        public static let encryptionKeyWrong = Code("encryption-key-wrong")
+        public static let decryptionFailed = Code("decryption-failed")
+        public static let keyFile = Code("key-file")
+        public static let handshakeFailed = Code("handshake-failed")
+        public static let pairingMismatch = Code("pairing-mismatch")
+        public static let protocolViolation = Code("protocol-violation")
+        public static let malformedMessage = Code("malformed-message")
+        public static let notConnected = Code("not-connected")
+        public static let timeout = Code("timeout")
+        public static let closed = Code("closed")
+        public static let invalidConfiguration = Code("invalid-configuration")
+    }
+
+    public let code: Code
+    public let message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(code): \(message)" }
+}
