@@ -16,7 +16,7 @@ final class Database: Sendable {
         try Database.checkHeader(path: path)
         let conn = try SQLiteConnection(path: path)
         do {
-            _ = try conn.statement("SELECT count(*) FROM sqlite_master").step()
+            try conn.execute("SELECT count(*) FROM sqlite_master")
         } catch {
             throw SyncError(.notADatabase, "the file at \(path) is not a valid SyncEngine store; it was left untouched — move it aside or open another path")
         }

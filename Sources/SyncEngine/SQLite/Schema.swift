@@ -23,7 +23,7 @@ enum Schema {
             acked_seq  INTEGER NOT NULL DEFAULT 0,
             written_at INTEGER NOT NULL
         ) WITHOUT ROWID;
-        CREATE INDEX sync_pending_changes ON entries(lane, change_seq) WHERE change_seq > acked_seq;
+        CREATE INDEX sync_pending_changes ON entries(change_seq) WHERE change_seq > acked_seq AND lane > 0;
         CREATE TABLE sync_meta (
             name  TEXT PRIMARY KEY NOT NULL,
             value TEXT NOT NULL

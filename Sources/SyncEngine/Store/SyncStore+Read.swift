@@ -88,6 +88,7 @@ extension SyncStore {
         })
         if let slot, slot.bytes != nil {
             publishCommitted([StoreChange(key: key, kind: .set, origin: .local, version: slot.version)])
+            localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
             localWrites.publish(())
         }
         return slot

@@ -149,7 +149,10 @@ extension SyncStore {
             for (key, size) in outcome.deferred { emit(.deferred(key: key, size: size)) }
         }
         publishCommitted(outcome.changes)
-        if !outcome.changes.isEmpty { localWrites.publish(()) }
+        if !outcome.changes.isEmpty {
+            localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
+            localWrites.publish(())
+        }
         return outcome.changes
     }
 }

@@ -34,6 +34,9 @@ public final class SyncStore: Sendable {
     /// The next change sequence number; only touched inside write transactions.
     let nextSeq: Mutex<Int64>
     private let closed = Atomic<Bool>(false)
+    /// Bumped by every local commit and manual-sync request, so a replication
+    /// loop can tell whether its idea of "idle" is current.
+    let localGeneration = Atomic<Int>(0)
 
     /// Opens (creating if needed) the store at `path` for `role`.
     ///

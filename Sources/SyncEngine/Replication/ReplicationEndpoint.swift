@@ -1,0 +1,308 @@
+import SyncTransport
+
+/// The replication shell for one session: feeds frames to the pure
+/// `SessionStateMachine`, performs its actions against the store, and returns
+/// the frames to send. Synchronous and step-driven, so the same code runs
+/// under the deterministic simulator and under the async `SyncPeer` over TCP.
+///
+/// Not thread-safe: one task owns an endpoint.
+public final class ReplicationEndpoint {
+    public let store: SyncStore
+    public let configuration: ReplicationConfiguration
+    private var machine: SessionStateMachine
+    private var cursor: Int64 = 0
+    private var lastFlush: Int64 = -1
+    private var inFlightKeys = Set<String>()
+    private var transfer: Transfer?
+    private var batchNumber = 0
+    private var batchTotal = 0
+    /// Why the session ended, once it has failed.
+    public private(set) var failure: SyncError?
+
+    private struct Transfer {
+        var key: String
+        var seq: Int64
+        var entry: WireEntry
+        var bytes: [UInt8]
+        var count: Int
+        var next: Int
+        var checksum: UInt32
+    }
+
+    public init(store: SyncStore, configuration: ReplicationConfiguration) {
+        self.store = store
+        self.configuration = configuration
+        let identity = SessionStateMachine.Identity(
+            node: store.nodeID, role: store.role, pairingEpoch: configuration.pairingEpoch,
+            protocolRange: configuration.protocolRange, declarations: store.registry.wireDeclarations(from: store.role),
+            fingerprint: store.registry.fingerprint(for: store.role))
+        machine = SessionStateMachine(identity: identity, helloRetryInterval: configuration.helloRetryMilliseconds,
+                                      retransmitInterval: configuration.retransmitMilliseconds, window: configuration.window)
+    }
+
+    public var isEstablished: Bool { machine.isEstablished && failure == nil }
+    /// The peer's node id once established.
+    public var peerNode: UInt32? { machine.peer?.node }
+    /// Keys declared differently by the peer.
+    public var mismatchedKeys: Set<String> { machine.peer?.mismatchedKeys ?? [] }
+
+    /// Starts the session: the hello.
+    public func start(now: Int64) -> [Frame] {
+        machine.partialTransfers = (try? store.partialTransfers()) ?? []
+        return perform(machine.start(now: now), now: now)
+    }
+
+    /// Handles one frame from the peer; returns the frames to send.
+    public func receive(_ frame: Frame, now: Int64) -> [Frame] {
+        guard failure == nil else { return [] }
+        let message: SyncMessage
+        do {
+            message = try SyncMessage(frame: frame)
+        } catch let error as SyncError {
+            return fail(error, notifyPeer: true)
+        } catch {
+            return fail(SyncError(.malformedMessage, "\(error)"), notifyPeer: true)
+        }
+        var out: [Frame] = []
+        do {
+            switch message {
+            case .hello(let hello):
+                out += perform(machine.receiveHello(hello, now: now), now: now)
+            case .batch(let batch):
+                guard machine.isEstablished, let peer = machine.peer else {
+                    return perform(machine.receivedDataBeforeHandshake(now: now), now: now)
+                }
+                let result = try store.applyRemote(batch.entries, peerRole: peer.role, mismatched: peer.mismatchedKeys)
+                store.counters.withLock {
+                    $0.batchesReceived += 1
+                    $0.bytesReceived += frame.payload.count
+                }
+                store.emit(.received(entries: batch.entries.count, applied: result.applied))
+                for conflict in result.conflicts {
+                    store.emit(.conflictResolved(key: conflict.key, winner: conflict.winner, rule: conflict.rule))
+                }
+                out.append(SyncMessage.ack(.init(batchID: batch.id, applied: result.applied, rejected: result.rejected)).frame())
+            case .ack(let ack):
+                if case .batch(let items)? = machine.acknowledgeBatch(ack.batchID) {
+                    try store.acknowledge(items.map { ($0.key, $0.seq) }, peerNode: machine.peer?.node ?? 0)
+                    for item in items { inFlightKeys.remove(flightKey(item.key, item.seq)) }
+                    if !ack.rejected.isEmpty {
+                        store.emit(.error(SyncError(.protocolViolation, "the peer refused \(ack.rejected.count) entries: \(ack.rejected.map { "\($0.key) (\($0.code))" }.joined(separator: ", "))")))
+                    }
+                }
+            case .chunk(let chunk):
+                guard machine.isEstablished, let peer = machine.peer else {
+                    return perform(machine.receivedDataBeforeHandshake(now: now), now: now)
+                }
+                store.counters.withLock { $0.bytesReceived += frame.payload.count }
+                out += try receiveChunk(chunk, peer: peer)
+            case .chunkAck(let ack):
+                if case .chunk(let key, let seq, _, _, _)? = machine.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index),
+                   ack.complete {
+                    try store.acknowledge([(key, seq)], peerNode: machine.peer?.node ?? 0)
+                    inFlightKeys.remove(flightKey(key, seq))
+                    store.counters.withLock { $0.entriesSent += 1 }
+                }
+            case .error(let error):
+                let reported = SyncError(SyncError.Code(error.code), "the peer ended the session: \(error.message)")
+                failure = reported
+                machine.fail()
+                store.emit(.error(reported))
+                return []
+            }
+        } catch let error as SyncError {
+            return out + fail(error, notifyPeer: true)
+        } catch {
+            return out + fail(SyncError(.database, "\(error)"), notifyPeer: true)
+        }
+        return out + pump(now: now)
+    }
+
+    /// Retransmits what timed out, then sends what is pending.
+    public func tick(now: Int64) -> [Frame] {
+        guard failure == nil else { return [] }
+        return perform(machine.tick(now: now), now: now) + pump(now: now)
+    }
+
+    /// Sends pending changes as far as the window allows: automatic ones, and
+    /// manual ones released by `sync()`.
+    public func pump(now: Int64) -> [Frame] {
+        guard machine.isEstablished, failure == nil else { return [] }
+        var out: [Frame] = []
+        do {
+            let flush = store.manualFlushThrough
+            if flush != lastFlush {
+                lastFlush = flush
+                cursor = 0
+            }
+            while machine.hasCapacity {
+                if var current = transfer {
+                    if current.next < current.count {
+                        out.append(sendChunk(&current, now: now))
+                        transfer = current.next < current.count ? current : nil
+                        continue
+                    }
+                    transfer = nil
+                }
+                let (rows, scanned) = try store.pendingRows(after: cursor, flushThrough: flush, maxEntries: configuration.maxBatchEntries,
+                                                            maxBytes: configuration.maxBatchBytes) { key, seq in
+                    inFlightKeys.contains(flightKey(key, seq)) || excluded(key)
+                }
+                cursor = scanned
+                guard !rows.isEmpty else { break }
+                if rows.count == 1, rows[0].isLarge {
+                    try startTransfer(rows[0])
+                    continue
+                }
+                let message = machine.sendBatch(entries: rows.map(\.entry), items: rows.map { .init(key: $0.key, seq: $0.seq) }, now: now)
+                for row in rows { inFlightKeys.insert(flightKey(row.key, row.seq)) }
+                let frame = message.frame()
+                batchNumber += 1
+                batchTotal = max(batchTotal, batchNumber)
+                store.counters.withLock {
+                    $0.batchesSent += 1
+                    $0.entriesSent += rows.count
+                    $0.bytesSent += frame.payload.count
+                }
+                store.emit(.batchSent(number: batchNumber, total: batchTotal, entries: rows.count))
+                out.append(frame)
+            }
+        } catch let error as SyncError {
+            return out + fail(error, notifyPeer: true)
+        } catch {
+            return out + fail(SyncError(.database, "\(error)"), notifyPeer: true)
+        }
+        return out
+    }
+
+    /// True when established and nothing is in flight or waiting to be sent.
+    public var isIdle: Bool {
+        guard machine.isEstablished, failure == nil, machine.isQuiet, transfer == nil else { return false }
+        let flush = store.manualFlushThrough
+        let rows = try? store.pendingRows(after: 0, flushThrough: flush, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
+        return rows?.rows.isEmpty ?? false
+    }
+
+    /// Ends the session locally (the connection went away).
+    public func connectionLost() {
+        machine.fail()
+    }
+
+    // MARK: helpers
+
+    private func flightKey(_ key: String, _ seq: Int64) -> String { "\(seq):\(key)" }
+
+    private func excluded(_ key: String) -> Bool {
+        guard let descriptor = store.registry.descriptor(forEntry: key) else { return true }
+        return !descriptor.replicates(from: store.role) || (machine.peer?.mismatchedKeys.contains(descriptor.name) ?? false)
+    }
+
+    private func perform(_ actions: [SessionStateMachine.Action], now: Int64) -> [Frame] {
+        var out: [Frame] = []
+        for action in actions {
+            switch action {
+            case .send(let message):
+                out.append(message.frame())
+            case .established(let peer):
+                cursor = 0
+                lastFlush = store.manualFlushThrough
+                inFlightKeys.removeAll()
+                transfer = nil
+                batchNumber = 0
+                do {
+                    try store.recordPeer(node: peer.node, role: peer.role, epoch: configuration.pairingEpoch)
+                    let pending = try store.pendingSummary()
+                    batchTotal = max(1, (pending.automatic + pending.manualReleased + configuration.maxBatchEntries - 1) / configuration.maxBatchEntries)
+                } catch let error as SyncError {
+                    return out + fail(error, notifyPeer: true)
+                } catch {
+                    return out + fail(SyncError(.database, "\(error)"), notifyPeer: true)
+                }
+                store.counters.withLock { $0.sessions += 1 }
+                store.emit(.connected(peerNode: peer.node, peerRole: peer.role))
+                if !peer.mismatchedKeys.isEmpty {
+                    store.emit(.keyMismatch(keys: peer.mismatchedKeys.sorted()))
+                    store.logger.warning("keys declared differently on the peer do not sync", metadata: ["keys": "\(peer.mismatchedKeys.sorted())"])
+                }
+            case .fail(let error, let notify):
+                out += fail(error, notifyPeer: notify)
+            }
+        }
+        return out
+    }
+
+    private func fail(_ error: SyncError, notifyPeer: Bool) -> [Frame] {
+        guard failure == nil else { return [] }
+        failure = error
+        machine.fail()
+        store.emit(.error(error))
+        store.logger.error("replication session failed", metadata: ["code": "\(error.code)"])
+        return notifyPeer ? [SyncMessage.error(.init(code: error.code.rawValue, message: error.message)).frame()] : []
+    }
+
+    private func startTransfer(_ row: OutboundRow) throws {
+        guard let bytes = try store.largeValue(key: row.key, seq: row.seq) else { return }
+        let count = (bytes.count + configuration.chunkSize - 1) / configuration.chunkSize
+        var start = 0
+        if let partial = machine.peer?.partialTransfers.first(where: { $0.key == row.key && $0.version == row.entry.version }) {
+            start = min(partial.received, count - 1)
+        }
+        inFlightKeys.insert(flightKey(row.key, row.seq))
+        transfer = Transfer(key: row.key, seq: row.seq, entry: row.entry, bytes: bytes, count: count, next: start, checksum: Checksum.crc32(bytes))
+    }
+
+    private func sendChunk(_ t: inout Transfer, now: Int64) -> Frame {
+        let low = t.next * configuration.chunkSize
+        let slice = Array(t.bytes[low..<min(t.bytes.count, low + configuration.chunkSize)])
+        var entry = t.entry
+        entry.value = nil
+        entry.deleted = false
+        let chunk = SyncMessage.Chunk(entry: WireEntry(key: entry.key, version: entry.version, base: entry.base, deleted: false, encoding: entry.encoding, value: []),
+                                      totalSize: t.bytes.count, totalChecksum: t.checksum, index: t.next, count: t.count,
+                                      checksum: Checksum.crc32(slice), bytes: slice)
+        let frame = machine.sendChunk(chunk, seq: t.seq, now: now).frame()
+        store.counters.withLock {
+            $0.chunksSent += 1
+            $0.bytesSent += frame.payload.count
+        }
+        store.emit(.chunk(key: t.key, index: t.next, count: t.count, outgoing: true))
+        t.next += 1
+        return frame
+    }
+
+    private func receiveChunk(_ chunk: SyncMessage.Chunk, peer: SessionStateMachine.Peer) throws -> [Frame] {
+        let entry = chunk.entry
+        func ack(complete: Bool) -> Frame {
+            SyncMessage.chunkAck(.init(key: entry.key, version: entry.version, index: chunk.index, complete: complete)).frame()
+        }
+        guard let descriptor = store.registry.descriptor(forEntry: entry.key), descriptor.replicates(from: peer.role),
+              !peer.mismatchedKeys.contains(descriptor.name), chunk.totalSize <= store.options.maxValueSize else {
+            store.counters.withLock { $0.entriesRejected += 1 }
+            return [ack(complete: true)]
+        }
+        if let local = try store.entryInfo(forKey: entry.key), local.version >= entry.version {
+            return [ack(complete: true)]
+        }
+        guard Checksum.crc32(chunk.bytes) == chunk.checksum else {
+            store.emit(.error(SyncError(.malformedMessage, "chunk \(chunk.index) of \(entry.key) failed its checksum; waiting for a resend")))
+            return []
+        }
+        store.counters.withLock { $0.chunksReceived += 1 }
+        store.emit(.chunk(key: entry.key, index: chunk.index, count: chunk.count, outgoing: false))
+        let encrypted = descriptor.security == .encrypted
+        let staged = try store.stageChunk(chunk, encrypted: encrypted)
+        guard staged >= chunk.count else { return [ack(complete: false)] }
+        let bytes = try store.assembleChunks(key: entry.key, version: entry.version, encrypted: encrypted)
+        guard bytes.count == chunk.totalSize, Checksum.crc32(bytes) == chunk.totalChecksum else {
+            _ = try store.applyRemote([], peerRole: peer.role, mismatched: [], completingChunksOf: (entry.key, entry.version))
+            store.emit(.error(SyncError(.malformedMessage, "the chunks of \(entry.key) did not add up to the announced value; it will be sent again")))
+            return []
+        }
+        var complete = entry
+        complete.value = bytes
+        let result = try store.applyRemote([complete], peerRole: peer.role, mismatched: peer.mismatchedKeys,
+                                           completingChunksOf: (entry.key, entry.version))
+        store.emit(.received(entries: 1, applied: result.applied))
+        return [ack(complete: true)]
+    }
+}

@@ -1,0 +1,275 @@
+import SyncTransport
+
+/// One entry as it travels: key, version, the version its writer had seen,
+/// deletion flag, serializer id and plaintext value bytes.
+public struct WireEntry: Sendable, Equatable {
+    public var key: String
+    public var version: HLCTimestamp
+    public var base: HLCTimestamp
+    public var deleted: Bool
+    public var encoding: String
+    public var value: [UInt8]?
+
+    public init(key: String, version: HLCTimestamp, base: HLCTimestamp, deleted: Bool, encoding: String, value: [UInt8]?) {
+        self.key = key
+        self.version = version
+        self.base = base
+        self.deleted = deleted
+        self.encoding = encoding
+        self.value = value
+    }
+
+    var state: EntryState { EntryState(version: version, base: base, deleted: deleted, value: deleted ? nil : value) }
+}
+
+/// A large value transfer the receiver has partly staged; the sender resumes after it.
+public struct PartialTransfer: Sendable, Equatable {
+    public var key: String
+    public var version: HLCTimestamp
+    /// Chunks 0..<received are durably staged.
+    public var received: Int
+}
+
+/// The session messages of the replication protocol (payload schema 1).
+public enum SyncMessage: Sendable, Equatable {
+    public struct Hello: Sendable, Equatable {
+        public var protocolRange: ClosedRange<UInt16>
+        public var node: UInt32
+        public var role: DeviceRole
+        /// True when this hello answers the peer's.
+        public var isReply: Bool
+        public var pairingEpoch: String
+        public var registryFingerprint: [UInt8]
+        /// Canonical declarations of the keys that may cross (never a local-only key).
+        public var declarations: [String]
+        public var partialTransfers: [PartialTransfer]
+    }
+
+    public struct Batch: Sendable, Equatable {
+        public var id: UInt64
+        public var entries: [WireEntry]
+    }
+
+    public struct Ack: Sendable, Equatable {
+        public var batchID: UInt64
+        public var applied: Int
+        /// Entries refused, with an error code (never a value).
+        public var rejected: [Rejection]
+    }
+
+    public struct Rejection: Sendable, Equatable {
+        public var key: String
+        public var code: String
+    }
+
+    public struct Chunk: Sendable, Equatable {
+        public var entry: WireEntry
+        public var totalSize: Int
+        public var totalChecksum: UInt32
+        public var index: Int
+        public var count: Int
+        public var checksum: UInt32
+        public var bytes: [UInt8]
+    }
+
+    public struct ChunkAck: Sendable, Equatable {
+        public var key: String
+        public var version: HLCTimestamp
+        public var index: Int
+        public var complete: Bool
+    }
+
+    public struct ErrorMessage: Sendable, Equatable {
+        public var code: String
+        public var message: String
+    }
+
+    case hello(Hello)
+    case batch(Batch)
+    case ack(Ack)
+    case chunk(Chunk)
+    case chunkAck(ChunkAck)
+    case error(ErrorMessage)
+
+    /// Frame type numbers of the engine's messages.
+    public enum MessageType: UInt8, Sendable {
+        case hello = 1, batch = 2, ack = 3, chunk = 4, chunkAck = 5, error = 6
+    }
+
+    /// The payload schema version written as each payload's first byte.
+    public static let payloadSchema: UInt8 = 1
+    static let maxNameLength = 1024
+    static let maxValueLength = 8 * 1024 * 1024
+    static let maxCount = 1_000_000
+}
+
+extension SyncMessage {
+    /// Encodes the message as a transport frame.
+    public func frame() -> Frame {
+        var w = ByteWriter()
+        w.writeUInt8(SyncMessage.payloadSchema)
+        let type: MessageType
+        switch self {
+        case .hello(let h):
+            type = .hello
+            w.writeUInt16(h.protocolRange.lowerBound)
+            w.writeUInt16(h.protocolRange.upperBound)
+            w.writeUInt32(h.node)
+            w.writeUInt8(h.role == .phone ? 0 : 1)
+            w.writeUInt8(h.isReply ? 1 : 0)
+            w.writeString(h.pairingEpoch)
+            w.writeBytes(h.registryFingerprint)
+            w.writeVarInt(UInt64(h.declarations.count))
+            for line in h.declarations { w.writeString(line) }
+            w.writeVarInt(UInt64(h.partialTransfers.count))
+            for p in h.partialTransfers {
+                w.writeString(p.key)
+                w.write(p.version)
+                w.writeVarInt(UInt64(p.received))
+            }
+        case .batch(let b):
+            type = .batch
+            w.writeVarInt(b.id)
+            w.writeVarInt(UInt64(b.entries.count))
+            for entry in b.entries { w.write(entry) }
+        case .ack(let a):
+            type = .ack
+            w.writeVarInt(a.batchID)
+            w.writeVarInt(UInt64(a.applied))
+            w.writeVarInt(UInt64(a.rejected.count))
+            for r in a.rejected {
+                w.writeString(r.key)
+                w.writeString(r.code)
+            }
+        case .chunk(let c):
+            type = .chunk
+            w.write(c.entry)
+            w.writeVarInt(UInt64(c.totalSize))
+            w.writeUInt32(c.totalChecksum)
+            w.writeVarInt(UInt64(c.index))
+            w.writeVarInt(UInt64(c.count))
+            w.writeUInt32(c.checksum)
+            w.writeBytes(c.bytes)
+        case .chunkAck(let a):
+            type = .chunkAck
+            w.writeString(a.key)
+            w.write(a.version)
+            w.writeVarInt(UInt64(a.index))
+            w.writeUInt8(a.complete ? 1 : 0)
+        case .error(let e):
+            type = .error
+            w.writeString(e.code)
+            w.writeString(e.message)
+        }
+        return Frame(type: type.rawValue, payload: w.bytes)
+    }
+
+    /// Decodes a frame; unknown types, other payload schemas and malformed
+    /// payloads throw `.malformedMessage` (the schema is checked first).
+    public init(frame: Frame) throws {
+        guard let type = MessageType(rawValue: frame.type) else {
+            throw SyncError(.malformedMessage, "unknown message type \(frame.type)")
+        }
+        var r = ByteReader(frame.payload)
+        do {
+            let schema = try r.readUInt8()
+            guard schema == SyncMessage.payloadSchema else {
+                throw SyncError(.malformedMessage, "payload schema \(schema) is not supported (this build speaks \(SyncMessage.payloadSchema))")
+            }
+            switch type {
+            case .hello:
+                let low = try r.readUInt16(), high = try r.readUInt16()
+                guard low <= high else { throw SyncError(.malformedMessage, "hello announces an empty protocol range \(low)...\(high)") }
+                let node = try r.readUInt32()
+                let roleByte = try r.readUInt8()
+                guard roleByte <= 1 else { throw SyncError(.malformedMessage, "hello has an unknown role \(roleByte)") }
+                let isReply = try r.readUInt8() != 0
+                let epoch = try r.readString(maxLength: 256)
+                let fingerprint = try r.readBytes(maxLength: 64)
+                var declarations: [String] = []
+                for _ in 0..<(try r.readCount()) { declarations.append(try r.readString(maxLength: SyncMessage.maxNameLength)) }
+                var partials: [PartialTransfer] = []
+                for _ in 0..<(try r.readCount()) {
+                    partials.append(PartialTransfer(key: try r.readString(maxLength: SyncMessage.maxNameLength), version: try r.readTimestamp(),
+                                                    received: Int(try r.readVarInt() & 0xFFFF_FFFF)))
+                }
+                self = .hello(Hello(protocolRange: low...high, node: node, role: roleByte == 0 ? .phone : .watch, isReply: isReply,
+                                    pairingEpoch: epoch, registryFingerprint: fingerprint, declarations: declarations, partialTransfers: partials))
+            case .batch:
+                let id = try r.readVarInt()
+                var entries: [WireEntry] = []
+                for _ in 0..<(try r.readCount()) { entries.append(try r.readEntry()) }
+                self = .batch(Batch(id: id, entries: entries))
+            case .ack:
+                let id = try r.readVarInt()
+                let applied = Int(try r.readVarInt() & 0xFFFF_FFFF)
+                var rejected: [Rejection] = []
+                for _ in 0..<(try r.readCount()) {
+                    rejected.append(Rejection(key: try r.readString(maxLength: SyncMessage.maxNameLength), code: try r.readString(maxLength: 128)))
+                }
+                self = .ack(Ack(batchID: id, applied: applied, rejected: rejected))
+            case .chunk:
+                let entry = try r.readEntry()
+                let total = Int(try r.readVarInt() & 0xFFFF_FFFF)
+                let totalChecksum = try r.readUInt32()
+                let index = Int(try r.readVarInt() & 0xFFFF_FFFF)
+                let count = Int(try r.readVarInt() & 0xFFFF_FFFF)
+                let checksum = try r.readUInt32()
+                let bytes = try r.readBytes(maxLength: SyncMessage.maxValueLength)
+                guard index < count else { throw SyncError(.malformedMessage, "chunk \(index) of \(count) is out of range") }
+                self = .chunk(Chunk(entry: entry, totalSize: total, totalChecksum: totalChecksum, index: index, count: count, checksum: checksum, bytes: bytes))
+            case .chunkAck:
+                self = .chunkAck(ChunkAck(key: try r.readString(maxLength: SyncMessage.maxNameLength), version: try r.readTimestamp(),
+                                          index: Int(try r.readVarInt() & 0xFFFF_FFFF), complete: try r.readUInt8() != 0))
+            case .error:
+                self = .error(ErrorMessage(code: try r.readString(maxLength: 128), message: try r.readString(maxLength: 4096)))
+            }
+            guard r.isAtEnd else { throw SyncError(.malformedMessage, "\(type) message has \(r.remaining) trailing bytes") }
+        } catch let error as SyncError {
+            throw error
+        } catch {
+            throw SyncError(.malformedMessage, "malformed \(type) message: \(error)")
+        }
+    }
+}
+
+extension ByteWriter {
+    mutating func write(_ t: HLCTimestamp) {
+        writeUInt64(UInt64(bitPattern: t.packed))
+        writeUInt32(t.node)
+    }
+
+    mutating func write(_ e: WireEntry) {
+        writeString(e.key)
+        write(e.version)
+        write(e.base)
+        writeUInt8(e.deleted ? 1 : 0)
+        writeString(e.encoding)
+        if !e.deleted { writeBytes(e.value ?? []) }
+    }
+}
+
+extension ByteReader {
+    mutating func readTimestamp() throws -> HLCTimestamp {
+        HLCTimestamp(packed: Int64(bitPattern: try readUInt64()), node: try readUInt32())
+    }
+
+    mutating func readCount() throws -> Int {
+        let count = try readVarInt()
+        guard count <= UInt64(SyncMessage.maxCount), count <= UInt64(remaining) else {
+            throw SyncError(.malformedMessage, "a count of \(count) exceeds what the payload can hold")
+        }
+        return Int(count)
+    }
+
+    mutating func readEntry() throws -> WireEntry {
+        let key = try readString(maxLength: SyncMessage.maxNameLength)
+        let version = try readTimestamp()
+        let base = try readTimestamp()
+        let flags = try readUInt8()
+        guard flags <= 1 else { throw SyncError(.malformedMessage, "entry flags \(flags) are not defined") }
+        let encoding = try readString(maxLength: 64)
+        let value: [UInt8]? = flags == 1 ? nil : try readBytes(maxLength: SyncMessage.maxValueLength)
+        return WireEntry(key: key, version: version, base: base, deleted: flags == 1, encoding: encoding, value: value)
+    }
+}

@@ -1,0 +1,155 @@
+import Logging
+import Synchronization
+import SyncTransport
+
+/// Runs replication sessions for one store over any `FrameConnection`
+/// (in-memory or TCP): the async shell around `ReplicationEndpoint`.
+///
+/// ```swift
+/// let peer = SyncPeer(store: store, configuration: .init(pairingEpoch: secret.epoch))
+/// try await peer.run(over: connection)   // until the connection ends
+/// ```
+public final class SyncPeer: Sendable {
+    public let store: SyncStore
+    public let configuration: ReplicationConfiguration
+    private let state = Mutex(State())
+    private let idleChanges = Broadcaster<Bool>()
+    private let clock: any PhysicalClock
+    private let tickInterval: Duration
+
+    private struct State {
+        var connected = false
+        var idle = false
+        var generation = -1
+        var peerNode: UInt32?
+    }
+
+    private enum Input: Sendable {
+        case frame(Frame)
+        case closed(String)
+        case localChange
+        case tick
+    }
+
+    public init(store: SyncStore, configuration: ReplicationConfiguration, clock: any PhysicalClock = SystemClock(),
+                tickInterval: Duration = .milliseconds(200)) {
+        self.store = store
+        self.configuration = configuration
+        self.clock = clock
+        self.tickInterval = tickInterval
+    }
+
+    /// Whether a session is established right now.
+    public var isConnected: Bool { state.withLock { $0.connected } }
+
+    /// Releases manual and deferred changes for sending; returns how many entries that queues.
+    @discardableResult
+    public func sync() throws -> Int { try store.requestManualSync() }
+
+    /// Runs one session over `connection` until it closes or fails. Returns the
+    /// reason it ended; never throws for network trouble (reconnecting is the caller's loop).
+    @discardableResult
+    public func run(over connection: any FrameConnection) async -> String {
+        let (inputs, continuation) = AsyncStream.makeStream(of: Input.self, bufferingPolicy: .unbounded)
+        let reader = Task {
+            do {
+                for try await frame in connection.inbound { continuation.yield(.frame(frame)) }
+                continuation.yield(.closed("the peer closed the connection"))
+            } catch {
+                continuation.yield(.closed("\(error)"))
+            }
+        }
+        let writes = store.localWrites.subscribe(bufferingNewest: 1)
+        let watcher = Task {
+            for await _ in writes { continuation.yield(.localChange) }
+        }
+        let interval = tickInterval
+        let ticker = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                continuation.yield(.tick)
+            }
+        }
+        defer {
+            reader.cancel()
+            watcher.cancel()
+            ticker.cancel()
+        }
+
+        let endpoint = ReplicationEndpoint(store: store, configuration: configuration)
+        var reason = "closed"
+        do {
+            for frame in endpoint.start(now: clock.nowMilliseconds()) { try await connection.send(frame) }
+            loop: for await input in inputs {
+                let now = clock.nowMilliseconds()
+                let generation = store.localGeneration.load(ordering: .sequentiallyConsistent)
+                let frames: [Frame]
+                switch input {
+                case .frame(let frame): frames = endpoint.receive(frame, now: now)
+                case .tick: frames = endpoint.tick(now: now)
+                case .localChange: frames = endpoint.pump(now: now)
+                case .closed(let why):
+                    reason = why
+                    break loop
+                }
+                for frame in frames { try await connection.send(frame) }
+                if let failure = endpoint.failure {
+                    reason = failure.description
+                    break loop
+                }
+                updateState(connected: endpoint.isEstablished, idle: endpoint.isIdle, peer: endpoint.peerNode, generation: generation)
+            }
+        } catch {
+            reason = "\(error)"
+        }
+        endpoint.connectionLost()
+        updateState(connected: false, idle: false, peer: nil, generation: -1)
+        await connection.close()
+        store.emit(.disconnected(reason: reason))
+        return reason
+    }
+
+    private func updateState(connected: Bool, idle: Bool, peer: UInt32?, generation: Int) {
+        let changed = state.withLock { s -> Bool in
+            let changed = s.idle != idle || (idle && s.generation != generation)
+            s.connected = connected
+            s.idle = idle
+            s.generation = generation
+            s.peerNode = peer
+            return changed
+        }
+        if changed {
+            idleChanges.publish(idle)
+            if idle { store.emit(.idle) }
+        }
+    }
+
+    /// Idle, and no local write or `sync()` happened since that was computed.
+    private var isCurrentlyIdle: Bool {
+        let generation = store.localGeneration.load(ordering: .sequentiallyConsistent)
+        return state.withLock { $0.idle && $0.generation == generation }
+    }
+
+    /// Waits until a session is established with nothing pending or in flight;
+    /// throws `.timeout` after `timeout`.
+    public func waitUntilIdle(timeout: Duration) async throws {
+        let changes = idleChanges.subscribe()
+        if isCurrentlyIdle { return }
+        let idle = await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                for await idle in changes where idle && self.isCurrentlyIdle { return true }
+                return false
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return false
+            }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+        if !idle && !isCurrentlyIdle {
+            throw SyncError(.timeout, "not idle after \(timeout): \(isConnected ? "changes are still in flight" : "no session with the peer")")
+        }
+    }
+}

@@ -1,0 +1,412 @@
+import Foundation
+import SyncTransport
+
+/// A pending local change selected for sending.
+struct OutboundRow: Sendable {
+    var key: String
+    var seq: Int64
+    var entry: WireEntry
+    var size: Int
+    /// True when the value is over the inline limit and goes in chunks (value not loaded).
+    var isLarge: Bool
+}
+
+/// The result of applying one batch from the peer.
+struct ApplyResult: Sendable {
+    var applied = 0
+    var ignored = 0
+    var rejected: [SyncMessage.Rejection] = []
+    var conflicts: [ConflictRecord] = []
+    var changes: [StoreChange] = []
+}
+
+/// One resolved conflict, as kept in `sync_conflicts`.
+public struct ConflictRecord: Sendable, Equatable, Codable {
+    public let key: String
+    public let localVersion: HLCTimestamp
+    public let remoteVersion: HLCTimestamp
+    /// `local`, `remote` or `merged`.
+    public let winner: String
+    /// `last-writer-wins` or `resolver`.
+    public let rule: String
+}
+
+extension SyncStore {
+    /// Values above this size travel in checksummed chunks.
+    static let inlineValueLimit = SyncPolicy.automaticLimit
+
+    // MARK: outbound
+
+    /// The highest change sequence a manual `sync()` has released.
+    var manualFlushThrough: Int64 {
+        (try? meta("manual_flush_through")).flatMap { $0.flatMap(Int64.init) } ?? 0
+    }
+
+    /// Releases every change made so far in the manual lane (and deferred
+    /// automatic values) for sending. Returns how many entries that queues.
+    @discardableResult
+    public func requestManualSync() throws -> Int {
+        try checkOpen()
+        let count = try database.write { conn -> Int in
+            let through = nextSeq.withLock { $0 } - 1
+            try SyncStore.writeMeta(conn, "manual_flush_through", String(through))
+            let stmt = try conn.statement("SELECT count(*) FROM entries WHERE change_seq > acked_seq AND lane > 0 AND lane = 2")
+            _ = try stmt.step()
+            defer { try? stmt.run() }
+            return stmt.int(0)
+        }
+        localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        localWrites.publish(())
+        return count
+    }
+
+    /// Pending rows after `cursor`, in sequence order, until `maxEntries` or
+    /// `maxBytes`; stops before the second large value. Values of large rows are not loaded.
+    func pendingRows(after cursor: Int64, flushThrough: Int64, maxEntries: Int, maxBytes: Int,
+                     skip: (String, Int64) -> Bool) throws -> (rows: [OutboundRow], scannedThrough: Int64) {
+        try database.read { conn in
+            let stmt = try conn.statement("""
+                SELECT key, change_seq, size, deleted, encoding, ver, node, base_ver, base_node, encrypted,
+                       CASE WHEN size <= ?3 THEN value END
+                FROM entries WHERE change_seq > acked_seq AND lane > 0 AND change_seq > ?1 AND (lane = 1 OR change_seq <= ?2)
+                ORDER BY change_seq
+                """)
+            stmt.bind(1, cursor)
+            stmt.bind(2, flushThrough)
+            stmt.bind(3, SyncStore.inlineValueLimit)
+            defer { try? stmt.run() }
+            var rows: [OutboundRow] = []
+            var bytes = 0
+            var scanned = cursor
+            while try stmt.step() {
+                let key = stmt.string(0)
+                let seq = stmt.int64(1)
+                let size = stmt.int(2)
+                let deleted = stmt.int(3) != 0
+                let isLarge = !deleted && size > SyncStore.inlineValueLimit
+                if skip(key, seq) {
+                    scanned = seq
+                    continue
+                }
+                if isLarge && !rows.isEmpty { break }
+                var value = deleted ? nil : stmt.blob(10)
+                if stmt.int(9) != 0, let sealed = value {
+                    guard let cipher else { throw SyncError(.encryptionKeyMissing, "an encrypted entry cannot be sent without the master key") }
+                    value = try cipher.open(sealed, keyName: key)
+                }
+                let entry = WireEntry(key: key, version: HLCTimestamp(packed: stmt.int64(5), node: UInt32(truncatingIfNeeded: stmt.int64(6))),
+                                      base: HLCTimestamp(packed: stmt.int64(7), node: UInt32(truncatingIfNeeded: stmt.int64(8))),
+                                      deleted: deleted, encoding: stmt.string(4), value: value)
+                rows.append(OutboundRow(key: key, seq: seq, entry: entry, size: size, isLarge: isLarge))
+                scanned = seq
+                bytes += size + key.utf8.count + 32
+                if isLarge || rows.count >= maxEntries || bytes >= maxBytes { break }
+            }
+            return (rows, scanned)
+        }
+    }
+
+    /// The full (decrypted) value of a pending large entry, if it is still at `seq`.
+    func largeValue(key: String, seq: Int64) throws -> [UInt8]? {
+        try database.read { conn in
+            guard let row = try loadRow(conn, key: key), row.changeSeq == seq, !row.deleted else { return nil }
+            return row.value
+        }
+    }
+
+    /// Records that the peer durably applied these changes.
+    func acknowledge(_ items: [(key: String, seq: Int64)], peerNode: UInt32) throws {
+        guard !items.isEmpty else { return }
+        try database.write { conn in
+            var highest: Int64 = 0
+            for item in items {
+                let s = try conn.statement("UPDATE entries SET acked_seq = max(acked_seq, ?2) WHERE key = ?1")
+                s.bind(1, item.key)
+                s.bind(2, item.seq)
+                try s.run()
+                highest = max(highest, item.seq)
+            }
+            let peer = try conn.statement("UPDATE sync_peers SET acked_through = max(acked_through, ?2) WHERE peer_node = ?1")
+            peer.bind(1, Int64(peerNode))
+            peer.bind(2, highest)
+            try peer.run()
+        }
+    }
+
+    // MARK: inbound
+
+    /// Applies entries from the peer in one transaction: idempotent, conflict
+    /// rule applied, conflicts logged, policies enforced (a key the peer may
+    /// not send is rejected, never stored).
+    func applyRemote(_ entries: [WireEntry], peerRole: DeviceRole, mismatched: Set<String>,
+                     completingChunksOf chunked: (key: String, version: HLCTimestamp)? = nil) throws -> ApplyResult {
+        try checkOpen()
+        let now = physicalClock.nowMilliseconds()
+        let result = try database.write({ conn -> (ApplyResult, [(String, StoreCache.Slot?)]) in
+            var result = ApplyResult()
+            var slots: [(String, StoreCache.Slot?)] = []
+            for incoming in entries {
+                guard let registered = registry.registered(forEntry: incoming.key) else {
+                    result.rejected.append(.init(key: incoming.key, code: SyncError.Code.unknownKey.rawValue))
+                    continue
+                }
+                let descriptor = registered.descriptor
+                if mismatched.contains(descriptor.name) {
+                    result.rejected.append(.init(key: incoming.key, code: SyncError.Code.keyDeclarationMismatch.rawValue))
+                    continue
+                }
+                guard descriptor.replicates(from: peerRole), descriptor.encoding == incoming.encoding else {
+                    logger.warning("rejected an entry the peer may not send", metadata: ["key": "\(incoming.key)"])
+                    result.rejected.append(.init(key: incoming.key, code: "policy-violation"))
+                    continue
+                }
+                if (incoming.value?.count ?? 0) > options.maxValueSize {
+                    result.rejected.append(.init(key: incoming.key, code: SyncError.Code.valueTooLarge.rawValue))
+                    continue
+                }
+                clock.observe(incoming.version)
+                let local = try loadRow(conn, key: incoming.key)
+                let decision = MergeRule.decide(local: local?.state, incoming: incoming.state, resolver: registered.resolver?.merge)
+                var row: StoredRow
+                switch decision.outcome {
+                case .ignore:
+                    result.ignored += 1
+                    if let conflict = decision.conflict, let local {
+                        try logConflict(conn, &result, key: incoming.key, local: local.version, remote: incoming.version, winner: conflict.winner, rule: conflict.rule, now: now)
+                    }
+                    continue
+                case .take:
+                    row = StoredRow(key: incoming.key, value: incoming.deleted ? nil : (incoming.value ?? []), encoding: incoming.encoding,
+                                    version: incoming.version, base: incoming.base, deleted: incoming.deleted, encrypted: false,
+                                    size: incoming.deleted ? 0 : (incoming.value?.count ?? 0), changeSeq: 0, lane: .none, ackedSeq: 0)
+                case .merged(let value, let version):
+                    let keepPending = local?.isPending ?? false
+                    row = StoredRow(key: incoming.key, value: value, encoding: incoming.encoding, version: version, base: version,
+                                    deleted: false, encrypted: false, size: value.count, changeSeq: keepPending ? local!.changeSeq : 0,
+                                    lane: keepPending ? local!.lane : .none, ackedSeq: 0)
+                }
+                try saveRow(conn, row, encrypt: descriptor.security == .encrypted, writtenAt: now)
+                if let conflict = decision.conflict, let local {
+                    try logConflict(conn, &result, key: incoming.key, local: local.version, remote: incoming.version, winner: conflict.winner, rule: conflict.rule, now: now)
+                }
+                result.applied += 1
+                result.changes.append(StoreChange(key: row.key, kind: row.deleted ? .removed : .set, origin: .remote, version: row.version))
+                slots.append((row.key, StoreCache.Slot(bytes: row.deleted ? nil : row.value, encoding: row.encoding, version: row.version, decoded: nil)))
+            }
+            if let chunked {
+                let delete = try conn.statement("DELETE FROM sync_chunks WHERE key = ? AND ver = ? AND node = ?")
+                delete.bind(1, chunked.key)
+                delete.bind(2, chunked.version.packed)
+                delete.bind(3, Int64(chunked.version.node))
+                try delete.run()
+            }
+            return (result, slots)
+        }, onCommit: { output in
+            for (key, slot) in output.1 {
+                if let slot { cache.store(key, slot) } else { cache.invalidate(key) }
+            }
+        })
+        counters.withLock {
+            $0.entriesReceived += entries.count
+            $0.entriesIgnored += result.0.ignored
+            $0.entriesRejected += result.0.rejected.count
+            $0.conflicts += result.0.conflicts.count
+        }
+        publishCommitted(result.0.changes)
+        return result.0
+    }
+
+    private func logConflict(_ conn: SQLiteConnection, _ result: inout ApplyResult, key: String, local: HLCTimestamp,
+                             remote: HLCTimestamp, winner: MergeRule.Winner, rule: String, now: Int64) throws {
+        let stmt = try conn.statement("""
+            INSERT INTO sync_conflicts(key, local_ver, local_node, remote_ver, remote_node, winner, rule, resolved_at)
+            VALUES(?, ?, ?, ?, ?, ?, ?, ?)
+            """)
+        stmt.bind(1, key)
+        stmt.bind(2, local.packed)
+        stmt.bind(3, Int64(local.node))
+        stmt.bind(4, remote.packed)
+        stmt.bind(5, Int64(remote.node))
+        stmt.bind(6, winner.rawValue)
+        stmt.bind(7, rule)
+        stmt.bind(8, now)
+        try stmt.run()
+        result.conflicts.append(ConflictRecord(key: key, localVersion: local, remoteVersion: remote, winner: winner.rawValue, rule: rule))
+    }
+
+    /// The conflict log, newest first.
+    public func conflictLog(limit: Int = 1000) throws -> [ConflictRecord] {
+        try checkOpen()
+        return try database.read { conn in
+            let stmt = try conn.statement("SELECT key, local_ver, local_node, remote_ver, remote_node, winner, rule FROM sync_conflicts ORDER BY id DESC LIMIT ?")
+            stmt.bind(1, limit)
+            var records: [ConflictRecord] = []
+            while try stmt.step() {
+                records.append(ConflictRecord(key: stmt.string(0),
+                                              localVersion: HLCTimestamp(packed: stmt.int64(1), node: UInt32(truncatingIfNeeded: stmt.int64(2))),
+                                              remoteVersion: HLCTimestamp(packed: stmt.int64(3), node: UInt32(truncatingIfNeeded: stmt.int64(4))),
+                                              winner: stmt.string(5), rule: stmt.string(6)))
+            }
+            return records
+        }
+    }
+
+    // MARK: chunks
+
+    /// Durably stages one chunk (sealed when the key is encrypted); returns how
+    /// many chunks from index 0 are now staged without a gap.
+    func stageChunk(_ chunk: SyncMessage.Chunk, encrypted: Bool) throws -> Int {
+        try database.write { conn in
+            let data = encrypted ? try cipherOrThrow().seal(chunk.bytes, keyName: chunk.entry.key) : chunk.bytes
+            let insert = try conn.statement("INSERT OR REPLACE INTO sync_chunks(key, ver, node, idx, data) VALUES(?, ?, ?, ?, ?)")
+            insert.bind(1, chunk.entry.key)
+            insert.bind(2, chunk.entry.version.packed)
+            insert.bind(3, Int64(chunk.entry.version.node))
+            insert.bind(4, chunk.index)
+            insert.bind(5, data)
+            try insert.run()
+            return try contiguousChunks(conn, key: chunk.entry.key, version: chunk.entry.version)
+        }
+    }
+
+    private func contiguousChunks(_ conn: SQLiteConnection, key: String, version: HLCTimestamp) throws -> Int {
+        let stmt = try conn.statement("SELECT idx FROM sync_chunks WHERE key = ? AND ver = ? AND node = ? ORDER BY idx")
+        stmt.bind(1, key)
+        stmt.bind(2, version.packed)
+        stmt.bind(3, Int64(version.node))
+        var expected = 0
+        while try stmt.step() {
+            if stmt.int(0) != expected { break }
+            expected += 1
+        }
+        try stmt.run()
+        return expected
+    }
+
+    /// The staged chunks of one transfer, joined.
+    func assembleChunks(key: String, version: HLCTimestamp, encrypted: Bool) throws -> [UInt8] {
+        try database.read { conn in
+            let stmt = try conn.statement("SELECT data FROM sync_chunks WHERE key = ? AND ver = ? AND node = ? ORDER BY idx")
+            stmt.bind(1, key)
+            stmt.bind(2, version.packed)
+            stmt.bind(3, Int64(version.node))
+            var bytes: [UInt8] = []
+            while try stmt.step() {
+                let data = stmt.blob(0) ?? []
+                bytes += encrypted ? try cipherOrThrow().open(data, keyName: key) : data
+            }
+            return bytes
+        }
+    }
+
+    /// Transfers staged here and not complete, for the hello.
+    func partialTransfers() throws -> [PartialTransfer] {
+        try database.read { conn in
+            let stmt = try conn.statement("SELECT DISTINCT key, ver, node FROM sync_chunks")
+            var found: [(String, HLCTimestamp)] = []
+            while try stmt.step() {
+                found.append((stmt.string(0), HLCTimestamp(packed: stmt.int64(1), node: UInt32(truncatingIfNeeded: stmt.int64(2)))))
+            }
+            return try found.map { PartialTransfer(key: $0.0, version: $0.1, received: try contiguousChunks(conn, key: $0.0, version: $0.1)) }
+        }
+    }
+
+    private func cipherOrThrow() throws -> AtRestCipher {
+        guard let cipher else { throw SyncError(.encryptionKeyMissing, "an encrypted key needs the store's master key") }
+        return cipher
+    }
+
+    // MARK: peers
+
+    /// Records the peer of a new session. When it is not the peer (or the
+    /// pairing epoch) seen last, every replicable entry is queued again so the
+    /// new pair re-baselines fully. Returns true when that happened.
+    @discardableResult
+    func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> Bool {
+        let now = physicalClock.nowMilliseconds()
+        return try database.write { conn in
+            let last = try conn.statement("SELECT peer_node, epoch FROM sync_peers ORDER BY last_seen DESC LIMIT 1")
+            var previous: (UInt32, String)?
+            if try last.step() { previous = (UInt32(truncatingIfNeeded: last.int64(0)), last.string(1)) }
+            try last.run()
+            let upsert = try conn.statement("""
+                INSERT INTO sync_peers(peer_node, peer_role, epoch, acked_through, last_seen) VALUES(?1, ?2, ?3, 0, ?4)
+                ON CONFLICT(peer_node) DO UPDATE SET peer_role = excluded.peer_role, epoch = excluded.epoch, last_seen = excluded.last_seen,
+                  acked_through = CASE WHEN sync_peers.epoch = excluded.epoch THEN sync_peers.acked_through ELSE 0 END
+                """)
+            upsert.bind(1, Int64(node))
+            upsert.bind(2, role.rawValue)
+            upsert.bind(3, epoch)
+            upsert.bind(4, now)
+            try upsert.run()
+            guard let previous, previous.0 != node || previous.1 != epoch else { return false }
+            try rebaseline(conn)
+            return true
+        }
+    }
+
+    /// Queues every entry that replicates from this device, with a fresh sequence number.
+    private func rebaseline(_ conn: SQLiteConnection) throws {
+        let select = try conn.statement("SELECT key, size, deleted FROM entries ORDER BY key")
+        var rows: [(String, Int, Bool)] = []
+        while try select.step() { rows.append((select.string(0), select.int(1), select.int(2) != 0)) }
+        let update = "UPDATE entries SET change_seq = ?2, lane = ?3, acked_seq = 0 WHERE key = ?1"
+        for (key, size, deleted) in rows {
+            guard let descriptor = registry.descriptor(forEntry: key) else { continue }
+            let lane = lane(for: descriptor, size: size, deleted: deleted)
+            let stmt = try conn.statement(update)
+            stmt.bind(1, key)
+            stmt.bind(2, lane == .none ? 0 : takeSeq())
+            stmt.bind(3, lane.rawValue)
+            try stmt.run()
+        }
+    }
+
+    // MARK: status
+
+    /// Counts of changes waiting for the peer.
+    public func pendingSummary() throws -> PendingSummary {
+        try checkOpen()
+        let flush = manualFlushThrough
+        let now = physicalClock.nowMilliseconds()
+        return try database.read { conn in
+            let stmt = try conn.statement("""
+                SELECT
+                  coalesce(sum(lane = 1), 0),
+                  coalesce(sum(lane = 2 AND change_seq <= ?1), 0),
+                  coalesce(sum(lane = 2 AND change_seq > ?1), 0),
+                  min(written_at)
+                FROM entries WHERE change_seq > acked_seq AND lane > 0
+                """)
+            stmt.bind(1, flush)
+            _ = try stmt.step()
+            defer { try? stmt.run() }
+            let oldest: Int64? = stmt.isNull(3) ? nil : max(0, now - stmt.int64(3))
+            return PendingSummary(automatic: stmt.int(0), manualReleased: stmt.int(1), manualWaiting: stmt.int(2), oldestPendingAgeMilliseconds: oldest)
+        }
+    }
+
+    /// Whether the peer has `key` at `version` or newer, as far as this store
+    /// knows (the peer wrote it, or acknowledged it).
+    public func peerHas(key: String, atLeast version: HLCTimestamp) throws -> Bool {
+        try checkOpen()
+        return try database.read { conn in
+            guard let row = try loadRow(conn, key: key), row.version >= version else { return false }
+            if row.changeSeq == 0 { return true }
+            return row.ackedSeq >= row.changeSeq
+        }
+    }
+}
+
+/// What waits to be sent, by lane.
+public struct PendingSummary: Sendable, Equatable, Codable {
+    /// Automatic changes not yet acknowledged.
+    public let automatic: Int
+    /// Manual changes released by `sync()` and not yet acknowledged.
+    public let manualReleased: Int
+    /// Manual and deferred changes waiting for the next `sync()`.
+    public let manualWaiting: Int
+    public let oldestPendingAgeMilliseconds: Int64?
+
+    public var total: Int { automatic + manualReleased + manualWaiting }
+}

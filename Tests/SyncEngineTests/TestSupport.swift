@@ -1,0 +1,103 @@
+import Foundation
+import SyncEngine
+import SyncTransport
+import Testing
+
+/// A temporary folder removed when the value is released.
+final class TempFolder: Sendable {
+    let path: String
+    init() {
+        path = NSTemporaryDirectory() + "syncengine-tests-" + UUID().uuidString
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    func file(_ name: String) -> String { path + "/" + name }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+enum TestKeys {
+    static let steps = Key<Int>("steps", in: Namespace("health").child("daily"), default: 0, availability: .all, policy: .automaticSmall)
+    static let name = Key<String>("name", in: Namespace("profile"), default: "", availability: .all, policy: .manual)
+    static let token = Key<String>("token", default: "", availability: .phoneOnly, policy: .automaticSmall)
+    static let watchFace = Key<String>("face", default: "", availability: .watchOnly, policy: .automaticSmall)
+    static let units = Key<String>("units", default: "metric", availability: .phoneWithWatchSync, policy: .automaticSmall)
+    static let draft = Key<String>("draft", default: "", availability: .all, policy: .never)
+    static let blob = Key<Data>("blob", default: Data(), availability: .all, policy: .automaticSmall, serializer: .data)
+    static let tags = Key<[String]>("tags", default: [], availability: .all, policy: .automaticSmall, resolver: .union())
+    static let secret = Key<String>("secret", default: "", availability: .all, policy: .automaticSmall, security: .encrypted)
+    static let daily = KeyFamily<Int>("day", in: Namespace("steps"), default: 0, availability: .all, policy: .automaticSmall)
+
+    static let all: [any KeyDeclaration] = [steps, name, token, watchFace, units, draft, blob, tags, secret, daily]
+    static func registry() throws -> KeyRegistry { try KeyRegistry(all) }
+}
+
+/// A phone store and a watch store in one temp folder, with manual clocks.
+struct Pair {
+    let folder = TempFolder()
+    let phoneClock = ManualClock()
+    let watchClock = ManualClock()
+    var phone: SyncStore
+    var watch: SyncStore
+
+    init(keys: [any KeyDeclaration] = TestKeys.all) throws {
+        let registry = try KeyRegistry(keys)
+        phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry,
+                              options: StoreOptions(clock: phoneClock, encryption: .keyFile(path: folder.file("phone.key"))))
+        watch = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: registry,
+                              options: StoreOptions(clock: watchClock, encryption: .keyFile(path: folder.file("watch.key"))))
+    }
+}
+
+/// Drives two endpoints by hand, step by step, recording every frame.
+final class Link {
+    let a: ReplicationEndpoint
+    let b: ReplicationEndpoint
+    var frames: [(from: String, frame: Frame)] = []
+    var now: Int64 = 1_000
+
+    init(_ a: SyncStore, _ b: SyncStore, epoch: String = "test") {
+        let config = ReplicationConfiguration(pairingEpoch: epoch)
+        self.a = ReplicationEndpoint(store: a, configuration: config)
+        self.b = ReplicationEndpoint(store: b, configuration: config)
+    }
+
+    /// Starts both and exchanges frames until nothing more moves.
+    func connect() { run(a.start(now: now), b.start(now: now)) }
+
+    /// Pumps both sides and delivers until quiet.
+    func settle() { run(a.pump(now: now), b.pump(now: now)) }
+
+    func run(_ fromA: [Frame], _ fromB: [Frame]) {
+        var queueAB = fromA
+        var queueBA = fromB
+        var rounds = 0
+        while !(queueAB.isEmpty && queueBA.isEmpty) && rounds < 100_000 {
+            rounds += 1
+            let ab = queueAB, ba = queueBA
+            queueAB = []
+            queueBA = []
+            for f in ab {
+                frames.append(("a", f))
+                queueBA += b.receive(f, now: now)
+            }
+            for f in ba {
+                frames.append(("b", f))
+                queueAB += a.receive(f, now: now)
+            }
+            if queueAB.isEmpty && queueBA.isEmpty {
+                queueAB = a.pump(now: now)
+                queueBA = b.pump(now: now)
+            }
+        }
+    }
+
+    /// All payload bytes that went over the link.
+    var allBytes: [UInt8] { frames.flatMap(\.frame.payload) }
+}
+
+extension Array where Element == UInt8 {
+    func contains(subsequence needle: [UInt8]) -> Bool {
+        guard !needle.isEmpty, count >= needle.count else { return false }
+        for i in 0...(count - needle.count) where self[i] == needle[0] && Array(self[i..<i + needle.count]) == needle { return true }
+        return false
+    }
+}
