@@ -1,0 +1,70 @@
+/// Appends big-endian integers, LEB128 varints and length-prefixed byte
+/// strings to a growing byte array. The counterpart of `ByteReader`.
+public struct ByteWriter: Sendable, Equatable {
+    /// The bytes written so far.
+    public var bytes: [UInt8]
+
+    /// Creates an empty writer.
+    public init() {
+        bytes = []
+    }
+
+    /// Creates an empty writer with room for `capacity` bytes.
+    public init(reservingCapacity capacity: Int) {
+        bytes = []
+        bytes.reserveCapacity(capacity)
+    }
+
+    /// Appends one byte.
+    public mutating func writeUInt8(_ value: UInt8) {
+        bytes.append(value)
+    }
+
+    /// Appends a 16-bit unsigned integer, big-endian.
+    public mutating func writeUInt16(_ value: UInt16) {
+        writeBigEndian(value)
+    }
+
+    /// Appends a 32-bit unsigned integer, big-endian.
+    public mutating func writeUInt32(_ value: UInt32) {
+        writeBigEndian(value)
+    }
+
+    /// Appends a 64-bit unsigned integer, big-endian.
+    public mutating func writeUInt64(_ value: UInt64) {
+        writeBigEndian(value)
+    }
+
+    /// Appends an unsigned LEB128 varint (1 to 10 bytes, low 7 bits first).
+    public mutating func writeVarInt(_ value: UInt64) {
+        var rest = value
+        while rest >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: rest) | 0x80)
+            rest >>= 7
+        }
+        bytes.append(UInt8(rest))
+    }
+
+    /// Appends a byte string prefixed with its length as a varint.
+    public mutating func writeBytes(_ value: [UInt8]) {
+        writeVarInt(UInt64(value.count))
+        bytes.append(contentsOf: value)
+    }
+
+    /// Appends bytes as they are, without a length prefix.
+    public mutating func writeRaw(_ value: [UInt8]) {
+        bytes.append(contentsOf: value)
+    }
+
+    /// Appends a string as UTF-8, prefixed with its byte length as a varint.
+    public mutating func writeString(_ value: String) {
+        writeBytes(Array(value.utf8))
+    }
+
+    private mutating func writeBigEndian<T: FixedWidthInteger>(_ value: T) {
+        let size = MemoryLayout<T>.size
+        for index in stride(from: size - 1, through: 0, by: -1) {
+            bytes.append(UInt8(truncatingIfNeeded: value >> (index * 8)))
+        }
+    }
+}

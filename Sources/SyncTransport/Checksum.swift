@@ -1,0 +1,24 @@
+import CZlib
+
+/// Checksums of the frame envelope.
+public enum Checksum {
+    /// The CRC-32 of `bytes` (zlib's `crc32`, the IEEE 802.3 polynomial).
+    public static func crc32(_ bytes: [UInt8]) -> UInt32 {
+        crc32(bytes, continuing: 0)
+    }
+
+    /// Continues a CRC-32 over more bytes: `crc32(b, continuing: crc32(a))`
+    /// equals `crc32(a + b)`.
+    public static func crc32(_ bytes: [UInt8], continuing crc: UInt32) -> UInt32 {
+        bytes.withUnsafeBufferPointer { buffer in
+            var value = UInt(crc)
+            var offset = 0
+            while offset < buffer.count {
+                let chunk = min(buffer.count - offset, Int(UInt32.max))
+                value = CZlib.crc32(value, buffer.baseAddress! + offset, UInt32(chunk))
+                offset += chunk
+            }
+            return UInt32(truncatingIfNeeded: value)
+        }
+    }
+}
