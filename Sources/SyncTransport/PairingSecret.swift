@@ -1,0 +1,205 @@
+import Crypto
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The 32-byte secret two devices share once paired. Both ends of every
+/// connection prove they hold it; it never travels and is never printed.
+///
+/// File format (`write(to:)` / `load(from:)`), mode 0600:
+/// ```
+/// syncengine-pairing-v1
+/// <the 32 bytes in standard base64>
+/// ```
+/// `load` refuses a file whose mode grants any access to group or others
+/// (it throws `.badSecretFile` saying to `chmod 600`): a secret that others
+/// could read is no longer a secret.
+public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    /// The number of secret bytes.
+    public static let byteCount = 32
+    /// The first line of a secret file.
+    public static let fileHeader = "syncengine-pairing-v1"
+
+    let bytes: [UInt8]
+
+    /// Wraps existing secret bytes; throws `.badSecretFile` unless there are exactly 32.
+    public init(bytes: [UInt8]) throws {
+        guard bytes.count == Self.byteCount else {
+            throw TransportError(
+                .badSecretFile, "a pairing secret has \(Self.byteCount) bytes, this one has \(bytes.count)")
+        }
+        self.bytes = bytes
+    }
+
+    /// A new secret from the system's cryptographically secure generator.
+    public static func generate() -> PairingSecret {
+        let key = SymmetricKey(size: .bits256)
+        return PairingSecret(unchecked: key.withUnsafeBytes { Array($0) })
+    }
+
+    private init(unchecked bytes: [UInt8]) {
+        self.bytes = bytes
+    }
+
+    /// The secret as a CryptoKit key.
+    var symmetricKey: SymmetricKey { SymmetricKey(data: bytes) }
+
+    /// A short, stable id of this pairing (16 hex digits: the first 8 bytes
+    /// of SHA-256 over a domain label and the secret). Lets engines tell
+    /// pairings apart without seeing the secret; reveals nothing usable about it.
+    public var epoch: String {
+        var hasher = SHA256()
+        hasher.update(data: Array("syncengine-pairing-epoch-v1".utf8))
+        hasher.update(data: bytes)
+        return hex(Array(hasher.finalize().prefix(8)))
+    }
+
+    /// `PairingSecret(epoch: …)`: never the secret itself.
+    public var description: String { "PairingSecret(epoch: \(epoch))" }
+    /// Same as `description`.
+    public var debugDescription: String { description }
+    /// Shows only the epoch to `dump` and debuggers.
+    public var customMirror: Mirror { Mirror(self, children: ["epoch": epoch]) }
+
+    /// Constant-time comparison.
+    public static func == (lhs: PairingSecret, rhs: PairingSecret) -> Bool {
+        guard lhs.bytes.count == rhs.bytes.count else { return false }
+        var difference: UInt8 = 0
+        for index in lhs.bytes.indices { difference |= lhs.bytes[index] ^ rhs.bytes[index] }
+        return difference == 0
+    }
+
+    // MARK: Files
+
+    /// Writes the secret to `path` with mode 0600. Refuses to replace an
+    /// existing file unless `overwrite` is `true` (then it replaces it
+    /// atomically, through a temporary file in the same folder).
+    public func write(to path: String, overwrite: Bool = false) throws {
+        let text = "\(Self.fileHeader)\n\(Data(bytes).base64EncodedString())\n"
+        if overwrite {
+            let temporary = path + ".tmp-\(UInt32.random(in: 0...UInt32.max))"
+            try Self.createFile(at: temporary, contents: Array(text.utf8), displayPath: path)
+            guard rename(temporary, path) == 0 else {
+                let code = errno
+                unlink(temporary)
+                throw TransportError(.badSecretFile, "cannot replace the pairing secret file \(path): \(Self.describe(code))")
+            }
+        } else {
+            try Self.createFile(at: path, contents: Array(text.utf8), displayPath: path)
+        }
+    }
+
+    /// Reads a secret written by `write(to:)`. Throws `.badSecretFile` when
+    /// the file is missing, unreadable, readable by group or others, not in
+    /// the `syncengine-pairing-v1` format, or not 32 bytes long.
+    public static func load(from path: String) throws -> PairingSecret {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            let code = errno
+            if code == ENOENT {
+                throw TransportError(
+                    .badSecretFile,
+                    "no pairing secret file at \(path); pair the devices first (PairingSecret.generate().write(to:))")
+            }
+            throw TransportError(.badSecretFile, "cannot open the pairing secret file \(path): \(describe(code))")
+        }
+        defer { close(descriptor) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else {
+            throw TransportError(.badSecretFile, "cannot inspect the pairing secret file \(path): \(describe(errno))")
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            throw TransportError(.badSecretFile, "the pairing secret path \(path) is not a regular file")
+        }
+        let permissions = info.st_mode & 0o777
+        guard permissions & 0o077 == 0 else {
+            throw TransportError(
+                .badSecretFile,
+                "the pairing secret file \(path) has mode 0\(String(permissions, radix: 8)), so others may read it; "
+                    + "run `chmod 600 \(path)` (or pair again if it may have leaked)")
+        }
+        guard info.st_size <= 4096 else {
+            throw TransportError(.badSecretFile, "the pairing secret file \(path) is too large to be one (\(info.st_size) bytes)")
+        }
+        var contents: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 1024)
+        while contents.count <= 4096 {
+            let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw TransportError(.badSecretFile, "cannot read the pairing secret file \(path): \(describe(errno))")
+            }
+            if count == 0 { break }
+            contents.append(contentsOf: chunk[0..<count])
+        }
+        return try parse(contents, path: path)
+    }
+
+    static func parse(_ contents: [UInt8], path: String) throws -> PairingSecret {
+        let formatHint = "expected a line `\(fileHeader)` followed by one line of base64"
+        guard let text = String(validating: contents, as: UTF8.self) else {
+            throw TransportError(.badSecretFile, "the pairing secret file \(path) is not text; \(formatHint)")
+        }
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+            .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        guard lines.first == fileHeader else {
+            throw TransportError(
+                .badSecretFile, "the pairing secret file \(path) does not start with `\(fileHeader)`; \(formatHint)")
+        }
+        let rest = lines.dropFirst().filter { !$0.isEmpty }
+        guard rest.count == 1, let decoded = Data(base64Encoded: String(rest[rest.startIndex])) else {
+            throw TransportError(.badSecretFile, "the pairing secret file \(path) is malformed; \(formatHint)")
+        }
+        guard decoded.count == byteCount else {
+            throw TransportError(
+                .badSecretFile,
+                "the pairing secret in \(path) has \(decoded.count) bytes, expected \(byteCount); pair the devices again")
+        }
+        return PairingSecret(unchecked: Array(decoded))
+    }
+
+    private static func createFile(at path: String, contents: [UInt8], displayPath: String) throws {
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            let code = errno
+            if code == EEXIST {
+                throw TransportError(
+                    .badSecretFile,
+                    "a pairing secret file already exists at \(displayPath); pass overwrite: true to replace it")
+            }
+            throw TransportError(.badSecretFile, "cannot create the pairing secret file \(displayPath): \(describe(code))")
+        }
+        var failure: Int32?
+        if fchmod(descriptor, 0o600) != 0 { failure = errno }
+        var offset = 0
+        while failure == nil, offset < contents.count {
+            let written = contents[offset...].withUnsafeBytes { posixWrite(descriptor, $0.baseAddress, $0.count) }
+            if written < 0 {
+                if errno != EINTR { failure = errno }
+            } else {
+                offset += written
+            }
+        }
+        if failure == nil, fsync(descriptor) != 0 { failure = errno }
+        close(descriptor)
+        if let failure {
+            unlink(path)
+            throw TransportError(.badSecretFile, "cannot write the pairing secret file \(displayPath): \(describe(failure))")
+        }
+    }
+
+    private static func describe(_ code: Int32) -> String {
+        String(cString: strerror(code))
+    }
+}
+
+/// The C `write`, out of reach of `PairingSecret.write(to:)`'s name.
+private func posixWrite(_ descriptor: Int32, _ buffer: UnsafeRawPointer?, _ count: Int) -> Int {
+    write(descriptor, buffer, count)
+}
