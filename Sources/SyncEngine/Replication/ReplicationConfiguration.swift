@@ -14,7 +14,24 @@ public struct ReplicationConfiguration: Sendable {
     public var helloRetryMilliseconds: Int64 = 1_000
     public var retransmitMilliseconds: Int64 = 2_000
 
+    /// Deliberate engine faults, for proving that tests and the simulator's
+    /// checker can fail. Never set these in an app.
+    public var testingFaults = TestingFaults()
+
     public init(pairingEpoch: String = "unpaired") {
         self.pairingEpoch = pairingEpoch
+    }
+}
+
+/// Deliberately broken behaviour, switched on only by tests.
+public struct TestingFaults: Sendable, Equatable, Codable {
+    /// Deletes are not replicated: tombstones are marked sent without sending them.
+    public var skipTombstones = false
+    /// Conflicts are won by whichever write arrives last, not by HLC order.
+    public var lastArrivalWins = false
+
+    public init(skipTombstones: Bool = false, lastArrivalWins: Bool = false) {
+        self.skipTombstones = skipTombstones
+        self.lastArrivalWins = lastArrivalWins
     }
 }

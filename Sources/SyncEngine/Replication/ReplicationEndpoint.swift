@@ -72,7 +72,8 @@ public final class ReplicationEndpoint {
                 guard machine.isEstablished, let peer = machine.peer else {
                     return perform(machine.receivedDataBeforeHandshake(now: now), now: now)
                 }
-                let result = try store.applyRemote(batch.entries, peerRole: peer.role, mismatched: peer.mismatchedKeys)
+                let result = try store.applyRemote(batch.entries, peerRole: peer.role, mismatched: peer.mismatchedKeys,
+                                                   lastArrivalWins: configuration.testingFaults.lastArrivalWins)
                 store.counters.withLock {
                     $0.batchesReceived += 1
                     $0.bytesReceived += frame.payload.count
@@ -150,6 +151,16 @@ public final class ReplicationEndpoint {
                 }
                 cursor = scanned
                 guard !rows.isEmpty else { break }
+                if configuration.testingFaults.skipTombstones {
+                    let tombstones = rows.filter(\.entry.deleted)
+                    if !tombstones.isEmpty {
+                        try store.acknowledge(tombstones.map { ($0.key, $0.seq) }, peerNode: machine.peer?.node ?? 0)
+                        let rest = rows.filter { !$0.entry.deleted }
+                        if rest.isEmpty { continue }
+                        if rest.count != rows.count { cursor = min(cursor, (rest.last?.seq ?? cursor)) }
+                    }
+                }
+                let rows = configuration.testingFaults.skipTombstones ? rows.filter { !$0.entry.deleted } : rows
                 if rows.count == 1, rows[0].isLarge {
                     try startTransfer(rows[0])
                     continue

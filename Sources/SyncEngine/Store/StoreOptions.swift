@@ -11,6 +11,9 @@ public struct StoreOptions: Sendable {
     /// Values larger than this are not kept in the cache.
     public var maxCachedValueSize = 64 * 1024
     public var logger = Logger(label: "SyncEngine.store")
+    /// The node id given to a new store file (random when nil). Existing files keep theirs.
+    /// The simulator sets it so that runs are reproducible.
+    public var nodeID: UInt32?
 
     public init(clock: any PhysicalClock = SystemClock(), encryption: EncryptionKeySource? = nil) {
         self.clock = clock

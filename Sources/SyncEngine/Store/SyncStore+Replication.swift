@@ -139,7 +139,8 @@ extension SyncStore {
     /// rule applied, conflicts logged, policies enforced (a key the peer may
     /// not send is rejected, never stored).
     func applyRemote(_ entries: [WireEntry], peerRole: DeviceRole, mismatched: Set<String>,
-                     completingChunksOf chunked: (key: String, version: HLCTimestamp)? = nil) throws -> ApplyResult {
+                     completingChunksOf chunked: (key: String, version: HLCTimestamp)? = nil,
+                     lastArrivalWins: Bool = false) throws -> ApplyResult {
         try checkOpen()
         let now = physicalClock.nowMilliseconds()
         let result = try database.write({ conn -> (ApplyResult, [(String, StoreCache.Slot?)]) in
@@ -166,7 +167,10 @@ extension SyncStore {
                 }
                 clock.observe(incoming.version)
                 let local = try loadRow(conn, key: incoming.key)
-                let decision = MergeRule.decide(local: local?.state, incoming: incoming.state, resolver: registered.resolver?.merge)
+                var decision = MergeRule.decide(local: local?.state, incoming: incoming.state, resolver: registered.resolver?.merge)
+                if lastArrivalWins, local != nil, local?.version != incoming.version {
+                    decision = MergeRule.Decision(outcome: .take)  // deliberate fault (TestingFaults)
+                }
                 var row: StoredRow
                 switch decision.outcome {
                 case .ignore:

@@ -56,7 +56,7 @@ public final class SyncStore: Sendable {
         let setup = try database.write { conn -> (node: UInt32, salt: [UInt8], verifier: String?, storedRole: String?, floor: Int64, seq: Int64) in
             var meta = try SyncStore.readMeta(conn)
             if meta["node_id"] == nil {
-                var node: UInt32 = 0
+                var node: UInt32 = options.nodeID ?? 0
                 while node == 0 { node = UInt32.random(in: 1...UInt32.max) }
                 try SyncStore.writeMeta(conn, "node_id", String(node))
                 try SyncStore.writeMeta(conn, "role", role.rawValue)
