@@ -145,22 +145,20 @@ public final class ReplicationEndpoint {
                     }
                     transfer = nil
                 }
-                let (rows, scanned) = try store.pendingRows(after: cursor, flushThrough: flush, maxEntries: configuration.maxBatchEntries,
-                                                            maxBytes: configuration.maxBatchBytes) { key, seq in
+                let (fetched, scanned) = try store.pendingRows(after: cursor, flushThrough: flush, maxEntries: configuration.maxBatchEntries,
+                                                               maxBytes: configuration.maxBatchBytes) { key, seq in
                     inFlightKeys.contains(flightKey(key, seq)) || excluded(key)
                 }
                 cursor = scanned
-                guard !rows.isEmpty else { break }
+                guard !fetched.isEmpty else { break }
+                var rows = fetched
                 if configuration.testingFaults.skipTombstones {
-                    let tombstones = rows.filter(\.entry.deleted)
-                    if !tombstones.isEmpty {
-                        try store.acknowledge(tombstones.map { ($0.key, $0.seq) }, peerNode: machine.peer?.node ?? 0)
-                        let rest = rows.filter { !$0.entry.deleted }
-                        if rest.isEmpty { continue }
-                        if rest.count != rows.count { cursor = min(cursor, (rest.last?.seq ?? cursor)) }
-                    }
+                    // Deliberate fault: pretend the deletes were delivered.
+                    let tombstones = rows.filter { $0.entry.deleted }
+                    try store.acknowledge(tombstones.map { ($0.key, $0.seq) }, peerNode: machine.peer?.node ?? 0)
+                    rows.removeAll { $0.entry.deleted }
+                    if rows.isEmpty { continue }
                 }
-                let rows = configuration.testingFaults.skipTombstones ? rows.filter { !$0.entry.deleted } : rows
                 if rows.count == 1, rows[0].isLarge {
                     try startTransfer(rows[0])
                     continue
