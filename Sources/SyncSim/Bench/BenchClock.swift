@@ -1,0 +1,59 @@
+import Foundation
+
+/// Wall-clock measurement for benchmarks only (never in tests' assertions).
+enum BenchClock {
+    static func seconds(_ body: () throws -> Void) rethrows -> Double {
+        let start = ContinuousClock.now
+        try body()
+        let elapsed = ContinuousClock.now - start
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    }
+
+    static func seconds(_ body: () async throws -> Void) async rethrows -> Double {
+        let start = ContinuousClock.now
+        try await body()
+        let elapsed = ContinuousClock.now - start
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    }
+
+    /// A fresh temporary folder for one benchmark run.
+    static func temporaryFolder() throws -> String {
+        let path = NSTemporaryDirectory() + "syncsim-bench-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+}
+
+/// One measured figure, with the machine's own limit beside it.
+public struct BenchFigure: Sendable, Codable, Equatable {
+    public let name: String
+    public let value: Double
+    public let unit: String
+    /// The raw limit measured in the same run, when the figure has one.
+    public let baseline: Double?
+    public let baselineName: String?
+    /// value ÷ baseline (or baseline ÷ value for times), higher is better.
+    public let ratio: Double?
+    public let target: String?
+
+    public init(name: String, value: Double, unit: String, baseline: Double? = nil, baselineName: String? = nil, ratio: Double? = nil, target: String? = nil) {
+        self.name = name
+        self.value = value
+        self.unit = unit
+        self.baseline = baseline
+        self.baselineName = baselineName
+        self.ratio = ratio
+        self.target = target
+    }
+
+    /// One table line.
+    public var line: String {
+        var text = "\(name.padding(toLength: 44, withPad: " ", startingAt: 0)) \(String(format: "%14.1f", value)) \(unit)"
+        if let baseline, let baselineName {
+            text += "   vs \(baselineName) \(String(format: "%.1f", baseline))"
+        }
+        if let ratio { text += "   ratio \(String(format: "%.3f", ratio))" }
+        if let target { text += "   (target \(target))" }
+        return text
+    }
+}

@@ -1,0 +1,44 @@
+import ArgumentParser
+import Foundation
+
+/// `syncsim bench [store|sync] [--quick] [--json]`: figures against the machine's own limits.
+public struct BenchCommand: AsyncParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "bench",
+        abstract: "Measure the engine against the machine's own limits (raw SQLite, raw zlib, raw loopback) in the same run.")
+
+    public enum Suite: String, ExpressibleByArgument, CaseIterable, Sendable {
+        case store, sync, all
+    }
+
+    @Argument(help: "Which figures: store, sync or all.")
+    var suite: Suite = .all
+
+    @Flag(help: "A short smoke run (small counts).")
+    var quick = false
+
+    @Flag(help: "Print JSON instead of a table.")
+    var json = false
+
+    public init() {}
+
+    public func run() async throws {
+        var figures: [BenchFigure] = []
+        let progress: (String) -> Void = { message in
+            FileHandle.standardError.write(Data("  … \(message)\n".utf8))
+        }
+        if suite == .store || suite == .all {
+            figures += try StoreBenchmark(quick: quick).run(progress: progress)
+        }
+        if suite == .sync || suite == .all {
+            figures += try await SyncBenchmark(quick: quick).run(progress: progress)
+        }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: try encoder.encode(figures), as: UTF8.self))
+        } else {
+            for figure in figures { print(figure.line) }
+        }
+    }
+}

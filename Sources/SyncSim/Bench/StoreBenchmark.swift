@@ -1,0 +1,96 @@
+import CSQLite
+import Foundation
+import Synchronization
+import SyncEngine
+
+/// The store's figures against the machine's limits measured in the same run:
+/// cached typed reads vs a `Mutex`-guarded `Dictionary`, batched typed writes
+/// vs a raw SQLite C-API insert of the same rows in one transaction, and the
+/// latency of one committed write.
+public struct StoreBenchmark: Sendable {
+    public var rows: Int
+    public var reads: Int
+
+    public init(quick: Bool) {
+        rows = quick ? 5_000 : 100_000
+        reads = quick ? 200_000 : 5_000_000
+    }
+
+    public func run(progress: (String) -> Void = { _ in }) throws -> [BenchFigure] {
+        let folder = try BenchClock.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let family = KeyFamily<String>("bench", default: "", availability: .all, policy: .automaticSmall)
+        let single = Key<Int>("bench-single", default: 0)
+        let registry = try KeyRegistry([family, single])
+        let values = (0..<rows).map { "value-\($0)-" + String(repeating: "x", count: 40) }
+        let encoded = try values.map { try ValueSerializer<String>.json.encode($0) }
+
+        // Raw limit: SQLite C API, one WAL transaction, prepared statement.
+        progress("raw SQLite insert of \(rows) rows")
+        let rawSeconds = try rawInsert(path: folder + "/raw.sqlite", values: encoded)
+
+        progress("\(rows) batched typed writes")
+        let store = try SyncStore(path: folder + "/store.sqlite", role: .phone, registry: registry)
+        let typedSeconds = try BenchClock.seconds {
+            try store.batchNow { batch in
+                for i in 0..<rows { try batch.set(values[i], for: family["k\(i)"]) }
+            }
+        }
+
+        progress("\(reads) cached reads")
+        try store.setNow(42, for: single)
+        _ = try store.value(for: single)
+        var sink = 0
+        let cachedSeconds = try BenchClock.seconds {
+            for _ in 0..<reads { sink &+= try store.value(for: single) }
+        }
+        let dictionary = Mutex<[String: Int]>(["bench-single": 42])
+        let dictionarySeconds = BenchClock.seconds {
+            for _ in 0..<reads { sink &+= dictionary.withLock { $0["bench-single"] ?? 0 } }
+        }
+        if sink == 0 { print("") }
+
+        progress("single write latency")
+        var latencies: [Double] = []
+        for i in 0..<(rows >= 100_000 ? 2_000 : 200) {
+            latencies.append(try BenchClock.seconds { try store.setNow(i, for: single) })
+        }
+        latencies.sort()
+        store.close()
+
+        let rawRate = Double(rows) / rawSeconds
+        let typedRate = Double(rows) / typedSeconds
+        let cachedRate = Double(reads) / cachedSeconds
+        let dictionaryRate = Double(reads) / dictionarySeconds
+        return [
+            BenchFigure(name: "cached typed reads/s", value: cachedRate, unit: "reads/s", baseline: dictionaryRate,
+                        baselineName: "Mutex<Dictionary> reads/s", ratio: cachedRate / dictionaryRate, target: "≥ 0.5"),
+            BenchFigure(name: "batched typed writes/s (\(rows) rows, 1 tx)", value: typedRate, unit: "rows/s", baseline: rawRate,
+                        baselineName: "raw SQLite insert rows/s", ratio: typedRate / rawRate, target: "≥ 0.5"),
+            BenchFigure(name: "one committed write p50", value: latencies[latencies.count / 2] * 1e6, unit: "µs"),
+            BenchFigure(name: "one committed write p99", value: latencies[latencies.count * 99 / 100] * 1e6, unit: "µs"),
+        ]
+    }
+
+    /// Inserts `values` under keys `bench:k<i>` with the C API in one transaction.
+    func rawInsert(path: String, values: [[UInt8]]) throws -> Double {
+        var db: OpaquePointer?
+        guard sqlite3_open(path, &db) == SQLITE_OK else { throw SyncError(.database, "cannot open \(path)") }
+        defer { sqlite3_close(db) }
+        sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; CREATE TABLE t(key TEXT PRIMARY KEY, value BLOB) WITHOUT ROWID", nil, nil, nil)
+        var stmt: OpaquePointer?
+        sqlite3_prepare_v2(db, "INSERT INTO t(key, value) VALUES(?, ?)", -1, &stmt, nil)
+        defer { sqlite3_finalize(stmt) }
+        let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+        return BenchClock.seconds {
+            sqlite3_exec(db, "BEGIN", nil, nil, nil)
+            for (i, value) in values.enumerated() {
+                sqlite3_reset(stmt)
+                sqlite3_bind_text(stmt, 1, "bench:k\(i)", -1, transient)
+                value.withUnsafeBytes { _ = sqlite3_bind_blob(stmt, 2, $0.baseAddress, Int32($0.count), transient) }
+                sqlite3_step(stmt)
+            }
+            sqlite3_exec(db, "COMMIT", nil, nil, nil)
+        }
+    }
+}
