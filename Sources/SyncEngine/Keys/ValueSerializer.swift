@@ -30,12 +30,13 @@ public struct ValueSerializer<Value: Sendable>: Sendable {
 extension ValueSerializer where Value: Codable {
     /// JSON (the default).
     public static var json: ValueSerializer<Value> {
-        ValueSerializer(identifier: "json", encode: { value in
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys]
-            return [UInt8](try encoder.encode(value))
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let decoder = JSONDecoder()
+        return ValueSerializer(identifier: "json", encode: { value in
+            [UInt8](try encoder.encode(value))
         }, decode: { bytes in
-            try JSONDecoder().decode(Value.self, from: Data(bytes))
+            try decoder.decode(Value.self, from: Data(bytes))
         })
     }
 

@@ -20,8 +20,9 @@ final class StoreCache: Sendable {
     private let state = Mutex(State())
     /// Values larger than this are read from disk each time.
     let maxCachedValueSize: Int
-    /// Total cached bytes before slots are evicted.
+    /// Total cached bytes before the cache starts again.
     let budget: Int
+    let maxSlots = 100_000
 
     init(maxCachedValueSize: Int = 64 * 1024, budget: Int = 8 * 1024 * 1024) {
         self.maxCachedValueSize = maxCachedValueSize
@@ -49,14 +50,11 @@ final class StoreCache: Sendable {
             guard (slot.bytes?.count ?? 0) <= maxCachedValueSize else { return }
             s.slots[key] = slot
             s.bytes += slot.bytes?.count ?? 0
-            if s.bytes > budget || s.slots.count > 200_000 {
-                // Evict about half; a cache, not a copy of the database.
-                var removed = 0
-                let target = s.slots.count / 2
-                for k in s.slots.keys where removed < target {
-                    s.bytes -= s.slots.removeValue(forKey: k)?.bytes?.count ?? 0
-                    removed += 1
-                }
+            if s.bytes > budget || s.slots.count > maxSlots {
+                // Over budget: start again (rare; amortized O(1) per write).
+                s.slots.removeAll(keepingCapacity: true)
+                s.slots[key] = slot
+                s.bytes = slot.bytes?.count ?? 0
             }
         }
     }

@@ -13,11 +13,11 @@ extension SyncStore {
     /// `nil` comes back as `.some(nil)`, distinct from absent.
     public func storedValue<Value>(for key: Key<Value>) throws -> Value? {
         try checkOpen()
-        let descriptor = try governingDescriptor(for: key)
         let slot: StoreCache.Slot
         if let cached = cache.lookup(key.name) {
+            // Only keys checked against the registry on a miss or a write are in the cache.
             slot = cached
-        } else if let loaded = try loadSlot(key.name, descriptor: descriptor) {
+        } else if let loaded = try loadSlot(key.name, descriptor: try governingDescriptor(for: key)) {
             slot = loaded
         } else {
             return nil

@@ -206,9 +206,8 @@ extension SyncStore {
             }
             return (result, slots)
         }, onCommit: { output in
-            for (key, slot) in output.1 {
-                if let slot { cache.store(key, slot) } else { cache.invalidate(key) }
-            }
+            // Remote values are read through on demand: a large initial sync does not fill memory.
+            for (key, _) in output.1 { cache.invalidate(key) }
         })
         counters.withLock {
             $0.entriesReceived += entries.count
