@@ -53,6 +53,7 @@ public struct SyncBenchmark: Sendable {
         let codec = FrameCodec()
         let config = ReplicationConfiguration(pairingEpoch: "bench")
         var wireBytes = 0
+        progress("phone pending: \(try phone.pendingSummary().total)")
         let initialSeconds = try BenchClock.seconds {
             wireBytes = try SyncBenchmark.exchange(ReplicationEndpoint(store: phone, configuration: config),
                                                    ReplicationEndpoint(store: watch, configuration: config), codec: codec)
@@ -91,19 +92,23 @@ public struct SyncBenchmark: Sendable {
     /// Runs a session between two endpoints to quiescence; returns envelope bytes moved.
     static func exchange(_ a: ReplicationEndpoint, _ b: ReplicationEndpoint, codec: FrameCodec) throws -> Int {
         var bytes = 0
+        var receiverTime = Duration.zero
         var toB = a.start(now: 0)
         var toA = b.start(now: 0)
         var rounds = 0
+        defer { FileHandle.standardError.write(Data("  … receiver side \(receiverTime), rounds \(rounds)\n".utf8)) }
         while (!toA.isEmpty || !toB.isEmpty) && rounds < 10_000_000 {
             rounds += 1
             let sendB = toB, sendA = toA
             toB = []
             toA = []
+            let t0 = ContinuousClock.now
             for frame in sendB {
                 let wire = try codec.encode(frame)
                 bytes += wire.count
                 toA += b.receive(try codec.decode(wire), now: 0)
             }
+            receiverTime += ContinuousClock.now - t0
             for frame in sendA {
                 let wire = try codec.encode(frame)
                 bytes += wire.count
