@@ -1,1 +1,3 @@
 import SyncSim
+
+await SyncSimCommand.main()
