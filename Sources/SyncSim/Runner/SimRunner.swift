@@ -90,7 +90,7 @@ public final class SimRunner {
             startSession()
         }
         let deadline = now + scenario.settleLimitMs
-        let converged = runUntil(limit: deadline, stop: isQuiescent)
+        let converged = runUntil(limit: deadline, stop: { self.isQuiescent })
         if !converged {
             checker.log.violate(.convergence, "did not converge within \(scenario.settleLimitMs) ms of virtual time after the last step")
         }
@@ -240,7 +240,7 @@ public final class SimRunner {
             let connected = phone.isUp && watch.isUp && !link.faults.partitioned
             var settled = false
             if connected {
-                settled = runUntil(limit: now + options.checkpointLimitMs, stop: isQuiescent)
+                settled = runUntil(limit: now + options.checkpointLimitMs, stop: { self.isQuiescent })
                 if !settled {
                     checker.log.violate(.convergence, "checkpoint at t=\(step.at): not idle within \(options.checkpointLimitMs) ms")
                 }
