@@ -1,3 +1,0 @@
-import SyncSim
-
-await SyncSimCommand.main()
