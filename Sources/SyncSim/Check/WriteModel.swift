@@ -24,6 +24,9 @@ struct WriteModel {
 
     private(set) var writes: [Write] = []
     private(set) var syncs: [Sync] = []
+    /// The last re-baseline per node: it queues every entry again, and manual
+    /// entries wait for a sync made after it.
+    private(set) var rebaselines: [UInt32: Int] = [:]
     private var nextOrder = 0
 
     mutating func recordWrite(node: DeviceRole, nodeID: UInt32, key: String, version: HLCTimestamp, deleted: Bool, size: Int) {
@@ -33,6 +36,11 @@ struct WriteModel {
 
     mutating func recordSync(node: DeviceRole, nodeID: UInt32) {
         syncs.append(Sync(node: node, nodeID: nodeID, order: nextOrder))
+        nextOrder += 1
+    }
+
+    mutating func recordRebaseline(nodeID: UInt32) {
+        rebaselines[nodeID] = nextOrder
         nextOrder += 1
     }
 
@@ -48,6 +56,7 @@ struct WriteModel {
 
     /// Whether `nodeID` requested a manual sync after model event `order`.
     func syncedAfter(order: Int, nodeID: UInt32) -> Bool {
-        syncs.contains { $0.nodeID == nodeID && $0.order > order }
+        let after = max(order, rebaselines[nodeID] ?? -1)
+        return syncs.contains { $0.nodeID == nodeID && $0.order > after }
     }
 }

@@ -45,6 +45,8 @@ public final class SimRunner {
     var checkpoints = 0
     var notes: [String] = []
     var stepsRun = 0
+    /// Set by `replaceWatch`: the phone re-baselines when the first session with the new watch is established.
+    var awaitingRebaseline = false
 
     /// Fixed node ids, so runs are reproducible.
     public static let phoneNodeID: UInt32 = 0x1001
@@ -129,6 +131,10 @@ public final class SimRunner {
         for frame in frames {
             checker.observe(frame, from: node.role, senderID: node.nodeID, model: model, at: now)
             link.send(frame, from: node.end, at: now)
+        }
+        if awaitingRebaseline, phone.endpoint?.isEstablished == true {
+            awaitingRebaseline = false
+            model.recordRebaseline(nodeID: phone.nodeID)
         }
         noteFailures()
     }
@@ -251,6 +257,7 @@ public final class SimRunner {
             watch.replace(nodeID: nextWatchID, folder: folder)
             nextWatchID += 1
             epoch += 1
+            awaitingRebaseline = true
             try watch.open(registry: registry)
             watch.clock.setSkew(watch.skewMs)
             startSession()
