@@ -12,6 +12,15 @@ public struct RunOptions: Sendable {
     public var tickMs: Int64 = 100
     /// Virtual milliseconds a checkpoint may wait for both nodes to go idle.
     public var checkpointLimitMs: Int64 = 120_000
+    /// Where the temporary store folders go: `$SYNCSIM_TMPDIR`, else `/dev/shm`
+    /// when writable (real SQLite files, without waiting for the disk), else the system's.
+    public var temporaryDirectory: String = RunOptions.defaultTemporaryDirectory
+
+    public static var defaultTemporaryDirectory: String {
+        if let dir = ProcessInfo.processInfo.environment["SYNCSIM_TMPDIR"], !dir.isEmpty { return dir }
+        if FileManager.default.isWritableFile(atPath: "/dev/shm") { return "/dev/shm" }
+        return NSTemporaryDirectory()
+    }
 
     public init(seed: UInt64? = nil, testingFaults: TestingFaults = TestingFaults()) {
         self.seed = seed
@@ -58,7 +67,7 @@ public final class SimRunner {
         self.options = options
         seed = options.seed ?? scenario.seed
         registry = try KeyRegistry(descriptors: scenario.keys)
-        folder = NSTemporaryDirectory() + "syncsim-" + UUID().uuidString
+        folder = (options.temporaryDirectory as NSString).appendingPathComponent("syncsim-" + UUID().uuidString)
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         link = SimulatedLink(seed: seed, faults: scenario.faults)
         phone = SimNode(role: .phone, end: .a, nodeID: SimRunner.phoneNodeID, folder: folder, wallStart: SimRunner.wallStart)
