@@ -61,7 +61,10 @@ let package = Package(
         ),
         .executableTarget(
             name: "syncsim",
-            dependencies: ["SyncSim"]
+            dependencies: [
+                "SyncSim",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
         ),
         .testTarget(
             name: "SyncTransportTests",

@@ -134,10 +134,11 @@ public struct FrameCodec: Sendable {
         }
         if head.count > 2 { try checkVersion(head[2]) }
         if head.count > 4 { try checkFlags(EnvelopeFlags(rawValue: head[4]), type: head[3]) }
-        guard head.count == FrameEnvelope.headerSize else { return nil }
+        guard head.count >= 9 else { return nil }
         var reader = ByteReader(Array(head[5...]))
         let length = Int(try reader.readUInt32())
         try checkWireSize(length)
+        guard head.count == FrameEnvelope.headerSize else { return nil }
         return EnvelopeHeader(
             version: head[2], type: head[3], flags: EnvelopeFlags(rawValue: head[4]),
             payloadLength: length, checksum: try reader.readUInt32())

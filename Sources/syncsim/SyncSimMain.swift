@@ -1,4 +1,11 @@
+import ArgumentParser
 import SyncSim
 
-/// The executable is a thin shell: everything lives in the SyncSim library.
-@main extension SyncSimCommand {}
+/// `syncsim`: a thin shell over the SyncSim library.
+@main
+struct SyncSimMain: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "syncsim",
+        abstract: "Run paired phone/watch SyncEngine nodes: scenarios, fuzzing, a live node, benchmarks.",
+        subcommands: SyncSimCommands.all)
+}

@@ -10,7 +10,8 @@ public struct StoreOptions: Sendable {
     public var maxValueSize = 64 * 1024 * 1024
     /// Values larger than this are not kept in the cache.
     public var maxCachedValueSize = 64 * 1024
-    public var logger = Logger(label: "SyncEngine.store")
+    /// Where the store and its sessions log (message types and codes, never values). Silent by default.
+    public var logger = Logger(label: "SyncEngine.store", factory: { _ in SwiftLogNoOpLogHandler() })
     /// The node id given to a new store file (random when nil). Existing files keep theirs.
     /// The simulator sets it so that runs are reproducible.
     public var nodeID: UInt32?

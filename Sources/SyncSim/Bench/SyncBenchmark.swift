@@ -72,7 +72,8 @@ public struct SyncBenchmark: Sendable {
 
         let rawInsertRate = Double(entries) / rawInsertSeconds
         let syncRate = Double(entries) / initialSeconds
-        return [
+        let tcp = try await TCPSyncBenchmark(entries: entries, latencySamples: entries >= 100_000 ? 1_000 : 50).run(progress: progress)
+        return tcp + [
             BenchFigure(name: "raw SQLite insert (1 WAL tx)", value: rawInsertRate, unit: "rows/s"),
             BenchFigure(name: "raw zlib deflate (level 6)", value: Double(rawPayload.count) / deflateSeconds / 1e6, unit: "MB/s"),
             BenchFigure(name: "raw zlib inflate", value: Double(rawPayload.count) / inflateSeconds / 1e6, unit: "MB/s"),

@@ -1,0 +1,87 @@
+import Foundation
+import Synchronization
+import SyncEngine
+import SyncTransport
+
+/// Initial sync, bytes on the wire and write→visible latency over real TCP on
+/// 127.0.0.1, against raw loopback and raw SQLite measured in the same run.
+struct TCPSyncBenchmark {
+    var entries: Int
+    var latencySamples: Int
+
+    func run(progress: (String) -> Void) async throws -> [BenchFigure] {
+        let folder = try BenchClock.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        progress("raw loopback throughput and round trip")
+        let loopback = try LoopbackBaseline.measure(bytes: 256 << 20, roundTrips: 2_000)
+        let registry = try KeyRegistry([SyncBenchmark.family])
+        let values = SyncBenchmark.values(count: entries, seed: 42)
+        let encoded = try values.map { try ValueSerializer<String>.json.encode($0) }
+        progress("raw SQLite insert")
+        let rawSeconds = try StoreBenchmark(quick: true).rawInsert(path: folder + "/raw.sqlite", values: encoded)
+        let rawPayload = encoded.enumerated().reduce(0) { $0 + "bench:k\($1.offset)".utf8.count + $1.element.count }
+
+        let phone = try SyncStore(path: folder + "/phone.sqlite", role: .phone, registry: registry)
+        let watch = try SyncStore(path: folder + "/watch.sqlite", role: .watch, registry: registry)
+        try phone.batchNow { batch in
+            for i in 0..<entries { try batch.set(values[i], for: SyncBenchmark.family["k\(i)"]) }
+        }
+        let secret = PairingSecret.generate()
+        let wireBytes = Atomic<Int>(0)
+        var tcp = TCPConfiguration(secret: secret)
+        tcp.onWireBytes = { _, bytes in wireBytes.wrappingAdd(bytes.count, ordering: .relaxed) }
+        let configuration = tcp
+        let replication = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let phonePeer = SyncPeer(store: phone, configuration: replication, tickInterval: .milliseconds(50))
+        let watchPeer = SyncPeer(store: watch, configuration: replication, tickInterval: .milliseconds(50))
+
+        progress("initial sync of \(entries) entries over TCP")
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: configuration)
+        let start = ContinuousClock.now
+        let server = Task { await phonePeer.serve(listener) }
+        let client = Task { await watchPeer.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: configuration) }
+        try await phonePeer.waitUntilIdle(timeout: .seconds(600))
+        let elapsed = ContinuousClock.now - start
+        let syncSeconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let initialWire = wireBytes.load(ordering: .relaxed)
+
+        progress("write→visible latency, \(latencySamples) single writes")
+        let probe = SyncBenchmark.family["latency"]
+        let changes = watch.changes(for: probe)
+        var iterator = changes.makeAsyncIterator()
+        var latencies: [Double] = []
+        for i in 0..<latencySamples {
+            let begin = ContinuousClock.now
+            try phone.setNow("{\"sample\":\(i)}", for: probe)
+            _ = await iterator.next()
+            let took = ContinuousClock.now - begin
+            latencies.append(Double(took.components.seconds) * 1e6 + Double(took.components.attoseconds) / 1e12)
+        }
+        latencies.sort()
+        client.cancel()
+        await listener.close()
+        server.cancel()
+        _ = await (server.value, client.value)
+        phone.close()
+        watch.close()
+
+        let rate = Double(entries) / syncSeconds
+        let rawRate = Double(entries) / rawSeconds
+        let wireRate = Double(initialWire) / syncSeconds / 1e6
+        let p50 = latencies[latencies.count / 2], p99 = latencies[min(latencies.count - 1, latencies.count * 99 / 100)]
+        return [
+            BenchFigure(name: "raw loopback throughput", value: loopback.megabytesPerSecond, unit: "MB/s"),
+            BenchFigure(name: "raw loopback round trip p50", value: loopback.roundTripMicroseconds, unit: "µs"),
+            BenchFigure(name: "initial sync over TCP (\(entries) entries)", value: rate, unit: "entries/s", baseline: rawRate,
+                        baselineName: "raw insert rows/s", ratio: rate / rawRate, target: "time ≤ 4× raw insert (ratio ≥ 0.25)"),
+            BenchFigure(name: "initial sync TCP wire throughput", value: wireRate, unit: "MB/s", baseline: loopback.megabytesPerSecond,
+                        baselineName: "raw loopback MB/s", ratio: wireRate / loopback.megabytesPerSecond),
+            BenchFigure(name: "TCP wire bytes ÷ raw key+value bytes", value: Double(initialWire) / Double(rawPayload), unit: "×"),
+            BenchFigure(name: "write→visible p50 (TCP, idle link)", value: p50, unit: "µs", baseline: loopback.roundTripMicroseconds,
+                        baselineName: "raw RTT µs", ratio: p50 / loopback.roundTripMicroseconds),
+            BenchFigure(name: "write→visible p99 (TCP, idle link)", value: p99, unit: "µs", baseline: loopback.roundTripMicroseconds,
+                        baselineName: "raw RTT µs", ratio: p99 / loopback.roundTripMicroseconds, target: "≤ 20× RTT"),
+            BenchFigure(name: "write→visible max", value: latencies.last ?? 0, unit: "µs"),
+        ]
+    }
+}

@@ -1,0 +1,104 @@
+import ArgumentParser
+import Foundation
+import Logging
+import SyncEngine
+import SyncTransport
+
+/// `syncsim node`: one peer in its own process. Prints one JSON line per
+/// event on stdout and answers each stdin command with one JSON line.
+public struct NodeCommand: AsyncParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "node",
+        abstract: "Run one peer (phone or watch) in this process, driven by commands on stdin.",
+        discussion: """
+            Commands, one per line: put KEY JSON | get KEY | delete KEY | sync | status | wait-idle SECONDS | quit
+            Every command is answered with one JSON line: {"ok":true,...} or {"ok":false,"error":"..."}.
+            Events are JSON lines too, the first {"event":"listening","port":N} when listening.
+            """)
+
+    @Option(help: "phone or watch.") var role: DeviceRole
+    @Option(help: "The store's SQLite file (created when missing).") var db: String
+    @Option(help: "The key registry, {\"keys\":[{\"name\",\"availability\",\"policy\",\"security\"}]}.") var keys: String
+    @Option(name: .customLong("secret-file"), help: "The pairing secret made by `syncsim pair`.") var secretFile: String
+    @Option(help: "Listen on HOST:PORT (port 0 picks a free port).") var listen: String?
+    @Option(help: "Connect to HOST:PORT, reconnecting with backoff.") var connect: String?
+    @Option(name: .customLong("key-file"), help: "Master key file for encrypted keys (default: DB.key, created 0600).") var keyFile: String?
+
+    public init() {}
+
+    public func validate() throws {
+        guard (listen == nil) != (connect == nil) else {
+            throw ValidationError("give exactly one of --listen HOST:PORT or --connect HOST:PORT")
+        }
+        if let address = listen ?? connect, NodeCommand.split(address) == nil {
+            throw ValidationError("'\(address)' is not HOST:PORT")
+        }
+    }
+
+    static func split(_ address: String) -> (host: String, port: Int)? {
+        guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]), (0...65535).contains(port) else { return nil }
+        return (String(address[..<colon]), port)
+    }
+
+    public func run() async throws {
+        let output = JSONLineWriter()
+        let registry: KeyRegistry
+        let secret: PairingSecret
+        let store: SyncStore
+        do {
+            registry = try KeyRegistry.load(jsonFile: keys)
+            secret = try PairingSecret.load(from: secretFile)
+            var options = StoreOptions()
+            if registry.descriptors.contains(where: { $0.security == .encrypted }) || keyFile != nil {
+                options.encryption = .keyFile(path: keyFile ?? db + ".key")
+            }
+            options.logger = Logger(label: "syncsim.node") { _ in StreamLogHandler.standardError(label: "syncsim.node") }
+            store = try SyncStore(path: db, role: role, registry: registry, options: options)
+        } catch {
+            output.write(["event": "error", "error": "\(error)"])
+            throw ExitCode(2)
+        }
+        let peer = SyncPeer(store: store, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch),
+                            tickInterval: .milliseconds(100))
+        var tcpConfiguration = TCPConfiguration(secret: secret)
+        tcpConfiguration.logger = Logger(label: "syncsim.node.tcp") { _ in StreamLogHandler.standardError(label: "syncsim.node.tcp") }
+        let tcp = tcpConfiguration
+
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await NodeCommand.forwardEvents(store: store, output: output) }
+            if let listen, let (host, port) = NodeCommand.split(listen) {
+                let listener = try await TCPListener.bind(host: host, port: port, configuration: tcp)
+                output.write(["event": "listening", "port": listener.port])
+                group.addTask { await peer.serve(listener) }
+                group.addTask {
+                    for await rejection in listener.rejections {
+                        output.write(["event": "rejected", "error": "\(rejection)"])
+                    }
+                }
+            } else if let connect, let (host, port) = NodeCommand.split(connect) {
+                group.addTask { await peer.maintainConnection(host: host, port: port, configuration: tcp) }
+            }
+            let console = NodeConsole(store: store, peer: peer, output: output)
+            await console.run()
+            store.close()
+            group.cancelAll()
+        }
+    }
+
+    static func forwardEvents(store: SyncStore, output: JSONLineWriter) async {
+        let events = store.events()
+        let changes = store.changes()
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await event in events { output.write(NodeConsole.json(event)) }
+            }
+            group.addTask {
+                for await change in changes where change.origin == .remote {
+                    output.write(["event": "change", "key": change.key, "kind": change.kind.rawValue, "origin": "remote"])
+                }
+            }
+        }
+    }
+}
+
+extension DeviceRole: ExpressibleByArgument {}

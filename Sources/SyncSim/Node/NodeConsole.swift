@@ -1,0 +1,112 @@
+import Foundation
+import Synchronization
+import SyncEngine
+
+/// Writes one JSON object per line to stdout, never interleaved.
+final class JSONLineWriter: Sendable {
+    private let lock = Mutex(())
+
+    func write(_ object: [String: Any]) {
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .fragmentsAllowed]) else { return }
+        lock.withLock { _ in
+            FileHandle.standardOutput.write(data + Data("\n".utf8))
+        }
+    }
+}
+
+/// The stdin command loop of `syncsim node`.
+struct NodeConsole {
+    let store: SyncStore
+    let peer: SyncPeer
+    let output: JSONLineWriter
+
+    func run() async {
+        let input = NodeConsole.standardInputLines()
+        for await line in input {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if trimmed.isEmpty { continue }
+            if trimmed == "quit" {
+                output.write(["ok": true])
+                return
+            }
+            output.write(await execute(trimmed))
+        }
+    }
+
+    /// Lines of stdin, read on a thread of their own.
+    static func standardInputLines() -> AsyncStream<String> {
+        AsyncStream { continuation in
+            let thread = Thread {
+                while let line = readLine(strippingNewline: true) { continuation.yield(line) }
+                continuation.finish()
+            }
+            thread.start()
+        }
+    }
+
+    func execute(_ line: String) async -> [String: Any] {
+        let parts = line.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true).map(String.init)
+        do {
+            switch (parts.first ?? "", parts.count) {
+            case ("put", 3):
+                let object = try JSONSerialization.jsonObject(with: Data(parts[2].utf8), options: [.fragmentsAllowed])
+                let bytes = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .fragmentsAllowed])
+                try store.setEncoded([UInt8](bytes), forKey: parts[1])
+                let version = try store.entryInfo(forKey: parts[1])?.version
+                return ["ok": true, "key": parts[1], "version": version.map { "\($0)" } ?? ""]
+            case ("get", 2):
+                guard let bytes = try store.encodedValue(forKey: parts[1]) else {
+                    return ["ok": true, "key": parts[1], "present": false, "value": NSNull()]
+                }
+                let value = try JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed])
+                return ["ok": true, "key": parts[1], "present": true, "value": value]
+            case ("delete", 2):
+                try store.removeValue(forKey: parts[1])
+                return ["ok": true, "key": parts[1]]
+            case ("sync", 1):
+                return ["ok": true, "queued": try peer.sync()]
+            case ("status", 1):
+                return try status()
+            case ("wait-idle", 2):
+                guard let seconds = Double(parts[1]), seconds >= 0 else { return ["ok": false, "error": "wait-idle takes a number of seconds"] }
+                try await peer.waitUntilIdle(timeout: .milliseconds(Int(seconds * 1000)))
+                return ["ok": true, "idle": true]
+            default:
+                return ["ok": false, "error": "unknown command '\(line.prefix(40))'; use put KEY JSON | get KEY | delete KEY | sync | status | wait-idle SECONDS | quit"]
+            }
+        } catch let error as SyncError {
+            return ["ok": false, "error": error.description, "code": error.code.rawValue]
+        } catch {
+            return ["ok": false, "error": "\(error)"]
+        }
+    }
+
+    func status() throws -> [String: Any] {
+        let counters = store.syncCounters
+        let pending = try store.pendingSummary()
+        let cache = store.cacheStatistics
+        return [
+            "ok": true, "role": store.role.rawValue, "node": String(store.nodeID, radix: 16), "connected": peer.isConnected,
+            "entries": try store.allEntryInfo().filter { !$0.isDeleted }.count,
+            "sent": counters.entriesSent, "received": counters.entriesReceived, "conflicts": counters.conflicts,
+            "deferred": counters.deferred, "bytesSent": counters.bytesSent, "bytesReceived": counters.bytesReceived,
+            "pending": ["automatic": pending.automatic, "manualReleased": pending.manualReleased, "manualWaiting": pending.manualWaiting],
+            "cache": ["hits": cache.hits, "misses": cache.misses, "skippedWrites": cache.skippedWrites],
+        ]
+    }
+
+    static func json(_ event: SyncEvent) -> [String: Any] {
+        switch event {
+        case .connected(let node, let role): ["event": "connected", "peer": String(node, radix: 16), "role": role.rawValue]
+        case .disconnected(let reason): ["event": "disconnected", "reason": reason]
+        case .keyMismatch(let keys): ["event": "key-mismatch", "keys": keys]
+        case .batchSent(let n, let m, let entries): ["event": "batch-sent", "number": n, "total": m, "entries": entries]
+        case .received(let entries, let applied): ["event": "received", "entries": entries, "applied": applied]
+        case .chunk(let key, let index, let count, let outgoing): ["event": "chunk", "key": key, "index": index, "count": count, "direction": outgoing ? "out" : "in"]
+        case .conflictResolved(let key, let winner, let rule): ["event": "conflict", "key": key, "winner": winner, "rule": rule]
+        case .deferred(let key, let size): ["event": "deferred", "key": key, "size": size]
+        case .idle: ["event": "idle"]
+        case .error(let error): ["event": "error", "error": error.description]
+        }
+    }
+}

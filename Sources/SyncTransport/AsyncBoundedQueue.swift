@@ -1,0 +1,254 @@
+import Synchronization
+
+/// A FIFO between producer tasks and one consumer task, bounded by a total
+/// cost (bytes): `push` suspends while the queue is full, `pop` while it is
+/// empty. One element always fits into an empty queue, whatever its cost.
+final class AsyncBoundedQueue<Element: Sendable>: Sendable {
+    private struct Waiter {
+        var id: UInt64
+        var element: Element
+        var cost: Int
+        var continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private struct State {
+        var items: [(element: Element, cost: Int)] = []
+        var head = 0
+        var used = 0
+        var finished = false
+        var failure: (any Error)?
+        var consumer: (id: UInt64, continuation: CheckedContinuation<Element?, any Error>)?
+        var producers: [Waiter] = []
+        var nextID: UInt64 = 0
+
+        var count: Int { items.count - head }
+
+        mutating func append(_ element: Element, cost: Int) {
+            items.append((element, cost))
+            used += cost
+        }
+
+        mutating func removeFirst() -> Element {
+            let item = items[head]
+            head += 1
+            used -= item.cost
+            if head > 64, head * 2 > items.count {
+                items.removeSubrange(0..<head)
+                head = 0
+            }
+            return item.element
+        }
+
+        func fits(_ cost: Int, capacity: Int) -> Bool {
+            count == 0 || used + cost <= capacity
+        }
+    }
+
+    private enum PushStep { case done, closed, wait(UInt64) }
+    private enum PopStep { case element(Element, [Waiter]), end, failure(any Error), wait(UInt64) }
+
+    private let state = Mutex(State())
+    private let capacity: Int
+    private let onSuspend: (@Sendable () -> Void)?
+
+    /// - Parameters:
+    ///   - capacity: the total cost above which `push` suspends.
+    ///   - onSuspend: called (outside the lock) each time a `push` suspends.
+    init(capacity: Int, onSuspend: (@Sendable () -> Void)? = nil) {
+        self.capacity = max(1, capacity)
+        self.onSuspend = onSuspend
+    }
+
+    /// The total cost of the queued elements.
+    var usedCost: Int { state.withLock { $0.used } }
+
+    /// Whether a push would suspend now (or producers already wait).
+    var isFull: Bool { state.withLock { !$0.producers.isEmpty || ($0.count > 0 && $0.used >= capacity) } }
+
+    /// Appends `element`, suspending while the queue is full. Throws
+    /// `TransportError(.closed)` once the queue is finished, and
+    /// `CancellationError` if the task is cancelled while waiting.
+    func push(_ element: Element, cost: Int) async throws {
+        let immediate: PushStep = state.withLock { state in
+            if state.finished { return .closed }
+            if state.producers.isEmpty, state.fits(cost, capacity: capacity) {
+                if let consumer = state.consumer {
+                    state.consumer = nil
+                    consumer.continuation.resume(returning: element)
+                } else {
+                    state.append(element, cost: cost)
+                }
+                return .done
+            }
+            state.nextID += 1
+            return .wait(state.nextID)
+        }
+        switch immediate {
+        case .done: return
+        case .closed: throw TransportError(.closed, "the connection is closed")
+        case .wait(let id):
+            onSuspend?()
+            try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                    let resumeNow: (any Error)? = state.withLock { state in
+                        if state.finished { return TransportError(.closed, "the connection is closed") }
+                        if Task.isCancelled { return CancellationError() }
+                        state.producers.append(Waiter(id: id, element: element, cost: cost, continuation: continuation))
+                        return nil
+                    }
+                    if let resumeNow { continuation.resume(throwing: resumeNow) }
+                }
+            } onCancel: {
+                let waiter: Waiter? = state.withLock { state in
+                    guard let index = state.producers.firstIndex(where: { $0.id == id }) else { return nil }
+                    return state.producers.remove(at: index)
+                }
+                waiter?.continuation.resume(throwing: CancellationError())
+            }
+        }
+    }
+
+    /// The next element; `nil` once the queue is finished and empty (or the
+    /// task is cancelled). Throws the finishing error, after the queued elements.
+    func pop() async throws -> Element? {
+        let immediate: PopStep = state.withLock { state in
+            if state.count > 0 {
+                let element = state.removeFirst()
+                return .element(element, admitWaiters(&state))
+            }
+            if state.finished {
+                if let failure = state.failure {
+                    state.failure = nil
+                    return .failure(failure)
+                }
+                return .end
+            }
+            state.nextID += 1
+            return .wait(state.nextID)
+        }
+        switch immediate {
+        case .element(let element, let admitted):
+            for waiter in admitted { waiter.continuation.resume() }
+            return element
+        case .end: return nil
+        case .failure(let error): throw error
+        case .wait(let id):
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Element?, any Error>) in
+                    let now: PopStep = state.withLock { state in
+                        if state.count > 0 {
+                            let element = state.removeFirst()
+                            return .element(element, admitWaiters(&state))
+                        }
+                        if state.finished {
+                            if let failure = state.failure {
+                                state.failure = nil
+                                return .failure(failure)
+                            }
+                            return .end
+                        }
+                        if Task.isCancelled { return .end }
+                        state.consumer = (id, continuation)
+                        return .wait(id)
+                    }
+                    switch now {
+                    case .wait: break // resumed by push, finish or cancellation
+                    case .element(let element, let admitted):
+                        for waiter in admitted { waiter.continuation.resume() }
+                        continuation.resume(returning: element)
+                    case .end: continuation.resume(returning: nil)
+                    case .failure(let error): continuation.resume(throwing: error)
+                    }
+                }
+            } onCancel: {
+                let consumer = state.withLock { state -> CheckedContinuation<Element?, any Error>? in
+                    guard let consumer = state.consumer, consumer.id == id else { return nil }
+                    state.consumer = nil
+                    return consumer.continuation
+                }
+                consumer?.resume(returning: nil)
+            }
+        }
+    }
+
+    /// Ends the queue: waiting producers throw `.closed`; the consumer gets
+    /// the queued elements, then `error` if given, else `nil`. Only the first
+    /// call has an effect.
+    func finish(throwing error: (any Error)? = nil) {
+        let (producers, consumer): ([Waiter], CheckedContinuation<Element?, any Error>?) = state.withLock { state in
+            guard !state.finished else { return ([], nil) }
+            state.finished = true
+            state.failure = error
+            let producers = state.producers
+            state.producers = []
+            let consumer = state.count == 0 ? state.consumer?.continuation : nil
+            if consumer != nil {
+                state.consumer = nil
+                state.failure = nil
+            }
+            return (producers, consumer)
+        }
+        for producer in producers {
+            producer.continuation.resume(throwing: TransportError(.closed, "the connection is closed"))
+        }
+        if let consumer {
+            if let error { consumer.resume(throwing: error) } else { consumer.resume(returning: nil) }
+        }
+    }
+
+    /// Moves waiting producers' elements into the queue while they fit.
+    private func admitWaiters(_ state: inout State) -> [Waiter] {
+        var admitted: [Waiter] = []
+        while let first = state.producers.first, state.fits(first.cost, capacity: capacity) {
+            state.producers.removeFirst()
+            state.append(first.element, cost: first.cost)
+            admitted.append(first)
+        }
+        return admitted
+    }
+}
+
+/// A one-shot signal many tasks can wait for.
+final class Latch: Sendable {
+    private struct State {
+        var isOpen = false
+        var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var nextID: UInt64 = 0
+    }
+
+    private let state = Mutex(State())
+
+    /// Whether `open()` was called.
+    var isOpen: Bool { state.withLock { $0.isOpen } }
+
+    /// Releases every waiter, now and later.
+    func open() {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.isOpen = true
+            defer { state.waiters = [:] }
+            return Array(state.waiters.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once the latch is open, or when the task is cancelled.
+    func wait() async {
+        let id = state.withLock { state -> UInt64 in
+            state.nextID += 1
+            return state.nextID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let resumeNow = state.withLock { state -> Bool in
+                    if state.isOpen || Task.isCancelled { return true }
+                    state.waiters[id] = continuation
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        } onCancel: {
+            let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
+            waiter?.resume()
+        }
+    }
+}

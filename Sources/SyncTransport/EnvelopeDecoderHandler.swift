@@ -1,0 +1,78 @@
+import NIOCore
+
+/// Splits the TCP byte stream into envelopes (`ByteToMessageDecoder`).
+///
+/// Checks magic, version, flags and length as soon as the header bytes are
+/// there, so an oversized or foreign frame fails before its payload is
+/// buffered; then the checksum. Decryption and inflation happen in the
+/// connection's async code. The first `handshakeFrames` frames may be at most
+/// `handshakeFrameLimit` bytes: a stranger cannot make us buffer megabytes
+/// before it authenticated.
+struct EnvelopeDecoderHandler: ByteToMessageDecoder {
+    typealias InboundOut = Envelope
+
+    static let handshakeFrameLimit = 4096
+
+    let codec: FrameCodec
+    let handshakeCodec: FrameCodec
+    var handshakeFrames: Int
+
+    init(limits: FrameLimits, handshakeFrames: Int) {
+        codec = FrameCodec(limits: limits)
+        var small = limits
+        small.maxFrameSize = min(limits.maxFrameSize, Self.handshakeFrameLimit)
+        handshakeCodec = FrameCodec(limits: small)
+        self.handshakeFrames = handshakeFrames
+    }
+
+    mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        let active = handshakeFrames > 0 ? handshakeCodec : codec
+        guard let header = try active.parseHeader(buffer.readableBytesView.prefix(FrameEnvelope.headerSize)) else {
+            return .needMoreData
+        }
+        guard buffer.readableBytes >= FrameEnvelope.headerSize + header.payloadLength else {
+            return .needMoreData
+        }
+        buffer.moveReaderIndex(forwardBy: FrameEnvelope.headerSize)
+        let payload = buffer.readBytes(length: header.payloadLength) ?? []
+        let envelope = try active.envelope(header, payload: payload)
+        if handshakeFrames > 0 { handshakeFrames -= 1 }
+        context.fireChannelRead(wrapInboundOut(envelope))
+        return .continue
+    }
+
+    mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
+        while try decode(context: context, buffer: &buffer) == .continue {}
+        if buffer.readableBytes > 0 {
+            let count = buffer.readableBytes
+            buffer.moveReaderIndex(forwardBy: count)
+            throw TransportError(
+                .truncatedFrame, "the connection ended inside a frame; only \(count) bytes of it arrived")
+        }
+        return .needMoreData
+    }
+}
+
+/// Shows raw socket bytes to `TCPConfiguration.onWireBytes`.
+final class WireTapHandler: ChannelDuplexHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private let tap: @Sendable (WireDirection, [UInt8]) -> Void
+
+    init(tap: @escaping @Sendable (WireDirection, [UInt8]) -> Void) {
+        self.tap = tap
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        tap(.inbound, Array(unwrapInboundIn(data).readableBytesView))
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        tap(.outbound, Array(unwrapOutboundIn(data).readableBytesView))
+        context.write(data, promise: promise)
+    }
+}

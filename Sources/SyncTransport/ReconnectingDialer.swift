@@ -1,0 +1,141 @@
+import Logging
+import Synchronization
+
+/// Keeps dialing a peer: an async sequence that yields a new authenticated
+/// connection each time the previous one ended, retrying failed attempts
+/// with the `ReconnectPolicy`'s backoff, until it is closed or the iterating
+/// task is cancelled.
+///
+/// ```swift
+/// let dialer = ReconnectingDialer(host: "127.0.0.1", port: port, configuration: config)
+/// for await connection in dialer {
+///     await session.run(over: connection)   // returns when the connection ended
+/// }
+/// ```
+/// Asking for the next connection closes the previous one if it is still
+/// open, and waits `initialDelay` before redialing, so a peer that accepts
+/// and drops at once is not hammered. Iterate from one task at a time.
+public final class ReconnectingDialer: AsyncSequence, Sendable {
+    public typealias Element = any FrameConnection
+
+    private struct State {
+        var current: (any FrameConnection)?
+        var random: SeededRandom
+        var attempts = 0
+    }
+
+    private let policy: ReconnectPolicy
+    private let connect: @Sendable () async throws -> any FrameConnection
+    private let logger: Logger
+    private let closed = Latch()
+    private let state: Mutex<State>
+
+    /// Dials with `connect`, which returns an established connection or throws.
+    /// `seed` makes the jitter reproducible; by default it is random.
+    public init(
+        policy: ReconnectPolicy = .init(), seed: UInt64 = .random(in: 0...UInt64.max),
+        logger: Logger = Logger(label: "SyncTransport", factory: { _ in SwiftLogNoOpLogHandler() }),
+        connect: @escaping @Sendable () async throws -> any FrameConnection
+    ) {
+        self.policy = policy
+        self.connect = connect
+        self.logger = logger
+        self.state = Mutex(State(random: SeededRandom(seed: seed)))
+    }
+
+    /// Dials `host:port` with `TCPTransport.connect`.
+    public convenience init(
+        host: String, port: Int, configuration: TCPConfiguration, policy: ReconnectPolicy = .init()
+    ) {
+        self.init(policy: policy, logger: configuration.logger) {
+            try await TCPTransport.connect(host: host, port: port, configuration: configuration)
+        }
+    }
+
+    /// The number of dial attempts so far, successful or not.
+    public var attempts: Int { state.withLock { $0.attempts } }
+
+    /// Stops dialing, closes the current connection and ends the sequence.
+    public func close() async {
+        closed.open()
+        let current = state.withLock { state -> (any FrameConnection)? in
+            defer { state.current = nil }
+            return state.current
+        }
+        await current?.close()
+    }
+
+    /// Creates the iterator.
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(dialer: self)
+    }
+
+    /// Yields connections; `nil` once the dialer is closed or the task cancelled.
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let dialer: ReconnectingDialer
+
+        /// Closes the previous connection if still open, then dials until a
+        /// connection is established.
+        public mutating func next() async -> (any FrameConnection)? {
+            await dialer.nextConnection()
+        }
+    }
+
+    private func nextConnection() async -> (any FrameConnection)? {
+        let previous = state.withLock { state -> (any FrameConnection)? in
+            defer { state.current = nil }
+            return state.current
+        }
+        if let previous {
+            await previous.close()
+            guard await pause(policy.initialDelay) else { return nil }
+        }
+        var failures = 0
+        while !closed.isOpen, !Task.isCancelled {
+            state.withLock { $0.attempts += 1 }
+            do {
+                let connection = try await connect()
+                let accepted = state.withLock { state -> Bool in
+                    guard !closed.isOpen else { return false }
+                    state.current = connection
+                    return true
+                }
+                guard accepted else {
+                    await connection.close()
+                    return nil
+                }
+                return connection
+            } catch {
+                failures += 1
+                let delay = state.withLock { policy.delay(afterFailures: failures, using: &$0.random) }
+                logger.warning(
+                    "dial attempt failed",
+                    metadata: ["reason": "\(error)", "failures": "\(failures)", "retryIn": "\(delay)"])
+                guard await pause(delay) else { return nil }
+            }
+        }
+        return nil
+    }
+
+    /// Sleeps for `delay`; `false` if the dialer was closed or the task cancelled first.
+    private func pause(_ delay: Duration) async -> Bool {
+        let closed = self.closed
+        return await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                do {
+                    try await Task.sleep(for: delay)
+                    return true
+                } catch {
+                    return false
+                }
+            }
+            group.addTask {
+                await closed.wait()
+                return false
+            }
+            let result = await group.next() ?? false
+            group.cancelAll()
+            return result && !Task.isCancelled && !closed.isOpen
+        }
+    }
+}

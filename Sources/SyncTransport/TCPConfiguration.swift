@@ -1,0 +1,64 @@
+import Logging
+
+/// Which way bytes crossed the socket, for `TCPConfiguration.onWireBytes`.
+public enum WireDirection: String, Sendable, Hashable {
+    case inbound
+    case outbound
+}
+
+/// Settings of a TCP connection or listener.
+public struct TCPConfiguration: Sendable {
+    /// The shared pairing secret both ends must prove.
+    public var secret: PairingSecret
+    /// Frame size limits (checked before buffering a payload).
+    public var limits: FrameLimits
+    /// How often an idle connection sends an encrypted heartbeat.
+    public var heartbeatInterval: Duration
+    /// A connection that hears nothing (not even a heartbeat) for this long
+    /// while its reader waits closes with `.timeout`. Time the reader spends
+    /// waiting for a slow consumer of `inbound` does not count.
+    public var deadPeerTimeout: Duration
+    /// The handshake must finish within this time, or the connection closes with `.timeout`.
+    public var handshakeTimeout: Duration
+    /// Bytes of frames `send` may queue before it suspends; also the socket
+    /// write buffer's high-water mark. Bounds the sender's memory when the
+    /// peer reads slowly.
+    public var maxPendingOutboundBytes: Int
+    /// Bytes of received frames held for a slow consumer of `inbound` before
+    /// the connection stops reading from the socket.
+    public var maxBufferedInboundBytes: Int
+    /// The envelope versions to announce in the handshake. Defaults to
+    /// `FrameEnvelope.supportedVersions`; change it only to test negotiation.
+    public var wireVersions: ClosedRange<UInt8>
+    /// Where the transport logs connections, rejections and failures (never
+    /// payloads or the secret). Defaults to discarding.
+    public var logger: Logger
+    /// Sees every byte read from or written to the socket, for tests and
+    /// diagnostics. Called on an event loop: keep it short.
+    public var onWireBytes: (@Sendable (WireDirection, [UInt8]) -> Void)?
+
+    /// Creates a configuration; every setting but the secret has a default.
+    public init(
+        secret: PairingSecret,
+        limits: FrameLimits = .default,
+        heartbeatInterval: Duration = .seconds(5),
+        deadPeerTimeout: Duration = .seconds(20),
+        handshakeTimeout: Duration = .seconds(10),
+        maxPendingOutboundBytes: Int = 1 << 20,
+        maxBufferedInboundBytes: Int = 1 << 20,
+        wireVersions: ClosedRange<UInt8> = FrameEnvelope.supportedVersions,
+        logger: Logger = Logger(label: "SyncTransport", factory: { _ in SwiftLogNoOpLogHandler() }),
+        onWireBytes: (@Sendable (WireDirection, [UInt8]) -> Void)? = nil
+    ) {
+        self.secret = secret
+        self.limits = limits
+        self.heartbeatInterval = heartbeatInterval
+        self.deadPeerTimeout = deadPeerTimeout
+        self.handshakeTimeout = handshakeTimeout
+        self.maxPendingOutboundBytes = maxPendingOutboundBytes
+        self.maxBufferedInboundBytes = maxBufferedInboundBytes
+        self.wireVersions = wireVersions
+        self.logger = logger
+        self.onWireBytes = onWireBytes
+    }
+}

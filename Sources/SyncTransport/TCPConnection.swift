@@ -1,0 +1,259 @@
+import Logging
+import NIOCore
+import Synchronization
+
+/// An authenticated, encrypted `FrameConnection` over one TCP socket.
+///
+/// Made by `TCPTransport.connect` and `TCPListener` once the handshake
+/// succeeded. Three loops run for it, in the task that owns the socket:
+/// the reader (decrypts, answers heartbeats and control frames, hands
+/// application frames to `inbound` through a bounded buffer), the writer
+/// (seals and writes queued frames, suspending while the socket is not
+/// writable), and the timers (heartbeats, dead-peer watchdog).
+final class TCPConnection: FrameConnection {
+    private struct State {
+        var statistics = ConnectionStatistics()
+        /// Why the connection ended; `nil` for a normal close.
+        var closeReason: TransportError?
+        var closing = false
+        var lastHeard = ContinuousClock.now
+        var lastSent = ContinuousClock.now
+        var readerWaitsForConsumer = false
+    }
+
+    let peerDescription: String
+    let inbound: AsyncThrowingStream<Frame, any Error>
+    /// The envelope version negotiated in the handshake.
+    let version: UInt8
+    /// Each time `send` suspends because the outbound buffer is full (for tests).
+    let sendSuspensions: AsyncStream<Void>
+
+    private let channel: any Channel
+    private let configuration: TCPConfiguration
+    private let inboundQueue: AsyncBoundedQueue<Frame>
+    private let outboundQueue: AsyncBoundedQueue<Frame>
+    private let state = Mutex(State())
+    private let closed = Latch()
+    private let logger: Logger
+
+    init(channel: any Channel, version: UInt8, peer: String, configuration: TCPConfiguration) {
+        self.channel = channel
+        self.version = version
+        self.peerDescription = peer
+        self.configuration = configuration
+        var logger = configuration.logger
+        logger[metadataKey: "peer"] = "\(peer)"
+        self.logger = logger
+        let inboundQueue = AsyncBoundedQueue<Frame>(capacity: configuration.maxBufferedInboundBytes)
+        self.inboundQueue = inboundQueue
+        let (suspensions, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        self.sendSuspensions = suspensions
+        self.outboundQueue = AsyncBoundedQueue<Frame>(
+            capacity: configuration.maxPendingOutboundBytes, onSuspend: { continuation.yield() })
+        self.inbound = AsyncThrowingStream(unfolding: { try await inboundQueue.pop() })
+    }
+
+    var statistics: ConnectionStatistics { state.withLock { $0.statistics } }
+
+    /// Bytes queued by `send` and not yet handed to the socket.
+    var pendingOutboundBytes: Int { outboundQueue.usedCost }
+
+    func send(_ frame: Frame) async throws {
+        guard frame.type < Frame.firstReservedType else {
+            throw TransportError(
+                .protocolViolation, "frame type 0x\(hex(frame.type)) is reserved for the transport; use 0x01...0xEF")
+        }
+        if let failure = state.withLock({ $0.closing ? ($0.closeReason ?? TransportError(.closed, "the connection is closed")) : nil }) {
+            throw TransportError(.closed, "the connection is closed (\(failure.code))")
+        }
+        try await outboundQueue.push(frame, cost: frame.payload.count + FrameEnvelope.headerSize)
+    }
+
+    func close() async {
+        let first = state.withLock { state -> Bool in
+            defer { state.closing = true }
+            return !state.closing
+        }
+        if first { logger.debug("closing the connection") }
+        // Let the writer flush what was sent, then close; force it after a grace period.
+        outboundQueue.finish()
+        let channel = self.channel
+        let grace = configuration.handshakeTimeout
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try? await Task.sleep(for: grace)
+                if !Task.isCancelled { channel.close(promise: nil) }
+            }
+            await closed.wait()
+            group.cancelAll()
+        }
+    }
+
+    /// Returns once the socket is closed and `inbound` is finished.
+    func waitUntilClosed() async {
+        await closed.wait()
+    }
+
+    // MARK: Running
+
+    /// Runs the connection until it ends. Called by the task that owns the
+    /// socket, right after the handshake, with the rest of its inbound stream.
+    func run(
+        inbound iterator: inout NIOAsyncChannelInboundStream<Envelope>.AsyncIterator,
+        outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>,
+        keys: SessionKeys
+    ) async {
+        let codec = FrameCodec(limits: configuration.limits)
+        let sealer = FrameSealer(key: keys.outbound, version: keys.version, codec: codec)
+        var opener = FrameOpener(key: keys.inbound, version: keys.version, codec: codec)
+        state.withLock {
+            $0.lastHeard = .now
+            $0.lastSent = .now
+        }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.writeLoop(outbound: outbound, sealer: sealer, codec: codec) }
+            group.addTask { await self.heartbeatLoop() }
+            group.addTask { await self.watchdogLoop() }
+            let failure = await readLoop(&iterator, opener: &opener)
+            end(with: failure)
+            group.cancelAll()
+        }
+    }
+
+    /// Called once the socket is closed.
+    func didClose() {
+        closed.open()
+    }
+
+    /// Reads until the stream ends; returns the error that ended it, if any.
+    private func readLoop(
+        _ iterator: inout NIOAsyncChannelInboundStream<Envelope>.AsyncIterator,
+        opener: inout FrameOpener
+    ) async -> TransportError? {
+        do {
+            while let envelope = try await iterator.next() {
+                state.withLock {
+                    $0.lastHeard = .now
+                    $0.statistics.bytesReceived += envelope.wireSize
+                }
+                let frame = try opener.open(envelope)
+                switch frame.type {
+                case TransportFrameType.heartbeat:
+                    continue
+                case TransportFrameType.error:
+                    let message = try TransportMessage.ErrorMessage(frame)
+                    throw message.transportError(from: "the peer")
+                case Frame.firstReservedType...:
+                    throw TransportError(
+                        .protocolViolation, "unexpected transport frame type 0x\(hex(frame.type)) after the handshake")
+                default:
+                    state.withLock {
+                        $0.statistics.framesReceived += 1
+                        $0.readerWaitsForConsumer = true
+                    }
+                    defer {
+                        state.withLock {
+                            $0.readerWaitsForConsumer = false
+                            $0.lastHeard = .now
+                        }
+                    }
+                    try await inboundQueue.push(frame, cost: frame.payload.count + FrameEnvelope.headerSize)
+                }
+            }
+            return state.withLock { $0.closeReason }
+        } catch {
+            return state.withLock { $0.closeReason } ?? Self.transportError(error)
+        }
+    }
+
+    private func writeLoop(outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>, sealer: FrameSealer, codec: FrameCodec) async {
+        var sealer = sealer
+        do {
+            while let frame = try await outboundQueue.pop() {
+                let envelope = try sealer.seal(frame)
+                let bytes = try codec.encodeEnvelope(envelope)
+                try await outbound.write(ByteBuffer(bytes: bytes))
+                state.withLock {
+                    $0.lastSent = .now
+                    $0.statistics.bytesSent += bytes.count
+                    if frame.type < Frame.firstReservedType {
+                        $0.statistics.framesSent += 1
+                        $0.statistics.payloadBytesSent += frame.payload.count
+                    }
+                }
+            }
+        } catch is CancellationError {
+        } catch {
+            let failure = Self.transportError(error)
+            state.withLock { if $0.closeReason == nil, !$0.closing { $0.closeReason = failure } }
+        }
+        // Everything queued was written (or the connection failed): close the socket.
+        channel.close(promise: nil)
+    }
+
+    private func heartbeatLoop() async {
+        let interval = configuration.heartbeatInterval
+        while !Task.isCancelled {
+            let lastSent = state.withLock { $0.lastSent }
+            let due = lastSent + interval
+            if ContinuousClock.now >= due {
+                do {
+                    state.withLock { $0.lastSent = .now }
+                    try await outboundQueue.push(Frame(type: TransportFrameType.heartbeat, payload: []), cost: FrameEnvelope.headerSize)
+                } catch {
+                    return
+                }
+            } else {
+                do { try await Task.sleep(until: due, clock: .continuous) } catch { return }
+            }
+        }
+    }
+
+    private func watchdogLoop() async {
+        let timeout = configuration.deadPeerTimeout
+        while !Task.isCancelled {
+            let (lastHeard, waiting) = state.withLock { ($0.lastHeard, $0.readerWaitsForConsumer) }
+            let deadline = lastHeard + timeout
+            if waiting {
+                // A slow consumer, not a dead peer: look again later.
+                do { try await Task.sleep(for: timeout) } catch { return }
+            } else if ContinuousClock.now >= deadline {
+                let error = TransportError(
+                    .timeout,
+                    "nothing arrived from the peer for \(timeout) (dead-peer timeout); the connection was closed")
+                state.withLock { if $0.closeReason == nil { $0.closeReason = error } }
+                logger.warning("closing a silent connection", metadata: ["reason": "\(error)"])
+                channel.close(promise: nil)
+                return
+            } else {
+                do { try await Task.sleep(until: deadline, clock: .continuous) } catch { return }
+            }
+        }
+    }
+
+    private func end(with failure: TransportError?) {
+        let (reason, wasClosing) = state.withLock { state -> (TransportError?, Bool) in
+            if state.closeReason == nil, let failure, !state.closing { state.closeReason = failure }
+            let wasClosing = state.closing
+            state.closing = true
+            return (state.closeReason, wasClosing)
+        }
+        if let reason {
+            logger.warning("connection failed", metadata: ["reason": "\(reason)"])
+        } else {
+            logger.debug("connection ended", metadata: ["by": "\(wasClosing ? "us" : "peer")"])
+        }
+        inboundQueue.finish(throwing: reason)
+        outboundQueue.finish()
+        channel.close(promise: nil)
+    }
+
+    /// Maps any error from NIO or the codec to a `TransportError`.
+    static func transportError(_ error: any Error) -> TransportError {
+        if let error = error as? TransportError { return error }
+        if let error = error as? ChannelError, error == .ioOnClosedChannel || error == .alreadyClosed {
+            return TransportError(.closed, "the connection is closed")
+        }
+        return TransportError(.closed, "the connection was lost: \(error)")
+    }
+}

@@ -1,0 +1,174 @@
+import Logging
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// Dials authenticated, encrypted TCP connections to a `TCPListener`.
+public enum TCPTransport {
+    /// Connects to `host:port`, runs the handshake as the dialer and returns
+    /// the connection once both ends proved the pairing secret.
+    ///
+    /// Throws `.connectFailed` when the socket cannot connect,
+    /// `.authenticationFailed` when the listener holds another secret,
+    /// `.unsupportedVersion` when no wire version is common (the message names
+    /// both ranges), `.timeout` when the handshake takes longer than
+    /// `handshakeTimeout`.
+    public static func connect(host: String, port: Int, configuration: TCPConfiguration) async throws -> any FrameConnection {
+        try await connectTCP(host: host, port: port, configuration: configuration)
+    }
+
+    static func connectTCP(host: String, port: Int, configuration: TCPConfiguration) async throws -> TCPConnection {
+        let channel: NIOAsyncChannel<Envelope, ByteBuffer>
+        do {
+            channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                .channelOption(.writeBufferWaterMark, value: waterMark(configuration))
+                .connectTimeout(TimeAmount(configuration.handshakeTimeout))
+                .connect(host: host, port: port) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try configurePipeline(channel, handshakeFrames: 1, configuration: configuration)
+                    }
+                }
+        } catch {
+            throw TransportError(.connectFailed, "cannot connect to \(host):\(port): \(error)")
+        }
+        return try await establish(channel, role: .dialer, configuration: configuration)
+    }
+
+    static func waterMark(_ configuration: TCPConfiguration) -> ChannelOptions.Types.WriteBufferWaterMark {
+        let high = max(2, configuration.maxPendingOutboundBytes)
+        return .init(low: high / 2, high: high)
+    }
+
+    /// Adds the tap and the envelope decoder, and wraps the channel.
+    /// Must run on the channel's event loop.
+    static func configurePipeline(
+        _ channel: any Channel, handshakeFrames: Int, configuration: TCPConfiguration
+    ) throws -> NIOAsyncChannel<Envelope, ByteBuffer> {
+        let operations = channel.pipeline.syncOperations
+        if let tap = configuration.onWireBytes {
+            try operations.addHandler(WireTapHandler(tap: tap))
+        }
+        try operations.addHandler(
+            ByteToMessageHandler(EnvelopeDecoderHandler(limits: configuration.limits, handshakeFrames: handshakeFrames)))
+        return try NIOAsyncChannel(
+            wrappingChannelSynchronously: channel,
+            configuration: .init(backPressureStrategy: .init(lowWatermark: 2, highWatermark: 8)))
+    }
+
+    /// A short description of the remote address, such as `tcp:127.0.0.1:4321`.
+    static func describePeer(_ channel: any Channel) -> String {
+        guard let address = channel.remoteAddress else { return "tcp:unknown" }
+        return "tcp:\(address.ipAddress ?? "?"):\(address.port ?? 0)"
+    }
+
+    /// Runs the handshake on a fresh channel, then keeps the connection
+    /// running in a task of its own. Returns once the handshake succeeded;
+    /// throws (and closes the channel) when it failed.
+    static func establish(
+        _ asyncChannel: NIOAsyncChannel<Envelope, ByteBuffer>, role: TransportRole, configuration: TCPConfiguration
+    ) async throws -> TCPConnection {
+        let channel = asyncChannel.channel
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<TCPConnection, any Error>) in
+                Task {
+                    await runLifetime(asyncChannel, role: role, configuration: configuration, continuation: continuation)
+                }
+            }
+        } onCancel: {
+            channel.close(promise: nil)
+        }
+    }
+
+    private static func runLifetime(
+        _ asyncChannel: NIOAsyncChannel<Envelope, ByteBuffer>, role: TransportRole, configuration: TCPConfiguration,
+        continuation: CheckedContinuation<TCPConnection, any Error>
+    ) async {
+        let channel = asyncChannel.channel
+        let peer = describePeer(channel)
+        var logger = configuration.logger
+        logger[metadataKey: "peer"] = "\(peer)"
+        logger[metadataKey: "role"] = "\(role)"
+        let timedOut = Mutex(false)
+        let timeout = configuration.handshakeTimeout
+        let deadline = Task {
+            try await Task.sleep(for: timeout)
+            timedOut.withLock { $0 = true }
+            channel.close(promise: nil)
+        }
+        var resumed = false
+        var established: TCPConnection?
+        do {
+            try await asyncChannel.executeThenClose { inbound, outbound in
+                var iterator = inbound.makeAsyncIterator()
+                let keys: SessionKeys
+                do {
+                    keys = try await handshake(role: role, iterator: &iterator, outbound: outbound, configuration: configuration)
+                    deadline.cancel()
+                } catch {
+                    deadline.cancel()
+                    var failure = TCPConnection.transportError(error)
+                    if timedOut.withLock({ $0 }) {
+                        failure = TransportError(
+                            .timeout, "the handshake did not finish within \(timeout); the connection was closed")
+                    }
+                    logger.warning("rejected the peer during the handshake", metadata: ["reason": "\(failure)"])
+                    resumed = true
+                    continuation.resume(throwing: failure)
+                    return
+                }
+                let connection = TCPConnection(channel: channel, version: keys.version, peer: peer, configuration: configuration)
+                established = connection
+                logger.info("connection authenticated", metadata: ["version": "\(keys.version)"])
+                resumed = true
+                continuation.resume(returning: connection)
+                await connection.run(inbound: &iterator, outbound: outbound, keys: keys)
+            }
+        } catch {
+            if !resumed {
+                resumed = true
+                continuation.resume(throwing: TCPConnection.transportError(error))
+            }
+        }
+        deadline.cancel()
+        established?.didClose()
+    }
+
+    /// Runs the role's handshake state machine over the channel.
+    private static func handshake(
+        role: TransportRole,
+        iterator: inout NIOAsyncChannelInboundStream<Envelope>.AsyncIterator,
+        outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>,
+        configuration: TCPConfiguration
+    ) async throws -> SessionKeys {
+        let codec = FrameCodec(limits: configuration.limits)
+        func write(_ frame: Frame) async throws {
+            try await outbound.write(ByteBuffer(bytes: codec.encode(frame, version: 1, allowCompression: false)))
+        }
+        func receive() async throws -> Frame {
+            guard let envelope = try await iterator.next() else {
+                throw TransportError(.closed, "the peer closed the connection during the handshake")
+            }
+            return try codec.openEnvelope(envelope)
+        }
+        var dialer = DialerHandshake(secret: configuration.secret, versions: configuration.wireVersions)
+        var listener = ListenerHandshake(secret: configuration.secret, versions: configuration.wireVersions)
+        if role == .dialer { try await write(dialer.start()) }
+        while true {
+            let frame = try await receive()
+            let action = role == .dialer ? dialer.receive(frame) : listener.receive(frame)
+            switch action {
+            case .send(let reply):
+                try await write(reply)
+            case .sendAndEstablish(let reply, let keys):
+                try await write(reply)
+                return keys
+            case .establish(let keys):
+                return keys
+            case .fail(let error, let notify):
+                if let notify { try? await write(notify) }
+                throw error
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+/// The frame types the transport reserves for itself (`0xF0...0xFF`).
+/// Layouts are in `Fixtures/wire/v1/README.md`.
+public enum TransportFrameType {
+    /// Dialer -> listener: supported version range and a fresh nonce.
+    public static let hello: UInt8 = 0xF0
+    /// Listener -> dialer: chosen version, the listener's nonce and its proof.
+    public static let challenge: UInt8 = 0xF1
+    /// Dialer -> listener: the dialer's proof.
+    public static let proof: UInt8 = 0xF2
+    /// Either way, encrypted, empty: "still here". Never surfaced in `inbound`.
+    public static let heartbeat: UInt8 = 0xF3
+    /// Either way: an error code and message, then the sender closes.
+    public static let error: UInt8 = 0xF4
+}
+
+/// The handshake and control messages, as pure values with their byte layouts.
+enum TransportMessage {
+    static let nonceSize = 32
+    static let proofSize = 32
+
+    /// `0xF0`: `minVersion(1) maxVersion(1) nonce(32)`; later bytes are ignored.
+    struct Hello: Equatable {
+        var versions: ClosedRange<UInt8>
+        var nonce: [UInt8]
+
+        var frame: Frame {
+            Frame(type: TransportFrameType.hello, payload: [versions.lowerBound, versions.upperBound] + nonce)
+        }
+
+        init(versions: ClosedRange<UInt8>, nonce: [UInt8]) {
+            self.versions = versions
+            self.nonce = nonce
+        }
+
+        init(_ frame: Frame) throws {
+            try expect(frame, TransportFrameType.hello, "hello")
+            var reader = ByteReader(frame.payload)
+            let low = try reader.readUInt8()
+            let high = try reader.readUInt8()
+            guard low <= high else {
+                throw TransportError(.protocolViolation, "hello announces an empty version range \(low)...\(high)")
+            }
+            versions = low...high
+            nonce = try reader.readRaw(count: nonceSize)
+        }
+    }
+
+    /// `0xF1`: `version(1) nonce(32) proof(32)`; later bytes are ignored.
+    struct Challenge: Equatable {
+        var version: UInt8
+        var nonce: [UInt8]
+        var proof: [UInt8]
+
+        var frame: Frame {
+            Frame(type: TransportFrameType.challenge, payload: [version] + nonce + proof)
+        }
+
+        init(version: UInt8, nonce: [UInt8], proof: [UInt8]) {
+            self.version = version
+            self.nonce = nonce
+            self.proof = proof
+        }
+
+        init(_ frame: Frame) throws {
+            try expect(frame, TransportFrameType.challenge, "challenge")
+            var reader = ByteReader(frame.payload)
+            version = try reader.readUInt8()
+            nonce = try reader.readRaw(count: nonceSize)
+            proof = try reader.readRaw(count: proofSize)
+        }
+    }
+
+    /// `0xF2`: `proof(32)`; later bytes are ignored.
+    struct Proof: Equatable {
+        var proof: [UInt8]
+
+        var frame: Frame { Frame(type: TransportFrameType.proof, payload: proof) }
+
+        init(proof: [UInt8]) { self.proof = proof }
+
+        init(_ frame: Frame) throws {
+            try expect(frame, TransportFrameType.proof, "proof")
+            var reader = ByteReader(frame.payload)
+            proof = try reader.readRaw(count: proofSize)
+        }
+    }
+
+    /// `0xF4`: `code(string, <= 64 bytes) message(string, <= 1024 bytes)`,
+    /// strings as varint length + UTF-8.
+    struct ErrorMessage: Equatable {
+        var code: String
+        var message: String
+
+        var frame: Frame {
+            var writer = ByteWriter()
+            writer.writeString(String(code.utf8.prefix(64)) ?? "")
+            writer.writeString(String(message.utf8.prefix(1024)) ?? "")
+            return Frame(type: TransportFrameType.error, payload: writer.bytes)
+        }
+
+        init(_ error: TransportError) {
+            code = error.code.rawValue
+            message = error.message
+        }
+
+        init(_ frame: Frame) throws {
+            try expect(frame, TransportFrameType.error, "error")
+            var reader = ByteReader(frame.payload)
+            code = try reader.readString(maxLength: 64)
+            message = try reader.readString(maxLength: 1024)
+        }
+
+        /// The error as the receiver reports it.
+        func transportError(from peer: String) -> TransportError {
+            TransportError(TransportError.Code(code), "\(peer) closed the connection: \(message)")
+        }
+    }
+
+    private static func expect(_ frame: Frame, _ type: UInt8, _ name: String) throws {
+        guard frame.type == type else {
+            throw TransportError(
+                .protocolViolation, "expected a transport \(name) frame (0x\(hex(type))), got type 0x\(hex(frame.type))")
+        }
+    }
+}

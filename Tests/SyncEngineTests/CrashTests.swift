@@ -1,0 +1,88 @@
+import CSQLite
+import Foundation
+import SyncEngine
+import SyncSim
+import Testing
+
+/// The `syncsim` executable built beside the test bundle.
+func syncsimBinary() -> String {
+    var url = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    for _ in 0..<4 {
+        let candidate = url.appendingPathComponent("syncsim").path
+        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        url = url.deletingLastPathComponent()
+    }
+    return FileManager.default.currentDirectoryPath + "/.build/debug/syncsim"
+}
+
+/// Reads lines from a pipe, as an async sequence of strings.
+func lines(of pipe: Pipe) -> AsyncStream<String> {
+    AsyncStream { continuation in
+        let handle = pipe.fileHandleForReading
+        let buffer = LineBuffer()
+        handle.readabilityHandler = { h in
+            let data = h.availableData
+            if data.isEmpty {
+                h.readabilityHandler = nil
+                continuation.finish()
+                return
+            }
+            for line in buffer.append(data) { continuation.yield(line) }
+        }
+    }
+}
+
+final class LineBuffer: Sendable {
+    private let pending = Mutex<Data>(Data())
+    func append(_ data: Data) -> [String] {
+        pending.withLock { buffer in
+            buffer.append(data)
+            var lines: [String] = []
+            while let newline = buffer.firstIndex(of: 0x0A) {
+                lines.append(String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self))
+                buffer.removeSubrange(buffer.startIndex...newline)
+            }
+            return lines
+        }
+    }
+}
+import Synchronization
+
+@Suite struct CrashTests {
+    @Test func sigkillMidBatchLosesNoReturnedWrite() async throws {
+        let folder = TempFolder()
+        let db = folder.file("crash.sqlite")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: syncsimBinary())
+        process.arguments = ["write-loop", "--db", db, "--batch", "50"]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        var lastAcknowledged = -1
+        for await line in lines(of: out) {
+            lastAcknowledged = Int(line) ?? lastAcknowledged
+            if lastAcknowledged >= 5_000 { break }
+        }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        #expect(process.terminationReason == .uncaughtSignal)
+        #expect(lastAcknowledged >= 5_000)
+
+        var handle: OpaquePointer?
+        #expect(sqlite3_open(db, &handle) == SQLITE_OK)
+        var stmt: OpaquePointer?
+        sqlite3_prepare_v2(handle, "PRAGMA integrity_check", -1, &stmt, nil)
+        #expect(sqlite3_step(stmt) == SQLITE_ROW)
+        #expect(String(cString: sqlite3_column_text(stmt, 0)) == "ok")
+        sqlite3_finalize(stmt)
+        sqlite3_close(handle)
+
+        let store = try SyncStore(path: db, role: .phone, registry: try KeyRegistry([WriteLoopCommand.family]))
+        for i in 0...lastAcknowledged {
+            #expect(try store.value(for: WriteLoopCommand.family["k\(i)"]) == i, "write \(i) was acknowledged but is missing")
+        }
+        let count = try store.allEntryInfo().count
+        #expect(count >= lastAcknowledged + 1)
+        #expect(count % 50 == 0)  // batches are all-or-nothing
+    }
+}

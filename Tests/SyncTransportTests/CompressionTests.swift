@@ -1,0 +1,51 @@
+import Testing
+@testable import SyncTransport
+
+@Suite struct CompressionTests {
+    @Test func crc32MatchesKnownValues() {
+        #expect(Checksum.crc32([]) == 0)
+        #expect(Checksum.crc32(Array("123456789".utf8)) == 0xCBF4_3926)
+        #expect(Checksum.crc32(Array("The quick brown fox jumps over the lazy dog".utf8)) == 0x414F_A339)
+        let a = Array("hello ".utf8), b = Array("world".utf8)
+        #expect(Checksum.crc32(b, continuing: Checksum.crc32(a)) == Checksum.crc32(a + b))
+    }
+
+    @Test(arguments: [0, 1, 100, 70_000])
+    func deflateRoundTrips(size: Int) throws {
+        let text = Array(String(repeating: "sync engine ", count: size / 12 + 1).utf8.prefix(size))
+        let deflated = try Compression.deflate(text)
+        #expect(try Compression.inflate(deflated, maxOutputSize: size) == text)
+        if size > 1_000 { #expect(deflated.count < text.count / 10) }
+        let random = randomBytes(size, seed: 1)
+        #expect(try Compression.inflate(Compression.deflate(random, level: 9), maxOutputSize: size) == random)
+        #expect(try Compression.inflate(Compression.deflate(random, level: 0), maxOutputSize: size) == random)
+    }
+
+    @Test func deflateRejectsBadLevels() {
+        expectCode(.protocolViolation) { _ = try Compression.deflate([1], level: 12) }
+    }
+
+    @Test func inflateStopsAtTheLimit() throws {
+        // A 64 MiB bomb that deflates to ~64 KiB.
+        let bomb = try Compression.deflate([UInt8](repeating: 0, count: 64 << 20), level: 9)
+        #expect(bomb.count < 100_000)
+        let error = expectCode(.decompressionFailed) { _ = try Compression.inflate(bomb, maxOutputSize: 1 << 20) }
+        #expect(error?.message.contains("1048576-byte limit") == true)
+        // Exactly at the limit is fine; one byte less is not.
+        let exact = try Compression.deflate([UInt8](repeating: 7, count: 1000))
+        #expect(try Compression.inflate(exact, maxOutputSize: 1000).count == 1000)
+        expectCode(.decompressionFailed) { _ = try Compression.inflate(exact, maxOutputSize: 999) }
+        expectCode(.decompressionFailed) { _ = try Compression.inflate(exact, maxOutputSize: 0) }
+    }
+
+    @Test func inflateRejectsGarbageTruncationAndTrailingBytes() throws {
+        let good = try Compression.deflate(Array("some text to compress, some text to compress".utf8))
+        expectCode(.decompressionFailed) { _ = try Compression.inflate([], maxOutputSize: 100) }
+        expectCode(.decompressionFailed) { _ = try Compression.inflate(Array("not zlib at all".utf8), maxOutputSize: 100) }
+        expectCode(.decompressionFailed) { _ = try Compression.inflate(Array(good.dropLast(3)), maxOutputSize: 100) }
+        expectCode(.decompressionFailed) { _ = try Compression.inflate(good + [0], maxOutputSize: 100) }
+        var corrupt = good
+        corrupt[corrupt.count - 1] ^= 0xFF  // Adler-32 trailer
+        expectCode(.decompressionFailed) { _ = try Compression.inflate(corrupt, maxOutputSize: 100) }
+    }
+}

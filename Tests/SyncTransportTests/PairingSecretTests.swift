@@ -1,0 +1,75 @@
+import Foundation
+import Testing
+@testable import SyncTransport
+
+@Suite struct PairingSecretTests {
+    @Test func writesWithMode0600AndLoadsBack() throws {
+        let folder = try temporaryDirectory()
+        let path = folder + "/pairing.secret"
+        let secret = PairingSecret.generate()
+        try secret.write(to: path)
+        let attributes = try FileManager.default.attributesOfItem(atPath: path)
+        #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o600)
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(text.hasPrefix("syncengine-pairing-v1\n"))
+        #expect(text.split(separator: "\n").count == 2)
+        let loaded = try PairingSecret.load(from: path)
+        #expect(loaded == secret)
+        #expect(loaded.epoch == secret.epoch)
+        #expect(PairingSecret.generate() != secret)
+    }
+
+    @Test func refusesToOverwriteUnlessAsked() throws {
+        let path = try temporaryDirectory() + "/pairing.secret"
+        try PairingSecret.generate().write(to: path)
+        let error = expectCode(.badSecretFile) { try PairingSecret.generate().write(to: path) }
+        #expect(error?.message.contains("overwrite") == true)
+        let replacement = PairingSecret.generate()
+        try replacement.write(to: path, overwrite: true)
+        #expect(try PairingSecret.load(from: path) == replacement)
+        let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? NSNumber
+        #expect(mode?.intValue == 0o600)
+    }
+
+    @Test func loadErrorsAreClear() throws {
+        let folder = try temporaryDirectory()
+        let missing = expectCode(.badSecretFile) { _ = try PairingSecret.load(from: folder + "/nope") }
+        #expect(missing?.message.contains("no pairing secret file") == true)
+
+        func write(_ text: String, mode: Int = 0o600) throws -> String {
+            let path = folder + "/\(UUID().uuidString)"
+            _ = FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: [.posixPermissions: mode])
+            return path
+        }
+        let good = Data((0..<32).map { UInt8($0) }).base64EncodedString()
+        let wide = expectCode(.badSecretFile) { _ = try PairingSecret.load(from: try write("syncengine-pairing-v1\n\(good)\n", mode: 0o644)) }
+        #expect(wide?.message.contains("chmod 600") == true)
+        let header = expectCode(.badSecretFile) { _ = try PairingSecret.load(from: try write("hello\n\(good)\n")) }
+        #expect(header?.message.contains("does not start with") == true)
+        expectCode(.badSecretFile) { _ = try PairingSecret.load(from: try write("syncengine-pairing-v1\n!!!notbase64\n")) }
+        expectCode(.badSecretFile) { _ = try PairingSecret.load(from: try write("syncengine-pairing-v1\n")) }
+        let short = expectCode(.badSecretFile) {
+            _ = try PairingSecret.load(from: try write("syncengine-pairing-v1\n\(Data([1, 2, 3]).base64EncodedString())\n"))
+        }
+        #expect(short?.message.contains("has 3 bytes, expected 32") == true)
+        expectCode(.badSecretFile) { _ = try PairingSecret.load(from: folder) }
+        #expect(try PairingSecret.load(from: try write("syncengine-pairing-v1\n\(good)\n")).bytes == Array(0..<32))
+        expectCode(.badSecretFile) { _ = try PairingSecret(bytes: [1, 2]) }
+    }
+
+    @Test func neverPrintsTheSecret() throws {
+        let secret = try PairingSecret(bytes: Array(repeating: 0xAB, count: 32))
+        let texts = [secret.description, secret.debugDescription, "\(secret)", String(reflecting: secret)]
+        var dumped = ""
+        dump(secret, to: &dumped)
+        for text in texts + [dumped] {
+            #expect(!text.lowercased().contains("abab"))
+            #expect(!text.contains(Data(secret.bytes).base64EncodedString()))
+            #expect(!text.contains("171"))
+        }
+        #expect(secret.description == "PairingSecret(epoch: \(secret.epoch))")
+        #expect(secret.epoch.count == 16)
+        #expect(secret.epoch == (try PairingSecret(bytes: Array(repeating: 0xAB, count: 32))).epoch)
+        #expect(secret.epoch != PairingSecret.generate().epoch)
+    }
+}
