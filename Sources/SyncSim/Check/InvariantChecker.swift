@@ -22,7 +22,7 @@ struct InvariantChecker {
     // MARK: frames
 
     /// Inspects one frame sent by `sender` (node id `senderID`).
-    mutating func observe(_ frame: Frame, from sender: DeviceRole, senderID: UInt32, model: WriteModel, at time: Int64) {
+    mutating func observe(_ frame: Frame, from sender: DeviceRole, senderID: UInt32, model: WriteModel, at time: Int64, syncsVisible: Int? = nil) {
         log.checked(.placement)
         log.checked(.direction)
         let message: SyncMessage
@@ -45,13 +45,13 @@ struct InvariantChecker {
             for entry in batch.entries {
                 checkEntryKey(entry.key, from: sender, time: time, what: "batch entry")
                 if !entry.deleted, let value = entry.value, value.count > SyncPolicy.automaticLimit {
-                    checkLarge(entry.key, version: entry.version, from: sender, senderID: senderID, model: model, time: time)
+                    checkLarge(entry.key, version: entry.version, from: sender, senderID: senderID, model: model, time: time, visible: syncsVisible)
                 }
             }
         case .chunk(let chunk):
             checkEntryKey(chunk.entry.key, from: sender, time: time, what: "chunk")
             if chunk.totalSize > SyncPolicy.automaticLimit {
-                checkLarge(chunk.entry.key, version: chunk.entry.version, from: sender, senderID: senderID, model: model, time: time)
+                checkLarge(chunk.entry.key, version: chunk.entry.version, from: sender, senderID: senderID, model: model, time: time, visible: syncsVisible)
             }
         case .ack(let ack):
             for rejection in ack.rejected { checkEntryKey(rejection.key, from: sender, time: time, what: "ack rejection", directional: false) }
@@ -79,12 +79,12 @@ struct InvariantChecker {
         }
     }
 
-    private mutating func checkLarge(_ key: String, version: HLCTimestamp, from sender: DeviceRole, senderID: UInt32, model: WriteModel, time: Int64) {
+    private mutating func checkLarge(_ key: String, version: HLCTimestamp, from sender: DeviceRole, senderID: UInt32, model: WriteModel, time: Int64, visible: Int?) {
         guard let d = registry.descriptor(forEntry: key), d.policy == .automaticSmall else { return }
         log.checked(.largeValuesManual)
         // Only values written on the sender are checked (a value that arrived from the peer has no local write).
         guard let write = model.write(key: key, version: version), write.nodeID == senderID else { return }
-        if !model.syncedAfter(order: write.order, nodeID: senderID) {
+        if !model.syncedAfter(order: write.order, nodeID: senderID, visible: visible) {
             log.violate(.largeValuesManual, "t=\(time) \(sender) sent \(key) (\(write.size) bytes, version \(version)) without a manual sync after the write")
         }
     }

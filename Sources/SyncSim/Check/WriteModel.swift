@@ -54,9 +54,10 @@ struct WriteModel {
         writes.last { $0.key == key && $0.version == version }
     }
 
-    /// Whether `nodeID` requested a manual sync after model event `order`.
-    func syncedAfter(order: Int, nodeID: UInt32) -> Bool {
+    /// Whether `nodeID` requested a manual sync after model event `order`;
+    /// with `visible`, only its first `visible` syncs count (those made before a frame was sent).
+    func syncedAfter(order: Int, nodeID: UInt32, visible: Int? = nil) -> Bool {
         let after = max(order, rebaselines[nodeID] ?? -1)
-        return syncs.contains { $0.nodeID == nodeID && $0.order > after }
+        return syncs.filter { $0.nodeID == nodeID }.prefix(visible ?? Int.max).contains { $0.order > after }
     }
 }

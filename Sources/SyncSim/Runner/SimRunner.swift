@@ -294,6 +294,10 @@ public final class SimRunner {
 
     /// The serialized bytes of a `put`: the JSON value (canonical), or a generated value of `size` bytes.
     func valueBytes(descriptor: KeyDescriptor, value: JSONValue?, size: Int?) -> [UInt8] {
+        SimRunner.valueBytes(descriptor: descriptor, value: value, size: size, random: &valueRandom)
+    }
+
+    static func valueBytes(descriptor: KeyDescriptor, value: JSONValue?, size: Int?, random valueRandom: inout SeededRandom) -> [UInt8] {
         if let size {
             let quoted = descriptor.encoding == "json"
             let count = quoted ? max(0, size - 2) : size
