@@ -44,6 +44,24 @@ public enum Simulation {
         return run(scenario, name: path, options: options)
     }
 
+    /// Loads and runs a scenario file over real TCP sockets on 127.0.0.1 (faults approximated).
+    public static func runTCP(path: String, options: RunOptions = RunOptions()) async -> Outcome {
+        let scenario: Scenario
+        do {
+            scenario = try Scenario.load(path: path)
+        } catch {
+            return Outcome(report: nil, scenarioError: error, runError: nil, exitCode: Exit.badScenario)
+        }
+        do {
+            let runner = try TCPRunner(scenario: scenario, options: options)
+            let report = try await runner.run(scenarioName: path)
+            return Outcome(report: report, scenarioError: nil, runError: nil, exitCode: report.passed ? Exit.passed : Exit.invariantFailed)
+        } catch {
+            return Outcome(report: nil, scenarioError: nil, runError: "the simulator could not run the scenario over tcp: \(error.message)",
+                           exitCode: Exit.invariantFailed)
+        }
+    }
+
     /// Runs a parsed scenario over the simulated transport; `name` is used in the replay command.
     public static func run(_ scenario: Scenario, name: String, options: RunOptions = RunOptions()) -> Outcome {
         do {

@@ -42,8 +42,7 @@ public struct RunCommand: AsyncParsableCommand {
         case .sim:
             outcome = Simulation.run(path: scenario, options: faults)
         case .tcp:
-            printError("the tcp transport is not available in this build yet (TCPListener/TCPTransport are not merged); use --transport sim")
-            throw ExitCode(Simulation.Exit.badScenario)
+            outcome = await Simulation.runTCP(path: scenario, options: faults)
         }
         if let error = outcome.scenarioError {
             printError("bad scenario: \(error)")
