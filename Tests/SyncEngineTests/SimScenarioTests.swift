@@ -124,3 +124,21 @@ import Testing
         #expect(runner.valueBytes(descriptor: scenario.keys[1], value: nil, size: 7).count == 7)
     }
 }
+
+/// The same fixtures over real sockets on 127.0.0.1.
+@Suite struct SimTCPScenarioTests {
+    @Test(arguments: SimScenarioTests.scenarioNames)
+    func fixturePassesOverTCP(name: String) async throws {
+        let outcome = await Simulation.runTCP(path: SimScenarioTests.path(name))
+        #expect(outcome.runError == nil, "\(outcome.runError ?? "")")
+        let report = try #require(outcome.report)
+        #expect(report.passed, "\(report.text)")
+        #expect(report.transport == "tcp")
+    }
+
+    @Test func skippedTombstonesAreCaughtOverTCP() async throws {
+        let faults = try Simulation.testingFaults(named: ["skip-tombstones"])
+        let outcome = await Simulation.runTCP(path: SimScenarioTests.path("conflicts-and-deletes"), options: RunOptions(testingFaults: faults))
+        #expect(outcome.exitCode == Simulation.Exit.invariantFailed)
+    }
+}
