@@ -151,7 +151,8 @@ struct InvariantChecker {
         for scope in finals.keys.sorted() {
             let write = finals[scope]!
             guard write.deleted, !held.contains(write.key) else { continue }
-            for node in nodes where node.values[write.key] != nil {
+            // A value newer than the delete legitimately wins (e.g. written by a replaced watch).
+            for node in nodes where node.values[write.key] != nil && node.entries[write.key]!.version < write.version {
                 guard let d = registry.descriptor(forEntry: write.key) else { continue }
                 if crosses(d) || node.nodeID == write.nodeID {
                     if connected || node.nodeID == write.nodeID {

@@ -29,7 +29,8 @@ public struct FuzzCommand: AsyncParsableCommand {
         } catch {
             throw ValidationError(error.message)
         }
-        let fuzzer = Fuzzer(runs: runs, seed: seed, ops: ops, options: faults)
+        var fuzzer = Fuzzer(runs: runs, seed: seed, ops: ops, options: faults)
+        fuzzer.outDir = outDir
         let start = ContinuousClock.now
         let bar = ProgressBar()
         let (completed, failure) = await fuzzer.run { done, total in bar.show(done, total, since: start) }

@@ -9,6 +9,8 @@ public struct Fuzzer: Sendable {
     public var options: RunOptions
     /// Parallel runs (the machine has two cores).
     public var workers: Int
+    /// Where failure files are written (named in the replay command).
+    public var outDir = "."
 
     public init(runs: Int, seed: UInt64, ops: Int, options: RunOptions = RunOptions(), workers: Int = 2) {
         self.runs = runs
@@ -34,6 +36,7 @@ public struct Fuzzer: Sendable {
     public func run(progress: @Sendable (Int, Int) -> Void) async -> (completed: Int, failure: Failure?) {
         let generator = ScenarioGenerator(ops: ops)
         let options = self.options
+        let outDir = self.outDir
         return await withTaskGroup(of: (Int, Failure?).self) { group in
             var next = 0
             var done = 0
@@ -44,7 +47,7 @@ public struct Fuzzer: Sendable {
                 next += 1
                 group.addTask {
                     let scenario = generator.scenario(seed: runSeed)
-                    let outcome = Simulation.run(scenario, name: "fuzz-failure-\(runSeed).json", options: options)
+                    let outcome = Simulation.run(scenario, name: "\(outDir)/fuzz-failure-\(runSeed).json", options: options)
                     if let report = outcome.report, report.passed { return (index, nil) }
                     let failed = outcome.report?.failedInvariants ?? []
                     return (index, Failure(seed: runSeed, scenario: scenario, failedInvariants: failed,
