@@ -37,6 +37,7 @@ public struct SimReport: Sendable, Equatable, Codable {
     public var checkpoints: Int
     /// Virtual milliseconds at the end of the run.
     public var virtualTimeMs: Int64
+    /// Both nodes went idle with the link empty (convergence itself is an invariant).
     public var converged: Bool
     public var sessions: Int
     public var sessionFailures: Int
@@ -55,7 +56,7 @@ public struct SimReport: Sendable, Equatable, Codable {
         var out = "syncsim run \(scenario) — seed \(seed), transport \(transport)\n"
         out += "  \(description)\n"
         out += "  \(steps) steps, \(checkpoints) checkpoints, \(sessions) sessions (\(sessionFailures) failed), "
-        out += "virtual time \(virtualTimeMs) ms, \(converged ? "converged" : "DID NOT CONVERGE")\n\n"
+        out += "virtual time \(virtualTimeMs) ms, \(converged ? "settled (both idle, link empty)" : "DID NOT SETTLE")\n\n"
         let header = ["node", "id", "entries", "tombstones", "sent", "received", "wire bytes", "payload bytes", "ratio", "frames", "dropped", "conflicts", "deferred", "refused"]
         let rows = nodes.map { n in
             [n.role, n.nodeID, "\(n.entries)", "\(n.tombstones)", "\(n.entriesSent)", "\(n.entriesReceived)", "\(n.bytesOnWire)",
