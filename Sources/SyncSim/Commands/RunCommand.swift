@@ -24,15 +24,19 @@ public struct RunCommand: AsyncParsableCommand {
     @Flag(help: "Print the report as JSON.")
     var json = false
 
+    @Option(help: "Copy the nodes' store files to this folder at the end (sim transport), for `syncsim inspect`.")
+    var keepStores: String?
+
     @Option(name: .customLong("inject-fault"), help: .hidden)
     var injectFault: [String] = []
 
     public init() {}
 
     public func run() async throws {
-        let faults: RunOptions
+        var faults: RunOptions
         do {
             faults = RunOptions(seed: seed, testingFaults: try Simulation.testingFaults(named: injectFault))
+            faults.keepStoresIn = keepStores
         } catch {
             printError(error.description)
             throw ExitCode(Simulation.Exit.badScenario)

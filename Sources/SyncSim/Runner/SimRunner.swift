@@ -15,6 +15,8 @@ public struct RunOptions: Sendable {
     /// Where the temporary store folders go: `$SYNCSIM_TMPDIR`, else `/dev/shm`
     /// when writable (real SQLite files, without waiting for the disk), else the system's.
     public var temporaryDirectory: String = RunOptions.defaultTemporaryDirectory
+    /// When set, the nodes' store files are copied here at the end (for `syncsim inspect`).
+    public var keepStoresIn: String?
 
     public static var defaultTemporaryDirectory: String {
         if let dir = ProcessInfo.processInfo.environment["SYNCSIM_TMPDIR"], !dir.isEmpty { return dir }
@@ -106,7 +108,9 @@ public final class SimRunner {
             checker.log.violate(.convergence, "did not converge within \(scenario.settleLimitMs) ms of virtual time after the last step")
         }
         try checkState(label: "end", connected: true)
-        return try makeReport(name: scenarioName, converged: converged)
+        let report = try makeReport(name: scenarioName, converged: converged)
+        if let keep = options.keepStoresIn { try keepStores(in: keep) }
+        return report
     }
 
     // MARK: sessions
@@ -318,6 +322,18 @@ public final class SimRunner {
         guard let value else { return [] }
         if descriptor.encoding != "json", case .string(let text) = value { return Array(text.utf8) }
         return Array(value.canonicalText.utf8)
+    }
+
+    /// Copies every store file of the run (including replaced watches') to `directory`.
+    func keepStores(in directory: String) throws {
+        let fm = FileManager.default
+        try fm.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        for node in [phone, watch] { node.crash() }
+        for name in try fm.contentsOfDirectory(atPath: folder).sorted() where name.hasSuffix(".sqlite") || name.hasSuffix(".sqlite-wal") {
+            let target = (directory as NSString).appendingPathComponent(name)
+            try? fm.removeItem(atPath: target)
+            try fm.copyItem(atPath: (folder as NSString).appendingPathComponent(name), toPath: target)
+        }
     }
 
     // MARK: checks
