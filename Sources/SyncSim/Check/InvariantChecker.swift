@@ -1,0 +1,199 @@
+import SyncEngine
+import SyncTransport
+
+/// Checks the simulator's invariants: every frame as it is sent (placement,
+/// direction, large values) and both stores at checkpoints and at the end
+/// (convergence, no lost acknowledged write, no resurrection, placement).
+///
+/// Messages name keys and versions, never values.
+struct InvariantChecker {
+    let registry: KeyRegistry
+    var log = ViolationLog()
+
+    init(registry: KeyRegistry) {
+        self.registry = registry
+    }
+
+    /// Whether entries of the key may cross between the devices at all.
+    func crosses(_ descriptor: KeyDescriptor) -> Bool {
+        descriptor.replicates(from: .phone) || descriptor.replicates(from: .watch)
+    }
+
+    // MARK: frames
+
+    /// Inspects one frame sent by `sender` (node id `senderID`).
+    mutating func observe(_ frame: Frame, from sender: DeviceRole, senderID: UInt32, model: WriteModel, at time: Int64, syncsVisible: Int? = nil) {
+        log.checked(.placement)
+        log.checked(.direction)
+        let message: SyncMessage
+        do {
+            message = try SyncMessage(frame: frame)
+        } catch {
+            log.violate(.placement, "t=\(time) \(sender) sent a frame (type \(frame.type)) that does not decode: \(error.message)")
+            return
+        }
+        switch message {
+        case .hello(let hello):
+            for line in hello.declarations {
+                let name = String(line.prefix { $0 != "|" })
+                if let d = registry.descriptor(forEntry: name), !crosses(d) {
+                    log.violate(.placement, "t=\(time) \(sender)'s hello declares local-only key \(name)")
+                }
+            }
+            for partial in hello.partialTransfers { checkEntryKey(partial.key, from: sender, time: time, what: "hello partial transfer") }
+        case .batch(let batch):
+            for entry in batch.entries {
+                checkEntryKey(entry.key, from: sender, time: time, what: "batch entry")
+                if !entry.deleted, let value = entry.value, value.count > SyncPolicy.automaticLimit {
+                    checkLarge(entry.key, version: entry.version, from: sender, senderID: senderID, model: model, time: time, visible: syncsVisible)
+                }
+            }
+        case .chunk(let chunk):
+            checkEntryKey(chunk.entry.key, from: sender, time: time, what: "chunk")
+            if chunk.totalSize > SyncPolicy.automaticLimit {
+                checkLarge(chunk.entry.key, version: chunk.entry.version, from: sender, senderID: senderID, model: model, time: time, visible: syncsVisible)
+            }
+        case .ack(let ack):
+            for rejection in ack.rejected { checkEntryKey(rejection.key, from: sender, time: time, what: "ack rejection", directional: false) }
+        case .chunkAck(let ack):
+            checkEntryKey(ack.key, from: sender, time: time, what: "chunk ack", directional: false)
+        case .error:
+            break
+        }
+    }
+
+    private mutating func checkEntryKey(_ key: String, from sender: DeviceRole, time: Int64, what: String, directional: Bool = true) {
+        guard let d = registry.descriptor(forEntry: key) else {
+            log.violate(.placement, "t=\(time) \(sender) sent a \(what) for undeclared key \(key)")
+            return
+        }
+        if !crosses(d) {
+            log.violate(.placement, "t=\(time) \(sender) sent a \(what) for \(d.availability.rawValue)/\(d.policy.rawValue) key \(key)")
+            return
+        }
+        guard directional else { return }
+        if d.availability == .phoneWithWatchSync && sender == .watch {
+            log.violate(.direction, "t=\(time) watch sent a \(what) for phoneWithWatchSync key \(key)")
+        } else if !d.replicates(from: sender) {
+            log.violate(.placement, "t=\(time) \(sender) sent a \(what) for key \(key), which does not replicate from the \(sender)")
+        }
+    }
+
+    private mutating func checkLarge(_ key: String, version: HLCTimestamp, from sender: DeviceRole, senderID: UInt32, model: WriteModel, time: Int64, visible: Int?) {
+        guard let d = registry.descriptor(forEntry: key), d.policy == .automaticSmall else { return }
+        log.checked(.largeValuesManual)
+        // Only values written on the sender are checked (a value that arrived from the peer has no local write).
+        guard let write = model.write(key: key, version: version), write.nodeID == senderID else { return }
+        if !model.syncedAfter(order: write.order, nodeID: senderID, visible: visible) {
+            log.violate(.largeValuesManual, "t=\(time) \(sender) sent \(key) (\(write.size) bytes, version \(version)) without a manual sync after the write")
+        }
+    }
+
+    // MARK: state
+
+    /// One node's stored state, for comparison.
+    struct Snapshot {
+        var role: DeviceRole
+        var nodeID: UInt32
+        var entries: [String: EntryInfo]
+        var values: [String: [UInt8]]
+    }
+
+    static func snapshot(_ store: SyncStore) throws -> Snapshot {
+        var entries: [String: EntryInfo] = [:]
+        var values: [String: [UInt8]] = [:]
+        for info in try store.allEntryInfo() {
+            entries[info.key] = info
+            if !info.isDeleted, let value = try store.rawValue(forKey: info.key) { values[info.key] = value }
+        }
+        return Snapshot(role: store.role, nodeID: store.nodeID, entries: entries, values: values)
+    }
+
+    /// Checks both stores. With `connected == false` (partitioned or a node
+    /// down at a checkpoint) convergence is not expected and not checked.
+    mutating func checkState(phone: Snapshot, watch: Snapshot, model: WriteModel, connected: Bool, label: String) {
+        let nodes = [phone, watch]
+        // placement in the stores
+        log.checked(.placement)
+        for node in nodes {
+            for key in node.entries.keys.sorted() {
+                guard let d = registry.descriptor(forEntry: key) else {
+                    log.violate(.placement, "\(label): \(node.role) holds undeclared key \(key)")
+                    continue
+                }
+                if !d.availability.canWrite(on: node.role) && !d.replicates(from: node.role.counterpart) {
+                    log.violate(.placement, "\(label): \(node.role) holds \(d.availability.rawValue)/\(d.policy.rawValue) key \(key)")
+                }
+            }
+        }
+        // no lost acknowledged write
+        log.checked(.noLostAcknowledgedWrite)
+        for write in model.writes where !write.retired {
+            guard let node = nodes.first(where: { $0.nodeID == write.nodeID }) else { continue }
+            guard let entry = node.entries[write.key] else {
+                if !write.deleted { log.violate(.noLostAcknowledgedWrite, "\(label): \(node.role) lost its write of \(write.key) at \(write.version)") }
+                continue
+            }
+            if entry.version < write.version {
+                log.violate(.noLostAcknowledgedWrite, "\(label): \(node.role) holds \(write.key) at \(entry.version), older than its acknowledged write \(write.version)")
+            }
+        }
+        let held = heldBack(phone: phone, watch: watch, model: model)
+        // no resurrection
+        log.checked(.noResurrection)
+        var finals: [String: WriteModel.Write] = [:]
+        for write in model.writes where !write.retired {
+            guard let d = registry.descriptor(forEntry: write.key), d.resolver == nil else { continue }
+            let scope = crosses(d) ? write.key : "\(write.key)@\(write.nodeID)"
+            if let current = finals[scope], current.version > write.version { continue }
+            finals[scope] = write
+        }
+        for scope in finals.keys.sorted() {
+            let write = finals[scope]!
+            guard write.deleted, !held.contains(write.key) else { continue }
+            // A value newer than the delete legitimately wins (e.g. written by a replaced watch).
+            for node in nodes where node.values[write.key] != nil && node.entries[write.key]!.version < write.version {
+                guard let d = registry.descriptor(forEntry: write.key) else { continue }
+                if crosses(d) || node.nodeID == write.nodeID {
+                    if connected || node.nodeID == write.nodeID {
+                        log.violate(.noResurrection, "\(label): \(write.key) was last deleted (\(write.version)) but \(node.role) holds a value at \(node.entries[write.key]!.version)")
+                    }
+                }
+            }
+        }
+        // convergence
+        guard connected else { return }
+        log.checked(.convergence)
+        let keys = Set(phone.entries.keys).union(watch.entries.keys)
+        for key in keys.sorted() {
+            guard let d = registry.descriptor(forEntry: key), crosses(d), !held.contains(key) else { continue }
+            let a = phone.entries[key], b = watch.entries[key]
+            let aLive = a.map { !$0.isDeleted } ?? false
+            let bLive = b.map { !$0.isDeleted } ?? false
+            if !aLive && !bLive { continue }
+            if a == nil || b == nil {
+                log.violate(.convergence, "\(label): \(key) is only on the \(a == nil ? "watch" : "phone")")
+            } else if a!.version != b!.version || a!.isDeleted != b!.isDeleted {
+                log.violate(.convergence, "\(label): \(key) differs: phone \(a!.version)\(a!.isDeleted ? " deleted" : ""), watch \(b!.version)\(b!.isDeleted ? " deleted" : "")")
+            } else if phone.values[key] != watch.values[key] {
+                log.violate(.convergence, "\(label): \(key) has the same version \(a!.version) but different values")
+            }
+        }
+    }
+
+    /// Keys whose latest version waits, by the rules, in a manual lane: a
+    /// pending manual-lane entry on its writer with no sync since its write.
+    func heldBack(phone: Snapshot, watch: Snapshot, model: WriteModel) -> Set<String> {
+        var held = Set<String>()
+        for node in [phone, watch] {
+            for (key, info) in node.entries where info.isPending && info.lane == .manual {
+                if let write = model.write(key: key, version: info.version), write.nodeID == node.nodeID,
+                   model.syncedAfter(order: write.order, nodeID: node.nodeID) {
+                    continue
+                }
+                held.insert(key)
+            }
+        }
+        return held
+    }
+}

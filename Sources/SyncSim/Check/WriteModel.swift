@@ -1,0 +1,63 @@
+import SyncEngine
+
+/// What the simulated apps did: every write whose call returned (with the
+/// version it got) and every manual sync, in the order they ran.
+struct WriteModel {
+    struct Write {
+        var node: DeviceRole
+        var nodeID: UInt32
+        var key: String
+        var version: HLCTimestamp
+        var deleted: Bool
+        var size: Int
+        /// Position among all model events (writes and syncs).
+        var order: Int
+        /// The node was replaced (a new watch): its writes are no longer checked.
+        var retired = false
+    }
+
+    struct Sync {
+        var node: DeviceRole
+        var nodeID: UInt32
+        var order: Int
+    }
+
+    private(set) var writes: [Write] = []
+    private(set) var syncs: [Sync] = []
+    /// The last re-baseline per node: it queues every entry again, and manual
+    /// entries wait for a sync made after it.
+    private(set) var rebaselines: [UInt32: Int] = [:]
+    private var nextOrder = 0
+
+    mutating func recordWrite(node: DeviceRole, nodeID: UInt32, key: String, version: HLCTimestamp, deleted: Bool, size: Int) {
+        writes.append(Write(node: node, nodeID: nodeID, key: key, version: version, deleted: deleted, size: size, order: nextOrder))
+        nextOrder += 1
+    }
+
+    mutating func recordSync(node: DeviceRole, nodeID: UInt32) {
+        syncs.append(Sync(node: node, nodeID: nodeID, order: nextOrder))
+        nextOrder += 1
+    }
+
+    mutating func recordRebaseline(nodeID: UInt32) {
+        rebaselines[nodeID] = nextOrder
+        nextOrder += 1
+    }
+
+    /// Marks every write of `nodeID` as belonging to a node that is gone.
+    mutating func retire(nodeID: UInt32) {
+        for i in writes.indices where writes[i].nodeID == nodeID { writes[i].retired = true }
+    }
+
+    /// The write that produced `version` on `nodeID`, if the model has it.
+    func write(key: String, version: HLCTimestamp) -> Write? {
+        writes.last { $0.key == key && $0.version == version }
+    }
+
+    /// Whether `nodeID` requested a manual sync after model event `order`;
+    /// with `visible`, only its first `visible` syncs count (those made before a frame was sent).
+    func syncedAfter(order: Int, nodeID: UInt32, visible: Int? = nil) -> Bool {
+        let after = max(order, rebaselines[nodeID] ?? -1)
+        return syncs.filter { $0.nodeID == nodeID }.prefix(visible ?? Int.max).contains { $0.order > after }
+    }
+}

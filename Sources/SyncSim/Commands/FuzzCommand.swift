@@ -1,0 +1,80 @@
+import ArgumentParser
+import Foundation
+import Synchronization
+
+/// `syncsim fuzz [--runs N] [--seed S] [--ops M]`.
+public struct FuzzCommand: AsyncParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "fuzz",
+        abstract: "Run random scenarios; a failure is written to a file, shrunk, and exits 1.",
+        discussion: "Run i uses seed S+i. On failure writes fuzz-failure-<seed>.json and a shrunk fuzz-failure-<seed>-min.json.")
+
+    @Option(help: "How many scenarios.") var runs: Int = 100
+    @Option(help: "The first seed.") var seed: UInt64 = 1
+    @Option(help: "Steps per scenario.") var ops: Int = 50
+    @Option(help: "Where failure files go.") var outDir: String = "."
+    @Option(name: .customLong("inject-fault"), help: .hidden) var injectFault: [String] = []
+
+    public init() {}
+
+    public func validate() throws {
+        guard runs >= 1 else { throw ValidationError("--runs must be at least 1") }
+        guard (1...10_000).contains(ops) else { throw ValidationError("--ops must be in 1...10000") }
+    }
+
+    public func run() async throws {
+        let faults: RunOptions
+        do {
+            faults = RunOptions(testingFaults: try Simulation.testingFaults(named: injectFault))
+        } catch {
+            throw ValidationError(error.message)
+        }
+        var fuzzer = Fuzzer(runs: runs, seed: seed, ops: ops, options: faults)
+        fuzzer.outDir = outDir
+        let start = ContinuousClock.now
+        let bar = ProgressBar()
+        let (completed, failure) = await fuzzer.run { done, total in bar.show(done, total, since: start) }
+        let seconds = max(0.001, (ContinuousClock.now - start) / .seconds(1))
+        bar.finish()
+        let rate = Double(completed) / seconds
+        guard let failure else {
+            print("\(completed) scenarios passed (seeds \(seed)...\(fuzzer.runSeed(runs - 1)), \(ops) ops each) in \(String(format: "%.1f", seconds)) s: \(String(format: "%.1f", rate)) scenarios/second")
+            return
+        }
+        let path = "\(outDir)/fuzz-failure-\(failure.seed).json"
+        let minPath = "\(outDir)/fuzz-failure-\(failure.seed)-min.json"
+        try failure.scenario.json.prettyText.write(toFile: path, atomically: true, encoding: .utf8)
+        print(failure.detail)
+        print("scenario \(completed) failed (\(failure.failedInvariants.joined(separator: ", "))); written to \(path)")
+        printError("shrinking…")
+        let shrunk = Shrinker(options: faults).shrink(failure.scenario, failing: Set(failure.failedInvariants))
+        try shrunk.json.prettyText.write(toFile: minPath, atomically: true, encoding: .utf8)
+        let suffix = injectFault.map { " --inject-fault \($0)" }.joined()
+        print("shrunk from \(failure.scenario.timeline.count) to \(shrunk.timeline.count) steps: \(minPath)")
+        print("replay: syncsim run \(path)\(suffix)")
+        print("replay: syncsim run \(minPath)\(suffix)")
+        print("\(String(format: "%.1f", rate)) scenarios/second")
+        throw ExitCode(Simulation.Exit.invariantFailed)
+    }
+}
+
+/// A single updating progress line on stderr.
+final class ProgressBar: Sendable {
+    private let last = Mutex<Int>(-1)
+
+    func show(_ done: Int, _ total: Int, since start: ContinuousClock.Instant) {
+        let width = 30
+        let filled = total > 0 ? done * width / total : width
+        let shouldDraw = last.withLock { last -> Bool in
+            guard filled != last || done == total || done % 10 == 0 else { return false }
+            last = filled
+            return true
+        }
+        guard shouldDraw else { return }
+        let seconds = max(0.001, (ContinuousClock.now - start) / .seconds(1))
+        let line = "\r[\(String(repeating: "#", count: filled))\(String(repeating: ".", count: width - filled))] \(done)/\(total)  \(String(format: "%.1f", Double(done) / seconds)) scenarios/s"
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+
+    func finish() { FileHandle.standardError.write(Data("\n".utf8)) }
+}

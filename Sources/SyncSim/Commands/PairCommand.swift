@@ -1,0 +1,26 @@
+import ArgumentParser
+import SyncTransport
+
+/// `syncsim pair --out FILE`: makes a pairing secret file (mode 0600).
+public struct PairCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "pair", abstract: "Make a pairing secret file (mode 0600) for two nodes; prints its epoch, never the secret.")
+
+    @Option(help: "Where to write the secret.")
+    var out: String
+
+    @Flag(help: "Replace an existing file.")
+    var force = false
+
+    public init() {}
+
+    public func run() throws {
+        let secret = PairingSecret.generate()
+        do {
+            try secret.write(to: out, overwrite: force)
+        } catch {
+            throw ValidationError("cannot write the pairing secret to \(out): \(error)\(force ? "" : " (use --force to replace an existing file)")")
+        }
+        print("wrote a pairing secret to \(out) (mode 0600); epoch \(secret.epoch)")
+    }
+}

@@ -1,0 +1,64 @@
+import ArgumentParser
+import Foundation
+
+/// `syncsim run SCENARIO.json [--seed N] [--transport sim|tcp] [--json]`.
+public struct RunCommand: AsyncParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Run a scenario, check the invariants, print a report.",
+        discussion: "Exit status: 0 when every invariant holds, 1 when one fails (the report prints the replay command), 2 for a bad scenario file.")
+
+    public enum Transport: String, ExpressibleByArgument, CaseIterable, Sendable {
+        case sim, tcp
+    }
+
+    @Argument(help: "The scenario file (see Fixtures/scenarios/README.md).")
+    var scenario: String
+
+    @Option(help: "Override the scenario's seed.")
+    var seed: UInt64?
+
+    @Option(help: "sim (virtual time, default) or tcp (real sockets on 127.0.0.1).")
+    var transport: Transport = .sim
+
+    @Flag(help: "Print the report as JSON.")
+    var json = false
+
+    @Option(help: "Copy the nodes' store files to this folder at the end (sim transport), for `syncsim inspect`.")
+    var keepStores: String?
+
+    @Option(name: .customLong("inject-fault"), help: .hidden)
+    var injectFault: [String] = []
+
+    public init() {}
+
+    public func run() async throws {
+        var faults: RunOptions
+        do {
+            faults = RunOptions(seed: seed, testingFaults: try Simulation.testingFaults(named: injectFault))
+            faults.keepStoresIn = keepStores
+        } catch {
+            printError(error.description)
+            throw ExitCode(Simulation.Exit.badScenario)
+        }
+        let outcome: Simulation.Outcome
+        switch transport {
+        case .sim:
+            outcome = Simulation.run(path: scenario, options: faults)
+        case .tcp:
+            outcome = await Simulation.runTCP(path: scenario, options: faults)
+        }
+        if let error = outcome.scenarioError {
+            printError("bad scenario: \(error)")
+        } else if let error = outcome.runError {
+            printError(error)
+        } else if let report = outcome.report {
+            print(json ? report.json : report.text, terminator: "")
+        }
+        if outcome.exitCode != 0 { throw ExitCode(outcome.exitCode) }
+    }
+}
+
+func printError(_ message: String) {
+    FileHandle.standardError.write(Data((message + "\n").utf8))
+}

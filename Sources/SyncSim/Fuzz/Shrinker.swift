@@ -1,0 +1,58 @@
+/// Shrinks a failing scenario by removing timeline steps while it still
+/// fails one of the same invariants (delta debugging: halves, then smaller
+/// chunks, down to single steps).
+public struct Shrinker: Sendable {
+    /// The most scenario runs one shrink may spend.
+    public var maxRuns: Int
+    public var options: RunOptions
+
+    public init(maxRuns: Int = 300, options: RunOptions = RunOptions()) {
+        self.maxRuns = maxRuns
+        self.options = options
+    }
+
+    /// Whether `scenario` fails one of `invariants` (or fails to run when `invariants` is empty).
+    func fails(_ scenario: Scenario, _ invariants: Set<String>) -> Bool {
+        let outcome = Simulation.run(scenario, name: "shrink", options: options)
+        guard let report = outcome.report else { return outcome.runError != nil }
+        return !invariants.isDisjoint(with: report.failedInvariants) || (invariants.isEmpty && !report.passed)
+    }
+
+    /// The smallest failing scenario found within the budget.
+    public func shrink(_ scenario: Scenario, failing invariants: Set<String>) -> Scenario {
+        var current = scenario
+        var runs = 0
+        var chunk = max(1, current.timeline.count / 2)
+        while chunk >= 1 && runs < maxRuns {
+            var index = 0
+            var removedAny = false
+            while index < current.timeline.count && runs < maxRuns {
+                var candidate = current
+                candidate.timeline.removeSubrange(index..<min(current.timeline.count, index + chunk))
+                runs += 1
+                if fails(candidate, invariants) {
+                    current = candidate
+                    removedAny = true
+                } else {
+                    index += chunk
+                }
+            }
+            if chunk == 1 && !removedAny { break }
+            chunk = chunk == 1 ? 1 : chunk / 2
+            if chunk == 1 && !removedAny && runs >= maxRuns { break }
+        }
+        // Drop keys no step uses.
+        let used = Set(current.timeline.compactMap { step -> String? in
+            switch step.action {
+            case .put(_, let key, _, _), .delete(_, let key): key
+            default: nil
+            }
+        })
+        var trimmed = current
+        trimmed.keys = current.keys.filter { k in used.contains { $0 == k.name || $0.hasPrefix(k.name + ":") } }
+        if trimmed.keys.isEmpty { trimmed.keys = Array(current.keys.prefix(1)) }
+        if runs < maxRuns + 1, fails(trimmed, invariants) { current = trimmed }
+        current.description = "shrunk reproduction: " + scenario.description
+        return current
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+import SyncEngine
+import SyncTransport
+
+/// The outcome of one run: per-node traffic and per-invariant results.
+/// Holds no wall-clock times, paths or random ids, so the same scenario and
+/// seed give the same report.
+public struct SimReport: Sendable, Equatable, Codable {
+    /// One node's figures.
+    public struct Node: Sendable, Equatable, Codable {
+        public var role: String
+        public var nodeID: String
+        /// Live entries at the end.
+        public var entries: Int
+        public var tombstones: Int
+        public var entriesSent: Int
+        public var entriesReceived: Int
+        /// Envelope bytes this node put on the wire (after compression).
+        public var bytesOnWire: Int
+        /// Payload bytes before compression.
+        public var payloadBytes: Int
+        /// payload ÷ wire.
+        public var compressionRatio: Double
+        public var framesSent: Int
+        public var framesDropped: Int
+        public var conflicts: Int
+        public var deferred: Int
+        /// Writes the store refused (availability) or that hit a node that was down.
+        public var refusedWrites: Int
+    }
+
+    public var scenario: String
+    public var description: String
+    public var seed: UInt64
+    public var transport: String
+    public var steps: Int
+    public var checkpoints: Int
+    /// Virtual milliseconds at the end of the run.
+    public var virtualTimeMs: Int64
+    /// Both nodes went idle with the link empty (convergence itself is an invariant).
+    public var converged: Bool
+    public var sessions: Int
+    public var sessionFailures: Int
+    public var nodes: [Node]
+    public var invariants: [InvariantResult]
+    /// The command that replays this run.
+    public var replay: String
+
+    /// True when every invariant held.
+    public var passed: Bool { invariants.allSatisfy(\.passed) }
+    /// The names of the invariants that failed.
+    public var failedInvariants: [String] { invariants.filter { !$0.passed }.map(\.name) }
+
+    /// The report as a readable table.
+    public var text: String {
+        var out = "syncsim run \(scenario) — seed \(seed), transport \(transport)\n"
+        out += "  \(description)\n"
+        out += "  \(steps) steps, \(checkpoints) checkpoints, \(sessions) sessions (\(sessionFailures) failed), "
+        out += "virtual time \(virtualTimeMs) ms, \(converged ? "settled (both idle, link empty)" : "DID NOT SETTLE")\n\n"
+        let header = ["node", "id", "entries", "tombstones", "sent", "received", "wire bytes", "payload bytes", "ratio", "frames", "dropped", "conflicts", "deferred", "refused"]
+        let rows = nodes.map { n in
+            [n.role, n.nodeID, "\(n.entries)", "\(n.tombstones)", "\(n.entriesSent)", "\(n.entriesReceived)", "\(n.bytesOnWire)",
+             "\(n.payloadBytes)", String(format: "%.2f", n.compressionRatio), "\(n.framesSent)", "\(n.framesDropped)",
+             "\(n.conflicts)", "\(n.deferred)", "\(n.refusedWrites)"]
+        }
+        out += SimReport.table([header] + rows)
+        out += "\n"
+        let width = invariants.map(\.name.count).max() ?? 0
+        for result in invariants {
+            let pad = String(repeating: " ", count: width - result.name.count)
+            out += "  \(result.passed ? "PASS" : "FAIL")  \(result.name)\(pad)  (\(result.checks) checks)\n"
+            for violation in result.violations { out += "          - \(violation)\n" }
+            if result.moreViolations > 0 { out += "          - … and \(result.moreViolations) more\n" }
+        }
+        out += "\n"
+        if passed {
+            out += "all invariants hold\n"
+        } else {
+            out += "FAILED: \(failedInvariants.joined(separator: ", "))\n"
+            out += "replay: \(replay)\n"
+        }
+        return out
+    }
+
+    /// The report as pretty JSON with sorted keys.
+    public var json: String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        var copy = self
+        for i in copy.nodes.indices { copy.nodes[i].compressionRatio = (copy.nodes[i].compressionRatio * 100).rounded() / 100 }
+        let data = (try? encoder.encode(JSONForm(report: copy))) ?? Data()
+        return String(decoding: data, as: UTF8.self) + "\n"
+    }
+
+    private struct JSONForm: Encodable {
+        var report: SimReport
+        enum CodingKeys: String, CodingKey { case scenario, description, seed, transport, steps, checkpoints, virtualTimeMs, converged, sessions, sessionFailures, nodes, invariants, passed, failed, replay }
+        func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(report.scenario, forKey: .scenario)
+            try c.encode(report.description, forKey: .description)
+            try c.encode(report.seed, forKey: .seed)
+            try c.encode(report.transport, forKey: .transport)
+            try c.encode(report.steps, forKey: .steps)
+            try c.encode(report.checkpoints, forKey: .checkpoints)
+            try c.encode(report.virtualTimeMs, forKey: .virtualTimeMs)
+            try c.encode(report.converged, forKey: .converged)
+            try c.encode(report.sessions, forKey: .sessions)
+            try c.encode(report.sessionFailures, forKey: .sessionFailures)
+            try c.encode(report.nodes, forKey: .nodes)
+            try c.encode(report.invariants, forKey: .invariants)
+            try c.encode(report.passed, forKey: .passed)
+            try c.encode(report.failedInvariants, forKey: .failed)
+            try c.encode(report.replay, forKey: .replay)
+        }
+    }
+
+    static func table(_ rows: [[String]]) -> String {
+        guard let first = rows.first else { return "" }
+        let widths = (0..<first.count).map { col in rows.map { $0[col].count }.max() ?? 0 }
+        var out = ""
+        for (i, row) in rows.enumerated() {
+            let cells = row.enumerated().map { col, cell in
+                let pad = String(repeating: " ", count: widths[col] - cell.count)
+                return col < 2 ? cell + pad : pad + cell
+            }
+            out += "  " + cells.joined(separator: "  ") + "\n"
+            if i == 0 { out += "  " + widths.map { String(repeating: "-", count: $0) }.joined(separator: "  ") + "\n" }
+        }
+        return out
+    }
+}
+
+extension SimRunner {
+    func makeReport(name: String, converged: Bool) throws -> SimReport {
+        var nodes: [SimReport.Node] = []
+        for node in [phone, watch] {
+            var live = 0, tombstones = 0
+            if let store = node.store {
+                for info in try store.allEntryInfo() { if info.isDeleted { tombstones += 1 } else { live += 1 } }
+            }
+            let c = node.counters
+            let s = link.statistics(for: node.end)
+            nodes.append(SimReport.Node(
+                role: node.role.rawValue, nodeID: String(node.nodeID, radix: 16), entries: live, tombstones: tombstones,
+                entriesSent: c.entriesSent, entriesReceived: c.entriesReceived, bytesOnWire: s.bytesSent, payloadBytes: s.payloadBytesSent,
+                compressionRatio: s.bytesSent > 0 ? Double(s.payloadBytesSent) / Double(s.bytesSent) : 1,
+                framesSent: s.framesSent, framesDropped: s.framesDropped, conflicts: c.conflicts, deferred: c.deferred,
+                refusedWrites: node.refusedWrites))
+        }
+        var replay = "syncsim run \(name) --seed \(seed)"
+        if options.testingFaults.skipTombstones { replay += " --inject-fault skip-tombstones" }
+        if options.testingFaults.lastArrivalWins { replay += " --inject-fault last-arrival-wins" }
+        return SimReport(scenario: name, description: scenario.description, seed: seed, transport: "sim", steps: stepsRun,
+                         checkpoints: checkpoints, virtualTimeMs: now, converged: converged, sessions: sessionsStarted,
+                         sessionFailures: sessionFailures, nodes: nodes, invariants: checker.log.ordered, replay: replay)
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+import SyncEngine
+@testable import SyncSim
+import Testing
+
+/// The simulator's library API: every fixture passes, runs are reproducible,
+/// a deliberate engine fault is caught, bad files are named by field and line.
+@Suite struct SimScenarioTests {
+    static let fixtures: String = {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/scenarios").path
+    }()
+
+    static let scenarioNames = [
+        "basic-two-way", "policy-matrix", "large-values", "partition-heal", "flaky-link", "crash-phone-mid-batch",
+        "crash-watch-mid-batch", "clock-skew", "conflicts-and-deletes", "new-watch-epoch",
+    ]
+
+    static func path(_ name: String) -> String { "\(fixtures)/\(name).json" }
+
+    @Test(arguments: scenarioNames)
+    func fixturePassesOverSim(name: String) throws {
+        let outcome = Simulation.run(path: Self.path(name))
+        #expect(outcome.scenarioError == nil, "\(String(describing: outcome.scenarioError))")
+        #expect(outcome.runError == nil, "\(outcome.runError ?? "")")
+        let report = try #require(outcome.report)
+        #expect(report.passed, "\(report.text)")
+        #expect(report.converged)
+        #expect(outcome.exitCode == 0)
+        let scenario = try Scenario.load(path: Self.path(name))
+        #expect(!scenario.description.isEmpty)
+    }
+
+    @Test func sameSeedGivesIdenticalReports() throws {
+        for name in ["flaky-link", "crash-phone-mid-batch", "conflicts-and-deletes"] {
+            let first = try #require(Simulation.run(path: Self.path(name)).report)
+            let second = try #require(Simulation.run(path: Self.path(name)).report)
+            #expect(first.text == second.text, "\(name)")
+            #expect(first.json == second.json, "\(name)")
+        }
+    }
+
+    @Test func seedOptionOverridesTheScenarioSeed() throws {
+        let report = try #require(Simulation.run(path: Self.path("flaky-link"), options: RunOptions(seed: 77)).report)
+        #expect(report.seed == 77)
+        #expect(report.replay.hasSuffix("--seed 77"))
+        #expect(report.passed)
+    }
+
+    @Test func skippedTombstonesAreCaught() throws {
+        let faults = try Simulation.testingFaults(named: ["skip-tombstones"])
+        let outcome = Simulation.run(path: Self.path("conflicts-and-deletes"), options: RunOptions(testingFaults: faults))
+        #expect(outcome.exitCode == Simulation.Exit.invariantFailed)
+        let report = try #require(outcome.report)
+        #expect(!Set(report.failedInvariants).isDisjoint(with: ["no-resurrection", "convergence"]))
+        #expect(report.text.contains("replay: syncsim run"))
+        #expect(report.replay.contains("--inject-fault skip-tombstones"))
+    }
+
+    @Test func lastArrivalWinsIsCaught() throws {
+        let faults = try Simulation.testingFaults(named: ["last-arrival-wins"])
+        let outcome = Simulation.run(path: Self.path("conflicts-and-deletes"), options: RunOptions(testingFaults: faults))
+        #expect(outcome.exitCode == Simulation.Exit.invariantFailed)
+    }
+
+    @Test func badScenarioNamesFieldAndLine() throws {
+        let folder = TempFolder()
+        let file = folder.file("bad.json")
+        try """
+        {
+          "description": "bad node",
+          "seed": 1,
+          "keys": [{"name": "a", "availability": "all", "policy": "automaticSmall", "security": "none"}],
+          "timeline": [
+            {"at": 0, "op": "put", "node": "phone", "key": "a", "value": 1},
+            {"at": 5, "op": "put", "node": "tablet", "key": "a", "value": 2}
+          ]
+        }
+        """.write(toFile: file, atomically: true, encoding: .utf8)
+        let outcome = Simulation.run(path: file)
+        #expect(outcome.exitCode == Simulation.Exit.badScenario)
+        let error = try #require(outcome.scenarioError)
+        #expect(error.field == "timeline[1].node")
+        #expect(error.line == 7)
+        #expect(error.description.contains("bad.json:7"))
+    }
+
+    @Test(arguments: [
+        ("{\"seed\": 1, \"keys\": [], \"timeline\": []}", "description", 1),
+        ("{\"description\": \"d\",\n \"seed\": 1,\n \"keys\": [],\n \"timeline\": [\n {\"at\": 0, \"op\": \"jump\"}]}", "timeline[0].op", 5),
+        ("{\"description\": \"d\",\n \"seed\": 1,\n \"keys\": [{\"name\": \"k\",\n \"policy\": \"sometimes\"}],\n \"timeline\": []}", "keys[0].policy", 4),
+        ("{\"description\": \"d\",\n \"seed\": 1,\n \"keys\": [],\n \"timeline\": [\n {\"at\": 0, \"op\": \"skew\", \"node\": \"watch\",\n \"ms\": 900000}]}", "timeline[0].ms", 6),
+        ("{\"description\": \"d\",\n \"seed\": 1,\n \"keys\": [],\n \"faults\": {\"lossRate\": 2}, \"timeline\": []}", "faults.lossRate", 4),
+        ("{\"description\": \"d\",\n \"seed\": 1,\n \"keys\": [\n oops]}", "", 4),
+    ])
+    func badScenarioTexts(text: String, field: String, line: Int) {
+        #expect(throws: ScenarioError.self) { try Scenario.parse(text, file: "t.json") }
+        do {
+            _ = try Scenario.parse(text, file: "t.json")
+        } catch {
+            #expect(error.field == field)
+            #expect(error.line == line)
+        }
+    }
+
+    @Test func scenarioJSONRoundTrips() throws {
+        let scenario = ScenarioGenerator(ops: 60).scenario(seed: 42)
+        let parsed = try Scenario.parse(scenario.json.prettyText)
+        #expect(parsed.keys == scenario.keys)
+        #expect(parsed.faults == scenario.faults)
+        #expect(parsed.timeline.map(\.action) == scenario.timeline.map(\.action))
+        #expect(parsed.timeline.map(\.at) == scenario.timeline.map(\.at))
+    }
+
+    @Test func generatedValuesHaveTheExactSerializedSize() throws {
+        let scenario = try Scenario.parse("""
+        {"description": "sizes", "seed": 3,
+         "keys": [{"name": "j", "policy": "manual"}, {"name": "d", "policy": "manual", "encoding": "data"}],
+         "timeline": [{"at": 0, "op": "put", "node": "phone", "key": "j", "size": 102401},
+                      {"at": 0, "op": "put", "node": "phone", "key": "d", "size": 7}]}
+        """)
+        let runner = try SimRunner(scenario: scenario)
+        #expect(runner.valueBytes(descriptor: scenario.keys[0], value: nil, size: 102_401).count == 102_401)
+        #expect(runner.valueBytes(descriptor: scenario.keys[1], value: nil, size: 7).count == 7)
+    }
+}
+
+/// The same fixtures over real sockets on 127.0.0.1.
+@Suite struct SimTCPScenarioTests {
+    @Test(arguments: SimScenarioTests.scenarioNames)
+    func fixturePassesOverTCP(name: String) async throws {
+        let outcome = await Simulation.runTCP(path: SimScenarioTests.path(name))
+        #expect(outcome.runError == nil, "\(outcome.runError ?? "")")
+        let report = try #require(outcome.report)
+        #expect(report.passed, "\(report.text)")
+        #expect(report.transport == "tcp")
+    }
+
+    @Test func skippedTombstonesAreCaughtOverTCP() async throws {
+        let faults = try Simulation.testingFaults(named: ["skip-tombstones"])
+        let outcome = await Simulation.runTCP(path: SimScenarioTests.path("conflicts-and-deletes"), options: RunOptions(testingFaults: faults))
+        #expect(outcome.exitCode == Simulation.Exit.invariantFailed)
+    }
+}
+
+/// Engine bugs the fuzzer found, kept as reproductions. Each is a known
+/// issue until the engine is fixed; then this test reports that the issue
+/// no longer occurs and the scenario moves to the passing fixtures.
+@Suite struct SimRegressionTests {
+    @Test(arguments: ["resolver-tombstone-divergence", "rebaseline-after-skew"])
+    func knownEngineBug(name: String) throws {
+        let outcome = Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
+        let report = try #require(outcome.report)
+        withKnownIssue("engine bug reproduced by \(name).json") {
+            #expect(report.passed, "\(report.text)")
+        }
+    }
+}

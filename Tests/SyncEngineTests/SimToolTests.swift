@@ -1,0 +1,73 @@
+import Foundation
+import SyncEngine
+@testable import SyncSim
+import SyncTransport
+import Testing
+
+/// Fuzzing, shrinking, inspection and the binary's exit codes.
+@Suite struct SimToolTests {
+    @Test func fuzzSmallRunPasses() async {
+        let fuzzer = Fuzzer(runs: 6, seed: 1000, ops: 30)
+        let (completed, failure) = await fuzzer.run { _, _ in }
+        #expect(completed == 6)
+        #expect(failure == nil, "\(failure?.detail ?? "")")
+    }
+
+    @Test func fuzzFindsAndShrinksAnInjectedFault() async throws {
+        let options = RunOptions(testingFaults: try Simulation.testingFaults(named: ["skip-tombstones"]))
+        let fuzzer = Fuzzer(runs: 20, seed: 1, ops: 40, options: options)
+        let (_, found) = await fuzzer.run { _, _ in }
+        let failure = try #require(found)
+        let shrunk = Shrinker(maxRuns: 150, options: options).shrink(failure.scenario, failing: Set(failure.failedInvariants))
+        #expect(shrunk.timeline.count < failure.scenario.timeline.count)
+        let replay = Simulation.run(shrunk, name: "min", options: options)
+        #expect(replay.exitCode == Simulation.Exit.invariantFailed)
+        // The shrunk file parses back to the same scenario.
+        let reparsed = try Scenario.parse(shrunk.json.prettyText)
+        #expect(reparsed.timeline.map(\.action) == shrunk.timeline.map(\.action))
+    }
+
+    @Test func inspectElidesValuesAndNeverShowsEncryptedOnes() throws {
+        let folder = TempFolder()
+        let registry = try KeyRegistry(descriptors: [
+            KeyDescriptor(name: "plain"), KeyDescriptor(name: "hidden", security: .encrypted), KeyDescriptor(name: "manual", policy: .manual),
+        ])
+        let store = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: registry,
+                                  options: StoreOptions(clock: ManualClock(), encryption: .keyFile(path: folder.file("k"))))
+        try store.setEncoded(Array("\"visible-text\"".utf8), forKey: "plain")
+        try store.setEncoded(Array("\"secret-text\"".utf8), forKey: "hidden")
+        try store.setEncoded(Array("1".utf8), forKey: "manual")
+        let elided = try StoreInspection(path: folder.file("s.sqlite"), includeValues: false)
+        #expect(elided.entries.count == 3)
+        #expect(!elided.text.contains("visible-text"))
+        #expect(elided.pending.count == 3)
+        let shown = try StoreInspection(path: folder.file("s.sqlite"), includeValues: true)
+        #expect(shown.text.contains("visible-text"))
+        #expect(!shown.text.contains("secret-text"))
+        #expect(!shown.json.contains("secret-text"))
+        #expect(shown.role == "phone")
+    }
+
+    /// One end-to-end check of the binary's exit codes, when it is built next to the tests.
+    @Test func binaryExitCodes() throws {
+        let candidates = [Bundle.main.executableURL?.deletingLastPathComponent(), Bundle.main.bundleURL.deletingLastPathComponent()]
+            .compactMap { $0?.appendingPathComponent("syncsim").path }
+        guard let binary = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else { return }
+        func run(_ args: [String]) throws -> Int32 {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: binary)
+            process.arguments = args
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            process.waitUntilExit()
+            return process.terminationStatus
+        }
+        let basic = SimScenarioTests.path("basic-two-way")
+        #expect(try run(["run", basic]) == 0)
+        #expect(try run(["run", SimScenarioTests.path("conflicts-and-deletes"), "--inject-fault", "skip-tombstones"]) == 1)
+        let folder = TempFolder()
+        try "{\"description\": \"x\"}".write(toFile: folder.file("bad.json"), atomically: true, encoding: .utf8)
+        #expect(try run(["run", folder.file("bad.json")]) == 2)
+    }
+}
