@@ -143,16 +143,12 @@ import Testing
     }
 }
 
-/// Engine bugs the fuzzer found, kept as reproductions. Each is a known
-/// issue until the engine is fixed; then this test reports that the issue
-/// no longer occurs and the scenario moves to the passing fixtures.
+/// Engine bugs the fuzzer found, fixed, and kept as regression scenarios.
 @Suite struct SimRegressionTests {
     @Test(arguments: ["resolver-tombstone-divergence", "rebaseline-after-skew"])
-    func knownEngineBug(name: String) throws {
+    func fixedEngineBugStaysFixed(name: String) throws {
         let outcome = Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)
-        withKnownIssue("engine bug reproduced by \(name).json") {
-            #expect(report.passed, "\(report.text)")
-        }
+        #expect(report.passed, "\(report.text)")
     }
 }

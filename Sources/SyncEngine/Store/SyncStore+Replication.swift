@@ -184,10 +184,12 @@ extension SyncStore {
                                     version: incoming.version, base: incoming.base, deleted: incoming.deleted, encrypted: false,
                                     size: incoming.deleted ? 0 : (incoming.value?.count ?? 0), changeSeq: 0, lane: .none, ackedSeq: 0)
                 case .merged(let value, let version):
-                    let keepPending = local?.isPending ?? false
+                    // A merge is new information for the peer too: send it (the peer's
+                    // re-merge of a join is a no-op, so this ends).
+                    let lane = lane(for: descriptor, size: value.count, deleted: false)
                     row = StoredRow(key: incoming.key, value: value, encoding: incoming.encoding, version: version, base: version,
-                                    deleted: false, encrypted: false, size: value.count, changeSeq: keepPending ? local!.changeSeq : 0,
-                                    lane: keepPending ? local!.lane : .none, ackedSeq: 0)
+                                    deleted: false, encrypted: false, size: value.count, changeSeq: lane == .none ? 0 : takeSeq(),
+                                    lane: lane, ackedSeq: 0)
                 }
                 try saveRow(conn, row, encrypt: descriptor.security == .encrypted, writtenAt: now)
                 if let conflict = decision.conflict, let local {
@@ -328,10 +330,7 @@ extension SyncStore {
     func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> Bool {
         let now = physicalClock.nowMilliseconds()
         return try database.write { conn in
-            let last = try conn.statement("SELECT peer_node, epoch FROM sync_peers ORDER BY last_seen DESC LIMIT 1")
-            var previous: (UInt32, String)?
-            if try last.step() { previous = (UInt32(truncatingIfNeeded: last.int64(0)), last.string(1)) }
-            try last.run()
+            let meta = try SyncStore.readMeta(conn)
             let upsert = try conn.statement("""
                 INSERT INTO sync_peers(peer_node, peer_role, epoch, acked_through, last_seen) VALUES(?1, ?2, ?3, 0, ?4)
                 ON CONFLICT(peer_node) DO UPDATE SET peer_role = excluded.peer_role, epoch = excluded.epoch, last_seen = excluded.last_seen,
@@ -342,26 +341,46 @@ extension SyncStore {
             upsert.bind(3, epoch)
             upsert.bind(4, now)
             try upsert.run()
-            guard let previous, previous.0 != node || previous.1 != epoch else { return false }
-            try rebaseline(conn)
+            // The current pairing is kept in sync_meta, not inferred from (skewable) wall-clock times.
+            let current = "\(node)/\(epoch)"
+            let previous = meta["current_peer"]
+            try SyncStore.writeMeta(conn, "current_peer", current)
+            guard let previous, previous != current else { return false }
+            try rebaseline(conn, releasedThrough: Int64(meta["manual_flush_through"] ?? "") ?? 0)
             return true
         }
     }
 
-    /// Queues every entry that replicates from this device, with a fresh sequence number.
-    private func rebaseline(_ conn: SQLiteConnection) throws {
-        let select = try conn.statement("SELECT key, size, deleted FROM entries ORDER BY key")
-        var rows: [(String, Int, Bool)] = []
-        while try select.step() { rows.append((select.string(0), select.int(1), select.int(2) != 0)) }
-        let update = "UPDATE entries SET change_seq = ?2, lane = ?3, acked_seq = 0 WHERE key = ?1"
-        for (key, size, deleted) in rows {
+    /// Queues every entry that replicates from this device with a fresh
+    /// sequence number. Manual changes a `sync()` had released (or the old peer
+    /// had received) stay released; those still waiting keep waiting.
+    private func rebaseline(_ conn: SQLiteConnection, releasedThrough: Int64) throws {
+        let select = try conn.statement("SELECT key, size, deleted, lane, change_seq, acked_seq FROM entries ORDER BY change_seq, key")
+        var released: [(String, SyncLane)] = []
+        var waiting: [(String, SyncLane)] = []
+        while try select.step() {
+            let key = select.string(0)
             guard let descriptor = registry.descriptor(forEntry: key) else { continue }
-            let lane = lane(for: descriptor, size: size, deleted: deleted)
-            let stmt = try conn.statement(update)
-            stmt.bind(1, key)
-            stmt.bind(2, lane == .none ? 0 : takeSeq())
-            stmt.bind(3, lane.rawValue)
-            try stmt.run()
+            let lane = lane(for: descriptor, size: select.int(1), deleted: select.int(2) != 0)
+            let oldSeq = select.int64(4)
+            let wasWaiting = SyncLane(rawValue: select.int(3)) == .manual && oldSeq > select.int64(5) && oldSeq > releasedThrough
+            if wasWaiting { waiting.append((key, lane)) } else { released.append((key, lane)) }
+        }
+        let update = "UPDATE entries SET change_seq = ?2, lane = ?3, acked_seq = 0 WHERE key = ?1"
+        var lastReleased: Int64?
+        for (group, isReleased) in [(released, true), (waiting, false)] {
+            for (key, lane) in group {
+                let seq = lane == .none ? 0 : takeSeq()
+                let stmt = try conn.statement(update)
+                stmt.bind(1, key)
+                stmt.bind(2, seq)
+                stmt.bind(3, lane.rawValue)
+                try stmt.run()
+                if isReleased && seq > 0 { lastReleased = seq }
+            }
+        }
+        if let lastReleased, lastReleased > releasedThrough {
+            try SyncStore.writeMeta(conn, "manual_flush_through", String(lastReleased))
         }
     }
 

@@ -57,7 +57,8 @@ struct WriteModel {
     /// Whether `nodeID` requested a manual sync after model event `order`;
     /// with `visible`, only its first `visible` syncs count (those made before a frame was sent).
     func syncedAfter(order: Int, nodeID: UInt32, visible: Int? = nil) -> Bool {
-        let after = max(order, rebaselines[nodeID] ?? -1)
+        // A re-baseline (new watch) keeps changes that a sync() had released released.
+        let after = order
         return syncs.filter { $0.nodeID == nodeID }.prefix(visible ?? Int.max).contains { $0.order > after }
     }
 }
