@@ -107,6 +107,9 @@ struct Statement {
         throw connection.error(rc, context: "step")
     }
 
+    /// Ends the current execution early (after reading the rows wanted); cheap.
+    func reset() { sqlite3_reset(handle) }
+
     /// Steps to completion, for statements without results.
     func run() throws {
         while try step() {}

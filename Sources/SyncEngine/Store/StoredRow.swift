@@ -40,7 +40,7 @@ extension SyncStore {
     func loadRow(_ conn: SQLiteConnection, key: String) throws -> StoredRow? {
         let stmt = try conn.statement("SELECT \(SyncStore.rowColumns) FROM entries WHERE key = ?")
         stmt.bind(1, key)
-        defer { try? stmt.run() }
+        defer { stmt.reset() }
         return try stmt.step() ? decodeRow(stmt) : nil
     }
 

@@ -52,7 +52,7 @@ extension SyncStore {
             try SyncStore.writeMeta(conn, "manual_flush_through", String(through))
             let stmt = try conn.statement("SELECT count(*) FROM entries WHERE change_seq > acked_seq AND lane > 0 AND lane = 2")
             _ = try stmt.step()
-            defer { try? stmt.run() }
+            defer { stmt.reset() }
             return stmt.int(0)
         }
         localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
@@ -74,7 +74,7 @@ extension SyncStore {
             stmt.bind(1, cursor)
             stmt.bind(2, flushThrough)
             stmt.bind(3, SyncStore.inlineValueLimit)
-            defer { try? stmt.run() }
+            defer { stmt.reset() }
             var rows: [OutboundRow] = []
             var bytes = 0
             var scanned = cursor
@@ -402,7 +402,7 @@ extension SyncStore {
                 """)
             stmt.bind(1, flush)
             _ = try stmt.step()
-            defer { try? stmt.run() }
+            defer { stmt.reset() }
             let oldest: Int64? = stmt.isNull(3) ? nil : max(0, now - stmt.int64(3))
             return PendingSummary(automatic: stmt.int(0), manualReleased: stmt.int(1), manualWaiting: stmt.int(2), oldestPendingAgeMilliseconds: oldest)
         }

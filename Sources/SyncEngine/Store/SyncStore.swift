@@ -133,7 +133,7 @@ public final class SyncStore: Sendable {
         try database.read { conn in
             let stmt = try conn.statement("SELECT value FROM sync_meta WHERE name = ?")
             stmt.bind(1, name)
-            defer { try? stmt.run() }
+            defer { stmt.reset() }
             return try stmt.step() ? stmt.string(0) : nil
         }
     }
