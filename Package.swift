@@ -66,6 +66,10 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // A tiny phone program and a tiny watch program embedding the library with shared keys.
+        .target(name: "SharedKeys", dependencies: ["SyncEngine"], path: "Examples/SharedKeys"),
+        .executableTarget(name: "PhoneApp", dependencies: ["SharedKeys", "SyncEngine", "SyncTransport"], path: "Examples/PhoneApp"),
+        .executableTarget(name: "WatchApp", dependencies: ["SharedKeys", "SyncEngine", "SyncTransport"], path: "Examples/WatchApp"),
         .testTarget(
             name: "SyncTransportTests",
             dependencies: [

@@ -1,0 +1,28 @@
+// The phone: listens, writes, and waits until the watch's workout arrives.
+// Usage: PhoneApp FOLDER SECRET_FILE
+import Foundation
+import SharedKeys
+import SyncEngine
+import SyncTransport
+
+let folder = CommandLine.arguments[1], secret = try PairingSecret.load(from: CommandLine.arguments[2])
+let store = try AppKeys.openStore(role: .phone, folder: folder)
+let peer = SyncPeer(store: store, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
+let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: secret))
+FileHandle.standardOutput.write(Data("listening \(listener.port)\n".utf8))  // unbuffered: the watch needs the port now
+let server = Task { await peer.serve(listener) }
+
+try await store.set(8_000, for: AppKeys.steps)               // automatic
+try await store.set("imperial", for: AppKeys.units)          // phone → watch only
+try await store.set("Ada", for: AppKeys.profile)             // manual: waits for sync()
+try await store.set("s3cret", for: AppKeys.token)            // never leaves the phone
+try await store.set(["run"], for: AppKeys.workouts)
+try peer.sync()
+
+for await change in store.changes(for: AppKeys.workouts) where change.origin == .remote {
+    if try await store.get(AppKeys.workouts).contains("swim") { break }
+}
+print("phone sees workouts \(try await store.get(AppKeys.workouts))")
+try await peer.waitUntilIdle(timeout: .seconds(30))
+await listener.close()
+server.cancel()
