@@ -23,24 +23,44 @@ import Testing
 
     @Test func heartbeatsKeepAnIdleConnectionAlive() async throws {
         let recorder = WireRecorder()
+        let logs = LogCapture()
         let listener = try await TCPListener.bind(
             host: "127.0.0.1", port: 0,
-            configuration: testConfiguration(secret, tap: recorder) {
-                $0.deadPeerTimeout = .milliseconds(300)
-                $0.heartbeatInterval = .milliseconds(30)
+            configuration: testConfiguration(secret, logs: logs, tap: recorder) {
+                // Generous margins: CPU-heavy tests run beside this one on two cores.
+                $0.deadPeerTimeout = .seconds(3)
+                $0.heartbeatInterval = .milliseconds(100)
             })
         var connections = listener.connections.makeAsyncIterator()
         let dialer = try await TCPTransport.connect(
             host: "127.0.0.1", port: listener.port,
-            configuration: testConfiguration(secret) { $0.heartbeatInterval = .milliseconds(30) })
+            configuration: testConfiguration(secret) { $0.heartbeatInterval = .milliseconds(100) })
         let accepted = try #require(await connections.next())
-        // Wait for 25 heartbeats (29 bytes each) to arrive: about 750 ms, well past the timeout.
+        // Wait for 40 heartbeats (29 bytes each) to arrive: about 4 s, past the
+        // 3 s timeout. Stop early (and fail) if the connection ends instead.
+        enum Event { case bytes, closed }
+        let (events, sink) = AsyncStream.makeStream(of: Event.self)
+        let chunkWatcher = Task {
+            for await _ in recorder.chunks { sink.yield(.bytes) }
+        }
+        let endWatcher = Task {
+            _ = await inboundEnd(of: dialer)
+            sink.yield(.closed)
+        }
         let start = recorder.bytes(.inbound).count
-        for await _ in recorder.chunks where recorder.bytes(.inbound).count - start >= 25 * 29 { break }
+        for await event in events {
+            if event == .closed {
+                Issue.record("the connection ended while only heartbeats flowed: \(logs.all.suffix(3))")
+                break
+            }
+            if recorder.bytes(.inbound).count - start >= 40 * 29 { break }
+        }
+        chunkWatcher.cancel()
         try await dialer.send(Frame(type: 1, payload: [1]))
         #expect(try await receive(1, from: accepted) == [Frame(type: 1, payload: [1])])
         #expect(accepted.statistics.framesReceived == 1, "heartbeats are not surfaced")
         await dialer.close()
+        endWatcher.cancel()
         await listener.close()
     }
 
