@@ -1,4 +1,5 @@
 import NIOCore
+import Synchronization
 
 /// Splits the TCP byte stream into envelopes (`ByteToMessageDecoder`).
 ///
@@ -16,8 +17,10 @@ struct EnvelopeDecoderHandler: ByteToMessageDecoder {
     let codec: FrameCodec
     let handshakeCodec: FrameCodec
     var handshakeFrames: Int
+    let activity: SocketActivity
 
-    init(limits: FrameLimits, handshakeFrames: Int) {
+    init(limits: FrameLimits, handshakeFrames: Int, activity: SocketActivity) {
+        self.activity = activity
         codec = FrameCodec(limits: limits)
         var small = limits
         small.maxFrameSize = min(limits.maxFrameSize, Self.handshakeFrameLimit)
@@ -37,6 +40,7 @@ struct EnvelopeDecoderHandler: ByteToMessageDecoder {
         let payload = buffer.readBytes(length: header.payloadLength) ?? []
         let envelope = try active.envelope(header, payload: payload)
         if handshakeFrames > 0 { handshakeFrames -= 1 }
+        activity.didDecode()
         context.fireChannelRead(wrapInboundOut(envelope))
         return .continue
     }
@@ -75,4 +79,49 @@ final class WireTapHandler: ChannelDuplexHandler {
         tap(.outbound, Array(unwrapOutboundIn(data).readableBytesView))
         context.write(data, promise: promise)
     }
+}
+
+/// What the event loop saw arrive on one socket, for the dead-peer watchdog:
+/// when bytes last came in, and how many decoded envelopes wait for the
+/// connection's reader task. Measured on the event loop, so a busy or
+/// starved task pool never makes a live peer look dead.
+final class SocketActivity: Sendable {
+    private struct State {
+        var lastRead = ContinuousClock.now
+        var undelivered = 0
+    }
+
+    private let state = Mutex(State())
+
+    func didRead() { state.withLock { $0.lastRead = .now } }
+    func didDecode() { state.withLock { $0.undelivered += 1 } }
+    func didDeliver() { state.withLock { $0.undelivered -= 1 } }
+
+    /// When bytes last arrived, and whether decoded envelopes wait for the reader.
+    var snapshot: (lastRead: ContinuousClock.Instant, envelopesWaiting: Bool) {
+        state.withLock { ($0.lastRead, $0.undelivered > 0) }
+    }
+}
+
+/// Records reads into a `SocketActivity`; passes everything on.
+final class SocketActivityHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+
+    private let activity: SocketActivity
+
+    init(activity: SocketActivity) {
+        self.activity = activity
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        activity.didRead()
+        context.fireChannelRead(data)
+    }
+}
+
+/// A configured socket: the async channel and its activity record.
+struct TransportChannel: Sendable {
+    var asyncChannel: NIOAsyncChannel<Envelope, ByteBuffer>
+    var activity: SocketActivity
 }

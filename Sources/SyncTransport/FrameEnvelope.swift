@@ -33,6 +33,7 @@ public enum FrameEnvelope {
 
 /// The flag bits of an envelope header.
 public struct EnvelopeFlags: OptionSet, Sendable, Hashable, CustomStringConvertible {
+    /// The flags byte of the header.
     public let rawValue: UInt8
 
     /// Creates flags from the header byte.
@@ -45,6 +46,7 @@ public struct EnvelopeFlags: OptionSet, Sendable, Hashable, CustomStringConverti
     /// Every bit version 1 defines; any other bit is a protocol violation.
     public static let known: EnvelopeFlags = [.compressed, .encrypted]
 
+    /// The flag names, such as `[compressed, encrypted]`.
     public var description: String {
         var names: [String] = []
         if contains(.compressed) { names.append("compressed") }

@@ -6,6 +6,7 @@ public enum LinkEnd: String, Sendable, Hashable, Codable, CaseIterable, CustomSt
     /// The opposite end.
     public var other: LinkEnd { self == .a ? .b : .a }
 
+    /// `a` or `b`.
     public var description: String { rawValue }
 }
 

@@ -22,11 +22,18 @@ struct FrameSealer: Sendable {
         self.codec = codec
     }
 
+    /// Compresses (when worth it) and seals a frame.
     mutating func seal(_ frame: Frame) throws -> Envelope {
-        var envelope = try codec.makeEnvelope(frame, version: version)
+        try seal(envelope: codec.makeEnvelope(frame, version: version))
+    }
+
+    /// Seals an envelope whose payload is already in its plaintext wire form
+    /// (compressed or not, as its flags say).
+    mutating func seal(envelope plain: Envelope) throws -> Envelope {
+        var envelope = plain
         envelope.flags.insert(.encrypted)
         try codec.checkWireSize(envelope.payload.count + Self.tagSize)
-        let aad = FrameEnvelope.authenticatedHeader(version: version, type: frame.type, flags: envelope.flags)
+        let aad = FrameEnvelope.authenticatedHeader(version: envelope.version, type: envelope.type, flags: envelope.flags)
         let box = try ChaChaPoly.seal(envelope.payload, using: key, nonce: Self.nonce(counter), authenticating: aad)
         counter += 1
         envelope.payload = Array(box.ciphertext) + Array(box.tag)

@@ -72,10 +72,12 @@ public struct SeededRandom: RandomNumberGenerator, Sendable, Hashable {
         SeededRandom(seed: next())
     }
 
+    /// Equal when seeded alike and at the same position.
     public static func == (lhs: SeededRandom, rhs: SeededRandom) -> Bool {
         lhs.seed == rhs.seed && lhs.state == rhs.state
     }
 
+    /// Hashes the seed and position.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(seed)
         hasher.combine(state.0)

@@ -29,6 +29,7 @@ final class TCPConnection: FrameConnection {
     let sendSuspensions: AsyncStream<Void>
 
     private let channel: any Channel
+    private let activity: SocketActivity
     private let configuration: TCPConfiguration
     private let inboundQueue: AsyncBoundedQueue<Frame>
     private let outboundQueue: AsyncBoundedQueue<Frame>
@@ -36,8 +37,9 @@ final class TCPConnection: FrameConnection {
     private let closed = Latch()
     private let logger: Logger
 
-    init(channel: any Channel, version: UInt8, peer: String, configuration: TCPConfiguration) {
+    init(channel: any Channel, activity: SocketActivity, version: UInt8, peer: String, configuration: TCPConfiguration) {
         self.channel = channel
+        self.activity = activity
         self.version = version
         self.peerDescription = peer
         self.configuration = configuration
@@ -132,6 +134,7 @@ final class TCPConnection: FrameConnection {
     ) async -> TransportError? {
         do {
             while let envelope = try await iterator.next() {
+                activity.didDeliver()
                 state.withLock {
                     $0.lastHeard = .now
                     $0.statistics.bytesReceived += envelope.wireSize
@@ -212,10 +215,12 @@ final class TCPConnection: FrameConnection {
     private func watchdogLoop() async {
         let timeout = configuration.deadPeerTimeout
         while !Task.isCancelled {
-            let (lastHeard, waiting) = state.withLock { ($0.lastHeard, $0.readerWaitsForConsumer) }
-            let deadline = lastHeard + timeout
-            if waiting {
-                // A slow consumer, not a dead peer: look again later.
+            let (lastHeard, readerBlocked) = state.withLock { ($0.lastHeard, $0.readerWaitsForConsumer) }
+            let socket = activity.snapshot
+            let deadline = max(lastHeard, socket.lastRead) + timeout
+            if readerBlocked || socket.envelopesWaiting {
+                // Frames arrived and wait for us (a slow consumer or a busy
+                // task pool), so the peer is alive: look again later.
                 do { try await Task.sleep(for: timeout) } catch { return }
             } else if ContinuousClock.now >= deadline {
                 let error = TransportError(

@@ -33,7 +33,7 @@ public final class TCPListener: Sendable {
     /// Listens on `host:port` (port 0 picks a free port; see `port`).
     /// Throws `.connectFailed` when the address cannot be bound.
     public static func bind(host: String, port: Int, configuration: TCPConfiguration) async throws -> TCPListener {
-        let server: NIOAsyncChannel<NIOAsyncChannel<Envelope, ByteBuffer>, Never>
+        let server: NIOAsyncChannel<TransportChannel, Never>
         do {
             server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)

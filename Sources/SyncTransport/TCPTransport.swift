@@ -18,7 +18,7 @@ public enum TCPTransport {
     }
 
     static func connectTCP(host: String, port: Int, configuration: TCPConfiguration) async throws -> TCPConnection {
-        let channel: NIOAsyncChannel<Envelope, ByteBuffer>
+        let channel: TransportChannel
         do {
             channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -44,16 +44,20 @@ public enum TCPTransport {
     /// Must run on the channel's event loop.
     static func configurePipeline(
         _ channel: any Channel, handshakeFrames: Int, configuration: TCPConfiguration
-    ) throws -> NIOAsyncChannel<Envelope, ByteBuffer> {
+    ) throws -> TransportChannel {
         let operations = channel.pipeline.syncOperations
+        let activity = SocketActivity()
+        try operations.addHandler(SocketActivityHandler(activity: activity))
         if let tap = configuration.onWireBytes {
             try operations.addHandler(WireTapHandler(tap: tap))
         }
         try operations.addHandler(
-            ByteToMessageHandler(EnvelopeDecoderHandler(limits: configuration.limits, handshakeFrames: handshakeFrames)))
-        return try NIOAsyncChannel(
+            ByteToMessageHandler(
+                EnvelopeDecoderHandler(limits: configuration.limits, handshakeFrames: handshakeFrames, activity: activity)))
+        let asyncChannel = try NIOAsyncChannel<Envelope, ByteBuffer>(
             wrappingChannelSynchronously: channel,
             configuration: .init(backPressureStrategy: .init(lowWatermark: 2, highWatermark: 8)))
+        return TransportChannel(asyncChannel: asyncChannel, activity: activity)
     }
 
     /// A short description of the remote address, such as `tcp:127.0.0.1:4321`.
@@ -66,13 +70,13 @@ public enum TCPTransport {
     /// running in a task of its own. Returns once the handshake succeeded;
     /// throws (and closes the channel) when it failed.
     static func establish(
-        _ asyncChannel: NIOAsyncChannel<Envelope, ByteBuffer>, role: TransportRole, configuration: TCPConfiguration
+        _ transportChannel: TransportChannel, role: TransportRole, configuration: TCPConfiguration
     ) async throws -> TCPConnection {
-        let channel = asyncChannel.channel
+        let channel = transportChannel.asyncChannel.channel
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<TCPConnection, any Error>) in
                 Task {
-                    await runLifetime(asyncChannel, role: role, configuration: configuration, continuation: continuation)
+                    await runLifetime(transportChannel, role: role, configuration: configuration, continuation: continuation)
                 }
             }
         } onCancel: {
@@ -81,9 +85,11 @@ public enum TCPTransport {
     }
 
     private static func runLifetime(
-        _ asyncChannel: NIOAsyncChannel<Envelope, ByteBuffer>, role: TransportRole, configuration: TCPConfiguration,
+        _ transportChannel: TransportChannel, role: TransportRole, configuration: TCPConfiguration,
         continuation: CheckedContinuation<TCPConnection, any Error>
     ) async {
+        let asyncChannel = transportChannel.asyncChannel
+        let activity = transportChannel.activity
         let channel = asyncChannel.channel
         let peer = describePeer(channel)
         var logger = configuration.logger
@@ -103,7 +109,8 @@ public enum TCPTransport {
                 var iterator = inbound.makeAsyncIterator()
                 let keys: SessionKeys
                 do {
-                    keys = try await handshake(role: role, iterator: &iterator, outbound: outbound, configuration: configuration)
+                    keys = try await handshake(
+                        role: role, iterator: &iterator, outbound: outbound, activity: activity, configuration: configuration)
                     deadline.cancel()
                 } catch {
                     deadline.cancel()
@@ -117,7 +124,8 @@ public enum TCPTransport {
                     continuation.resume(throwing: failure)
                     return
                 }
-                let connection = TCPConnection(channel: channel, version: keys.version, peer: peer, configuration: configuration)
+                let connection = TCPConnection(
+                    channel: channel, activity: activity, version: keys.version, peer: peer, configuration: configuration)
                 established = connection
                 logger.info("connection authenticated", metadata: ["version": "\(keys.version)"])
                 resumed = true
@@ -139,6 +147,7 @@ public enum TCPTransport {
         role: TransportRole,
         iterator: inout NIOAsyncChannelInboundStream<Envelope>.AsyncIterator,
         outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>,
+        activity: SocketActivity,
         configuration: TCPConfiguration
     ) async throws -> SessionKeys {
         let codec = FrameCodec(limits: configuration.limits)
@@ -149,6 +158,7 @@ public enum TCPTransport {
             guard let envelope = try await iterator.next() else {
                 throw TransportError(.closed, "the peer closed the connection during the handshake")
             }
+            activity.didDeliver()
             return try codec.openEnvelope(envelope)
         }
         var dialer = DialerHandshake(secret: configuration.secret, versions: configuration.wireVersions)

@@ -1,0 +1,198 @@
+import Synchronization
+import Testing
+@testable import SyncTransport
+
+@Suite(.timeLimit(.minutes(2))) struct TCPLifecycleTests {
+    let secret = PairingSecret.generate()
+
+    @Test func silentPeerTimesOut() async throws {
+        let listener = try await TCPListener.bind(
+            host: "127.0.0.1", port: 0,
+            configuration: testConfiguration(secret) { $0.deadPeerTimeout = .milliseconds(300) })
+        var connections = listener.connections.makeAsyncIterator()
+        // The dialer never sends heartbeats within the test.
+        let dialer = try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret))
+        let accepted = try #require(await connections.next())
+        let end = await inboundEnd(of: accepted)
+        #expect(end.error?.code == .timeout)
+        #expect(end.error?.message.contains("dead-peer timeout") == true)
+        // The dialer sees the connection end.
+        _ = await inboundEnd(of: dialer)
+        await listener.close()
+    }
+
+    @Test func heartbeatsKeepAnIdleConnectionAlive() async throws {
+        let recorder = WireRecorder()
+        let logs = LogCapture()
+        let listener = try await TCPListener.bind(
+            host: "127.0.0.1", port: 0,
+            configuration: testConfiguration(secret, logs: logs, tap: recorder) {
+                // Generous margins: CPU-heavy tests run beside this one on two cores.
+                $0.deadPeerTimeout = .seconds(3)
+                $0.heartbeatInterval = .milliseconds(100)
+            })
+        var connections = listener.connections.makeAsyncIterator()
+        let dialer = try await TCPTransport.connect(
+            host: "127.0.0.1", port: listener.port,
+            configuration: testConfiguration(secret) { $0.heartbeatInterval = .milliseconds(100) })
+        let accepted = try #require(await connections.next())
+        // Wait for 40 heartbeats (29 bytes each) to arrive: about 4 s, past the
+        // 3 s timeout. Stop early (and fail) if the connection ends instead.
+        enum Event { case bytes, closed }
+        let (events, sink) = AsyncStream.makeStream(of: Event.self)
+        let chunkWatcher = Task {
+            for await _ in recorder.chunks { sink.yield(.bytes) }
+        }
+        let endWatcher = Task {
+            _ = await inboundEnd(of: dialer)
+            sink.yield(.closed)
+        }
+        let start = recorder.bytes(.inbound).count
+        for await event in events {
+            if event == .closed {
+                Issue.record("the connection ended while only heartbeats flowed: \(logs.all.suffix(3))")
+                break
+            }
+            if recorder.bytes(.inbound).count - start >= 40 * 29 { break }
+        }
+        chunkWatcher.cancel()
+        try await dialer.send(Frame(type: 1, payload: [1]))
+        #expect(try await receive(1, from: accepted) == [Frame(type: 1, payload: [1])])
+        #expect(accepted.statistics.framesReceived == 1, "heartbeats are not surfaced")
+        await dialer.close()
+        endWatcher.cancel()
+        await listener.close()
+    }
+
+    @Test func handshakeTimesOut() async throws {
+        let listener = try await TCPListener.bind(
+            host: "127.0.0.1", port: 0, configuration: testConfiguration(secret) { $0.handshakeTimeout = .milliseconds(200) })
+        _ = try await withRawClient(port: listener.port) { session in await session.readToEnd() }
+        var rejections = listener.rejections.makeAsyncIterator()
+        #expect(await rejections.next()?.code == .timeout)
+        await listener.close()
+    }
+
+    @Test func slowReaderMakesTheSenderWait() async throws {
+        let bound = 64 << 10
+        let frameSize = 32 << 10
+        let count = 1_024  // 32 MiB: far more than the socket buffers hold
+        let listener = try await TCPListener.bind(
+            host: "127.0.0.1", port: 0,
+            configuration: testConfiguration(secret) { $0.maxBufferedInboundBytes = bound })
+        var connections = listener.connections.makeAsyncIterator()
+        let sender = try await TCPTransport.connectTCP(
+            host: "127.0.0.1", port: listener.port,
+            configuration: testConfiguration(secret) {
+                $0.maxPendingOutboundBytes = bound
+                $0.limits.compressionThreshold = .max
+            })
+        let receiver = try #require(await connections.next())
+        let payload = randomBytes(frameSize - 4, seed: 1)
+        let sent = Mutex(0)
+        // Either the sender suspends (backpressure), or it sends everything (no backpressure: fail).
+        enum Outcome { case suspended, finished }
+        let (outcomes, outcomeSink) = AsyncStream.makeStream(of: Outcome.self)
+        let sendTask = Task {
+            defer { outcomeSink.yield(.finished) }
+            for index in 0..<count {
+                var writer = ByteWriter()
+                writer.writeUInt32(UInt32(index))
+                try await sender.send(Frame(type: 1, payload: writer.bytes + payload))
+                sent.withLock { $0 += 1 }
+            }
+        }
+        let watcher = Task {
+            for await _ in sender.sendSuspensions {
+                outcomeSink.yield(.suspended)
+                return
+            }
+        }
+        var outcomeIterator = outcomes.makeAsyncIterator()
+        let outcome = await outcomeIterator.next()
+        watcher.cancel()
+        #expect(outcome == .suspended)
+        #expect(sender.pendingOutboundBytes <= bound + frameSize + FrameEnvelope.headerSize)
+        #expect(sent.withLock { $0 } < count, "the receiver has read nothing: the sender cannot have sent 32 MiB")
+        #expect(receiver.statistics.framesReceived * frameSize <= 16 << 20)
+
+        // Now read everything, in order.
+        var index = 0
+        for try await frame in receiver.inbound {
+            var reader = ByteReader(frame.payload)
+            #expect(try reader.readUInt32() == UInt32(index))
+            index += 1
+            if index == count { break }
+        }
+        try await sendTask.value
+        #expect(index == count)
+        await sender.close()
+        await listener.close()
+    }
+
+    @Test func listenerCloseFinishesConnections() async throws {
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
+        #expect(listener.port > 0)
+        await listener.close()
+        var connections = listener.connections.makeAsyncIterator()
+        #expect(await connections.next() == nil)
+        await expectCode(.connectFailed) {
+            _ = try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret))
+        }
+    }
+
+    // MARK: Reconnecting
+
+    @Test func backoffGrowsAndIsCapped() {
+        let policy = ReconnectPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), multiplier: 2, jitter: 0)
+        var random = SeededRandom(seed: 1)
+        let delays = (1...6).map { policy.delay(afterFailures: $0, using: &random) }
+        #expect(delays == [.milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(800), .seconds(1), .seconds(1)])
+        let jittered = ReconnectPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), jitter: 0.5)
+        var values: Set<Duration> = []
+        for _ in 0..<100 {
+            let delay = jittered.delay(afterFailures: 1, using: &random)
+            #expect(delay >= .milliseconds(50) && delay <= .milliseconds(150))
+            values.insert(delay)
+        }
+        #expect(values.count > 50)
+    }
+
+    @Test func dialerRetriesFailedAttempts() async throws {
+        let failuresLeft = Mutex(3)
+        let dialer = ReconnectingDialer(
+            policy: ReconnectPolicy(initialDelay: .milliseconds(1), maxDelay: .milliseconds(4)), seed: 1
+        ) {
+            if failuresLeft.withLock({ left -> Bool in defer { left -= 1 }; return left > 0 }) {
+                throw TransportError(.connectFailed, "refused")
+            }
+            return InMemoryConnection.makePair().0
+        }
+        var iterator = dialer.makeAsyncIterator()
+        #expect(await iterator.next() != nil)
+        #expect(dialer.attempts == 4)
+        await dialer.close()
+        #expect(await iterator.next() == nil)
+    }
+
+    @Test func dialerReconnectsAfterTheConnectionEnds() async throws {
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
+        var connections = listener.connections.makeAsyncIterator()
+        let dialer = ReconnectingDialer(
+            host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret),
+            policy: ReconnectPolicy(initialDelay: .milliseconds(1), maxDelay: .milliseconds(10)))
+        var iterator = dialer.makeAsyncIterator()
+        for round in 0..<3 {
+            let connection = try #require(await iterator.next())
+            let accepted = try #require(await connections.next())
+            try await connection.send(Frame(type: 1, payload: [UInt8(round)]))
+            #expect(try await receive(1, from: accepted) == [Frame(type: 1, payload: [UInt8(round)])])
+            await accepted.close()  // the listener drops the connection
+            #expect(await inboundEnd(of: connection).error == nil)
+        }
+        #expect(dialer.attempts == 3)
+        await dialer.close()
+        #expect(await iterator.next() == nil)
+        await listener.close()
+    }
+}
