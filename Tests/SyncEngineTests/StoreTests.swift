@@ -230,7 +230,7 @@ import Testing
         let folder = TempFolder()
         let path = folder.file("notes.txt")
         let content = Data(String(repeating: "not a database ", count: 200).utf8)
-        FileManager.default.createFile(atPath: path, contents: content)
+        _ = FileManager.default.createFile(atPath: path, contents: content)
         #expect {
             _ = try SyncStore(path: path, role: .phone, registry: try TestKeys.registry(), options: StoreOptions(encryption: .keyFile(path: folder.file("k"))))
         } throws: { ($0 as? SyncError)?.code == .notADatabase }
@@ -239,7 +239,7 @@ import Testing
         let damaged = folder.file("damaged.sqlite")
         var bytes = [UInt8]("SQLite format 3\0".utf8)
         bytes += [UInt8](repeating: 0xAB, count: 8192)
-        FileManager.default.createFile(atPath: damaged, contents: Data(bytes))
+        _ = FileManager.default.createFile(atPath: damaged, contents: Data(bytes))
         #expect(throws: SyncError.self) {
             _ = try SyncStore(path: damaged, role: .phone, registry: try TestKeys.registry(), options: StoreOptions(encryption: .keyFile(path: folder.file("k"))))
         }
