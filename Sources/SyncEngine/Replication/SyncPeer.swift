@@ -51,9 +51,13 @@ public final class SyncPeer: Sendable {
     @discardableResult
     public func run(over connection: any FrameConnection) async -> String {
         let (inputs, continuation) = AsyncStream.makeStream(of: Input.self, bufferingPolicy: .unbounded)
+        let gate = ReadAheadGate(credits: 8)
         let reader = Task {
             do {
-                for try await frame in connection.inbound { continuation.yield(.frame(frame)) }
+                for try await frame in connection.inbound {
+                    await gate.acquire()
+                    continuation.yield(.frame(frame))
+                }
                 continuation.yield(.closed("the peer closed the connection"))
             } catch {
                 continuation.yield(.closed("\(error)"))
@@ -71,6 +75,7 @@ public final class SyncPeer: Sendable {
             }
         }
         defer {
+            Task { await gate.open() }
             reader.cancel()
             watcher.cancel()
             ticker.cancel()
@@ -85,7 +90,9 @@ public final class SyncPeer: Sendable {
                 let generation = store.localGeneration.load(ordering: .sequentiallyConsistent)
                 let frames: [Frame]
                 switch input {
-                case .frame(let frame): frames = endpoint.receive(frame, now: now)
+                case .frame(let frame):
+                    frames = endpoint.receive(frame, now: now)
+                    await gate.release()
                 case .tick: frames = endpoint.tick(now: now)
                 case .localChange: frames = endpoint.pump(now: now)
                 case .closed(let why):

@@ -22,8 +22,7 @@ final class Database: Sendable {
         }
         try conn.execute("PRAGMA journal_mode=WAL")
         try conn.execute("PRAGMA synchronous=NORMAL")
-        try conn.execute("PRAGMA cache_size=-16384")
-        try conn.execute("PRAGMA mmap_size=268435456")
+        try conn.execute("PRAGMA cache_size=-8192")
         try conn.execute("PRAGMA foreign_keys=ON")
         try Schema.migrate(conn)
         self.path = path

@@ -8,10 +8,10 @@ public struct BenchCommand: AsyncParsableCommand {
         abstract: "Measure the engine against the machine's own limits (raw SQLite, raw zlib, raw loopback) in the same run.")
 
     public enum Suite: String, ExpressibleByArgument, CaseIterable, Sendable {
-        case store, sync, all
+        case store, sync, memory, all
     }
 
-    @Argument(help: "Which figures: store, sync or all.")
+    @Argument(help: "Which figures: store, sync, memory (1 GB of 100 KB values over TCP) or all (store and sync).")
     var suite: Suite = .all
 
     @Flag(help: "A short smoke run (small counts).")
@@ -32,6 +32,9 @@ public struct BenchCommand: AsyncParsableCommand {
         }
         if suite == .sync || suite == .all {
             figures += try await SyncBenchmark(quick: quick).run(progress: progress)
+        }
+        if suite == .memory {
+            figures += try await MemoryBenchmark(count: quick ? 200 : 10_000).run(progress: progress)
         }
         if json {
             let encoder = JSONEncoder()
