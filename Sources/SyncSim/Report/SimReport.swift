@@ -131,28 +131,44 @@ public struct SimReport: Sendable, Equatable, Codable {
     }
 }
 
+extension SimReport.Node {
+    /// One node's row: its store's entries and counters beside the wire figures of its end.
+    static func measure(_ node: SimNode, bytesSent: Int, payloadBytesSent: Int, framesSent: Int, framesDropped: Int) throws -> SimReport.Node {
+        var live = 0, tombstones = 0
+        if let store = node.store {
+            for info in try store.allEntryInfo() { if info.isDeleted { tombstones += 1 } else { live += 1 } }
+        }
+        let c = node.counters
+        return SimReport.Node(
+            role: node.role.rawValue, nodeID: String(node.nodeID, radix: 16), entries: live, tombstones: tombstones,
+            entriesSent: c.entriesSent, entriesReceived: c.entriesReceived, bytesOnWire: bytesSent, payloadBytes: payloadBytesSent,
+            compressionRatio: bytesSent > 0 ? Double(payloadBytesSent) / Double(bytesSent) : 1,
+            framesSent: framesSent, framesDropped: framesDropped, conflicts: c.conflicts, deferred: c.deferred,
+            refusedWrites: node.refusedWrites)
+    }
+}
+
+extension SimReport {
+    /// The command that replays a run.
+    static func replayCommand(scenario: String, seed: UInt64, transport: String?, faults: TestingFaults) -> String {
+        var replay = "syncsim run \(scenario) --seed \(seed)"
+        if let transport { replay += " --transport \(transport)" }
+        if faults.skipTombstones { replay += " --inject-fault skip-tombstones" }
+        if faults.lastArrivalWins { replay += " --inject-fault last-arrival-wins" }
+        return replay
+    }
+}
+
 extension SimRunner {
     func makeReport(name: String, converged: Bool) throws -> SimReport {
-        var nodes: [SimReport.Node] = []
-        for node in [phone, watch] {
-            var live = 0, tombstones = 0
-            if let store = node.store {
-                for info in try store.allEntryInfo() { if info.isDeleted { tombstones += 1 } else { live += 1 } }
-            }
-            let c = node.counters
+        let nodes = try [phone, watch].map { node in
             let s = link.statistics(for: node.end)
-            nodes.append(SimReport.Node(
-                role: node.role.rawValue, nodeID: String(node.nodeID, radix: 16), entries: live, tombstones: tombstones,
-                entriesSent: c.entriesSent, entriesReceived: c.entriesReceived, bytesOnWire: s.bytesSent, payloadBytes: s.payloadBytesSent,
-                compressionRatio: s.bytesSent > 0 ? Double(s.payloadBytesSent) / Double(s.bytesSent) : 1,
-                framesSent: s.framesSent, framesDropped: s.framesDropped, conflicts: c.conflicts, deferred: c.deferred,
-                refusedWrites: node.refusedWrites))
+            return try SimReport.Node.measure(node, bytesSent: s.bytesSent, payloadBytesSent: s.payloadBytesSent,
+                                              framesSent: s.framesSent, framesDropped: s.framesDropped)
         }
-        var replay = "syncsim run \(name) --seed \(seed)"
-        if options.testingFaults.skipTombstones { replay += " --inject-fault skip-tombstones" }
-        if options.testingFaults.lastArrivalWins { replay += " --inject-fault last-arrival-wins" }
         return SimReport(scenario: name, description: scenario.description, seed: seed, transport: "sim", steps: stepsRun,
                          checkpoints: checkpoints, virtualTimeMs: now, converged: converged, sessions: sessionsStarted,
-                         sessionFailures: sessionFailures, nodes: nodes, invariants: checker.log.ordered, replay: replay)
+                         sessionFailures: sessionFailures, nodes: nodes, invariants: checker.log.ordered,
+                         replay: SimReport.replayCommand(scenario: name, seed: seed, transport: nil, faults: options.testingFaults))
     }
 }

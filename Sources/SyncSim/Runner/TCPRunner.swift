@@ -277,23 +277,12 @@ final class TCPRunner {
     }
 
     func makeReport(name: String, converged: Bool) throws -> SimReport {
-        var nodes: [SimReport.Node] = []
-        for node in [phone, watch] {
-            var live = 0, tombstones = 0
-            if let store = node.store {
-                for info in try store.allEntryInfo() { if info.isDeleted { tombstones += 1 } else { live += 1 } }
-            }
-            let c = node.counters
+        let nodes = try [phone, watch].map { node in
             let s = link.statistics(for: node.role)
-            nodes.append(SimReport.Node(
-                role: node.role.rawValue, nodeID: String(node.nodeID, radix: 16), entries: live, tombstones: tombstones,
-                entriesSent: c.entriesSent, entriesReceived: c.entriesReceived, bytesOnWire: s.bytesSent, payloadBytes: s.payloadBytesSent,
-                compressionRatio: s.bytesSent > 0 ? Double(s.payloadBytesSent) / Double(s.bytesSent) : 1,
-                framesSent: s.framesSent, framesDropped: 0, conflicts: c.conflicts, deferred: c.deferred, refusedWrites: node.refusedWrites))
+            return try SimReport.Node.measure(node, bytesSent: s.bytesSent, payloadBytesSent: s.payloadBytesSent,
+                                              framesSent: s.framesSent, framesDropped: 0)
         }
-        var replay = "syncsim run \(name) --seed \(seed) --transport tcp"
-        if options.testingFaults.skipTombstones { replay += " --inject-fault skip-tombstones" }
-        if options.testingFaults.lastArrivalWins { replay += " --inject-fault last-arrival-wins" }
+        let replay = SimReport.replayCommand(scenario: name, seed: seed, transport: "tcp", faults: options.testingFaults)
         let sessionCount = phone.counters.sessions
         return SimReport(scenario: name, description: scenario.description, seed: seed, transport: "tcp", steps: stepsRun,
                          checkpoints: checkpoints, virtualTimeMs: scenario.timeline.last?.at ?? 0, converged: converged,
