@@ -63,7 +63,7 @@ public final class SyncStore: Sendable {
                 try SyncStore.writeMeta(conn, "salt", Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString())
                 meta = try SyncStore.readMeta(conn)
             }
-            let floorStmt = try conn.statement("SELECT coalesce(max(ver), 0), coalesce(max(change_seq), 0) FROM entries")
+            let floorStmt = try conn.statement("SELECT coalesce(max(ver), 0), max(coalesce(max(change_seq), 0), coalesce(max(acked_seq), 0)) FROM entries")
             _ = try floorStmt.step()
             let floor = floorStmt.int64(0)
             let seq = floorStmt.int64(1)
