@@ -1,42 +1,23 @@
 extension SyncStore {
-    /// The value of `key`, or its default when nothing is stored.
-    public func get<Value>(_ key: Key<Value>) async throws -> Value {
-        try value(for: key)
-    }
-
-    /// Synchronous read: from the cache when possible.
-    public func value<Value>(for key: Key<Value>) throws -> Value {
-        try storedValue(for: key) ?? key.defaultValue
-    }
-
-    /// The stored value, or nil when the key has none. For `Key<T?>` a stored
-    /// `nil` comes back as `.some(nil)`, distinct from absent.
-    public func storedValue<Value>(for key: Key<Value>) throws -> Value? {
+    /// The entry under `key` through the cache; on a miss the row is read
+    /// (and a legacy key migrated) after checking `declared` against the registry.
+    public func entry(forKey key: String, declaredAs declared: KeyDescriptor?) throws -> BackendEntry? {
         try checkOpen()
         let slot: StoreCache.Slot
-        if let cached = cache.lookup(key.name) {
+        if let cached = cache.lookup(key) {
             // Only keys checked against the registry on a miss or a write are in the cache.
             slot = cached
-        } else if let loaded = try loadSlot(key.name, descriptor: try governingDescriptor(for: key)) {
+        } else if let loaded = try loadSlot(key, descriptor: try registry.governingDescriptor(for: key, declared: declared)) {
             slot = loaded
         } else {
             return nil
         }
-        guard let bytes = slot.bytes else { return nil }
-        if let decoded = slot.decoded as? Value { return decoded }
-        guard slot.encoding == key.serializer.identifier else {
-            throw SyncError(.typeMismatch, "key '\(key.name)' holds a value written with the \(slot.encoding) serializer, but is read as \(Value.self) with \(key.serializer.identifier)")
-        }
-        let value = try key.serializer.decode(bytes)
-        cache.rememberDecoded(key.name, version: slot.version, value: value)
-        return value
+        if slot.bytes == nil && slot.version == .zero { return nil }
+        return BackendEntry(bytes: slot.bytes, encoding: slot.encoding, version: slot.version, decoded: slot.decoded)
     }
 
-    /// Whether `key` has a live value.
-    public func contains<Value>(_ key: Key<Value>) throws -> Bool {
-        try checkOpen()
-        if let slot = cache.lookup(key.name) { return slot.bytes != nil }
-        return try loadSlot(key.name, descriptor: try governingDescriptor(for: key))?.bytes != nil
+    public func rememberDecoded(_ value: any Sendable, forKey key: String, version: HLCTimestamp) {
+        cache.rememberDecoded(key, version: version, value: value)
     }
 
     /// Reads the row into the cache (under the database lock, so the cache

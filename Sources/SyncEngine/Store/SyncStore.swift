@@ -12,7 +12,7 @@ import Synchronization
 /// try await store.set(1_234, for: steps)
 /// let now = try await store.get(steps)
 /// ```
-public final class SyncStore: Sendable {
+public final class SyncStore: KeyValueBackend {
     public let role: DeviceRole
     public let registry: KeyRegistry
     /// This store's node id, made once and kept in the file.
@@ -144,12 +144,8 @@ public final class SyncStore: Sendable {
 
     // MARK: observation
 
-    /// Changes of one key, local and remote, after they commit.
-    public func changes<Value>(for key: Key<Value>) -> AsyncStream<StoreChange> { changes(matching: .key(key.name)) }
-    /// Changes of every key in a namespace.
-    public func changes(in namespace: Namespace) -> AsyncStream<StoreChange> { changes(matching: .namespace(namespace.name)) }
-    /// Changes matching `filter` (all keys by default).
-    public func changes(matching filter: ChangeFilter = .all) -> AsyncStream<StoreChange> {
+    /// Changes matching `filter`, local and remote, after they commit.
+    public func changes(matching filter: ChangeFilter) -> AsyncStream<StoreChange> {
         changeHub.subscribe { filter.matches($0.key) }
     }
 

@@ -1,0 +1,231 @@
+/// One stored entry as a backend hands it to the typed API.
+public struct BackendEntry: Sendable {
+    /// Serialized bytes; nil when the key was removed (a tombstone that keeps its version).
+    public var bytes: [UInt8]?
+    /// The serializer identifier the bytes were written with.
+    public var encoding: String
+    public var version: HLCTimestamp
+    /// A decoded value the backend kept beside these bytes, if any.
+    public var decoded: (any Sendable)?
+
+    public init(bytes: [UInt8]?, encoding: String, version: HLCTimestamp, decoded: (any Sendable)? = nil) {
+        self.bytes = bytes
+        self.encoding = encoding
+        self.version = version
+        self.decoded = decoded
+    }
+}
+
+/// One write handed to `KeyValueBackend.commit`.
+public struct BackendWrite: Sendable {
+    /// The full key name (a registered key or a family member).
+    public var key: String
+    /// Serialized bytes; nil removes the key.
+    public var bytes: [UInt8]?
+    /// The decoded value, kept in the cache beside the bytes.
+    public var decoded: (any Sendable)?
+    /// The registered declaration, when the caller already looked it up.
+    var descriptor: KeyDescriptor?
+
+    public init(key: String, bytes: [UInt8]?, decoded: (any Sendable)? = nil) {
+        self.key = key
+        self.bytes = bytes
+        self.decoded = decoded
+    }
+
+    init(key: String, descriptor: KeyDescriptor, bytes: [UInt8]?, decoded: (any Sendable)?) {
+        self.init(key: key, bytes: bytes, decoded: decoded)
+        self.descriptor = descriptor
+    }
+}
+
+/// The small storage interface under the typed API (`get`, `set`, `remove`,
+/// `batch`, `changes`, property wrappers). Three implementations ship:
+/// `SyncStore` (SQLite, replicating; the default), `InMemoryStore` (previews
+/// and tests) and `FileValueStore` (a file per value, metadata in SQLite,
+/// replicating). Every one passes the same test suite.
+///
+/// ```swift
+/// func show(_ store: any KeyValueBackend) throws -> Int { try store.value(for: steps) }
+/// ```
+public protocol KeyValueBackend: AnyObject, Sendable {
+    /// The keys this backend accepts.
+    var registry: KeyRegistry { get }
+    /// The device this backend belongs to; availability is checked against it.
+    var role: DeviceRole { get }
+
+    /// The entry under `key` (nil when it was never written), read through the
+    /// cache, counting a hit or a miss. On a miss `declared` (the caller's own
+    /// declaration, nil for untyped access) is checked against the registry.
+    func entry(forKey key: String, declaredAs declared: KeyDescriptor?) throws -> BackendEntry?
+
+    /// Keeps `value`, decoded from the cached bytes of `version`, for later reads.
+    func rememberDecoded(_ value: any Sendable, forKey key: String, version: HLCTimestamp)
+
+    /// Commits `writes` in one transaction: all or none. Checks each key
+    /// against the registry, its availability on this device and the size
+    /// limit first. Writes of the bytes already stored are skipped.
+    /// Returns the changes made, in order.
+    @discardableResult
+    func commit(_ writes: [BackendWrite]) throws -> [StoreChange]
+
+    /// Metadata of every entry (live and removed), ordered by key; no values.
+    func allEntryInfo() throws -> [EntryInfo]
+
+    /// Changes matching `filter`, after they commit.
+    func changes(matching filter: ChangeFilter) -> AsyncStream<StoreChange>
+
+    var cacheStatistics: CacheStatistics { get }
+    func resetCacheStatistics()
+}
+
+extension KeyRegistry {
+    /// The registered declaration for `name`, checked against `declared` (the
+    /// caller's own, whose name may be a family member's).
+    func governingDescriptor(for name: String, declared: KeyDescriptor?) throws -> KeyDescriptor {
+        guard let registered = descriptor(forEntry: name) else {
+            throw SyncError(.unknownKey, "key '\(name)' is not in this store's registry; add it to the keys given to KeyRegistry")
+        }
+        if var declared {
+            declared.name = registered.name
+            guard declared == registered else {
+                throw SyncError(.keyDeclarationMismatch, "key '\(name)' is used with a declaration that differs from the registered one (\(registered)); use the registered key")
+            }
+        }
+        return registered
+    }
+
+    /// Checks a write of `bytes` (nil = removal) under `name` from `role`; returns its declaration.
+    func checkedWrite(_ name: String, bytes: [UInt8]?, role: DeviceRole, maxValueSize: Int, known: KeyDescriptor?) throws -> KeyDescriptor {
+        let descriptor = try known ?? governingDescriptor(for: name, declared: nil)
+        guard descriptor.availability.canWrite(on: role) else {
+            throw SyncError(.writeNotAllowed, "key '\(name)' is \(descriptor.availability.rawValue) and cannot be written on the \(role); write it on the \(role.counterpart)")
+        }
+        if let bytes, bytes.count > maxValueSize {
+            throw SyncError(.valueTooLarge, "a value of \(bytes.count) bytes for key '\(name)' exceeds the store's limit of \(maxValueSize) bytes")
+        }
+        return descriptor
+    }
+}
+
+/// Writes collected for one transaction with `batch`.
+public struct WriteBatch: Sendable {
+    let registry: KeyRegistry
+    var writes: [BackendWrite] = []
+
+    /// Adds a write of `value` under `key`.
+    public mutating func set<Value>(_ value: Value, for key: Key<Value>) throws {
+        let descriptor = try registry.governingDescriptor(for: key.name, declared: key.descriptor)
+        writes.append(BackendWrite(key: key.name, descriptor: descriptor, bytes: try key.serializer.encode(value), decoded: value))
+    }
+
+    /// Adds a removal of `key` (a tombstone that replicates).
+    public mutating func remove<Value>(_ key: Key<Value>) throws {
+        let descriptor = try registry.governingDescriptor(for: key.name, declared: key.descriptor)
+        writes.append(BackendWrite(key: key.name, descriptor: descriptor, bytes: nil, decoded: nil))
+    }
+}
+
+// MARK: the typed API, written once for every backend
+
+extension KeyValueBackend {
+    /// The value of `key`, or its default when nothing is stored.
+    public func get<Value>(_ key: Key<Value>) async throws -> Value {
+        try value(for: key)
+    }
+
+    /// Synchronous read: from the cache when possible; the default when nothing is stored.
+    public func value<Value>(for key: Key<Value>) throws -> Value {
+        try storedValue(for: key) ?? key.defaultValue
+    }
+
+    /// The stored value, or nil when the key has none. For `Key<T?>` a stored
+    /// `nil` comes back as `.some(nil)`, distinct from absent.
+    public func storedValue<Value>(for key: Key<Value>) throws -> Value? {
+        guard let entry = try entry(forKey: key.name, declaredAs: key.descriptor), let bytes = entry.bytes else { return nil }
+        if let decoded = entry.decoded as? Value { return decoded }
+        guard entry.encoding == key.serializer.identifier else {
+            throw SyncError(.typeMismatch, "key '\(key.name)' holds a value written with the \(entry.encoding) serializer, but is read as \(Value.self) with \(key.serializer.identifier)")
+        }
+        let value = try key.serializer.decode(bytes)
+        rememberDecoded(value, forKey: key.name, version: entry.version)
+        return value
+    }
+
+    /// Whether `key` has a live value.
+    public func contains<Value>(_ key: Key<Value>) throws -> Bool {
+        try entry(forKey: key.name, declaredAs: key.descriptor)?.bytes != nil
+    }
+
+    /// Stores `value` under `key`. Writing the bytes already stored is skipped
+    /// (no disk write, no new version, no event). Throws `.writeNotAllowed`
+    /// when the key's availability forbids writes on this device.
+    public func set<Value>(_ value: Value, for key: Key<Value>) async throws {
+        try setNow(value, for: key)
+    }
+
+    /// Synchronous form of `set`, for property wrappers and benchmarks.
+    public func setNow<Value>(_ value: Value, for key: Key<Value>) throws {
+        let descriptor = try registry.governingDescriptor(for: key.name, declared: key.descriptor)
+        try commit([BackendWrite(key: key.name, descriptor: descriptor, bytes: try key.serializer.encode(value), decoded: value)])
+    }
+
+    /// Removes `key`'s value, leaving a tombstone that replicates the delete.
+    public func remove<Value>(_ key: Key<Value>) async throws {
+        try removeNow(key)
+    }
+
+    /// Synchronous form of `remove`.
+    public func removeNow<Value>(_ key: Key<Value>) throws {
+        let descriptor = try registry.governingDescriptor(for: key.name, declared: key.descriptor)
+        try commit([BackendWrite(key: key.name, descriptor: descriptor, bytes: nil, decoded: nil)])
+    }
+
+    /// Runs several writes in one transaction: all commit or none do.
+    public func batch(_ body: (inout WriteBatch) throws -> Void) async throws {
+        try batchNow(body)
+    }
+
+    /// Synchronous form of `batch`.
+    public func batchNow(_ body: (inout WriteBatch) throws -> Void) throws {
+        var batch = WriteBatch(registry: registry)
+        try body(&batch)
+        try commit(batch.writes)
+    }
+
+    /// Removes every value this device may write, in one transaction.
+    /// Read-only copies (`phoneWithWatchSync` on the watch) stay.
+    public func clear() async throws {
+        let writes = try allEntryInfo().compactMap { info -> BackendWrite? in
+            guard !info.isDeleted, let descriptor = registry.descriptor(forEntry: info.key),
+                  descriptor.availability.canWrite(on: role) else { return nil }
+            return BackendWrite(key: info.key, descriptor: descriptor, bytes: nil, decoded: nil)
+        }
+        try commit(writes)
+    }
+
+    /// Changes of one key, local and remote, after they commit.
+    public func changes<Value>(for key: Key<Value>) -> AsyncStream<StoreChange> { changes(matching: .key(key.name)) }
+    /// Changes of every key in a namespace.
+    public func changes(in namespace: Namespace) -> AsyncStream<StoreChange> { changes(matching: .namespace(namespace.name)) }
+    /// Every change.
+    public func changes() -> AsyncStream<StoreChange> { changes(matching: .all) }
+
+    // MARK: untyped access, for tools and registries loaded from files
+
+    /// Stores already-serialized bytes under `name` (a registered key or a
+    /// family member), with the same checks and effects as a typed `set`.
+    public func setEncoded(_ bytes: [UInt8], forKey name: String) throws {
+        try commit([BackendWrite(key: name, bytes: bytes)])
+    }
+
+    /// Removes the value stored under `name`, leaving a tombstone.
+    public func removeValue(forKey name: String) throws {
+        try commit([BackendWrite(key: name, bytes: nil)])
+    }
+
+    /// The serialized bytes stored under `name`, or nil when absent. Read through the cache.
+    public func encodedValue(forKey name: String) throws -> [UInt8]? {
+        try entry(forKey: name, declaredAs: nil)?.bytes
+    }
+}
