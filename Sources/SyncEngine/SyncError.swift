@@ -27,6 +27,10 @@ public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let encryptionKeyWrong = Code("encryption-key-wrong")
         public static let decryptionFailed = Code("decryption-failed")
         public static let keyFile = Code("key-file")
+        /// A value file of a `FileValueStore` is missing or damaged; its metadata is intact.
+        public static let corruptValueFile = Code("corrupt-value-file")
+        /// Another process replicates this store file right now.
+        public static let replicationLocked = Code("replication-locked")
         public static let handshakeFailed = Code("handshake-failed")
         public static let pairingMismatch = Code("pairing-mismatch")
         public static let protocolViolation = Code("protocol-violation")

@@ -7,6 +7,7 @@ import Synchronization
 /// escapes, GRDB-style.
 final class Database: Sendable {
     private let connection: Mutex<SQLiteConnection>
+    private let observer = Mutex<(any TransactionObserver)?>(nil)
     let path: String
 
     /// Opens (or creates) the file, checks that it is SQLite, switches to WAL
@@ -50,10 +51,43 @@ final class Database: Sendable {
     /// `onCommit` runs after COMMIT succeeded, still under the lock, so cache
     /// updates are ordered with the writes they mirror.
     func write<T: Sendable>(_ body: (SQLiteConnection) throws -> T, onCommit: (T) -> Void = { _ in }) throws -> T {
-        try connection.withLock { conn in
-            let result = try conn.transaction { try body(conn) }
+        let observer = self.observer.withLock { $0 }
+        let result = try connection.withLock { conn in
+            let result: T
+            do {
+                result = try conn.transaction {
+                    try observer?.transactionBegan(conn)
+                    let result = try body(conn)
+                    try observer?.transactionWillCommit(conn)
+                    return result
+                }
+            } catch {
+                observer?.transactionEnded(committed: false)
+                observer?.transactionUnlocked()
+                throw error
+            }
+            observer?.transactionEnded(committed: true)
             onCommit(result)
             return result
         }
+        observer?.transactionUnlocked()
+        return result
     }
+
+    /// Sets the one observer of write transactions (the store, once it is set up).
+    func setObserver(_ observer: any TransactionObserver) {
+        self.observer.withLock { $0 = observer }
+    }
+}
+
+/// Sees every write transaction of a `Database`, under its lock.
+protocol TransactionObserver: Sendable {
+    /// Right after `BEGIN IMMEDIATE`: no other connection can write until the end.
+    func transactionBegan(_ conn: SQLiteConnection) throws
+    /// After the body, before `COMMIT`; throwing rolls back.
+    func transactionWillCommit(_ conn: SQLiteConnection) throws
+    /// After `COMMIT` or `ROLLBACK`.
+    func transactionEnded(committed: Bool)
+    /// After the lock is released: the place to call out to observers.
+    func transactionUnlocked()
 }

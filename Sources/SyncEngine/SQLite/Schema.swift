@@ -2,7 +2,7 @@
 ///
 /// `entries` holds the data; every metadata table starts with `sync_`.
 enum Schema {
-    static let currentVersion = 1
+    static let currentVersion = 2
 
     static let migrations: [String] = [
         // v1
@@ -54,6 +54,15 @@ enum Schema {
             data       BLOB NOT NULL,
             PRIMARY KEY (key, ver, node, idx)
         ) WITHOUT ROWID;
+        """,
+        // v2: values kept in files (`FileValueStore`), and the log other processes
+        // sharing the file read to learn which keys changed.
+        """
+        ALTER TABLE entries ADD COLUMN in_file INTEGER NOT NULL DEFAULT 0;
+        CREATE TABLE sync_commit_log (
+            id      INTEGER PRIMARY KEY AUTOINCREMENT,
+            changes BLOB NOT NULL
+        );
         """,
     ]
 

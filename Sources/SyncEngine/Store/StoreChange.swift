@@ -10,6 +10,9 @@ public struct StoreChange: Sendable, Equatable {
     public let kind: Kind
     public let origin: Origin
     public let version: HLCTimestamp
+    /// True when another process sharing the store file made the change
+    /// (e.g. an app extension); `origin` is then as that process saw it.
+    public internal(set) var isFromAnotherProcess = false
 }
 
 /// Which changes an observer wants.

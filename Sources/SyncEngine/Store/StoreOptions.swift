@@ -15,6 +15,14 @@ public struct StoreOptions: Sendable {
     /// The node id given to a new store file (random when nil). Existing files keep theirs.
     /// The simulator sets it so that runs are reproducible.
     public var nodeID: UInt32?
+    /// Keep every value in its own file in this directory, with the metadata in
+    /// SQLite (what `FileValueStore` sets). A store created with a value
+    /// directory must always be opened with the same one.
+    public var valueDirectory: String?
+    /// How often to look for commits of other processes sharing the file
+    /// (an app and its extension); nil only checks before each write and on
+    /// `checkForExternalChanges()`.
+    public var externalChangePollInterval: Duration? = .milliseconds(100)
 
     public init(clock: any PhysicalClock = SystemClock(), encryption: EncryptionKeySource? = nil) {
         self.clock = clock

@@ -18,20 +18,23 @@ struct StoredRow: Sendable {
 }
 
 extension SyncStore {
-    static let rowColumns = "key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, acked_seq"
+    static let rowColumns = "key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, acked_seq, in_file"
 
     func decodeRow(_ stmt: Statement) throws -> StoredRow {
         let key = stmt.string(0)
         let encrypted = stmt.int(8) != 0
+        let version = HLCTimestamp(packed: stmt.int64(3), node: UInt32(truncatingIfNeeded: stmt.int64(4)))
         var value = stmt.blob(1)
-        if encrypted, let sealed = value {
+        if stmt.int(13) != 0 && stmt.int(7) == 0 {
+            value = try readValueFile(key: key, version: version, size: stmt.int(9), encrypted: encrypted)
+        } else if encrypted, let sealed = value {
             guard let cipher else {
                 throw SyncError(.encryptionKeyMissing, "key '\(key)' is encrypted at rest but the store was opened without a master key; pass StoreOptions(encryption:)")
             }
             value = try cipher.open(sealed, keyName: key)
         }
         return StoredRow(key: key, value: value, encoding: stmt.string(2),
-                         version: HLCTimestamp(packed: stmt.int64(3), node: UInt32(truncatingIfNeeded: stmt.int64(4))),
+                         version: version,
                          base: HLCTimestamp(packed: stmt.int64(5), node: UInt32(truncatingIfNeeded: stmt.int64(6))),
                          deleted: stmt.int(7) != 0, encrypted: encrypted, size: stmt.int(9),
                          changeSeq: stmt.int64(10), lane: SyncLane(rawValue: stmt.int(11)) ?? .none, ackedSeq: stmt.int64(12))
@@ -45,6 +48,8 @@ extension SyncStore {
     }
 
     /// Writes `row` (encrypting when its key is declared encrypted); keeps `acked_seq`.
+    /// With value files the bytes go to a new file first and the replaced
+    /// version's file is deleted after the commit (see `ValueFiles`).
     func saveRow(_ conn: SQLiteConnection, _ row: StoredRow, encrypt: Bool, writtenAt: Int64) throws {
         var stored = row.value
         if encrypt, let plain = row.value {
@@ -53,13 +58,28 @@ extension SyncStore {
             }
             stored = try cipher.seal(plain, keyName: row.key)
         }
+        var inFile = false
+        if let valueFiles {
+            let previous = try conn.statement("SELECT ver, node FROM entries WHERE key = ? AND in_file = 1")
+            previous.bind(1, row.key)
+            if try previous.step() {
+                let old = HLCTimestamp(packed: previous.int64(0), node: UInt32(truncatingIfNeeded: previous.int64(1)))
+                if old != row.version { valueFiles.supersede(key: row.key, version: old) }
+            }
+            previous.reset()
+            if let bytes = stored, !row.deleted {
+                try valueFiles.write(bytes, key: row.key, version: row.version)
+                stored = nil
+                inFile = true
+            }
+        }
         let stmt = try conn.statement("""
-            INSERT INTO entries(key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, acked_seq, written_at)
-            VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, ?13)
+            INSERT INTO entries(key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, acked_seq, written_at, in_file)
+            VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, ?13, ?14)
             ON CONFLICT(key) DO UPDATE SET value = excluded.value, encoding = excluded.encoding, ver = excluded.ver,
               node = excluded.node, base_ver = excluded.base_ver, base_node = excluded.base_node, deleted = excluded.deleted,
               encrypted = excluded.encrypted, size = excluded.size, change_seq = excluded.change_seq, lane = excluded.lane,
-              written_at = excluded.written_at
+              written_at = excluded.written_at, in_file = excluded.in_file
             """)
         stmt.bind(1, row.key)
         stmt.bind(2, stored)
@@ -74,7 +94,27 @@ extension SyncStore {
         stmt.bind(11, row.changeSeq)
         stmt.bind(12, row.lane.rawValue)
         stmt.bind(13, writtenAt)
+        stmt.bind(14, inFile ? 1 : 0)
         try stmt.run()
+        logWrite(row)
+    }
+
+    /// The plaintext bytes of a value kept in a file, checked against the row's size.
+    func readValueFile(key: String, version: HLCTimestamp, size: Int, encrypted: Bool) throws -> [UInt8] {
+        guard let valueFiles else {
+            throw SyncError(.invalidConfiguration, "key '\(key)' is kept in a value file but the store was opened without its value directory; open it as a FileValueStore")
+        }
+        var bytes = try valueFiles.read(key: key, version: version)
+        if encrypted {
+            guard let cipher else {
+                throw SyncError(.encryptionKeyMissing, "key '\(key)' is encrypted at rest but the store was opened without a master key; pass StoreOptions(encryption:)")
+            }
+            do { bytes = try cipher.open(bytes, keyName: key) } catch {
+                throw SyncError(.corruptValueFile, "the value file of key '\(key)' does not decrypt (damaged or replaced); restore the file or write the key again")
+            }
+        }
+        guard bytes.count == size else { throw ValueFiles.sizeMismatch(key: key, found: bytes.count, expected: size) }
+        return bytes
     }
 
     /// The lane a local change of `descriptor` with `size` bytes waits in on this device.

@@ -67,7 +67,7 @@ extension SyncStore {
         try database.read { conn in
             let stmt = try conn.statement("""
                 SELECT key, change_seq, size, deleted, encoding, ver, node, base_ver, base_node, encrypted,
-                       CASE WHEN size <= ?3 THEN value END
+                       CASE WHEN size <= ?3 THEN value END, in_file
                 FROM entries WHERE change_seq > acked_seq AND lane > 0 AND change_seq > ?1 AND (lane = 1 OR change_seq <= ?2)
                 ORDER BY change_seq
                 """)
@@ -90,11 +90,14 @@ extension SyncStore {
                 }
                 if isLarge && !rows.isEmpty { break }
                 var value = deleted ? nil : stmt.blob(10)
-                if stmt.int(9) != 0, let sealed = value {
+                let version = HLCTimestamp(packed: stmt.int64(5), node: UInt32(truncatingIfNeeded: stmt.int64(6)))
+                if !deleted && !isLarge && stmt.int(11) != 0 {
+                    value = try readValueFile(key: key, version: version, size: size, encrypted: stmt.int(9) != 0)
+                } else if stmt.int(9) != 0, let sealed = value {
                     guard let cipher else { throw SyncError(.encryptionKeyMissing, "an encrypted entry cannot be sent without the master key") }
                     value = try cipher.open(sealed, keyName: key)
                 }
-                let entry = WireEntry(key: key, version: HLCTimestamp(packed: stmt.int64(5), node: UInt32(truncatingIfNeeded: stmt.int64(6))),
+                let entry = WireEntry(key: key, version: version,
                                       base: HLCTimestamp(packed: stmt.int64(7), node: UInt32(truncatingIfNeeded: stmt.int64(8))),
                                       deleted: deleted, encoding: stmt.string(4), value: value)
                 rows.append(OutboundRow(key: key, seq: seq, entry: entry, size: size, isLarge: isLarge))

@@ -24,6 +24,9 @@ public final class SyncStore: KeyValueBackend {
     let physicalClock: any PhysicalClock
     let cache: StoreCache
     let cipher: AtRestCipher?
+    /// Where values live when the store keeps them in files (`FileValueStore`).
+    let valueFiles: ValueFiles?
+    let shared = Mutex(SharedFileState())
     let options: StoreOptions
     let logger: Logger
     let changeHub = Broadcaster<StoreChange>()
@@ -53,7 +56,8 @@ public final class SyncStore: KeyValueBackend {
         self.database = database
         self.cache = StoreCache(maxCachedValueSize: options.maxCachedValueSize)
 
-        let setup = try database.write { conn -> (node: UInt32, salt: [UInt8], verifier: String?, storedRole: String?, floor: Int64, seq: Int64) in
+        let requestedDirectory = options.valueDirectory.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+        let setup = try database.write { conn -> (node: UInt32, salt: [UInt8], verifier: String?, storedRole: String?, floor: Int64, seq: Int64, valueDirectory: String?) in
             var meta = try SyncStore.readMeta(conn)
             if meta["node_id"] == nil {
                 var node: UInt32 = options.nodeID ?? 0
@@ -69,12 +73,24 @@ public final class SyncStore: KeyValueBackend {
             let seq = floorStmt.int64(1)
             try floorStmt.run()
             let salt = [UInt8](Data(base64Encoded: meta["salt"] ?? "") ?? Data())
-            return (UInt32(meta["node_id"] ?? "") ?? 0, salt, meta["at_rest_verifier"], meta["role"], floor, seq)
+            var valueDirectory = meta["value_directory"]
+            if let requestedDirectory {
+                if let valueDirectory, valueDirectory != requestedDirectory {
+                    throw SyncError(.invalidConfiguration, "the store at \(path) keeps its values in \(valueDirectory), not \(requestedDirectory); open it with that value directory")
+                }
+                if valueDirectory == nil {
+                    // Values already inline stay inline and readable; new writes go to files.
+                    try SyncStore.writeMeta(conn, "value_directory", requestedDirectory)
+                    valueDirectory = requestedDirectory
+                }
+            }
+            return (UInt32(meta["node_id"] ?? "") ?? 0, salt, meta["at_rest_verifier"], meta["role"], floor, seq, valueDirectory)
         }
         if let storedRole = setup.storedRole, storedRole != role.rawValue {
             throw SyncError(.invalidConfiguration, "the store at \(path) belongs to a \(storedRole), not a \(role); open it with role \(storedRole) or use another file")
         }
         nodeID = setup.node
+        valueFiles = try setup.valueDirectory.map { try ValueFiles(directory: $0) }
         nextSeq = Mutex(setup.seq + 1)
         clock = HybridLogicalClock(node: setup.node, physical: options.clock, floor: setup.floor)
 
@@ -96,6 +112,21 @@ public final class SyncStore: KeyValueBackend {
                 throw SyncError(.encryptionKeyMissing, "the registry declares encrypted keys but no master key was given; pass StoreOptions(encryption: .keyFile(path:)) or .passphrase")
             }
             self.cipher = nil
+        }
+        if let valueFiles { try removeUnreferencedValueFiles(valueFiles) }
+        try startSharedFileTracking()
+    }
+
+    /// Deletes value files left by a crash before their row committed; runs in a
+    /// write transaction so no other process is between writing a file and committing.
+    private func removeUnreferencedValueFiles(_ valueFiles: ValueFiles) throws {
+        try database.write { conn in
+            let stmt = try conn.statement("SELECT key, ver, node FROM entries WHERE in_file = 1")
+            var referenced: Set<String> = []
+            while try stmt.step() {
+                referenced.insert(ValueFiles.fileName(key: stmt.string(0), version: HLCTimestamp(packed: stmt.int64(1), node: UInt32(truncatingIfNeeded: stmt.int64(2)))))
+            }
+            valueFiles.removeUnreferenced(referenced: referenced)
         }
     }
 

@@ -1,0 +1,146 @@
+import Synchronization
+
+/// A store that keeps everything in memory, for SwiftUI previews and tests:
+/// the same typed API, checks, versions, observation, legacy-key migration and
+/// cache statistics as `SyncStore`, without a file and without replication.
+///
+/// ```swift
+/// let preview = try InMemoryStore(role: .phone, registry: KeyRegistry([steps]))
+/// try preview.setNow(9_000, for: steps)
+/// ```
+public final class InMemoryStore: KeyValueBackend {
+    public let registry: KeyRegistry
+    public let role: DeviceRole
+    /// Largest value a key may hold, serialized.
+    public let maxValueSize: Int
+    /// Values larger than this count as cache misses on every read, as in `SyncStore`.
+    public let maxCachedValueSize: Int
+
+    private struct Stored {
+        var entry: BackendEntry
+        var changeSequence: Int64
+    }
+
+    private struct State {
+        var entries: [String: Stored] = [:]
+        /// Keys read or written since the store was made: reads of these are cache hits.
+        var cached: Set<String> = []
+        var stats = CacheStatistics()
+        var sequence: Int64 = 0
+        var closed = false
+    }
+
+    private let state = Mutex(State())
+    private let clock: HybridLogicalClock
+    private let changeHub = Broadcaster<StoreChange>()
+
+    public init(role: DeviceRole, registry: KeyRegistry, clock: any PhysicalClock = SystemClock(),
+                maxValueSize: Int = 64 * 1024 * 1024, maxCachedValueSize: Int = 64 * 1024) {
+        self.role = role
+        self.registry = registry
+        self.maxValueSize = maxValueSize
+        self.maxCachedValueSize = maxCachedValueSize
+        self.clock = HybridLogicalClock(node: UInt32.random(in: 1...UInt32.max), physical: clock, floor: 0)
+    }
+
+    /// Ends observation; further use throws `.closed`.
+    public func close() {
+        state.withLock { $0.closed = true }
+        changeHub.finishAll()
+    }
+
+    public func entry(forKey key: String, declaredAs declared: KeyDescriptor?) throws -> BackendEntry? {
+        let found = try state.withLock { s -> (entry: BackendEntry?, legacy: String?) in
+            try InMemoryStore.checkOpen(s)
+            let stored = s.entries[key]
+            if s.cached.contains(key) {
+                s.stats.hits += 1
+                return (stored?.entry, nil)
+            }
+            let descriptor = try registry.governingDescriptor(for: key, declared: declared)
+            s.stats.misses += 1
+            if (stored?.entry.bytes?.count ?? 0) <= maxCachedValueSize { s.cached.insert(key) }
+            guard stored == nil, let legacy = descriptor.legacyName, s.entries[legacy]?.entry.bytes != nil else {
+                return (stored?.entry, nil)
+            }
+            return (nil, legacy)
+        }
+        guard let legacy = found.legacy else { return found.entry }
+        return try migrateLegacy(from: legacy, to: key)
+    }
+
+    /// Moves the legacy key's value to `key` atomically, as `SyncStore` does.
+    private func migrateLegacy(from legacy: String, to key: String) throws -> BackendEntry? {
+        let moved = state.withLock { s -> BackendEntry? in
+            if let current = s.entries[key] { return current.entry }
+            guard let old = s.entries[legacy]?.entry, let bytes = old.bytes else { return nil }
+            let entry = BackendEntry(bytes: bytes, encoding: old.encoding, version: clock.now())
+            s.sequence += 1
+            s.entries[key] = Stored(entry: entry, changeSequence: s.sequence)
+            s.sequence += 1
+            s.entries[legacy] = Stored(entry: BackendEntry(bytes: nil, encoding: old.encoding, version: clock.now()), changeSequence: s.sequence)
+            s.cached.remove(legacy)
+            return entry
+        }
+        if let moved, moved.bytes != nil {
+            changeHub.publish(StoreChange(key: key, kind: .set, origin: .local, version: moved.version))
+        }
+        return moved
+    }
+
+    public func rememberDecoded(_ value: any Sendable, forKey key: String, version: HLCTimestamp) {
+        state.withLock { s in
+            if s.entries[key]?.entry.version == version { s.entries[key]?.entry.decoded = value }
+        }
+    }
+
+    @discardableResult
+    public func commit(_ writes: [BackendWrite]) throws -> [StoreChange] {
+        let checked = try writes.map { write in
+            (write, try registry.checkedWrite(write.key, bytes: write.bytes, role: role, maxValueSize: maxValueSize, known: write.descriptor))
+        }
+        let changes = try state.withLock { s -> [StoreChange] in
+            try InMemoryStore.checkOpen(s)
+            var changes: [StoreChange] = []
+            for (write, descriptor) in checked {
+                let current = s.entries[write.key]?.entry
+                if let bytes = write.bytes, let existing = current?.bytes, existing == bytes {
+                    s.stats.skippedWrites += 1
+                    continue
+                }
+                if write.bytes == nil && current?.bytes == nil { continue }
+                let version = clock.now()
+                s.sequence += 1
+                s.entries[write.key] = Stored(entry: BackendEntry(bytes: write.bytes, encoding: descriptor.encoding, version: version, decoded: write.decoded),
+                                              changeSequence: s.sequence)
+                if (write.bytes?.count ?? 0) <= maxCachedValueSize { s.cached.insert(write.key) } else { s.cached.remove(write.key) }
+                changes.append(StoreChange(key: write.key, kind: write.bytes == nil ? .removed : .set, origin: .local, version: version))
+            }
+            return changes
+        }
+        for change in changes { changeHub.publish(change) }
+        return changes
+    }
+
+    public func allEntryInfo() throws -> [EntryInfo] {
+        try state.withLock { s in
+            try InMemoryStore.checkOpen(s)
+            return s.entries.sorted { $0.key < $1.key }.map { key, stored in
+                EntryInfo(key: key, encoding: stored.entry.encoding, version: stored.entry.version, isDeleted: stored.entry.bytes == nil,
+                          size: stored.entry.bytes?.count ?? 0, changeSequence: stored.changeSequence, lane: .none,
+                          isPending: false, isEncrypted: false)
+            }
+        }
+    }
+
+    public func changes(matching filter: ChangeFilter) -> AsyncStream<StoreChange> {
+        changeHub.subscribe { filter.matches($0.key) }
+    }
+
+    public var cacheStatistics: CacheStatistics { state.withLock { $0.stats } }
+    public func resetCacheStatistics() { state.withLock { $0.stats = CacheStatistics() } }
+
+    private static func checkOpen(_ state: State) throws {
+        if state.closed { throw SyncError(.closed, "the in-memory store is closed; make a new one") }
+    }
+}

@@ -1,0 +1,113 @@
+import Crypto
+import Foundation
+import Synchronization
+
+/// The directory of a store that keeps each value in its own file
+/// (`FileValueStore`). A file is named by its key's hash and version, so a new
+/// version never overwrites the committed one:
+///
+/// 1. the new file is written to a temporary name, flushed and renamed (atomic);
+/// 2. the row that points at it commits in SQLite;
+/// 3. only then is the previous version's file deleted.
+///
+/// A crash between 1 and 2 leaves an unreferenced file, removed at the next
+/// open; a rolled-back transaction deletes its files at once.
+final class ValueFiles: Sendable {
+    let directory: String
+
+    private struct Transaction {
+        var written: [String] = []
+        var superseded: [String] = []
+    }
+    private let transaction = Mutex(Transaction())
+
+    init(directory: String) throws {
+        self.directory = directory
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw SyncError(.invalidConfiguration, "cannot create the value directory \(directory): \(error.localizedDescription); check the path and its permissions")
+        }
+    }
+
+    /// The file name of `key` at `version`.
+    static func fileName(key: String, version: HLCTimestamp) -> String {
+        let digest = SHA256.hash(data: Array(key.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+        return "\(digest)-\(String(UInt64(bitPattern: version.packed), radix: 16))-\(String(version.node, radix: 16)).value"
+    }
+
+    func path(key: String, version: HLCTimestamp) -> String {
+        directory + "/" + ValueFiles.fileName(key: key, version: version)
+    }
+
+    /// Writes `bytes` (already sealed when the key is encrypted) atomically and durably.
+    func write(_ bytes: [UInt8], key: String, version: HLCTimestamp) throws {
+        let target = path(key: key, version: version)
+        let temporary = target + ".tmp-\(UInt32.random(in: 0...UInt32.max))"
+        transaction.withLock { $0.written.append(target) }
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard fd >= 0 else { throw fileError("create", temporary) }
+        var ok = bytes.withUnsafeBytes { raw -> Bool in
+            var offset = 0
+            while offset < raw.count {
+                let n = Foundation.write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if n <= 0 { return false }
+                offset += n
+            }
+            return true
+        }
+        ok = ok && fsync(fd) == 0
+        close(fd)
+        guard ok, rename(temporary, target) == 0 else {
+            unlink(temporary)
+            throw fileError("write", target)
+        }
+        let dir = open(directory, O_RDONLY)
+        if dir >= 0 {
+            fsync(dir)
+            close(dir)
+        }
+    }
+
+    /// The stored bytes of `key` at `version`; a missing file is a clear error.
+    func read(key: String, version: HLCTimestamp) throws -> [UInt8] {
+        let file = path(key: key, version: version)
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw SyncError(.corruptValueFile, "the value file of key '\(key)' is missing (\(file)); the entry's metadata is intact — restore the file or write the key again")
+        }
+        return [UInt8](data)
+    }
+
+    /// Marks the file of a version that a write in this transaction replaces.
+    func supersede(key: String, version: HLCTimestamp) {
+        transaction.withLock { $0.superseded.append(path(key: key, version: version)) }
+    }
+
+    /// Deletes what the finished transaction made obsolete: replaced files after
+    /// a commit, its own new files after a rollback.
+    func transactionEnded(committed: Bool) {
+        let finished = transaction.withLock { t -> Transaction in
+            defer { t = Transaction() }
+            return t
+        }
+        for file in committed ? finished.superseded : finished.written { unlink(file) }
+    }
+
+    /// Deletes files no row points at (left by a crash before a commit).
+    /// Call inside a write transaction, so no other process is mid-write.
+    func removeUnreferenced(referenced: Set<String>) {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
+        for name in names where !referenced.contains(name) && (name.hasSuffix(".value") || name.contains(".value.tmp-")) {
+            unlink(directory + "/" + name)
+        }
+    }
+
+    static func sizeMismatch(key: String, found: Int, expected: Int) -> SyncError {
+        SyncError(.corruptValueFile, "the value file of key '\(key)' holds \(found) bytes where \(expected) were written; restore the file or write the key again")
+    }
+
+    private func fileError(_ action: String, _ file: String) -> SyncError {
+        SyncError(.database, "cannot \(action) the value file \(file): \(String(cString: strerror(errno))); check free space and permissions")
+    }
+}

@@ -1,0 +1,193 @@
+import CSQLite
+import Synchronization
+import SyncTransport
+
+/// What a store knows about other connections (usually other processes, e.g.
+/// an app and its extension) writing the same file.
+///
+/// Every write transaction appends the keys it changed to `sync_commit_log`.
+/// When `PRAGMA data_version` shows that another connection committed, the
+/// store reads the log rows it has not seen: it drops those keys from its
+/// cache, moves its change sequence and clock past the other writer's, and
+/// tells its observers. This runs at the start of every write transaction
+/// (so versions and sequence numbers never collide) and on a timer
+/// (`StoreOptions.externalChangePollInterval`) or `checkForExternalChanges()`.
+struct SharedFileState {
+    var dataVersion: Int64 = 0
+    var lastLogID: Int64 = 0
+    /// Changes of the open transaction, logged before it commits.
+    var transactionChanges: [StoreChange] = []
+    var seqAtBegin: Int64 = 0
+    /// Changes made by other connections, published once the lock is released.
+    var unpublished: [StoreChange] = []
+    var logInserts = 0
+}
+
+extension SyncStore: TransactionObserver {
+    /// Log rows kept for processes that have not caught up yet.
+    static let commitLogRetention: Int64 = 10_000
+
+    func transactionBegan(_ conn: SQLiteConnection) throws {
+        try catchUpWithOtherWriters(conn)
+        let seq = nextSeq.withLock { $0 }
+        shared.withLock { s in
+            s.transactionChanges.removeAll(keepingCapacity: true)
+            s.seqAtBegin = seq
+        }
+    }
+
+    func transactionWillCommit(_ conn: SQLiteConnection) throws {
+        let seqHigh = nextSeq.withLock { $0 } - 1
+        let (changes, seqAtBegin) = shared.withLock { s in (s.transactionChanges, s.seqAtBegin) }
+        guard !changes.isEmpty || seqHigh >= seqAtBegin else { return }
+        var writer = ByteWriter()
+        writer.writeVarInt(UInt64(max(seqHigh, 0)))
+        writer.writeUInt64(UInt64(bitPattern: clock.latest))
+        writer.writeVarInt(UInt64(changes.count))
+        for change in changes {
+            writer.writeString(change.key)
+            writer.writeUInt8(change.kind == .set ? 0 : 1)
+            writer.writeUInt8(change.origin == .local ? 0 : 1)
+            writer.writeUInt64(UInt64(bitPattern: change.version.packed))
+            writer.writeUInt32(change.version.node)
+        }
+        let insert = try conn.statement("INSERT INTO sync_commit_log(changes) VALUES(?)")
+        insert.bind(1, writer.bytes)
+        try insert.run()
+        let id = sqlite3_last_insert_rowid(conn.handle)
+        let prune = shared.withLock { s -> Bool in
+            s.lastLogID = id
+            s.logInserts += 1
+            return s.logInserts % 256 == 0
+        }
+        if prune {
+            let delete = try conn.statement("DELETE FROM sync_commit_log WHERE id <= ?")
+            delete.bind(1, id - SyncStore.commitLogRetention)
+            try delete.run()
+        }
+    }
+
+    func transactionEnded(committed: Bool) {
+        valueFiles?.transactionEnded(committed: committed)
+        shared.withLock { $0.transactionChanges.removeAll(keepingCapacity: true) }
+    }
+
+    func transactionUnlocked() {
+        publishExternalChanges()
+    }
+
+    /// Notes a row written in the open transaction, for other processes' logs.
+    func logWrite(_ row: StoredRow) {
+        let change = StoreChange(key: row.key, kind: row.deleted ? .removed : .set,
+                                 origin: row.version.node == nodeID ? .local : .remote, version: row.version)
+        shared.withLock { $0.transactionChanges.append(change) }
+    }
+
+    /// Looks for commits of other processes to this file now (it also happens on
+    /// a timer and before every write): invalidates the cache for the keys they
+    /// changed and tells observers.
+    public func checkForExternalChanges() throws {
+        try checkOpen()
+        try database.read { conn in try catchUpWithOtherWriters(conn) }
+        publishExternalChanges()
+    }
+
+    /// Records the current data version and log position, at open.
+    func startSharedFileTracking() throws {
+        try database.read { conn in
+            let last = try conn.statement("SELECT coalesce(max(id), 0) FROM sync_commit_log")
+            _ = try last.step()
+            let id = last.int64(0)
+            last.reset()
+            let version = try SyncStore.dataVersion(conn)
+            shared.withLock { s in
+                s.lastLogID = id
+                s.dataVersion = version
+            }
+        }
+        database.setObserver(self)
+        if let interval = options.externalChangePollInterval {
+            Task.detached { [weak self] in
+                while true {
+                    try? await Task.sleep(for: interval)
+                    guard let store = self, !store.isClosed else { return }
+                    try? store.checkForExternalChanges()
+                }
+            }
+        }
+    }
+
+    private static func dataVersion(_ conn: SQLiteConnection) throws -> Int64 {
+        let stmt = try conn.statement("PRAGMA data_version")
+        _ = try stmt.step()
+        defer { stmt.reset() }
+        return stmt.int64(0)
+    }
+
+    /// Under the connection lock: reads what other connections committed since last time.
+    private func catchUpWithOtherWriters(_ conn: SQLiteConnection) throws {
+        let version = try SyncStore.dataVersion(conn)
+        let lastLogID = shared.withLock { $0.dataVersion == version ? nil : $0.lastLogID }
+        guard let lastLogID else { return }
+        let stmt = try conn.statement("SELECT id, changes FROM sync_commit_log WHERE id > ? ORDER BY id")
+        stmt.bind(1, lastLogID)
+        var newest = lastLogID
+        var changes: [StoreChange] = []
+        var seqHigh: Int64 = 0
+        var gap = false
+        var damaged = false
+        while try stmt.step() {
+            let id = stmt.int64(0)
+            if newest == lastLogID && id != lastLogID + 1 { gap = true }
+            newest = id
+            var reader = ByteReader(stmt.blob(1) ?? [])
+            do {
+                seqHigh = max(seqHigh, Int64(try reader.readVarInt()))
+                clock.observe(HLCTimestamp(packed: Int64(bitPattern: try reader.readUInt64()), node: nodeID))
+                let count = Int(try reader.readVarInt())
+                for _ in 0..<min(count, 1_000_000) {
+                    let key = try reader.readString(maxLength: 4096)
+                    let kind: StoreChange.Kind = try reader.readUInt8() == 0 ? .set : .removed
+                    let origin: StoreChange.Origin = try reader.readUInt8() == 0 ? .local : .remote
+                    let packed = Int64(bitPattern: try reader.readUInt64())
+                    let node = try reader.readUInt32()
+                    changes.append(StoreChange(key: key, kind: kind, origin: origin, version: HLCTimestamp(packed: packed, node: node),
+                                               isFromAnotherProcess: true))
+                }
+            } catch {
+                damaged = true
+            }
+        }
+        stmt.reset()
+        if gap || damaged {
+            // Fell behind the log's retention (or a row is unreadable): start from the file itself.
+            let floor = try conn.statement("SELECT coalesce(max(ver), 0), max(coalesce(max(change_seq), 0), coalesce(max(acked_seq), 0)) FROM entries")
+            _ = try floor.step()
+            clock.observe(HLCTimestamp(packed: floor.int64(0), node: nodeID))
+            seqHigh = max(seqHigh, floor.int64(1))
+            floor.reset()
+            cache.invalidateAll()
+            logger.notice("another process changed this store more than the commit log keeps; the whole cache was dropped")
+        } else {
+            for change in changes { cache.invalidate(change.key) }
+        }
+        nextSeq.withLock { $0 = max($0, seqHigh + 1) }
+        shared.withLock { s in
+            s.dataVersion = version
+            s.lastLogID = newest
+            s.unpublished += changes
+        }
+    }
+
+    private func publishExternalChanges() {
+        let changes = shared.withLock { s -> [StoreChange] in
+            defer { s.unpublished.removeAll() }
+            return s.unpublished
+        }
+        guard !changes.isEmpty else { return }
+        publishCommitted(changes)
+        // Wake a replication loop in this process: the other process's writes may need sending.
+        localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        localWrites.publish(())
+    }
+}
