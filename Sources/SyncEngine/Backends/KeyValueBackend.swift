@@ -77,6 +77,9 @@ public protocol KeyValueBackend: AnyObject, Sendable {
 
     var cacheStatistics: CacheStatistics { get }
     func resetCacheStatistics()
+
+    /// Ends observation; further use throws `.closed`. What was committed stays.
+    func close()
 }
 
 extension KeyRegistry {

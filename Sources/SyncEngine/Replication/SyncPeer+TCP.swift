@@ -26,7 +26,17 @@ extension SyncPeer {
                                    initialDelay: Duration = .milliseconds(100), maxDelay: Duration = .seconds(10)) async {
         var delay = initialDelay
         var random = SystemRandomNumberGenerator()
+        var waitingForLock = false
         while !Task.isCancelled {
+            // Dial only when this process may replicate: the peer never sees a second session for this device.
+            if !ReplicationLock.acquire(storePath: store.path) {
+                if !waitingForLock { store.emit(.error(SyncPeer.lockedError(store.path))) }
+                waitingForLock = true
+                try? await Task.sleep(for: .milliseconds(250))  // a local check: cheap, so poll briskly
+                continue
+            }
+            waitingForLock = false
+            defer { ReplicationLock.release(storePath: store.path) }
             do {
                 let connection = try await TCPTransport.connect(host: host, port: port, configuration: configuration)
                 delay = initialDelay

@@ -50,6 +50,13 @@ public final class SyncPeer: Sendable {
     /// reason it ended; never throws for network trouble (reconnecting is the caller's loop).
     @discardableResult
     public func run(over connection: any FrameConnection) async -> String {
+        guard ReplicationLock.acquire(storePath: store.path) else {
+            await connection.close()
+            let error = SyncPeer.lockedError(store.path)
+            store.emit(.error(error))
+            return error.description
+        }
+        defer { ReplicationLock.release(storePath: store.path) }
         let (inputs, continuation) = AsyncStream.makeStream(of: Input.self, bufferingPolicy: .unbounded)
         let gate = ReadAheadGate(credits: 8)
         let reader = Task {
@@ -114,6 +121,10 @@ public final class SyncPeer: Sendable {
         await connection.close()
         store.emit(.disconnected(reason: reason))
         return reason
+    }
+
+    static func lockedError(_ path: String) -> SyncError {
+        SyncError(.replicationLocked, "another process replicates the store at \(path) (it holds \(ReplicationLock.lockPath(for: path))); this one stays local and retries when it is released")
     }
 
     private func updateState(connected: Bool, idle: Bool, peer: UInt32?, generation: Int) {

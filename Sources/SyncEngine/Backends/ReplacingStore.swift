@@ -1,0 +1,82 @@
+import Synchronization
+
+extension KeyValueBackend {
+    /// This store, taking over keys from `old` (another backend or file, e.g.
+    /// a plain store being replaced by an encrypted one): the first read of a
+    /// key that this store has never held copies the old value here, commits
+    /// it, and only then removes it from `old`. A crash in between leaves the
+    /// value in both; the next read finishes the removal. Nothing is lost.
+    ///
+    /// ```swift
+    /// let store = try SyncStore(path: "secure.sqlite", role: .phone, registry: registry, options: encrypted)
+    ///     .replacing(try SyncStore(path: "plain.sqlite", role: .phone, registry: oldRegistry))
+    /// ```
+    public func replacing(_ old: any KeyValueBackend) -> ReplacingStore {
+        ReplacingStore(store: self, replacing: old)
+    }
+}
+
+/// A backend that moves keys from a replaced backend on first read; made by `replacing(_:)`.
+/// Writes, observation and statistics are the new store's.
+public final class ReplacingStore: KeyValueBackend {
+    /// Where values live from now on.
+    public let store: any KeyValueBackend
+    /// Where they come from.
+    public let old: any KeyValueBackend
+    /// Keys whose old copy is known to be gone (or not ours to remove) in this process.
+    private let settled = Mutex<Set<String>>([])
+
+    init(store: any KeyValueBackend, replacing old: any KeyValueBackend) {
+        self.store = store
+        self.old = old
+    }
+
+    public var registry: KeyRegistry { store.registry }
+    public var role: DeviceRole { store.role }
+
+    public func entry(forKey key: String, declaredAs declared: KeyDescriptor?) throws -> BackendEntry? {
+        let current = try store.entry(forKey: key, declaredAs: declared)
+        if settled.withLock({ $0.contains(key) }) { return current }
+        guard let oldDescriptor = old.registry.descriptor(forEntry: key), oldDescriptor.availability.canWrite(on: old.role),
+              let previous = try old.entry(forKey: key, declaredAs: nil), let bytes = previous.bytes else {
+            settled.withLock { _ = $0.insert(key) }
+            return current
+        }
+        if current == nil {
+            let descriptor = try registry.governingDescriptor(for: key, declared: declared)
+            guard previous.encoding == descriptor.encoding else {
+                throw SyncError(.typeMismatch, "key '\(key)' in the replaced store was written with the \(previous.encoding) serializer, but this store declares \(descriptor.encoding); migrate it by hand")
+            }
+            // 1. the new copy commits …
+            try store.commit([BackendWrite(key: key, bytes: bytes)])
+        }
+        // 2. … and only then does the old one go (also finishing a move a crash interrupted).
+        try old.commit([BackendWrite(key: key, bytes: nil)])
+        settled.withLock { _ = $0.insert(key) }
+        return try store.entry(forKey: key, declaredAs: declared)
+    }
+
+    public func rememberDecoded(_ value: any Sendable, forKey key: String, version: HLCTimestamp) {
+        store.rememberDecoded(value, forKey: key, version: version)
+    }
+
+    @discardableResult
+    public func commit(_ writes: [BackendWrite]) throws -> [StoreChange] {
+        let changes = try store.commit(writes)
+        // A key written here never needs its old value again: drop it after the commit.
+        for write in writes where !settled.withLock({ $0.contains(write.key) }) {
+            if let oldDescriptor = old.registry.descriptor(forEntry: write.key), oldDescriptor.availability.canWrite(on: old.role),
+               try old.entry(forKey: write.key, declaredAs: nil)?.bytes != nil {
+                try old.commit([BackendWrite(key: write.key, bytes: nil)])
+            }
+            settled.withLock { _ = $0.insert(write.key) }
+        }
+        return changes
+    }
+
+    public func allEntryInfo() throws -> [EntryInfo] { try store.allEntryInfo() }
+    public func changes(matching filter: ChangeFilter) -> AsyncStream<StoreChange> { store.changes(matching: filter) }
+    public var cacheStatistics: CacheStatistics { store.cacheStatistics }
+    public func resetCacheStatistics() { store.resetCacheStatistics() }
+    public func close() { store.close() }
+}

@@ -1,0 +1,114 @@
+import Logging
+import Observation
+import Synchronization
+
+/// A property bound to a typed key in a store: reads come synchronously from
+/// the store's cache (the key's default when nothing is stored), writes go
+/// through to the store. Works in plain classes and in `@Observable` models
+/// (mark it `@ObservationIgnored`; reads are still tracked, because they go
+/// through an observable `StoredValue`). Writes from the peer show up in the
+/// property and notify observers.
+///
+/// ```swift
+/// final class Settings {
+///     @Stored(Keys.units, store: store) var units: String
+/// }
+/// settings.units = "metric"                 // written through
+/// for await _ in settings.$units.changes { … }   // projected value: async API + change stream
+/// ```
+///
+/// A write the store refuses (a read-only key on this device, an oversized
+/// value) leaves the stored value unchanged and is reported to `onError`
+/// (logged by default); use `try await $property.set(_:)` to handle it yourself.
+@propertyWrapper
+public struct Stored<Value: Codable & Sendable>: Sendable {
+    private let storage: StoredValue<Value>
+
+    public init(_ key: Key<Value>, store: any KeyValueBackend,
+                onError: @escaping @Sendable (SyncError) -> Void = StoredValue<Value>.logError) {
+        storage = StoredValue(key, store: store, onError: onError)
+    }
+
+    public var wrappedValue: Value {
+        get { storage.value }
+        nonmutating set { storage.value = newValue }
+    }
+
+    /// The async API and the change stream of the same key.
+    public var projectedValue: StoredValue<Value> { storage }
+}
+
+/// An observable handle on one key of one store (what `@Stored` projects).
+/// `value` reads from the cache and registers with Observation, so SwiftUI
+/// views and `withObservationTracking` re-run when the key changes here, in
+/// another process sharing the file, or on the peer.
+public final class StoredValue<Value: Codable & Sendable>: Observable, Sendable {
+    public let key: Key<Value>
+    public let store: any KeyValueBackend
+    private let onError: @Sendable (SyncError) -> Void
+    private let registrar = ObservationRegistrar()
+    private let listener = Mutex<Task<Void, Never>?>(nil)
+
+    public init(_ key: Key<Value>, store: any KeyValueBackend,
+                onError: @escaping @Sendable (SyncError) -> Void = StoredValue<Value>.logError) {
+        self.key = key
+        self.store = store
+        self.onError = onError
+        let changes = store.changes(for: key)
+        listener.withLock { task in
+            task = Task { [weak self] in
+                for await _ in changes {
+                    guard let self else { return }
+                    self.registrar.withMutation(of: self, keyPath: \.value) {}
+                }
+            }
+        }
+    }
+
+    deinit {
+        listener.withLock { $0?.cancel() }
+    }
+
+    /// The stored value, or the key's default; reading it is tracked by Observation.
+    /// Setting it writes through (errors go to `onError`).
+    public var value: Value {
+        get {
+            registrar.access(self, keyPath: \.value)
+            do {
+                return try store.value(for: key)
+            } catch {
+                onError(error as? SyncError ?? SyncError(.database, "\(error)"))
+                return key.defaultValue
+            }
+        }
+        set {
+            do {
+                try registrar.withMutation(of: self, keyPath: \.value) {
+                    try store.setNow(newValue, for: key)
+                }
+            } catch {
+                onError(error as? SyncError ?? SyncError(.database, "\(error)"))
+            }
+        }
+    }
+
+    /// Reads the value, throwing the store's errors.
+    public func get() async throws -> Value { try await store.get(key) }
+    /// Writes the value, throwing the store's errors.
+    public func set(_ newValue: Value) async throws {
+        try registrar.withMutation(of: self, keyPath: \.value) { try store.setNow(newValue, for: key) }
+    }
+    /// Removes the value (reads return the default again).
+    public func remove() async throws {
+        try registrar.withMutation(of: self, keyPath: \.value) { try store.removeNow(key) }
+    }
+    /// Whether a value is stored.
+    public var isStored: Bool { (try? store.contains(key)) ?? false }
+    /// Changes of this key after they commit, local and remote.
+    public var changes: AsyncStream<StoreChange> { store.changes(for: key) }
+
+    /// The default `onError`: logs the refused write or failed read with the error's code and message.
+    @Sendable public static func logError(_ error: SyncError) {
+        Logger(label: "SyncEngine.Stored").error("\(error)")
+    }
+}
