@@ -1,0 +1,202 @@
+import Foundation
+import SyncEngine
+import Testing
+
+/// Every backend the typed API can sit on.
+enum BackendKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
+    case sqlite, inMemory, fileValue, replacing
+
+    var testDescription: String { rawValue }
+
+    /// A fresh backend of this kind for `role` in `folder`.
+    func make(_ folder: TempFolder, role: DeviceRole = .phone, keys: [any KeyDeclaration] = TestKeys.all,
+              maxValueSize: Int? = nil) throws -> any KeyValueBackend {
+        let registry = try KeyRegistry(keys)
+        var options = StoreOptions(encryption: .keyFile(path: folder.file("\(role).key")))
+        if let maxValueSize { options.maxValueSize = maxValueSize }
+        switch self {
+        case .sqlite:
+            return try SyncStore(path: folder.file("\(role).sqlite"), role: role, registry: registry, options: options)
+        case .inMemory:
+            return InMemoryStore(role: role, registry: registry, maxValueSize: maxValueSize ?? 64 * 1024 * 1024)
+        case .fileValue:
+            return try FileValueStore(directory: folder.file("\(role)-files"), role: role, registry: registry, options: options)
+        case .replacing:
+            // A new store taking over from an (empty) old one behaves like the new store.
+            let old = InMemoryStore(role: role, registry: registry)
+            return try SyncStore(path: folder.file("\(role).sqlite"), role: role, registry: registry, options: options).replacing(old)
+        }
+    }
+}
+
+/// One suite, run against every backend: the semantics users rely on.
+@Suite struct BackendConformanceTests {
+    @Test(arguments: BackendKind.allCases)
+    func readsDefaultThenWrittenValue(_ kind: BackendKind) async throws {
+        let folder = TempFolder()
+        let store = try kind.make(folder)
+        #expect(try store.value(for: TestKeys.steps) == 0)
+        #expect(try store.storedValue(for: TestKeys.steps) == nil)
+        #expect(try store.contains(TestKeys.steps) == false)
+        try await store.set(1_234, for: TestKeys.steps)
+        #expect(try await store.get(TestKeys.steps) == 1_234)
+        #expect(try store.contains(TestKeys.steps))
+        try await store.set(5, for: TestKeys.daily["2026-11-22"])
+        #expect(try store.value(for: TestKeys.daily["2026-11-22"]) == 5)
+        #expect(try store.value(for: TestKeys.daily["2026-11-23"]) == 0)
+    }
+
+    @Test(arguments: BackendKind.allCases)
+    func optionalNilIsDistinctFromAbsent(_ kind: BackendKind) async throws {
+        let note = Key<String?>("note", default: "fallback")
+        let folder = TempFolder()
+        let store = try kind.make(folder, keys: [note])
+        #expect(try store.value(for: note) == "fallback")
+        try await store.set(nil, for: note)
+        #expect(try store.value(for: note) == nil)
+        #expect(try store.storedValue(for: note) == .some(nil))
+    }
+
+    @Test(arguments: BackendKind.allCases)
+    func removeLeavesATombstoneAndTheDefault(_ kind: BackendKind) async throws {
+        let folder = TempFolder()
+        let store = try kind.make(folder)
+        try await store.set("Ada", for: TestKeys.name)
+        try await store.remove(TestKeys.name)
+        #expect(try store.value(for: TestKeys.name) == "")
+        #expect(try store.contains(TestKeys.name) == false)
+        let info = try #require(try store.allEntryInfo().first { $0.key == TestKeys.name.name })
+        #expect(info.isDeleted)
+        // Removing again changes nothing.
+        let changes = try store.commit([BackendWrite(key: TestKeys.name.name, bytes: nil)])
+        #expect(changes.isEmpty)
+    }
+
+    @Test(arguments: BackendKind.allCases)
+    func cacheStatisticsCountMissesHitsAndSkippedWrites(_ kind: BackendKind) async throws {
+        let folder = TempFolder()
+        let store = try kind.make(folder)
+        _ = try store.value(for: TestKeys.steps)   // miss (absence is cached)
+        _ = try store.value(for: TestKeys.steps)   // hit
+        try await store.set(7, for: TestKeys.steps)
+        try await store.set(7, for: TestKeys.steps)  // identical: skipped
+        _ = try store.value(for: TestKeys.steps)   // hit (write-through)
+        let stats = store.cacheStatistics
+        #expect(stats.misses == 1)
+        #expect(stats.hits == 2)
+        #expect(stats.skippedWrites == 1)
+        #expect(abs(stats.hitRate - 2.0 / 3.0) < 0.0001)
+        store.resetCacheStatistics()
+        #expect(store.cacheStatistics == CacheStatistics())
+    }
+
+    @Test(arguments: BackendKind.allCases)
+    func batchIsAllOrNothing(_ kind: BackendKind) async throws {
+        let folder = TempFolder()
+        let store = try kind.make(folder)
+        try await store.set(1, for: TestKeys.steps)
+        await #expect(throws: SyncError.self) {
+            try await store.batch { batch in
+                try batch.set(2, for: TestKeys.steps)
+                try batch.set("blue", for: TestKeys.watchFace)  // watch-only: refused on the phone
+            }
+        }
+        #expect(try store.value(for: TestKeys.steps) == 1)
+        try await store.batch { batch in
+            try batch.set(3, for: TestKeys.steps)
+            try batch.set("Ada", for: TestKeys.name)
+        }
+        #expect(try store.value(for: TestKeys.steps) == 3)
+        #expect(try store.value(for: TestKeys.name) == "Ada")
+    }
+
+    @Test(arguments: BackendKind.allCases)
+    func refusedWritesThrowClearErrorsAndChangeNothing(_ kind: BackendKind) async throws {
+        let folder = TempFolder()
+        let store = try kind.make(folder, maxValueSize: 1_000)
+        let face = await #expect(throws: SyncError.self) { try await store.set("blue", for: TestKeys.watchFace) }
+        #expect(face?.code == .writeNotAllowed)
+        let unknown = await #expect(throws: SyncError.self) { try await store.set(1, for: Key<Int>("nobody", default: 0)) }
+        #expect(unknown?.code == .unknownKey)
+        let mismatched = await #expect(throws: SyncError.self) {
+            try await store.set(1, for: Key<Int>("steps", in: Namespace("health").child("daily"), default: 0, policy: .manual))
+        }
+        #expect(mismatched?.code == .keyDeclarationMismatch)
+        let large = await #expect(throws: SyncError.self) { try await store.set(Data(count: 1_001), for: TestKeys.blob) }
+        #expect(large?.code == .valueTooLarge)
+        #expect(try store.allEntryInfo().isEmpty)
+    }
+
+    @Test(arguments: BackendKind.allCases)
+    func badStoredBytesAreATypeMismatchNotACrash(_ kind: BackendKind) async throws {
+        let folder = TempFolder()
+        let store = try kind.make(folder)
+        try store.setEncoded(Array("not a number".utf8), forKey: TestKeys.steps.name)
+        let error = #expect(throws: SyncError.self) { try store.value(for: TestKeys.steps) }
+        #expect(error?.code == .typeMismatch)
+        #expect(try store.encodedValue(forKey: TestKeys.steps.name) == Array("not a number".utf8))
+    }
+
+    @Test(arguments: BackendKind.allCases)
+    func observersSeeCommittedLocalChanges(_ kind: BackendKind) async throws {
+        let folder = TempFolder()
+        let store = try kind.make(folder)
+        var changes = store.changes(for: TestKeys.steps).makeAsyncIterator()
+        var inNamespace = store.changes(in: Namespace("health")).makeAsyncIterator()
+        try await store.set(10, for: TestKeys.steps)
+        try await store.remove(TestKeys.steps)
+        let first = await changes.next()
+        let second = await changes.next()
+        #expect(first?.kind == .set && first?.origin == .local)
+        #expect(second?.kind == .removed)
+        #expect(try #require(first).version < (try #require(second)).version)
+        #expect(await inNamespace.next()?.key == TestKeys.steps.name)
+    }
+
+    @Test(arguments: BackendKind.allCases)
+    func legacyKeyMovesOnFirstRead(_ kind: BackendKind) async throws {
+        let old = Key<Int>("old-steps", default: 0)
+        let new = Key<Int>("steps-total", default: 0, legacyName: "old-steps")
+        let folder = TempFolder()
+        let store = try kind.make(folder, keys: [old, new])
+        try await store.set(42, for: old)
+        #expect(try store.value(for: new) == 42)
+        #expect(try store.contains(old) == false)
+    }
+
+    @Test(arguments: BackendKind.allCases)
+    func clearKeepsReadOnlyCopies(_ kind: BackendKind) async throws {
+        let folder = TempFolder()
+        let store = try kind.make(folder)
+        try await store.set(3, for: TestKeys.steps)
+        try await store.set("imperial", for: TestKeys.units)
+        try await store.clear()
+        #expect(try store.contains(TestKeys.steps) == false)
+        #expect(try store.contains(TestKeys.units) == false)
+        let watchFolder = TempFolder()
+        let watch = try kind.make(watchFolder, role: .watch)
+        try await watch.set("round", for: TestKeys.watchFace)
+        try await watch.clear()
+        #expect(try watch.contains(TestKeys.watchFace) == false)
+    }
+
+    @Test(arguments: BackendKind.allCases)
+    func largeAndBinaryValuesRoundTrip(_ kind: BackendKind) async throws {
+        let folder = TempFolder()
+        let store = try kind.make(folder)
+        let bytes = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        try await store.set(bytes, for: TestKeys.blob)
+        #expect(try store.value(for: TestKeys.blob) == bytes)
+        try await store.set("s3cr3t", for: TestKeys.secret)
+        #expect(try store.value(for: TestKeys.secret) == "s3cr3t")
+    }
+
+    @Test(arguments: BackendKind.allCases)
+    func closedStoreRefusesUse(_ kind: BackendKind) async throws {
+        let folder = TempFolder()
+        let store = try kind.make(folder)
+        store.close()
+        let error = await #expect(throws: SyncError.self) { try await store.set(1, for: TestKeys.steps) }
+        #expect(error?.code == .closed)
+    }
+}
