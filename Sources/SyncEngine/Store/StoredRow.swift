@@ -20,13 +20,27 @@ struct StoredRow: Sendable {
 extension SyncStore {
     static let rowColumns = "key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, acked_seq, in_file"
 
-    func decodeRow(_ stmt: Statement) throws -> StoredRow {
+    /// How much of a value kept in a file a read needs.
+    enum ValueFileRead {
+        /// The value; a missing or damaged file throws `.corruptValueFile`.
+        case required
+        /// The value when its file is readable, else nil (a write replacing a damaged value).
+        case ifReadable
+        /// Metadata only: the file is not opened.
+        case skip
+    }
+
+    func decodeRow(_ stmt: Statement, valueFile: ValueFileRead = .required) throws -> StoredRow {
         let key = stmt.string(0)
         let encrypted = stmt.int(8) != 0
         let version = HLCTimestamp(packed: stmt.int64(3), node: UInt32(truncatingIfNeeded: stmt.int64(4)))
         var value = stmt.blob(1)
         if stmt.int(13) != 0 && stmt.int(7) == 0 {
-            value = try readValueFile(key: key, version: version, size: stmt.int(9), encrypted: encrypted)
+            switch valueFile {
+            case .required: value = try readValueFile(key: key, version: version, size: stmt.int(9), encrypted: encrypted)
+            case .ifReadable: value = try? readValueFile(key: key, version: version, size: stmt.int(9), encrypted: encrypted)
+            case .skip: value = nil
+            }
         } else if encrypted, let sealed = value {
             guard let cipher else {
                 throw SyncError(.encryptionKeyMissing, "key '\(key)' is encrypted at rest but the store was opened without a master key; pass StoreOptions(encryption:)")
@@ -40,11 +54,11 @@ extension SyncStore {
                          changeSeq: stmt.int64(10), lane: SyncLane(rawValue: stmt.int(11)) ?? .none, ackedSeq: stmt.int64(12))
     }
 
-    func loadRow(_ conn: SQLiteConnection, key: String) throws -> StoredRow? {
+    func loadRow(_ conn: SQLiteConnection, key: String, valueFile: ValueFileRead = .required) throws -> StoredRow? {
         let stmt = try conn.statement("SELECT \(SyncStore.rowColumns) FROM entries WHERE key = ?")
         stmt.bind(1, key)
         defer { stmt.reset() }
-        return try stmt.step() ? decodeRow(stmt) : nil
+        return try stmt.step() ? decodeRow(stmt, valueFile: valueFile) : nil
     }
 
     /// Writes `row` (encrypting when its key is declared encrypted); keeps `acked_seq`.

@@ -79,7 +79,7 @@ extension SyncStore {
     public func entryInfo(forKey key: String) throws -> EntryInfo? {
         try checkOpen()
         return try database.read { conn in
-            try loadRow(conn, key: key).map { EntryInfo(row: $0) }
+            try loadRow(conn, key: key, valueFile: .skip).map { EntryInfo(row: $0) }
         }
     }
 

@@ -169,7 +169,7 @@ extension SyncStore {
                     continue
                 }
                 clock.observe(incoming.version)
-                let local = try loadRow(conn, key: incoming.key)
+                let local = try loadRow(conn, key: incoming.key, valueFile: .ifReadable)
                 var decision = MergeRule.decide(local: local?.state, incoming: incoming.state, resolver: registered.resolver?.merge)
                 if lastArrivalWins, local != nil, local?.version != incoming.version {
                     decision = MergeRule.Decision(outcome: .take)  // deliberate fault (TestingFaults)
@@ -416,7 +416,7 @@ extension SyncStore {
     public func peerHas(key: String, atLeast version: HLCTimestamp) throws -> Bool {
         try checkOpen()
         return try database.read { conn in
-            guard let row = try loadRow(conn, key: key), row.version >= version else { return false }
+            guard let row = try loadRow(conn, key: key, valueFile: .skip), row.version >= version else { return false }
             if row.changeSeq == 0 { return true }
             return row.ackedSeq >= row.changeSeq
         }

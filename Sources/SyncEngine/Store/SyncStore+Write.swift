@@ -31,8 +31,9 @@ extension SyncStore {
                     current = seen
                 } else if let slot = cache.peek(op.key) {
                     current = (slot.version, slot.bytes)
-                } else if let row = try loadRow(conn, key: op.key) {
-                    current = (row.version, row.deleted ? nil : row.value)
+                } else if let row = try loadRow(conn, key: op.key, valueFile: .ifReadable) {
+                    // A value whose file is damaged reads as [] here, so that writing or removing the key repairs it.
+                    current = (row.version, row.deleted ? nil : (row.value ?? []))
                 } else {
                     current = nil
                 }
