@@ -1,0 +1,159 @@
+import Foundation
+import Synchronization
+@testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// The first element of `stream`, or nil after `timeout` (so a regression fails instead of hanging).
+func first<T: Sendable>(of stream: AsyncStream<T>, within timeout: Duration = .seconds(20)) async -> T? {
+    await withTaskGroup(of: T?.self) { group in
+        group.addTask {
+            for await element in stream { return element }
+            return nil
+        }
+        group.addTask {
+            try? await Task.sleep(for: timeout)
+            return nil
+        }
+        let result = await group.next() ?? nil
+        group.cancelAll()
+        return result
+    }
+}
+
+/// One store file shared by two processes (an app and its extension), and by
+/// two connections in one process.
+@Suite struct SharedFileTests {
+    static let keysJSON = """
+        {"keys":[
+          {"name":"health:steps","availability":"all","policy":"automaticSmall","security":"none"},
+          {"name":"profile:name","availability":"all","policy":"manual","security":"none"}
+        ]}
+        """
+
+    private func options(_ poll: Duration? = .milliseconds(20), _ folder: TempFolder? = nil) -> StoreOptions {
+        var options = StoreOptions(encryption: folder.map { .keyFile(path: $0.file("master.key")) })
+        options.externalChangePollInterval = poll
+        return options
+    }
+
+    @Test func aSecondConnectionsWritesInvalidateTheCacheAndReachObservers() async throws {
+        let folder = TempFolder()
+        let app = try SyncStore(path: folder.file("shared.sqlite"), role: .phone, registry: TestKeys.registry(), options: options(nil, folder))
+        let widget = try SyncStore(path: folder.file("shared.sqlite"), role: .phone, registry: TestKeys.registry(), options: options(nil, folder))
+        #expect(try app.value(for: TestKeys.steps) == 0)   // cached absence
+        let changes = app.changes(for: TestKeys.steps)
+        try await widget.set(7, for: TestKeys.steps)
+        #expect(try app.value(for: TestKeys.steps) == 0, "no check yet: the cache still answers")
+        try app.checkForExternalChanges()
+        #expect(try app.value(for: TestKeys.steps) == 7)
+        let change = await first(of: changes)
+        #expect(change?.isFromAnotherProcess == true && change?.kind == .set && change?.origin == .local)
+        // Writes interleave without reusing versions or change sequence numbers.
+        try await app.set(8, for: TestKeys.steps)
+        try await widget.set("Ada", for: TestKeys.name)
+        try await app.set(["a"], for: TestKeys.tags)
+        let infos = try app.allEntryInfo()
+        #expect(Set(infos.map(\.changeSequence)).count == infos.count)
+        #expect(Set(infos.map(\.version)).count == infos.count)
+        try widget.checkForExternalChanges()
+        #expect(try widget.value(for: TestKeys.steps) == 8)
+        // And everything replicates from either one.
+        let watch = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: TestKeys.registry(), options: options(.milliseconds(20), folder))
+        try await withPeers(phone: app, watch: watch) { phone, _ in
+            try phone.sync()
+            try await eventually(watch) {
+                try watch.value(for: TestKeys.steps) == 8 && watch.value(for: TestKeys.name) == "Ada" && watch.value(for: TestKeys.tags) == ["a"]
+            }
+        }
+    }
+
+    @Test func theTimerNoticesOtherWritersWithoutAnyCall() async throws {
+        let folder = TempFolder()
+        let app = try SyncStore(path: folder.file("shared.sqlite"), role: .phone, registry: TestKeys.registry(), options: options(.milliseconds(20), folder))
+        let widget = try SyncStore(path: folder.file("shared.sqlite"), role: .phone, registry: TestKeys.registry(), options: options(.milliseconds(20), folder))
+        let steps = StoredValue(TestKeys.steps, store: app)
+        #expect(steps.value == 0)
+        try await widget.set(21, for: TestKeys.steps)
+        try await eventually(app, timeout: .seconds(10)) { steps.value == 21 }
+    }
+
+    @Test func twoProcessesOnOneFileSeeEachOtherAndOnlyOneReplicates() async throws {
+        let folder = TempFolder()
+        let keys = folder.file("keys.json")
+        try Data(Self.keysJSON.utf8).write(to: URL(fileURLWithPath: keys))
+        let secretFile = folder.file("pair.secret")
+        let secret = PairingSecret.generate()
+        try secret.write(to: secretFile)
+        let registry = try KeyRegistry.load(jsonFile: keys)
+        let steps = Key<Int>("steps", in: Namespace("health"), default: 0)
+        let sharedPath = folder.file("phone.sqlite")
+
+        // This process: the "app", replicating first (over an in-memory link to one watch).
+        let app = try SyncStore(path: sharedPath, role: .phone, registry: registry, options: options())
+        let appWatch = try SyncStore(path: folder.file("watch-a.sqlite"), role: .watch, registry: registry, options: options())
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let (a, b) = InMemoryConnection.makePair()
+        let appSession = Task { await SyncPeer(store: app, configuration: config, tickInterval: .milliseconds(50)).run(over: a) }
+        let appWatchSession = Task { await SyncPeer(store: appWatch, configuration: config, tickInterval: .milliseconds(50)).run(over: b) }
+        try await eventually(appWatch) { _ = try appWatch.value(for: steps); return true }
+
+        // The watch the "extension" process will reach over TCP.
+        let watch = try SyncStore(path: folder.file("watch-b.sqlite"), role: .watch, registry: registry, options: options())
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: secret))
+        let watchPeer = SyncPeer(store: watch, configuration: config, tickInterval: .milliseconds(50))
+        let server = Task { await watchPeer.serve(listener) }
+
+        // The other process: `syncsim node` on the same file, trying to replicate too.
+        let child = try NodeProcess(["--role", "phone", "--db", sharedPath, "--keys", keys, "--secret-file", secretFile,
+                                     "--connect", "127.0.0.1:\(listener.port)"])
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(90))
+            child.stop()   // ends its output, so a stuck wait below fails instead of hanging
+        }
+        defer {
+            watchdog.cancel()
+            child.stop()
+        }
+        var out = child.lines.makeAsyncIterator()
+
+        // 1. It may not replicate while this process does.
+        let locked = await next(&out) { $0["event"] as? String == "error" }
+        #expect((locked?["error"] as? String ?? "").hasPrefix("replication-locked"))
+        #expect(!watchPeer.isConnected)
+
+        // 2. Its writes reach this process's cache and observers.
+        #expect(try app.value(for: steps) == 0)
+        let changes = app.changes(for: steps)
+        child.send("put health:steps 7")
+        #expect(await next(&out) { $0["ok"] != nil }?["ok"] as? Bool == true)
+        let change = await first(of: changes)
+        #expect(change?.isFromAnotherProcess == true)
+        #expect(try app.value(for: steps) == 7)
+        // … and this process's replication sends them.
+        try await eventually(appWatch) { try appWatch.value(for: steps) == 7 }
+
+        // 3. This process's writes reach it.
+        try await app.set(8, for: steps)
+        var seen: Int?
+        for _ in 0..<200 where seen != 8 {
+            child.send("get health:steps")
+            seen = await next(&out) { $0["ok"] != nil }?["value"] as? Int
+            if seen != 8 { try await Task.sleep(for: .milliseconds(25)) }
+        }
+        #expect(seen == 8)
+
+        // 4. This process stops replicating: the other takes over, with every change.
+        await a.close()
+        _ = await (appSession.value, appWatchSession.value)
+        let connected = await next(&out) { $0["event"] as? String == "connected" }
+        #expect(connected != nil)
+        try await eventually(watch) { try watch.value(for: steps) == 8 }
+        child.send("quit")
+        child.process.waitUntilExit()
+        #expect(child.process.terminationStatus == 0)
+        await listener.close()
+        server.cancel()
+        _ = await server.value
+    }
+}
