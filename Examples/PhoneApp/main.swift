@@ -22,7 +22,6 @@ try peer.sync()
 for await change in store.changes(for: AppKeys.workouts) where change.origin == .remote {
     if try await store.get(AppKeys.workouts).contains("swim") { break }
 }
-print("phone sees workouts \(try await store.get(AppKeys.workouts))")
-try await peer.waitUntilIdle(timeout: .seconds(30))
+print("phone sees workouts \(try await store.get(AppKeys.workouts))")  // the watch waits until this was acknowledged
 await listener.close()
 server.cancel()
