@@ -34,6 +34,7 @@ final class SimNode {
     func open(registry: KeyRegistry) throws {
         var options = StoreOptions(clock: clock)
         options.nodeID = nodeID
+        options.externalChangePollInterval = nil   // one process per file here; no timer in a deterministic run
         options.logger = Logger(label: "syncsim.\(role)", factory: { _ in SwiftLogNoOpLogHandler() })
         if registry.descriptors.contains(where: { $0.security == .encrypted }) {
             options.encryption = .keyFile(path: keyPath)
