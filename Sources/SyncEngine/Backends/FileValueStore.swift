@@ -36,6 +36,10 @@ public final class FileValueStore: KeyValueBackend {
         try syncStore.entry(forKey: key, declaredAs: declared)
     }
 
+    public func storedValue<Value>(for key: Key<Value>) throws -> Value? {
+        try syncStore.storedValue(for: key)
+    }
+
     public func rememberDecoded(_ value: any Sendable, forKey key: String, version: HLCTimestamp) {
         syncStore.rememberDecoded(value, forKey: key, version: version)
     }

@@ -59,6 +59,11 @@ public protocol KeyValueBackend: AnyObject, Sendable {
     /// declaration, nil for untyped access) is checked against the registry.
     func entry(forKey key: String, declaredAs declared: KeyDescriptor?) throws -> BackendEntry?
 
+    /// The stored value of `key`, or nil when it has none. A default
+    /// implementation reads through `entry(forKey:declaredAs:)`; a backend may
+    /// answer from its cache more directly, with the same results.
+    func storedValue<Value>(for key: Key<Value>) throws -> Value?
+
     /// Keeps `value`, decoded from the cached bytes of `version`, for later reads.
     func rememberDecoded(_ value: any Sendable, forKey key: String, version: HLCTimestamp)
 
@@ -147,11 +152,16 @@ extension KeyValueBackend {
     public func storedValue<Value>(for key: Key<Value>) throws -> Value? {
         guard let entry = try entry(forKey: key.name, declaredAs: key.descriptor), let bytes = entry.bytes else { return nil }
         if let decoded = entry.decoded as? Value { return decoded }
-        guard entry.encoding == key.serializer.identifier else {
-            throw SyncError(.typeMismatch, "key '\(key.name)' holds a value written with the \(entry.encoding) serializer, but is read as \(Value.self) with \(key.serializer.identifier)")
+        return try decode(bytes, encoding: entry.encoding, version: entry.version, for: key)
+    }
+
+    /// Decodes stored bytes for `key` (checking the serializer) and keeps the result.
+    func decode<Value>(_ bytes: [UInt8], encoding: String, version: HLCTimestamp, for key: Key<Value>) throws -> Value {
+        guard encoding == key.serializer.identifier else {
+            throw SyncError(.typeMismatch, "key '\(key.name)' holds a value written with the \(encoding) serializer, but is read as \(Value.self) with \(key.serializer.identifier)")
         }
         let value = try key.serializer.decode(bytes)
-        rememberDecoded(value, forKey: key.name, version: entry.version)
+        rememberDecoded(value, forKey: key.name, version: version)
         return value
     }
 

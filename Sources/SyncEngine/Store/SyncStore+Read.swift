@@ -2,9 +2,14 @@ extension SyncStore {
     /// The entry under `key` through the cache; on a miss the row is read
     /// (and a legacy key migrated) after checking `declared` against the registry.
     public func entry(forKey key: String, declaredAs declared: KeyDescriptor?) throws -> BackendEntry? {
+        try entry(forKey: key, declaredAs: declared, counted: true)
+    }
+
+    /// `counted: false` when the caller already counted this read's cache miss.
+    private func entry(forKey key: String, declaredAs declared: KeyDescriptor?, counted: Bool) throws -> BackendEntry? {
         try checkOpen()
         let slot: StoreCache.Slot
-        if let cached = cache.lookup(key) {
+        if counted, let cached = cache.lookup(key) {
             // Only keys checked against the registry on a miss or a write are in the cache.
             slot = cached
         } else if let loaded = try loadSlot(key, descriptor: try registry.governingDescriptor(for: key, declared: declared)) {
@@ -14,6 +19,18 @@ extension SyncStore {
         }
         if slot.bytes == nil && slot.version == .zero { return nil }
         return BackendEntry(bytes: slot.bytes, encoding: slot.encoding, version: slot.version, decoded: slot.decoded)
+    }
+
+    /// The cached read path: one cache lookup and a cast when the decoded value is cached.
+    public func storedValue<Value>(for key: Key<Value>) throws -> Value? {
+        try checkOpen()
+        if let slot = cache.lookup(key.name) {
+            guard let bytes = slot.bytes else { return nil }
+            if let decoded = slot.decoded as? Value { return decoded }
+            return try decode(bytes, encoding: slot.encoding, version: slot.version, for: key)
+        }
+        guard let entry = try entry(forKey: key.name, declaredAs: key.descriptor, counted: false), let bytes = entry.bytes else { return nil }
+        return try decode(bytes, encoding: entry.encoding, version: entry.version, for: key)
     }
 
     public func rememberDecoded(_ value: any Sendable, forKey key: String, version: HLCTimestamp) {
