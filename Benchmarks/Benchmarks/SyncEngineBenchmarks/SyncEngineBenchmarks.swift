@@ -3,13 +3,18 @@ import Foundation
 @_spi(Benchmarks) import SyncEngine
 @_spi(Benchmarks) import SyncTransport
 
-// Micro benchmarks of the engine's hot paths. Each measures wall clock,
-// throughput and heap allocations; `swift package benchmark thresholds check`
-// compares the p90 of each against Thresholds/ with the tolerances below.
+// Micro benchmarks of the engine's hot paths. Each measures wall clock and
+// heap allocations; `swift package benchmark thresholds check` compares the
+// p90 of each against Thresholds/ with the tolerances below. Throughput is
+// not a metric here: it is 1 / wall clock, and 1.38.1 writes its threshold
+// from the fast end of the histogram but checks the slow end, so a check of
+// it fails whenever the timings spread.
+// Names have no spaces or slashes: `thresholds update` writes files under the
+// name with those replaced, while `thresholds check` reads the name as it is.
 
 let benchmarks: @Sendable () -> Void = {
     Benchmark.defaultConfiguration = .init(
-        metrics: [.wallClock, .throughput, .mallocCountTotal],
+        metrics: [.wallClock, .mallocCountTotal],
         warmupIterations: 3,
         maxDuration: .seconds(2),
         maxIterations: 2_000,
@@ -19,24 +24,28 @@ let benchmarks: @Sendable () -> Void = {
 
     let frame = Fixtures.batchMessage(entries: 128).frame()
 
-    Benchmark("Frame encode (batch message → envelope, 128 entries)") { benchmark in
+    /// `SyncMessage.frame()` + `FrameCodec.encode` without compression.
+    Benchmark("FrameEncode.batch128") { benchmark in
         let message = Fixtures.batchMessage(entries: 128)
         let codec = FrameCodec()
         benchmark.startMeasurement()
         blackHole(try codec.encode(message.frame(), allowCompression: false))
     }
 
-    Benchmark("Frame deflate (zlib level 6, 128 entries)") { _ in
+    /// `Compression.deflate` of the batch payload, as the codec does for every large frame.
+    Benchmark("FrameDeflate.batch128") { _ in
         blackHole(try Compression.deflate(frame.payload))
     }
 
-    Benchmark("Frame seal (deflate + ChaCha20-Poly1305 + envelope, 128 entries)") { benchmark in
+    /// What a TCP connection does per outgoing frame: deflate, ChaCha20-Poly1305, envelope.
+    Benchmark("FrameSeal.batch128") { benchmark in
         var pipe = SealedFramePipe()
         benchmark.startMeasurement()
         blackHole(try pipe.seal(frame))
     }
 
-    Benchmark("Frame open (envelope decode + decrypt + inflate, 128 entries)") { benchmark in
+    /// What a TCP connection does per incoming frame: envelope decode and CRC, decrypt, inflate.
+    Benchmark("FrameOpen.batch128") { benchmark in
         var pipe = SealedFramePipe()
         let wire = try pipe.seal(frame)
         benchmark.startMeasurement()
@@ -47,7 +56,7 @@ let benchmarks: @Sendable () -> Void = {
 
     let applyFixture = StoreFixture()
     Benchmark(
-        "Apply a batch of 512 remote entries (SQLite, 1 tx)",
+        "ApplyRemoteBatch.entries512",
         configuration: .init(maxDuration: .seconds(3), maxIterations: 300, thresholds: Tolerance.storeIO),
         closure: { benchmark in
             // Each iteration carries newer versions, so every entry is taken (an upsert).
@@ -62,7 +71,7 @@ let benchmarks: @Sendable () -> Void = {
 
     let readFixture = StoreFixture()
     Benchmark(
-        "Cached typed read (store.value(for:), ×1000)",
+        "CachedTypedRead.x1000",
         configuration: .init(scalingFactor: .kilo),
         closure: { benchmark in
             let store = readFixture.store
@@ -80,7 +89,7 @@ let benchmarks: @Sendable () -> Void = {
     // MARK: Clock
 
     let clock = HybridLogicalClock(node: 0x5EED, physical: SystemClock())
-    Benchmark("HLC now() (×1000)", configuration: .init(scalingFactor: .kilo)) { benchmark in
+    Benchmark("HLCNow.x1000", configuration: .init(scalingFactor: .kilo)) { benchmark in
         for _ in benchmark.scaledIterations {
             blackHole(clock.now())
         }
@@ -98,10 +107,10 @@ enum Tolerance {
     static var storeAllocations: BenchmarkThresholds { BenchmarkThresholds(relative: [.p90: 3.0]) }
 
     static var standard: [BenchmarkMetric: BenchmarkThresholds] {
-        [.wallClock: time, .throughput: time, .mallocCountTotal: allocations]
+        [.wallClock: time, .mallocCountTotal: allocations]
     }
     static var storeIO: [BenchmarkMetric: BenchmarkThresholds] {
-        [.wallClock: ioTime, .throughput: ioTime, .mallocCountTotal: storeAllocations]
+        [.wallClock: ioTime, .mallocCountTotal: storeAllocations]
     }
 }
 
