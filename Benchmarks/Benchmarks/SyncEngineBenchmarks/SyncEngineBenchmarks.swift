@@ -96,21 +96,25 @@ let benchmarks: @Sendable () -> Void = {
     }
 }
 
-/// Tolerances for `thresholds check` on a shared, noisy 2-core machine:
-/// generous on time (other builds run beside the benchmarks), tight on
-/// allocation counts (deterministic for the same code).
+/// Tolerances for `thresholds check` (p90 against Thresholds/).
+///
+/// Time: +150 %. On a quiet machine the p90s of two runs differ by up to
+/// about 20 %; with both cores busy with other work (builds on this shared
+/// 2-core machine) they rose by up to 130 %. Only a slowdown beyond 2.5× fails.
+/// Allocations are deterministic for the same code, so they are tight: 2 %,
+/// and at most 2 allocations for the small counts, so one extra allocation
+/// per entry or per call fails.
 enum Tolerance {
-    static var time: BenchmarkThresholds { BenchmarkThresholds(relative: [.p90: 50.0]) }
-    static var ioTime: BenchmarkThresholds { BenchmarkThresholds(relative: [.p90: 75.0]) }
+    static var time: BenchmarkThresholds { BenchmarkThresholds(relative: [.p90: 150.0]) }
     static var allocations: BenchmarkThresholds { BenchmarkThresholds(relative: [.p90: 2.0], absolute: [.p90: 2]) }
-    /// A batch apply allocates per entry; SQLite's page cache adds a little jitter.
-    static var storeAllocations: BenchmarkThresholds { BenchmarkThresholds(relative: [.p90: 3.0]) }
+    /// SQLite's page cache and WAL may allocate a few more or less per batch.
+    static var storeAllocations: BenchmarkThresholds { BenchmarkThresholds(relative: [.p90: 2.0]) }
 
     static var standard: [BenchmarkMetric: BenchmarkThresholds] {
         [.wallClock: time, .mallocCountTotal: allocations]
     }
     static var storeIO: [BenchmarkMetric: BenchmarkThresholds] {
-        [.wallClock: ioTime, .mallocCountTotal: storeAllocations]
+        [.wallClock: time, .mallocCountTotal: storeAllocations]
     }
 }
 
