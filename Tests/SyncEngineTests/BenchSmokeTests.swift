@@ -1,3 +1,4 @@
+import Foundation
 import SyncSim
 import Testing
 
@@ -18,5 +19,22 @@ import Testing
         let figures = try await FuzzBenchmark(quick: true).run()
         #expect(figures.count == 1)
         #expect(figures[0].name.hasPrefix("fuzz scenarios/s") && figures[0].unit == "scenarios/s" && figures[0].value > 0)
+    }
+
+    /// `syncsim bench fuzz --quick --json` prints the fuzz row as JSON on stdout (progress goes to stderr).
+    @Test func fuzzRowInQuickJSONOutput() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: syncsimBinary())
+        process.arguments = ["bench", "fuzz", "--quick", "--json"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        let figures = try JSONDecoder().decode([BenchFigure].self, from: data)
+        let fuzz = try #require(figures.first { $0.name.hasPrefix("fuzz scenarios/s") })
+        #expect(fuzz.unit == "scenarios/s" && fuzz.value > 0)
     }
 }
