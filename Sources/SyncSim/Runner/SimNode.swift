@@ -39,6 +39,7 @@ final class SimNode {
         if registry.descriptors.contains(where: { $0.security == .encrypted }) {
             options.encryption = .keyFile(path: keyPath)
         }
+        StoreTemplate.install(at: path)
         store = try SyncStore(path: path, role: role, registry: registry, options: options)
     }
 
