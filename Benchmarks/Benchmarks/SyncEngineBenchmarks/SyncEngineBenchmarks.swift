@@ -59,7 +59,7 @@ let benchmarks: @Sendable () -> Void = {
         "ApplyRemoteBatch.entries512",
         configuration: .init(maxDuration: .seconds(3), maxIterations: 300, thresholds: Tolerance.storeIO),
         closure: { benchmark in
-            // Each iteration carries newer versions, so every entry is taken (an upsert).
+            // Each iteration carries newer versions, so every entry is taken (an upsert, no conflict).
             let entries = applyFixture.nextRemoteBatch(count: 512)
             benchmark.startMeasurement()
             let applied = try applyFixture.store.applyRemoteBatch(entries, from: .phone)
@@ -138,10 +138,11 @@ enum Fixtures {
         }
     }
 
-    /// Remote entries for keys `bench:k0…`, all at `version`.
-    static func entries(_ values: [[UInt8]], version: HLCTimestamp) -> [WireEntry] {
+    /// Remote entries for keys `bench:k0…`, all at `version`, each written
+    /// over `base` (the version its writer had seen).
+    static func entries(_ values: [[UInt8]], version: HLCTimestamp, base: HLCTimestamp = .zero) -> [WireEntry] {
         values.enumerated().map { index, value in
-            WireEntry(key: family["k\(index)"].name, version: version, base: .zero, deleted: false,
+            WireEntry(key: family["k\(index)"].name, version: version, base: base, deleted: false,
                       encoding: family.descriptor.encoding, value: value)
         }
     }
@@ -169,11 +170,17 @@ final class StoreFixture: @unchecked Sendable {
         opened = try SyncStore(path: path + "/watch.sqlite", role: .watch, registry: Fixtures.registry)
     }
 
-    /// The next batch from the phone: the same keys, each time one millisecond newer.
+    /// The next batch from the phone: the same keys, each time one millisecond
+    /// newer and written over the previous batch's version (sequential edits,
+    /// not concurrent ones: no conflict is logged).
     func nextRemoteBatch(count: Int) -> [WireEntry] {
+        let base = iteration == 0 ? HLCTimestamp.zero : version(iteration)
         iteration += 1
-        let version = HLCTimestamp(physicalMilliseconds: firstVersion + iteration, counter: 0, node: Fixtures.peerNode)
-        return Fixtures.entries(Array(values.prefix(count)), version: version)
+        return Fixtures.entries(Array(values.prefix(count)), version: version(iteration), base: base)
+    }
+
+    private func version(_ iteration: Int64) -> HLCTimestamp {
+        HLCTimestamp(physicalMilliseconds: firstVersion + iteration, counter: 0, node: Fixtures.peerNode)
     }
 
     func close() {
