@@ -108,10 +108,11 @@ public struct ByteReader: Sendable {
         return count
     }
 
-    private func require(_ count: Int, what: String) throws {
+    /// `what` is only built for the error (reads are hot: no string work on success).
+    private func require(_ count: Int, what: @autoclosure () -> String) throws {
         guard count <= remaining else {
             throw TransportError(
-                .truncatedFrame, "need \(count) bytes for \(what), but only \(remaining) remain")
+                .truncatedFrame, "need \(count) bytes for \(what()), but only \(remaining) remain")
         }
     }
 

@@ -58,7 +58,9 @@ public struct ByteWriter: Sendable, Equatable {
 
     /// Appends a string as UTF-8, prefixed with its byte length as a varint.
     public mutating func writeString(_ value: String) {
-        writeBytes(Array(value.utf8))
+        let utf8 = value.utf8
+        writeVarInt(UInt64(utf8.count))
+        bytes.append(contentsOf: utf8)
     }
 
     private mutating func writeBigEndian<T: FixedWidthInteger>(_ value: T) {

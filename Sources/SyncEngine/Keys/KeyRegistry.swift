@@ -71,6 +71,23 @@ public struct KeyRegistry: Sendable {
     func registered(forEntry entryKey: String) -> Registered? {
         if let hit = exact[entryKey] { return hit }
         guard !families.isEmpty else { return nil }
+        // Fast path on UTF-8: a ':' byte between ASCII bytes is a ':' character
+        // of its own. Anything else is looked up by characters, as before.
+        let utf8 = entryKey.utf8
+        var end = utf8.endIndex
+        while let colon = utf8[..<end].lastIndex(of: UInt8(ascii: ":")) {
+            let next = utf8.index(after: colon)
+            guard next == utf8.endIndex || utf8[next] < 0x80,
+                  colon == utf8.startIndex || utf8[utf8.index(before: colon)] < 0x80 else {
+                return registeredFamily(byCharacters: entryKey)
+            }
+            end = colon
+            if let family = families[String(entryKey[..<colon])] { return family }
+        }
+        return nil
+    }
+
+    private func registeredFamily(byCharacters entryKey: String) -> Registered? {
         var name = Substring(entryKey)
         while let colon = name.lastIndex(of: ":") {
             name = name[..<colon]

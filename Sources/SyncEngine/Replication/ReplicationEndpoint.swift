@@ -12,7 +12,7 @@ public final class ReplicationEndpoint {
     private var machine: SessionStateMachine
     private var cursor: Int64 = 0
     private var lastFlush: Int64 = -1
-    private var inFlightKeys = Set<String>()
+    private var inFlightKeys = Set<FlightKey>()
     private var transfer: Transfer?
     private var batchNumber = 0
     private var batchTotal = 0
@@ -199,7 +199,13 @@ public final class ReplicationEndpoint {
 
     // MARK: helpers
 
-    private func flightKey(_ key: String, _ seq: Int64) -> String { "\(seq):\(key)" }
+    /// One change in flight: a key at a change sequence.
+    private struct FlightKey: Hashable {
+        var seq: Int64
+        var key: String
+    }
+
+    private func flightKey(_ key: String, _ seq: Int64) -> FlightKey { FlightKey(seq: seq, key: key) }
 
     private func excluded(_ key: String) -> Bool {
         guard let descriptor = store.registry.descriptor(forEntry: key) else { return true }

@@ -56,13 +56,14 @@ final class SQLiteConnection: @unchecked Sendable {
 
     /// Runs `body` in one `BEGIN IMMEDIATE` transaction; rolls back if it throws.
     func transaction<T>(_ body: () throws -> T) throws -> T {
-        try execute("BEGIN IMMEDIATE")
+        // Prepared once and kept (sqlite3_exec would parse them on every transaction).
+        try statement("BEGIN IMMEDIATE").run()
         do {
             let result = try body()
-            try execute("COMMIT")
+            try statement("COMMIT").run()
             return result
         } catch {
-            try? execute("ROLLBACK")
+            try? statement("ROLLBACK").run()
             throw error
         }
     }
@@ -109,6 +110,9 @@ struct Statement {
 
     /// Ends the current execution early (after reading the rows wanted); cheap.
     func reset() { sqlite3_reset(handle) }
+
+    /// Sets every parameter back to NULL (after `reset`, to run the statement again).
+    func clearBindings() { sqlite3_clear_bindings(handle) }
 
     /// Steps to completion, for statements without results.
     func run() throws {

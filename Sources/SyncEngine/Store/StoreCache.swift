@@ -69,6 +69,14 @@ final class StoreCache: Sendable {
         state.withLock { s in s.bytes -= s.slots.removeValue(forKey: key)?.bytes?.count ?? 0 }
     }
 
+    /// Drops `keys`, taking the lock once.
+    func invalidate(_ keys: some Sequence<String>) {
+        state.withLock { s in
+            guard !s.slots.isEmpty else { return }
+            for key in keys { s.bytes -= s.slots.removeValue(forKey: key)?.bytes?.count ?? 0 }
+        }
+    }
+
     func invalidateAll() {
         state.withLock { s in
             s.slots.removeAll()

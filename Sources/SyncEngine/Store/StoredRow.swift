@@ -113,6 +113,76 @@ extension SyncStore {
         logWrite(row)
     }
 
+    /// Writes `rows` in order, as `saveRow` writes each (encrypting the rows
+    /// `encrypt` names; keeps `acked_seq`), several rows per `INSERT`: the one
+    /// other place values are written, for applying a batch from the peer.
+    /// A store that keeps values in files writes row by row through `saveRow`.
+    func saveRows(_ conn: SQLiteConnection, _ rows: [StoredRow], encrypt: (StoredRow) -> Bool, writtenAt: Int64) throws {
+        guard valueFiles == nil else {
+            for row in rows { try saveRow(conn, row, encrypt: encrypt(row), writtenAt: writtenAt) }
+            return
+        }
+        var start = 0
+        var keys = Set<String>()
+        while start < rows.count {
+            // A run without a repeated key, so one statement never writes a key twice.
+            var end = start
+            keys.removeAll(keepingCapacity: true)
+            while end < rows.count, end - start < SyncStore.saveRowsGroup, keys.insert(rows[end].key).inserted { end += 1 }
+            while start < end {
+                var count = SyncStore.saveRowsGroup
+                while count > end - start { count /= 2 }
+                let stmt = try conn.statement(SyncStore.saveRowsSQL[count.trailingZeroBitCount])
+                for (offset, row) in rows[start..<start + count].enumerated() {
+                    let encrypted = encrypt(row) && row.value != nil
+                    var stored = row.value
+                    if encrypted, let plain = row.value {
+                        guard let cipher else {
+                            throw SyncError(.encryptionKeyMissing, "key '\(row.key)' is declared encrypted but the store has no master key")
+                        }
+                        stored = try cipher.seal(plain, keyName: row.key)
+                    }
+                    let p = Int32(offset * 13)
+                    stmt.bind(p + 1, row.key)
+                    stmt.bind(p + 2, stored)
+                    stmt.bind(p + 3, row.encoding)
+                    stmt.bind(p + 4, row.version.packed)
+                    stmt.bind(p + 5, Int64(row.version.node))
+                    stmt.bind(p + 6, row.base.packed)
+                    stmt.bind(p + 7, Int64(row.base.node))
+                    stmt.bind(p + 8, row.deleted ? 1 : 0)
+                    stmt.bind(p + 9, encrypted ? 1 : 0)
+                    stmt.bind(p + 10, row.size)
+                    stmt.bind(p + 11, row.changeSeq)
+                    stmt.bind(p + 12, row.lane.rawValue)
+                    stmt.bind(p + 13, writtenAt)
+                }
+                try stmt.run()
+                start += count
+            }
+        }
+        for row in rows { logWrite(row) }
+    }
+
+    /// Rows per statement of `saveRows` (a power of two).
+    static let saveRowsGroup = 32
+    /// `saveRowsSQL[n]` inserts 2ⁿ rows.
+    static let saveRowsSQL: [String] = (0...saveRowsGroup.trailingZeroBitCount).map { power in
+        // Parameters 1...12 of a row are key...lane, 13 is written_at; acked_seq and in_file are 0.
+        let values = (0..<(1 << power)).map { row in
+            let p = (1...13).map { "?\(row * 13 + $0)" }
+            return "(\(p[0..<12].joined(separator: ", ")), 0, \(p[12]), 0)"
+        }
+        return """
+            INSERT INTO entries(key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, acked_seq, written_at, in_file)
+            VALUES \(values.joined(separator: ", "))
+            ON CONFLICT(key) DO UPDATE SET value = excluded.value, encoding = excluded.encoding, ver = excluded.ver,
+              node = excluded.node, base_ver = excluded.base_ver, base_node = excluded.base_node, deleted = excluded.deleted,
+              encrypted = excluded.encrypted, size = excluded.size, change_seq = excluded.change_seq, lane = excluded.lane,
+              written_at = excluded.written_at, in_file = excluded.in_file
+            """
+    }
+
     /// The plaintext bytes of a value kept in a file, checked against the row's size.
     func readValueFile(key: String, version: HLCTimestamp, size: Int, encrypted: Bool) throws -> [UInt8] {
         guard let valueFiles else {

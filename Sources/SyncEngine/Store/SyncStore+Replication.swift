@@ -118,16 +118,43 @@ extension SyncStore {
     }
 
     /// Records that the peer durably applied these changes.
+    ///
+    /// One statement per group of `acknowledgeGroup` keys (`UPDATE … FROM (VALUES …)`,
+    /// a primary-key search per key), not one statement per entry: same effect as
+    /// `acked_seq = max(acked_seq, seq)` for each item.
     func acknowledge(_ items: [(key: String, seq: Int64)], peerNode: UInt32) throws {
         guard !items.isEmpty else { return }
+        // One row per key (UPDATE … FROM uses an arbitrary row when a key repeats): keep its highest sequence.
+        var highest: Int64 = 0
+        var unique: [(key: String, seq: Int64)] = []
+        unique.reserveCapacity(items.count)
+        var positions: [String: Int] = [:]
+        positions.reserveCapacity(items.count)
+        for item in items {
+            highest = max(highest, item.seq)
+            if let at = positions[item.key] {
+                unique[at].seq = max(unique[at].seq, item.seq)
+            } else {
+                positions[item.key] = unique.count
+                unique.append(item)
+            }
+        }
         try database.write { conn in
-            var highest: Int64 = 0
-            for item in items {
-                let s = try conn.statement("UPDATE entries SET acked_seq = max(acked_seq, ?2) WHERE key = ?1")
-                s.bind(1, item.key)
-                s.bind(2, item.seq)
-                try s.run()
-                highest = max(highest, item.seq)
+            let group = SyncStore.acknowledgeGroup
+            let stmt = try conn.statement(SyncStore.acknowledgeSQL)
+            var start = 0
+            while start < unique.count {
+                if start > 0 {
+                    stmt.reset()
+                    stmt.clearBindings()
+                }
+                // Unused rows of the last group stay NULL: they match no key.
+                for (offset, item) in unique[start..<min(unique.count, start + group)].enumerated() {
+                    stmt.bind(Int32(2 * offset + 1), item.key)
+                    stmt.bind(Int32(2 * offset + 2), item.seq)
+                }
+                try stmt.run()
+                start += group
             }
             let peer = try conn.statement("UPDATE sync_peers SET acked_through = max(acked_through, ?2) WHERE peer_node = ?1")
             peer.bind(1, Int64(peerNode))
@@ -136,26 +163,40 @@ extension SyncStore {
         }
     }
 
+    /// Keys acknowledged by one execution of `acknowledgeSQL`.
+    static let acknowledgeGroup = 128
+    static let acknowledgeSQL = """
+        UPDATE entries SET acked_seq = max(acked_seq, acked.column2)
+        FROM (VALUES \((0..<acknowledgeGroup).map { "(?\(2 * $0 + 1), ?\(2 * $0 + 2))" }.joined(separator: ", "))) AS acked
+        WHERE entries.key = acked.column1
+        """
+
     // MARK: inbound
 
     /// Applies entries from the peer in one transaction: idempotent, conflict
     /// rule applied, conflicts logged, policies enforced (a key the peer may
     /// not send is rejected, never stored).
+    ///
+    /// The local rows are read with one statement per group of keys
+    /// (`loadRows`) and the winners written several rows per statement
+    /// (`saveRows`); entries are decided in order, each seeing the ones before it.
     func applyRemote(_ entries: [WireEntry], peerRole: DeviceRole, mismatched: Set<String>,
                      completingChunksOf chunked: (key: String, version: HLCTimestamp)? = nil,
                      lastArrivalWins: Bool = false) throws -> ApplyResult {
         try checkOpen()
         let now = physicalClock.nowMilliseconds()
-        let result = try database.write({ conn -> (ApplyResult, [(String, StoreCache.Slot?)]) in
+        let result = try database.write({ conn -> ApplyResult in
             var result = ApplyResult()
-            var slots: [(String, StoreCache.Slot?)] = []
+            // Policies first: what the peer may not send never reaches the database.
+            var accepted: [(entry: WireEntry, registered: KeyRegistry.Registered)] = []
+            accepted.reserveCapacity(entries.count)
             for incoming in entries {
                 guard let registered = registry.registered(forEntry: incoming.key) else {
                     result.rejected.append(.init(key: incoming.key, code: SyncError.Code.unknownKey.rawValue))
                     continue
                 }
                 let descriptor = registered.descriptor
-                if mismatched.contains(descriptor.name) {
+                if !mismatched.isEmpty && mismatched.contains(descriptor.name) {
                     result.rejected.append(.init(key: incoming.key, code: SyncError.Code.keyDeclarationMismatch.rawValue))
                     continue
                 }
@@ -168,8 +209,18 @@ extension SyncStore {
                     result.rejected.append(.init(key: incoming.key, code: SyncError.Code.valueTooLarge.rawValue))
                     continue
                 }
+                accepted.append((incoming, registered))
+            }
+            // The local state of every key, updated as entries are decided (a key may come twice).
+            var current = try loadRows(conn, keys: accepted.map(\.entry.key), valueFile: .ifReadable)
+            var writes: [StoredRow] = []
+            var encrypted: Set<String> = []
+            writes.reserveCapacity(accepted.count)
+            result.changes.reserveCapacity(accepted.count)
+            for (incoming, registered) in accepted {
+                let descriptor = registered.descriptor
                 clock.observe(incoming.version)
-                let local = try loadRow(conn, key: incoming.key, valueFile: .ifReadable)
+                let local = current[incoming.key]
                 var decision = MergeRule.decide(local: local?.state, incoming: incoming.state, resolver: registered.resolver?.merge)
                 if lastArrivalWins, local != nil, local?.version != incoming.version {
                     decision = MergeRule.Decision(outcome: .take)  // deliberate fault (TestingFaults)
@@ -194,14 +245,16 @@ extension SyncStore {
                                     deleted: false, encrypted: false, size: value.count, changeSeq: lane == .none ? 0 : takeSeq(),
                                     lane: lane, ackedSeq: 0)
                 }
-                try saveRow(conn, row, encrypt: descriptor.security == .encrypted, writtenAt: now)
+                if descriptor.security == .encrypted { encrypted.insert(row.key) }
+                writes.append(row)
+                current[row.key] = row
                 if let conflict = decision.conflict, let local {
                     try logConflict(conn, &result, key: incoming.key, local: local.version, remote: incoming.version, winner: conflict.winner, rule: conflict.rule, now: now)
                 }
                 result.applied += 1
                 result.changes.append(StoreChange(key: row.key, kind: row.deleted ? .removed : .set, origin: .remote, version: row.version))
-                slots.append((row.key, StoreCache.Slot(bytes: row.deleted ? nil : row.value, encoding: row.encoding, version: row.version, decoded: nil)))
             }
+            try saveRows(conn, writes, encrypt: { !encrypted.isEmpty && encrypted.contains($0.key) }, writtenAt: now)
             if let chunked {
                 let delete = try conn.statement("DELETE FROM sync_chunks WHERE key = ? AND ver = ? AND node = ?")
                 delete.bind(1, chunked.key)
@@ -209,20 +262,50 @@ extension SyncStore {
                 delete.bind(3, Int64(chunked.version.node))
                 try delete.run()
             }
-            return (result, slots)
-        }, onCommit: { output in
+            return result
+        }, onCommit: { result in
             // Remote values are read through on demand: a large initial sync does not fill memory.
-            for (key, _) in output.1 { cache.invalidate(key) }
+            cache.invalidate(result.changes.lazy.map(\.key))
         })
         counters.withLock {
             $0.entriesReceived += entries.count
-            $0.entriesIgnored += result.0.ignored
-            $0.entriesRejected += result.0.rejected.count
-            $0.conflicts += result.0.conflicts.count
+            $0.entriesIgnored += result.ignored
+            $0.entriesRejected += result.rejected.count
+            $0.conflicts += result.conflicts.count
         }
-        publishCommitted(result.0.changes)
-        return result.0
+        publishCommitted(result.changes)
+        return result
     }
+
+    /// The stored rows of `keys` (those that exist), by key: one statement per
+    /// group of `loadRowsGroup` keys instead of one `loadRow` per key.
+    func loadRows(_ conn: SQLiteConnection, keys: [String], valueFile: ValueFileRead = .required) throws -> [String: StoredRow] {
+        var rows: [String: StoredRow] = [:]
+        guard !keys.isEmpty else { return rows }
+        let group = SyncStore.loadRowsGroup
+        let stmt = try conn.statement(SyncStore.loadRowsSQL)
+        defer { stmt.reset() }
+        var start = 0
+        while start < keys.count {
+            if start > 0 {
+                stmt.reset()
+                stmt.clearBindings()
+            }
+            // Unused parameters of the last group stay NULL: they match no key.
+            for (offset, key) in keys[start..<min(keys.count, start + group)].enumerated() {
+                stmt.bind(Int32(offset + 1), key)
+            }
+            while try stmt.step() {
+                let row = try decodeRow(stmt, valueFile: valueFile)
+                rows[row.key] = row
+            }
+            start += group
+        }
+        return rows
+    }
+
+    static let loadRowsGroup = 128
+    static let loadRowsSQL = "SELECT \(rowColumns) FROM entries WHERE key IN (\((1...loadRowsGroup).map { "?\($0)" }.joined(separator: ", ")))"
 
     private func logConflict(_ conn: SQLiteConnection, _ result: inout ApplyResult, key: String, local: HLCTimestamp,
                              remote: HLCTimestamp, winner: MergeRule.Winner, rule: String, now: Int64) throws {
