@@ -5,8 +5,10 @@ public struct ReplicationConfiguration: Sendable {
     public var pairingEpoch: String
     /// The session protocol versions this build speaks.
     public var protocolRange: ClosedRange<UInt16> = 1...1
-    public var maxBatchEntries = 512
-    public var maxBatchBytes = 256 * 1024
+    /// Entries per batch message at most (one transaction on each side).
+    public var maxBatchEntries = 2048
+    /// Value bytes per batch message at most (before compression).
+    public var maxBatchBytes = 512 * 1024
     /// Size of one chunk of a large value.
     public var chunkSize = 64 * 1024
     /// Messages in flight without an acknowledgement (backpressure).

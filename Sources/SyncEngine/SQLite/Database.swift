@@ -8,6 +8,7 @@ import Synchronization
 final class Database: Sendable {
     private let connection: Mutex<SQLiteConnection>
     private let observer = Mutex<(any TransactionObserver)?>(nil)
+    private let checkpointer: BackgroundCheckpointer
     let path: String
 
     /// Opens (or creates) the file, checks that it is SQLite, switches to WAL
@@ -27,7 +28,14 @@ final class Database: Sendable {
         try conn.execute("PRAGMA foreign_keys=ON")
         try Schema.migrate(conn)
         self.path = path
+        checkpointer = BackgroundCheckpointer(path: path)
+        checkpointer.attach(to: conn.handle)
         self.connection = Mutex(conn)
+    }
+
+    deinit {
+        connection.withLock { checkpointer.detach(from: $0.handle) }
+        checkpointer.stop()
     }
 
     /// Refuses files that exist, are non-empty and lack the SQLite header,

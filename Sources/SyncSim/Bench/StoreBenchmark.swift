@@ -27,7 +27,7 @@ public struct StoreBenchmark: Sendable {
 
         // Raw limit: SQLite C API, one WAL transaction, prepared statement.
         progress("raw SQLite insert of \(rows) rows")
-        let rawSeconds = try rawInsert(path: folder + "/raw.sqlite", values: encoded)
+        let rawSeconds = try fastestRawInsert(path: folder + "/raw.sqlite", values: encoded)
 
         progress("\(rows) batched typed writes")
         let store = try SyncStore(path: folder + "/store.sqlite", role: .phone, registry: registry)
@@ -73,6 +73,19 @@ public struct StoreBenchmark: Sendable {
     }
 
     /// Inserts `values` under keys `bench:k<i>` with the C API in one transaction.
+    /// The machine's insert limit: the fastest of `runs` raw inserts of `values`
+    /// (each into a new file `path`-N), so one run slowed by a neighbour does not
+    /// flatter the ratios measured against it.
+    func fastestRawInsert(path: String, values: [[UInt8]], runs: Int = 3) throws -> Double {
+        var fastest = Double.infinity
+        for run in 0..<max(1, runs) {
+            let file = "\(path)-\(run)"
+            fastest = min(fastest, try rawInsert(path: file, values: values))
+            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: file + suffix) }
+        }
+        return fastest
+    }
+
     func rawInsert(path: String, values: [[UInt8]]) throws -> Double {
         var db: OpaquePointer?
         guard sqlite3_open(path, &db) == SQLITE_OK else { throw SyncError(.database, "cannot open \(path)") }

@@ -35,7 +35,7 @@ public struct SyncBenchmark: Sendable {
         let encoded = try values.map { try ValueSerializer<String>.json.encode($0) }
 
         progress("raw limits: SQLite insert, zlib")
-        let rawInsertSeconds = try StoreBenchmark(quick: true).rawInsert(path: folder + "/raw.sqlite", values: encoded)
+        let rawInsertSeconds = try StoreBenchmark(quick: true).fastestRawInsert(path: folder + "/raw.sqlite", values: encoded)
         var rawPayload: [UInt8] = []
         for (i, value) in encoded.enumerated() { rawPayload += Array("bench:k\(i)".utf8) + value }
         var deflated: [UInt8] = []

@@ -18,7 +18,7 @@ struct TCPSyncBenchmark {
         let values = SyncBenchmark.values(count: entries, seed: 42)
         let encoded = try values.map { try ValueSerializer<String>.json.encode($0) }
         progress("raw SQLite insert")
-        let rawSeconds = try StoreBenchmark(quick: true).rawInsert(path: folder + "/raw.sqlite", values: encoded)
+        let rawSeconds = try StoreBenchmark(quick: true).fastestRawInsert(path: folder + "/raw.sqlite", values: encoded)
         let rawPayload = encoded.enumerated().reduce(0) { $0 + "bench:k\($1.offset)".utf8.count + $1.element.count }
 
         let phone = try SyncStore(path: folder + "/phone.sqlite", role: .phone, registry: registry)

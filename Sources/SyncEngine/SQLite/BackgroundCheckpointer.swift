@@ -1,0 +1,80 @@
+import CSQLite
+import Dispatch
+import Synchronization
+
+/// Copies WAL pages into the database file on a queue of its own, with its
+/// own connection, so the commit that crosses the threshold does not pay for
+/// the copy and its fsync (SQLite's automatic checkpoint runs inside COMMIT).
+///
+/// A passive checkpoint never blocks the writer or readers. If the WAL still
+/// grows past `inlineLimit` pages (checkpoints falling behind), the writer
+/// checkpoints itself, as SQLite would, so the file stays bounded.
+final class BackgroundCheckpointer: Sendable {
+    /// WAL pages after which a checkpoint is scheduled (SQLite's own default).
+    static let threshold: Int32 = 1_000
+    /// WAL pages after which the committing writer checkpoints inline.
+    static let inlineLimit: Int32 = 16_000
+
+    let path: String
+    private let queue = DispatchQueue(label: "SyncEngine.checkpoint")
+    private let scheduled = Atomic<Bool>(false)
+    private let stopped = Atomic<Bool>(false)
+    /// The checkpoint connection, opened on first use; touched only on `queue`.
+    private let connection = Mutex<OpaquePointer?>(nil)
+
+    init(path: String) {
+        self.path = path
+    }
+
+    /// Installs the hook on the writer's connection (replacing SQLite's automatic checkpoint).
+    func attach(to handle: OpaquePointer) {
+        sqlite3_wal_hook(handle, { context, db, name, pages in
+            guard let context else { return SQLITE_OK }
+            let checkpointer = Unmanaged<BackgroundCheckpointer>.fromOpaque(context).takeUnretainedValue()
+            checkpointer.walGrew(pages: pages, writer: db, name: name)
+            return SQLITE_OK
+        }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// Removes the hook; call before this object goes away.
+    func detach(from handle: OpaquePointer) {
+        sqlite3_wal_hook(handle, nil, nil)
+    }
+
+    private func walGrew(pages: Int32, writer: OpaquePointer?, name: UnsafePointer<CChar>?) {
+        if pages >= BackgroundCheckpointer.inlineLimit {
+            _ = sqlite3_wal_checkpoint_v2(writer, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+            return
+        }
+        guard pages >= BackgroundCheckpointer.threshold, !stopped.load(ordering: .relaxed),
+              !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        queue.async { self.checkpoint() }
+    }
+
+    private func checkpoint() {
+        scheduled.store(false, ordering: .releasing)
+        guard !stopped.load(ordering: .relaxed) else { return }
+        connection.withLock { conn in
+            if conn == nil {
+                var db: OpaquePointer?
+                if sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK {
+                    conn = db
+                } else {
+                    sqlite3_close_v2(db)  // the writer's inline limit still bounds the WAL
+                    return
+                }
+            }
+            _ = sqlite3_wal_checkpoint_v2(conn, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+        }
+    }
+
+    /// Waits for a running checkpoint and closes the connection.
+    func stop() {
+        stopped.store(true, ordering: .relaxed)
+        queue.sync {}
+        connection.withLock { conn in
+            if let db = conn { sqlite3_close_v2(db) }
+            conn = nil
+        }
+    }
+}
