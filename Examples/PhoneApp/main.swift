@@ -25,3 +25,4 @@ for await change in store.changes(for: AppKeys.workouts) where change.origin == 
 print("phone sees workouts \(try await store.get(AppKeys.workouts))")  // the watch waits until this was acknowledged
 await listener.close()
 server.cancel()
+await server.value  // the session closes gracefully: the acknowledgement of the workout is flushed first

@@ -12,7 +12,9 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
     }
 
     private struct State {
-        var items: [(element: Element, cost: Int)] = []
+        /// Slots before `head` are consumed and hold nil, so a popped element
+        /// (a frame of up to megabytes) is freed at once, not at the next compaction.
+        var items: [(element: Element?, cost: Int)] = []
         var head = 0
         var used = 0
         var finished = false
@@ -30,13 +32,17 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
 
         mutating func removeFirst() -> Element {
             let item = items[head]
+            items[head].element = nil
             head += 1
             used -= item.cost
-            if head > 64, head * 2 > items.count {
+            if head == items.count {
+                items.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head > 64, head * 2 > items.count {
                 items.removeSubrange(0..<head)
                 head = 0
             }
-            return item.element
+            return item.element!
         }
 
         func fits(_ cost: Int, capacity: Int) -> Bool {

@@ -37,6 +37,8 @@ func json(_ line: String) -> [String: Any] {
 func next(_ iterator: inout AsyncStream<String>.Iterator, where match: ([String: Any]) -> Bool) async -> [String: Any]? {
     while let line = await iterator.next() {
         let object = json(line)
+        // NODE_TRACE=1 swift test … prints every line the child writes.
+        if ProcessInfo.processInfo.environment["NODE_TRACE"] != nil { FileHandle.standardError.write(Data("child: \(line)\n".utf8)) }
         if match(object) { return object }
     }
     return nil

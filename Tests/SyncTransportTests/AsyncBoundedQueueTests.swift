@@ -1,0 +1,48 @@
+import Testing
+@testable import SyncTransport
+
+@Suite struct AsyncBoundedQueueTests {
+    /// Stands in for a frame: we watch whether the queue still holds it.
+    final class Payload: Sendable {
+        let number: Int
+        init(_ number: Int) { self.number = number }
+    }
+
+    @Test func elementsComeOutInOrderWithinTheCostBound() async throws {
+        let queue = AsyncBoundedQueue<Payload>(capacity: 10)
+        try await queue.push(Payload(1), cost: 4)
+        try await queue.push(Payload(2), cost: 4)
+        #expect(queue.usedCost == 8)
+        #expect(queue.isFull == false)
+        try await queue.push(Payload(3), cost: 2)
+        #expect(queue.isFull)
+        #expect(try await queue.pop()?.number == 1)
+        #expect(try await queue.pop()?.number == 2)
+        #expect(try await queue.pop()?.number == 3)
+        #expect(queue.usedCost == 0)
+    }
+
+    /// A popped element is released at once. (The queue used to keep up to 64
+    /// popped frames referenced until it compacted: tens of MB of retained
+    /// frames while syncing 100 KB values.)
+    @Test func poppedElementsAreNotRetained() async throws {
+        let queue = AsyncBoundedQueue<Payload>(capacity: 1 << 20)
+        weak var first: Payload?
+        weak var middle: Payload?
+        do {
+            let a = Payload(0), b = Payload(1)
+            first = a
+            middle = b
+            try await queue.push(a, cost: 1)
+            try await queue.push(b, cost: 1)
+            for i in 2..<10 { try await queue.push(Payload(i), cost: 1) }
+        }
+        #expect(first != nil)
+        _ = try await queue.pop()
+        #expect(first == nil, "the queue still references a popped element")
+        #expect(middle != nil)
+        _ = try await queue.pop()
+        #expect(middle == nil, "the queue still references a popped element")
+        for i in 2..<10 { #expect(try await queue.pop()?.number == i) }
+    }
+}
