@@ -16,6 +16,14 @@ enum BenchClock {
         return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
     }
 
+    /// CPU seconds (user + system) this process has used so far, all threads.
+    static func processCPUSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+        return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+    }
+
     /// A fresh temporary folder for one benchmark run.
     static func temporaryFolder() throws -> String {
         let path = NSTemporaryDirectory() + "syncsim-bench-" + UUID().uuidString

@@ -37,12 +37,14 @@ struct TCPSyncBenchmark {
 
         progress("initial sync of \(entries) entries over TCP")
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: configuration)
+        let cpuBefore = BenchClock.processCPUSeconds()
         let start = ContinuousClock.now
         let server = Task { await phonePeer.serve(listener) }
         let client = Task { await watchPeer.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: configuration) }
         try await phonePeer.waitUntilIdle(timeout: .seconds(600))
         let elapsed = ContinuousClock.now - start
         let syncSeconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let syncCPUSeconds = BenchClock.processCPUSeconds() - cpuBefore
         let initialWire = wireBytes.load(ordering: .relaxed)
 
         progress("write→visible latency, \(latencySamples) single writes")
@@ -74,6 +76,9 @@ struct TCPSyncBenchmark {
             BenchFigure(name: "raw loopback round trip p50", value: loopback.roundTripMicroseconds, unit: "µs"),
             BenchFigure(name: "initial sync over TCP (\(entries) entries)", value: rate, unit: "entries/s", baseline: rawRate,
                         baselineName: "raw insert rows/s", ratio: rate / rawRate, target: "time ≤ 4× raw insert (ratio ≥ 0.25)"),
+            BenchFigure(name: "initial sync CPU, both peers (cores busy)", value: syncCPUSeconds / syncSeconds, unit: "cores",
+                        baseline: Double(ProcessInfo.processInfo.activeProcessorCount), baselineName: "cores",
+                        ratio: syncCPUSeconds / syncSeconds / Double(ProcessInfo.processInfo.activeProcessorCount)),
             BenchFigure(name: "initial sync TCP wire throughput", value: wireRate, unit: "MB/s", baseline: loopback.megabytesPerSecond,
                         baselineName: "raw loopback MB/s", ratio: wireRate / loopback.megabytesPerSecond),
             BenchFigure(name: "TCP wire bytes ÷ raw key+value bytes", value: Double(initialWire) / Double(rawPayload), unit: "×"),
