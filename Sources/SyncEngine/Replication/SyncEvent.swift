@@ -5,7 +5,9 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
     case disconnected(reason: String)
     /// Keys declared differently by the peer: they do not sync until fixed.
     case keyMismatch(keys: [String])
-    /// Batch `number` of about `total` for this session was sent.
+    /// Batch `number` of about `total` for this session was sent. `total` is
+    /// counted when the session starts if `events()` has a subscriber then
+    /// (otherwise it grows with `number`).
     case batchSent(number: Int, total: Int, entries: Int)
     /// Entries from the peer were applied (`applied` changed something).
     case received(entries: Int, applied: Int)
