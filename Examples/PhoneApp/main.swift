@@ -10,6 +10,7 @@ let store = try AppKeys.openStore(role: .phone, folder: folder)
 let peer = SyncPeer(store: store, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
 let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: secret))
 FileHandle.standardOutput.write(Data("listening \(listener.port)\n".utf8))  // unbuffered: the watch needs the port now
+let events = store.events()  // subscribed before the watch can come and go
 let server = Task { await peer.serve(listener) }
 
 try await store.set(8_000, for: AppKeys.steps)               // automatic
@@ -22,7 +23,11 @@ try peer.sync()
 for await change in store.changes(for: AppKeys.workouts) where change.origin == .remote {
     if try await store.get(AppKeys.workouts).contains("swim") { break }
 }
-print("phone sees workouts \(try await store.get(AppKeys.workouts))")  // the watch waits until this was acknowledged
+print("phone sees workouts \(try await store.get(AppKeys.workouts))")
+// The watch leaves once it saw the workout acknowledged: serve until then.
+for await event in events {
+    if case .disconnected = event, !peer.isConnected { break }
+}
 await listener.close()
 server.cancel()
-await server.value  // the session closes gracefully: the acknowledgement of the workout is flushed first
+await server.value

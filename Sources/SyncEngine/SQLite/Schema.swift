@@ -1,8 +1,13 @@
 /// Versioned schema, migrated forward on open (`PRAGMA user_version`).
 ///
 /// `entries` holds the data; every metadata table starts with `sync_`.
+///
+/// Since v3 the changes waiting for the peer are rows of `sync_outbox`
+/// (sequence, key), kept by triggers in the transaction that writes the entry:
+/// acknowledging a change deletes its narrow outbox row instead of rewriting
+/// the entry's row.
 enum Schema {
-    static let currentVersion = 2
+    static let currentVersion = 3
 
     static let migrations: [String] = [
         // v1
@@ -63,6 +68,39 @@ enum Schema {
             id      INTEGER PRIMARY KEY AUTOINCREMENT,
             changes BLOB NOT NULL
         );
+        """,
+        // v3: the outbox. A row (seq, key) exists while the entry `key` holds the
+        // local change `seq` in a lane that replicates (lane > 0) and the peer has
+        // not acknowledged it. Triggers keep it in the entry's own transaction;
+        // `acknowledge` deletes rows. Replaces `acked_seq` and its partial index.
+        """
+        CREATE TABLE sync_outbox (
+            seq INTEGER PRIMARY KEY NOT NULL,
+            key TEXT NOT NULL
+        );
+        CREATE TRIGGER sync_outbox_after_insert AFTER INSERT ON entries
+        WHEN NEW.lane > 0 AND NEW.change_seq > 0 BEGIN
+            INSERT INTO sync_outbox(seq, key) VALUES (NEW.change_seq, NEW.key);
+        END;
+        CREATE TRIGGER sync_outbox_after_update AFTER UPDATE OF change_seq, lane ON entries
+        WHEN NEW.change_seq IS NOT OLD.change_seq OR NEW.lane IS NOT OLD.lane BEGIN
+            DELETE FROM sync_outbox WHERE seq = OLD.change_seq AND key = OLD.key;
+            INSERT INTO sync_outbox(seq, key) SELECT NEW.change_seq, NEW.key WHERE NEW.lane > 0 AND NEW.change_seq > 0;
+        END;
+        CREATE TRIGGER sync_outbox_after_delete AFTER DELETE ON entries BEGIN
+            DELETE FROM sync_outbox WHERE seq = OLD.change_seq AND key = OLD.key;
+        END;
+        INSERT OR IGNORE INTO sync_outbox(seq, key)
+            SELECT change_seq, key FROM entries WHERE change_seq > acked_seq AND lane > 0 ORDER BY change_seq, key;
+        WITH unqueued AS (
+            SELECT key, row_number() OVER (ORDER BY change_seq, key) AS n FROM entries
+            WHERE change_seq > acked_seq AND lane > 0
+              AND NOT EXISTS (SELECT 1 FROM sync_outbox WHERE seq = entries.change_seq AND sync_outbox.key = entries.key)
+        )
+        UPDATE entries SET change_seq = (SELECT max(max(change_seq), max(acked_seq)) FROM entries) + unqueued.n
+            FROM unqueued WHERE entries.key = unqueued.key;
+        DROP INDEX sync_pending_changes;
+        ALTER TABLE entries DROP COLUMN acked_seq;
         """,
     ]
 

@@ -11,14 +11,12 @@ struct StoredRow: Sendable {
     var size: Int
     var changeSeq: Int64
     var lane: SyncLane
-    var ackedSeq: Int64
 
     var state: EntryState { EntryState(version: version, base: base, deleted: deleted, value: value) }
-    var isPending: Bool { lane != .none && changeSeq > ackedSeq }
 }
 
 extension SyncStore {
-    static let rowColumns = "key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, acked_seq, in_file"
+    static let rowColumns = "key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, in_file"
 
     /// How much of a value kept in a file a read needs.
     enum ValueFileRead {
@@ -35,7 +33,7 @@ extension SyncStore {
         let encrypted = stmt.int(8) != 0
         let version = HLCTimestamp(packed: stmt.int64(3), node: UInt32(truncatingIfNeeded: stmt.int64(4)))
         var value = stmt.blob(1)
-        if stmt.int(13) != 0 && stmt.int(7) == 0 {
+        if stmt.int(12) != 0 && stmt.int(7) == 0 {
             switch valueFile {
             case .required: value = try readValueFile(key: key, version: version, size: stmt.int(9), encrypted: encrypted)
             case .ifReadable: value = try? readValueFile(key: key, version: version, size: stmt.int(9), encrypted: encrypted)
@@ -51,7 +49,7 @@ extension SyncStore {
                          version: version,
                          base: HLCTimestamp(packed: stmt.int64(5), node: UInt32(truncatingIfNeeded: stmt.int64(6))),
                          deleted: stmt.int(7) != 0, encrypted: encrypted, size: stmt.int(9),
-                         changeSeq: stmt.int64(10), lane: SyncLane(rawValue: stmt.int(11)) ?? .none, ackedSeq: stmt.int64(12))
+                         changeSeq: stmt.int64(10), lane: SyncLane(rawValue: stmt.int(11)) ?? .none)
     }
 
     func loadRow(_ conn: SQLiteConnection, key: String, valueFile: ValueFileRead = .required) throws -> StoredRow? {
@@ -61,7 +59,18 @@ extension SyncStore {
         return try stmt.step() ? decodeRow(stmt, valueFile: valueFile) : nil
     }
 
-    /// Writes `row` (encrypting when its key is declared encrypted); keeps `acked_seq`.
+    /// Whether `row`'s change still waits for the peer (it has a `sync_outbox` row).
+    func isQueued(_ conn: SQLiteConnection, _ row: StoredRow) throws -> Bool {
+        guard row.lane != .none, row.changeSeq > 0 else { return false }
+        let stmt = try conn.statement("SELECT 1 FROM sync_outbox WHERE seq = ?1 AND key = ?2")
+        stmt.bind(1, row.changeSeq)
+        stmt.bind(2, row.key)
+        defer { stmt.reset() }
+        return try stmt.step()
+    }
+
+    /// Writes `row` (encrypting when its key is declared encrypted); the outbox
+    /// triggers queue its change when its lane replicates.
     /// With value files the bytes go to a new file first and the replaced
     /// version's file is deleted after the commit (see `ValueFiles`).
     func saveRow(_ conn: SQLiteConnection, _ row: StoredRow, encrypt: Bool, writtenAt: Int64) throws {
@@ -88,8 +97,8 @@ extension SyncStore {
             }
         }
         let stmt = try conn.statement("""
-            INSERT INTO entries(key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, acked_seq, written_at, in_file)
-            VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, ?13, ?14)
+            INSERT INTO entries(key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, written_at, in_file)
+            VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
             ON CONFLICT(key) DO UPDATE SET value = excluded.value, encoding = excluded.encoding, ver = excluded.ver,
               node = excluded.node, base_ver = excluded.base_ver, base_node = excluded.base_node, deleted = excluded.deleted,
               encrypted = excluded.encrypted, size = excluded.size, change_seq = excluded.change_seq, lane = excluded.lane,
@@ -114,7 +123,7 @@ extension SyncStore {
     }
 
     /// Writes `rows` in order, as `saveRow` writes each (encrypting the rows
-    /// `encrypt` names; keeps `acked_seq`), several rows per `INSERT`: the one
+    /// `encrypt` names), several rows per `INSERT`: the one
     /// other place values are written, for applying a batch from the peer.
     /// A store that keeps values in files writes row by row through `saveRow`.
     func saveRows(_ conn: SQLiteConnection, _ rows: [StoredRow], encrypt: (StoredRow) -> Bool, writtenAt: Int64) throws {
@@ -168,13 +177,13 @@ extension SyncStore {
     static let saveRowsGroup = 32
     /// `saveRowsSQL[n]` inserts 2ⁿ rows.
     static let saveRowsSQL: [String] = (0...saveRowsGroup.trailingZeroBitCount).map { power in
-        // Parameters 1...12 of a row are key...lane, 13 is written_at; acked_seq and in_file are 0.
+        // Parameters 1...12 of a row are key...lane, 13 is written_at; in_file is 0.
         let values = (0..<(1 << power)).map { row in
             let p = (1...13).map { "?\(row * 13 + $0)" }
-            return "(\(p[0..<12].joined(separator: ", ")), 0, \(p[12]), 0)"
+            return "(\(p[0..<12].joined(separator: ", ")), \(p[12]), 0)"
         }
         return """
-            INSERT INTO entries(key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, acked_seq, written_at, in_file)
+            INSERT INTO entries(key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, written_at, in_file)
             VALUES \(values.joined(separator: ", "))
             ON CONFLICT(key) DO UPDATE SET value = excluded.value, encoding = excluded.encoding, ver = excluded.ver,
               node = excluded.node, base_ver = excluded.base_ver, base_node = excluded.base_node, deleted = excluded.deleted,
@@ -210,6 +219,16 @@ extension SyncStore {
         case .automaticSmall: return deleted || size <= SyncPolicy.automaticLimit ? .automatic : .manual
         }
     }
+
+    /// The highest version in the file, and the highest change sequence any
+    /// entry, queued change or peer acknowledgement has used: a reopened store
+    /// numbers its next change above both.
+    static let sequenceFloorSQL = """
+        SELECT coalesce((SELECT max(ver) FROM entries), 0),
+               max(coalesce((SELECT max(change_seq) FROM entries), 0),
+                   coalesce((SELECT max(seq) FROM sync_outbox), 0),
+                   coalesce((SELECT max(acked_through) FROM sync_peers), 0))
+        """
 
     func takeSeq() -> Int64 {
         nextSeq.withLock { seq in

@@ -67,12 +67,12 @@ extension SyncStore {
             let version = clock.now()
             let lane = lane(for: descriptor, size: bytes.count, deleted: false)
             try saveRow(conn, StoredRow(key: key, value: bytes, encoding: old.encoding, version: version, base: .zero, deleted: false,
-                                        encrypted: false, size: bytes.count, changeSeq: takeSeq(), lane: lane, ackedSeq: 0),
+                                        encrypted: false, size: bytes.count, changeSeq: takeSeq(), lane: lane),
                         encrypt: descriptor.security == .encrypted, writtenAt: now)
             if let legacyDescriptor = registry.descriptor(forEntry: legacy) {
                 let tombstone = StoredRow(key: legacy, value: nil, encoding: old.encoding, version: clock.now(), base: old.version,
                                           deleted: true, encrypted: false, size: 0, changeSeq: takeSeq(),
-                                          lane: self.lane(for: legacyDescriptor, size: 0, deleted: true), ackedSeq: 0)
+                                          lane: self.lane(for: legacyDescriptor, size: 0, deleted: true))
                 try saveRow(conn, tombstone, encrypt: false, writtenAt: now)
             } else {
                 let delete = try conn.statement("DELETE FROM entries WHERE key = ?")
@@ -96,7 +96,8 @@ extension SyncStore {
     public func entryInfo(forKey key: String) throws -> EntryInfo? {
         try checkOpen()
         return try database.read { conn in
-            try loadRow(conn, key: key, valueFile: .skip).map { EntryInfo(row: $0) }
+            guard let row = try loadRow(conn, key: key, valueFile: .skip) else { return nil }
+            return EntryInfo(row: row, isPending: try isQueued(conn, row))
         }
     }
 
@@ -104,13 +105,16 @@ extension SyncStore {
     public func allEntryInfo() throws -> [EntryInfo] {
         try checkOpen()
         return try database.read { conn in
-            let stmt = try conn.statement("SELECT key, encoding, ver, node, deleted, size, change_seq, lane, acked_seq, encrypted FROM entries ORDER BY key")
+            let stmt = try conn.statement("""
+                SELECT e.key, e.encoding, e.ver, e.node, e.deleted, e.size, e.change_seq, e.lane, o.seq IS NOT NULL, e.encrypted
+                FROM entries e LEFT JOIN sync_outbox o ON o.seq = e.change_seq AND o.key = e.key ORDER BY e.key
+                """)
             var result: [EntryInfo] = []
             while try stmt.step() {
                 result.append(EntryInfo(key: stmt.string(0), encoding: stmt.string(1),
                                         version: HLCTimestamp(packed: stmt.int64(2), node: UInt32(truncatingIfNeeded: stmt.int64(3))),
                                         isDeleted: stmt.int(4) != 0, size: stmt.int(5), changeSequence: stmt.int64(6),
-                                        lane: SyncLane(rawValue: stmt.int(7)) ?? .none, isPending: stmt.int(7) != 0 && stmt.int64(6) > stmt.int64(8),
+                                        lane: SyncLane(rawValue: stmt.int(7)) ?? .none, isPending: stmt.int(8) != 0,
                                         isEncrypted: stmt.int(9) != 0))
             }
             return result
@@ -152,8 +156,8 @@ public struct EntryInfo: Sendable, Equatable, Codable {
         self.isEncrypted = isEncrypted
     }
 
-    init(row: StoredRow) {
+    init(row: StoredRow, isPending: Bool) {
         self.init(key: row.key, encoding: row.encoding, version: row.version, isDeleted: row.deleted, size: row.size,
-                  changeSequence: row.changeSeq, lane: row.lane, isPending: row.isPending, isEncrypted: row.encrypted)
+                  changeSequence: row.changeSeq, lane: row.lane, isPending: isPending, isEncrypted: row.encrypted)
     }
 }

@@ -50,7 +50,9 @@ extension SyncStore {
         let count = try database.write { conn -> Int in
             let through = nextSeq.withLock { $0 } - 1
             try SyncStore.writeMeta(conn, "manual_flush_through", String(through))
-            let stmt = try conn.statement("SELECT count(*) FROM entries WHERE change_seq > acked_seq AND lane > 0 AND lane = 2")
+            let stmt = try conn.statement("""
+                SELECT count(*) FROM sync_outbox o CROSS JOIN entries e ON e.key = o.key AND e.change_seq = o.seq WHERE e.lane = 2
+                """)
             _ = try stmt.step()
             defer { stmt.reset() }
             return stmt.int(0)
@@ -65,11 +67,13 @@ extension SyncStore {
     func pendingRows(after cursor: Int64, flushThrough: Int64, maxEntries: Int, maxBytes: Int,
                      skip: (String, Int64) -> Bool) throws -> (rows: [OutboundRow], scannedThrough: Int64) {
         try database.read { conn in
+            // The outbox in sequence order, each row's entry found by its primary key.
             let stmt = try conn.statement("""
-                SELECT key, change_seq, size, deleted, encoding, ver, node, base_ver, base_node, encrypted,
-                       CASE WHEN size <= ?3 THEN value END, in_file
-                FROM entries WHERE change_seq > acked_seq AND lane > 0 AND change_seq > ?1 AND (lane = 1 OR change_seq <= ?2)
-                ORDER BY change_seq
+                SELECT e.key, o.seq, e.size, e.deleted, e.encoding, e.ver, e.node, e.base_ver, e.base_node, e.encrypted,
+                       CASE WHEN e.size <= ?3 THEN e.value END, e.in_file
+                FROM sync_outbox o CROSS JOIN entries e ON e.key = o.key AND e.change_seq = o.seq
+                WHERE o.seq > ?1 AND (e.lane = 1 OR o.seq <= ?2)
+                ORDER BY o.seq
                 """)
             stmt.bind(1, cursor)
             stmt.bind(2, flushThrough)
@@ -117,41 +121,28 @@ extension SyncStore {
         }
     }
 
-    /// Records that the peer durably applied these changes.
+    /// Records that the peer durably applied these changes: their outbox rows
+    /// go. A change acknowledged after its key changed again matches no row
+    /// (the newer change has its own), so the newer change stays queued.
     ///
-    /// One statement per group of `acknowledgeGroup` keys (`UPDATE … FROM (VALUES …)`,
-    /// a primary-key search per key), not one statement per entry: same effect as
-    /// `acked_seq = max(acked_seq, seq)` for each item.
+    /// One statement per group of `acknowledgeGroup` items, each a search of
+    /// the outbox's integer primary key; the entries' rows are not touched.
     func acknowledge(_ items: [(key: String, seq: Int64)], peerNode: UInt32) throws {
         guard !items.isEmpty else { return }
-        // One row per key (UPDATE … FROM uses an arbitrary row when a key repeats): keep its highest sequence.
-        var highest: Int64 = 0
-        var unique: [(key: String, seq: Int64)] = []
-        unique.reserveCapacity(items.count)
-        var positions: [String: Int] = [:]
-        positions.reserveCapacity(items.count)
-        for item in items {
-            highest = max(highest, item.seq)
-            if let at = positions[item.key] {
-                unique[at].seq = max(unique[at].seq, item.seq)
-            } else {
-                positions[item.key] = unique.count
-                unique.append(item)
-            }
-        }
+        let highest = items.lazy.map(\.seq).max() ?? 0
         try database.write { conn in
             let group = SyncStore.acknowledgeGroup
             let stmt = try conn.statement(SyncStore.acknowledgeSQL)
             var start = 0
-            while start < unique.count {
+            while start < items.count {
                 if start > 0 {
                     stmt.reset()
                     stmt.clearBindings()
                 }
-                // Unused rows of the last group stay NULL: they match no key.
-                for (offset, item) in unique[start..<min(unique.count, start + group)].enumerated() {
-                    stmt.bind(Int32(2 * offset + 1), item.key)
-                    stmt.bind(Int32(2 * offset + 2), item.seq)
+                // Unused pairs of the last group stay NULL: they match no row.
+                for (offset, item) in items[start..<min(items.count, start + group)].enumerated() {
+                    stmt.bind(Int32(2 * offset + 1), item.seq)
+                    stmt.bind(Int32(2 * offset + 2), item.key)
                 }
                 try stmt.run()
                 start += group
@@ -163,12 +154,14 @@ extension SyncStore {
         }
     }
 
-    /// Keys acknowledged by one execution of `acknowledgeSQL`.
+    /// Changes acknowledged by one execution of `acknowledgeSQL`.
     static let acknowledgeGroup = 128
+    /// Deletes the outbox rows of up to `acknowledgeGroup` (seq, key) pairs:
+    /// `seq IN (…)` searches the primary key, the pair test checks the key.
     static let acknowledgeSQL = """
-        UPDATE entries SET acked_seq = max(acked_seq, acked.column2)
-        FROM (VALUES \((0..<acknowledgeGroup).map { "(?\(2 * $0 + 1), ?\(2 * $0 + 2))" }.joined(separator: ", "))) AS acked
-        WHERE entries.key = acked.column1
+        DELETE FROM sync_outbox
+        WHERE seq IN (\((0..<acknowledgeGroup).map { "?\(2 * $0 + 1)" }.joined(separator: ", ")))
+          AND (seq, key) IN (VALUES \((0..<acknowledgeGroup).map { "(?\(2 * $0 + 1), ?\(2 * $0 + 2))" }.joined(separator: ", ")))
         """
 
     // MARK: inbound
@@ -236,14 +229,14 @@ extension SyncStore {
                 case .take:
                     row = StoredRow(key: incoming.key, value: incoming.deleted ? nil : (incoming.value ?? []), encoding: incoming.encoding,
                                     version: incoming.version, base: incoming.base, deleted: incoming.deleted, encrypted: false,
-                                    size: incoming.deleted ? 0 : (incoming.value?.count ?? 0), changeSeq: 0, lane: .none, ackedSeq: 0)
+                                    size: incoming.deleted ? 0 : (incoming.value?.count ?? 0), changeSeq: 0, lane: .none)
                 case .merged(let value, let version):
                     // A merge is new information for the peer too: send it (the peer's
                     // re-merge of a join is a no-op, so this ends).
                     let lane = lane(for: descriptor, size: value.count, deleted: false)
                     row = StoredRow(key: incoming.key, value: value, encoding: incoming.encoding, version: version, base: version,
                                     deleted: false, encrypted: false, size: value.count, changeSeq: lane == .none ? 0 : takeSeq(),
-                                    lane: lane, ackedSeq: 0)
+                                    lane: lane)
                 }
                 if descriptor.security == .encrypted { encrypted.insert(row.key) }
                 writes.append(row)
@@ -441,7 +434,11 @@ extension SyncStore {
     /// sequence number. Manual changes a `sync()` had released (or the old peer
     /// had received) stay released; those still waiting keep waiting.
     private func rebaseline(_ conn: SQLiteConnection, releasedThrough: Int64) throws {
-        let select = try conn.statement("SELECT key, size, deleted, lane, change_seq, acked_seq FROM entries ORDER BY change_seq, key")
+        let select = try conn.statement("""
+            SELECT e.key, e.size, e.deleted, e.lane, e.change_seq, o.seq IS NOT NULL
+            FROM entries e LEFT JOIN sync_outbox o ON o.seq = e.change_seq AND o.key = e.key
+            ORDER BY e.change_seq, e.key
+            """)
         var released: [(String, SyncLane)] = []
         var waiting: [(String, SyncLane)] = []
         while try select.step() {
@@ -449,10 +446,11 @@ extension SyncStore {
             guard let descriptor = registry.descriptor(forEntry: key) else { continue }
             let lane = lane(for: descriptor, size: select.int(1), deleted: select.int(2) != 0)
             let oldSeq = select.int64(4)
-            let wasWaiting = SyncLane(rawValue: select.int(3)) == .manual && oldSeq > select.int64(5) && oldSeq > releasedThrough
+            let wasWaiting = SyncLane(rawValue: select.int(3)) == .manual && select.int(5) != 0 && oldSeq > releasedThrough
             if wasWaiting { waiting.append((key, lane)) } else { released.append((key, lane)) }
         }
-        let update = "UPDATE entries SET change_seq = ?2, lane = ?3, acked_seq = 0 WHERE key = ?1"
+        // The outbox triggers queue each new sequence (and drop the old one).
+        let update = "UPDATE entries SET change_seq = ?2, lane = ?3 WHERE key = ?1"
         var lastReleased: Int64?
         for (group, isReleased) in [(released, true), (waiting, false)] {
             for (key, lane) in group {
@@ -480,11 +478,11 @@ extension SyncStore {
         return try database.read { conn in
             let stmt = try conn.statement("""
                 SELECT
-                  coalesce(sum(lane = 1), 0),
-                  coalesce(sum(lane = 2 AND change_seq <= ?1), 0),
-                  coalesce(sum(lane = 2 AND change_seq > ?1), 0),
-                  min(written_at)
-                FROM entries WHERE change_seq > acked_seq AND lane > 0
+                  coalesce(sum(e.lane = 1), 0),
+                  coalesce(sum(e.lane = 2 AND o.seq <= ?1), 0),
+                  coalesce(sum(e.lane = 2 AND o.seq > ?1), 0),
+                  min(e.written_at)
+                FROM sync_outbox o CROSS JOIN entries e ON e.key = o.key AND e.change_seq = o.seq
                 """)
             stmt.bind(1, flush)
             _ = try stmt.step()
@@ -501,7 +499,8 @@ extension SyncStore {
         return try database.read { conn in
             guard let row = try loadRow(conn, key: key, valueFile: .skip), row.version >= version else { return false }
             if row.changeSeq == 0 { return true }
-            return row.ackedSeq >= row.changeSeq
+            guard row.lane != .none else { return false }
+            return try !isQueued(conn, row)
         }
     }
 }

@@ -161,7 +161,7 @@ extension SyncStore: TransactionObserver {
         stmt.reset()
         if gap || damaged {
             // Fell behind the log's retention (or a row is unreadable): start from the file itself.
-            let floor = try conn.statement("SELECT coalesce(max(ver), 0), max(coalesce(max(change_seq), 0), coalesce(max(acked_seq), 0)) FROM entries")
+            let floor = try conn.statement(SyncStore.sequenceFloorSQL)
             _ = try floor.step()
             clock.observe(HLCTimestamp(packed: floor.int64(0), node: nodeID))
             seqHigh = max(seqHigh, floor.int64(1))

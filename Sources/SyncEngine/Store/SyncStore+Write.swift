@@ -47,7 +47,7 @@ extension SyncStore {
                 let lane = lane(for: descriptor, size: size, deleted: op.bytes == nil)
                 let row = StoredRow(key: op.key, value: op.bytes, encoding: descriptor.encoding, version: version,
                                     base: current?.version ?? .zero, deleted: op.bytes == nil, encrypted: false, size: size,
-                                    changeSeq: takeSeq(), lane: lane, ackedSeq: 0)
+                                    changeSeq: takeSeq(), lane: lane)
                 try saveRow(conn, row, encrypt: descriptor.security == .encrypted, writtenAt: now)
                 inTransaction[op.key] = (version, op.bytes)
                 outcome.changes.append(StoreChange(key: op.key, kind: op.bytes == nil ? .removed : .set, origin: .local, version: version))

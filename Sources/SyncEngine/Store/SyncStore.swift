@@ -67,7 +67,7 @@ public final class SyncStore: KeyValueBackend {
                 try SyncStore.writeMeta(conn, "salt", Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString())
                 meta = try SyncStore.readMeta(conn)
             }
-            let floorStmt = try conn.statement("SELECT coalesce(max(ver), 0), max(coalesce(max(change_seq), 0), coalesce(max(acked_seq), 0)) FROM entries")
+            let floorStmt = try conn.statement(SyncStore.sequenceFloorSQL)
             _ = try floorStmt.step()
             let floor = floorStmt.int64(0)
             let seq = floorStmt.int64(1)

@@ -43,7 +43,8 @@ public struct StoreInspection: Sendable, Codable {
         public var size: Int
         public var encoding: String
         public var changeSeq: Int64
-        public var ackedSeq: Int64
+        /// True while the change `changeSeq` waits for the peer's acknowledgement.
+        public var pending: Bool
         public var lane: Int
         /// The value (UTF-8 text or hex), only with `--values` and never for encrypted rows.
         public var value: String?
@@ -101,7 +102,13 @@ public struct StoreInspection: Sendable, Codable {
         node = UInt32(meta["node_id"] ?? "").map { String($0, radix: 16) } ?? "?"
         role = meta["role"] ?? "?"
         var entries: [Entry] = []
-        try query("SELECT key, ver, node, deleted, encrypted, size, encoding, change_seq, acked_seq, lane, value FROM entries ORDER BY key") { s in
+        // Schema v3 queues changes in sync_outbox; older files (opened read-only, not migrated) mark them with acked_seq.
+        var hasOutbox = false
+        try query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sync_outbox'") { _ in hasOutbox = true }
+        let pendingColumn = hasOutbox
+            ? "e.lane > 0 AND EXISTS (SELECT 1 FROM sync_outbox o WHERE o.seq = e.change_seq AND o.key = e.key)"
+            : "e.lane > 0 AND e.change_seq > e.acked_seq"
+        try query("SELECT key, ver, node, deleted, encrypted, size, encoding, change_seq, \(pendingColumn), lane, value FROM entries e ORDER BY key") { s in
             let encrypted = sqlite3_column_int(s, 4) != 0
             var value: String?
             if includeValues && !encrypted && sqlite3_column_int(s, 3) == 0, let blob = sqlite3_column_blob(s, 10) {
@@ -110,10 +117,10 @@ public struct StoreInspection: Sendable, Codable {
             }
             entries.append(Entry(key: text(s, 0), version: version(s, 1, 2), deleted: sqlite3_column_int(s, 3) != 0, encrypted: encrypted,
                                  size: Int(sqlite3_column_int64(s, 5)), encoding: text(s, 6), changeSeq: sqlite3_column_int64(s, 7),
-                                 ackedSeq: sqlite3_column_int64(s, 8), lane: Int(sqlite3_column_int(s, 9)), value: value))
+                                 pending: sqlite3_column_int(s, 8) != 0, lane: Int(sqlite3_column_int(s, 9)), value: value))
         }
         self.entries = entries
-        pending = entries.filter { $0.changeSeq > $0.ackedSeq && $0.lane > 0 }.sorted { $0.changeSeq < $1.changeSeq }
+        pending = entries.filter(\.pending).sorted { $0.changeSeq < $1.changeSeq }
         var peers: [Peer] = []
         try query("SELECT peer_node, peer_role, epoch, acked_through FROM sync_peers ORDER BY peer_node") { s in
             peers.append(Peer(node: String(UInt32(truncatingIfNeeded: sqlite3_column_int64(s, 0)), radix: 16), role: text(s, 1),
@@ -146,10 +153,10 @@ public struct StoreInspection: Sendable, Codable {
         let lanes = ["none", "auto", "manual"]
         var out = "store: \(role) node \(node)\n\nentries (\(entries.count)):\n"
         let showValues = entries.contains { $0.value != nil }
-        var rows = [["key", "version", "state", "size", "seq", "acked", "lane"] + (showValues ? ["value"] : [])]
+        var rows = [["key", "version", "state", "size", "seq", "pending", "lane"] + (showValues ? ["value"] : [])]
         for e in entries {
             let state = e.deleted ? "deleted" : e.encrypted ? "encrypted" : "live"
-            var row = [e.key, e.version, state, "\(e.size)", "\(e.changeSeq)", "\(e.ackedSeq)", lanes[max(0, min(2, e.lane))]]
+            var row = [e.key, e.version, state, "\(e.size)", "\(e.changeSeq)", e.pending ? "yes" : "", lanes[max(0, min(2, e.lane))]]
             if showValues { row.append(e.encrypted ? "(encrypted)" : e.deleted ? "" : (e.value ?? "")) }
             rows.append(row)
         }
