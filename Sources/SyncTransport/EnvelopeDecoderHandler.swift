@@ -57,26 +57,33 @@ struct EnvelopeDecoderHandler: ByteToMessageDecoder {
     }
 }
 
-/// Shows raw socket bytes to `TCPConfiguration.onWireBytes`.
+/// Shows raw socket bytes to `TCPConfiguration.onWireBytes`, and their count
+/// to `TCPConfiguration.onWireByteCount`.
 final class WireTapHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    private let tap: @Sendable (WireDirection, [UInt8]) -> Void
+    private let tap: (@Sendable (WireDirection, [UInt8]) -> Void)?
+    private let count: (@Sendable (WireDirection, Int) -> Void)?
 
-    init(tap: @escaping @Sendable (WireDirection, [UInt8]) -> Void) {
+    init(tap: (@Sendable (WireDirection, [UInt8]) -> Void)?, count: (@Sendable (WireDirection, Int) -> Void)?) {
         self.tap = tap
+        self.count = count
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        tap(.inbound, Array(unwrapInboundIn(data).readableBytesView))
+        let buffer = unwrapInboundIn(data)
+        count?(.inbound, buffer.readableBytes)
+        tap?(.inbound, Array(buffer.readableBytesView))
         context.fireChannelRead(data)
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        tap(.outbound, Array(unwrapOutboundIn(data).readableBytesView))
+        let buffer = unwrapOutboundIn(data)
+        count?(.outbound, buffer.readableBytes)
+        tap?(.outbound, Array(buffer.readableBytesView))
         context.write(data, promise: promise)
     }
 }

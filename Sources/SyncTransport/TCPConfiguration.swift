@@ -36,6 +36,9 @@ public struct TCPConfiguration: Sendable {
     /// Sees every byte read from or written to the socket, for tests and
     /// diagnostics. Called on an event loop: keep it short.
     public var onWireBytes: (@Sendable (WireDirection, [UInt8]) -> Void)?
+    /// Told how many bytes each socket read or write moved, without a copy of
+    /// them: for counters and benchmarks. Called on an event loop: keep it short.
+    public var onWireByteCount: (@Sendable (WireDirection, Int) -> Void)?
 
     /// Creates a configuration; every setting but the secret has a default.
     public init(

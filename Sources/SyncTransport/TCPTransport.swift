@@ -48,8 +48,8 @@ public enum TCPTransport {
         let operations = channel.pipeline.syncOperations
         let activity = SocketActivity()
         try operations.addHandler(SocketActivityHandler(activity: activity))
-        if let tap = configuration.onWireBytes {
-            try operations.addHandler(WireTapHandler(tap: tap))
+        if configuration.onWireBytes != nil || configuration.onWireByteCount != nil {
+            try operations.addHandler(WireTapHandler(tap: configuration.onWireBytes, count: configuration.onWireByteCount))
         }
         try operations.addHandler(
             ByteToMessageHandler(

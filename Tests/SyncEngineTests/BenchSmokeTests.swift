@@ -12,7 +12,17 @@ import Testing
 
     @Test func syncBenchmarkQuickRun() async throws {
         let figures = try await SyncBenchmark(quick: true).run()
-        #expect(figures.contains { $0.name.hasPrefix("initial sync in memory") && $0.value > 0 })
+        func figure(_ prefix: String) throws -> BenchFigure { try #require(figures.first { $0.name.hasPrefix(prefix) }, "\(prefix)") }
+        #expect(try figure("initial sync in memory").value > 0)
+        #expect(try figure("initial sync over TCP").value > 0)
+        #expect(try figure("incremental sync over TCP").value > 0)
+        // Byte accounting, not timing: each byte on the socket is counted once, so the
+        // wire (compressed JSON) is well under the raw bytes and near one zlib deflate of them.
+        let wireToRaw = try figure("TCP wire bytes ÷ raw key+value bytes").value
+        #expect(wireToRaw > 0.05 && wireToRaw < 0.5)
+        let wireToZlib = try figure("TCP wire bytes ÷ zlib-6(raw key+value), initial").value
+        #expect(wireToZlib > 0.8 && wireToZlib < 2)
+        #expect(try figure("TCP wire bytes ÷ zlib-6(raw key+value), incremental").value > 0.8)
     }
 
     @Test func fuzzBenchmarkQuickRunChecksEveryScenario() async throws {

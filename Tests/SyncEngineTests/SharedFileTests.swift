@@ -119,7 +119,8 @@ func first<T: Sendable>(of stream: AsyncStream<T>, within timeout: Duration = .s
 
         // 1. It may not replicate while this process does.
         let locked = await next(&out) { $0["event"] as? String == "error" }
-        #expect((locked?["error"] as? String ?? "").hasPrefix("replication-locked"))
+        let lockedError = (locked?["error"] as? String) ?? ""
+        #expect(lockedError.hasPrefix("replication-locked"))
         #expect(!watchPeer.isConnected)
 
         // 2. Its writes reach this process's cache and observers.

@@ -242,6 +242,31 @@ import Testing
         await listener.close()
     }
 
+    @Test func byteCounterAgreesWithTheTapInEachDirection() async throws {
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
+        var connections = listener.connections.makeAsyncIterator()
+        let recorder = WireRecorder()
+        let counted = Mutex<[WireDirection: Int]>([:])
+        let dialer = try await TCPTransport.connect(
+            host: "127.0.0.1", port: listener.port,
+            configuration: testConfiguration(secret, tap: recorder) { configuration in
+                configuration.onWireByteCount = { direction, count in counted.withLock { $0[direction, default: 0] += count } }
+            })
+        let accepted = try #require(await connections.next())
+        let frames = [Frame(type: 1, payload: randomBytes(3_000, seed: 5)), Frame(type: 2, payload: Array("small".utf8))]
+        for frame in frames { try await dialer.send(frame) }
+        #expect(try await receive(2, from: accepted) == frames)
+        for frame in frames { try await accepted.send(frame) }
+        #expect(try await receive(2, from: dialer) == frames)
+        await dialer.close()
+        await accepted.close()
+        await listener.close()
+        let outbound = counted.withLock { $0[.outbound] ?? 0 }, inbound = counted.withLock { $0[.inbound] ?? 0 }
+        #expect(outbound == recorder.bytes(.outbound).count)
+        #expect(inbound == recorder.bytes(.inbound).count)
+        #expect(outbound > 3_000 && inbound > 3_000)
+    }
+
     @Test func tappedBytesContainNoPlaintext() async throws {
         let recorder = WireRecorder()
         let (dialer, listener, server) = try await connectedPair(.tcp, tap: recorder)

@@ -5,15 +5,21 @@ enum BenchClock {
     static func seconds(_ body: () throws -> Void) rethrows -> Double {
         let start = ContinuousClock.now
         try body()
-        let elapsed = ContinuousClock.now - start
-        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return seconds(since: start)
     }
 
     static func seconds(_ body: () async throws -> Void) async rethrows -> Double {
         let start = ContinuousClock.now
         try await body()
-        let elapsed = ContinuousClock.now - start
-        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return seconds(since: start)
+    }
+
+    static func seconds(since start: ContinuousClock.Instant) -> Double {
+        seconds(ContinuousClock.now - start)
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
     /// CPU seconds (user + system) this process has used so far, all threads.
@@ -55,8 +61,13 @@ public struct BenchFigure: Sendable, Codable, Equatable {
     }
 
     /// One table line.
-    public var line: String {
-        var text = "\(name.padding(toLength: 44, withPad: " ", startingAt: 0)) \(String(format: "%14.1f", value)) \(unit)"
+    public var line: String { line(nameWidth: 44) }
+
+    /// One table line with the name padded to `nameWidth` (never cut).
+    /// Small values (ratios, bytes per entry) keep three decimals.
+    public func line(nameWidth: Int) -> String {
+        let number = String(format: abs(value) < 10 ? "%14.3f" : "%14.1f", value)
+        var text = "\(name.padding(toLength: max(nameWidth, name.count), withPad: " ", startingAt: 0)) \(number) \(unit)"
         if let baseline, let baselineName {
             text += "   vs \(baselineName) \(String(format: "%.1f", baseline))"
         }

@@ -44,7 +44,8 @@ public struct BenchCommand: AsyncParsableCommand {
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             print(String(decoding: try encoder.encode(figures), as: UTF8.self))
         } else {
-            for figure in figures { print(figure.line) }
+            let width = figures.map(\.name.count).max() ?? 0
+            for figure in figures { print(figure.line(nameWidth: width)) }
         }
     }
 }

@@ -3,10 +3,12 @@ import Synchronization
 import SyncEngine
 import SyncTransport
 
-/// Initial sync, bytes on the wire and write→visible latency over real TCP on
-/// 127.0.0.1, against raw loopback and raw SQLite measured in the same run.
+/// Initial and incremental sync, bytes on the wire and write→visible latency
+/// over real TCP on 127.0.0.1, against raw loopback, raw SQLite and raw zlib
+/// measured in the same run.
 struct TCPSyncBenchmark {
     var entries: Int
+    var changed: Int
     var latencySamples: Int
 
     func run(progress: (String) -> Void) async throws -> [BenchFigure] {
@@ -19,7 +21,12 @@ struct TCPSyncBenchmark {
         let encoded = try values.map { try ValueSerializer<String>.json.encode($0) }
         progress("raw SQLite insert")
         let rawSeconds = try StoreBenchmark(quick: true).fastestRawInsert(path: folder + "/raw.sqlite", values: encoded)
-        let rawPayload = encoded.enumerated().reduce(0) { $0 + "bench:k\($1.offset)".utf8.count + $1.element.count }
+        progress("raw zlib (level 6) of the same keys and values")
+        let rawPayload = SyncBenchmark.rawKeysAndValues(encoded)
+        let rawDeflated = try Compression.deflate(rawPayload, level: 6).count
+        let changedValues = (0..<changed).map { values[$0] + "!" }
+        let changedRaw = SyncBenchmark.rawKeysAndValues(try changedValues.map { try ValueSerializer<String>.json.encode($0) })
+        let changedDeflated = try Compression.deflate(changedRaw, level: 6).count
 
         let phone = try SyncStore(path: folder + "/phone.sqlite", role: .phone, registry: registry)
         let watch = try SyncStore(path: folder + "/watch.sqlite", role: .watch, registry: registry)
@@ -29,7 +36,10 @@ struct TCPSyncBenchmark {
         let secret = PairingSecret.generate()
         let wireBytes = Atomic<Int>(0)
         var tcp = TCPConfiguration(secret: secret)
-        tcp.onWireBytes = { _, bytes in wireBytes.wrappingAdd(bytes.count, ordering: .relaxed) }
+        // Each byte once: what either peer wrote (the other reads the same bytes).
+        tcp.onWireByteCount = { direction, count in
+            if direction == .outbound { wireBytes.wrappingAdd(count, ordering: .relaxed) }
+        }
         let configuration = tcp
         let replication = ReplicationConfiguration(pairingEpoch: secret.epoch)
         let phonePeer = SyncPeer(store: phone, configuration: replication, tickInterval: .milliseconds(50))
@@ -43,9 +53,19 @@ struct TCPSyncBenchmark {
         let client = Task { await watchPeer.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: configuration) }
         try await phonePeer.waitUntilIdle(timeout: .seconds(600))
         let elapsed = ContinuousClock.now - start
-        let syncSeconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let syncSeconds = BenchClock.seconds(elapsed)
         let syncCPUSeconds = BenchClock.processCPUSeconds() - cpuBefore
         let initialWire = wireBytes.load(ordering: .relaxed)
+
+        progress("incremental sync of \(changed) changed entries over TCP")
+        try phone.batchNow { batch in
+            for i in 0..<changed { try batch.set(changedValues[i], for: SyncBenchmark.family["k\(i)"]) }
+        }
+        let wireBeforeIncremental = wireBytes.load(ordering: .relaxed)
+        let incrementalStart = ContinuousClock.now
+        try await phonePeer.waitUntilIdle(timeout: .seconds(600))
+        let incrementalSeconds = BenchClock.seconds(since: incrementalStart)
+        let incrementalWire = wireBytes.load(ordering: .relaxed) - wireBeforeIncremental
 
         progress("write→visible latency, \(latencySamples) single writes")
         let probe = SyncBenchmark.family["latency"]
@@ -81,7 +101,14 @@ struct TCPSyncBenchmark {
                         ratio: syncCPUSeconds / syncSeconds / Double(ProcessInfo.processInfo.activeProcessorCount)),
             BenchFigure(name: "initial sync TCP wire throughput", value: wireRate, unit: "MB/s", baseline: loopback.megabytesPerSecond,
                         baselineName: "raw loopback MB/s", ratio: wireRate / loopback.megabytesPerSecond),
-            BenchFigure(name: "TCP wire bytes ÷ raw key+value bytes", value: Double(initialWire) / Double(rawPayload), unit: "×"),
+            BenchFigure(name: "TCP wire bytes ÷ raw key+value bytes", value: Double(initialWire) / Double(rawPayload.count), unit: "×"),
+            BenchFigure(name: "TCP wire bytes ÷ zlib-6(raw key+value), initial", value: Double(initialWire) / Double(rawDeflated), unit: "×",
+                        baseline: Double(rawDeflated), baselineName: "zlib-6 bytes", ratio: Double(initialWire) / Double(rawDeflated), target: "≤ 1.2"),
+            BenchFigure(name: "TCP wire bytes per entry over zlib-6, initial", value: Double(initialWire - rawDeflated) / Double(entries), unit: "bytes"),
+            BenchFigure(name: "incremental sync over TCP (\(changed) changed)", value: Double(changed) / incrementalSeconds, unit: "entries/s"),
+            BenchFigure(name: "TCP wire bytes ÷ raw key+value bytes, incremental", value: Double(incrementalWire) / Double(changedRaw.count), unit: "×"),
+            BenchFigure(name: "TCP wire bytes ÷ zlib-6(raw key+value), incremental", value: Double(incrementalWire) / Double(changedDeflated), unit: "×",
+                        baseline: Double(changedDeflated), baselineName: "zlib-6 bytes", ratio: Double(incrementalWire) / Double(changedDeflated), target: "≤ 1.2"),
             BenchFigure(name: "write→visible p50 (TCP, idle link)", value: p50, unit: "µs", baseline: loopback.roundTripMicroseconds,
                         baselineName: "raw RTT µs", ratio: p50 / loopback.roundTripMicroseconds),
             BenchFigure(name: "write→visible p99 (TCP, idle link)", value: p99, unit: "µs", baseline: loopback.roundTripMicroseconds,
