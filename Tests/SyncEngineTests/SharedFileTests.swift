@@ -94,9 +94,11 @@ func first<T: Sendable>(of stream: AsyncStream<T>, within timeout: Duration = .s
         let appWatch = try SyncStore(path: folder.file("watch-a.sqlite"), role: .watch, registry: registry, options: options())
         let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
         let (a, b) = InMemoryConnection.makePair()
-        let appSession = Task { await SyncPeer(store: app, configuration: config, tickInterval: .milliseconds(50)).run(over: a) }
+        let appPeer = SyncPeer(store: app, configuration: config, tickInterval: .milliseconds(50))
+        let appSession = Task { await appPeer.run(over: a) }
         let appWatchSession = Task { await SyncPeer(store: appWatch, configuration: config, tickInterval: .milliseconds(50)).run(over: b) }
-        try await eventually(appWatch) { _ = try appWatch.value(for: steps); return true }
+        // This process's session holds the replication lock before the other process starts.
+        try await appPeer.waitUntilIdle(timeout: .seconds(30))
 
         // The watch the "extension" process will reach over TCP.
         let watch = try SyncStore(path: folder.file("watch-b.sqlite"), role: .watch, registry: registry, options: options())

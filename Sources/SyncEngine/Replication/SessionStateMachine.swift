@@ -6,7 +6,11 @@
 /// answered with one, so either side may (re)start. A side is established
 /// once it has validated the peer's hello. Then batches and chunks go out in
 /// a window of unacknowledged messages, each retransmitted after a timeout
-/// (delivery is at-least-once; apply is idempotent).
+/// that grows with its attempts up to `maxBackoffAttempts` intervals
+/// (delivery is at-least-once; apply is idempotent). An acknowledgement
+/// proves the link works and that messages sent before the acknowledged one
+/// were probably lost: those go out again at the next tick, their backoff
+/// reset (a fast retransmit).
 struct SessionStateMachine {
     struct Identity: Sendable, Equatable {
         var node: UInt32
@@ -42,6 +46,8 @@ struct SessionStateMachine {
         var payload: Payload
         var sentAt: Int64
         var attempts: Int
+        /// Set by a fast retransmit: resend at the next tick.
+        var dueNow = false
     }
 
     enum Phase: Sendable, Equatable { case idle, waitingForPeer, established, failed }
@@ -57,6 +63,8 @@ struct SessionStateMachine {
     var helloRetryInterval: Int64
     var retransmitInterval: Int64
     var window: Int
+    /// The longest wait between retransmissions, in `retransmitInterval`s.
+    var maxBackoffAttempts = 4
 
     private(set) var phase: Phase = .idle
     private(set) var peer: Peer?
@@ -146,13 +154,25 @@ struct SessionStateMachine {
     /// A batch ack: the payload it acknowledges, once (duplicates return nil).
     mutating func acknowledgeBatch(_ id: UInt64) -> Payload? {
         guard let flight = inFlight.removeValue(forKey: id) else { return nil }
+        retransmitSoon(sentBefore: flight.sentAt)
         return flight.payload
     }
 
     /// A chunk ack: the payload it acknowledges, once.
     mutating func acknowledgeChunk(key: String, version: HLCTimestamp, index: Int) -> Payload? {
-        guard let id = chunkKeys.removeValue(forKey: chunkKey(key, version, index)) else { return nil }
-        return inFlight.removeValue(forKey: id)?.payload
+        guard let id = chunkKeys.removeValue(forKey: chunkKey(key, version, index)),
+              let flight = inFlight.removeValue(forKey: id) else { return nil }
+        retransmitSoon(sentBefore: flight.sentAt)
+        return flight.payload
+    }
+
+    /// Messages still unacknowledged though sent before one the peer just
+    /// acknowledged: due at the next tick, with their backoff reset.
+    private mutating func retransmitSoon(sentBefore sentAt: Int64) {
+        for (id, flight) in inFlight where flight.sentAt < sentAt {
+            inFlight[id]!.attempts = 1
+            inFlight[id]!.dueNow = true
+        }
     }
 
     /// Resends what timed out: the hello while waiting, in-flight messages after `retransmitInterval`.
@@ -163,10 +183,14 @@ struct SessionStateMachine {
             return [.send(hello(isReply: false))]
         case .established:
             var actions: [Action] = []
-            for id in inFlight.keys.sorted() where now - inFlight[id]!.sentAt >= retransmitInterval * Int64(min(inFlight[id]!.attempts, 8)) {
+            for id in inFlight.keys.sorted() {
+                let flight = inFlight[id]!
+                let backoff = retransmitInterval * Int64(min(flight.attempts, maxBackoffAttempts))
+                guard flight.dueNow || now - flight.sentAt >= backoff else { continue }
                 inFlight[id]!.sentAt = now
                 inFlight[id]!.attempts += 1
-                actions.append(.send(inFlight[id]!.message))
+                inFlight[id]!.dueNow = false
+                actions.append(.send(flight.message))
             }
             return actions
         default:

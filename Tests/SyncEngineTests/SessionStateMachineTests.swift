@@ -1,0 +1,81 @@
+@testable import SyncEngine
+import Testing
+
+/// The session protocol without a socket: inputs are messages and times, outputs are actions.
+@Suite struct SessionStateMachineTests {
+    static func identity(_ node: UInt32, _ role: DeviceRole) -> SessionStateMachine.Identity {
+        .init(node: node, role: role, pairingEpoch: "epoch", protocolRange: 1...1, declarations: ["k|all|automaticSmall"], fingerprint: [7])
+    }
+
+    /// A phone whose session with a watch is established at t=0.
+    static func establishedPhone() -> SessionStateMachine {
+        var phone = SessionStateMachine(identity: identity(1, .phone))
+        let watch = SessionStateMachine(identity: identity(2, .watch))
+        _ = phone.start(now: 0)
+        guard case .hello(let hello) = watch.hello(isReply: true) else { fatalError("a hello") }
+        _ = phone.receiveHello(hello, now: 0)
+        return phone
+    }
+
+    static func batch(_ phone: inout SessionStateMachine, key: String, seq: Int64, now: Int64) -> SyncMessage {
+        let entry = WireEntry(key: key, version: HLCTimestamp(packed: seq << 16, node: 1), base: .zero, deleted: false,
+                              encoding: "json", value: Array("\(seq)".utf8))
+        return phone.sendBatch(entries: [entry], items: [.init(key: key, seq: seq)], now: now)
+    }
+
+    /// Ticks every 100 ms from `from` through `through`; returns when each message went out again.
+    static func retransmissions(_ phone: inout SessionStateMachine, from: Int64, through: Int64) -> [(at: Int64, message: SyncMessage)] {
+        var sent: [(Int64, SyncMessage)] = []
+        for now in stride(from: from, through: through, by: 100) {
+            for case .send(let message) in phone.tick(now: now) { sent.append((now, message)) }
+        }
+        return sent
+    }
+
+    @Test func unacknowledgedBatchIsResentWithBackoffCappedAtFourIntervals() {
+        var phone = Self.establishedPhone()
+        #expect(phone.isEstablished)
+        let message = Self.batch(&phone, key: "k", seq: 1, now: 0)
+        let sent = Self.retransmissions(&phone, from: 100, through: 40_000)
+        #expect(sent.allSatisfy { $0.message == message })
+        // 1, 2, 3 and then at most 4 intervals of 2 s apart.
+        #expect(sent.map(\.at) == [2_000, 6_000, 12_000, 20_000, 28_000, 36_000])
+    }
+
+    @Test func acknowledgementResendsOlderUnacknowledgedMessagesAtTheNextTick() throws {
+        var phone = Self.establishedPhone()
+        let lost = Self.batch(&phone, key: "a", seq: 1, now: 0)
+        // Three retransmissions (2 s, 6 s, 12 s): its wait is now at the 8 s cap.
+        #expect(Self.retransmissions(&phone, from: 100, through: 12_400).map(\.at) == [2_000, 6_000, 12_000])
+        guard case .batch(let acknowledged) = Self.batch(&phone, key: "b", seq: 2, now: 12_500) else { return }
+        let unanswered = Self.batch(&phone, key: "c", seq: 3, now: 12_550)
+        // The peer acknowledges the batch sent at 12.5 s: the one last sent at 12 s was probably lost.
+        #expect(phone.acknowledgeBatch(acknowledged.id) == .batch([.init(key: "b", seq: 2)]))
+        let sent = Self.retransmissions(&phone, from: 12_600, through: 30_000)
+        // At the next tick, then with its backoff started again (4 s after one retry, not 8 s);
+        // the batch sent after the acknowledged one keeps its own timer (first retry after 2 s).
+        #expect(sent.filter { $0.message == lost }.map(\.at) == [12_600, 16_600, 22_600])
+        #expect(sent.filter { $0.message == unanswered }.map(\.at) == [14_600, 18_600, 24_600])
+    }
+
+    @Test func acknowledgementsCountOnce() throws {
+        var phone = Self.establishedPhone()
+        guard case .batch(let batch) = Self.batch(&phone, key: "k", seq: 1, now: 0) else { return }
+        #expect(phone.acknowledgeBatch(batch.id) != nil)
+        #expect(phone.acknowledgeBatch(batch.id) == nil)
+        #expect(phone.isQuiet)
+        #expect(Self.retransmissions(&phone, from: 100, through: 20_000).isEmpty)
+    }
+
+    @Test func freshHelloMidSessionDropsWhatWasInFlight() {
+        var phone = Self.establishedPhone()
+        _ = Self.batch(&phone, key: "k", seq: 1, now: 0)
+        #expect(!phone.isQuiet)
+        let restartedWatch = SessionStateMachine(identity: Self.identity(2, .watch))
+        guard case .hello(let hello) = restartedWatch.hello(isReply: false) else { return }
+        let actions = phone.receiveHello(hello, now: 100)
+        #expect(actions.contains(.send(phone.hello(isReply: true))))
+        #expect(phone.isQuiet, "the peer restarted: its acknowledgements for the old session will not come")
+        #expect(Self.retransmissions(&phone, from: 200, through: 10_000).isEmpty)
+    }
+}
