@@ -145,7 +145,8 @@ import Testing
 
 /// Engine bugs the fuzzer found, fixed, and kept as regression scenarios.
 @Suite struct SimRegressionTests {
-    @Test(arguments: ["resolver-tombstone-divergence", "rebaseline-after-skew", "retransmit-backoff-after-partition"])
+    @Test(arguments: ["resolver-tombstone-divergence", "rebaseline-after-skew", "retransmit-backoff-after-partition",
+                            "resume-note-direction"])
     func fixedEngineBugStaysFixed(name: String) throws {
         let outcome = Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

@@ -7,7 +7,8 @@ import Synchronization
 /// escapes, GRDB-style.
 final class Database: Sendable {
     private let connection: Mutex<SQLiteConnection>
-    private let observer = Mutex<(any TransactionObserver)?>(nil)
+    /// Weak: the observer (the store) owns this database.
+    private let observer = Mutex(WeakObserver())
     private let checkpointer: BackgroundCheckpointer
     let path: String
 
@@ -59,7 +60,7 @@ final class Database: Sendable {
     /// `onCommit` runs after COMMIT succeeded, still under the lock, so cache
     /// updates are ordered with the writes they mirror.
     func write<T: Sendable>(_ body: (SQLiteConnection) throws -> T, onCommit: (T) -> Void = { _ in }) throws -> T {
-        let observer = self.observer.withLock { $0 }
+        let observer = self.observer.withLock { $0.value }
         let result = try connection.withLock { conn in
             let result: T
             do {
@@ -84,12 +85,16 @@ final class Database: Sendable {
 
     /// Sets the one observer of write transactions (the store, once it is set up).
     func setObserver(_ observer: any TransactionObserver) {
-        self.observer.withLock { $0 = observer }
+        self.observer.withLock { $0.value = observer }
+    }
+
+    private struct WeakObserver: Sendable {
+        weak var value: (any TransactionObserver)?
     }
 }
 
 /// Sees every write transaction of a `Database`, under its lock.
-protocol TransactionObserver: Sendable {
+protocol TransactionObserver: AnyObject, Sendable {
     /// Right after `BEGIN IMMEDIATE`: no other connection can write until the end.
     func transactionBegan(_ conn: SQLiteConnection) throws
     /// After the body, before `COMMIT`; throwing rolls back.

@@ -40,7 +40,10 @@ struct InvariantChecker {
                     log.violate(.placement, "t=\(time) \(sender)'s hello declares local-only key \(name)")
                 }
             }
-            for partial in hello.partialTransfers { checkEntryKey(partial.key, from: sender, time: time, what: "hello partial transfer") }
+            // A partial transfer is the receiver's note of chunks it holds: the value comes from the other side.
+            for partial in hello.partialTransfers {
+                checkEntryKey(partial.key, from: sender, time: time, what: "hello partial transfer", valueFrom: sender.counterpart)
+            }
         case .batch(let batch):
             for entry in batch.entries {
                 checkEntryKey(entry.key, from: sender, time: time, what: "batch entry")
@@ -62,7 +65,11 @@ struct InvariantChecker {
         }
     }
 
-    private mutating func checkEntryKey(_ key: String, from sender: DeviceRole, time: Int64, what: String, directional: Bool = true) {
+    /// `valueFrom` is the device whose value the message is about: the sender,
+    /// except for resume notes about values the sender is receiving.
+    private mutating func checkEntryKey(_ key: String, from sender: DeviceRole, time: Int64, what: String, directional: Bool = true,
+                                        valueFrom: DeviceRole? = nil) {
+        let origin = valueFrom ?? sender
         guard let d = registry.descriptor(forEntry: key) else {
             log.violate(.placement, "t=\(time) \(sender) sent a \(what) for undeclared key \(key)")
             return
@@ -72,10 +79,10 @@ struct InvariantChecker {
             return
         }
         guard directional else { return }
-        if d.availability == .phoneWithWatchSync && sender == .watch {
-            log.violate(.direction, "t=\(time) watch sent a \(what) for phoneWithWatchSync key \(key)")
-        } else if !d.replicates(from: sender) {
-            log.violate(.placement, "t=\(time) \(sender) sent a \(what) for key \(key), which does not replicate from the \(sender)")
+        if d.availability == .phoneWithWatchSync && origin == .watch {
+            log.violate(.direction, "t=\(time) \(sender) sent a \(what) for a watch value of phoneWithWatchSync key \(key)")
+        } else if !d.replicates(from: origin) {
+            log.violate(.placement, "t=\(time) \(sender) sent a \(what) for key \(key), which does not replicate from the \(origin)")
         }
     }
 
