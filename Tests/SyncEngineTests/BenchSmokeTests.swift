@@ -16,6 +16,9 @@ import Testing
         #expect(try figure("initial sync in memory").value > 0)
         #expect(try figure("initial sync over TCP").value > 0)
         #expect(try figure("incremental sync over TCP").value > 0)
+        let time = try figure("initial sync over TCP, time")
+        #expect(time.value > 0 && (time.baseline ?? 0) > 0)
+        #expect(try figure("initial sync over TCP, time ÷ raw insert time").value > 0)
         // Byte accounting, not timing: each byte on the socket is counted once, so the
         // wire (compressed JSON) is well under the raw bytes and near one zlib deflate of them.
         let wireToRaw = try figure("TCP wire bytes ÷ raw key+value bytes").value

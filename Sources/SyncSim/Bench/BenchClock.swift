@@ -69,7 +69,7 @@ public struct BenchFigure: Sendable, Codable, Equatable {
         let number = String(format: abs(value) < 10 ? "%14.3f" : "%14.1f", value)
         var text = "\(name.padding(toLength: max(nameWidth, name.count), withPad: " ", startingAt: 0)) \(number) \(unit)"
         if let baseline, let baselineName {
-            text += "   vs \(baselineName) \(String(format: "%.1f", baseline))"
+            text += "   vs \(baselineName) \(String(format: abs(baseline) < 10 ? "%.3f" : "%.1f", baseline))"
         }
         if let ratio { text += "   ratio \(String(format: "%.3f", ratio))" }
         if let target { text += "   (target \(target))" }
