@@ -51,6 +51,7 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
     }
 
     private enum PushStep { case done, closed, wait(UInt64) }
+    private enum RegisterStep { case waiting, failed(any Error), handedOver(to: CheckedContinuation<Element?, any Error>?) }
     private enum PopStep { case element(Element, [Waiter]), end, failure(any Error), wait(UInt64) }
 
     private let state = Mutex(State())
@@ -96,13 +97,29 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
             onSuspend?()
             try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                    let resumeNow: (any Error)? = state.withLock { state in
-                        if state.finished { return TransportError(.closed, "the connection is closed") }
-                        if Task.isCancelled { return CancellationError() }
+                    // Look again under the lock: the consumer may have emptied the queue (and begun
+                    // waiting) since the first look; a producer queued now would wait for a pop that never comes.
+                    let now: RegisterStep = state.withLock { state in
+                        if state.finished { return .failed(TransportError(.closed, "the connection is closed")) }
+                        if Task.isCancelled { return .failed(CancellationError()) }
+                        if state.producers.isEmpty, state.fits(cost, capacity: capacity) {
+                            if let consumer = state.consumer {
+                                state.consumer = nil
+                                return .handedOver(to: consumer.continuation)
+                            }
+                            state.append(element, cost: cost)
+                            return .handedOver(to: nil)
+                        }
                         state.producers.append(Waiter(id: id, element: element, cost: cost, continuation: continuation))
-                        return nil
+                        return .waiting
                     }
-                    if let resumeNow { continuation.resume(throwing: resumeNow) }
+                    switch now {
+                    case .waiting: break  // resumed by pop, finish or cancellation
+                    case .failed(let error): continuation.resume(throwing: error)
+                    case .handedOver(let consumer):
+                        consumer?.resume(returning: element)
+                        continuation.resume()
+                    }
                 }
             } onCancel: {
                 let waiter: Waiter? = state.withLock { state in

@@ -1,11 +1,33 @@
 import Testing
 @testable import SyncTransport
 
-@Suite struct AsyncBoundedQueueTests {
+@Suite(.timeLimit(.minutes(1))) struct AsyncBoundedQueueTests {
     /// Stands in for a frame: we watch whether the queue still holds it.
     final class Payload: Sendable {
         let number: Int
         init(_ number: Int) { self.number = number }
+    }
+
+    /// A producer that must wait and a consumer that empties the queue meanwhile
+    /// never wait for each other: the producer looks again under the lock before
+    /// it queues itself. (It used to queue itself behind a consumer already waiting
+    /// on an empty queue: a lost wakeup that stalled a slow TCP reader for good.)
+    @Test func aWaitingProducerAndAnEmptyingConsumerNeverDeadlock() async throws {
+        let count = 20_000
+        for _ in 0..<5 {
+            let queue = AsyncBoundedQueue<Payload>(capacity: 1)
+            let producer = Task {
+                for number in 0..<count { try await queue.push(Payload(number), cost: 1) }
+                queue.finish()
+            }
+            var received = 0
+            while let payload = try await queue.pop() {
+                #expect(payload.number == received)
+                received += 1
+            }
+            try await producer.value
+            #expect(received == count)
+        }
     }
 
     @Test func elementsComeOutInOrderWithinTheCostBound() async throws {
