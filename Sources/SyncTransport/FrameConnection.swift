@@ -33,4 +33,15 @@ public protocol FrameConnection: Sendable {
 
     /// Bytes and frames moved so far.
     var statistics: ConnectionStatistics { get }
+
+    /// True when every frame sent while the connection is open arrives, in
+    /// order (TCP, the in-memory pair): a replication session then never
+    /// retransmits within the connection (a slow acknowledgement is not a lost
+    /// frame); a connection that fails starts a new session instead.
+    var deliversEveryFrame: Bool { get }
+}
+
+extension FrameConnection {
+    /// By default a connection may lose frames, and sessions over it retransmit.
+    public var deliversEveryFrame: Bool { false }
 }

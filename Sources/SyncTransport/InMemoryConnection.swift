@@ -14,6 +14,8 @@ public final class InMemoryConnection: FrameConnection {
     private let state = Mutex(State())
     private let peerBox = Mutex<InMemoryConnection?>(nil)
     public let peerDescription: String
+    /// No faults: every frame arrives, in order.
+    public var deliversEveryFrame: Bool { true }
 
     private init(name: String) {
         (inbound, inboundContinuation) = AsyncThrowingStream.makeStream()

@@ -22,6 +22,8 @@ final class TCPConnection: FrameConnection {
     }
 
     let peerDescription: String
+    /// TCP: while the connection is open, every frame arrives, in order.
+    var deliversEveryFrame: Bool { true }
     let inbound: AsyncThrowingStream<Frame, any Error>
     /// The envelope version negotiated in the handshake.
     let version: UInt8

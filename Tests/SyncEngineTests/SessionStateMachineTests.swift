@@ -58,6 +58,20 @@ import Testing
         #expect(sent.filter { $0.message == unanswered }.map(\.at) == [14_600, 18_600, 24_600])
     }
 
+    /// Over TCP a slow acknowledgement is not a lost frame: nothing is sent twice in one session.
+    @Test func overAReliableTransportNothingIsResent() throws {
+        var phone = Self.establishedPhone()
+        phone.retransmits = false
+        guard case .batch(let slow) = Self.batch(&phone, key: "a", seq: 1, now: 0) else { return }
+        guard case .batch(let later) = Self.batch(&phone, key: "b", seq: 2, now: 100) else { return }
+        #expect(Self.retransmissions(&phone, from: 200, through: 60_000).isEmpty)
+        // An acknowledgement out of order does not trigger a resend either.
+        #expect(phone.acknowledgeBatch(later.id) != nil)
+        #expect(Self.retransmissions(&phone, from: 60_100, through: 61_000).isEmpty)
+        #expect(phone.acknowledgeBatch(slow.id) != nil)
+        #expect(phone.isQuiet)
+    }
+
     @Test func acknowledgementsCountOnce() throws {
         var phone = Self.establishedPhone()
         guard case .batch(let batch) = Self.batch(&phone, key: "k", seq: 1, now: 0) else { return }

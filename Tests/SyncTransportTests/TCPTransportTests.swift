@@ -253,6 +253,10 @@ import Testing
                 configuration.onWireByteCount = { direction, count in counted.withLock { $0[direction, default: 0] += count } }
             })
         let accepted = try #require(await connections.next())
+        // Reliable while open: sessions over it do not retransmit (the in-memory pair neither).
+        #expect(dialer.deliversEveryFrame && accepted.deliversEveryFrame)
+        let (memoryA, memoryB) = InMemoryConnection.makePair()
+        #expect(memoryA.deliversEveryFrame && memoryB.deliversEveryFrame)
         let frames = [Frame(type: 1, payload: randomBytes(3_000, seed: 5)), Frame(type: 2, payload: Array("small".utf8))]
         for frame in frames { try await dialer.send(frame) }
         #expect(try await receive(2, from: accepted) == frames)

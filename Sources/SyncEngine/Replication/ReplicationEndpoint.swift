@@ -29,7 +29,9 @@ public final class ReplicationEndpoint {
         var checksum: UInt32
     }
 
-    public init(store: SyncStore, configuration: ReplicationConfiguration) {
+    /// `retransmits: false` for a transport that delivers every frame while
+    /// connected (see `FrameConnection.deliversEveryFrame`).
+    public init(store: SyncStore, configuration: ReplicationConfiguration, retransmits: Bool = true) {
         self.store = store
         self.configuration = configuration
         let identity = SessionStateMachine.Identity(
@@ -38,6 +40,7 @@ public final class ReplicationEndpoint {
             fingerprint: store.registry.fingerprint(for: store.role))
         machine = SessionStateMachine(identity: identity, helloRetryInterval: configuration.helloRetryMilliseconds,
                                       retransmitInterval: configuration.retransmitMilliseconds, window: configuration.window)
+        machine.retransmits = retransmits
     }
 
     public var isEstablished: Bool { machine.isEstablished && failure == nil }

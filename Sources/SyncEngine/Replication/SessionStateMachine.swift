@@ -65,6 +65,10 @@ struct SessionStateMachine {
     var window: Int
     /// The longest wait between retransmissions, in `retransmitInterval`s.
     var maxBackoffAttempts = 4
+    /// False over a transport that delivers every frame while connected:
+    /// unacknowledged messages then wait for their acknowledgement or for the
+    /// connection to fail, and are never sent twice in one session.
+    var retransmits = true
 
     private(set) var phase: Phase = .idle
     private(set) var peer: Peer?
@@ -181,7 +185,7 @@ struct SessionStateMachine {
         case .waitingForPeer where now - lastHelloAt >= helloRetryInterval:
             lastHelloAt = now
             return [.send(hello(isReply: false))]
-        case .established:
+        case .established where retransmits:
             var actions: [Action] = []
             for id in inFlight.keys.sorted() {
                 let flight = inFlight[id]!

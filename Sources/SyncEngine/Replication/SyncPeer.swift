@@ -88,7 +88,7 @@ public final class SyncPeer: Sendable {
             ticker.cancel()
         }
 
-        let endpoint = ReplicationEndpoint(store: store, configuration: configuration)
+        let endpoint = ReplicationEndpoint(store: store, configuration: configuration, retransmits: !connection.deliversEveryFrame)
         var reason = "closed"
         do {
             for frame in endpoint.start(now: clock.nowMilliseconds()) { try await connection.send(frame) }

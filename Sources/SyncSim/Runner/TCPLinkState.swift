@@ -95,4 +95,5 @@ struct RecordingConnection: FrameConnection {
     func close() async { await base.close() }
     var peerDescription: String { base.peerDescription }
     var statistics: ConnectionStatistics { base.statistics }
+    var deliversEveryFrame: Bool { base.deliversEveryFrame }
 }
