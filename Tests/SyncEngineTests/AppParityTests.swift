@@ -17,27 +17,20 @@ func withPeers(phone: SyncStore, watch: SyncStore, _ body: (SyncPeer, SyncPeer) 
     for task in tasks { _ = await task.value }
 }
 
-/// Waits (bounded) until `condition` holds, re-checking on every change of `store`.
-func eventually(_ store: any KeyValueBackend, timeout: Duration = .seconds(20), _ condition: @escaping @Sendable () throws -> Bool) async throws {
+/// Waits until `condition` holds, re-checking on every change of `store`
+/// (suites that use it carry a `.timeLimit`: a condition never met fails the test there).
+func eventually(_ store: any KeyValueBackend, _ condition: @escaping @Sendable () throws -> Bool) async throws {
     let changes = store.changes()
     if try condition() { return }
-    let met = try await withThrowingTaskGroup(of: Bool.self) { group in
-        group.addTask {
-            for await _ in changes where try condition() { return true }
-            return false
-        }
-        group.addTask {
-            try? await Task.sleep(for: timeout)
-            return false
-        }
-        let first = try await group.next() ?? false
-        group.cancelAll()
-        return first
+    var met = false
+    for await _ in changes where try condition() {
+        met = true
+        break
     }
-    #expect(try met || condition(), "condition not met within \(timeout)")
+    #expect(try met || condition(), "condition not met before the store closed or the test was cancelled")
 }
 
-@Suite struct FileValueStoreTests {
+@Suite(.timeLimit(.minutes(1))) struct FileValueStoreTests {
     private func valueFiles(_ store: FileValueStore) throws -> [String] {
         try FileManager.default.contentsOfDirectory(atPath: store.directory + "/values").filter { $0.hasSuffix(".value") }.sorted()
     }
@@ -133,7 +126,7 @@ func eventually(_ store: any KeyValueBackend, timeout: Duration = .seconds(20), 
     }
 }
 
-@Suite struct ReplacingStoreTests {
+@Suite(.timeLimit(.minutes(1))) struct ReplacingStoreTests {
     static let plainToken = Key<String>("account:token", default: "")
     static let sealedToken = Key<String>("account:token", default: "", security: .encrypted)
     static let theme = Key<String>("theme", default: "light")
@@ -196,7 +189,7 @@ func eventually(_ store: any KeyValueBackend, timeout: Duration = .seconds(20), 
     }
 }
 
-@Suite struct StoredWrapperTests {
+@Suite(.timeLimit(.minutes(1))) struct StoredWrapperTests {
     final class Settings {
         @Stored(TestKeys.steps, store: Settings.store) var steps: Int
         static let folder = TempFolder()
@@ -244,19 +237,25 @@ func eventually(_ store: any KeyValueBackend, timeout: Duration = .seconds(20), 
         let model = Model(store: pair.watch, errors: { _ in })
         #expect(model.units == "metric")
         let fired = Mutex(0)
+        // Each notification reports the units the store held when it came: one caused by
+        // the write to another key below would see "metric", the peer's write "imperial".
+        let (notifications, notify) = AsyncStream.makeStream(of: String.self)
+        let watch = pair.watch
         func track() {
-            withObservationTracking { _ = model.units } onChange: { fired.withLock { $0 += 1 } }
+            withObservationTracking { _ = model.units } onChange: {
+                fired.withLock { $0 += 1 }
+                notify.yield((try? watch.value(for: TestKeys.units)) ?? "?")
+            }
         }
         track()
         try await pair.watch.set(99, for: TestKeys.steps)   // another key: no notification
-        try await Task.sleep(for: .milliseconds(100))
         #expect(fired.withLock { $0 } == 0)
         // units is phoneWithWatchSync: written on the phone, read-only on the watch.
         try await pair.phone.set("imperial", for: TestKeys.units)
         let units = model.$units
         try await withPeers(phone: pair.phone, watch: pair.watch) { _, _ in
             try await eventually(pair.watch) { units.value == "imperial" }
-            for _ in 0..<100 where fired.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(await first(of: notifications) == "imperial", "the first notification came from the peer's write")
         }
         #expect(fired.withLock { $0 } == 1, "the peer's write notified the observer")
         #expect(model.units == "imperial")

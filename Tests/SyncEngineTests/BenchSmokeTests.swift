@@ -20,11 +20,14 @@ import Testing
         #expect(time.value > 0 && (time.baseline ?? 0) > 0)
         #expect(try figure("initial sync over TCP, time ÷ raw insert time").value > 0)
         // Byte accounting, not timing: each byte on the socket is counted once, so the
-        // wire (compressed JSON) is well under the raw bytes and near one zlib deflate of them.
+        // wire (compressed JSON) is well under the raw bytes and near one zlib deflate of them
+        // (a reconnect on a loaded machine legitimately sends the batch in flight again).
+        let sessions = try figure("TCP sessions for the initial sync").value
+        #expect(sessions >= 1)
         let wireToRaw = try figure("TCP wire bytes ÷ raw key+value bytes").value
-        #expect(wireToRaw > 0.05 && wireToRaw < 0.5)
+        #expect(wireToRaw > 0.05 && wireToRaw < 0.5 * sessions)
         let wireToZlib = try figure("TCP wire bytes ÷ zlib-6(raw key+value), initial").value
-        #expect(wireToZlib > 0.8 && wireToZlib < 2)
+        #expect(wireToZlib > 0.8 && wireToZlib < 2 * sessions)
         #expect(try figure("TCP wire bytes ÷ zlib-6(raw key+value), incremental").value > 0.8)
     }
 

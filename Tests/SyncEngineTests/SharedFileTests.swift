@@ -4,26 +4,16 @@ import Synchronization
 import SyncTransport
 import Testing
 
-/// The first element of `stream`, or nil after `timeout` (so a regression fails instead of hanging).
-func first<T: Sendable>(of stream: AsyncStream<T>, within timeout: Duration = .seconds(20)) async -> T? {
-    await withTaskGroup(of: T?.self) { group in
-        group.addTask {
-            for await element in stream { return element }
-            return nil
-        }
-        group.addTask {
-            try? await Task.sleep(for: timeout)
-            return nil
-        }
-        let result = await group.next() ?? nil
-        group.cancelAll()
-        return result
-    }
+/// The first element of `stream`; nil if it ends or the test is cancelled
+/// (suites that wait on events carry a `.timeLimit`, so a regression fails instead of hanging).
+func first<T: Sendable>(of stream: AsyncStream<T>) async -> T? {
+    for await element in stream { return element }
+    return nil
 }
 
 /// One store file shared by two processes (an app and its extension), and by
 /// two connections in one process.
-@Suite struct SharedFileTests {
+@Suite(.timeLimit(.minutes(2))) struct SharedFileTests {
     static let keysJSON = """
         {"keys":[
           {"name":"health:steps","availability":"all","policy":"automaticSmall","security":"none"},
@@ -75,7 +65,7 @@ func first<T: Sendable>(of stream: AsyncStream<T>, within timeout: Duration = .s
         let steps = StoredValue(TestKeys.steps, store: app)
         #expect(steps.value == 0)
         try await widget.set(21, for: TestKeys.steps)
-        try await eventually(app, timeout: .seconds(10)) { steps.value == 21 }
+        try await eventually(app) { steps.value == 21 }
     }
 
     @Test func twoProcessesOnOneFileSeeEachOtherAndOnlyOneReplicates() async throws {
@@ -109,14 +99,7 @@ func first<T: Sendable>(of stream: AsyncStream<T>, within timeout: Duration = .s
         // The other process: `syncsim node` on the same file, trying to replicate too.
         let child = try NodeProcess(["--role", "phone", "--db", sharedPath, "--keys", keys, "--secret-file", secretFile,
                                      "--connect", "127.0.0.1:\(listener.port)"])
-        let watchdog = Task {
-            try await Task.sleep(for: .seconds(90))
-            child.stop()   // ends its output, so a stuck wait below fails instead of hanging
-        }
-        defer {
-            watchdog.cancel()
-            child.stop()
-        }
+        defer { child.stop() }   // also when the suite's time limit cancels a stuck wait below
         var out = child.lines.makeAsyncIterator()
 
         // 1. It may not replicate while this process does.
@@ -136,14 +119,10 @@ func first<T: Sendable>(of stream: AsyncStream<T>, within timeout: Duration = .s
         // … and this process's replication sends them.
         try await eventually(appWatch) { try appWatch.value(for: steps) == 7 }
 
-        // 3. This process's writes reach it.
+        // 3. This process's writes reach it (`get` reads what the file holds now).
         try await app.set(8, for: steps)
-        var seen: Int?
-        for _ in 0..<200 where seen != 8 {
-            child.send("get health:steps")
-            seen = await next(&out) { $0["ok"] != nil }?["value"] as? Int
-            if seen != 8 { try await Task.sleep(for: .milliseconds(25)) }
-        }
+        child.send("get health:steps")
+        let seen = await next(&out) { $0["ok"] != nil }?["value"] as? Int
         #expect(seen == 8)
 
         // 4. This process stops replicating: the other takes over, with every change.

@@ -55,6 +55,8 @@ struct NodeConsole {
                 let version = try store.entryInfo(forKey: parts[1])?.version
                 return ["ok": true, "key": parts[1], "version": version.map { "\($0)" } ?? ""]
             case ("get", 2):
+                // What the file holds now, other processes' commits included (not only after the poll timer).
+                try store.checkForExternalChanges()
                 guard let bytes = try store.encodedValue(forKey: parts[1]) else {
                     return ["ok": true, "key": parts[1], "present": false, "value": NSNull()]
                 }
