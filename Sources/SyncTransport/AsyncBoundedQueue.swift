@@ -48,10 +48,25 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
         func fits(_ cost: Int, capacity: Int) -> Bool {
             count == 0 || used + cost <= capacity
         }
+
+        /// Takes `element` when no producer waits before it and it fits: for the
+        /// waiting consumer (to resume outside the lock) or into the queue.
+        /// `nil`: the producer must wait.
+        mutating func offer(_ element: Element, cost: Int, capacity: Int) -> Taken? {
+            guard producers.isEmpty, fits(cost, capacity: capacity) else { return nil }
+            if let waiting = consumer {
+                consumer = nil
+                return .byConsumer(waiting.continuation)
+            }
+            append(element, cost: cost)
+            return .queued
+        }
     }
 
-    private enum PushStep { case done, closed, wait(UInt64) }
-    private enum RegisterStep { case waiting, failed(any Error), handedOver(to: CheckedContinuation<Element?, any Error>?) }
+    /// Where an offered element went.
+    private enum Taken { case queued, byConsumer(CheckedContinuation<Element?, any Error>) }
+    private enum PushStep { case done(Taken), closed, wait(UInt64) }
+    private enum RegisterStep { case waiting, failed(any Error), done(Taken) }
     private enum PopStep { case element(Element, [Waiter]), end, failure(any Error), wait(UInt64) }
 
     private let state = Mutex(State())
@@ -78,20 +93,14 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
     func push(_ element: Element, cost: Int) async throws {
         let immediate: PushStep = state.withLock { state in
             if state.finished { return .closed }
-            if state.producers.isEmpty, state.fits(cost, capacity: capacity) {
-                if let consumer = state.consumer {
-                    state.consumer = nil
-                    consumer.continuation.resume(returning: element)
-                } else {
-                    state.append(element, cost: cost)
-                }
-                return .done
-            }
+            if let taken = state.offer(element, cost: cost, capacity: capacity) { return .done(taken) }
             state.nextID += 1
             return .wait(state.nextID)
         }
         switch immediate {
-        case .done: return
+        case .done(let taken):
+            if case .byConsumer(let consumer) = taken { consumer.resume(returning: element) }
+            return
         case .closed: throw TransportError(.closed, "the connection is closed")
         case .wait(let id):
             onSuspend?()
@@ -102,22 +111,15 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
                     let now: RegisterStep = state.withLock { state in
                         if state.finished { return .failed(TransportError(.closed, "the connection is closed")) }
                         if Task.isCancelled { return .failed(CancellationError()) }
-                        if state.producers.isEmpty, state.fits(cost, capacity: capacity) {
-                            if let consumer = state.consumer {
-                                state.consumer = nil
-                                return .handedOver(to: consumer.continuation)
-                            }
-                            state.append(element, cost: cost)
-                            return .handedOver(to: nil)
-                        }
+                        if let taken = state.offer(element, cost: cost, capacity: capacity) { return .done(taken) }
                         state.producers.append(Waiter(id: id, element: element, cost: cost, continuation: continuation))
                         return .waiting
                     }
                     switch now {
                     case .waiting: break  // resumed by pop, finish or cancellation
                     case .failed(let error): continuation.resume(throwing: error)
-                    case .handedOver(let consumer):
-                        consumer?.resume(returning: element)
+                    case .done(let taken):
+                        if case .byConsumer(let consumer) = taken { consumer.resume(returning: element) }
                         continuation.resume()
                     }
                 }

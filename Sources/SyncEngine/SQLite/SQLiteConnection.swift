@@ -8,8 +8,9 @@ let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 ///
 /// Not thread-safe on its own: `Database` owns it inside a `Mutex`, and it
 /// never escapes a `read`/`write` closure.
-// @unchecked: every use is serialized by the Mutex in `Database`; it never escapes those closures.
-final class SQLiteConnection: @unchecked Sendable {
+/// `@unchecked Sendable` because `Mutex.withLock` must hand it out as `sending`: the
+/// Mutex in `Database` serializes every use, and it never escapes those closures.
+final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Database's Mutex (see above)
     let handle: OpaquePointer
     let path: String
     private var statements: [String: OpaquePointer] = [:]

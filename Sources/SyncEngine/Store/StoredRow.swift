@@ -220,13 +220,12 @@ extension SyncStore {
         }
     }
 
-    /// The highest version in the file, and the highest change sequence any
-    /// entry, queued change or peer acknowledgement has used: a reopened store
-    /// numbers its next change above both.
+    /// The highest version in the file, and the highest change sequence an
+    /// entry holds or a peer acknowledged (queued changes are entries' own
+    /// sequences): a reopened store numbers its next change above both.
     static let sequenceFloorSQL = """
         SELECT coalesce((SELECT max(ver) FROM entries), 0),
                max(coalesce((SELECT max(change_seq) FROM entries), 0),
-                   coalesce((SELECT max(seq) FROM sync_outbox), 0),
                    coalesce((SELECT max(acked_through) FROM sync_peers), 0))
         """
 

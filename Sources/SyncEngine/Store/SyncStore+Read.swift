@@ -106,8 +106,8 @@ extension SyncStore {
         try checkOpen()
         return try database.read { conn in
             let stmt = try conn.statement("""
-                SELECT e.key, e.encoding, e.ver, e.node, e.deleted, e.size, e.change_seq, e.lane, o.seq IS NOT NULL, e.encrypted
-                FROM entries e LEFT JOIN sync_outbox o ON o.seq = e.change_seq AND o.key = e.key ORDER BY e.key
+                SELECT e.key, e.encoding, e.ver, e.node, e.deleted, e.size, e.change_seq, e.lane, \(SyncStore.isQueuedColumn), e.encrypted
+                FROM entries e ORDER BY e.key
                 """)
             var result: [EntryInfo] = []
             while try stmt.step() {

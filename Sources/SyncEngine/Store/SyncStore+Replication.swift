@@ -35,6 +35,12 @@ extension SyncStore {
     /// Values above this size travel in checksummed chunks.
     static let inlineValueLimit = SyncPolicy.automaticLimit
 
+    /// FROM clause of the queued changes with their entries: each outbox row
+    /// `o`, then its entry `e` by primary key.
+    static let queuedChanges = "sync_outbox o CROSS JOIN entries e ON e.key = o.key AND e.change_seq = o.seq"
+    /// In a query over `entries e`: 1 while the entry's change waits in the outbox.
+    static let isQueuedColumn = "EXISTS (SELECT 1 FROM sync_outbox o WHERE o.seq = e.change_seq AND o.key = e.key)"
+
     // MARK: outbound
 
     /// The highest change sequence a manual `sync()` has released.
@@ -51,7 +57,7 @@ extension SyncStore {
             let through = nextSeq.withLock { $0 } - 1
             try SyncStore.writeMeta(conn, "manual_flush_through", String(through))
             let stmt = try conn.statement("""
-                SELECT count(*) FROM sync_outbox o CROSS JOIN entries e ON e.key = o.key AND e.change_seq = o.seq WHERE e.lane = 2
+                SELECT count(*) FROM \(SyncStore.queuedChanges) WHERE e.lane = 2
                 """)
             _ = try stmt.step()
             defer { stmt.reset() }
@@ -71,7 +77,7 @@ extension SyncStore {
             let stmt = try conn.statement("""
                 SELECT e.key, o.seq, e.size, e.deleted, e.encoding, e.ver, e.node, e.base_ver, e.base_node, e.encrypted,
                        CASE WHEN e.size <= ?3 THEN e.value END, e.in_file
-                FROM sync_outbox o CROSS JOIN entries e ON e.key = o.key AND e.change_seq = o.seq
+                FROM \(SyncStore.queuedChanges)
                 WHERE o.seq > ?1 AND (e.lane = 1 OR o.seq <= ?2)
                 ORDER BY o.seq
                 """)
@@ -435,9 +441,8 @@ extension SyncStore {
     /// had received) stay released; those still waiting keep waiting.
     private func rebaseline(_ conn: SQLiteConnection, releasedThrough: Int64) throws {
         let select = try conn.statement("""
-            SELECT e.key, e.size, e.deleted, e.lane, e.change_seq, o.seq IS NOT NULL
-            FROM entries e LEFT JOIN sync_outbox o ON o.seq = e.change_seq AND o.key = e.key
-            ORDER BY e.change_seq, e.key
+            SELECT e.key, e.size, e.deleted, e.lane, e.change_seq, \(SyncStore.isQueuedColumn)
+            FROM entries e ORDER BY e.change_seq, e.key
             """)
         var released: [(String, SyncLane)] = []
         var waiting: [(String, SyncLane)] = []
@@ -482,7 +487,7 @@ extension SyncStore {
                   coalesce(sum(e.lane = 2 AND o.seq <= ?1), 0),
                   coalesce(sum(e.lane = 2 AND o.seq > ?1), 0),
                   min(e.written_at)
-                FROM sync_outbox o CROSS JOIN entries e ON e.key = o.key AND e.change_seq = o.seq
+                FROM \(SyncStore.queuedChanges)
                 """)
             stmt.bind(1, flush)
             _ = try stmt.step()
