@@ -39,6 +39,11 @@ public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let timeout = Code("timeout")
         public static let closed = Code("closed")
         public static let invalidConfiguration = Code("invalid-configuration")
+        /// The wall clock, or the clock's largest version, is outside what a version can hold.
+        public static let clockOutOfRange = Code("clock-out-of-range")
+        /// A remote entry's version is further ahead of this device's clock than
+        /// `StoreOptions.maxRemoteClockAhead` allows (or its base is after its version).
+        public static let versionOutOfRange = Code("version-out-of-range")
     }
 
     public let code: Code

@@ -38,7 +38,7 @@ import Testing
         let oldHighest = try sqliteInt(path, "SELECT max(change_seq) FROM entries")
 
         let phone = try SyncStore(path: path, role: .phone, registry: registry, options: options)
-        #expect(try sqliteInt(path, "PRAGMA user_version") == 3)
+        #expect(try sqliteInt(path, "PRAGMA user_version") == 4)
         #expect(try sqliteInt(path, "SELECT count(*) FROM pragma_table_info('entries') WHERE name = 'acked_seq'") == 0)
         #expect(try sqliteInt(path, "SELECT count(*) FROM sqlite_master WHERE name = 'sync_pending_changes'") == 0)
 

@@ -91,7 +91,7 @@ let benchmarks: @Sendable () -> Void = {
     let clock = HybridLogicalClock(node: 0x5EED, physical: SystemClock())
     Benchmark("HLCNow.x1000", configuration: .init(scalingFactor: .kilo)) { benchmark in
         for _ in benchmark.scaledIterations {
-            blackHole(clock.now())
+            blackHole(try clock.now())
         }
     }
 }

@@ -71,14 +71,14 @@ public final class InMemoryStore: KeyValueBackend {
 
     /// Moves the legacy key's value to `key` atomically, as `SyncStore` does.
     private func migrateLegacy(from legacy: String, to key: String) throws -> BackendEntry? {
-        let moved = state.withLock { s -> BackendEntry? in
+        let moved = try state.withLock { s -> BackendEntry? in
             if let current = s.entries[key] { return current.entry }
             guard let old = s.entries[legacy]?.entry, let bytes = old.bytes else { return nil }
-            let entry = BackendEntry(bytes: bytes, encoding: old.encoding, version: clock.now())
+            let entry = BackendEntry(bytes: bytes, encoding: old.encoding, version: try clock.now())
             s.sequence += 1
             s.entries[key] = Stored(entry: entry, changeSequence: s.sequence)
             s.sequence += 1
-            s.entries[legacy] = Stored(entry: BackendEntry(bytes: nil, encoding: old.encoding, version: clock.now()), changeSequence: s.sequence)
+            s.entries[legacy] = Stored(entry: BackendEntry(bytes: nil, encoding: old.encoding, version: try clock.now()), changeSequence: s.sequence)
             s.cached.remove(legacy)
             return entry
         }
@@ -109,7 +109,7 @@ public final class InMemoryStore: KeyValueBackend {
                     continue
                 }
                 if write.bytes == nil && current?.bytes == nil { continue }
-                let version = clock.now()
+                let version = try clock.now()
                 s.sequence += 1
                 s.entries[write.key] = Stored(entry: BackendEntry(bytes: write.bytes, encoding: descriptor.encoding, version: version, decoded: write.decoded),
                                               changeSequence: s.sequence)

@@ -96,6 +96,8 @@ extension KeyRegistry {
         }
         if var declared {
             declared.name = registered.name
+            // An untyped registry (a keys file without "type") accepts any typed access.
+            if registered.valueType == nil { declared.valueType = nil }
             guard declared == registered else {
                 throw SyncError(.keyDeclarationMismatch, "key '\(name)' is used with a declaration that differs from the registered one (\(registered)); use the registered key")
             }

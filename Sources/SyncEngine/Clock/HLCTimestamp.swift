@@ -20,6 +20,12 @@ public struct HLCTimestamp: Sendable, Hashable, Comparable, Codable, CustomStrin
     public var physicalMilliseconds: Int64 { packed >> 16 }
     public var counter: UInt16 { UInt16(truncatingIfNeeded: packed & 0xFFFF) }
 
+    /// The largest physical time a version can carry: 2^47 - 1 ms (year 6429),
+    /// so that `physicalMilliseconds << 16` never overflows.
+    public static let maxPhysicalMilliseconds: Int64 = (1 << 47) - 1
+    /// The largest packed value a clock issues or observes.
+    public static let maxPacked: Int64 = (maxPhysicalMilliseconds << 16) | 0xFFFF
+
     /// The zero timestamp: older than every real write.
     public static let zero = HLCTimestamp(packed: 0, node: 0)
 

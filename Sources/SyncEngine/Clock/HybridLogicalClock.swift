@@ -31,6 +31,12 @@ public final class ManualClock: PhysicalClock {
 /// A hybrid logical clock (Kulkarni et al.): versions issued by one node only
 /// grow, and a write made after seeing a remote version is ordered after it,
 /// whatever the skew between the two physical clocks.
+///
+/// All arithmetic is checked: a wall clock outside `HLCTimestamp`'s range or a
+/// clock already at the largest version makes `now()` throw
+/// `clock-out-of-range`, never trap. `observe` ignores versions beyond
+/// `HLCTimestamp.maxPacked`, and the store refuses remote versions too far
+/// ahead of its wall clock before they reach here.
 public final class HybridLogicalClock: Sendable {
     private let physical: any PhysicalClock
     public let node: UInt32
@@ -41,21 +47,36 @@ public final class HybridLogicalClock: Sendable {
     public init(node: UInt32, physical: any PhysicalClock, floor: Int64 = 0) {
         self.node = node
         self.physical = physical
-        self.last = Mutex(floor)
+        self.last = Mutex(min(max(0, floor), HLCTimestamp.maxPacked))
     }
 
     /// A new timestamp for a local event, greater than every earlier one.
-    public func now() -> HLCTimestamp {
-        let wall = physical.nowMilliseconds() << 16
-        let packed = last.withLock { last -> Int64 in
-            last = wall > last ? wall : last + 1
-            return last
+    /// Throws `clock-out-of-range` when no larger version can be issued.
+    public func now() throws -> HLCTimestamp {
+        let milliseconds = physical.nowMilliseconds()
+        guard (0...HLCTimestamp.maxPhysicalMilliseconds).contains(milliseconds) else {
+            throw SyncError(.clockOutOfRange, "the wall clock reads \(milliseconds) ms since 1970, outside the range versions can hold (0...\(HLCTimestamp.maxPhysicalMilliseconds)); set the device clock")
+        }
+        let wall = milliseconds << 16
+        let packed = try last.withLock { last -> Int64 in
+            if wall > last {
+                last = wall
+                return last
+            }
+            let (next, overflow) = last.addingReportingOverflow(1)
+            guard !overflow, next <= HLCTimestamp.maxPacked else {
+                throw SyncError(.clockOutOfRange, "the clock has reached the largest version it can issue; a version far in the future was observed — see StoreOptions.maxRemoteClockAhead")
+            }
+            last = next
+            return next
         }
         return HLCTimestamp(packed: packed, node: node)
     }
 
-    /// Folds in a timestamp seen from the peer, so later local events order after it.
+    /// Folds in a timestamp seen from the peer, so later local events order
+    /// after it. A timestamp beyond `HLCTimestamp.maxPacked` is ignored.
     public func observe(_ remote: HLCTimestamp) {
+        guard remote.packed <= HLCTimestamp.maxPacked else { return }
         last.withLock { last in
             if remote.packed > last { last = remote.packed }
         }

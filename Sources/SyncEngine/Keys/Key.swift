@@ -44,7 +44,7 @@ public struct Key<Value: Codable & Sendable>: KeyDeclaration {
         self.init(descriptor: KeyDescriptor(
             name: namespace?.fullName(name) ?? name, availability: availability, policy: policy,
             security: security, encoding: serializer.identifier, isFamily: false,
-            resolver: resolver?.name, legacyName: legacyName),
+            resolver: resolver?.name, legacyName: legacyName, valueType: String(describing: Value.self)),
             defaultValue: defaultValue, serializer: serializer, resolver: resolver)
     }
 
@@ -74,7 +74,8 @@ public struct KeyFamily<Value: Codable & Sendable>: KeyDeclaration {
                 serializer: ValueSerializer<Value> = .json, security: KeySecurity = .none,
                 resolver: ConflictResolver<Value>? = nil) {
         descriptor = KeyDescriptor(name: namespace?.fullName(name) ?? name, availability: availability, policy: policy,
-                                   security: security, encoding: serializer.identifier, isFamily: true, resolver: resolver?.name)
+                                   security: security, encoding: serializer.identifier, isFamily: true, resolver: resolver?.name,
+                                   valueType: String(describing: Value.self))
         self.defaultValue = defaultValue
         self.serializer = serializer
         self.resolver = resolver

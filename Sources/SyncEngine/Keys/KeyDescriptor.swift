@@ -16,10 +16,15 @@ public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertibl
     public var resolver: String?
     /// An older key whose value moves over on first read.
     public var legacyName: String?
+    /// The value's type name (`Int`, `Array<String>`, `Profile`), set by typed
+    /// keys and by the `"type"` field of a keys file; nil when undeclared.
+    /// Both peers must agree: `Key<Int>` and `Key<String>` under one name do
+    /// not sync, though both are JSON.
+    public var valueType: String?
 
     public init(name: String, availability: Availability = .all, policy: SyncPolicy = .automaticSmall,
                 security: KeySecurity = .none, encoding: String = "json", isFamily: Bool = false,
-                resolver: String? = nil, legacyName: String? = nil) {
+                resolver: String? = nil, legacyName: String? = nil, valueType: String? = nil) {
         self.name = name
         self.availability = availability
         self.policy = policy
@@ -28,10 +33,12 @@ public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertibl
         self.isFamily = isFamily
         self.resolver = resolver
         self.legacyName = legacyName
+        self.valueType = valueType
     }
 
     enum CodingKeys: String, CodingKey {
         case name, availability, policy, security, encoding, family, resolver, legacyName
+        case valueType = "type"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -44,6 +51,7 @@ public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertibl
         isFamily = try c.decodeIfPresent(Bool.self, forKey: .family) ?? false
         resolver = try c.decodeIfPresent(String.self, forKey: .resolver)
         legacyName = try c.decodeIfPresent(String.self, forKey: .legacyName)
+        valueType = try c.decodeIfPresent(String.self, forKey: .valueType)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -56,6 +64,7 @@ public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertibl
         if isFamily { try c.encode(true, forKey: .family) }
         try c.encodeIfPresent(resolver, forKey: .resolver)
         try c.encodeIfPresent(legacyName, forKey: .legacyName)
+        try c.encodeIfPresent(valueType, forKey: .valueType)
     }
 
     /// Whether entries of this key may ever leave a device of `role`.
@@ -63,14 +72,15 @@ public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertibl
         policy != .never && availability.replicates(from: role)
     }
 
-    /// The part of the declaration both peers must share, as one canonical line.
-    /// Security and legacy names are local matters and are not compared.
+    /// The part of the declaration both peers must share, as one canonical
+    /// line: name, availability, policy, encoding, family, resolver, value type
+    /// and security. Only the legacy name is a local matter.
     var wireDeclaration: String {
-        "\(name)|\(availability.rawValue)|\(policy.rawValue)|\(encoding)|\(isFamily ? "family" : "single")|\(resolver ?? "lww")"
+        "\(name)|\(availability.rawValue)|\(policy.rawValue)|\(encoding)|\(isFamily ? "family" : "single")|\(resolver ?? "lww")|\(valueType ?? "untyped")|\(security.rawValue)"
     }
 
     public var description: String {
-        "\(name) (\(availability.rawValue), \(policy.rawValue)\(security == .encrypted ? ", encrypted" : "")\(isFamily ? ", family" : ""))"
+        "\(name) (\(valueType.map { "\($0), " } ?? "")\(availability.rawValue), \(policy.rawValue)\(security == .encrypted ? ", encrypted" : "")\(isFamily ? ", family" : ""))"
     }
 
     /// Checks the name: non-empty segments separated by `:`, no whitespace

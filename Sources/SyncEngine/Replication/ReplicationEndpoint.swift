@@ -294,17 +294,54 @@ public final class ReplicationEndpoint {
         return frame
     }
 
+    /// What is inconsistent in a chunk's fields, if anything. The sender cuts
+    /// a value of `totalSize` bytes into `count` chunks of one size `c` (the
+    /// last one shorter), so `c * (count - 1) < totalSize <= c * count`.
+    static func chunkProblem(_ chunk: SyncMessage.Chunk) -> String? {
+        let total = chunk.totalSize, count = chunk.count, size = chunk.bytes.count
+        if chunk.entry.deleted { return "a chunk cannot carry a delete" }
+        if !(chunk.entry.value ?? []).isEmpty { return "a chunk's entry must not carry an inline value" }
+        guard total >= 1 else { return "the announced total size is 0" }
+        guard count >= 1, count <= total else { return "\(count) chunks cannot hold \(total) bytes" }
+        guard chunk.index >= 0, chunk.index < count else { return "index out of range" }
+        guard size >= 1, size <= total else { return "a chunk of \(size) bytes for a value of \(total) bytes" }
+        if chunk.index < count - 1 {
+            let (all, overflowAll) = size.multipliedReportingOverflow(by: count)
+            let (before, overflowBefore) = size.multipliedReportingOverflow(by: count - 1)
+            guard !overflowAll, !overflowBefore, before < total, total <= all else {
+                return "\(count) chunks of \(size) bytes do not make a value of \(total) bytes"
+            }
+        } else if size > total - (count - 1) {
+            return "the last chunk (\(size) bytes) leaves no room for the \(count - 1) before it in \(total) bytes"
+        }
+        return nil
+    }
+
     private func receiveChunk(_ chunk: SyncMessage.Chunk, peer: SessionStateMachine.Peer) throws -> [Frame] {
         let entry = chunk.entry
         func ack(complete: Bool) -> Frame {
             SyncMessage.chunkAck(.init(key: entry.key, version: entry.version, index: chunk.index, complete: complete)).frame()
         }
         guard let descriptor = store.registry.descriptor(forEntry: entry.key), descriptor.replicates(from: peer.role),
-              !peer.mismatchedKeys.contains(descriptor.name), chunk.totalSize <= store.options.maxValueSize else {
+              !peer.mismatchedKeys.contains(descriptor.name), descriptor.encoding == entry.encoding,
+              chunk.totalSize <= store.options.maxValueSize else {
             store.counters.withLock { $0.entriesRejected += 1 }
             return [ack(complete: true)]
         }
+        if let problem = ReplicationEndpoint.chunkProblem(chunk) {
+            throw SyncError(.malformedMessage, "chunk \(chunk.index) of \(entry.key): \(problem)")
+        }
+        let now = store.physicalClock.nowMilliseconds()
+        if let refusal = SyncStore.versionRefusal(entry, bound: store.versionBound(), now: now) {
+            store.counters.withLock {
+                $0.entriesRejected += 1
+                $0.versionsRefused += 1
+            }
+            store.emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds))
+            return [ack(complete: true)]
+        }
         if let local = try store.entryInfo(forKey: entry.key), local.version >= entry.version {
+            try store.discardStagedChunks(key: entry.key, through: local.version)
             return [ack(complete: true)]
         }
         guard Checksum.crc32(chunk.bytes) == chunk.checksum else {

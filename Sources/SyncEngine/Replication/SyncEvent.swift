@@ -16,6 +16,10 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
     case conflictResolved(key: String, winner: String, rule: String)
     /// An automaticSmall value over 100 KB waits for the next manual sync.
     case deferred(key: String, size: Int)
+    /// A remote entry was refused because its version is too far ahead of this
+    /// device's clock (`StoreOptions.maxRemoteClockAhead`; `aheadMilliseconds`
+    /// says by how much) or malformed (`aheadMilliseconds` 0). Nothing changed.
+    case versionRefused(key: String, aheadMilliseconds: Int64)
     /// Nothing is pending or in flight.
     case idle
     case error(SyncError)
@@ -30,6 +34,7 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
         case .chunk(let key, let index, let count, let outgoing): "\(outgoing ? "sent" : "received") chunk \(index + 1)/\(count) of \(key)"
         case .conflictResolved(let key, let winner, let rule): "conflict on \(key): \(winner) wins by \(rule)"
         case .deferred(let key, let size): "\(key) (\(size) bytes) deferred to the next manual sync"
+        case .versionRefused(let key, let ahead): "refused \(key): its version is \(ahead) ms ahead of this device's clock or malformed"
         case .idle: "idle"
         case .error(let error): "error: \(error)"
         }

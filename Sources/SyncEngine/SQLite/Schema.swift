@@ -5,9 +5,9 @@
 /// Since v3 the changes waiting for the peer are rows of `sync_outbox`
 /// (sequence, key), kept by triggers in the transaction that writes the entry:
 /// acknowledging a change deletes its narrow outbox row instead of rewriting
-/// the entry's row.
+/// the entry's row. Since v4 the conflict log holds one row per resolution.
 enum Schema {
-    static let currentVersion = 3
+    static let currentVersion = 4
 
     static let migrations: [String] = [
         // v1
@@ -101,6 +101,13 @@ enum Schema {
             FROM unqueued WHERE entries.key = unqueued.key;
         DROP INDEX sync_pending_changes;
         ALTER TABLE entries DROP COLUMN acked_seq;
+        """,
+        // v4: one conflict log row per resolution (a duplicated delivery used to log
+        // the same conflict again); duplicates already logged keep their first row.
+        """
+        DELETE FROM sync_conflicts WHERE id NOT IN (
+            SELECT min(id) FROM sync_conflicts GROUP BY key, local_ver, local_node, remote_ver, remote_node);
+        CREATE UNIQUE INDEX sync_conflicts_resolution ON sync_conflicts(key, local_ver, local_node, remote_ver, remote_node);
         """,
     ]
 

@@ -24,6 +24,25 @@ public struct StoreOptions: Sendable {
     /// `checkForExternalChanges()`.
     public var externalChangePollInterval: Duration? = .milliseconds(100)
 
+    /// Remote versions whose time is more than this ahead of this device's
+    /// wall clock are refused (entry by entry, with a `versionRefused` event
+    /// and counter), so a buggy or hostile peer cannot drag the clock into the
+    /// future and win every later conflict. Well above the ±10 min skew the
+    /// engine tolerates. Rows already stored beyond it do not raise the clock.
+    public var maxRemoteClockAhead: Duration = .seconds(3600)
+
+    /// Bytes of partly received large values kept for resuming (all transfers
+    /// from the peer together). Past it, other transfers' chunks are dropped
+    /// and sent again; never less than one value of `maxValueSize`.
+    public var maxStagedChunkBytes = 128 * 1024 * 1024
+
+    /// The conflict log (`SyncStore.conflictLog()`, table `sync_conflicts`)
+    /// keeps at most this many resolutions, the newest.
+    public var conflictLogLimit = 1_000
+    /// Resolutions older than this leave the conflict log; nil keeps them
+    /// until `conflictLogLimit` pushes them out.
+    public var conflictLogMaxAge: Duration? = .seconds(30 * 24 * 3600)
+
     public init(clock: any PhysicalClock = SystemClock(), encryption: EncryptionKeySource? = nil) {
         self.clock = clock
         self.encryption = encryption

@@ -220,14 +220,31 @@ extension SyncStore {
         }
     }
 
-    /// The highest version in the file, and the highest change sequence an
-    /// entry holds or a peer acknowledged (queued changes are entries' own
-    /// sequences): a reopened store numbers its next change above both.
+    /// The highest version in the file up to the bound `?1` (a row further in
+    /// the future, e.g. from a peer before versions were bounded, does not drag
+    /// the clock), and the highest change sequence an entry holds or a peer
+    /// acknowledged (queued changes are entries' own sequences): a reopened
+    /// store numbers its next change above both.
     static let sequenceFloorSQL = """
-        SELECT coalesce((SELECT max(ver) FROM entries), 0),
+        SELECT coalesce((SELECT max(ver) FROM entries WHERE ver <= ?1), 0),
                max(coalesce((SELECT max(change_seq) FROM entries), 0),
                    coalesce((SELECT max(acked_through) FROM sync_peers), 0))
         """
+
+    /// The largest packed version this device accepts now: its wall clock plus
+    /// `StoreOptions.maxRemoteClockAhead`, within `HLCTimestamp.maxPacked`.
+    func versionBound() -> Int64 {
+        SyncStore.versionBound(now: physicalClock.nowMilliseconds(), ahead: options.maxRemoteClockAhead)
+    }
+
+    static func versionBound(now: Int64, ahead: Duration) -> Int64 {
+        let (seconds, attoseconds) = ahead.components
+        let aheadMilliseconds = seconds >= Int64.max / 1000 ? Int64.max : max(0, seconds) * 1000 + max(0, attoseconds) / 1_000_000_000_000_000
+        let (limit, overflow) = now.addingReportingOverflow(aheadMilliseconds)
+        if overflow || limit > HLCTimestamp.maxPhysicalMilliseconds { return HLCTimestamp.maxPacked }
+        if limit < 0 { return 0 }
+        return (limit << 16) | 0xFFFF
+    }
 
     func takeSeq() -> Int64 {
         nextSeq.withLock { seq in

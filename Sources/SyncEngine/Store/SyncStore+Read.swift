@@ -64,13 +64,13 @@ extension SyncStore {
             guard let old = try loadRow(conn, key: legacy), !old.deleted, let bytes = old.value else {
                 return StoreCache.Slot(bytes: nil, encoding: descriptor.encoding, version: .zero, decoded: nil)
             }
-            let version = clock.now()
+            let version = try clock.now()
             let lane = lane(for: descriptor, size: bytes.count, deleted: false)
             try saveRow(conn, StoredRow(key: key, value: bytes, encoding: old.encoding, version: version, base: .zero, deleted: false,
                                         encrypted: false, size: bytes.count, changeSeq: takeSeq(), lane: lane),
                         encrypt: descriptor.security == .encrypted, writtenAt: now)
             if let legacyDescriptor = registry.descriptor(forEntry: legacy) {
-                let tombstone = StoredRow(key: legacy, value: nil, encoding: old.encoding, version: clock.now(), base: old.version,
+                let tombstone = StoredRow(key: legacy, value: nil, encoding: old.encoding, version: try clock.now(), base: old.version,
                                           deleted: true, encrypted: false, size: 0, changeSeq: takeSeq(),
                                           lane: self.lane(for: legacyDescriptor, size: 0, deleted: true))
                 try saveRow(conn, tombstone, encrypt: false, writtenAt: now)

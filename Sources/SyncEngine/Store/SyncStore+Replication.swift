@@ -18,6 +18,16 @@ struct ApplyResult: Sendable {
     var rejected: [SyncMessage.Rejection] = []
     var conflicts: [ConflictRecord] = []
     var changes: [StoreChange] = []
+    /// Entries refused for a version out of range (a subset of `rejected`).
+    var versionRefusals: [VersionRefusal] = []
+}
+
+/// A remote entry refused because its version is out of range.
+struct VersionRefusal: Sendable, Equatable {
+    var key: String
+    /// How far the version's time is ahead of this device's clock (0 when the
+    /// version is refused for another reason: negative, or base after version).
+    var aheadMilliseconds: Int64
 }
 
 /// One resolved conflict, as kept in `sync_conflicts`.
@@ -184,8 +194,13 @@ extension SyncStore {
                      lastArrivalWins: Bool = false) throws -> ApplyResult {
         try checkOpen()
         let now = physicalClock.nowMilliseconds()
+        let bound = SyncStore.versionBound(now: now, ahead: options.maxRemoteClockAhead)
         let result = try database.write({ conn -> ApplyResult in
             var result = ApplyResult()
+            let staged = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_chunks)")
+            _ = try staged.step()
+            let hasStagedChunks = staged.int(0) != 0
+            staged.reset()
             // Policies first: what the peer may not send never reaches the database.
             var accepted: [(entry: WireEntry, registered: KeyRegistry.Registered)] = []
             accepted.reserveCapacity(entries.count)
@@ -206,6 +221,11 @@ extension SyncStore {
                 }
                 if (incoming.value?.count ?? 0) > options.maxValueSize {
                     result.rejected.append(.init(key: incoming.key, code: SyncError.Code.valueTooLarge.rawValue))
+                    continue
+                }
+                if let refusal = SyncStore.versionRefusal(incoming, bound: bound, now: now) {
+                    result.rejected.append(.init(key: incoming.key, code: SyncError.Code.versionOutOfRange.rawValue))
+                    result.versionRefusals.append(refusal)
                     continue
                 }
                 accepted.append((incoming, registered))
@@ -261,6 +281,11 @@ extension SyncStore {
                 delete.bind(3, Int64(chunked.version.node))
                 try delete.run()
             }
+            if !result.conflicts.isEmpty { try pruneConflictLog(conn, now: now) }
+            if hasStagedChunks {
+                // Transfers of versions that the stored value now overtakes can never win: drop their chunks.
+                for row in writes { try SyncStore.discardStagedChunks(conn, key: row.key, through: row.version) }
+            }
             return result
         }, onCommit: { result in
             // Remote values are read through on demand: a large initial sync does not fill memory.
@@ -271,9 +296,27 @@ extension SyncStore {
             $0.entriesIgnored += result.ignored
             $0.entriesRejected += result.rejected.count
             $0.conflicts += result.conflicts.count
+            $0.versionsRefused += result.versionRefusals.count
+        }
+        for refusal in result.versionRefusals {
+            emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds))
+        }
+        if !result.versionRefusals.isEmpty {
+            logger.warning("refused entries whose versions are too far ahead of this device's clock",
+                           metadata: ["count": "\(result.versionRefusals.count)"])
         }
         publishCommitted(result.changes)
         return result
+    }
+
+    /// Why a remote entry's version cannot be accepted, if it cannot: its time
+    /// is past `bound` (this device's clock plus `maxRemoteClockAhead`), it is
+    /// negative, or its base (what its writer had seen) is after the version itself.
+    static func versionRefusal(_ entry: WireEntry, bound: Int64, now: Int64) -> VersionRefusal? {
+        let version = entry.version.packed
+        guard version < 0 || version > bound || entry.base.packed < 0 || entry.base > entry.version else { return nil }
+        let ahead = version > bound ? max(0, entry.version.physicalMilliseconds.subtractingReportingOverflow(now).partialValue) : 0
+        return VersionRefusal(key: entry.key, aheadMilliseconds: ahead)
     }
 
     /// The stored rows of `keys` (those that exist), by key: one statement per
@@ -308,8 +351,9 @@ extension SyncStore {
 
     private func logConflict(_ conn: SQLiteConnection, _ result: inout ApplyResult, key: String, local: HLCTimestamp,
                              remote: HLCTimestamp, winner: MergeRule.Winner, rule: String, now: Int64) throws {
+        // One row per resolution: a duplicated delivery of the same pair is not logged (or counted) again.
         let stmt = try conn.statement("""
-            INSERT INTO sync_conflicts(key, local_ver, local_node, remote_ver, remote_node, winner, rule, resolved_at)
+            INSERT OR IGNORE INTO sync_conflicts(key, local_ver, local_node, remote_ver, remote_node, winner, rule, resolved_at)
             VALUES(?, ?, ?, ?, ?, ?, ?, ?)
             """)
         stmt.bind(1, key)
@@ -321,7 +365,28 @@ extension SyncStore {
         stmt.bind(7, rule)
         stmt.bind(8, now)
         try stmt.run()
+        guard conn.changes > 0 else { return }
         result.conflicts.append(ConflictRecord(key: key, localVersion: local, remoteVersion: remote, winner: winner.rawValue, rule: rule))
+    }
+
+    /// Keeps the conflict log within `StoreOptions.conflictLogLimit` rows and
+    /// `conflictLogMaxAge` (the oldest resolutions go first).
+    private func pruneConflictLog(_ conn: SQLiteConnection, now: Int64) throws {
+        let rows = try conn.statement("""
+            DELETE FROM sync_conflicts WHERE id <= (SELECT id FROM sync_conflicts ORDER BY id DESC LIMIT 1 OFFSET ?1)
+            """)
+        rows.bind(1, max(0, options.conflictLogLimit))
+        try rows.run()
+        if let maxAge = options.conflictLogMaxAge {
+            let seconds = maxAge.components.seconds
+            let ageMilliseconds = seconds >= Int64.max / 1000 ? Int64.max : max(0, seconds) * 1000
+            let (cutoff, overflow) = now.subtractingReportingOverflow(ageMilliseconds)
+            if !overflow {
+                let old = try conn.statement("DELETE FROM sync_conflicts WHERE resolved_at < ?1")
+                old.bind(1, cutoff)
+                try old.run()
+            }
+        }
     }
 
     /// The conflict log, newest first.
@@ -343,19 +408,92 @@ extension SyncStore {
 
     // MARK: chunks
 
-    /// Durably stages one chunk (sealed when the key is encrypted); returns how
-    /// many chunks from index 0 are now staged without a gap.
+    /// AES-GCM's combined box adds a 12-byte nonce and a 16-byte tag to a sealed chunk.
+    static let sealedChunkOverhead = 28
+
+    /// Stages one chunk (sealed when the key is encrypted); returns how many
+    /// chunks from index 0 are now staged without a gap.
+    ///
+    /// Bounded: staged chunks of older versions of the key go first; the
+    /// chunks of one transfer may never add up to more than its announced
+    /// total (throws `.malformedMessage`); and when all staged transfers would
+    /// exceed `StoreOptions.maxStagedChunkBytes`, the other transfers are
+    /// dropped (they are resent from their start when their turn comes).
     func stageChunk(_ chunk: SyncMessage.Chunk, encrypted: Bool) throws -> Int {
-        try database.write { conn in
-            let data = encrypted ? try cipherOrThrow().seal(chunk.bytes, keyName: chunk.entry.key) : chunk.bytes
+        try checkOpen()
+        let key = chunk.entry.key
+        let version = chunk.entry.version
+        let overhead = encrypted ? SyncStore.sealedChunkOverhead : 0
+        let limit = max(options.maxStagedChunkBytes, options.maxValueSize + overhead * chunk.count)
+        return try database.write { conn in
+            let stale = try conn.statement("DELETE FROM sync_chunks WHERE key = ?1 AND (ver < ?2 OR (ver = ?2 AND node < ?3))")
+            stale.bind(1, key)
+            stale.bind(2, version.packed)
+            stale.bind(3, Int64(version.node))
+            try stale.run()
+            let mine = try conn.statement("""
+                SELECT coalesce(sum(length(data)), 0), count(*) FROM sync_chunks WHERE key = ?1 AND ver = ?2 AND node = ?3 AND idx != ?4
+                """)
+            mine.bind(1, key)
+            mine.bind(2, version.packed)
+            mine.bind(3, Int64(version.node))
+            mine.bind(4, chunk.index)
+            _ = try mine.step()
+            let mineSealed = mine.int(0)
+            let stagedBytes = mineSealed - overhead * mine.int(1)
+            mine.reset()
+            guard stagedBytes + chunk.bytes.count <= chunk.totalSize else {
+                throw SyncError(.malformedMessage, "the chunks of \(key) add up to more than the \(chunk.totalSize) bytes announced for the value")
+            }
+            let all = try conn.statement("SELECT coalesce(sum(length(data)), 0) FROM sync_chunks WHERE NOT (key = ?1 AND ver = ?2 AND node = ?3)")
+            all.bind(1, key)
+            all.bind(2, version.packed)
+            all.bind(3, Int64(version.node))
+            _ = try all.step()
+            let others = all.int(0)
+            all.reset()
+            if others + mineSealed + chunk.bytes.count + overhead > limit {
+                let drop = try conn.statement("DELETE FROM sync_chunks WHERE NOT (key = ?1 AND ver = ?2 AND node = ?3)")
+                drop.bind(1, key)
+                drop.bind(2, version.packed)
+                drop.bind(3, Int64(version.node))
+                try drop.run()
+                logger.notice("staged chunks of other large values were dropped to stay within maxStagedChunkBytes; they will be sent again")
+            }
+            let data = encrypted ? try cipherOrThrow().seal(chunk.bytes, keyName: key) : chunk.bytes
             let insert = try conn.statement("INSERT OR REPLACE INTO sync_chunks(key, ver, node, idx, data) VALUES(?, ?, ?, ?, ?)")
-            insert.bind(1, chunk.entry.key)
-            insert.bind(2, chunk.entry.version.packed)
-            insert.bind(3, Int64(chunk.entry.version.node))
+            insert.bind(1, key)
+            insert.bind(2, version.packed)
+            insert.bind(3, Int64(version.node))
             insert.bind(4, chunk.index)
             insert.bind(5, data)
             try insert.run()
-            return try contiguousChunks(conn, key: chunk.entry.key, version: chunk.entry.version)
+            return try contiguousChunks(conn, key: key, version: version)
+        }
+    }
+
+    /// Deletes staged chunks of `key` at or before `version` (a value the
+    /// store now holds, or newer): they can never complete into a value that wins.
+    func discardStagedChunks(key: String, through version: HLCTimestamp) throws {
+        try database.write { conn in try SyncStore.discardStagedChunks(conn, key: key, through: version) }
+    }
+
+    static func discardStagedChunks(_ conn: SQLiteConnection, key: String, through version: HLCTimestamp) throws {
+        let stmt = try conn.statement("DELETE FROM sync_chunks WHERE key = ?1 AND (ver < ?2 OR (ver = ?2 AND node <= ?3))")
+        stmt.bind(1, key)
+        stmt.bind(2, version.packed)
+        stmt.bind(3, Int64(version.node))
+        try stmt.run()
+    }
+
+    /// Bytes of staged chunks in the store (sealed size for encrypted keys).
+    public func stagedChunkBytes() throws -> Int {
+        try checkOpen()
+        return try database.read { conn in
+            let stmt = try conn.statement("SELECT coalesce(sum(length(data)), 0) FROM sync_chunks")
+            defer { stmt.reset() }
+            _ = try stmt.step()
+            return stmt.int(0)
         }
     }
 
@@ -389,9 +527,16 @@ extension SyncStore {
         }
     }
 
-    /// Transfers staged here and not complete, for the hello.
+    /// Transfers staged here and not complete, for the hello. Staged chunks of
+    /// a version the store already holds or has overtaken are deleted first:
+    /// they would never complete into a winning value.
     func partialTransfers() throws -> [PartialTransfer] {
-        try database.read { conn in
+        try database.write { conn in
+            try conn.execute("""
+                DELETE FROM sync_chunks WHERE EXISTS (
+                    SELECT 1 FROM entries e WHERE e.key = sync_chunks.key
+                      AND (e.ver > sync_chunks.ver OR (e.ver = sync_chunks.ver AND e.node >= sync_chunks.node)))
+                """)
             let stmt = try conn.statement("SELECT DISTINCT key, ver, node FROM sync_chunks")
             var found: [(String, HLCTimestamp)] = []
             while try stmt.step() {

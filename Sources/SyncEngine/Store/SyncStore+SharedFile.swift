@@ -143,7 +143,8 @@ extension SyncStore: TransactionObserver {
             var reader = ByteReader(stmt.blob(1) ?? [])
             do {
                 seqHigh = max(seqHigh, Int64(try reader.readVarInt()))
-                clock.observe(HLCTimestamp(packed: Int64(bitPattern: try reader.readUInt64()), node: nodeID))
+                let latest = Int64(bitPattern: try reader.readUInt64())
+                if latest <= versionBound() { clock.observe(HLCTimestamp(packed: latest, node: nodeID)) }
                 let count = Int(try reader.readVarInt())
                 for _ in 0..<min(count, 1_000_000) {
                     let key = try reader.readString(maxLength: 4096)
@@ -162,6 +163,7 @@ extension SyncStore: TransactionObserver {
         if gap || damaged {
             // Fell behind the log's retention (or a row is unreadable): start from the file itself.
             let floor = try conn.statement(SyncStore.sequenceFloorSQL)
+            floor.bind(1, versionBound())
             _ = try floor.step()
             clock.observe(HLCTimestamp(packed: floor.int64(0), node: nodeID))
             seqHigh = max(seqHigh, floor.int64(1))

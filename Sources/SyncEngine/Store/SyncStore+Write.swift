@@ -42,7 +42,7 @@ extension SyncStore {
                     continue
                 }
                 if op.bytes == nil && current?.bytes == nil { continue }
-                let version = clock.now()
+                let version = try clock.now()
                 let size = op.bytes?.count ?? 0
                 let lane = lane(for: descriptor, size: size, deleted: op.bytes == nil)
                 let row = StoredRow(key: op.key, value: op.bytes, encoding: descriptor.encoding, version: version,

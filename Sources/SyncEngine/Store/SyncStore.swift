@@ -68,6 +68,7 @@ public final class SyncStore: KeyValueBackend {
                 meta = try SyncStore.readMeta(conn)
             }
             let floorStmt = try conn.statement(SyncStore.sequenceFloorSQL)
+            floorStmt.bind(1, SyncStore.versionBound(now: options.clock.nowMilliseconds(), ahead: options.maxRemoteClockAhead))
             _ = try floorStmt.step()
             let floor = floorStmt.int64(0)
             let seq = floorStmt.int64(1)
@@ -235,6 +236,9 @@ public struct SyncCounters: Sendable, Equatable, Codable {
     /// automaticSmall writes over the limit, waiting for a manual sync.
     public var deferred = 0
     public var sessions = 0
+    /// Remote entries refused because their version was too far ahead of this
+    /// device's clock (`StoreOptions.maxRemoteClockAhead`) or malformed.
+    public var versionsRefused = 0
 
     public init() {}
 }

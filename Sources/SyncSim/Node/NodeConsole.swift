@@ -107,6 +107,7 @@ struct NodeConsole {
         case .chunk(let key, let index, let count, let outgoing): ["event": "chunk", "key": key, "index": index, "count": count, "direction": outgoing ? "out" : "in"]
         case .conflictResolved(let key, let winner, let rule): ["event": "conflict", "key": key, "winner": winner, "rule": rule]
         case .deferred(let key, let size): ["event": "deferred", "key": key, "size": size]
+        case .versionRefused(let key, let ahead): ["event": "version-refused", "key": key, "aheadMs": ahead]
         case .idle: ["event": "idle"]
         case .error(let error): ["event": "error", "error": error.description]
         }

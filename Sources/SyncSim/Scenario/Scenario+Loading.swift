@@ -168,7 +168,7 @@ struct FieldReader {
             let l = item.firstLine ?? previous
             previous = l
             _ = try object(item, p, line: l)
-            try checkKnown(item, ["name", "availability", "policy", "security", "encoding", "family", "resolver", "legacyName"], p)
+            try checkKnown(item, ["name", "availability", "policy", "security", "encoding", "family", "resolver", "legacyName", "type"], p)
             let name = try string(item, "name", p, line: l)!
             var d = KeyDescriptor(name: name)
             if let a = try string(item, "availability", p, line: l, required: false) {
@@ -196,6 +196,7 @@ struct FieldReader {
                 throw fail("\(p).resolver", item.member("resolver")!.line, "unknown resolver '\(r)'; use max or union")
             }
             d.legacyName = try string(item, "legacyName", p, line: l, required: false)
+            d.valueType = try string(item, "type", p, line: l, required: false)
             result.append(d)
         }
         return result

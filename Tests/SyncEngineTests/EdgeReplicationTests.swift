@@ -1,0 +1,448 @@
+import CSQLite
+import Foundation
+@testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// The first event of `events` that `match` accepts, or nil after `timeout`.
+func firstEvent(_ events: AsyncStream<SyncEvent>, within timeout: Duration = .seconds(10),
+                where match: @escaping @Sendable (SyncEvent) -> Bool) async -> SyncEvent? {
+    await withTaskGroup(of: SyncEvent?.self) { group in
+        group.addTask {
+            for await event in events where match(event) { return event }
+            return nil
+        }
+        group.addTask {
+            try? await Task.sleep(for: timeout)
+            return nil
+        }
+        let first = await group.next() ?? nil
+        group.cancelAll()
+        return first
+    }
+}
+
+/// Runs `sql` on the file at `path` with a connection of its own.
+private func rawSQL(_ path: String, _ sql: String) throws {
+    var handle: OpaquePointer?
+    guard sqlite3_open(path, &handle) == SQLITE_OK, let db = handle else { throw SyncError(.database, "cannot open \(path)") }
+    defer { sqlite3_close(db) }
+    guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else {
+        throw SyncError(.database, String(cString: sqlite3_errmsg(db)))
+    }
+}
+
+/// The engine messages among `frames`.
+private func messages(_ frames: [Frame]) -> [SyncMessage] { frames.compactMap { try? SyncMessage(frame: $0) } }
+
+private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
+    messages(frames).compactMap { if case .ack(let ack) = $0 { ack } else { nil } }
+}
+
+// MARK: - A peer's version can never wedge a store
+
+@Suite(.timeLimit(.minutes(1))) struct RemoteVersionBoundTests {
+    private func batch(_ entries: [WireEntry], id: UInt64 = 99) -> Frame {
+        SyncMessage.batch(.init(id: id, entries: entries)).frame()
+    }
+
+    private func entry(_ key: String, packed: Int64, node: UInt32, base: HLCTimestamp = .zero, value: String = "7") -> WireEntry {
+        WireEntry(key: key, version: HLCTimestamp(packed: packed, node: node), base: base, deleted: false, encoding: "json",
+                  value: Array(value.utf8))
+    }
+
+    @Test func peerVersionAtInt64MaxIsRefusedAndLaterWritesWork() async throws {
+        let pair = try Pair()
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        let events = pair.phone.events()
+        let hostile = entry(TestKeys.steps.name, packed: Int64.max, node: pair.watch.nodeID)
+        let replies = link.a.receive(batch([hostile]), now: link.now)
+        #expect(link.a.failure == nil)
+        let ack = try #require(acks(replies).first)
+        #expect(ack.applied == 0)
+        #expect(ack.rejected == [.init(key: TestKeys.steps.name, code: "version-out-of-range")])
+        #expect(pair.phone.syncCounters.versionsRefused == 1)
+        let refused = await firstEvent(events) { if case .versionRefused = $0 { true } else { false } }
+        guard case .versionRefused(let key, let ahead)? = refused else {
+            Issue.record("no versionRefused event")
+            return
+        }
+        #expect(key == TestKeys.steps.name)
+        #expect(ahead > 1_000_000_000)
+        #expect(try pair.phone.storedValue(for: TestKeys.steps) == nil)
+
+        // The next local write works and its version follows the wall clock, not the peer.
+        try await pair.phone.set(5, for: TestKeys.steps)
+        let version = try #require(try pair.phone.entryInfo(forKey: TestKeys.steps.name)?.version)
+        #expect(version.physicalMilliseconds == pair.phoneClock.nowMilliseconds())
+    }
+
+    @Test func boundIsConfigurableAndSkewWithinItIsAccepted() async throws {
+        let pair = try Pair()
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        let now = pair.phoneClock.nowMilliseconds()
+        let node = pair.watch.nodeID
+        let tenMinutesAhead = entry(TestKeys.daily["skew"].name, packed: HLCTimestamp(physicalMilliseconds: now + 600_000, counter: 0, node: node).packed, node: node)
+        let twoHoursAhead = entry(TestKeys.daily["future"].name, packed: HLCTimestamp(physicalMilliseconds: now + 7_200_000, counter: 0, node: node).packed, node: node)
+        let baseAfterVersion = WireEntry(key: TestKeys.daily["base"].name, version: HLCTimestamp(physicalMilliseconds: now, counter: 0, node: node),
+                                         base: HLCTimestamp(physicalMilliseconds: now + 1, counter: 0, node: node), deleted: false,
+                                         encoding: "json", value: Array("1".utf8))
+        let negative = entry(TestKeys.daily["negative"].name, packed: -1, node: node)
+        let ack = try #require(acks(link.a.receive(batch([tenMinutesAhead, twoHoursAhead, baseAfterVersion, negative]), now: link.now)).first)
+        #expect(ack.applied == 1)
+        #expect(Set(ack.rejected.map(\.key)) == [TestKeys.daily["future"].name, TestKeys.daily["base"].name, TestKeys.daily["negative"].name])
+        #expect(try await pair.phone.get(TestKeys.daily["skew"]) == 7)
+        #expect(pair.phone.syncCounters.versionsRefused == 3)
+
+        // A store told to accept three hours ahead takes the two-hour version.
+        let folder = TempFolder()
+        var options = StoreOptions(clock: pair.phoneClock)
+        options.maxRemoteClockAhead = .seconds(3 * 3600)
+        let lenient = try SyncStore(path: folder.file("lenient.sqlite"), role: .phone, registry: try KeyRegistry([TestKeys.daily]), options: options)
+        let watch = try SyncStore(path: folder.file("w.sqlite"), role: .watch, registry: try KeyRegistry([TestKeys.daily]))
+        let second = Link(lenient, watch)
+        second.connect()
+        let accepted = try #require(acks(second.a.receive(batch([twoHoursAhead]), now: second.now)).first)
+        #expect(accepted.applied == 1 && accepted.rejected.isEmpty)
+    }
+
+    /// A file written before versions were bounded may hold a far-future row:
+    /// the store opens, the row does not drag the clock, and writes work.
+    @Test func storeHoldingAFarFutureRowOpensAndKeepsWorking() async throws {
+        let folder = TempFolder()
+        let clock = ManualClock()
+        let path = folder.file("poisoned.sqlite")
+        let registry = try KeyRegistry([TestKeys.steps, TestKeys.daily])
+        do {
+            let store = try SyncStore(path: path, role: .phone, registry: registry, options: StoreOptions(clock: clock))
+            try await store.set(1, for: TestKeys.steps)
+            store.close()
+        }
+        try rawSQL(path, "UPDATE entries SET ver = 9223372036854775807 WHERE key = '\(TestKeys.steps.name)'")
+        let store = try SyncStore(path: path, role: .phone, registry: registry, options: StoreOptions(clock: clock))
+        try await store.set(2, for: TestKeys.daily["a"])
+        let version = try #require(try store.entryInfo(forKey: TestKeys.daily["a"].name)?.version)
+        #expect(version.physicalMilliseconds == clock.nowMilliseconds())
+        try await store.set(3, for: TestKeys.steps)  // overwriting the poisoned row works too
+        #expect(try await store.get(TestKeys.steps) == 3)
+    }
+}
+
+// MARK: - Key declarations that differ are caught, whatever differs
+
+@Suite(.timeLimit(.minutes(1))) struct KeyDeclarationMismatchTests {
+    @Test func valueTypeMismatchIsReportedOnBothSidesAndOnlyThatKeyStops() async throws {
+        let folder = TempFolder()
+        let shared = Key<Int>("shared", default: 0)
+        let phoneView = Key<Int>("disputed", default: 0)
+        let watchView = Key<String>("disputed", default: "")
+        let phone = try SyncStore(path: folder.file("p"), role: .phone, registry: try KeyRegistry([shared, phoneView]))
+        let watch = try SyncStore(path: folder.file("w"), role: .watch, registry: try KeyRegistry([shared, watchView]))
+        let phoneEvents = phone.events()
+        let watchEvents = watch.events()
+        try await phone.set(1, for: shared)
+        try await phone.set(2, for: phoneView)
+        try await watch.set("two", for: watchView)
+        try await withPeers(phone: phone, watch: watch) { phonePeer, watchPeer in
+            let isMismatch: @Sendable (SyncEvent) -> Bool = { if case .keyMismatch = $0 { true } else { false } }
+            #expect(await firstEvent(phoneEvents, where: isMismatch) == .keyMismatch(keys: ["disputed"]))
+            #expect(await firstEvent(watchEvents, where: isMismatch) == .keyMismatch(keys: ["disputed"]))
+            try await phonePeer.waitUntilIdle(timeout: .seconds(10))
+            try await watchPeer.waitUntilIdle(timeout: .seconds(10))
+        }
+        #expect(try await watch.get(shared) == 1)
+        #expect(try await watch.get(watchView) == "two")
+        #expect(try await phone.get(phoneView) == 2)
+        #expect(try phone.entryInfo(forKey: "disputed")?.isPending == true)
+        #expect(try watch.entryInfo(forKey: "disputed")?.isPending == true)
+    }
+
+    @Test func securityMismatchIsReportedOnBothSidesAndOnlyThatKeyStops() async throws {
+        let folder = TempFolder()
+        let shared = Key<Int>("shared", default: 0)
+        let sealed = Key<String>("note", default: "", security: .encrypted)
+        let plain = Key<String>("note", default: "")
+        let phone = try SyncStore(path: folder.file("p"), role: .phone, registry: try KeyRegistry([shared, sealed]),
+                                  options: StoreOptions(encryption: .keyFile(path: folder.file("p.key"))))
+        let watch = try SyncStore(path: folder.file("w"), role: .watch, registry: try KeyRegistry([shared, plain]))
+        let phoneEvents = phone.events()
+        let watchEvents = watch.events()
+        try await phone.set(1, for: shared)
+        try await phone.set("private", for: sealed)
+        try await withPeers(phone: phone, watch: watch) { phonePeer, _ in
+            let isMismatch: @Sendable (SyncEvent) -> Bool = { if case .keyMismatch = $0 { true } else { false } }
+            #expect(await firstEvent(phoneEvents, where: isMismatch) == .keyMismatch(keys: ["note"]))
+            #expect(await firstEvent(watchEvents, where: isMismatch) == .keyMismatch(keys: ["note"]))
+            try await phonePeer.waitUntilIdle(timeout: .seconds(10))
+        }
+        #expect(try await watch.get(shared) == 1)
+        #expect(try watch.storedValue(for: plain) == nil)
+    }
+
+    @Test func declarationsCarryTypeAndSecurity() throws {
+        let typed = Key<[String]>("tags", default: [], security: .encrypted)
+        #expect(typed.descriptor.wireDeclaration == "tags|all|automaticSmall|json|single|lww|Array<String>|encrypted")
+        let file = try JSONDecoder().decode(KeyDescriptor.self, from: Data(#"{"name":"n","type":"Int"}"#.utf8))
+        #expect(file.valueType == "Int")
+        #expect(file.wireDeclaration == "n|all|automaticSmall|json|single|lww|Int|none")
+        #expect(try JSONDecoder().decode(KeyDescriptor.self, from: JSONEncoder().encode(file)) == file)
+        // An untyped registry (a keys file without "type") still serves typed access.
+        let untyped = try KeyRegistry(descriptors: [KeyDescriptor(name: "n")])
+        #expect(try untyped.governingDescriptor(for: "n", declared: Key<Int>("n", default: 0).descriptor).name == "n")
+    }
+
+    /// Two `syncsim node`s whose keys files disagree on one key's "type".
+    @Test func twoNodesReportATypeMismatchByName() async throws {
+        let folder = TempFolder()
+        func keysFile(_ name: String, type: String) throws -> String {
+            let path = folder.file(name)
+            try Data("""
+                {"keys":[
+                  {"name":"health:steps","availability":"all","policy":"automaticSmall","type":"Int"},
+                  {"name":"profile:nick","availability":"all","policy":"automaticSmall","type":"\(type)"}
+                ]}
+                """.utf8).write(to: URL(fileURLWithPath: path))
+            return path
+        }
+        let secretFile = folder.file("pair.secret")
+        try PairingSecret.generate().write(to: secretFile)
+        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", try keysFile("p.json", type: "String"),
+                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
+        defer { phone.stop() }
+        let listening = await firstLine(phone.lines) { $0["event"] as? String == "listening" }
+        let port = try #require(listening?["port"] as? Int)
+        let watch = try NodeProcess(["--role", "watch", "--db", folder.file("watch.sqlite"), "--keys", try keysFile("w.json", type: "Int"),
+                                     "--secret-file", secretFile, "--connect", "127.0.0.1:\(port)"])
+        defer { watch.stop() }
+        let onPhone = await firstLine(phone.lines) { $0["event"] as? String == "key-mismatch" }
+        #expect(onPhone?["keys"] as? [String] == ["profile:nick"])
+        let onWatch = await firstLine(watch.lines) { $0["event"] as? String == "key-mismatch" }
+        #expect(onWatch?["keys"] as? [String] == ["profile:nick"])
+        phone.send("put health:steps 12")
+        phone.send("put profile:nick \"x\"")
+        let change = await firstLine(watch.lines) { $0["event"] as? String == "change" }
+        #expect(change?["key"] as? String == "health:steps")
+    }
+}
+
+/// The first JSON line of `lines` that `match` accepts, or nil after `timeout`.
+func firstLine(_ lines: AsyncStream<String>, within timeout: Duration = .seconds(20),
+               where match: @escaping @Sendable ([String: Any]) -> Bool) async -> [String: Any]? {
+    let line = await withTaskGroup(of: String?.self) { group in
+        group.addTask {
+            for await line in lines where match(json(line)) { return line }
+            return nil
+        }
+        group.addTask {
+            try? await Task.sleep(for: timeout)
+            return nil
+        }
+        let first = await group.next() ?? nil
+        group.cancelAll()
+        return first
+    }
+    return line.map(json)
+}
+
+// MARK: - Partly received large values are bounded
+
+@Suite(.timeLimit(.minutes(1))) struct ChunkBoundsTests {
+    private func chunk(_ key: String, version: HLCTimestamp, total: Int, index: Int, count: Int, bytes: [UInt8]) -> Frame {
+        let entry = WireEntry(key: key, version: version, base: .zero, deleted: false, encoding: "data", value: [])
+        return SyncMessage.chunk(.init(entry: entry, totalSize: total, totalChecksum: 0, index: index, count: count,
+                                       checksum: Checksum.crc32(bytes), bytes: bytes)).frame()
+    }
+
+    private func version(_ pair: Pair, counter: UInt16 = 0) -> HLCTimestamp {
+        HLCTimestamp(physicalMilliseconds: pair.phoneClock.nowMilliseconds(), counter: counter, node: pair.phone.nodeID)
+    }
+
+    /// A peer once staged 40 MiB for a value announced as 10 bytes.
+    @Test func chunksBeyondTheAnnouncedSizeAreRefusedAndNothingIsStaged() async throws {
+        let pair = try Pair()
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        let megabyte = [UInt8](repeating: 7, count: 1 << 20)
+        _ = link.b.receive(chunk(TestKeys.blob.name, version: version(pair), total: 10, index: 0, count: 40, bytes: megabyte), now: link.now)
+        #expect(link.b.failure?.code == .malformedMessage)
+        #expect(try pair.watch.stagedChunkBytes() == 0)
+
+        // Fields that each look plausible but add up to more than announced.
+        for (total, count, sizes) in [(100, 2, [99, 99]), (250_000, 2, [200_000, 200_000])] {
+            let fresh = try Pair()
+            let session = Link(fresh.phone, fresh.watch)
+            session.connect()
+            for (index, size) in sizes.enumerated() {
+                _ = session.b.receive(chunk(TestKeys.blob.name, version: version(fresh), total: total, index: index, count: count,
+                                            bytes: [UInt8](repeating: 1, count: size)), now: session.now)
+            }
+            #expect(session.b.failure?.code == .malformedMessage, "total \(total) in \(count) chunks of \(sizes)")
+            #expect(try fresh.watch.stagedChunkBytes() <= total)
+        }
+    }
+
+    @Test func everyChunkFieldIsChecked() {
+        func problem(total: Int, index: Int, count: Int, size: Int, deleted: Bool = false, inline: [UInt8] = []) -> String? {
+            let entry = WireEntry(key: "k", version: .zero, base: .zero, deleted: deleted, encoding: "data", value: inline)
+            return ReplicationEndpoint.chunkProblem(.init(entry: entry, totalSize: total, totalChecksum: 0, index: index, count: count,
+                                                          checksum: 0, bytes: [UInt8](repeating: 0, count: size)))
+        }
+        #expect(problem(total: 150_000, index: 0, count: 3, size: 65_536) == nil)
+        #expect(problem(total: 150_000, index: 2, count: 3, size: 150_000 - 2 * 65_536) == nil)
+        #expect(problem(total: 0, index: 0, count: 1, size: 1) != nil)
+        #expect(problem(total: 10, index: 0, count: 11, size: 1) != nil)
+        #expect(problem(total: 10, index: 0, count: 2, size: 0) != nil)
+        #expect(problem(total: 10, index: 0, count: 2, size: 11) != nil)
+        #expect(problem(total: 10, index: 0, count: 2, size: 4) != nil)  // 2 chunks of 4 cannot hold 10
+        #expect(problem(total: 10, index: 1, count: 2, size: 10) != nil)  // no room for chunk 0
+        #expect(problem(total: 10, index: 0, count: 1, size: 10, deleted: true) != nil)
+        #expect(problem(total: 10, index: 0, count: 1, size: 10, inline: [1]) != nil)
+    }
+
+    /// Kill the sender mid-transfer, write a new value: the old chunks go, and
+    /// the hello stops announcing them.
+    @Test func abandonedTransferIsDeletedWhenANewerValueArrives() async throws {
+        let pair = try Pair()
+        let value = Data((0..<(600 * 1024)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        try await pair.phone.set(value, for: TestKeys.blob)
+        try pair.phone.requestManualSync()
+        let link = Link(pair.phone, pair.watch)
+        let hello = link.a.start(now: 0)
+        let fromWatch = link.b.start(now: 0) + hello.flatMap { link.b.receive($0, now: 0) }
+        let chunks = fromWatch.flatMap { link.a.receive($0, now: 0) }.filter { $0.type == SyncMessage.MessageType.chunk.rawValue }
+        for chunk in chunks.prefix(3) { _ = link.b.receive(chunk, now: 0) }  // then the sender dies
+        #expect(try pair.watch.stagedChunkBytes() >= 3 * 64 * 1024)
+
+        pair.phoneClock.advance(by: 1_000)
+        try await pair.phone.set(Data([1, 2, 3]), for: TestKeys.blob)
+        let second = Link(pair.phone, pair.watch)
+        second.connect()
+        #expect(try await pair.watch.get(TestKeys.blob) == Data([1, 2, 3]))
+        #expect(try pair.watch.stagedChunkBytes() == 0)
+        let nextHello = messages(Link(pair.phone, pair.watch).b.start(now: 0))
+        guard case .hello(let announced)? = nextHello.first else {
+            Issue.record("no hello")
+            return
+        }
+        #expect(announced.partialTransfers.isEmpty)
+    }
+
+    /// The receiver writes the key itself: the staged transfer of an older
+    /// version can never win and is dropped at the next session start.
+    @Test func stagedChunksOlderThanTheLocalValueAreDroppedAtTheNextHello() async throws {
+        let pair = try Pair()
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        let old = version(pair)
+        _ = link.b.receive(chunk(TestKeys.blob.name, version: old, total: 200_000, index: 0, count: 4, bytes: [UInt8](repeating: 3, count: 65_536)), now: link.now)
+        #expect(link.b.failure == nil)
+        #expect(try pair.watch.stagedChunkBytes() == 65_536)
+        pair.watchClock.advance(by: 5_000)
+        try await pair.watch.set(Data([9]), for: TestKeys.blob)
+        guard case .hello(let hello)? = messages(Link(pair.phone, pair.watch).b.start(now: 0)).first else {
+            Issue.record("no hello")
+            return
+        }
+        #expect(hello.partialTransfers.isEmpty)
+        #expect(try pair.watch.stagedChunkBytes() == 0)
+    }
+
+    @Test func stagedBytesPerPeerAreBounded() async throws {
+        let folder = TempFolder()
+        let blob2 = Key<Data>("blob2", default: Data(), policy: .manual, serializer: .data)
+        let keys: [any KeyDeclaration] = [TestKeys.blob, blob2]
+        let clock = ManualClock()
+        var options = StoreOptions(clock: clock)
+        options.maxValueSize = 300_000
+        options.maxStagedChunkBytes = 300_000
+        let phone = try SyncStore(path: folder.file("p"), role: .phone, registry: try KeyRegistry(keys), options: StoreOptions(clock: clock))
+        let watch = try SyncStore(path: folder.file("w"), role: .watch, registry: try KeyRegistry(keys), options: options)
+        let link = Link(phone, watch)
+        link.connect()
+        let v = HLCTimestamp(physicalMilliseconds: clock.nowMilliseconds(), counter: 0, node: phone.nodeID)
+        let piece = [UInt8](repeating: 5, count: 65_536)
+        for index in 0..<4 {
+            _ = link.b.receive(chunk(TestKeys.blob.name, version: v, total: 280_000, index: index, count: 5, bytes: piece), now: link.now)
+        }
+        #expect(try watch.stagedChunkBytes() == 4 * 65_536)
+        _ = link.b.receive(chunk(blob2.name, version: v, total: 280_000, index: 0, count: 5, bytes: piece), now: link.now)
+        #expect(link.b.failure == nil)
+        #expect(try watch.stagedChunkBytes() == 65_536)  // the other transfer made room; it is resent later
+        guard case .hello(let hello)? = messages(Link(phone, watch).b.start(now: 0)).first else {
+            Issue.record("no hello")
+            return
+        }
+        #expect(hello.partialTransfers.map(\.key) == [blob2.name])
+    }
+}
+
+// MARK: - The conflict log is bounded
+
+@Suite(.timeLimit(.minutes(1))) struct ConflictLogBoundTests {
+    /// The watch's losing write arrives twice: one resolution, logged once.
+    @Test func duplicatedDeliveryLogsTheConflictOnce() async throws {
+        let pair = try Pair()
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        try await pair.watch.set(1, for: TestKeys.steps)
+        pair.phoneClock.advance(by: 1_000)
+        try await pair.phone.set(2, for: TestKeys.steps)
+        let fromWatch = link.b.pump(now: link.now)
+        #expect(fromWatch.count == 1)
+        for frame in fromWatch + fromWatch { _ = link.a.receive(frame, now: link.now) }
+        #expect(try pair.phone.conflictLog().count == 1)
+        #expect(pair.phone.syncCounters.conflicts == 1)
+        #expect(try await pair.phone.get(TestKeys.steps) == 2)
+    }
+
+    @Test func logKeepsTheNewestWithinItsLimitAndAge() async throws {
+        let folder = TempFolder()
+        let phoneClock = ManualClock()
+        let watchClock = ManualClock()
+        var options = StoreOptions(clock: phoneClock)
+        options.conflictLogLimit = 5
+        options.conflictLogMaxAge = .seconds(3600)
+        let registry = try KeyRegistry([TestKeys.daily])
+        let phone = try SyncStore(path: folder.file("p"), role: .phone, registry: registry, options: options)
+        let watch = try SyncStore(path: folder.file("w"), role: .watch, registry: registry, options: StoreOptions(clock: watchClock))
+        let link = Link(phone, watch)
+        link.connect()
+        func conflict(_ name: String) async throws {
+            try await watch.set(1, for: TestKeys.daily[name])
+            phoneClock.advance(by: 10)
+            try await phone.set(2, for: TestKeys.daily[name])
+            link.run([], link.b.pump(now: link.now))  // the watch's write reaches the phone first, then both settle
+        }
+        for i in 0..<12 { try await conflict("d\(i)") }
+        let log = try phone.conflictLog()
+        #expect(log.map(\.key) == (7..<12).reversed().map { TestKeys.daily["d\($0)"].name })
+        #expect(phone.syncCounters.conflicts == 12)
+
+        phoneClock.advance(by: 2 * 3_600_000)
+        watchClock.advance(by: 2 * 3_600_000)
+        try await conflict("late")
+        #expect(try phone.conflictLog().map(\.key) == [TestKeys.daily["late"].name])
+    }
+
+    /// A v3 file with a conflict logged twice is migrated to one row per resolution.
+    @Test func migrationKeepsOneRowPerResolution() async throws {
+        let folder = TempFolder()
+        let path = folder.file("p.sqlite")
+        let registry = try KeyRegistry([TestKeys.steps])
+        do {
+            let store = try SyncStore(path: path, role: .phone, registry: registry)
+            store.close()
+        }
+        try rawSQL(path, """
+            DROP INDEX sync_conflicts_resolution;
+            INSERT INTO sync_conflicts(key, local_ver, local_node, remote_ver, remote_node, winner, rule, resolved_at)
+              VALUES ('k', 5, 1, 4, 2, 'local', 'last-writer-wins', 1), ('k', 5, 1, 4, 2, 'local', 'last-writer-wins', 2),
+                     ('k', 6, 1, 4, 2, 'local', 'last-writer-wins', 3);
+            PRAGMA user_version = 3;
+            """)
+        let store = try SyncStore(path: path, role: .phone, registry: registry)
+        #expect(try store.conflictLog().count == 2)
+    }
+}
