@@ -18,7 +18,7 @@ public struct NodeCommand: AsyncParsableCommand {
 
     @Option(help: "phone or watch.") var role: DeviceRole
     @Option(help: "The store's SQLite file (created when missing).") var db: String
-    @Option(help: "The key registry, {\"keys\":[{\"name\",\"availability\",\"policy\",\"security\"}]}.") var keys: String
+    @Option(help: "The key registry, {\"keys\":[{\"name\",\"availability\",\"policy\",\"security\",\"type\"}]} (type optional).") var keys: String
     @Option(name: .customLong("secret-file"), help: "The pairing secret made by `syncsim pair`.") var secretFile: String
     @Option(help: "Listen on HOST:PORT (port 0 picks a free port).") var listen: String?
     @Option(help: "Connect to HOST:PORT, reconnecting with backoff.") var connect: String?
