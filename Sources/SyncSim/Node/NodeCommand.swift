@@ -71,8 +71,9 @@ public struct NodeCommand: AsyncParsableCommand {
                 output.write(["event": "listening", "port": listener.port])
                 group.addTask { await peer.serve(listener) }
                 group.addTask {
-                    for await rejection in listener.rejections {
-                        output.write(["event": "rejected", "error": "\(rejection)"])
+                    // Rate limited: each event stands for one rejection and `suppressed` others not reported on their own.
+                    for await rejection in listener.rejectionReports {
+                        output.write(["event": "rejected", "error": "\(rejection.reason)", "suppressed": rejection.suppressed])
                     }
                 }
             } else if let connect, let (host, port) = NodeCommand.split(connect) {
