@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 @testable import SyncEngine
+import SyncSim
 import SyncTransport
 import Testing
 #if canImport(Glibc)
@@ -69,6 +70,14 @@ private func onThread(_ body: @escaping @Sendable () -> Void) async {
         #expect(sessions >= 2)
         #expect(sessions <= 20, "\(sessions) sessions in 2 s: the mis-paired watch redials without backing off")
         #expect(reasons.allSatisfy { $0.contains("pairing") || $0.contains("closed") }, "\(reasons.prefix(3))")
+    }
+
+    /// `syncsim bench transport --quick` works end to end (no timing assertions).
+    @Test func rejectionBenchmarkQuickRun() async throws {
+        let figures = try await RejectionBenchmark(quick: true).run()
+        let row = try #require(figures.first { $0.name.hasPrefix("pre-auth rejection CPU per connection") })
+        #expect(row.value > 0 && (row.baseline ?? 0) > 0 && row.ratio != nil)
+        #expect(figures.contains { $0.name.hasPrefix("pre-auth rejection CPU ÷ one 4 MB inflate") })
     }
 
     /// A flood of strangers makes `syncsim node` write a bounded number of
