@@ -153,9 +153,6 @@ final class ChildChannelRegistry: Sendable {
 
     private let state = Mutex(State())
 
-    /// The number of children held (for tests).
-    var count: Int { state.withLock { $0.children.count } }
-
     /// Takes ownership of a fresh child; closes it at once if the loop is over.
     func register(_ child: TransportChannel) {
         let late = state.withLock { state -> Bool in

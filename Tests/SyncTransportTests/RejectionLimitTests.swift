@@ -56,7 +56,7 @@ import Glibc
     /// `suppressed` others; the logs carry the same counts.
     @Test func suppressedRejectionsAreCountedInTheReports() async throws {
         let logs = LogCapture()
-        let limit = RateLimit(burst: 5, interval: .milliseconds(200))
+        let limit = RateLimit(burst: 5, interval: .milliseconds(500))
         let listener = try await TCPListener.bind(
             host: "127.0.0.1", port: 0, configuration: testConfiguration(secret, logs: logs) { $0.rejectionReportLimit = limit })
         let strangers = 500
