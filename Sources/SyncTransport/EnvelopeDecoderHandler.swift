@@ -7,8 +7,9 @@ import Synchronization
 /// there, so an oversized or foreign frame fails before its payload is
 /// buffered; then the checksum. Decryption and inflation happen in the
 /// connection's async code. The first `handshakeFrames` frames may be at most
-/// `handshakeFrameLimit` bytes: a stranger cannot make us buffer megabytes
-/// before it authenticated.
+/// `handshakeFrameLimit` bytes and must not be compressed (refused as soon as
+/// the flags byte arrives): a stranger cannot make us buffer or inflate
+/// megabytes before it authenticated.
 struct EnvelopeDecoderHandler: ByteToMessageDecoder {
     typealias InboundOut = Envelope
 
@@ -30,7 +31,15 @@ struct EnvelopeDecoderHandler: ByteToMessageDecoder {
 
     mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
         let active = handshakeFrames > 0 ? handshakeCodec : codec
-        guard let header = try active.parseHeader(buffer.readableBytesView.prefix(FrameEnvelope.headerSize)) else {
+        let parsed = try active.parseHeader(buffer.readableBytesView.prefix(FrameEnvelope.headerSize))
+        if handshakeFrames > 0, let flags = buffer.getInteger(at: buffer.readerIndex + 4, as: UInt8.self),
+           EnvelopeFlags(rawValue: flags).contains(.compressed) {
+            let type = buffer.getInteger(at: buffer.readerIndex + 3, as: UInt8.self) ?? 0
+            throw TransportError(
+                .protocolViolation,
+                "a compressed frame of type 0x\(hex(type)) arrived before authentication; handshake frames are never compressed")
+        }
+        guard let header = parsed else {
             return .needMoreData
         }
         guard buffer.readableBytes >= FrameEnvelope.headerSize + header.payloadLength else {

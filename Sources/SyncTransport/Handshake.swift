@@ -104,8 +104,11 @@ struct DialerHandshake {
             return .fail(TransportError(.protocolViolation, "unexpected frame after the handshake ended"), notify: nil)
         }
         state = .finished
-        if frame.type == TransportFrameType.error, let message = try? TransportMessage.ErrorMessage(frame) {
-            return .fail(message.transportError(from: "the listener"), notify: nil)
+        if frame.type == TransportFrameType.error {
+            // A stranger's words: never repeated, only a known code is kept.
+            return .fail(
+                TransportMessage.ErrorMessage.preAuthenticationError(frame, from: "the listener", ourVersions: versions),
+                notify: nil)
         }
         let challenge: TransportMessage.Challenge
         do {
@@ -156,8 +159,11 @@ struct ListenerHandshake {
     mutating func receive(_ frame: Frame) -> HandshakeAction {
         let current = state
         state = .finished
-        if frame.type == TransportFrameType.error, let message = try? TransportMessage.ErrorMessage(frame) {
-            return .fail(message.transportError(from: "the dialer"), notify: nil)
+        if frame.type == TransportFrameType.error {
+            // A stranger's words: never repeated, only a known code is kept.
+            return .fail(
+                TransportMessage.ErrorMessage.preAuthenticationError(frame, from: "the dialer", ourVersions: versions),
+                notify: nil)
         }
         switch current {
         case .awaitingHello:
@@ -203,5 +209,27 @@ struct ListenerHandshake {
         case .finished:
             return .fail(TransportError(.protocolViolation, "unexpected frame after the handshake ended"), notify: nil)
         }
+    }
+}
+
+extension FrameCodec {
+    /// Opens a handshake frame (before authentication): plaintext, never
+    /// compressed (our sender never compresses one, and inflating a
+    /// stranger's bytes is work they did not pay for), never encrypted.
+    /// Refuses anything else with `.protocolViolation`, without inflating.
+    func openHandshakeEnvelope(_ envelope: Envelope) throws -> Frame {
+        try checkVersion(envelope.version)
+        try checkFlags(envelope.flags, type: envelope.type)
+        guard !envelope.flags.contains(.compressed) else {
+            throw TransportError(
+                .protocolViolation,
+                "a compressed frame of type 0x\(hex(envelope.type)) arrived before authentication; handshake frames are never compressed")
+        }
+        guard !envelope.flags.contains(.encrypted) else {
+            throw TransportError(
+                .protocolViolation,
+                "frame of type 0x\(hex(envelope.type)) is encrypted, but no secure channel is established")
+        }
+        return Frame(type: envelope.type, payload: envelope.payload)
     }
 }

@@ -1,9 +1,15 @@
-/// How long `ReconnectingDialer` waits between failed attempts:
-/// exponential backoff with jitter.
+/// How long a reconnect loop waits between attempts: exponential backoff
+/// with jitter, reset only by a session that stayed up for a while.
 ///
 /// The n-th consecutive failure (n >= 1) waits
 /// `min(maxDelay, initialDelay * multiplier^(n-1))`, then scaled by a random
-/// factor in `1-jitter ... 1+jitter`, and never more than `maxDelay`.
+/// factor in `1-jitter ... 1+jitter`, and never more than `maxDelay`. A
+/// failure is a dial that did not connect, and also a connection that ended
+/// less than `resetAfter` after it was established (accepted and then
+/// dropped, or a session refused at once: wrong pairing, wrong role). Only a
+/// connection that lasted `resetAfter` starts the count over.
+/// `ReconnectingDialer` and `SyncPeer.maintainConnection` both follow it
+/// (see `ReconnectBackoff`).
 public struct ReconnectPolicy: Sendable, Hashable {
     /// The wait after the first failure (and before redialing a dropped connection).
     public var initialDelay: Duration
@@ -13,16 +19,21 @@ public struct ReconnectPolicy: Sendable, Hashable {
     public var multiplier: Double
     /// The random spread as a fraction of the delay, in `0...1`.
     public var jitter: Double
+    /// How long a connection must stay established for the backoff to start
+    /// over; one that ends sooner counts as a failure.
+    public var resetAfter: Duration
 
-    /// Creates a policy; the defaults are 100 ms, doubling up to 30 s, ±20 %.
+    /// Creates a policy; the defaults are 100 ms, doubling up to 30 s, ±20 %,
+    /// reset after a connection that lasted 5 s.
     public init(
         initialDelay: Duration = .milliseconds(100), maxDelay: Duration = .seconds(30),
-        multiplier: Double = 2, jitter: Double = 0.2
+        multiplier: Double = 2, jitter: Double = 0.2, resetAfter: Duration = .seconds(5)
     ) {
         self.initialDelay = initialDelay
         self.maxDelay = maxDelay
         self.multiplier = multiplier
         self.jitter = jitter
+        self.resetAfter = resetAfter
     }
 
     /// The delay before the attempt that follows the `failures`-th
@@ -40,5 +51,36 @@ public struct ReconnectPolicy: Sendable, Hashable {
         let factor = 1 - spread + 2 * spread * random.nextDouble()
         let delay = base * factor
         return min(max(delay, .zero), maxDelay)
+    }
+}
+
+/// The state of one reconnect loop under a `ReconnectPolicy`, as a pure
+/// value: tell it what happened, it says how long to wait before the next dial.
+public struct ReconnectBackoff: Sendable {
+    /// The policy it follows.
+    public let policy: ReconnectPolicy
+    /// Consecutive failures so far (dials that failed, connections that ended early).
+    public private(set) var failures = 0
+    private var random: SeededRandom
+
+    /// Starts with no failure; `seed` makes the jitter reproducible.
+    public init(policy: ReconnectPolicy, seed: UInt64 = .random(in: 0...UInt64.max)) {
+        self.policy = policy
+        random = SeededRandom(seed: seed)
+    }
+
+    /// A dial failed: the wait before the next one.
+    public mutating func dialFailed() -> Duration {
+        failures += 1
+        return policy.delay(afterFailures: failures, using: &random)
+    }
+
+    /// An established connection ended after `lasted`: the wait before
+    /// redialing. `initialDelay` (jittered) if it lasted `resetAfter`;
+    /// otherwise it counts as one more failure.
+    public mutating func connectionEnded(after lasted: Duration) -> Duration {
+        if lasted >= policy.resetAfter { failures = 0 }
+        failures += 1
+        return policy.delay(afterFailures: failures, using: &random)
     }
 }

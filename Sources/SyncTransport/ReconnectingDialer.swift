@@ -13,34 +13,49 @@ import Synchronization
 /// }
 /// ```
 /// Asking for the next connection closes the previous one if it is still
-/// open, and waits `initialDelay` before redialing, so a peer that accepts
-/// and drops at once is not hammered. Iterate from one task at a time.
+/// open, and waits before redialing: `initialDelay` after a connection that
+/// stayed up at least `ReconnectPolicy.resetAfter`, and a growing delay after
+/// one that ended sooner, so a peer that accepts and drops (or refuses the
+/// session) at once is not hammered. Iterate from one task at a time.
 public final class ReconnectingDialer: AsyncSequence, Sendable {
     public typealias Element = any FrameConnection
 
     private struct State {
         var current: (any FrameConnection)?
-        var random: SeededRandom
+        var established: ContinuousClock.Instant?
+        var backoff: ReconnectBackoff
         var attempts = 0
     }
 
     private let policy: ReconnectPolicy
     private let connect: @Sendable () async throws -> any FrameConnection
+    private let sleep: @Sendable (Duration) async throws -> Void
     private let logger: Logger
     private let closed = Latch()
     private let state: Mutex<State>
 
     /// Dials with `connect`, which returns an established connection or throws.
     /// `seed` makes the jitter reproducible; by default it is random.
-    public init(
+    public convenience init(
         policy: ReconnectPolicy = .init(), seed: UInt64 = .random(in: 0...UInt64.max),
         logger: Logger = Logger(label: "SyncTransport", factory: { _ in SwiftLogNoOpLogHandler() }),
         connect: @escaping @Sendable () async throws -> any FrameConnection
     ) {
+        self.init(policy: policy, seed: seed, logger: logger, sleep: { try await Task.sleep(for: $0) }, connect: connect)
+    }
+
+    /// As above, with the wait between attempts replaced (tests record the delays chosen).
+    init(
+        policy: ReconnectPolicy, seed: UInt64,
+        logger: Logger = Logger(label: "SyncTransport", factory: { _ in SwiftLogNoOpLogHandler() }),
+        sleep: @escaping @Sendable (Duration) async throws -> Void,
+        connect: @escaping @Sendable () async throws -> any FrameConnection
+    ) {
         self.policy = policy
         self.connect = connect
+        self.sleep = sleep
         self.logger = logger
-        self.state = Mutex(State(random: SeededRandom(seed: seed)))
+        self.state = Mutex(State(backoff: ReconnectBackoff(policy: policy, seed: seed)))
     }
 
     /// Dials `host:port` with `TCPTransport.connect`.
@@ -82,15 +97,24 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
     }
 
     private func nextConnection() async -> (any FrameConnection)? {
-        let previous = state.withLock { state -> (any FrameConnection)? in
-            defer { state.current = nil }
-            return state.current
+        let (previous, established) = state.withLock { state -> ((any FrameConnection)?, ContinuousClock.Instant?) in
+            defer {
+                state.current = nil
+                state.established = nil
+            }
+            return (state.current, state.established)
         }
         if let previous {
             await previous.close()
-            guard await pause(policy.initialDelay) else { return nil }
+            let lasted = ContinuousClock.now - (established ?? .now)
+            let delay = state.withLock { $0.backoff.connectionEnded(after: lasted) }
+            if lasted < policy.resetAfter {
+                logger.info(
+                    "the connection ended soon after it was established; backing off",
+                    metadata: ["lasted": "\(lasted)", "retryIn": "\(delay)"])
+            }
+            guard await pause(delay) else { return nil }
         }
-        var failures = 0
         while !closed.isOpen, !Task.isCancelled {
             state.withLock { $0.attempts += 1 }
             do {
@@ -98,6 +122,7 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
                 let accepted = state.withLock { state -> Bool in
                     guard !closed.isOpen else { return false }
                     state.current = connection
+                    state.established = .now
                     return true
                 }
                 guard accepted else {
@@ -106,8 +131,7 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
                 }
                 return connection
             } catch {
-                failures += 1
-                let delay = state.withLock { policy.delay(afterFailures: failures, using: &$0.random) }
+                let (delay, failures) = state.withLock { ($0.backoff.dialFailed(), $0.backoff.failures) }
                 logger.warning(
                     "dial attempt failed",
                     metadata: ["reason": "\(error)", "failures": "\(failures)", "retryIn": "\(delay)"])
@@ -120,10 +144,11 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
     /// Sleeps for `delay`; `false` if the dialer was closed or the task cancelled first.
     private func pause(_ delay: Duration) async -> Bool {
         let closed = self.closed
+        let sleep = self.sleep
         return await withTaskGroup(of: Bool.self) { group in
             group.addTask {
                 do {
-                    try await Task.sleep(for: delay)
+                    try await sleep(delay)
                     return true
                 } catch {
                     return false

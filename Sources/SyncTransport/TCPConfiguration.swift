@@ -39,6 +39,12 @@ public struct TCPConfiguration: Sendable {
     /// Told how many bytes each socket read or write moved, without a copy of
     /// them: for counters and benchmarks. Called on an event loop: keep it short.
     public var onWireByteCount: (@Sendable (WireDirection, Int) -> Void)?
+    /// How many handshake rejections a listener logs and reports (on
+    /// `rejections`, `rejectionReports`) at most: by default 10 at once, then
+    /// one a second. Beyond it they are counted, and the count goes with the
+    /// next report (`TCPListener.Rejection.suppressed`): a flood of strangers
+    /// costs a bounded number of log lines and events.
+    public var rejectionReportLimit = RateLimit()
 
     /// Creates a configuration; every setting but the secret has a default.
     public init(

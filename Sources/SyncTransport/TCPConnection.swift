@@ -147,7 +147,7 @@ final class TCPConnection: FrameConnection {
                     continue
                 case TransportFrameType.error:
                     let message = try TransportMessage.ErrorMessage(frame)
-                    throw message.transportError(from: "the peer")
+                    throw message.transportError(from: "the peer")  // escaped and bounded
                 case Frame.firstReservedType...:
                     throw TransportError(
                         .protocolViolation, "unexpected transport frame type 0x\(hex(frame.type)) after the handshake")

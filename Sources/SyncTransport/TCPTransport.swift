@@ -119,7 +119,12 @@ public enum TCPTransport {
                         failure = TransportError(
                             .timeout, "the handshake did not finish within \(timeout); the connection was closed")
                     }
-                    logger.warning("rejected the peer during the handshake", metadata: ["reason": "\(failure)"])
+                    // The listener reports its rejections itself, within a rate
+                    // limit (strangers can cause them at will); a dialer's
+                    // attempts are paced by its reconnect backoff.
+                    if role == .dialer {
+                        logger.warning("rejected the peer during the handshake", metadata: ["reason": "\(failure)"])
+                    }
                     resumed = true
                     continuation.resume(throwing: failure)
                     return
@@ -159,7 +164,7 @@ public enum TCPTransport {
                 throw TransportError(.closed, "the peer closed the connection during the handshake")
             }
             activity.didDeliver()
-            return try codec.openEnvelope(envelope)
+            return try codec.openHandshakeEnvelope(envelope)
         }
         var dialer = DialerHandshake(secret: configuration.secret, versions: configuration.wireVersions)
         var listener = ListenerHandshake(secret: configuration.secret, versions: configuration.wireVersions)

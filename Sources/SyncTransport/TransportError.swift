@@ -20,6 +20,13 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
         public static let timeout = Code("timeout")
         public static let connectFailed = Code("connect-failed")
         public static let badSecretFile = Code("bad-secret-file")
+
+        /// Every code this build defines.
+        static let all: [Code] = [
+            .closed, .truncatedFrame, .oversizedFrame, .badMagic, .unsupportedVersion, .checksumMismatch,
+            .decompressionFailed, .authenticationFailed, .decryptionFailed, .protocolViolation, .timeout,
+            .connectFailed, .badSecretFile,
+        ]
     }
 
     public let code: Code

@@ -18,7 +18,7 @@ enum TransportMessage {
     static let nonceSize = 32
     static let proofSize = 32
 
-    /// `0xF0`: `minVersion(1) maxVersion(1) nonce(32)`; later bytes are ignored.
+    /// `0xF0`: `minVersion(1) maxVersion(1) nonce(32)`, exactly 34 bytes.
     struct Hello: Equatable {
         var versions: ClosedRange<UInt8>
         var nonce: [UInt8]
@@ -42,10 +42,11 @@ enum TransportMessage {
             }
             versions = low...high
             nonce = try reader.readRaw(count: nonceSize)
+            try expectEnd(reader, "hello", size: 2 + nonceSize)
         }
     }
 
-    /// `0xF1`: `version(1) nonce(32) proof(32)`; later bytes are ignored.
+    /// `0xF1`: `version(1) nonce(32) proof(32)`, exactly 65 bytes.
     struct Challenge: Equatable {
         var version: UInt8
         var nonce: [UInt8]
@@ -67,10 +68,11 @@ enum TransportMessage {
             version = try reader.readUInt8()
             nonce = try reader.readRaw(count: nonceSize)
             proof = try reader.readRaw(count: proofSize)
+            try expectEnd(reader, "challenge", size: 1 + nonceSize + proofSize)
         }
     }
 
-    /// `0xF2`: `proof(32)`; later bytes are ignored.
+    /// `0xF2`: `proof(32)`, exactly 32 bytes.
     struct Proof: Equatable {
         var proof: [UInt8]
 
@@ -82,11 +84,16 @@ enum TransportMessage {
             try expect(frame, TransportFrameType.proof, "proof")
             var reader = ByteReader(frame.payload)
             proof = try reader.readRaw(count: proofSize)
+            try expectEnd(reader, "proof", size: proofSize)
         }
     }
 
     /// `0xF4`: `code(string, <= 64 bytes) message(string, <= 1024 bytes)`,
-    /// strings as varint length + UTF-8.
+    /// strings as varint length + UTF-8, nothing after them.
+    ///
+    /// Before authentication the text is a stranger's: only a known code is
+    /// kept, with our own message (`preAuthenticationError`). After it, the
+    /// peer's text is escaped and bounded (`transportError`).
     struct ErrorMessage: Equatable {
         var code: String
         var message: String
@@ -108,11 +115,61 @@ enum TransportMessage {
             var reader = ByteReader(frame.payload)
             code = try reader.readString(maxLength: 64)
             message = try reader.readString(maxLength: 1024)
+            guard reader.isAtEnd else {
+                throw TransportError(
+                    .protocolViolation, "an error frame has \(reader.remaining) bytes after its message; it must end there")
+            }
         }
 
-        /// The error as the receiver reports it.
+        /// The error as the receiver reports it after authentication: the
+        /// peer's code and message escaped (no control characters, bounded).
         func transportError(from peer: String) -> TransportError {
-            TransportError(TransportError.Code(code), "\(peer) closed the connection: \(message)")
+            TransportError(
+                TransportError.Code(PeerText.escaped(code, maxLength: 64)),
+                "\(peer) closed the connection: \(PeerText.escaped(message))")
+        }
+
+        /// The error as the receiver reports it before authentication: nothing
+        /// the peer wrote, only its code if we know it, with our own words.
+        /// `ourVersions` is the range we announced (for `unsupported-version`).
+        func preAuthenticationError(from peer: String, ourVersions: ClosedRange<UInt8>) -> TransportError {
+            let known = TransportError.Code.all.first { $0.rawValue == code }
+            let reason: String
+            switch known {
+            case .unsupportedVersion?:
+                reason = "it has no wire version in common with ours (\(ourVersions.lowerBound)...\(ourVersions.upperBound)); "
+                    + "update the app on the device with the older version"
+            case .authenticationFailed?:
+                reason = "it could not verify that we hold its pairing secret (different pairing, or not our peer); "
+                    + "pair the devices again if they belong together"
+            case .protocolViolation?, .truncatedFrame?, .oversizedFrame?, .badMagic?, .checksumMismatch?,
+                .decompressionFailed?, .decryptionFailed?:
+                reason = "it found our handshake malformed (\(code)); check that both devices run a compatible build"
+            case .timeout?:
+                reason = "our handshake did not finish in its time limit; check the network and retry"
+            case let code?:
+                reason = "it gave the reason \(code)"
+            case nil:
+                return TransportError(
+                    .closed, "\(peer) closed the connection during the handshake with an error code this build does not know")
+            }
+            return TransportError(known ?? .closed, "\(peer) refused the handshake: \(reason)")
+        }
+
+        /// Parses an error frame received before authentication into our own error.
+        static func preAuthenticationError(_ frame: Frame, from peer: String, ourVersions: ClosedRange<UInt8>) -> TransportError {
+            guard let message = try? ErrorMessage(frame) else {
+                return TransportError(.protocolViolation, "\(peer) sent a malformed error frame during the handshake")
+            }
+            return message.preAuthenticationError(from: peer, ourVersions: ourVersions)
+        }
+    }
+
+    private static func expectEnd(_ reader: ByteReader, _ name: String, size: Int) throws {
+        guard reader.isAtEnd else {
+            throw TransportError(
+                .protocolViolation,
+                "a \(name) is exactly \(size) bytes; this one has \(reader.remaining) more (the peer is not a compatible SyncEngine)")
         }
     }
 

@@ -51,7 +51,7 @@ import Testing
             var input = corpus[Int(random.next(below: UInt64(corpus.count)))]
             let mutations = 1 + Int(random.next(below: 3))
             for _ in 0..<mutations {
-                mutate(&input, corpus: corpus, random: &random)
+                Self.mutate(&input, corpus: corpus, random: &random)
             }
             let split = Int(random.next(below: UInt64(input.count + 1)))
             let outcome = decodeAll(input, splitAt: split, codec: codec)
@@ -65,7 +65,8 @@ import Testing
         #expect(counts.values.reduce(0, +) == Self.iterations)
     }
 
-    private func mutate(_ input: inout [UInt8], corpus: [[UInt8]], random: inout SeededRandom) {
+    /// One random mutation (shared with `EnvelopeDecoderFuzzTests`).
+    static func mutate(_ input: inout [UInt8], corpus: [[UInt8]], random: inout SeededRandom) {
         guard !input.isEmpty else {
             input = [UInt8(truncatingIfNeeded: random.next())]
             return

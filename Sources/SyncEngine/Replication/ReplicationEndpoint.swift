@@ -108,7 +108,9 @@ public final class ReplicationEndpoint {
                     store.counters.withLock { $0.entriesSent += 1 }
                 }
             case .error(let error):
-                let reported = SyncError(SyncError.Code(error.code), "the peer ended the session: \(error.message)")
+                // The peer's words, escaped and bounded: they end up in logs and events.
+                let reported = SyncError(SyncError.Code(PeerText.escaped(error.code, maxLength: 64)),
+                                         "the peer ended the session: \(PeerText.escaped(error.message))")
                 failure = reported
                 machine.fail()
                 store.emit(.error(reported))

@@ -1,3 +1,5 @@
+import SyncTransport
+
 /// The replication session's protocol state, as a pure state machine: no
 /// I/O, no clock reads. Inputs are messages and times; outputs are actions
 /// that the shell (`ReplicationEndpoint`) performs.
@@ -219,7 +221,7 @@ struct SessionStateMachine {
             return .failure(SyncError(.handshakeFailed, "the peer has this store's own node id \(String(local.node, radix: 16)); a store cannot sync with a copy of itself"))
         }
         guard hello.pairingEpoch == local.pairingEpoch else {
-            return .failure(SyncError(.pairingMismatch, "the peer belongs to another pairing (epoch \(hello.pairingEpoch), ours \(local.pairingEpoch)); pair the devices again"))
+            return .failure(SyncError(.pairingMismatch, "the peer belongs to another pairing (epoch \(PeerText.escaped(hello.pairingEpoch, maxLength: 64)), ours \(local.pairingEpoch)); pair the devices again"))
         }
         var mismatched = Set<String>()
         if hello.registryFingerprint != local.fingerprint {

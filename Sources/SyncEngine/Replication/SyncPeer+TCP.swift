@@ -21,11 +21,20 @@ extension SyncPeer {
 
     /// Keeps a session with the peer at `host:port` up: dials, runs the
     /// session, and redials with exponential backoff and jitter whenever the
-    /// connection fails or ends, until the task is cancelled.
+    /// connection fails or ends, until the task is cancelled. The backoff
+    /// starts over only after a session that lasted 5 s: a peer that accepts
+    /// and drops the connection, or refuses the session at once (another
+    /// pairing, the wrong role), is redialed with growing delays.
     public func maintainConnection(host: String, port: Int, configuration: TCPConfiguration,
                                    initialDelay: Duration = .milliseconds(100), maxDelay: Duration = .seconds(10)) async {
-        var delay = initialDelay
-        var random = SystemRandomNumberGenerator()
+        await maintainConnection(host: host, port: port, configuration: configuration,
+                                 policy: ReconnectPolicy(initialDelay: initialDelay, maxDelay: maxDelay))
+    }
+
+    /// As above, with the whole `ReconnectPolicy` (delays, jitter, and how
+    /// long a session must last for the backoff to start over: `resetAfter`).
+    public func maintainConnection(host: String, port: Int, configuration: TCPConfiguration, policy: ReconnectPolicy) async {
+        var backoff = ReconnectBackoff(policy: policy)
         var waitingForLock = false
         while !Task.isCancelled {
             // Dial only when this process may replicate: the peer never sees a second session for this device.
@@ -37,17 +46,18 @@ extension SyncPeer {
             }
             waitingForLock = false
             defer { ReplicationLock.release(storePath: store.path) }
+            let delay: Duration
             do {
                 let connection = try await TCPTransport.connect(host: host, port: port, configuration: configuration)
-                delay = initialDelay
+                let established = ContinuousClock.now
                 await run(over: connection)
+                delay = backoff.connectionEnded(after: .now - established)
             } catch {
                 store.emit(.error(SyncError(.notConnected, "cannot reach the peer at \(host):\(port): \(error)")))
+                delay = backoff.dialFailed()
             }
             if Task.isCancelled { break }
-            let jitter = Double.random(in: 0.5...1.0, using: &random)
-            try? await Task.sleep(for: delay * jitter)
-            delay = min(delay * 2, maxDelay)
+            try? await Task.sleep(for: delay)
         }
     }
 }

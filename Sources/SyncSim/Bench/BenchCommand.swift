@@ -1,17 +1,17 @@
 import ArgumentParser
 import Foundation
 
-/// `syncsim bench [store|sync|memory|fuzz|all] [--quick] [--json]`: figures against the machine's own limits.
+/// `syncsim bench [store|sync|memory|fuzz|transport|all] [--quick] [--json]`: figures against the machine's own limits.
 public struct BenchCommand: AsyncParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "bench",
         abstract: "Measure the engine against the machine's own limits (raw SQLite, raw zlib, raw loopback) in the same run.")
 
     public enum Suite: String, ExpressibleByArgument, CaseIterable, Sendable {
-        case store, sync, memory, fuzz, all
+        case store, sync, memory, fuzz, transport, all
     }
 
-    @Argument(help: "Which figures: store, sync, memory (1 GB of 100 KB values over TCP), fuzz (simulator scenarios/s) or all (store, sync and fuzz).")
+    @Argument(help: "Which figures: store, sync, memory (1 GB of 100 KB values over TCP), fuzz (simulator scenarios/s), transport (CPU the listener spends per rejected stranger) or all (store, sync, fuzz and transport).")
     var suite: Suite = .all
 
     @Flag(help: "A short smoke run (small counts).")
@@ -35,6 +35,9 @@ public struct BenchCommand: AsyncParsableCommand {
         }
         if suite == .fuzz || suite == .all {
             figures += try await FuzzBenchmark(quick: quick).run(progress: progress)
+        }
+        if suite == .transport || suite == .all {
+            figures += try await RejectionBenchmark(quick: quick).run(progress: progress)
         }
         if suite == .memory {
             figures += try await MemoryBenchmark(count: quick ? 200 : 10_000).run(progress: progress)

@@ -14,6 +14,8 @@ public struct NodeCommand: AsyncParsableCommand {
             Commands, one per line: put KEY JSON | get KEY | delete KEY | sync | status | wait-idle SECONDS | quit
             Every command is answered with one JSON line: {"ok":true,...} or {"ok":false,"error":"..."}.
             Events are JSON lines too, the first {"event":"listening","port":N} when listening.
+            {"event":"rejected","error":"...","suppressed":N}: a peer failed the handshake (rate limited:
+            it stands for this rejection and N others not reported on their own).
             """)
 
     @Option(help: "phone or watch.") var role: DeviceRole
@@ -71,8 +73,9 @@ public struct NodeCommand: AsyncParsableCommand {
                 output.write(["event": "listening", "port": listener.port])
                 group.addTask { await peer.serve(listener) }
                 group.addTask {
-                    for await rejection in listener.rejections {
-                        output.write(["event": "rejected", "error": "\(rejection)"])
+                    // Rate limited: each event stands for one rejection and `suppressed` others not reported on their own.
+                    for await rejection in listener.rejectionReports {
+                        output.write(["event": "rejected", "error": "\(rejection.reason)", "suppressed": rejection.suppressed])
                     }
                 }
             } else if let connect, let (host, port) = NodeCommand.split(connect) {

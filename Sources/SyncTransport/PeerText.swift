@@ -1,0 +1,40 @@
+/// Text a peer wrote (an error frame's code or message), made safe to log or
+/// put in an error: control and format characters (newlines, tabs, escape
+/// sequences, bidirectional overrides, line separators) become visible escapes
+/// (`\n`, `\r`, `\t`, `\u{1b}`), backslashes are doubled, and the length is
+/// bounded. A peer can then never forge a log line or flood a log through
+/// its text. Text from a peer that did not authenticate is never logged at all.
+public enum PeerText {
+    /// The longest escaped text kept, in Unicode scalars; longer text is cut and ends with `…`.
+    public static let defaultMaxLength = 256
+
+    /// `text` with control and format characters escaped, at most `maxLength` scalars (then `…`).
+    public static func escaped(_ text: String, maxLength: Int = defaultMaxLength) -> String {
+        var result = ""
+        var count = 0
+        for scalar in text.unicodeScalars {
+            let piece: String
+            switch scalar {
+            case "\n": piece = "\\n"
+            case "\r": piece = "\\r"
+            case "\t": piece = "\\t"
+            case "\\": piece = "\\\\"
+            default:
+                switch scalar.properties.generalCategory {
+                case .control, .format, .lineSeparator, .paragraphSeparator, .surrogate, .privateUse, .unassigned:
+                    piece = "\\u{\(String(scalar.value, radix: 16))}"
+                default:
+                    piece = String(scalar)
+                }
+            }
+            let length = piece.unicodeScalars.count
+            if count + length > maxLength {
+                result += "…"
+                break
+            }
+            result += piece
+            count += length
+        }
+        return result
+    }
+}

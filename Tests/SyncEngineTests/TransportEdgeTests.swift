@@ -1,0 +1,122 @@
+import Foundation
+import Synchronization
+@testable import SyncEngine
+import SyncSim
+import SyncTransport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Connects to 127.0.0.1:port, sends `bytes`, half-closes, reads until the
+/// peer closes, closes. Blocking POSIX calls: run it off the cooperative pool.
+private func rawExchange(port: Int, bytes: [UInt8]) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = UInt16(port).bigEndian
+    let connected = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard connected == 0 else { return }
+    _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, bytes.count, Int32(MSG_NOSIGNAL)) }
+    shutdown(fd, Int32(SHUT_WR))
+    var buffer = [UInt8](repeating: 0, count: 1_024)
+    while read(fd, &buffer, buffer.count) > 0 {}
+}
+
+/// Runs `body` on a thread of its own; returns when it finished.
+private func onThread(_ body: @escaping @Sendable () -> Void) async {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        Thread {
+            body()
+            continuation.resume()
+        }.start()
+    }
+}
+
+@Suite(.timeLimit(.minutes(2))) struct TransportEdgeTests {
+    /// Two mis-paired devices (the TCP handshake succeeds, the session fails
+    /// at once on the pairing epoch) must not redial in a tight loop:
+    /// `maintainConnection` backs off although every dial succeeds.
+    @Test func misPairedPeerRedialsWithGrowingDelays() async throws {
+        let pair = try Pair()
+        let secret = PairingSecret.generate()
+        let phone = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: "epoch-a"))
+        let watch = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: "epoch-b"))
+        let configuration = TCPConfiguration(secret: secret)
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: configuration)
+        let client = Task {
+            await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: configuration,
+                                           initialDelay: .milliseconds(10), maxDelay: .seconds(1))
+        }
+        // Without backoff: a dial every ~10 ms, well over 100 in 2 s. With it:
+        // 10, 20, 40 … 640 ms, then 1 s: about 8 (jitter and load make it fewer).
+        // The window opens at the first session (on a loaded machine the first
+        // dial alone can take long); a slow machine only makes the count lower.
+        var window: ContinuousClock.Instant?
+        var sessions = 0
+        var reasons: [String] = []
+        for await connection in listener.connections {
+            sessions += 1
+            window = window ?? ContinuousClock.now + .seconds(2)
+            reasons.append(await phone.run(over: connection))
+            if let window, ContinuousClock.now >= window { break }
+        }
+        client.cancel()
+        await listener.close()
+        _ = await client.value
+        print("mis-paired watch: \(sessions) sessions in 2 s")
+        #expect(sessions >= 1)
+        #expect(sessions <= 20, "\(sessions) sessions in 2 s: the mis-paired watch redials without backing off")
+        #expect(reasons.allSatisfy { $0.contains("pairing") || $0.contains("closed") }, "\(reasons.prefix(3))")
+    }
+
+    /// `syncsim bench transport --quick` works end to end (no timing assertions).
+    @Test func rejectionBenchmarkQuickRun() async throws {
+        let figures = try await RejectionBenchmark(quick: true).run()
+        let row = try #require(figures.first { $0.name.hasPrefix("pre-auth rejection CPU per connection") })
+        #expect(row.value > 0 && (row.baseline ?? 0) > 0 && row.ratio != nil)
+        #expect(figures.contains { $0.name.hasPrefix("pre-auth rejection CPU ÷ one 4 MB inflate") })
+    }
+
+    /// A flood of strangers makes `syncsim node` write a bounded number of
+    /// `rejected` events; the last ones carry how many were not reported.
+    @Test func nodeRejectionEventsAreRateLimited() async throws {
+        let folder = TempFolder()
+        let keys = folder.file("keys.json")
+        try Data(#"{"keys":[{"name":"health:steps","availability":"all","policy":"automaticSmall","security":"none"}]}"#.utf8)
+            .write(to: URL(fileURLWithPath: keys))
+        let secretFile = folder.file("pair.secret")
+        try PairingSecret.generate().write(to: secretFile)
+        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
+                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
+        defer { phone.stop() }
+        var out = phone.lines.makeAsyncIterator()
+        let listening = await next(&out) { $0["event"] as? String == "listening" }
+        let port = try #require(listening?["port"] as? Int)
+
+        let strangers = 300
+        let start = ContinuousClock.now
+        await onThread {
+            for _ in 0..<strangers { rawExchange(port: port, bytes: Array("GET / HTTP/1.1\r\n\r\n".utf8)) }
+        }
+        // Every rejection is accounted for: each event stands for itself and `suppressed` others.
+        var events = 0
+        var accounted = 0
+        while accounted < strangers {
+            guard let event = await next(&out, where: { $0["event"] as? String == "rejected" }) else { break }
+            events += 1
+            #expect(event["error"] as? String != nil)
+            accounted += 1 + (event["suppressed"] as? Int ?? 0)
+        }
+        let seconds = Int((ContinuousClock.now - start) / .seconds(1))
+        print("syncsim node: \(events) rejected events for \(accounted) strangers in \(seconds) s")
+        #expect(accounted == strangers)
+        // The default limit: 10 at once, then one a second.
+        #expect(events <= 10 + seconds + 2, "\(events) rejected events for \(strangers) strangers in \(seconds) s")
+    }
+}

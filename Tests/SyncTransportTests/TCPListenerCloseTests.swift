@@ -1,0 +1,76 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import SyncTransport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A listener that closes while connections are queued must never drop an
+/// accepted channel unclosed (apple/swift-nio #2637: the process aborts with
+/// "Deinited NIOAsyncWriter without calling finish()"). An abort kills the
+/// test process, so this suite fails by crashing when the window is open.
+@Suite(.timeLimit(.minutes(3))) struct TCPListenerCloseTests {
+    let secret = PairingSecret.generate()
+
+    /// Opens a blocking TCP connection to 127.0.0.1:port; `nil` if refused.
+    static func rawConnect(port: Int) -> Int32? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard result == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
+    }
+
+    @Test func closingWithQueuedConnectionsNeverDropsAChannel() async throws {
+        let rounds = 300
+        var accepted = 0
+        var refused = 0
+        for round in 0..<rounds {
+            let listener = try await TCPListener.bind(
+                host: "127.0.0.1", port: 0, configuration: testConfiguration(secret) { $0.handshakeTimeout = .seconds(5) })
+            let port = listener.port
+            // A few dialers that complete the handshake (or fail once the listener is gone).
+            let dialers = (0..<2).map { _ in
+                Task { [secret] in
+                    try? await TCPTransport.connect(host: "127.0.0.1", port: port, configuration: testConfiguration(secret))
+                }
+            }
+            // A burst of raw connects: the kernel completes them before NIO accepts.
+            var sockets: [Int32] = []
+            for _ in 0..<(8 + round % 16) {
+                if let fd = Self.rawConnect(port: port) { sockets.append(fd) }
+            }
+            // Vary the moment of the close against the accept loop.
+            switch round % 4 {
+            case 0: break
+            case 1: await Task.yield()
+            case 2: for _ in 0..<(round % 7) { await Task.yield() }
+            default:
+                var connections = listener.connections.makeAsyncIterator()
+                if await connections.next() != nil { accepted += 1 }
+            }
+            await listener.close()
+            for fd in sockets { close(fd) }
+            for dialer in dialers {
+                if let connection = await dialer.value {
+                    await connection.close()
+                } else {
+                    refused += 1
+                }
+            }
+            // Everything the listener still owned is closed: its connections stream is finished.
+            for await connection in listener.connections { await connection.close() }
+        }
+        print("listener close stress: \(rounds) rounds, \(accepted) accepted, \(refused) dials refused")
+    }
+}
