@@ -119,9 +119,8 @@ import Testing
         #expect(stats.skippedWrites == 1)
         #expect(try store.entryInfo(forKey: TestKeys.steps.name)!.version == before)
         try await store.set(4, for: TestKeys.steps)
-        var iterator = changes.makeAsyncIterator()
-        let first = await iterator.next()
-        #expect(first?.version != before)  // the skipped write produced no event: the first is the 4
+        let change = try await first(of: changes, "the change event of the second write")
+        #expect(change.version != before)  // the skipped write produced no event: the first is the 4
         #expect(stats.hitRate > 0.6)
         store.resetCacheStatistics()
         #expect(store.cacheStatistics == CacheStatistics())
@@ -135,14 +134,11 @@ import Testing
         let all = store.changes()
         try await store.set(1, for: TestKeys.steps)
         try await store.set("Ada", for: TestKeys.name)
-        var k = byKey.makeAsyncIterator()
-        var n = byNamespace.makeAsyncIterator()
-        var a = all.makeAsyncIterator()
-        #expect(await k.next()?.key == "profile:name")
-        #expect(await n.next()?.key == "health:daily:steps")
-        let firstAll = await a.next()
-        #expect(firstAll?.key == "health:daily:steps" && firstAll?.origin == .local)
-        #expect(await a.next()?.key == "profile:name")
+        #expect(try await first(of: byKey, "a change of the key").key == "profile:name")
+        #expect(try await first(of: byNamespace, "a change in the namespace").key == "health:daily:steps")
+        let firstAll = try await first(of: all, "the first change")
+        #expect(firstAll.key == "health:daily:steps" && firstAll.origin == .local)
+        #expect(try await first(of: all, "the second change").key == "profile:name")
     }
 
     @Test func commitHooks() async throws {
