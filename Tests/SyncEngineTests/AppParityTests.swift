@@ -12,9 +12,10 @@ func withPeers(phone: SyncStore, watch: SyncStore, _ body: (SyncPeer, SyncPeer) 
     let watchPeer = SyncPeer(store: watch, configuration: config, tickInterval: .milliseconds(50))
     let (a, b) = InMemoryConnection.makePair()
     let tasks = [Task { await phonePeer.run(over: a) }, Task { await watchPeer.run(over: b) }]
-    try await body(phonePeer, watchPeer)
+    let outcome = await Result { try await body(phonePeer, watchPeer) }  // stop the peers also when the body failed
     await a.close()
     try await withDeadline("both peers to stop after the connection closed") { for task in tasks { _ = await task.value } }
+    try outcome.get()
 }
 
 @Suite(.timeLimit(.minutes(1))) struct FileValueStoreTests {

@@ -28,9 +28,10 @@ func withConnectedPeers(_ pair: Pair, over kind: LinkKind, tap: WireTap? = nil,
     case .memory:
         let (a, b) = InMemoryConnection.makePair()
         let tasks = [Task { await phone.run(over: a) }, Task { await watch.run(over: b) }]
-        try await body(phone, watch)
+        let outcome = await Result { try await body(phone, watch) }  // stop the peers also when the body failed
         await a.close()
         try await withDeadline("both peers to stop after the connection closed") { for task in tasks { _ = await task.value } }
+        try outcome.get()
     case .tcp:
         var tcp = TCPConfiguration(secret: secret)
         if let tap { tcp.onWireBytes = { tap.record($0, $1) } }
@@ -38,11 +39,12 @@ func withConnectedPeers(_ pair: Pair, over kind: LinkKind, tap: WireTap? = nil,
         let configuration = tcp
         let server = Task { await phone.serve(listener) }
         let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: configuration) }
-        try await body(phone, watch)
+        let outcome = await Result { try await body(phone, watch) }
         client.cancel()
         await listener.close()
         server.cancel()
         try await withDeadline("the server and the client to stop") { _ = await (server.value, client.value) }
+        try outcome.get()
     }
 }
 

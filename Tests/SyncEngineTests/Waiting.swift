@@ -143,3 +143,14 @@ func output(
         }
     }
 }
+
+extension Result where Failure == any Error {
+    /// The outcome of an async body, so clean-up runs before its error is rethrown.
+    init(catching body: () async throws -> Success) async {
+        do {
+            self = .success(try await body())
+        } catch {
+            self = .failure(error)
+        }
+    }
+}
