@@ -12,22 +12,10 @@ func withPeers(phone: SyncStore, watch: SyncStore, _ body: (SyncPeer, SyncPeer) 
     let watchPeer = SyncPeer(store: watch, configuration: config, tickInterval: .milliseconds(50))
     let (a, b) = InMemoryConnection.makePair()
     let tasks = [Task { await phonePeer.run(over: a) }, Task { await watchPeer.run(over: b) }]
-    try await body(phonePeer, watchPeer)
+    let outcome = await Result { try await body(phonePeer, watchPeer) }  // stop the peers also when the body failed
     await a.close()
-    for task in tasks { _ = await task.value }
-}
-
-/// Waits until `condition` holds, re-checking on every change of `store`
-/// (suites that use it carry a `.timeLimit`: a condition never met fails the test there).
-func eventually(_ store: any KeyValueBackend, _ condition: @escaping @Sendable () throws -> Bool) async throws {
-    let changes = store.changes()
-    if try condition() { return }
-    var met = false
-    for await _ in changes where try condition() {
-        met = true
-        break
-    }
-    #expect(try met || condition(), "condition not met before the store closed or the test was cancelled")
+    try await withDeadline("both peers to stop after the connection closed") { for task in tasks { _ = await task.value } }
+    try outcome.get()
 }
 
 @Suite(.timeLimit(.minutes(1))) struct FileValueStoreTests {
@@ -118,8 +106,8 @@ func eventually(_ store: any KeyValueBackend, _ condition: @escaping @Sendable (
         try await watch.set(["from-watch"], for: TestKeys.tags)
         try await withPeers(phone: phone.syncStore, watch: watch.syncStore) { phonePeer, _ in
             try phonePeer.sync()   // the 350 KB value is over the automatic limit: released by a manual sync
-            try await eventually(watch) { try watch.value(for: TestKeys.blob) == large && watch.value(for: TestKeys.steps) == 42 }
-            try await eventually(phone) { try phone.value(for: TestKeys.tags) == ["from-watch"] }
+            try await eventually(watch, "the large value and steps on the watch") { try watch.value(for: TestKeys.blob) == large && watch.value(for: TestKeys.steps) == 42 }
+            try await eventually(phone, "the watch's tags on the phone") { try phone.value(for: TestKeys.tags) == ["from-watch"] }
         }
         #expect(watch.syncStore.syncCounters.chunksReceived > 0, "the large value went through the chunked path")
         #expect(try FileManager.default.contentsOfDirectory(atPath: folder.file("watch/values")).filter { $0.hasSuffix(".value") }.count == 3)
@@ -254,8 +242,8 @@ func eventually(_ store: any KeyValueBackend, _ condition: @escaping @Sendable (
         try await pair.phone.set("imperial", for: TestKeys.units)
         let units = model.$units
         try await withPeers(phone: pair.phone, watch: pair.watch) { _, _ in
-            try await eventually(pair.watch) { units.value == "imperial" }
-            #expect(await first(of: notifications) == "imperial", "the first notification came from the peer's write")
+            try await eventually(pair.watch, "the units on the watch") { units.value == "imperial" }
+            #expect(try await first(of: notifications, "the observer's notification") == "imperial", "the first notification came from the peer's write")
         }
         #expect(fired.withLock { $0 } == 1, "the peer's write notified the observer")
         #expect(model.units == "imperial")

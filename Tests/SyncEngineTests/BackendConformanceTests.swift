@@ -29,6 +29,21 @@ enum BackendKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     }
 }
 
+extension BackendKind {
+    /// The kinds that replicate (over a `SyncStore`); an `InMemoryStore` never does.
+    static let replicating: [BackendKind] = [.sqlite, .fileValue, .replacing]
+
+    /// The `SyncStore` that replicates `backend`, made by this kind's `make`.
+    func replicatingStore(of backend: any KeyValueBackend) -> SyncStore? {
+        switch backend {
+        case let store as SyncStore: store
+        case let files as FileValueStore: files.syncStore
+        case let replacing as ReplacingStore: replacing.store as? SyncStore
+        default: nil
+        }
+    }
+}
+
 /// One suite, run against every backend: the semantics users rely on.
 @Suite struct BackendConformanceTests {
     @Test(arguments: BackendKind.allCases)
@@ -141,16 +156,16 @@ enum BackendKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     func observersSeeCommittedLocalChanges(_ kind: BackendKind) async throws {
         let folder = TempFolder()
         let store = try kind.make(folder)
-        var changes = store.changes(for: TestKeys.steps).makeAsyncIterator()
-        var inNamespace = store.changes(in: Namespace("health")).makeAsyncIterator()
+        let changes = store.changes(for: TestKeys.steps)
+        let inNamespace = store.changes(in: Namespace("health"))
         try await store.set(10, for: TestKeys.steps)
         try await store.remove(TestKeys.steps)
-        let first = await changes.next()
-        let second = await changes.next()
-        #expect(first?.kind == .set && first?.origin == .local)
-        #expect(second?.kind == .removed)
-        #expect(try #require(first).version < (try #require(second)).version)
-        #expect(await inNamespace.next()?.key == TestKeys.steps.name)
+        let setChange = try await first(of: changes, "the set's change event")
+        let removal = try await first(of: changes, "the removal's change event")
+        #expect(setChange.kind == .set && setChange.origin == .local)
+        #expect(removal.kind == .removed)
+        #expect(setChange.version < removal.version)
+        #expect(try await first(of: inNamespace, "a change in the namespace").key == TestKeys.steps.name)
     }
 
     @Test(arguments: BackendKind.allCases)
@@ -165,19 +180,41 @@ enum BackendKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     }
 
     @Test(arguments: BackendKind.allCases)
-    func clearKeepsReadOnlyCopies(_ kind: BackendKind) async throws {
+    func clearRemovesWhatThisDeviceMayWrite(_ kind: BackendKind) async throws {
         let folder = TempFolder()
         let store = try kind.make(folder)
         try await store.set(3, for: TestKeys.steps)
         try await store.set("imperial", for: TestKeys.units)
         try await store.clear()
         #expect(try store.contains(TestKeys.steps) == false)
-        #expect(try store.contains(TestKeys.units) == false)
+        #expect(try store.contains(TestKeys.units) == false, "the phone owns phoneWithWatchSync keys: its clear() removes them")
         let watchFolder = TempFolder()
         let watch = try kind.make(watchFolder, role: .watch)
         try await watch.set("round", for: TestKeys.watchFace)
         try await watch.clear()
         #expect(try watch.contains(TestKeys.watchFace) == false)
+    }
+
+    /// A watch's `clear()` keeps the read-only copies its phone replicated to it
+    /// (they are the phone's to remove). Only backends that replicate can hold one.
+    @Test(arguments: BackendKind.replicating)
+    func clearKeepsReadOnlyCopies(_ kind: BackendKind) async throws {
+        let folder = TempFolder()
+        let watch = try kind.make(folder, role: .watch)
+        let watchStore = try #require(kind.replicatingStore(of: watch))
+        let phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: TestKeys.registry(),
+                                  options: StoreOptions(encryption: .keyFile(path: folder.file("phone.key"))))
+        try await phone.set("imperial", for: TestKeys.units)
+        try await watch.set("round", for: TestKeys.watchFace)
+        try await watch.set(7, for: TestKeys.steps)
+        Link(phone, watchStore).connect()
+        #expect(try watch.value(for: TestKeys.units) == "imperial", "the phone's write arrived as a read-only copy")
+        #expect(throws: SyncError.self, "the copy is read-only on the watch") { try watch.setEncoded(Array("\"x\"".utf8), forKey: TestKeys.units.name) }
+        try await watch.clear()
+        #expect(try watch.contains(TestKeys.watchFace) == false)
+        #expect(try watch.contains(TestKeys.steps) == false)
+        #expect(try watch.contains(TestKeys.units), "clear() kept the read-only copy")
+        #expect(try watch.value(for: TestKeys.units) == "imperial")
     }
 
     @Test(arguments: BackendKind.allCases)

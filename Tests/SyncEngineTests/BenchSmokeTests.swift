@@ -38,17 +38,17 @@ import Testing
     }
 
     /// `syncsim bench fuzz --quick --json` prints the fuzz row as JSON on stdout (progress goes to stderr).
-    @Test func fuzzRowInQuickJSONOutput() throws {
+    @Test func fuzzRowInQuickJSONOutput() async throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: syncsimBinary())
         process.arguments = ["bench", "fuzz", "--quick", "--json"]
-        let output = Pipe()
-        process.standardOutput = output
+        let stdout = Pipe()
+        process.standardOutput = stdout
         process.standardError = FileHandle.nullDevice
         try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        let data = try await output(of: stdout, "syncsim bench fuzz's output")
+        #expect(try await exitStatus(of: process, "syncsim bench fuzz to exit") == 0)
         let figures = try JSONDecoder().decode([BenchFigure].self, from: data)
         let fuzz = try #require(figures.first { $0.name.hasPrefix("fuzz scenarios/s") })
         #expect(fuzz.unit == "scenarios/s" && fuzz.value > 0)

@@ -58,13 +58,18 @@ import Synchronization
         let out = Pipe()
         process.standardOutput = out
         try process.run()
-        var lastAcknowledged = -1
-        for await line in lines(of: out) {
-            lastAcknowledged = Int(line) ?? lastAcknowledged
-            if lastAcknowledged >= 5_000 { break }
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        let written = lines(of: out)
+        let lastAcknowledged = try await withDeadline("the writer to acknowledge 5,000 writes") {
+            var last = -1
+            for await line in written {
+                last = Int(line) ?? last
+                if last >= 5_000 { break }
+            }
+            return last
         }
         kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        try await exitStatus(of: process, "the killed writer to be reaped")
         #expect(process.terminationReason == .uncaughtSignal)
         #expect(lastAcknowledged >= 5_000)
 

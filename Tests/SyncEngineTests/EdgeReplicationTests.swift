@@ -4,24 +4,6 @@ import Foundation
 import SyncTransport
 import Testing
 
-/// The first event of `events` that `match` accepts, or nil after `timeout`.
-func firstEvent(_ events: AsyncStream<SyncEvent>, within timeout: Duration = .seconds(10),
-                where match: @escaping @Sendable (SyncEvent) -> Bool) async -> SyncEvent? {
-    await withTaskGroup(of: SyncEvent?.self) { group in
-        group.addTask {
-            for await event in events where match(event) { return event }
-            return nil
-        }
-        group.addTask {
-            try? await Task.sleep(for: timeout)
-            return nil
-        }
-        let first = await group.next() ?? nil
-        group.cancelAll()
-        return first
-    }
-}
-
 /// Runs `sql` on the file at `path` with a connection of its own.
 private func rawSQL(_ path: String, _ sql: String) throws {
     var handle: OpaquePointer?
@@ -63,11 +45,8 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
         #expect(ack.applied == 0)
         #expect(ack.rejected == [.init(key: TestKeys.steps.name, code: "version-out-of-range")])
         #expect(pair.phone.syncCounters.versionsRefused == 1)
-        let refused = await firstEvent(events) { if case .versionRefused = $0 { true } else { false } }
-        guard case .versionRefused(let key, let ahead)? = refused else {
-            Issue.record("no versionRefused event")
-            return
-        }
+        let refused = try await first(of: events, "the versionRefused event") { if case .versionRefused = $0 { true } else { false } }
+        guard case .versionRefused(let key, let ahead) = refused else { return }
         #expect(key == TestKeys.steps.name)
         #expect(ahead > 1_000_000_000)
         #expect(try pair.phone.storedValue(for: TestKeys.steps) == nil)
@@ -147,8 +126,8 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
         try await watch.set("two", for: watchView)
         try await withPeers(phone: phone, watch: watch) { phonePeer, watchPeer in
             let isMismatch: @Sendable (SyncEvent) -> Bool = { if case .keyMismatch = $0 { true } else { false } }
-            #expect(await firstEvent(phoneEvents, where: isMismatch) == .keyMismatch(keys: ["disputed"]))
-            #expect(await firstEvent(watchEvents, where: isMismatch) == .keyMismatch(keys: ["disputed"]))
+            #expect(try await first(of: phoneEvents, "the phone's keyMismatch", where: isMismatch) == .keyMismatch(keys: ["disputed"]))
+            #expect(try await first(of: watchEvents, "the watch's keyMismatch", where: isMismatch) == .keyMismatch(keys: ["disputed"]))
             try await phonePeer.waitUntilIdle(timeout: .seconds(10))
             try await watchPeer.waitUntilIdle(timeout: .seconds(10))
         }
@@ -173,8 +152,8 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
         try await phone.set("private", for: sealed)
         try await withPeers(phone: phone, watch: watch) { phonePeer, _ in
             let isMismatch: @Sendable (SyncEvent) -> Bool = { if case .keyMismatch = $0 { true } else { false } }
-            #expect(await firstEvent(phoneEvents, where: isMismatch) == .keyMismatch(keys: ["note"]))
-            #expect(await firstEvent(watchEvents, where: isMismatch) == .keyMismatch(keys: ["note"]))
+            #expect(try await first(of: phoneEvents, "the phone's keyMismatch", where: isMismatch) == .keyMismatch(keys: ["note"]))
+            #expect(try await first(of: watchEvents, "the watch's keyMismatch", where: isMismatch) == .keyMismatch(keys: ["note"]))
             try await phonePeer.waitUntilIdle(timeout: .seconds(10))
         }
         #expect(try await watch.get(shared) == 1)
@@ -211,39 +190,20 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
         let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", try keysFile("p.json", type: "String"),
                                      "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
         defer { phone.stop() }
-        let listening = await firstLine(phone.lines) { $0["event"] as? String == "listening" }
-        let port = try #require(listening?["port"] as? Int)
+        let listening = try await phone.next("the listening event") { $0["event"] as? String == "listening" }
+        let port = try #require(listening["port"] as? Int)
         let watch = try NodeProcess(["--role", "watch", "--db", folder.file("watch.sqlite"), "--keys", try keysFile("w.json", type: "Int"),
                                      "--secret-file", secretFile, "--connect", "127.0.0.1:\(port)"])
         defer { watch.stop() }
-        let onPhone = await firstLine(phone.lines) { $0["event"] as? String == "key-mismatch" }
-        #expect(onPhone?["keys"] as? [String] == ["profile:nick"])
-        let onWatch = await firstLine(watch.lines) { $0["event"] as? String == "key-mismatch" }
-        #expect(onWatch?["keys"] as? [String] == ["profile:nick"])
+        let onPhone = try await phone.next("the phone's key-mismatch event") { $0["event"] as? String == "key-mismatch" }
+        #expect(onPhone["keys"] as? [String] == ["profile:nick"])
+        let onWatch = try await watch.next("the watch's key-mismatch event") { $0["event"] as? String == "key-mismatch" }
+        #expect(onWatch["keys"] as? [String] == ["profile:nick"])
         phone.send("put health:steps 12")
         phone.send("put profile:nick \"x\"")
-        let change = await firstLine(watch.lines) { $0["event"] as? String == "change" }
-        #expect(change?["key"] as? String == "health:steps")
+        let change = try await watch.next("the watch's first change") { $0["event"] as? String == "change" }
+        #expect(change["key"] as? String == "health:steps")
     }
-}
-
-/// The first JSON line of `lines` that `match` accepts, or nil after `timeout`.
-func firstLine(_ lines: AsyncStream<String>, within timeout: Duration = .seconds(20),
-               where match: @escaping @Sendable ([String: Any]) -> Bool) async -> [String: Any]? {
-    let line = await withTaskGroup(of: String?.self) { group in
-        group.addTask {
-            for await line in lines where match(json(line)) { return line }
-            return nil
-        }
-        group.addTask {
-            try? await Task.sleep(for: timeout)
-            return nil
-        }
-        let first = await group.next() ?? nil
-        group.cancelAll()
-        return first
-    }
-    return line.map(json)
 }
 
 // MARK: - Partly received large values are bounded

@@ -18,8 +18,9 @@ import Testing
         let phoneOut = Pipe()
         phone.standardOutput = phoneOut
         try phone.run()
-        var phoneLines = lines(of: phoneOut).makeAsyncIterator()
-        let listening = try #require(await phoneLines.next())
+        defer { if phone.isRunning { kill(phone.processIdentifier, SIGKILL) } }
+        let phoneLines = lines(of: phoneOut)
+        let listening = try await first(of: phoneLines, "the phone app to listen")
         let port = try #require(Int(listening.replacingOccurrences(of: "listening ", with: "")))
 
         let watch = Process()
@@ -28,14 +29,11 @@ import Testing
         let watchOut = Pipe()
         watch.standardOutput = watchOut
         try watch.run()
-        var watchLines: [String] = []
-        for await line in lines(of: watchOut) { watchLines.append(line) }
-        var phoneRest: [String] = []
-        while let line = await phoneLines.next() { phoneRest.append(line) }
-        watch.waitUntilExit()
-        phone.waitUntilExit()
-        #expect(watch.terminationStatus == 0)
-        #expect(phone.terminationStatus == 0)
+        defer { if watch.isRunning { kill(watch.processIdentifier, SIGKILL) } }
+        let watchLines = try await all(of: lines(of: watchOut), "the watch app's output to end")
+        let phoneRest = try await all(of: phoneLines, "the phone app's output to end")
+        #expect(try await exitStatus(of: watch, "the watch app to exit") == 0)
+        #expect(try await exitStatus(of: phone, "the phone app to exit") == 0)
         #expect(watchLines.contains("watch sees steps 8000, units imperial, profile Ada, token ''"))
         #expect(watchLines.contains("watch cannot write units: write-not-allowed"))
         #expect(watchLines.contains("watch sees workouts [\"run\", \"swim\"]"))

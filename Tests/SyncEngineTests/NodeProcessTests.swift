@@ -23,25 +23,32 @@ final class NodeProcess: Sendable {
         input.fileHandleForWriting.write(Data((command + "\n").utf8))
     }
 
+    /// Kills the child if it still runs (SIGKILL: a stuck child cannot ignore it) and reaps it.
     func stop() {
-        if process.isRunning { process.terminate() }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
+    }
+
+    /// The next line the child prints that satisfies `match`, parsed; throws
+    /// `WaitFailed` naming `what` if none comes within `limit` or the child's output ends.
+    @discardableResult
+    func next(_ what: String, within limit: Duration = waitLimit, sourceLocation: SourceLocation = #_sourceLocation,
+              where match: @escaping @Sendable ([String: Any]) -> Bool) async throws -> [String: Any] {
+        json(try await first(of: lines, what, within: limit, sourceLocation: sourceLocation) { line in
+            // NODE_TRACE=1 swift test … prints every line the child writes.
+            if ProcessInfo.processInfo.environment["NODE_TRACE"] != nil { FileHandle.standardError.write(Data("child: \(line)\n".utf8)) }
+            return match(json(line))
+        })
+    }
+
+    /// The child's answer to the command just sent (the next line with an `ok` field).
+    func reply(_ what: String, sourceLocation: SourceLocation = #_sourceLocation) async throws -> [String: Any] {
+        try await next("the reply to \(what)", sourceLocation: sourceLocation) { $0["ok"] != nil }
     }
 }
 
 func json(_ line: String) -> [String: Any] {
     (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:]
-}
-
-/// The next line of `lines` that satisfies `match`.
-func next(_ iterator: inout AsyncStream<String>.Iterator, where match: ([String: Any]) -> Bool) async -> [String: Any]? {
-    while let line = await iterator.next() {
-        let object = json(line)
-        // NODE_TRACE=1 swift test … prints every line the child writes.
-        if ProcessInfo.processInfo.environment["NODE_TRACE"] != nil { FileHandle.standardError.write(Data("child: \(line)\n".utf8)) }
-        if match(object) { return object }
-    }
-    return nil
 }
 
 @Suite struct NodeProcessTests {
@@ -61,51 +68,46 @@ func next(_ iterator: inout AsyncStream<String>.Iterator, where match: ([String:
         let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
                                      "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
         defer { phone.stop() }
-        var phoneOut = phone.lines.makeAsyncIterator()
-        let listening = await next(&phoneOut) { $0["event"] as? String == "listening" }
-        let port = try #require(listening?["port"] as? Int)
+        let listening = try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
+        let port = try #require(listening["port"] as? Int)
         #expect(port > 0)
 
         let watch = try NodeProcess(["--role", "watch", "--db", folder.file("watch.sqlite"), "--keys", keys,
                                      "--secret-file", secretFile, "--connect", "127.0.0.1:\(port)"])
         defer { watch.stop() }
-        var watchOut = watch.lines.makeAsyncIterator()
 
         phone.send("put health:steps 1234")
-        #expect(await next(&phoneOut) { $0["ok"] != nil }?["ok"] as? Bool == true)
+        #expect(try await phone.reply("put health:steps")["ok"] as? Bool == true)
         phone.send("put phone:token \"abc\"")
-        #expect(await next(&phoneOut) { $0["ok"] != nil }?["ok"] as? Bool == true)
+        #expect(try await phone.reply("put phone:token")["ok"] as? Bool == true)
         phone.send("put profile:name \"Ada\"")
-        #expect(await next(&phoneOut) { $0["ok"] != nil }?["ok"] as? Bool == true)
-        _ = await next(&watchOut) { $0["event"] as? String == "change" && $0["key"] as? String == "health:steps" }
+        #expect(try await phone.reply("put profile:name")["ok"] as? Bool == true)
+        try await watch.next("health:steps to change on the watch") { $0["event"] as? String == "change" && $0["key"] as? String == "health:steps" }
         watch.send("get health:steps")
-        let got = await next(&watchOut) { $0["ok"] != nil }
-        #expect(got?["value"] as? Int == 1234)
+        #expect(try await watch.reply("get health:steps")["value"] as? Int == 1234)
 
         phone.send("sync")
-        #expect(await next(&phoneOut) { $0["ok"] != nil }?["queued"] as? Int == 1)
-        _ = await next(&watchOut) { $0["event"] as? String == "change" && $0["key"] as? String == "profile:name" }
+        #expect(try await phone.reply("sync")["queued"] as? Int == 1)
+        try await watch.next("profile:name to change on the watch") { $0["event"] as? String == "change" && $0["key"] as? String == "profile:name" }
         watch.send("get profile:name")
-        #expect(await next(&watchOut) { $0["ok"] != nil }?["value"] as? String == "Ada")
+        #expect(try await watch.reply("get profile:name")["value"] as? String == "Ada")
         watch.send("get phone:token")
-        let token = await next(&watchOut) { $0["ok"] != nil }
-        #expect(token?["present"] as? Bool == false)
+        #expect(try await watch.reply("get phone:token")["present"] as? Bool == false)
         watch.send("put phone:token \"x\"")
-        let refused = await next(&watchOut) { $0["ok"] != nil }
-        #expect(refused?["ok"] as? Bool == false)
-        #expect(refused?["code"] as? String == "write-not-allowed")
+        let refused = try await watch.reply("put phone:token on the watch")
+        #expect(refused["ok"] as? Bool == false)
+        #expect(refused["code"] as? String == "write-not-allowed")
         watch.send("bogus")
-        #expect(await next(&watchOut) { $0["ok"] != nil }?["ok"] as? Bool == false)
+        #expect(try await watch.reply("bogus")["ok"] as? Bool == false)
         phone.send("wait-idle 20")
-        #expect(await next(&phoneOut) { $0["ok"] != nil }?["ok"] as? Bool == true)
+        #expect(try await phone.reply("wait-idle")["ok"] as? Bool == true)
         phone.send("status")
-        let status = await next(&phoneOut) { $0["ok"] != nil }
-        #expect(status?["connected"] as? Bool == true)
-        #expect(status?["sent"] as? Int == 2)
+        let status = try await phone.reply("status")
+        #expect(status["connected"] as? Bool == true)
+        #expect(status["sent"] as? Int == 2)
         phone.send("quit")
         watch.send("quit")
-        phone.process.waitUntilExit()
-        watch.process.waitUntilExit()
-        #expect(phone.process.terminationStatus == 0)
+        #expect(try await exitStatus(of: phone.process, "the phone node to quit") == 0)
+        try await exitStatus(of: watch.process, "the watch node to quit")
     }
 }

@@ -1,9 +1,11 @@
 import Foundation
+import PropertyBased
 @testable import SyncEngine
 import SyncTransport
 
-/// One step of a generated history. Histories are generated as arrays of
-/// integers (so shrinking composes) and decoded with `Step(code:)`.
+/// One step of a generated history. Histories come from the property
+/// library's generators (`Step.histories`), so a failing one shrinks: steps
+/// are dropped, and each field moves toward its simplest value.
 enum Step: Equatable, CustomStringConvertible {
     case set(DeviceRole, key: Int, value: Int)
     case remove(DeviceRole, key: Int)
@@ -20,14 +22,13 @@ enum Step: Equatable, CustomStringConvertible {
 
     static let kinds = 14
 
-    init(code: Int) {
-        let kind = code % Step.kinds
-        let rest = code / Step.kinds
-        let role: DeviceRole = rest % 2 == 0 ? .phone : .watch
-        let key = (rest / 2) % PropertyHarness.keys.count
-        let value = rest / 2 / PropertyHarness.keys.count
+    /// A step of kind `kind` (0..<14, weighted as below; 0 is the simplest: a
+    /// phone write), by `role` (0 phone, 1 watch), on key `key`, with `value`
+    /// (0...49; also the skew's minutes and disconnect-or-tick).
+    init(kind: Int, role: Int, key: Int, value: Int) {
+        let role: DeviceRole = role == 0 ? .phone : .watch
         switch kind {
-        case 0, 1, 2: self = .set(role, key: key, value: value % 50)
+        case 0, 1, 2: self = .set(role, key: key, value: value)
         case 3: self = .remove(role, key: key)
         case 4: self = .manualSync(role)
         case 5, 6: self = .deliverAll
@@ -35,11 +36,19 @@ enum Step: Equatable, CustomStringConvertible {
         case 8: self = .dropOne
         case 9: self = .duplicateLast
         case 10: self = .reorder
-        case 11: self = rest % 3 == 0 ? .disconnect : .tick
+        case 11: self = value % 3 == 0 ? .disconnect : .tick
         case 12: self = .restart(role)
-        default: self = .skew(role, minutes: (rest % 21) - 10)
+        default: self = .skew(role, minutes: value % 21 - 10)
         }
     }
+
+    /// One random step, from the library's shrinking integer generators.
+    static let generator = zip(Gen.int(in: 0...(kinds - 1)), Gen.int(in: 0...1), Gen.int(in: 0...(PropertyHarness.keys.count - 1)),
+                               Gen.int(in: 0...49))
+        .map { Step(kind: $0.0, role: $0.1, key: $0.2, value: $0.3) }
+
+    /// Histories of up to 24 steps.
+    static let histories = generator.array(of: 0...24)
 
     var description: String {
         switch self {

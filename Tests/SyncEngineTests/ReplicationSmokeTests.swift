@@ -28,10 +28,10 @@ import Testing
         let changes = pair.watch.changes(for: TestKeys.steps)
         let t1 = Task { await phonePeer.run(over: c1) }
         let t2 = Task { await watchPeer.run(over: c2) }
-        for await change in changes where change.origin == .remote { break }
+        try await first(of: changes, "the phone's steps to arrive on the watch") { $0.origin == .remote }
         #expect(try await pair.watch.get(TestKeys.steps) == 5)
         try await phonePeer.waitUntilIdle(timeout: .seconds(10))
         await c1.close()
-        _ = await (t1.value, t2.value)
+        try await withDeadline("both peers to stop after the connection closed") { _ = await (t1.value, t2.value) }
     }
 }

@@ -57,19 +57,14 @@ import Testing
     }
 
     @Test func hundredKilobyteBoundary() async throws {
-        let pair = try Pair()
-        let events = pair.phone.events()
         let atLimit = Data(repeating: 0x61, count: SyncPolicy.automaticLimit)
         let overLimit = Data(repeating: 0x62, count: SyncPolicy.automaticLimit + 1)
         let big = KeyFamily<Data>("big", default: Data(), availability: .all, policy: .automaticSmall, serializer: .data)
         let pair2 = try Pair(keys: TestKeys.all + [big])
-        _ = pair
-        _ = events
         let pevents = pair2.phone.events()
         try await pair2.phone.set(atLimit, for: big["at"])
         try await pair2.phone.set(overLimit, for: big["over"])
-        var iterator = pevents.makeAsyncIterator()
-        let deferred = await iterator.next()
+        let deferred = try await first(of: pevents, "the phone's first event")
         #expect(deferred == .deferred(key: "big:over", size: SyncPolicy.automaticLimit + 1))
         #expect(pair2.phone.syncCounters.deferred == 1)
         let link = Link(pair2.phone, pair2.watch)
@@ -239,12 +234,10 @@ import Testing
         Link(phone, watch).connect()
         #expect(try await watch.get(shared) == 1)
         #expect(try watch.storedValue(for: watchView) == nil)
-        for await event in events {
-            if case .keyMismatch(let keys) = event {
-                #expect(keys == ["disputed"])
-                break
-            }
+        let mismatch = try await first(of: events, "the key-mismatch event") {
+            if case .keyMismatch = $0 { true } else { false }
         }
+        #expect(mismatch == .keyMismatch(keys: ["disputed"]))
         #expect(try phone.entryInfo(forKey: "disputed")?.isPending == true)
     }
 
@@ -335,14 +328,17 @@ import Testing
         let events = pair.phone.events()
         try await pair.phone.set(1, for: TestKeys.steps)
         Link(pair.phone, pair.watch).connect()
-        var seen: [String] = []
-        for await event in events {
-            switch event {
-            case .connected: seen.append("connected")
-            case .batchSent: seen.append("batch")
-            default: break
+        let seen = try await withDeadline("the connected and batch-sent events") {
+            var seen: [String] = []
+            for await event in events {
+                switch event {
+                case .connected: seen.append("connected")
+                case .batchSent: seen.append("batch")
+                default: break
+                }
+                if seen.count == 2 { break }
             }
-            if seen.count == 2 { break }
+            return seen
         }
         #expect(seen == ["connected", "batch"])
         #expect(pair.phone.syncCounters.entriesSent == 1)

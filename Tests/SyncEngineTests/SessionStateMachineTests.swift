@@ -8,11 +8,11 @@ import Testing
     }
 
     /// A phone whose session with a watch is established at t=0.
-    static func establishedPhone() -> SessionStateMachine {
+    static func establishedPhone() throws -> SessionStateMachine {
         var phone = SessionStateMachine(identity: identity(1, .phone))
         let watch = SessionStateMachine(identity: identity(2, .watch))
         _ = phone.start(now: 0)
-        guard case .hello(let hello) = watch.hello(isReply: true) else { fatalError("a hello") }
+        let hello = try #require(watch.hello(isReply: true).asHello)
         _ = phone.receiveHello(hello, now: 0)
         return phone
     }
@@ -32,8 +32,8 @@ import Testing
         return sent
     }
 
-    @Test func unacknowledgedBatchIsResentWithBackoffCappedAtFourIntervals() {
-        var phone = Self.establishedPhone()
+    @Test func unacknowledgedBatchIsResentWithBackoffCappedAtFourIntervals() throws {
+        var phone = try Self.establishedPhone()
         #expect(phone.isEstablished)
         let message = Self.batch(&phone, key: "k", seq: 1, now: 0)
         let sent = Self.retransmissions(&phone, from: 100, through: 40_000)
@@ -43,11 +43,11 @@ import Testing
     }
 
     @Test func acknowledgementResendsOlderUnacknowledgedMessagesAtTheNextTick() throws {
-        var phone = Self.establishedPhone()
+        var phone = try Self.establishedPhone()
         let lost = Self.batch(&phone, key: "a", seq: 1, now: 0)
         // Three retransmissions (2 s, 6 s, 12 s): its wait is now at the 8 s cap.
         #expect(Self.retransmissions(&phone, from: 100, through: 12_400).map(\.at) == [2_000, 6_000, 12_000])
-        guard case .batch(let acknowledged) = Self.batch(&phone, key: "b", seq: 2, now: 12_500) else { return }
+        let acknowledged = try #require(Self.batch(&phone, key: "b", seq: 2, now: 12_500).asBatch)
         let unanswered = Self.batch(&phone, key: "c", seq: 3, now: 12_550)
         // The peer acknowledges the batch sent at 12.5 s: the one last sent at 12 s was probably lost.
         #expect(phone.acknowledgeBatch(acknowledged.id) == .batch([.init(key: "b", seq: 2)]))
@@ -60,10 +60,10 @@ import Testing
 
     /// Over TCP a slow acknowledgement is not a lost frame: nothing is sent twice in one session.
     @Test func overAReliableTransportNothingIsResent() throws {
-        var phone = Self.establishedPhone()
+        var phone = try Self.establishedPhone()
         phone.retransmits = false
-        guard case .batch(let slow) = Self.batch(&phone, key: "a", seq: 1, now: 0) else { return }
-        guard case .batch(let later) = Self.batch(&phone, key: "b", seq: 2, now: 100) else { return }
+        let slow = try #require(Self.batch(&phone, key: "a", seq: 1, now: 0).asBatch)
+        let later = try #require(Self.batch(&phone, key: "b", seq: 2, now: 100).asBatch)
         #expect(Self.retransmissions(&phone, from: 200, through: 60_000).isEmpty)
         // An acknowledgement out of order does not trigger a resend either.
         #expect(phone.acknowledgeBatch(later.id) != nil)
@@ -73,20 +73,20 @@ import Testing
     }
 
     @Test func acknowledgementsCountOnce() throws {
-        var phone = Self.establishedPhone()
-        guard case .batch(let batch) = Self.batch(&phone, key: "k", seq: 1, now: 0) else { return }
+        var phone = try Self.establishedPhone()
+        let batch = try #require(Self.batch(&phone, key: "k", seq: 1, now: 0).asBatch)
         #expect(phone.acknowledgeBatch(batch.id) != nil)
         #expect(phone.acknowledgeBatch(batch.id) == nil)
         #expect(phone.isQuiet)
         #expect(Self.retransmissions(&phone, from: 100, through: 20_000).isEmpty)
     }
 
-    @Test func freshHelloMidSessionDropsWhatWasInFlight() {
-        var phone = Self.establishedPhone()
+    @Test func freshHelloMidSessionDropsWhatWasInFlight() throws {
+        var phone = try Self.establishedPhone()
         _ = Self.batch(&phone, key: "k", seq: 1, now: 0)
         #expect(!phone.isQuiet)
         let restartedWatch = SessionStateMachine(identity: Self.identity(2, .watch))
-        guard case .hello(let hello) = restartedWatch.hello(isReply: false) else { return }
+        let hello = try #require(restartedWatch.hello(isReply: false).asHello)
         let actions = phone.receiveHello(hello, now: 100)
         #expect(actions.contains(.send(phone.hello(isReply: true))))
         #expect(phone.isQuiet, "the peer restarted: its acknowledgements for the old session will not come")

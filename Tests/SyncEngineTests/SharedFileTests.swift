@@ -4,13 +4,6 @@ import Synchronization
 import SyncTransport
 import Testing
 
-/// The first element of `stream`; nil if it ends or the test is cancelled
-/// (suites that wait on events carry a `.timeLimit`, so a regression fails instead of hanging).
-func first<T: Sendable>(of stream: AsyncStream<T>) async -> T? {
-    for await element in stream { return element }
-    return nil
-}
-
 /// One store file shared by two processes (an app and its extension), and by
 /// two connections in one process.
 @Suite(.timeLimit(.minutes(2))) struct SharedFileTests {
@@ -37,8 +30,8 @@ func first<T: Sendable>(of stream: AsyncStream<T>) async -> T? {
         #expect(try app.value(for: TestKeys.steps) == 0, "no check yet: the cache still answers")
         try app.checkForExternalChanges()
         #expect(try app.value(for: TestKeys.steps) == 7)
-        let change = await first(of: changes)
-        #expect(change?.isFromAnotherProcess == true && change?.kind == .set && change?.origin == .local)
+        let change = try await first(of: changes, "the other connection's change")
+        #expect(change.isFromAnotherProcess == true && change.kind == .set && change.origin == .local)
         // Writes interleave without reusing versions or change sequence numbers.
         try await app.set(8, for: TestKeys.steps)
         try await widget.set("Ada", for: TestKeys.name)
@@ -52,7 +45,7 @@ func first<T: Sendable>(of stream: AsyncStream<T>) async -> T? {
         let watch = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: TestKeys.registry(), options: options(.milliseconds(20), folder))
         try await withPeers(phone: app, watch: watch) { phone, _ in
             try phone.sync()
-            try await eventually(watch) {
+            try await eventually(watch, "every value on the watch") {
                 try watch.value(for: TestKeys.steps) == 8 && watch.value(for: TestKeys.name) == "Ada" && watch.value(for: TestKeys.tags) == ["a"]
             }
         }
@@ -65,7 +58,7 @@ func first<T: Sendable>(of stream: AsyncStream<T>) async -> T? {
         let steps = StoredValue(TestKeys.steps, store: app)
         #expect(steps.value == 0)
         try await widget.set(21, for: TestKeys.steps)
-        try await eventually(app) { steps.value == 21 }
+        try await eventually(app, "the timer to notice the other writer") { steps.value == 21 }
     }
 
     @Test func twoProcessesOnOneFileSeeEachOtherAndOnlyOneReplicates() async throws {
@@ -99,12 +92,11 @@ func first<T: Sendable>(of stream: AsyncStream<T>) async -> T? {
         // The other process: `syncsim node` on the same file, trying to replicate too.
         let child = try NodeProcess(["--role", "phone", "--db", sharedPath, "--keys", keys, "--secret-file", secretFile,
                                      "--connect", "127.0.0.1:\(listener.port)"])
-        defer { child.stop() }   // also when the suite's time limit cancels a stuck wait below
-        var out = child.lines.makeAsyncIterator()
+        defer { child.stop() }   // also when a wait below fails
 
         // 1. It may not replicate while this process does.
-        let locked = await next(&out) { $0["event"] as? String == "error" }
-        let lockedError = (locked?["error"] as? String) ?? ""
+        let locked = try await child.next("the child's replication-locked error") { $0["event"] as? String == "error" }
+        let lockedError = (locked["error"] as? String) ?? ""
         #expect(lockedError.hasPrefix("replication-locked"))
         #expect(!watchPeer.isConnected)
 
@@ -112,30 +104,28 @@ func first<T: Sendable>(of stream: AsyncStream<T>) async -> T? {
         #expect(try app.value(for: steps) == 0)
         let changes = app.changes(for: steps)
         child.send("put health:steps 7")
-        #expect(await next(&out) { $0["ok"] != nil }?["ok"] as? Bool == true)
-        let change = await first(of: changes)
-        #expect(change?.isFromAnotherProcess == true)
+        #expect(try await child.reply("put health:steps")["ok"] as? Bool == true)
+        let change = try await first(of: changes, "the child's write to reach this process")
+        #expect(change.isFromAnotherProcess == true)
         #expect(try app.value(for: steps) == 7)
         // … and this process's replication sends them.
-        try await eventually(appWatch) { try appWatch.value(for: steps) == 7 }
+        try await eventually(appWatch, "the child's write on the app's watch") { try appWatch.value(for: steps) == 7 }
 
         // 3. This process's writes reach it (`get` reads what the file holds now).
         try await app.set(8, for: steps)
         child.send("get health:steps")
-        let seen = await next(&out) { $0["ok"] != nil }?["value"] as? Int
+        let seen = try await child.reply("get health:steps")["value"] as? Int
         #expect(seen == 8)
 
         // 4. This process stops replicating: the other takes over, with every change.
         await a.close()
-        _ = await (appSession.value, appWatchSession.value)
-        let connected = await next(&out) { $0["event"] as? String == "connected" }
-        #expect(connected != nil)
-        try await eventually(watch) { try watch.value(for: steps) == 8 }
+        try await withDeadline("this process's sessions to end") { _ = await (appSession.value, appWatchSession.value) }
+        try await child.next("the child to connect to the watch") { $0["event"] as? String == "connected" }
+        try await eventually(watch, "this process's write on the child's watch") { try watch.value(for: steps) == 8 }
         child.send("quit")
-        child.process.waitUntilExit()
-        #expect(child.process.terminationStatus == 0)
+        #expect(try await exitStatus(of: child.process, "the child to quit") == 0)
         await listener.close()
         server.cancel()
-        _ = await server.value
+        try await withDeadline("the watch's server to stop") { _ = await server.value }
     }
 }

@@ -48,26 +48,24 @@ import Testing
         #expect(shown.role == "phone")
     }
 
-    /// One end-to-end check of the binary's exit codes, when it is built next to the tests.
-    @Test func binaryExitCodes() throws {
-        let candidates = [Bundle.main.executableURL?.deletingLastPathComponent(), Bundle.main.bundleURL.deletingLastPathComponent()]
-            .compactMap { $0?.appendingPathComponent("syncsim").path }
-        guard let binary = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else { return }
-        func run(_ args: [String]) throws -> Int32 {
+    /// One end-to-end check of the binary's exit codes (it is built with the tests).
+    @Test func binaryExitCodes() async throws {
+        let binary = syncsimBinary()
+        try #require(FileManager.default.isExecutableFile(atPath: binary), "syncsim is not built at \(binary)")
+        func run(_ args: [String]) async throws -> Int32 {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: binary)
             process.arguments = args
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
             try process.run()
-            process.waitUntilExit()
-            return process.terminationStatus
+            return try await exitStatus(of: process, "syncsim \(args.joined(separator: " "))")
         }
         let basic = SimScenarioTests.path("basic-two-way")
-        #expect(try run(["run", basic]) == 0)
-        #expect(try run(["run", SimScenarioTests.path("conflicts-and-deletes"), "--inject-fault", "skip-tombstones"]) == 1)
+        #expect(try await run(["run", basic]) == 0)
+        #expect(try await run(["run", SimScenarioTests.path("conflicts-and-deletes"), "--inject-fault", "skip-tombstones"]) == 1)
         let folder = TempFolder()
         try "{\"description\": \"x\"}".write(toFile: folder.file("bad.json"), atomically: true, encoding: .utf8)
-        #expect(try run(["run", folder.file("bad.json")]) == 2)
+        #expect(try await run(["run", folder.file("bad.json")]) == 2)
     }
 }

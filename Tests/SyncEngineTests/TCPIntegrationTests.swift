@@ -28,9 +28,10 @@ func withConnectedPeers(_ pair: Pair, over kind: LinkKind, tap: WireTap? = nil,
     case .memory:
         let (a, b) = InMemoryConnection.makePair()
         let tasks = [Task { await phone.run(over: a) }, Task { await watch.run(over: b) }]
-        try await body(phone, watch)
+        let outcome = await Result { try await body(phone, watch) }  // stop the peers also when the body failed
         await a.close()
-        for task in tasks { _ = await task.value }
+        try await withDeadline("both peers to stop after the connection closed") { for task in tasks { _ = await task.value } }
+        try outcome.get()
     case .tcp:
         var tcp = TCPConfiguration(secret: secret)
         if let tap { tcp.onWireBytes = { tap.record($0, $1) } }
@@ -38,24 +39,16 @@ func withConnectedPeers(_ pair: Pair, over kind: LinkKind, tap: WireTap? = nil,
         let configuration = tcp
         let server = Task { await phone.serve(listener) }
         let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: configuration) }
-        try await body(phone, watch)
+        let outcome = await Result { try await body(phone, watch) }
         client.cancel()
         await listener.close()
         server.cancel()
-        _ = await (server.value, client.value)
+        try await withDeadline("the server and the client to stop") { _ = await (server.value, client.value) }
+        try outcome.get()
     }
 }
 
-/// Waits until `condition` holds, driven by the store's change events (no sleeping).
-func waitForChange(on store: SyncStore, until condition: () throws -> Bool) async throws {
-    let changes = store.changes()
-    if try condition() { return }
-    for await _ in changes {
-        if try condition() { return }
-    }
-}
-
-@Suite struct TCPIntegrationTests {
+@Suite(.timeLimit(.minutes(5))) struct TCPIntegrationTests {
     @Test(arguments: LinkKind.allCases)
     func twoWaySyncAndManualSync(over kind: LinkKind) async throws {
         let pair = try Pair()
@@ -63,14 +56,14 @@ func waitForChange(on store: SyncStore, until condition: () throws -> Bool) asyn
         try await pair.phone.set("Ada", for: TestKeys.name)  // manual
         try await pair.watch.set(["w"], for: TestKeys.tags)
         try await withConnectedPeers(pair, over: kind) { phone, watch in
-            try await waitForChange(on: pair.watch) { try pair.watch.storedValue(for: TestKeys.steps) == 11 }
-            try await waitForChange(on: pair.phone) { try pair.phone.storedValue(for: TestKeys.tags) == ["w"] }
+            try await eventually(pair.watch, "the phone's steps on the watch") { try pair.watch.storedValue(for: TestKeys.steps) == 11 }
+            try await eventually(pair.phone, "the watch's tags on the phone") { try pair.phone.storedValue(for: TestKeys.tags) == ["w"] }
             try await phone.waitUntilIdle(timeout: .seconds(20))
             #expect(try pair.watch.storedValue(for: TestKeys.name) == nil)
             try phone.sync()
-            try await waitForChange(on: pair.watch) { try pair.watch.storedValue(for: TestKeys.name) == "Ada" }
+            try await eventually(pair.watch, "the manually synced name on the watch") { try pair.watch.storedValue(for: TestKeys.name) == "Ada" }
             try await pair.watch.remove(TestKeys.steps)
-            try await waitForChange(on: pair.phone) { try pair.phone.storedValue(for: TestKeys.steps) == nil }
+            try await eventually(pair.phone, "the watch's delete on the phone") { try pair.phone.storedValue(for: TestKeys.steps) == nil }
             try await watch.waitUntilIdle(timeout: .seconds(20))
         }
     }
@@ -82,7 +75,7 @@ func waitForChange(on store: SyncStore, until condition: () throws -> Bool) asyn
         try await pair.phone.set(value, for: TestKeys.blob)
         try await withConnectedPeers(pair, over: kind) { phone, _ in
             try phone.sync()
-            try await waitForChange(on: pair.watch) { try pair.watch.storedValue(for: TestKeys.blob) == value }
+            try await eventually(pair.watch, "the large value on the watch") { try pair.watch.storedValue(for: TestKeys.blob) == value }
         }
     }
 
@@ -94,7 +87,7 @@ func waitForChange(on store: SyncStore, until condition: () throws -> Bool) asyn
         try await pair.phone.set(marker, for: TestKeys.name)
         try await withConnectedPeers(pair, over: .tcp, tap: tap) { phone, _ in
             try phone.sync()
-            try await waitForChange(on: pair.watch) { try pair.watch.storedValue(for: TestKeys.name) == marker }
+            try await eventually(pair.watch, "the name on the watch") { try pair.watch.storedValue(for: TestKeys.name) == marker }
         }
         let bytes = tap.all
         #expect(bytes.count > 200)
@@ -111,15 +104,14 @@ func waitForChange(on store: SyncStore, until condition: () throws -> Bool) asyn
         let phone = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: phoneSecret.epoch))
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: phoneSecret))
         let server = Task { await phone.serve(listener) }
-        var rejections = listener.rejections.makeAsyncIterator()
         await #expect(throws: TransportError.self) {
             _ = try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: TCPConfiguration(secret: strangerSecret))
         }
-        let rejection = await rejections.next()
-        #expect(rejection?.code == .authenticationFailed)
+        let rejection = try await first(of: listener.rejections, "the listener's rejection of the stranger")
+        #expect(rejection.code == .authenticationFailed)
         await listener.close()
         server.cancel()
-        _ = await server.value
+        try await withDeadline("the server to stop") { _ = await server.value }
         #expect(try pair.watch.allEntryInfo().isEmpty)
         #expect(pair.phone.syncCounters.entriesSent == 0)
     }
@@ -137,26 +129,28 @@ func waitForChange(on store: SyncStore, until condition: () throws -> Bool) asyn
         let dialerEvents = b.events()
         let server = Task { await SyncPeer(store: a, configuration: config).serve(listener) }
         let connection = try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: TCPConfiguration(secret: secret))
-        let reason = await SyncPeer(store: b, configuration: config).run(over: connection)
+        let reason = try await withDeadline("the dialing phone's session to end") { await SyncPeer(store: b, configuration: config).run(over: connection) }
         #expect(reason.contains("handshake-failed") || reason.contains("closed"))
         // Whichever side validates the other's hello first refuses it and closes.
-        let refused = await withTaskGroup(of: Bool.self) { group in
-            for events in [serverEvents, dialerEvents] {
-                group.addTask {
-                    for await event in events {
-                        if case .error(let error) = event { return error.code == .handshakeFailed }
+        let refused = try await withDeadline("an error event on either phone") {
+            await withTaskGroup(of: Bool.self) { group in
+                for events in [serverEvents, dialerEvents] {
+                    group.addTask {
+                        for await event in events {
+                            if case .error(let error) = event { return error.code == .handshakeFailed }
+                        }
+                        return false
                     }
-                    return false
                 }
+                let first = await group.next() ?? false
+                group.cancelAll()
+                return first
             }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
         }
         #expect(refused)
         await listener.close()
         server.cancel()
-        _ = await server.value
+        try await withDeadline("the server to stop") { _ = await server.value }
         #expect(try b.storedValue(for: TestKeys.steps) == nil)
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import SyncEngine
+@testable import SyncEngine
 import SyncTransport
 import Testing
 
@@ -100,4 +100,13 @@ extension Array where Element == UInt8 {
         for i in 0...(count - needle.count) where self[i] == needle[0] && Array(self[i..<i + needle.count]) == needle { return true }
         return false
     }
+}
+
+/// Each message's payload, or nil when it is another kind (for `#require`).
+extension SyncMessage {
+    var asHello: Hello? { if case .hello(let hello) = self { hello } else { nil } }
+    var asBatch: Batch? { if case .batch(let batch) = self { batch } else { nil } }
+    var asAck: Ack? { if case .ack(let ack) = self { ack } else { nil } }
+    var asChunk: Chunk? { if case .chunk(let chunk) = self { chunk } else { nil } }
+    var asChunkAck: ChunkAck? { if case .chunkAck(let ack) = self { ack } else { nil } }
 }

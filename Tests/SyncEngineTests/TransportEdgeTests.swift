@@ -95,9 +95,8 @@ private func onThread(_ body: @escaping @Sendable () -> Void) async {
         let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
                                      "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
         defer { phone.stop() }
-        var out = phone.lines.makeAsyncIterator()
-        let listening = await next(&out) { $0["event"] as? String == "listening" }
-        let port = try #require(listening?["port"] as? Int)
+        let listening = try await phone.next("the listening event") { $0["event"] as? String == "listening" }
+        let port = try #require(listening["port"] as? Int)
 
         let strangers = 300
         let start = ContinuousClock.now
@@ -108,7 +107,7 @@ private func onThread(_ body: @escaping @Sendable () -> Void) async {
         var events = 0
         var accounted = 0
         while accounted < strangers {
-            guard let event = await next(&out, where: { $0["event"] as? String == "rejected" }) else { break }
+            let event = try await phone.next("a rejected event") { $0["event"] as? String == "rejected" }
             events += 1
             #expect(event["error"] as? String != nil)
             accounted += 1 + (event["suppressed"] as? Int ?? 0)

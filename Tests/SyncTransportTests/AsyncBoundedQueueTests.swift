@@ -20,12 +20,15 @@ import Testing
                 for number in 0..<count { try await queue.push(Payload(number), cost: 1) }
                 queue.finish()
             }
-            var received = 0
-            while let payload = try await queue.pop() {
-                #expect(payload.number == received)
-                received += 1
+            let received = try await withDeadline("the consumer to drain \(count) elements (a lost wakeup stalls it)") {
+                var received = 0
+                while let payload = try await queue.pop() {
+                    #expect(payload.number == received)
+                    received += 1
+                }
+                return received
             }
-            try await producer.value
+            try await withDeadline("the producer to finish") { try await producer.value }
             #expect(received == count)
         }
     }

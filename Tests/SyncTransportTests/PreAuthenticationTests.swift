@@ -68,10 +68,9 @@ import Glibc
             try await session.send(hello)
             return await session.readToEnd()
         }
-        var rejections = listener.rejections.makeAsyncIterator()
-        let rejection = await rejections.next()
-        #expect(rejection?.code == .protocolViolation, "\(String(describing: rejection))")
-        #expect(rejection?.message.contains("compressed") == true)
+        let rejection = try await first(of: listener.rejections, "the rejection of the compressed hello")
+        #expect(rejection.code == .protocolViolation, "\(rejection)")
+        #expect(rejection.message.contains("compressed"))
         // No challenge was computed or sent.
         var decoder = FrameDecoder()
         decoder.append(answer)
@@ -179,8 +178,7 @@ import Glibc
             try await session.send(frame)
             return await session.readToEnd()
         }
-        var rejections = listener.rejections.makeAsyncIterator()
-        let rejection = try #require(await rejections.next())
+        let rejection = try await first(of: listener.rejections, "the rejection of the forged error frame")
         #expect(rejection.code == .authenticationFailed)
         #expect(!rejection.message.contains("FORGED") && !rejection.message.contains("\n"), "\(rejection)")
         await listener.close()
@@ -190,7 +188,6 @@ import Glibc
     @Test func peerErrorTextAfterAuthenticationIsEscaped() async throws {
         let logs = LogCapture()
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret, logs: logs))
-        var connections = listener.connections.makeAsyncIterator()
         let long = String(repeating: "x", count: 900)
         let raw = Task { [secret] in
             try await withRawClient(port: listener.port) { session -> [UInt8] in
@@ -203,8 +200,8 @@ import Glibc
                 return await session.readToEnd()
             }
         }
-        let accepted = try #require(await connections.next())
-        let end = await inboundEnd(of: accepted)
+        let accepted = try await first(of: listener.connections, "the authenticated connection")
+        let end = try await inboundEnd(of: accepted)
         let error = try #require(end.error)
         #expect(error.message.contains("bad\\n2026-01-01T00:00:00 info syncsim : FORGED-LINE"), "\(error)")
         #expect(error.message.contains("\\u{1b}[2K"))

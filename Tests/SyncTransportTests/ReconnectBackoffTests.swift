@@ -87,7 +87,7 @@ import Testing
         for await connection in dialer {
             sessions += 1
             window = window ?? ContinuousClock.now + .seconds(2)
-            _ = await inboundEnd(of: connection)
+            _ = try await inboundEnd(of: connection)
             if let window, ContinuousClock.now >= window { break }
         }
         await dialer.close()

@@ -9,15 +9,14 @@ import Testing
         let listener = try await TCPListener.bind(
             host: "127.0.0.1", port: 0,
             configuration: testConfiguration(secret) { $0.deadPeerTimeout = .milliseconds(300) })
-        var connections = listener.connections.makeAsyncIterator()
         // The dialer never sends heartbeats within the test.
         let dialer = try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret))
-        let accepted = try #require(await connections.next())
-        let end = await inboundEnd(of: accepted)
+        let accepted = try await first(of: listener.connections, "the accepted connection")
+        let end = try await inboundEnd(of: accepted)
         #expect(end.error?.code == .timeout)
         #expect(end.error?.message.contains("dead-peer timeout") == true)
         // The dialer sees the connection end.
-        _ = await inboundEnd(of: dialer)
+        _ = try await inboundEnd(of: dialer)
         await listener.close()
     }
 
@@ -31,11 +30,10 @@ import Testing
                 $0.deadPeerTimeout = .seconds(3)
                 $0.heartbeatInterval = .milliseconds(100)
             })
-        var connections = listener.connections.makeAsyncIterator()
         let dialer = try await TCPTransport.connect(
             host: "127.0.0.1", port: listener.port,
             configuration: testConfiguration(secret) { $0.heartbeatInterval = .milliseconds(100) })
-        let accepted = try #require(await connections.next())
+        let accepted = try await first(of: listener.connections, "the accepted connection")
         // Wait for 40 heartbeats (29 bytes each) to arrive: about 4 s, past the
         // 3 s timeout. Stop early (and fail) if the connection ends instead.
         enum Event { case bytes, closed }
@@ -44,17 +42,18 @@ import Testing
             for await _ in recorder.chunks { sink.yield(.bytes) }
         }
         let endWatcher = Task {
-            _ = await inboundEnd(of: dialer)
+            do { for try await _ in dialer.inbound {} } catch {}
             sink.yield(.closed)
         }
         let start = recorder.bytes(.inbound).count
-        for await event in events {
-            if event == .closed {
-                Issue.record("the connection ended while only heartbeats flowed: \(logs.all.suffix(3))")
-                break
+        let closed = try await withDeadline("40 heartbeats") {
+            for await event in events {
+                if event == .closed { return true }
+                if recorder.bytes(.inbound).count - start >= 40 * 29 { return false }
             }
-            if recorder.bytes(.inbound).count - start >= 40 * 29 { break }
+            return true
         }
+        if closed { Issue.record("the connection ended while only heartbeats flowed: \(logs.all.suffix(3))") }
         chunkWatcher.cancel()
         try await dialer.send(Frame(type: 1, payload: [1]))
         #expect(try await receive(1, from: accepted) == [Frame(type: 1, payload: [1])])
@@ -67,9 +66,11 @@ import Testing
     @Test func handshakeTimesOut() async throws {
         let listener = try await TCPListener.bind(
             host: "127.0.0.1", port: 0, configuration: testConfiguration(secret) { $0.handshakeTimeout = .milliseconds(200) })
-        _ = try await withRawClient(port: listener.port) { session in await session.readToEnd() }
-        var rejections = listener.rejections.makeAsyncIterator()
-        #expect(await rejections.next()?.code == .timeout)
+        let port = listener.port
+        _ = try await withDeadline("the listener to drop a client that never speaks") {
+            try await withRawClient(port: port) { session in await session.readToEnd() }
+        }
+        #expect(try await first(of: listener.rejections, "the handshake timeout's rejection").code == .timeout)
         await listener.close()
     }
 
@@ -80,14 +81,13 @@ import Testing
         let listener = try await TCPListener.bind(
             host: "127.0.0.1", port: 0,
             configuration: testConfiguration(secret) { $0.maxBufferedInboundBytes = bound })
-        var connections = listener.connections.makeAsyncIterator()
         let sender = try await TCPTransport.connectTCP(
             host: "127.0.0.1", port: listener.port,
             configuration: testConfiguration(secret) {
                 $0.maxPendingOutboundBytes = bound
                 $0.limits.compressionThreshold = .max
             })
-        let receiver = try #require(await connections.next())
+        let receiver = try await first(of: listener.connections, "the receiving connection")
         let payload = randomBytes(frameSize - 4, seed: 1)
         let sent = Mutex(0)
         // Either the sender suspends (backpressure), or it sends everything (no backpressure: fail).
@@ -108,8 +108,7 @@ import Testing
                 return
             }
         }
-        var outcomeIterator = outcomes.makeAsyncIterator()
-        let outcome = await outcomeIterator.next()
+        let outcome = try await first(of: outcomes, "the sender to suspend or finish")
         watcher.cancel()
         #expect(outcome == .suspended)
         #expect(sender.pendingOutboundBytes <= bound + frameSize + FrameEnvelope.headerSize)
@@ -117,14 +116,17 @@ import Testing
         #expect(receiver.statistics.framesReceived * frameSize <= 16 << 20)
 
         // Now read everything, in order.
-        var index = 0
-        for try await frame in receiver.inbound {
-            var reader = ByteReader(frame.payload)
-            #expect(try reader.readUInt32() == UInt32(index))
-            index += 1
-            if index == count { break }
+        let index = try await withDeadline("all \(count) frames") {
+            var index = 0
+            for try await frame in receiver.inbound {
+                var reader = ByteReader(frame.payload)
+                #expect(try reader.readUInt32() == UInt32(index))
+                index += 1
+                if index == count { break }
+            }
+            return index
         }
-        try await sendTask.value
+        try await withDeadline("the sender to finish") { try await sendTask.value }
         #expect(index == count)
         await sender.close()
         await listener.close()
@@ -134,8 +136,7 @@ import Testing
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
         #expect(listener.port > 0)
         await listener.close()
-        var connections = listener.connections.makeAsyncIterator()
-        #expect(await connections.next() == nil)
+        #expect(try await all(of: listener.connections, "the connections to end").isEmpty)
         await expectCode(.connectFailed) {
             _ = try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret))
         }
@@ -168,31 +169,28 @@ import Testing
             }
             return InMemoryConnection.makePair().0
         }
-        var iterator = dialer.makeAsyncIterator()
-        #expect(await iterator.next() != nil)
+        #expect(try await nextConnection(of: dialer) != nil)
         #expect(dialer.attempts == 4)
         await dialer.close()
-        #expect(await iterator.next() == nil)
+        #expect(try await nextConnection(of: dialer) == nil)
     }
 
     @Test func dialerReconnectsAfterTheConnectionEnds() async throws {
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
-        var connections = listener.connections.makeAsyncIterator()
         let dialer = ReconnectingDialer(
             host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret),
             policy: ReconnectPolicy(initialDelay: .milliseconds(1), maxDelay: .milliseconds(10)))
-        var iterator = dialer.makeAsyncIterator()
         for round in 0..<3 {
-            let connection = try #require(await iterator.next())
-            let accepted = try #require(await connections.next())
+            let connection = try #require(try await nextConnection(of: dialer))
+            let accepted = try await first(of: listener.connections, "the listener's connection in round \(round)")
             try await connection.send(Frame(type: 1, payload: [UInt8(round)]))
             #expect(try await receive(1, from: accepted) == [Frame(type: 1, payload: [UInt8(round)])])
             await accepted.close()  // the listener drops the connection
-            #expect(await inboundEnd(of: connection).error == nil)
+            #expect(try await inboundEnd(of: connection).error == nil)
         }
         #expect(dialer.attempts == 3)
         await dialer.close()
-        #expect(await iterator.next() == nil)
+        #expect(try await nextConnection(of: dialer) == nil)
         await listener.close()
     }
 }

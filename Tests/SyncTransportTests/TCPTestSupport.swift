@@ -110,27 +110,42 @@ func withRawClient<Result: Sendable>(
     }
 }
 
-/// Receives exactly `count` frames, or fewer if the stream ends.
-func receive(_ count: Int, from connection: any FrameConnection) async throws -> [Frame] {
-    var frames: [Frame] = []
-    guard count > 0 else { return frames }
-    for try await frame in connection.inbound {
-        frames.append(frame)
-        if frames.count == count { break }
+/// Receives exactly `count` frames, or fewer if the stream ends; within `limit`.
+func receive(_ count: Int, from connection: any FrameConnection, within limit: Duration = waitLimit,
+             sourceLocation: SourceLocation = #_sourceLocation) async throws -> [Frame] {
+    try await withDeadline("\(count) frames", within: limit, sourceLocation: sourceLocation) {
+        var frames: [Frame] = []
+        guard count > 0 else { return frames }
+        for try await frame in connection.inbound {
+            frames.append(frame)
+            if frames.count == count { break }
+        }
+        return frames
     }
-    return frames
 }
 
-/// The error that ends `connection.inbound`, or `nil` if it finishes normally.
-func inboundEnd(of connection: any FrameConnection) async -> (frames: [Frame], error: TransportError?) {
-    var frames: [Frame] = []
-    do {
-        for try await frame in connection.inbound { frames.append(frame) }
-        return (frames, nil)
-    } catch let error as TransportError {
-        return (frames, error)
-    } catch {
-        Issue.record("inbound ended with a non-TransportError: \(error)")
-        return (frames, nil)
+/// The error that ends `connection.inbound`, or `nil` if it finishes normally; the end must come within `limit`.
+func inboundEnd(of connection: any FrameConnection, within limit: Duration = waitLimit,
+                sourceLocation: SourceLocation = #_sourceLocation) async throws -> (frames: [Frame], error: TransportError?) {
+    try await withDeadline("the connection's inbound frames to end", within: limit, sourceLocation: sourceLocation) {
+        var frames: [Frame] = []
+        do {
+            for try await frame in connection.inbound { frames.append(frame) }
+            return (frames, nil)
+        } catch let error as TransportError {
+            return (frames, error)
+        } catch {
+            Issue.record("inbound ended with a non-TransportError: \(error)")
+            return (frames, nil)
+        }
+    }
+}
+
+/// The next connection `dialer` makes (nil when it is closed), within `limit`.
+func nextConnection(of dialer: ReconnectingDialer, within limit: Duration = waitLimit,
+                    sourceLocation: SourceLocation = #_sourceLocation) async throws -> (any FrameConnection)? {
+    try await withDeadline("the dialer's next connection", within: limit, sourceLocation: sourceLocation) {
+        for await connection in dialer { return connection }
+        return nil
     }
 }

@@ -19,8 +19,7 @@ import Testing
             let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret, logs: logs))
             let dialer = try await TCPTransport.connect(
                 host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret, logs: logs, tap: tap))
-            var connections = listener.connections.makeAsyncIterator()
-            let accepted = try #require(await connections.next())
+            let accepted = try await first(of: listener.connections, "the accepted connection")
             return (dialer, accepted, listener)
         }
     }
@@ -50,7 +49,7 @@ import Testing
         }
         // Closing one end finishes the other's inbound normally.
         await dialer.close()
-        let end = await inboundEnd(of: listener)
+        let end = try await inboundEnd(of: listener)
         #expect(end.frames.isEmpty && end.error == nil)
         await expectCode(.closed) { try await dialer.send(Frame(type: 1, payload: [])) }
         await listener.close()
@@ -78,26 +77,26 @@ import Testing
             _ = try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: testConfiguration(stranger, logs: logs))
         }
         #expect(error?.message.contains("could not prove") == true)
-        var rejections = listener.rejections.makeAsyncIterator()
-        let rejection = await rejections.next()
-        #expect(rejection?.code == .authenticationFailed)
+        let rejection = try await first(of: listener.rejections, "the rejection of the stranger")
+        #expect(rejection.code == .authenticationFailed)
 
         // A rogue dialer that ignores the listener's proof and sends a forged one.
-        let answer = try await withRawClient(port: listener.port) { session -> [UInt8] in
-            try await session.send(FrameCodec().encode(TransportMessage.Hello(versions: 1...1, nonce: makeNonce()).frame))
-            _ = try #require(try await session.nextEnvelope())
-            try await session.send(FrameCodec().encode(TransportMessage.Proof(proof: makeNonce()).frame))
-            return await session.readToEnd()
+        let port = listener.port
+        let answer = try await withDeadline("the listener to answer and close the rogue dialer") {
+            try await withRawClient(port: port) { session -> [UInt8] in
+                try await session.send(FrameCodec().encode(TransportMessage.Hello(versions: 1...1, nonce: makeNonce()).frame))
+                _ = try #require(try await session.nextEnvelope())
+                try await session.send(FrameCodec().encode(TransportMessage.Proof(proof: makeNonce()).frame))
+                return await session.readToEnd()
+            }
         }
         #expect(!answer.isEmpty)
-        let forged = await rejections.next()
-        #expect(forged?.code == .authenticationFailed)
-        #expect(forged?.message.contains("the dialer could not prove") == true)
+        let forged = try await first(of: listener.rejections, "the rejection of the forged proof")
+        #expect(forged.code == .authenticationFailed)
+        #expect(forged.message.contains("the dialer could not prove") == true)
 
         await listener.close()
-        var delivered = 0
-        for await _ in listener.connections { delivered += 1 }
-        #expect(delivered == 0)
+        #expect(try await all(of: listener.connections, "the connections to end after close").isEmpty)
         #expect(logs.all.contains { $0.contains("rejected the peer") && $0.contains("authentication-failed") })
         for secret in [secret, stranger] {
             #expect(!logs.all.contains { $0.contains(Data(secret.bytes).base64EncodedString()) })
@@ -111,20 +110,18 @@ import Testing
                 host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret) { $0.wireVersions = 2...3 })
         }
         #expect(error?.message.contains("no wire version in common with ours (2...3)") == true, "\(String(describing: error))")
-        var rejections = listener.rejections.makeAsyncIterator()
-        let rejection = await rejections.next()
-        #expect(rejection?.code == .unsupportedVersion)
-        #expect(rejection?.message == "no common wire version: ours 1...1, peer 2...3")
+        let rejection = try await first(of: listener.rejections, "the rejection of the other version")
+        #expect(rejection.code == .unsupportedVersion)
+        #expect(rejection.message == "no common wire version: ours 1...1, peer 2...3")
         await listener.close()
     }
 
     @Test func recordedHandshakeCannotBeReplayed() async throws {
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
-        var connections = listener.connections.makeAsyncIterator()
         let recorder = WireRecorder()
         let dialer = try await TCPTransport.connect(
             host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret, tap: recorder))
-        let accepted = try #require(await connections.next())
+        let accepted = try await first(of: listener.connections, "the genuine dialer's connection")
         try await dialer.send(Frame(type: 1, payload: Array("transfer 100".utf8)))
         _ = try await receive(1, from: accepted)
         await dialer.close()
@@ -132,20 +129,22 @@ import Testing
         let recording = recorder.bytes(.outbound)
 
         // Replay everything the genuine dialer sent: hello, proof, the sealed frame.
-        _ = try await withRawClient(port: listener.port) { session -> [UInt8] in
-            try await session.send(recording)
-            return await session.readToEnd()
+        let port = listener.port
+        _ = try await withDeadline("the listener to close the replaying client") {
+            try await withRawClient(port: port) { session -> [UInt8] in
+                try await session.send(recording)
+                return await session.readToEnd()
+            }
         }
-        var rejections = listener.rejections.makeAsyncIterator()
-        let rejection = await rejections.next()
-        #expect(rejection?.code == .authenticationFailed)
+        let rejection = try await first(of: listener.rejections, "the rejection of the replay")
+        #expect(rejection.code == .authenticationFailed)
         await listener.close()
-        #expect(await connections.next() == nil, "no connection was accepted from the replay")
+        #expect(try await all(of: listener.connections, "the connections to end after close").isEmpty,
+                "no connection was accepted from the replay")
     }
 
     @Test func garbageClosesTheConnectionAndTheListenerKeepsWorking() async throws {
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
-        var rejections = listener.rejections.makeAsyncIterator()
         let inputs: [([UInt8], TransportError.Code)] = [
             (Array("GET / HTTP/1.1\r\nHost: x\r\n\r\n".utf8), .badMagic),
             (randomBytes(5_000, seed: 5).map { $0 == 0x53 ? 0 : $0 }, .badMagic),
@@ -154,22 +153,24 @@ import Testing
             ([0x53, 0x59, 1, 0xF0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 1, 2], .checksumMismatch),
             ([0x53, 0x59, 1, 0xF0, 0, 0, 0, 0, 34], .truncatedFrame),
         ]
+        let port = listener.port
         for (input, code) in inputs {
-            _ = try await withRawClient(port: listener.port) { session -> [UInt8] in
-                try await session.send(input)
-                if code == .truncatedFrame {
-                    // Half-close so the listener sees the end inside the frame.
-                    session.outbound.finish()
+            _ = try await withDeadline("the listener to close the connection that sent \(code) input") {
+                try await withRawClient(port: port) { session -> [UInt8] in
+                    try await session.send(input)
+                    if code == .truncatedFrame {
+                        // Half-close so the listener sees the end inside the frame.
+                        session.outbound.finish()
+                    }
+                    return await session.readToEnd()
                 }
-                return await session.readToEnd()
             }
-            let rejection = await rejections.next()
-            #expect(rejection?.code == code, "\(String(describing: rejection))")
+            let rejection = try await first(of: listener.rejections, "the rejection of \(code) input")
+            #expect(rejection.code == code, "\(String(describing: rejection))")
         }
         // Still accepting.
         let dialer = try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret))
-        var connections = listener.connections.makeAsyncIterator()
-        let accepted = try #require(await connections.next())
+        let accepted = try await first(of: listener.connections, "a connection after the bad ones")
         try await dialer.send(Frame(type: 1, payload: [42]))
         #expect(try await receive(1, from: accepted) == [Frame(type: 1, payload: [42])])
         await dialer.close()
@@ -183,7 +184,6 @@ import Testing
     @Test(arguments: BadInput.allCases)
     func badInputAfterTheHandshakeFailsTheConnection(_ input: BadInput) async throws {
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
-        var connections = listener.connections.makeAsyncIterator()
         let codec = FrameCodec()
         let rawTask = Task { [secret] in
             try await withRawClient(port: listener.port) { session -> [UInt8] in
@@ -227,8 +227,8 @@ import Testing
                 return await session.readToEnd()
             }
         }
-        let accepted = try #require(await connections.next())
-        let end = await inboundEnd(of: accepted)
+        let accepted = try await first(of: listener.connections, "the raw client's connection")
+        let end = try await inboundEnd(of: accepted)
         let expected: [BadInput: TransportError.Code] = [
             .tampered: .decryptionFailed, .replayed: .decryptionFailed, .reordered: .decryptionFailed,
             .garbage: .badMagic, .oversized: .oversizedFrame, .checksum: .checksumMismatch,
@@ -237,14 +237,13 @@ import Testing
         ]
         #expect(end.frames == [Frame(type: 1, payload: Array("first".utf8))], "only the good frame was delivered")
         #expect(end.error?.code == expected[input], "\(String(describing: end.error))")
-        _ = try await rawTask.value  // the listener closed the socket
+        _ = try await withDeadline("the listener to close the raw client's socket") { try await rawTask.value }
         await expectCode(.closed) { try await accepted.send(Frame(type: 1, payload: [])) }
         await listener.close()
     }
 
     @Test func byteCounterAgreesWithTheTapInEachDirection() async throws {
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
-        var connections = listener.connections.makeAsyncIterator()
         let recorder = WireRecorder()
         let counted = Mutex<[WireDirection: Int]>([:])
         let dialer = try await TCPTransport.connect(
@@ -252,7 +251,7 @@ import Testing
             configuration: testConfiguration(secret, tap: recorder) { configuration in
                 configuration.onWireByteCount = { direction, count in counted.withLock { $0[direction, default: 0] += count } }
             })
-        let accepted = try #require(await connections.next())
+        let accepted = try await first(of: listener.connections, "the accepted connection")
         // Reliable while open: sessions over it do not retransmit (the in-memory pair neither).
         #expect(dialer.deliversEveryFrame && accepted.deliversEveryFrame)
         let (memoryA, memoryB) = InMemoryConnection.makePair()
