@@ -305,6 +305,7 @@ public final class ReplicationEndpoint {
             return [ack(complete: true)]
         }
         if let local = try store.entryInfo(forKey: entry.key), local.version >= entry.version {
+            try store.syncCommitted()  // the acknowledgement rests on that commit
             return [ack(complete: true)]
         }
         guard Checksum.crc32(chunk.bytes) == chunk.checksum else {

@@ -184,7 +184,8 @@ extension SyncStore {
                      lastArrivalWins: Bool = false) throws -> ApplyResult {
         try checkOpen()
         let now = physicalClock.nowMilliseconds()
-        let result = try database.write({ conn -> ApplyResult in
+        // Durable: the caller acknowledges this commit, and the peer then forgets the entries.
+        let result = try database.write(durable: true, { conn -> ApplyResult in
             var result = ApplyResult()
             // Policies first: what the peer may not send never reaches the database.
             var accepted: [(entry: WireEntry, registered: KeyRegistry.Registered)] = []
