@@ -76,6 +76,41 @@ import Testing
     }
 }
 
+/// `StoreOptions.durability`: what a local write survives.
+@Suite(.serialized, .timeLimit(.minutes(2))) struct LocalDurabilityTests {
+    static let vfs = try! CrashVFS.register(name: "syncengine-tests-crash-local")
+
+    /// Writes one value, cuts the power once the write returned, reopens with the real VFS.
+    func valueAfterPowerCut(_ durability: StoreOptions.Durability) async throws -> Int {
+        let vfs = Self.vfs
+        vfs.powerOn()
+        let folder = TempFolder()
+        let path = folder.file("local.sqlite")
+        var options = StoreOptions(clock: ManualClock())
+        options.externalChangePollInterval = nil
+        options.vfsName = vfs.name
+        options.durability = durability
+        do {
+            let store = try SyncStore(path: path, role: .phone, registry: try KeyRegistry([TestKeys.steps]), options: options)
+            try await store.set(1, for: TestKeys.steps)
+            vfs.writeBack()  // the first value reached the disk (as after a checkpoint)…
+            try await store.set(2, for: TestKeys.steps)
+            vfs.powerCut()   // …and the power fails right after the second write returned
+            store.close()
+        }
+        vfs.powerOn()
+        var reopen = StoreOptions()
+        reopen.externalChangePollInterval = nil
+        let store = try SyncStore(path: path, role: .phone, registry: try KeyRegistry([TestKeys.steps]), options: reopen)
+        return try await store.get(TestKeys.steps)
+    }
+
+    @Test func fullSurvivesPowerLossNormalMayRollBackTheLastCommit() async throws {
+        #expect(try await valueAfterPowerCut(.full) == 2)
+        #expect(try await valueAfterPowerCut(.normal) == 1)
+    }
+}
+
 /// "Acknowledged means durable": for many random power cuts during a
 /// replicated sync, every entry the receiver acknowledged is in its file
 /// afterwards, and the file is intact. The watch runs on the crash VFS; the

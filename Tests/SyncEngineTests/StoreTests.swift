@@ -206,8 +206,9 @@ import Testing
                 #expect(![UInt8](bytes).contains(subsequence: Array(marker.utf8)))
             }
         }
-        // Wrong key: clear error, nothing destroyed.
+        // Wrong key: clear error, nothing destroyed. (A missing one is `encryptionKeyMissing`: StoreFileSafetyTests.)
         let wrongKey = folder.file("other.key")
+        _ = FileManager.default.createFile(atPath: wrongKey, contents: Data(repeating: 1, count: 32), attributes: [.posixPermissions: 0o600])
         #expect {
             _ = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: registry, options: StoreOptions(encryption: .keyFile(path: wrongKey)))
         } throws: { ($0 as? SyncError)?.code == .encryptionKeyWrong }

@@ -14,7 +14,7 @@ final class Database: Sendable {
 
     /// Set once SQLite reports the file damaged; every write checks it.
     let corruption: CorruptionFlag
-    /// Whether `write(durable: true)` must sync the WAL itself (not under `.full`, where every commit does).
+    /// Whether `syncCommitted()` must sync the WAL itself (not under `.full`, where every commit does).
     private let syncsDurableWrites: Bool
 
     /// Opens (or creates) the file and checks, before anything is written,
@@ -31,13 +31,8 @@ final class Database: Sendable {
         let conn = try SQLiteConnection(path: path, vfs: options.vfsName)
         // Until the file is known to be a healthy store of ours, closing it must not checkpoint.
         conn.setCheckpointOnClose(false)
-        do {
-            _ = try conn.integer("SELECT count(*) FROM sqlite_master")
-        } catch let error as SyncError where error.code == .databaseCorrupt {
-            throw error
-        } catch {
-            throw SyncError(.notADatabase, "the file at \(path) is not a valid SyncEngine store; it was left untouched — move it aside or open another path")
-        }
+        // The first read: SQLITE_NOTADB gives `.notADatabase`, SQLITE_CORRUPT `.databaseCorrupt` (`SQLiteConnection.error`).
+        _ = try conn.integer("SELECT count(*) FROM sqlite_master")
         try Database.checkOwnership(conn)
         if let limit = options.quickCheckMaxBytes, Database.fileSize(path) + Database.fileSize(path + "-wal") <= Int64(limit) {
             try Database.quickCheck(conn)
@@ -122,19 +117,10 @@ final class Database: Sendable {
     /// `onCommit` runs after COMMIT succeeded, still under the lock, so cache
     /// updates are ordered with the writes they mirror.
     ///
-    /// `durable`: the commit (and every one before it) is on stable storage
-    /// when this returns, whatever `StoreOptions.durability` says: for a
-    /// transaction whose commit is acknowledged to the peer, which then
-    /// forgets the data. The WAL is synced after COMMIT (an empty commit still
-    /// syncs what came before); if that fails, this throws although the
-    /// transaction committed, so no acknowledgement is sent.
-    ///
     /// Throws `.databaseCorrupt`, writing nothing, once the file was found damaged.
-    func write<T: Sendable>(durable: Bool = false, _ body: (SQLiteConnection) throws -> T,
-                            onCommit: (T) -> Void = { _ in }) throws -> T {
+    func write<T: Sendable>(_ body: (SQLiteConnection) throws -> T, onCommit: (T) -> Void = { _ in }) throws -> T {
         if corruption.isSet { throw CorruptionFlag.error(path: path) }
         let observer = self.observer.withLock { $0.value }
-        var syncFailure: (any Error)?
         let result = try connection.withLock { conn in
             let result: T
             do {
@@ -151,18 +137,16 @@ final class Database: Sendable {
             }
             observer?.transactionEnded(committed: true)
             onCommit(result)
-            if durable && syncsDurableWrites {
-                do { try conn.syncJournal() } catch { syncFailure = error }
-            }
             return result
         }
         observer?.transactionUnlocked()
-        if let syncFailure { throw syncFailure }
         return result
     }
 
-    /// Puts every commit made so far on stable storage (see `write(durable:)`),
-    /// for an acknowledgement that rests on earlier commits.
+    /// Puts every commit made so far on stable storage, whatever
+    /// `StoreOptions.durability` says: for commits acknowledged to the peer,
+    /// which then forgets the data. Syncs the WAL, as a COMMIT under
+    /// `synchronous=FULL` would (a no-op under `.full`, where every commit did).
     func syncCommitted() throws {
         guard syncsDurableWrites else { return }
         try connection.withLock { try $0.syncJournal() }

@@ -184,8 +184,7 @@ extension SyncStore {
                      lastArrivalWins: Bool = false) throws -> ApplyResult {
         try checkOpen()
         let now = physicalClock.nowMilliseconds()
-        // Durable: the caller acknowledges this commit, and the peer then forgets the entries.
-        let result = try database.write(durable: true, { conn -> ApplyResult in
+        let result = try database.write({ conn -> ApplyResult in
             var result = ApplyResult()
             // Policies first: what the peer may not send never reaches the database.
             var accepted: [(entry: WireEntry, registered: KeyRegistry.Registered)] = []
@@ -274,6 +273,9 @@ extension SyncStore {
             $0.conflicts += result.conflicts.count
         }
         publishCommitted(result.changes)
+        // The caller acknowledges this commit and the peer then forgets the entries: on stable
+        // storage first. After publishing: observers need no fsync to see the values.
+        try syncCommitted()
         return result
     }
 

@@ -144,8 +144,9 @@ public final class SyncStore: KeyValueBackend {
 
     var isClosed: Bool { closed.load(ordering: .relaxed) }
 
-    /// Puts every commit so far on stable storage, before acknowledging data
-    /// this store already had (a duplicate or older value from the peer).
+    /// Puts every commit so far on stable storage, before acknowledging what
+    /// the peer sent (`applyRemote` does it itself; a chunk of a value this
+    /// store already has needs it too).
     func syncCommitted() throws {
         try database.syncCommitted()
     }
