@@ -28,6 +28,8 @@ let package = Package(
             pkgConfig: "zlib",
             providers: [.apt(["zlib1g-dev"]), .brew(["zlib"])]
         ),
+        // A SQLite VFS that simulates power loss (unsynced writes dropped), for tests and the simulator.
+        .target(name: "CCrashVFS", dependencies: ["CSQLite"]),
         .target(
             name: "SyncTransport",
             dependencies: [
@@ -42,6 +44,7 @@ let package = Package(
             name: "SyncEngine",
             dependencies: [
                 "CSQLite",
+                "CCrashVFS",
                 "SyncTransport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),

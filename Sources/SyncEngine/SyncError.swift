@@ -13,7 +13,10 @@ public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         }
 
         public static let database = Code("database")
+        /// The file is not a SyncEngine store (not SQLite, or another program's SQLite file); it was left untouched.
         public static let notADatabase = Code("not-a-database")
+        /// SQLite found the store's file damaged; this process writes nothing more to it.
+        public static let databaseCorrupt = Code("database-corrupt")
         public static let schemaTooNew = Code("schema-too-new")
         public static let invalidKey = Code("invalid-key")
         public static let duplicateKey = Code("duplicate-key")

@@ -202,8 +202,9 @@ import Testing
         if let wal = FileManager.default.contents(atPath: folder.file("s.sqlite-wal")) {  // a clean close may remove it
             #expect(![UInt8](wal).contains(subsequence: Array(marker.utf8)))
         }
-        // Wrong key: clear error, nothing destroyed.
+        // Wrong key: clear error, nothing destroyed. (A missing one is `encryptionKeyMissing`: StoreFileSafetyTests.)
         let wrongKey = folder.file("other.key")
+        _ = FileManager.default.createFile(atPath: wrongKey, contents: Data(repeating: 1, count: 32), attributes: [.posixPermissions: 0o600])
         #expect {
             _ = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: registry, options: StoreOptions(encryption: .keyFile(path: wrongKey)))
         } throws: { ($0 as? SyncError)?.code == .encryptionKeyWrong }

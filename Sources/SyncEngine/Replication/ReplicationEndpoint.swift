@@ -344,6 +344,7 @@ public final class ReplicationEndpoint {
         }
         if let local = try store.entryInfo(forKey: entry.key), local.version >= entry.version {
             try store.discardStagedChunks(key: entry.key, through: local.version)
+            try store.syncCommitted()  // the acknowledgement rests on that commit
             return [ack(complete: true)]
         }
         guard Checksum.crc32(chunk.bytes) == chunk.checksum else {

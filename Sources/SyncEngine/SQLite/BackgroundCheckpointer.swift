@@ -16,14 +16,20 @@ final class BackgroundCheckpointer: Sendable {
     static let inlineLimit: Int32 = 16_000
 
     let path: String
+    /// The VFS the store's connection uses (nil: SQLite's default); the checkpoint must use the same.
+    let vfs: String?
+    /// No checkpoint writes to a file found damaged.
+    let corruption: CorruptionFlag
     private let queue = DispatchQueue(label: "SyncEngine.checkpoint")
     private let scheduled = Atomic<Bool>(false)
     private let stopped = Atomic<Bool>(false)
     /// The checkpoint connection, opened on first use; touched only on `queue`.
     private let connection = Mutex<OpaquePointer?>(nil)
 
-    init(path: String) {
+    init(path: String, vfs: String?, corruption: CorruptionFlag) {
         self.path = path
+        self.vfs = vfs
+        self.corruption = corruption
     }
 
     /// Installs the hook on the writer's connection (replacing SQLite's automatic checkpoint).
@@ -42,6 +48,7 @@ final class BackgroundCheckpointer: Sendable {
     }
 
     private func walGrew(pages: Int32, writer: OpaquePointer?, name: UnsafePointer<CChar>?) {
+        if corruption.isSet { return }
         if pages >= BackgroundCheckpointer.inlineLimit {
             _ = sqlite3_wal_checkpoint_v2(writer, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
             return
@@ -53,11 +60,13 @@ final class BackgroundCheckpointer: Sendable {
 
     private func checkpoint() {
         scheduled.store(false, ordering: .releasing)
-        guard !stopped.load(ordering: .relaxed) else { return }
+        guard !stopped.load(ordering: .relaxed), !corruption.isSet else { return }
         connection.withLock { conn in
             if conn == nil {
                 var db: OpaquePointer?
-                if sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK {
+                if sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, vfs) == SQLITE_OK, let db {
+                    // The store's own connection checkpoints when it closes; this one never does.
+                    _ = syncengine_db_config_flag(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
                     conn = db
                 } else {
                     sqlite3_close_v2(db)  // the writer's inline limit still bounds the WAL

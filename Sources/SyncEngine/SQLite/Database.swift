@@ -12,24 +12,41 @@ final class Database: Sendable {
     private let checkpointer: BackgroundCheckpointer
     let path: String
 
-    /// Opens (or creates) the file, checks that it is SQLite, switches to WAL
-    /// and migrates the schema forward. A non-SQLite or corrupt file throws
-    /// `.notADatabase` and is left untouched.
-    init(path: String) throws {
+    /// Set once SQLite reports the file damaged; every write checks it.
+    let corruption: CorruptionFlag
+    /// Whether `syncCommitted()` must sync the WAL itself (not under `.full`, where every commit does).
+    private let syncsDurableWrites: Bool
+
+    /// Opens (or creates) the file and checks, before anything is written,
+    /// that it is SQLite, that it is a SyncEngine store (`Schema.applicationID`,
+    /// or an empty file, or a store made before the id existed) and, when
+    /// small enough, that it is not damaged (`PRAGMA quick_check`). Then
+    /// switches to WAL and migrates the schema forward.
+    ///
+    /// Throws `.notADatabase` for a file that is not a store and
+    /// `.databaseCorrupt` for a damaged one; both are left untouched.
+    init(path: String, options: StoreOptions) throws {
         try Database.checkHeader(path: path)
-        let conn = try SQLiteConnection(path: path)
-        do {
-            try conn.execute("SELECT count(*) FROM sqlite_master")
-        } catch {
-            throw SyncError(.notADatabase, "the file at \(path) is not a valid SyncEngine store; it was left untouched — move it aside or open another path")
+        if CorruptionFlag.wasFoundDamaged(path) { throw CorruptionFlag.error(path: path) }
+        let conn = try SQLiteConnection(path: path, vfs: options.vfsName)
+        // Until the file is known to be a healthy store of ours, closing it must not checkpoint.
+        conn.setCheckpointOnClose(false)
+        // The first read: SQLITE_NOTADB gives `.notADatabase`, SQLITE_CORRUPT `.databaseCorrupt` (`SQLiteConnection.error`).
+        _ = try conn.integer("SELECT count(*) FROM sqlite_master")
+        try Database.checkOwnership(conn)
+        if let limit = options.quickCheckMaxBytes, Database.fileSize(path) + Database.fileSize(path + "-wal") <= Int64(limit) {
+            try Database.quickCheck(conn)
         }
+        conn.setCheckpointOnClose(true)
         try conn.execute("PRAGMA journal_mode=WAL")
-        try conn.execute("PRAGMA synchronous=NORMAL")
+        try conn.execute(options.durability == .full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL")
         try conn.execute("PRAGMA cache_size=-8192")
         try conn.execute("PRAGMA foreign_keys=ON")
         try Schema.migrate(conn)
         self.path = path
-        checkpointer = BackgroundCheckpointer(path: path)
+        corruption = conn.corruption
+        syncsDurableWrites = options.durability != .full && options.syncsBeforeAcknowledging
+        checkpointer = BackgroundCheckpointer(path: path, vfs: options.vfsName, corruption: conn.corruption)
         checkpointer.attach(to: conn.handle)
         self.connection = Mutex(conn)
     }
@@ -39,16 +56,56 @@ final class Database: Sendable {
         checkpointer.stop()
     }
 
-    /// Refuses files that exist, are non-empty and lack the SQLite header,
-    /// before SQLite gets a chance to touch them.
+    /// Refuses files that exist, are non-empty and lack the SQLite header, or
+    /// carry another program's `application_id`, before SQLite gets a chance to touch them.
     private static func checkHeader(path: String) throws {
         guard let handle = FileHandle(forReadingAtPath: path) else { return }
         defer { try? handle.close() }
-        let header = (try? handle.read(upToCount: 16)) ?? Data()
+        let header = [UInt8]((try? handle.read(upToCount: 100)) ?? Data())
         if header.isEmpty { return }
-        if header.count < 16 || header != Data("SQLite format 3\0".utf8) {
+        if header.count < 16 || Data(header[0..<16]) != Data("SQLite format 3\0".utf8) {
             throw SyncError(.notADatabase, "the file at \(path) is not a SQLite database; it was left untouched — move it aside or open another path")
         }
+        // The header's application_id (bytes 68-71, big-endian). A store's WAL may
+        // hold a newer first page, so 0 here is decided later, with SQLite's view.
+        guard header.count >= 72 else { return }
+        let id = header[68..<72].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+        if id != 0 && id != UInt32(bitPattern: Schema.applicationID) { throw foreignFile(path, id: id) }
+    }
+
+    /// Accepts a store of ours, a store made before `application_id` was set
+    /// (id 0, a `sync_meta` table, schema version 1 or more) and an empty
+    /// database; refuses anything else before a byte is written.
+    private static func checkOwnership(_ conn: SQLiteConnection) throws {
+        let id = try conn.integer("PRAGMA application_id")
+        if id == Int64(Schema.applicationID) { return }
+        if id == 0 {
+            let version = try conn.integer("PRAGMA user_version")
+            let objects = try conn.integer("SELECT count(*) FROM sqlite_master")
+            let hasMeta = try conn.integer("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'sync_meta'") > 0
+            if objects == 0 && version == 0 { return }   // new or empty
+            if hasMeta && version >= 1 { return }         // ours, from before the id
+        }
+        throw foreignFile(conn.path, id: UInt32(truncatingIfNeeded: id))
+    }
+
+    private static func foreignFile(_ path: String, id: UInt32) -> SyncError {
+        SyncError(.notADatabase, "the file at \(path) is a SQLite database of another program (application_id 0x\(String(id, radix: 16))), not a SyncEngine store; it was left untouched — open another path")
+    }
+
+    /// `PRAGMA quick_check`: reads every page; a damaged file throws `.databaseCorrupt`.
+    private static func quickCheck(_ conn: SQLiteConnection) throws {
+        let stmt = try conn.statement("PRAGMA quick_check(1)")
+        defer { stmt.reset() }
+        guard try stmt.step(), stmt.string(0) == "ok" else {
+            conn.markCorrupt()
+            throw CorruptionFlag.error(path: conn.path)
+        }
+    }
+
+    private static func fileSize(_ path: String) -> Int64 {
+        var info = stat()
+        return stat(path, &info) == 0 ? Int64(info.st_size) : 0
     }
 
     /// Runs `body` with the connection, outside a transaction.
@@ -59,7 +116,10 @@ final class Database: Sendable {
     /// Runs `body` in one immediate transaction; everything or nothing.
     /// `onCommit` runs after COMMIT succeeded, still under the lock, so cache
     /// updates are ordered with the writes they mirror.
+    ///
+    /// Throws `.databaseCorrupt`, writing nothing, once the file was found damaged.
     func write<T: Sendable>(_ body: (SQLiteConnection) throws -> T, onCommit: (T) -> Void = { _ in }) throws -> T {
+        if corruption.isSet { throw CorruptionFlag.error(path: path) }
         let observer = self.observer.withLock { $0.value }
         let result = try connection.withLock { conn in
             let result: T
@@ -81,6 +141,15 @@ final class Database: Sendable {
         }
         observer?.transactionUnlocked()
         return result
+    }
+
+    /// Puts every commit made so far on stable storage, whatever
+    /// `StoreOptions.durability` says: for commits acknowledged to the peer,
+    /// which then forgets the data. Syncs the WAL, as a COMMIT under
+    /// `synchronous=FULL` would (a no-op under `.full`, where every commit did).
+    func syncCommitted() throws {
+        guard syncsDurableWrites else { return }
+        try connection.withLock { try $0.syncJournal() }
     }
 
     /// Sets the one observer of write transactions (the store, once it is set up).

@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Synchronization
 
 /// `SQLITE_TRANSIENT` for Swift: tells SQLite to copy bound bytes.
 let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
@@ -13,12 +14,15 @@ let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Database's Mutex (see above)
     let handle: OpaquePointer
     let path: String
+    /// Set by the first `SQLITE_CORRUPT`; shared with the `Database` that owns this connection.
+    let corruption: CorruptionFlag
     private var statements: [String: OpaquePointer] = [:]
 
-    init(path: String) throws {
+    /// Opens `path` through the VFS named `vfs` (SQLite's default when nil).
+    init(path: String, vfs: String? = nil) throws {
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
-        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        let rc = sqlite3_open_v2(path, &db, flags, vfs)
         guard rc == SQLITE_OK, let db else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
             sqlite3_close_v2(db)
@@ -26,6 +30,7 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
         }
         handle = db
         self.path = path
+        corruption = CorruptionFlag(path: path)
         sqlite3_busy_timeout(db, 5_000)
         sqlite3_extended_result_codes(db, 1)
     }
@@ -71,14 +76,99 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
 
     var changes: Int { Int(sqlite3_changes(handle)) }
 
+    /// The first column of the first row of `sql` (a query or pragma returning one integer).
+    func integer(_ sql: String) throws -> Int64 {
+        let stmt = try statement(sql)
+        defer { stmt.reset() }
+        return try stmt.step() ? stmt.int64(0) : 0
+    }
+
+    /// Whether closing the connection copies the WAL into the database file
+    /// (SQLite's default). Off while a file is not known to be a healthy store
+    /// of ours, so that closing it writes nothing.
+    func setCheckpointOnClose(_ on: Bool) {
+        _ = syncengine_db_config_flag(handle, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, on ? 0 : 1)
+    }
+
+    /// Puts every commit made so far on stable storage: syncs the WAL, as a
+    /// COMMIT under `synchronous=FULL` would. Call outside a transaction.
+    func syncJournal() throws {
+        let rc = syncengine_sync_journal(handle)
+        guard rc == SQLITE_OK else {
+            throw SyncError(.database, "the store at \(path) could not be flushed to stable storage (SQLite code \(rc)); check the disk")
+        }
+    }
+
+    /// Records that the file is damaged: nothing is written to it from now on
+    /// (not even the checkpoint SQLite runs when the connection closes).
+    func markCorrupt() {
+        setCheckpointOnClose(false)
+        corruption.set()
+    }
+
     /// A `SyncError` for a SQLite result code. Never includes bound values.
+    /// `SQLITE_CORRUPT` marks the file damaged (`.databaseCorrupt`).
     func error(_ rc: Int32, context: String) -> SyncError {
         let message = String(cString: sqlite3_errmsg(handle))
         let primary = rc & 0xFF
-        if primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT {
+        if primary == SQLITE_CORRUPT {
+            markCorrupt()
+            return CorruptionFlag.error(path: path)
+        }
+        if primary == SQLITE_NOTADB {
             return SyncError(.notADatabase, "the file at \(path) is not a valid SyncEngine store (\(message)); it was left untouched — move it aside or open another path")
         }
         return SyncError(.database, "SQLite \(context) failed: \(message) (code \(rc))")
+    }
+}
+
+/// Whether SQLite has reported a store file damaged (`SQLITE_CORRUPT`, or a
+/// failed `quick_check`). Once set, the store writes nothing more to the file;
+/// the file is also remembered for the rest of the process (by device, inode,
+/// size and change time, so a file restored at the same path opens again).
+final class CorruptionFlag: Sendable {
+    let path: String
+    private let flagged = Atomic<Bool>(false)
+
+    init(path: String) { self.path = path }
+
+    var isSet: Bool { flagged.load(ordering: .acquiring) }
+
+    func set() {
+        guard !flagged.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        if let identity = CorruptionFlag.identity(of: path) {
+            CorruptionFlag.damaged.withLock { _ = $0.insert(identity) }
+        }
+    }
+
+    /// The error every write of a damaged store throws.
+    static func error(path: String) -> SyncError {
+        SyncError(.databaseCorrupt, "the store at \(path) is damaged (SQLite reports a malformed database file); this process will not write to it again — copy out what still reads, then restore a backup or move the file aside and open a new store")
+    }
+
+    /// True when this process found the file at `path` damaged before.
+    static func wasFoundDamaged(_ path: String) -> Bool {
+        guard let identity = identity(of: path) else { return false }
+        return damaged.withLock { $0.contains(identity) }
+    }
+
+    /// The file, not its path: device and inode, plus size and change time
+    /// (an inode number is reused once a file is deleted; a file put back
+    /// at the path, or changed by someone else, is checked afresh).
+    private struct FileIdentity: Hashable {
+        var device: UInt64
+        var inode: UInt64
+        var size: Int64
+        var changed: Int64
+    }
+
+    private static let damaged = Mutex<Set<FileIdentity>>([])
+
+    private static func identity(of path: String) -> FileIdentity? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
+                            changed: Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec))
     }
 }
 

@@ -6,8 +6,13 @@
 /// (sequence, key), kept by triggers in the transaction that writes the entry:
 /// acknowledging a change deletes its narrow outbox row instead of rewriting
 /// the entry's row. Since v4 the conflict log holds one row per resolution.
+///
+/// Every store carries `PRAGMA application_id = 0x5379456E` (ASCII "SyEn"),
+/// set with the schema; `Database` refuses SQLite files with another id.
 enum Schema {
     static let currentVersion = 4
+    /// `PRAGMA application_id` of a SyncEngine store: ASCII "SyEn".
+    static let applicationID: Int32 = 0x5379_456E
 
     static let migrations: [String] = [
         // v1
@@ -111,20 +116,21 @@ enum Schema {
         """,
     ]
 
+    /// Brings the schema to `currentVersion` and marks the file with
+    /// `applicationID` (a store made before the id gets it here), in one transaction.
     static func migrate(_ conn: SQLiteConnection) throws {
-        let stmt = try conn.statement("PRAGMA user_version")
-        _ = try stmt.step()
-        let version = stmt.int(0)
-        try stmt.run()
+        let version = Int(try conn.integer("PRAGMA user_version"))
         if version > currentVersion {
             throw SyncError(.schemaTooNew, "the store at \(conn.path) has schema version \(version), newer than this SyncEngine understands (\(currentVersion)); update the app")
         }
-        guard version < currentVersion else { return }
+        let marked = try conn.integer("PRAGMA application_id") == Int64(applicationID)
+        guard version < currentVersion || !marked else { return }
         try conn.transaction {
             for v in version..<currentVersion {
                 try conn.execute(migrations[v])
             }
             try conn.execute("PRAGMA user_version = \(currentVersion)")
+            try conn.execute("PRAGMA application_id = \(applicationID)")
         }
     }
 }

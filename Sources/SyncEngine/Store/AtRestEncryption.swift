@@ -4,7 +4,10 @@ import Foundation
 
 /// Where the store's master key for `encrypted` keys comes from.
 public enum EncryptionKeySource: Sendable {
-    /// A 32-byte key file; created with mode 0600 when missing (our stand-in for the Keychain).
+    /// A 32-byte key file (our stand-in for the Keychain). Created with mode
+    /// 0600 for a store that holds no encrypted values yet; for one that does,
+    /// a missing file throws `.encryptionKeyMissing` and nothing is created.
+    /// A file that group or others may access is refused (`.keyFile`: `chmod 600`).
     case keyFile(path: String)
     /// A passphrase stretched with PBKDF2-SHA256 over the store's salt.
     case passphrase(String, iterations: Int = 210_000)
@@ -17,11 +20,13 @@ struct AtRestCipher: Sendable {
     let key: SymmetricKey
     static let verifierPlaintext = Array("syncengine-at-rest-verifier-v1".utf8)
 
-    init(source: EncryptionKeySource, salt: [UInt8]) throws {
+    /// `mayCreateKeyFile`: false for a store that already holds values sealed
+    /// with its key (it has a verifier), so a missing key file is an error.
+    init(source: EncryptionKeySource, salt: [UInt8], mayCreateKeyFile: Bool) throws {
         let master: SymmetricKey
         switch source {
         case .keyFile(let path):
-            master = try AtRestCipher.loadOrCreateKeyFile(path)
+            master = try AtRestCipher.loadOrCreateKeyFile(path, mayCreate: mayCreateKeyFile)
         case .passphrase(let passphrase, let iterations):
             guard iterations >= 1 else { throw SyncError(.invalidConfiguration, "PBKDF2 iterations must be at least 1") }
             master = try KDF.Insecure.PBKDF2.deriveKey(from: Array(passphrase.utf8), salt: salt, using: .sha256,
@@ -45,20 +50,17 @@ struct AtRestCipher: Sendable {
         }
     }
 
-    static func loadOrCreateKeyFile(_ path: String) throws -> SymmetricKey {
-        if FileManager.default.fileExists(atPath: path) {
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw SyncError(.keyFile, "the key file \(path) cannot be read; check its permissions")
-            }
-            guard data.count == 32 else {
-                throw SyncError(.keyFile, "the key file \(path) holds \(data.count) bytes, not 32; it is not a SyncEngine key file")
-            }
-            return SymmetricKey(data: data)
+    static func loadOrCreateKeyFile(_ path: String, mayCreate: Bool) throws -> SymmetricKey {
+        if let key = try loadKeyFile(path) { return key }
+        guard mayCreate else {
+            throw SyncError(.encryptionKeyMissing, "the key file \(path) is missing, and this store holds values encrypted with the key it had; nothing was created or changed — restore that key file (from a backup, or the Keychain it came from)")
         }
         let key = SymmetricKey(size: .bits256)
         let bytes = key.withUnsafeBytes { [UInt8]($0) }
-        let fd = Foundation.open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        let fd = Foundation.open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
+            // Another process created it meanwhile: use that one.
+            if errno == EEXIST, let key = try loadKeyFile(path) { return key }
             throw SyncError(.keyFile, "cannot create the key file \(path) (errno \(errno)); check the folder exists and is writable")
         }
         defer { close(fd) }
@@ -67,5 +69,45 @@ struct AtRestCipher: Sendable {
             throw SyncError(.keyFile, "cannot write the key file \(path) (errno \(errno))")
         }
         return key
+    }
+
+    /// The key in the file at `path`; nil when there is no file. Refuses, as
+    /// `PairingSecret.load` does, anything but a regular file that only its
+    /// owner may access (mode & 0o077 == 0), and a file not 32 bytes long.
+    static func loadKeyFile(_ path: String) throws -> SymmetricKey? {
+        let fd = Foundation.open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            if code == ENOENT { return nil }
+            throw SyncError(.keyFile, "the key file \(path) cannot be opened (errno \(code)); check its permissions")
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            throw SyncError(.keyFile, "cannot inspect the key file \(path) (errno \(errno))")
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            throw SyncError(.keyFile, "the key file path \(path) is not a regular file")
+        }
+        let permissions = info.st_mode & 0o777
+        guard permissions & 0o077 == 0 else {
+            throw SyncError(.keyFile, "the key file \(path) has mode 0\(String(permissions, radix: 8)), so others may read it; run `chmod 600 \(path)` (and replace the key if it may have leaked)")
+        }
+        var bytes = [UInt8](repeating: 0, count: 33)
+        var count = 0
+        while count < bytes.count {
+            let n = bytes[count...].withUnsafeMutableBytes { Foundation.read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw SyncError(.keyFile, "the key file \(path) cannot be read (errno \(errno)); check its permissions")
+            }
+            if n == 0 { break }
+            count += n
+        }
+        guard count == 32 else {
+            let size = count > 32 ? "more than 32 bytes" : "\(count) bytes"
+            throw SyncError(.keyFile, "the key file \(path) holds \(size), not 32; it is not a SyncEngine key file")
+        }
+        return SymmetricKey(data: bytes[0..<32])
     }
 }

@@ -23,6 +23,24 @@ public struct StoreOptions: Sendable {
     /// (an app and its extension); nil only checks before each write and on
     /// `checkForExternalChanges()`.
     public var externalChangePollInterval: Duration? = .milliseconds(100)
+    /// How durable a local write is when it returns. Whatever this says, a
+    /// batch received from the peer is on stable storage before it is
+    /// acknowledged (the peer then forgets it), and so is everything
+    /// committed before it.
+    public var durability: Durability = .normal
+    /// At open, run SQLite's `PRAGMA quick_check` (it reads every page) when
+    /// the database file and its WAL together are at most this many bytes;
+    /// a damaged file then throws `.databaseCorrupt` before anything is
+    /// written. nil never checks at open. Damage found later, by any
+    /// statement, is reported the same way, and the store stops writing.
+    public var quickCheckMaxBytes: Int? = 32 << 20
+    /// The SQLite VFS to open the file with (a registered name, e.g. a
+    /// `CrashVFS`); nil is SQLite's default. For tests and the simulator.
+    @_spi(Testing) public var vfsName: String?
+    /// false acknowledges received batches without syncing them first (the
+    /// behaviour before acknowledgements were durable), for the crash tests
+    /// that must see the loss, and for benchmarks measuring the sync's cost.
+    @_spi(Testing) public var syncsBeforeAcknowledging = true
 
     /// Remote versions whose time is more than this ahead of this device's
     /// wall clock are refused (entry by entry, with a `versionRefused` event
@@ -46,5 +64,22 @@ public struct StoreOptions: Sendable {
     public init(clock: any PhysicalClock = SystemClock(), encryption: EncryptionKeySource? = nil) {
         self.clock = clock
         self.encryption = encryption
+    }
+
+    /// How far a committed local write survives (SQLite WAL `synchronous`).
+    public enum Durability: Sendable, Equatable, Codable {
+        /// `synchronous=NORMAL`, the default: a commit survives the app
+        /// crashing or being killed as soon as the write returns. A power
+        /// loss or OS crash may roll back the latest commits (whole
+        /// transactions; the file stays consistent) until the WAL is synced:
+        /// at the next checkpoint, or when this store next acknowledges a
+        /// batch from the peer. A local write the peer already has may so be
+        /// lost here while the peer keeps it. No fsync per commit.
+        case normal
+        /// `synchronous=FULL`: every commit is on stable storage when the
+        /// write returns and survives power loss too. One fsync per commit
+        /// (milliseconds on most disks, against tens of microseconds for a
+        /// commit without one).
+        case full
     }
 }

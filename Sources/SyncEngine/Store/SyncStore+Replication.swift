@@ -306,6 +306,9 @@ extension SyncStore {
                            metadata: ["count": "\(result.versionRefusals.count)"])
         }
         publishCommitted(result.changes)
+        // The caller acknowledges this commit and the peer then forgets the entries: on stable
+        // storage first. After publishing: observers need no fsync to see the values.
+        try syncCommitted()
         return result
     }
 

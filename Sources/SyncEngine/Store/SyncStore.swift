@@ -43,8 +43,11 @@ public final class SyncStore: KeyValueBackend {
 
     /// Opens (creating if needed) the store at `path` for `role`.
     ///
-    /// Throws `.notADatabase` for a file that is not a store (left untouched),
-    /// `.encryptionKeyMissing` / `.encryptionKeyWrong` for key problems (nothing destroyed).
+    /// Throws `.notADatabase` for a file that is not a store (not SQLite, or
+    /// another program's SQLite file), `.databaseCorrupt` for a damaged one
+    /// (both left untouched), and `.encryptionKeyMissing` /
+    /// `.encryptionKeyWrong` / `.keyFile` for key problems (nothing destroyed,
+    /// and a key file is only ever created for a store that has no encrypted values yet).
     public init(path: String, role: DeviceRole, registry: KeyRegistry, options: StoreOptions = StoreOptions()) throws {
         self.path = path
         self.role = role
@@ -52,7 +55,7 @@ public final class SyncStore: KeyValueBackend {
         self.options = options
         self.logger = options.logger
         self.physicalClock = options.clock
-        let database = try Database(path: path)
+        let database = try Database(path: path, options: options)
         self.database = database
         self.cache = StoreCache(maxCachedValueSize: options.maxCachedValueSize)
 
@@ -97,7 +100,8 @@ public final class SyncStore: KeyValueBackend {
 
         let needsKey = registry.descriptors.contains { $0.security == .encrypted }
         if let source = options.encryption {
-            let cipher = try AtRestCipher(source: source, salt: setup.salt)
+            // A store that has a verifier holds values sealed with its key: never make a new one for it.
+            let cipher = try AtRestCipher(source: source, salt: setup.salt, mayCreateKeyFile: setup.verifier == nil)
             if let verifier = setup.verifier {
                 guard let sealed = Data(base64Encoded: verifier),
                       (try? cipher.open([UInt8](sealed), keyName: "")) == AtRestCipher.verifierPlaintext else {
@@ -140,6 +144,13 @@ public final class SyncStore: KeyValueBackend {
     }
 
     var isClosed: Bool { closed.load(ordering: .relaxed) }
+
+    /// Puts every commit so far on stable storage, before acknowledging what
+    /// the peer sent (`applyRemote` does it itself; a chunk of a value this
+    /// store already has needs it too).
+    func syncCommitted() throws {
+        try database.syncCommitted()
+    }
 
     func checkOpen() throws {
         if isClosed { throw SyncError(.closed, "the store at \(path) is closed; open it again") }

@@ -1,5 +1,5 @@
 import Foundation
-import SyncEngine
+@_spi(Testing) import SyncEngine
 import SyncTransport
 
 /// End-to-end sync figures against the machine's limits from the same run.
@@ -41,39 +41,31 @@ public struct SyncBenchmark: Sendable {
         let deflateSeconds = try BenchClock.seconds { deflated = try Compression.deflate(rawPayload, level: 6) }
         let inflateSeconds = try BenchClock.seconds { _ = try Compression.inflate(deflated, maxOutputSize: rawPayload.count) }
 
-        progress("writing \(entries) entries on the phone")
-        let phone = try SyncStore(path: folder + "/phone.sqlite", role: .phone, registry: registry)
-        let watch = try SyncStore(path: folder + "/watch.sqlite", role: .watch, registry: registry)
-        try phone.batchNow { batch in
-            for i in 0..<entries { try batch.set(values[i], for: SyncBenchmark.family["k\(i)"]) }
-        }
-
-        progress("initial sync of \(entries) entries, in memory")
+        // In memory, twice each way, alternating: acknowledgements synced to disk
+        // first (durable, the default) and not (what `synchronous=NORMAL` alone gave).
         let codec = FrameCodec()
-        let config = ReplicationConfiguration(pairingEpoch: "bench")
-        var wireBytes = 0
-        progress("phone pending: \(try phone.pendingSummary().total)")
-        let initialSeconds = try BenchClock.seconds {
-            wireBytes = try SyncBenchmark.exchange(ReplicationEndpoint(store: phone, configuration: config),
-                                                   ReplicationEndpoint(store: watch, configuration: config), codec: codec)
+        var durable = InMemorySync(), unsynced = InMemorySync()
+        for run in 0..<(entries >= 100_000 ? 2 : 1) {
+            for syncs in [false, true] {
+                progress("initial sync of \(entries) entries and incremental sync of \(changed), in memory, acknowledgements \(syncs ? "synced (durable)" : "not synced"), run \(run + 1)")
+                let measured = try inMemorySync(folder: folder + "/\(syncs ? "durable" : "unsynced")-\(run)", registry: registry,
+                                                values: values, syncsBeforeAcknowledging: syncs, codec: codec, progress: progress)
+                if syncs { durable.keepFastest(measured) } else { unsynced.keepFastest(measured) }
+            }
         }
-        progress("incremental sync of \(changed) changed entries")
-        try phone.batchNow { batch in
-            for i in 0..<changed { try batch.set(values[i] + "!", for: SyncBenchmark.family["k\(i)"]) }
-        }
-        var incrementalBytes = 0
-        let incrementalSeconds = try BenchClock.seconds {
-            incrementalBytes = try SyncBenchmark.exchange(ReplicationEndpoint(store: phone, configuration: config),
-                                                          ReplicationEndpoint(store: watch, configuration: config), codec: codec)
-        }
+        let wireBytes = durable.initialBytes, incrementalBytes = durable.incrementalBytes
+        let initialSeconds = durable.initialSeconds, incrementalSeconds = durable.incrementalSeconds
         let incrementalRaw = (0..<changed).reduce(0) { $0 + "bench:k\($1)".utf8.count + encoded[$1].count + 3 }
-        phone.close()
-        watch.close()
 
         let rawInsertRate = Double(entries) / rawInsertSeconds
         let syncRate = Double(entries) / initialSeconds
-        let tcp = try await TCPSyncBenchmark(entries: entries, changed: changed, latencySamples: entries >= 100_000 ? 1_000 : 50).run(progress: progress)
-        return tcp + [
+        let tcpBenchmark = TCPSyncBenchmark(entries: entries, changed: changed, latencySamples: entries >= 100_000 ? 1_000 : 50)
+        let tcp = try await tcpBenchmark.run(progress: progress)
+        var unsyncedTCP = tcpBenchmark
+        unsyncedTCP.acksSynced = false
+        progress("the same over TCP with acknowledgements not synced (before the fix), for comparison")
+        let tcpUnsynced = try await unsyncedTCP.run(progress: progress)
+        return tcp + tcpUnsynced + [
             BenchFigure(name: "raw SQLite insert (1 WAL tx)", value: rawInsertRate, unit: "rows/s"),
             BenchFigure(name: "raw zlib deflate (level 6)", value: Double(rawPayload.count) / deflateSeconds / 1e6, unit: "MB/s"),
             BenchFigure(name: "raw zlib inflate", value: Double(rawPayload.count) / inflateSeconds / 1e6, unit: "MB/s"),
@@ -83,9 +75,74 @@ public struct SyncBenchmark: Sendable {
             BenchFigure(name: "initial sync wire ÷ zlib(raw key+value)", value: Double(wireBytes) / Double(deflated.count), unit: "×",
                         target: "≤ 1.2"),
             BenchFigure(name: "initial sync wire ÷ raw key+value bytes", value: Double(wireBytes) / Double(rawPayload.count), unit: "×"),
-            BenchFigure(name: "incremental sync (\(changed) changed)", value: Double(changed) / incrementalSeconds, unit: "entries/s"),
+            BenchFigure(name: "incremental sync (\(changed) changed)", value: Double(changed) / incrementalSeconds, unit: "entries/s",
+                        baseline: rawInsertRate, baselineName: "raw insert rows/s", ratio: Double(changed) / incrementalSeconds / rawInsertRate),
             BenchFigure(name: "incremental wire ÷ raw key+value bytes", value: Double(incrementalBytes) / Double(incrementalRaw), unit: "×"),
+            BenchFigure(name: "initial sync in memory, acks not synced (before the fix)", value: Double(entries) / unsynced.initialSeconds,
+                        unit: "entries/s", baseline: rawInsertRate, baselineName: "raw insert rows/s",
+                        ratio: Double(entries) / unsynced.initialSeconds / rawInsertRate),
+            BenchFigure(name: "incremental sync, acks not synced (before the fix)", value: Double(changed) / unsynced.incrementalSeconds,
+                        unit: "entries/s", baseline: rawInsertRate, baselineName: "raw insert rows/s",
+                        ratio: Double(changed) / unsynced.incrementalSeconds / rawInsertRate),
+            BenchFigure(name: "durable acks: initial sync time ÷ time with acks not synced", value: initialSeconds / unsynced.initialSeconds, unit: "×"),
+            BenchFigure(name: "durable acks: incremental sync time ÷ time with acks not synced", value: incrementalSeconds / unsynced.incrementalSeconds, unit: "×"),
+            BenchFigure(name: "durable acks: WAL syncs in the initial sync", value: Double(durable.batches), unit: "fsyncs"),
         ]
+    }
+
+    /// Timings of one in-memory initial and incremental sync (the fastest run kept).
+    struct InMemorySync {
+        var initialSeconds = Double.infinity
+        var initialBytes = 0
+        var incrementalSeconds = Double.infinity
+        var incrementalBytes = 0
+        var batches = 0
+
+        mutating func keepFastest(_ other: InMemorySync) {
+            if other.initialSeconds < initialSeconds {
+                initialSeconds = other.initialSeconds
+                initialBytes = other.initialBytes
+                batches = other.batches
+            }
+            if other.incrementalSeconds < incrementalSeconds {
+                incrementalSeconds = other.incrementalSeconds
+                incrementalBytes = other.incrementalBytes
+            }
+        }
+    }
+
+    /// A new phone with `entries` values syncs them to a new watch, then `changed` of them change and sync.
+    func inMemorySync(folder: String, registry: KeyRegistry, values: [String], syncsBeforeAcknowledging: Bool,
+                      codec: FrameCodec, progress: (String) -> Void) throws -> InMemorySync {
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        var watchOptions = StoreOptions()
+        watchOptions.syncsBeforeAcknowledging = syncsBeforeAcknowledging
+        let phone = try SyncStore(path: folder + "/phone.sqlite", role: .phone, registry: registry)
+        let watch = try SyncStore(path: folder + "/watch.sqlite", role: .watch, registry: registry, options: watchOptions)
+        defer {
+            phone.close()
+            watch.close()
+        }
+        try phone.batchNow { batch in
+            for i in 0..<entries { try batch.set(values[i], for: SyncBenchmark.family["k\(i)"]) }
+        }
+        let config = ReplicationConfiguration(pairingEpoch: "bench")
+        var result = InMemorySync()
+        let batchesBefore = watch.syncCounters.batchesReceived
+        result.initialSeconds = try BenchClock.seconds {
+            result.initialBytes = try SyncBenchmark.exchange(ReplicationEndpoint(store: phone, configuration: config),
+                                                             ReplicationEndpoint(store: watch, configuration: config), codec: codec)
+        }
+        result.batches = watch.syncCounters.batchesReceived - batchesBefore
+        try phone.batchNow { batch in
+            for i in 0..<changed { try batch.set(values[i] + "!", for: SyncBenchmark.family["k\(i)"]) }
+        }
+        result.incrementalSeconds = try BenchClock.seconds {
+            result.incrementalBytes = try SyncBenchmark.exchange(ReplicationEndpoint(store: phone, configuration: config),
+                                                                 ReplicationEndpoint(store: watch, configuration: config), codec: codec)
+        }
+        return result
     }
 
     /// The raw bytes the benchmarks compare the wire with: each key `bench:k<i>` followed by its value.

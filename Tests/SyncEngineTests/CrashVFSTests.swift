@@ -1,0 +1,404 @@
+import CSQLite
+import Foundation
+@_spi(Testing) @testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// The crash VFS itself: what a power cut keeps and drops.
+@Suite(.serialized, .timeLimit(.minutes(2))) struct CrashVFSTests {
+    static let vfs = try! CrashVFS.register(name: "syncengine-tests-crash-unit")
+
+    @Test func aPowerCutKeepsWhatWasSyncedAndDropsTheRest() throws {
+        let vfs = Self.vfs
+        vfs.powerOn()
+        let folder = TempFolder()
+        let path = folder.file("unit.sqlite")
+        do {
+            let db = try RawDatabase(path: path, vfs: vfs.name)
+            try db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; CREATE TABLE t(k TEXT PRIMARY KEY, v BLOB)")
+            try db.exec("INSERT INTO t VALUES('synced', randomblob(3000))")
+            try db.exec("PRAGMA synchronous=NORMAL")
+            try db.exec("INSERT INTO t VALUES('unsynced', randomblob(3000))")
+            #expect(vfs.statistics.unsyncedBytes > 0)
+            // Another connection through the same VFS sees the unsynced commit (reads overlay it).
+            let other = try RawDatabase(path: path, vfs: vfs.name)
+            #expect(try other.strings("SELECT k FROM t ORDER BY k") == ["synced", "unsynced"])
+            #expect(vfs.powerCut() > 0)
+            // Dead: nothing more reaches the files.
+            #expect(throws: SyncError.self) { try db.exec("INSERT INTO t VALUES('after', 'x')") }
+        }
+        #expect(throws: SyncError.self) { _ = try RawDatabase(path: path, vfs: vfs.name).strings("SELECT k FROM t") }
+        vfs.powerOn()
+        let reopened = try RawDatabase(path: path)
+        #expect(try reopened.strings("PRAGMA integrity_check") == ["ok"])
+        #expect(try reopened.strings("SELECT k FROM t ORDER BY k") == ["synced"])
+    }
+
+    @Test func aProcessKillKeepsUnsyncedWrites() throws {
+        let vfs = Self.vfs
+        vfs.powerOn()
+        let folder = TempFolder()
+        let path = folder.file("kill.sqlite")
+        do {
+            let db = try RawDatabase(path: path, vfs: vfs.name)
+            try db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; CREATE TABLE t(k TEXT PRIMARY KEY)")
+            try db.exec("INSERT INTO t VALUES('a'), ('b')")
+            #expect(vfs.writeBack() > 0)
+            #expect(vfs.statistics.unsyncedBytes == 0)
+            vfs.powerCut()
+        }
+        vfs.powerOn()
+        let reopened = try RawDatabase(path: path)
+        #expect(try reopened.strings("SELECT k FROM t ORDER BY k") == ["a", "b"])
+    }
+
+    @Test func anArmedCutFailsTheOperationItLandsOn() throws {
+        let vfs = Self.vfs
+        vfs.powerOn()
+        let folder = TempFolder()
+        let path = folder.file("armed.sqlite")
+        let cutsBefore = vfs.statistics.cuts
+        do {
+            let db = try RawDatabase(path: path, vfs: vfs.name)
+            try db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; CREATE TABLE t(k TEXT PRIMARY KEY)")
+            try db.exec("INSERT INTO t VALUES('kept')")
+            vfs.armPowerCut(afterOperations: 2)  // inside the next commit: its frame write, or its sync
+            #expect(throws: SyncError.self) { try db.exec("INSERT INTO t VALUES('cut'), ('cut too')") }
+            #expect(vfs.statistics.cuts == cutsBefore + 1)
+            #expect(!vfs.statistics.isPowered)
+        }
+        vfs.powerOn()
+        let db = try RawDatabase(path: path, vfs: vfs.name)
+        #expect(try db.strings("PRAGMA integrity_check") == ["ok"])
+        #expect(try db.strings("SELECT k FROM t ORDER BY k") == ["kept"])
+        try db.exec("INSERT INTO t VALUES('after')")
+        #expect(try db.strings("SELECT k FROM t ORDER BY k") == ["after", "kept"])
+    }
+}
+
+/// `StoreOptions.durability`: what a local write survives.
+@Suite(.serialized, .timeLimit(.minutes(2))) struct LocalDurabilityTests {
+    static let vfs = try! CrashVFS.register(name: "syncengine-tests-crash-local")
+
+    /// Writes one value, cuts the power once the write returned, reopens with the real VFS.
+    func valueAfterPowerCut(_ durability: StoreOptions.Durability) async throws -> Int {
+        let vfs = Self.vfs
+        vfs.powerOn()
+        let folder = TempFolder()
+        let path = folder.file("local.sqlite")
+        var options = StoreOptions(clock: ManualClock())
+        options.externalChangePollInterval = nil
+        options.vfsName = vfs.name
+        options.durability = durability
+        do {
+            let store = try SyncStore(path: path, role: .phone, registry: try KeyRegistry([TestKeys.steps]), options: options)
+            try await store.set(1, for: TestKeys.steps)
+            vfs.writeBack()  // the first value reached the disk (as after a checkpoint)…
+            try await store.set(2, for: TestKeys.steps)
+            vfs.powerCut()   // …and the power fails right after the second write returned
+            store.close()
+        }
+        vfs.powerOn()
+        var reopen = StoreOptions()
+        reopen.externalChangePollInterval = nil
+        let store = try SyncStore(path: path, role: .phone, registry: try KeyRegistry([TestKeys.steps]), options: reopen)
+        return try await store.get(TestKeys.steps)
+    }
+
+    @Test func fullSurvivesPowerLossNormalMayRollBackTheLastCommit() async throws {
+        #expect(try await valueAfterPowerCut(.full) == 2)
+        #expect(try await valueAfterPowerCut(.normal) == 1)
+    }
+}
+
+/// "Acknowledged means durable": for many random power cuts during a
+/// replicated sync, every entry the receiver acknowledged is in its file
+/// afterwards, and the file is intact. The watch runs on the crash VFS; the
+/// cut lands on a random write, truncate or sync of its files (opening the
+/// store, applying a batch, staging a chunk, the sync before an acknowledgement).
+@Suite(.serialized, .timeLimit(.minutes(5))) struct DurableAcknowledgementTests {
+    static let vfs = try! CrashVFS.register(name: "syncengine-tests-crash-sync")
+    static let items = KeyFamily<Data>("item", in: Namespace("crash"), default: Data(), policy: .automaticSmall, serializer: .data)
+    static let large = KeyFamily<Data>("large", in: Namespace("crash"), default: Data(), policy: .manual, serializer: .data)
+
+    @Test func acknowledgedEntriesSurvivePowerCuts() throws {
+        let seed = Self.seed()
+        print("DurableAcknowledgementTests seed \(seed) (set SYNCENGINE_CRASH_SEED to repeat)")
+        var random = SeededRandom(seed: seed)
+        var totals = (runs: 0, cuts: 0, acknowledged: 0)
+        for iteration in 0..<20 {
+            let runSeed = random.next()
+            // First without an armed cut (the power fails after the last acknowledgement), counting the operations…
+            let whole = try Self.run(seed: runSeed, cutAt: nil)
+            #expect(whole.lost.isEmpty && whole.integrity == "ok",
+                    "seed \(seed) iteration \(iteration): cut after the sync lost \(whole.lost.count) of \(whole.acknowledged) acknowledged entries, integrity \(whole.integrity)")
+            totals.runs += 1
+            totals.acknowledged += whole.acknowledged
+            // …then cut at random operations of the same run, with and without some unsynced writes reaching the disk.
+            for attempt in 0..<3 {
+                let cutAt = Int(random.next(below: UInt64(max(1, whole.operations)))) + 1
+                let survivors: CrashVFS.Survivors = attempt == 2 ? .random(seed: random.next(), percent: 50) : .none
+                let outcome = try Self.run(seed: runSeed, cutAt: cutAt, survivors: survivors)
+                #expect(outcome.lost.isEmpty && outcome.integrity == "ok",
+                        "seed \(seed) iteration \(iteration) cut at \(cutAt) (\(survivors)): lost \(outcome.lost.prefix(5)) of \(outcome.acknowledged) acknowledged, integrity \(outcome.integrity)")
+                totals.runs += 1
+                totals.cuts += outcome.cutFired ? 1 : 0
+                totals.acknowledged += outcome.acknowledged
+            }
+        }
+        print("DurableAcknowledgementTests: \(totals.runs) runs, \(totals.cuts) cuts inside the sync, \(totals.acknowledged) acknowledged entries checked")
+        #expect(totals.cuts >= 30)
+        #expect(totals.acknowledged > 1_000)
+    }
+
+    /// The same harness finds the loss when acknowledgements are not synced
+    /// first (`synchronous=NORMAL` alone, the behaviour before the fix).
+    @Test func withoutTheSyncAcknowledgedEntriesAreLost() throws {
+        let seed = Self.seed()
+        print("DurableAcknowledgementTests (unsynced acknowledgements) seed \(seed)")
+        var random = SeededRandom(seed: seed)
+        var lost = 0
+        for _ in 0..<4 {
+            lost += try Self.run(seed: random.next(), cutAt: nil, syncsBeforeAcknowledging: false).lost.count
+        }
+        #expect(lost > 0)
+    }
+
+    static func seed() -> UInt64 {
+        ProcessInfo.processInfo.environment["SYNCENGINE_CRASH_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 1...UInt64.max)
+    }
+
+    struct Outcome {
+        var operations = 0
+        var acknowledged = 0
+        var lost: [String] = []
+        var integrity = ""
+        var cutFired = false
+    }
+
+    /// One phone → watch sync (an initial sync, manual large values in chunks,
+    /// then changes and deletes), the watch's files on the crash VFS. The power
+    /// fails at the `cutAt`-th file operation of the watch, or after the sync.
+    static func run(seed: UInt64, cutAt: Int?, survivors: CrashVFS.Survivors = .none,
+                    syncsBeforeAcknowledging: Bool = true) throws -> Outcome {
+        let vfs = Self.vfs
+        vfs.disarm()
+        vfs.powerOn()
+        var random = SeededRandom(seed: seed)
+        let folder = TempFolder()
+        let registry = try KeyRegistry([items, large])
+        let watchPath = folder.file("watch.sqlite")
+        var phoneOptions = StoreOptions(clock: ManualClock())
+        phoneOptions.externalChangePollInterval = nil
+        let phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: phoneOptions)
+        defer { phone.close() }
+
+        // What the phone has: many small entries (a few runs fill the WAL past a checkpoint), sometimes large ones.
+        let big = random.next(below: 6) == 0
+        let count = big ? 2_500 : Int(random.next(below: 300)) + 20
+        func bytes(_ n: Int) -> Data { Data((0..<n).map { _ in UInt8(truncatingIfNeeded: random.next()) }) }
+        try phone.batchNow { batch in
+            for i in 0..<count { try batch.set(bytes(big ? 1_500 : Int(random.next(below: 3_000)) + 1), for: items["k\(i)"]) }
+        }
+        for i in 0..<Int(random.next(below: 3)) {
+            try phone.setNow(bytes(SyncPolicy.automaticLimit + 1 + Int(random.next(below: 200_000))), for: large["v\(i)"])
+        }
+        _ = try phone.requestManualSync()
+
+        var outcome = Outcome()
+        let operationsBefore = vfs.statistics.operations
+        let cutsBefore = vfs.statistics.cuts
+        if let cutAt { vfs.armPowerCut(afterOperations: cutAt, keeping: survivors) }
+        var acknowledged: [String: WireEntry] = [:]
+        do {
+            var watchOptions = StoreOptions(clock: ManualClock())
+            watchOptions.externalChangePollInterval = nil
+            watchOptions.vfsName = vfs.name
+            watchOptions.syncsBeforeAcknowledging = syncsBeforeAcknowledging
+            var watch: SyncStore?
+            do {
+                watch = try SyncStore(path: watchPath, role: .watch, registry: registry, options: watchOptions)
+            } catch {
+                guard vfs.statistics.cuts > cutsBefore else { throw error }  // only the power cut may stop it
+            }
+            if let watch {
+                defer { watch.close() }
+                let config = ReplicationConfiguration(pairingEpoch: "crash")
+                let a = ReplicationEndpoint(store: phone, configuration: config)
+                let b = ReplicationEndpoint(store: watch, configuration: config)
+                var recorder = AcknowledgementRecorder()
+                exchange(a, b, &recorder)
+                // Changes and deletes, while still connected.
+                if b.failure == nil {
+                    try phone.batchNow { batch in
+                        for i in stride(from: 0, to: count, by: 7) { try batch.set(bytes(40), for: items["k\(i)"]) }
+                        for i in stride(from: 3, to: count, by: 11) { try batch.remove(items["k\(i)"]) }
+                    }
+                    exchange(a, b, &recorder, start: false)
+                }
+                acknowledged = recorder.acknowledged
+            }
+            outcome.cutFired = vfs.statistics.cuts > cutsBefore
+            // No cut yet: the power fails right after the last acknowledgement, the store still open.
+            if !outcome.cutFired { vfs.powerCut(keeping: survivors) }
+        }
+        // The endpoints and the watch store are gone: its (dead) files are closed.
+        outcome.operations = vfs.statistics.operations - operationsBefore
+        vfs.disarm()
+        vfs.powerOn()
+
+        // The watch's file, through the real VFS, as after a reboot.
+        outcome.acknowledged = acknowledged.count
+        if FileManager.default.fileExists(atPath: watchPath) {
+            let db = try RawDatabase(path: watchPath)
+            outcome.integrity = try db.strings("PRAGMA integrity_check").joined(separator: "; ")
+            let hasEntries = try db.strings("SELECT count(*) FROM sqlite_master WHERE name = 'entries'") == ["1"]
+            for (key, entry) in acknowledged {
+                let row = hasEntries ? try db.row(key: key) : nil
+                guard let row, row.version >= entry.version else {
+                    outcome.lost.append(key)
+                    continue
+                }
+                if row.version == entry.version && (row.deleted != entry.deleted || (!entry.deleted && entry.value != nil && row.value != entry.value)) {
+                    outcome.lost.append(key)
+                }
+            }
+        } else {
+            outcome.integrity = "ok"
+            outcome.lost = Array(acknowledged.keys)
+        }
+        // And the store opens again (a cut during its creation leaves a new, empty or complete store).
+        var reopenOptions = StoreOptions(clock: ManualClock())
+        reopenOptions.externalChangePollInterval = nil
+        _ = try SyncStore(path: watchPath, role: .watch, registry: registry, options: reopenOptions)
+        return outcome
+    }
+
+    /// Runs the two endpoints until quiet or the watch failed (its files died).
+    static func exchange(_ a: ReplicationEndpoint, _ b: ReplicationEndpoint, _ recorder: inout AcknowledgementRecorder, start: Bool = true) {
+        var toB = start ? a.start(now: 0) : a.pump(now: 0)
+        var toA = start ? b.start(now: 0) : b.pump(now: 0)
+        var rounds = 0
+        while !(toA.isEmpty && toB.isEmpty) && rounds < 100_000 && b.failure == nil && a.failure == nil {
+            rounds += 1
+            let sendB = toB, sendA = toA
+            toB = []
+            toA = []
+            for frame in sendB {
+                recorder.sent(frame)
+                toA += b.receive(frame, now: 0)
+            }
+            for frame in sendA {
+                recorder.acknowledged(frame)
+                toB += a.receive(frame, now: 0)
+            }
+            if toA.isEmpty && toB.isEmpty {
+                toB = a.pump(now: 0)
+                toA = b.pump(now: 0)
+            }
+        }
+    }
+}
+
+/// Which entries the watch acknowledged, from the frames: a batch's entries
+/// when its ack leaves the watch (minus refused ones), a chunked value when
+/// its last chunk is acknowledged complete.
+struct AcknowledgementRecorder {
+    var batches: [UInt64: [WireEntry]] = [:]
+    var chunks: [String: [Int: [UInt8]]] = [:]
+    var chunkEntries: [String: WireEntry] = [:]
+    var acknowledged: [String: WireEntry] = [:]
+
+    mutating func sent(_ frame: Frame) {
+        switch try? SyncMessage(frame: frame) {
+        case .batch(let batch)?:
+            batches[batch.id] = batch.entries
+        case .chunk(let chunk)?:
+            let id = "\(chunk.entry.key)@\(chunk.entry.version)"
+            chunks[id, default: [:]][chunk.index] = chunk.bytes
+            chunkEntries[id] = chunk.entry
+        default:
+            break
+        }
+    }
+
+    mutating func acknowledged(_ frame: Frame) {
+        switch try? SyncMessage(frame: frame) {
+        case .ack(let ack)?:
+            let refused = Set(ack.rejected.map(\.key))
+            for entry in batches[ack.batchID] ?? [] where !refused.contains(entry.key) {
+                record(entry)
+            }
+        case .chunkAck(let ack)? where ack.complete:
+            let id = "\(ack.key)@\(ack.version)"
+            guard var entry = chunkEntries[id], let parts = chunks[id] else { return }
+            entry.value = parts.keys.sorted().flatMap { parts[$0]! }
+            record(entry)
+        default:
+            break
+        }
+    }
+
+    private mutating func record(_ entry: WireEntry) {
+        if let known = acknowledged[entry.key], known.version >= entry.version { return }
+        acknowledged[entry.key] = entry
+    }
+}
+
+/// A SQLite connection for checking files from the outside (no SyncEngine code).
+final class RawDatabase {
+    let handle: OpaquePointer
+
+    init(path: String, vfs: String? = nil) throws {
+        var db: OpaquePointer?
+        let rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, vfs)
+        guard rc == SQLITE_OK, let db else {
+            sqlite3_close(db)
+            throw SyncError(.database, "cannot open \(path) (code \(rc))")
+        }
+        handle = db
+    }
+
+    deinit { sqlite3_close(handle) }
+
+    func exec(_ sql: String) throws {
+        let rc = sqlite3_exec(handle, sql, nil, nil, nil)
+        guard rc == SQLITE_OK else { throw SyncError(.database, "\(String(cString: sqlite3_errmsg(handle))) (code \(rc))") }
+    }
+
+    func strings(_ sql: String) throws -> [String] {
+        var stmt: OpaquePointer?
+        guard sqlite3_prepare_v2(handle, sql, -1, &stmt, nil) == SQLITE_OK else {
+            throw SyncError(.database, String(cString: sqlite3_errmsg(handle)))
+        }
+        defer { sqlite3_finalize(stmt) }
+        var rows: [String] = []
+        while true {
+            let rc = sqlite3_step(stmt)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw SyncError(.database, "\(String(cString: sqlite3_errmsg(handle))) (code \(rc))") }
+            rows.append(sqlite3_column_text(stmt, 0).map { String(cString: $0) } ?? "NULL")
+        }
+        return rows
+    }
+
+    struct Row {
+        var version: HLCTimestamp
+        var deleted: Bool
+        var value: [UInt8]?
+    }
+
+    func row(key: String) throws -> Row? {
+        var stmt: OpaquePointer?
+        guard sqlite3_prepare_v2(handle, "SELECT ver, node, deleted, value FROM entries WHERE key = ?", -1, &stmt, nil) == SQLITE_OK else {
+            throw SyncError(.database, String(cString: sqlite3_errmsg(handle)))
+        }
+        defer { sqlite3_finalize(stmt) }
+        sqlite3_bind_text(stmt, 1, key, -1, sqliteTransient)
+        guard sqlite3_step(stmt) == SQLITE_ROW else { return nil }
+        let value: [UInt8]? = sqlite3_column_type(stmt, 3) == SQLITE_NULL ? nil
+            : [UInt8](UnsafeRawBufferPointer(start: sqlite3_column_blob(stmt, 3), count: Int(sqlite3_column_bytes(stmt, 3))))
+        return Row(version: HLCTimestamp(packed: sqlite3_column_int64(stmt, 0), node: UInt32(truncatingIfNeeded: sqlite3_column_int64(stmt, 1))),
+                   deleted: sqlite3_column_int(stmt, 2) != 0, value: value)
+    }
+}
