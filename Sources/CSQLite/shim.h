@@ -15,3 +15,13 @@ static inline int syncengine_sync_journal(sqlite3 *db) {
     if (file == 0 || file->pMethods == 0) return SQLITE_OK;
     return file->pMethods->xSync(file, SQLITE_SYNC_NORMAL);
 }
+
+/* Like syncengine_sync_journal, but SQLITE_NOTFOUND when the connection has
+ * no journal (WAL) file open: a sync that syncs nothing must not pass. */
+static inline int syncengine_sync_open_journal(sqlite3 *db) {
+    sqlite3_file *file = 0;
+    int rc = sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &file);
+    if (rc != SQLITE_OK) return rc;
+    if (file == 0 || file->pMethods == 0) return SQLITE_NOTFOUND;
+    return file->pMethods->xSync(file, SQLITE_SYNC_NORMAL);
+}

@@ -226,15 +226,18 @@ import Testing
                 let config = ReplicationConfiguration(pairingEpoch: "crash")
                 let a = ReplicationEndpoint(store: phone, configuration: config)
                 let b = ReplicationEndpoint(store: watch, configuration: config)
+                // Half the runs defer acknowledgements as SyncPeer does: they go out after a sync of their own.
+                let deferred = seed % 2 == 0
+                b.defersAcknowledgementSync = deferred
                 var recorder = AcknowledgementRecorder()
-                exchange(a, b, &recorder)
+                exchange(a, b, &recorder, syncing: deferred ? watch : nil)
                 // Changes and deletes, while still connected.
                 if b.failure == nil {
                     try phone.batchNow { batch in
                         for i in stride(from: 0, to: count, by: 7) { try batch.set(bytes(40), for: items["k\(i)"]) }
                         for i in stride(from: 3, to: count, by: 11) { try batch.remove(items["k\(i)"]) }
                     }
-                    exchange(a, b, &recorder, start: false)
+                    exchange(a, b, &recorder, start: false, syncing: deferred ? watch : nil)
                 }
                 acknowledged = recorder.acknowledged
             }
@@ -275,7 +278,10 @@ import Testing
     }
 
     /// Runs the two endpoints until quiet or the watch failed (its files died).
-    static func exchange(_ a: ReplicationEndpoint, _ b: ReplicationEndpoint, _ recorder: inout AcknowledgementRecorder, start: Bool = true) {
+    /// With `syncing`, `b` defers its acknowledgements: they are delivered
+    /// only after `syncing.syncCommitted()` succeeded (never, once the power is cut).
+    static func exchange(_ a: ReplicationEndpoint, _ b: ReplicationEndpoint, _ recorder: inout AcknowledgementRecorder,
+                         start: Bool = true, syncing: SyncStore? = nil) {
         var toB = start ? a.start(now: 0) : a.pump(now: 0)
         var toA = start ? b.start(now: 0) : b.pump(now: 0)
         var rounds = 0
@@ -287,6 +293,8 @@ import Testing
             for frame in sendB {
                 recorder.sent(frame)
                 toA += b.receive(frame, now: 0)
+                let durable = b.takeFramesAwaitingSync()
+                if let syncing, !durable.isEmpty, (try? syncing.syncCommitted()) != nil { toA += durable }
             }
             for frame in sendA {
                 recorder.acknowledged(frame)

@@ -18,6 +18,14 @@ public final class ReplicationEndpoint {
     private var batchTotal = 0
     /// Why the session ended, once it has failed.
     public private(set) var failure: SyncError?
+    /// When true, acknowledgements of commits are not synced here: they wait in
+    /// `takeFramesAwaitingSync()` for the shell to put the commits on stable
+    /// storage (`SyncStore.syncCommittedAsync()`) and then send them, so the
+    /// session goes on applying while the disk syncs. When false (the
+    /// default, for step-driven use) every such acknowledgement is returned
+    /// only after its commit was synced.
+    public var defersAcknowledgementSync = false
+    private var awaitingSync: [Frame] = []
 
     private struct Transfer {
         var key: String
@@ -76,7 +84,8 @@ public final class ReplicationEndpoint {
                     return perform(machine.receivedDataBeforeHandshake(now: now), now: now)
                 }
                 let result = try store.applyRemote(batch.entries, peerRole: peer.role, mismatched: peer.mismatchedKeys,
-                                                   lastArrivalWins: configuration.testingFaults.lastArrivalWins)
+                                                   lastArrivalWins: configuration.testingFaults.lastArrivalWins,
+                                                   durableBeforeReturn: !defersAcknowledgementSync)
                 store.counters.withLock {
                     $0.batchesReceived += 1
                     $0.bytesReceived += frame.payload.count
@@ -85,7 +94,7 @@ public final class ReplicationEndpoint {
                 for conflict in result.conflicts {
                     store.emit(.conflictResolved(key: conflict.key, winner: conflict.winner, rule: conflict.rule))
                 }
-                out.append(SyncMessage.ack(.init(batchID: batch.id, applied: result.applied, rejected: result.rejected)).frame())
+                try acknowledgeDurably(SyncMessage.ack(.init(batchID: batch.id, applied: result.applied, rejected: result.rejected)).frame(), into: &out)
             case .ack(let ack):
                 if case .batch(let items)? = machine.acknowledgeBatch(ack.batchID) {
                     try store.acknowledge(items.map { ($0.key, $0.seq) }, peerNode: machine.peer?.node ?? 0)
@@ -99,7 +108,9 @@ public final class ReplicationEndpoint {
                     return perform(machine.receivedDataBeforeHandshake(now: now), now: now)
                 }
                 store.counters.withLock { $0.bytesReceived += frame.payload.count }
-                out += try receiveChunk(chunk, peer: peer)
+                for reply in try receiveChunk(chunk, peer: peer) {
+                    if reply.restsOnCommit { try acknowledgeDurably(reply.frame, into: &out) } else { out.append(reply.frame) }
+                }
             case .chunkAck(let ack):
                 if case .chunk(let key, let seq, _, _, _)? = machine.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index),
                    ack.complete {
@@ -195,6 +206,25 @@ public final class ReplicationEndpoint {
         let flush = store.manualFlushThrough
         let rows = try? store.pendingRows(after: 0, flushThrough: flush, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
         return rows?.rows.isEmpty ?? false
+    }
+
+    /// Acknowledgements whose commits must be on stable storage before they
+    /// are sent (only with `defersAcknowledgementSync`); taking them empties the list.
+    public func takeFramesAwaitingSync() -> [Frame] {
+        defer { awaitingSync.removeAll() }
+        return awaitingSync
+    }
+
+    /// Sends `frame`, an acknowledgement of commits, once they are on stable
+    /// storage: now (after a sync, free when they already are), or through
+    /// `takeFramesAwaitingSync()`.
+    private func acknowledgeDurably(_ frame: Frame, into out: inout [Frame]) throws {
+        if defersAcknowledgementSync {
+            awaitingSync.append(frame)
+        } else {
+            try store.syncCommitted()
+            out.append(frame)
+        }
     }
 
     /// Ends the session locally (the connection went away).
@@ -319,10 +349,18 @@ public final class ReplicationEndpoint {
         return nil
     }
 
-    private func receiveChunk(_ chunk: SyncMessage.Chunk, peer: SessionStateMachine.Peer) throws -> [Frame] {
+    /// A chunk acknowledgement, and whether it acknowledges a commit (then it
+    /// goes out only once that commit is on stable storage).
+    private struct ChunkReply {
+        var frame: Frame
+        var restsOnCommit: Bool
+    }
+
+    private func receiveChunk(_ chunk: SyncMessage.Chunk, peer: SessionStateMachine.Peer) throws -> [ChunkReply] {
         let entry = chunk.entry
-        func ack(complete: Bool) -> Frame {
-            SyncMessage.chunkAck(.init(key: entry.key, version: entry.version, index: chunk.index, complete: complete)).frame()
+        func ack(complete: Bool, restsOnCommit: Bool = false) -> ChunkReply {
+            ChunkReply(frame: SyncMessage.chunkAck(.init(key: entry.key, version: entry.version, index: chunk.index, complete: complete)).frame(),
+                       restsOnCommit: restsOnCommit)
         }
         guard let descriptor = store.registry.descriptor(forEntry: entry.key), descriptor.replicates(from: peer.role),
               !peer.mismatchedKeys.contains(descriptor.name), descriptor.encoding == entry.encoding,
@@ -344,8 +382,7 @@ public final class ReplicationEndpoint {
         }
         if let local = try store.entryInfo(forKey: entry.key), local.version >= entry.version {
             try store.discardStagedChunks(key: entry.key, through: local.version)
-            try store.syncCommitted()  // the acknowledgement rests on that commit
-            return [ack(complete: true)]
+            return [ack(complete: true, restsOnCommit: true)]  // the acknowledgement rests on that commit
         }
         guard Checksum.crc32(chunk.bytes) == chunk.checksum else {
             store.emit(.error(SyncError(.malformedMessage, "chunk \(chunk.index) of \(entry.key) failed its checksum; waiting for a resend")))
@@ -365,8 +402,8 @@ public final class ReplicationEndpoint {
         var complete = entry
         complete.value = bytes
         let result = try store.applyRemote([complete], peerRole: peer.role, mismatched: peer.mismatchedKeys,
-                                           completingChunksOf: (entry.key, entry.version))
+                                           completingChunksOf: (entry.key, entry.version), durableBeforeReturn: !defersAcknowledgementSync)
         store.emit(.received(entries: 1, applied: result.applied))
-        return [ack(complete: true)]
+        return [ack(complete: true, restsOnCommit: true)]
     }
 }

@@ -81,14 +81,38 @@ public final class SyncPeer: Sendable {
                 continuation.yield(.tick)
             }
         }
+        // Acknowledgements go out once their commits are on stable storage. The fsync runs
+        // beside this loop (group commit), which goes on applying what arrives meanwhile.
+        let (ackSignals, ackSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let awaitingSync = Mutex<[Frame]>([])
+        let store = self.store
+        let acknowledger = Task {
+            for await _ in ackSignals {
+                let frames = awaitingSync.withLock { queued in
+                    defer { queued.removeAll() }
+                    return queued
+                }
+                guard !frames.isEmpty else { continue }
+                do {
+                    try await store.syncCommittedAsync()
+                    for frame in frames { try await connection.send(frame) }
+                } catch {
+                    continuation.yield(.closed("acknowledgements could not be sent durably: \(error)"))
+                    return
+                }
+            }
+        }
         defer {
             Task { await gate.open() }
             reader.cancel()
             watcher.cancel()
             ticker.cancel()
+            ackSignal.finish()
+            acknowledger.cancel()
         }
 
         let endpoint = ReplicationEndpoint(store: store, configuration: configuration, retransmits: !connection.deliversEveryFrame)
+        endpoint.defersAcknowledgementSync = true
         var reason = "closed"
         do {
             for frame in endpoint.start(now: clock.nowMilliseconds()) { try await connection.send(frame) }
@@ -107,6 +131,11 @@ public final class SyncPeer: Sendable {
                     break loop
                 }
                 for frame in frames { try await connection.send(frame) }
+                let durable = endpoint.takeFramesAwaitingSync()
+                if !durable.isEmpty {
+                    awaitingSync.withLock { $0 += durable }
+                    ackSignal.yield()
+                }
                 if let failure = endpoint.failure {
                     reason = failure.description
                     break loop

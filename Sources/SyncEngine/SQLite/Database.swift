@@ -16,6 +16,9 @@ final class Database: Sendable {
     let corruption: CorruptionFlag
     /// Whether `syncCommitted()` must sync the WAL itself (not under `.full`, where every commit does).
     private let syncsDurableWrites: Bool
+    /// Bumped after every COMMIT, so a sync knows which commits it covers.
+    private let commitGeneration = Atomic<Int>(0)
+    private let walSyncer: WALSyncer
 
     /// Opens (or creates) the file and checks, before anything is written,
     /// that it is SQLite, that it is a SyncEngine store (`Schema.applicationID`,
@@ -46,6 +49,7 @@ final class Database: Sendable {
         self.path = path
         corruption = conn.corruption
         syncsDurableWrites = options.durability != .full && options.syncsBeforeAcknowledging
+        walSyncer = WALSyncer(path: path, vfs: options.vfsName)
         checkpointer = BackgroundCheckpointer(path: path, vfs: options.vfsName, corruption: conn.corruption)
         checkpointer.attach(to: conn.handle)
         self.connection = Mutex(conn)
@@ -54,6 +58,7 @@ final class Database: Sendable {
     deinit {
         connection.withLock { checkpointer.detach(from: $0.handle) }
         checkpointer.stop()
+        walSyncer.stop()
     }
 
     /// Refuses files that exist, are non-empty and lack the SQLite header, or
@@ -135,6 +140,7 @@ final class Database: Sendable {
                 observer?.transactionUnlocked()
                 throw error
             }
+            commitGeneration.add(1, ordering: .releasing)
             observer?.transactionEnded(committed: true)
             onCommit(result)
             return result
@@ -149,7 +155,17 @@ final class Database: Sendable {
     /// `synchronous=FULL` would (a no-op under `.full`, where every commit did).
     func syncCommitted() throws {
         guard syncsDurableWrites else { return }
-        try connection.withLock { try $0.syncJournal() }
+        let generation = commitGeneration.load(ordering: .acquiring)
+        try walSyncer.sync(through: generation) { self.commitGeneration.load(ordering: .acquiring) }
+    }
+
+    /// `syncCommitted()` for the commits made so far, without blocking the
+    /// caller's thread or the writer: the fsync runs on the syncer's queue
+    /// and its own connection, and callers waiting together share one fsync.
+    func syncCommittedAsync() async throws {
+        guard syncsDurableWrites else { return }
+        let generation = commitGeneration.load(ordering: .acquiring)
+        try await walSyncer.syncAsync(through: generation) { self.commitGeneration.load(ordering: .acquiring) }
     }
 
     /// Sets the one observer of write transactions (the store, once it is set up).

@@ -90,15 +90,6 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
         _ = syncengine_db_config_flag(handle, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, on ? 0 : 1)
     }
 
-    /// Puts every commit made so far on stable storage: syncs the WAL, as a
-    /// COMMIT under `synchronous=FULL` would. Call outside a transaction.
-    func syncJournal() throws {
-        let rc = syncengine_sync_journal(handle)
-        guard rc == SQLITE_OK else {
-            throw SyncError(.database, "the store at \(path) could not be flushed to stable storage (SQLite code \(rc)); check the disk")
-        }
-    }
-
     /// Records that the file is damaged: nothing is written to it from now on
     /// (not even the checkpoint SQLite runs when the connection closes).
     func markCorrupt() {

@@ -189,9 +189,13 @@ extension SyncStore {
     /// The local rows are read with one statement per group of keys
     /// (`loadRows`) and the winners written several rows per statement
     /// (`saveRows`); entries are decided in order, each seeing the ones before it.
+    ///
+    /// Returns once the commit is on stable storage (`syncCommitted()`), since
+    /// the caller acknowledges it; `durableBeforeReturn: false` leaves that
+    /// to the caller (who must sync before acknowledging).
     func applyRemote(_ entries: [WireEntry], peerRole: DeviceRole, mismatched: Set<String>,
                      completingChunksOf chunked: (key: String, version: HLCTimestamp)? = nil,
-                     lastArrivalWins: Bool = false) throws -> ApplyResult {
+                     lastArrivalWins: Bool = false, durableBeforeReturn: Bool = true) throws -> ApplyResult {
         try checkOpen()
         let now = physicalClock.nowMilliseconds()
         let bound = SyncStore.versionBound(now: now, ahead: options.maxRemoteClockAhead)
@@ -308,7 +312,7 @@ extension SyncStore {
         publishCommitted(result.changes)
         // The caller acknowledges this commit and the peer then forgets the entries: on stable
         // storage first. After publishing: observers need no fsync to see the values.
-        try syncCommitted()
+        if durableBeforeReturn { try syncCommitted() }
         return result
     }
 

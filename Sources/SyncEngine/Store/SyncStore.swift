@@ -152,6 +152,12 @@ public final class SyncStore: KeyValueBackend {
         try database.syncCommitted()
     }
 
+    /// `syncCommitted()` without blocking the caller or the writer (group
+    /// commit: concurrent callers share one fsync).
+    func syncCommittedAsync() async throws {
+        try await database.syncCommittedAsync()
+    }
+
     func checkOpen() throws {
         if isClosed { throw SyncError(.closed, "the store at \(path) is closed; open it again") }
     }
