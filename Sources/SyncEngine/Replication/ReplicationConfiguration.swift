@@ -13,6 +13,9 @@ public struct ReplicationConfiguration: Sendable {
     public var chunkSize = 64 * 1024
     /// Messages in flight without an acknowledgement (backpressure).
     public var window = 4
+    /// Frames read from the connection ahead of the session: the peer's whole
+    /// window (its batches or chunks), plus as many acknowledgements of ours.
+    var readAheadFrames: Int { 2 * max(1, window) }
     public var helloRetryMilliseconds: Int64 = 1_000
     public var retransmitMilliseconds: Int64 = 2_000
 

@@ -58,7 +58,7 @@ public final class SyncPeer: Sendable {
         }
         defer { ReplicationLock.release(storePath: store.path) }
         let (inputs, continuation) = AsyncStream.makeStream(of: Input.self, bufferingPolicy: .unbounded)
-        let gate = ReadAheadGate(credits: 8)
+        let gate = ReadAheadGate(credits: configuration.readAheadFrames)
         let reader = Task {
             do {
                 for try await frame in connection.inbound {
