@@ -73,10 +73,13 @@ let package = Package(
         .target(name: "SharedKeys", dependencies: ["SyncEngine"], path: "Examples/SharedKeys"),
         .executableTarget(name: "PhoneApp", dependencies: ["SharedKeys", "SyncEngine", "SyncTransport"], path: "Examples/PhoneApp"),
         .executableTarget(name: "WatchApp", dependencies: ["SharedKeys", "SyncEngine", "SyncTransport"], path: "Examples/WatchApp"),
+        // Wait helpers with deadlines, shared by the test targets.
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(
             name: "SyncTransportTests",
             dependencies: [
                 "SyncTransport",
+                "TestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
@@ -88,6 +91,7 @@ let package = Package(
             name: "SyncEngineTests",
             dependencies: [
                 "SyncEngine",
+                "TestSupport",
                 "SyncTransport",
                 "SyncSim",
                 "CSQLite",

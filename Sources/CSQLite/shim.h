@@ -7,17 +7,8 @@ static inline int syncengine_db_config_flag(sqlite3 *db, int option, int on) {
 
 /* Syncs the WAL (or rollback journal) file of the connection's main database
  * to stable storage, as a COMMIT under synchronous=FULL would: every commit
- * made so far is then durable. SQLITE_OK when there is no such file open. */
-static inline int syncengine_sync_journal(sqlite3 *db) {
-    sqlite3_file *file = 0;
-    int rc = sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &file);
-    if (rc != SQLITE_OK) return rc;
-    if (file == 0 || file->pMethods == 0) return SQLITE_OK;
-    return file->pMethods->xSync(file, SQLITE_SYNC_NORMAL);
-}
-
-/* Like syncengine_sync_journal, but SQLITE_NOTFOUND when the connection has
- * no journal (WAL) file open: a sync that syncs nothing must not pass. */
+ * written to it so far is then durable. SQLITE_NOTFOUND when the connection
+ * has no such file open: a sync that syncs nothing must not pass. */
 static inline int syncengine_sync_open_journal(sqlite3 *db) {
     sqlite3_file *file = 0;
     int rc = sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &file);

@@ -216,14 +216,26 @@ final class TCPConnection: FrameConnection {
 
     private func watchdogLoop() async {
         let timeout = configuration.deadPeerTimeout
+        // A watchdog that wakes much later than it asked was starved of CPU
+        // with the rest of this process's tasks (an overloaded device, or a
+        // test process whose two ends share one busy task pool): silence seen
+        // then says nothing about the peer, so it gets a fresh timeout.
+        let starvation = timeout / 10
+        var notBefore = ContinuousClock.now
+        func sleep(until wake: ContinuousClock.Instant) async -> Bool {
+            do { try await Task.sleep(until: wake, clock: .continuous) } catch { return false }
+            let now = ContinuousClock.now
+            if now - wake > starvation { notBefore = now }
+            return true
+        }
         while !Task.isCancelled {
             let (lastHeard, readerBlocked) = state.withLock { ($0.lastHeard, $0.readerWaitsForConsumer) }
             let socket = activity.snapshot
-            let deadline = max(lastHeard, socket.lastRead) + timeout
+            let deadline = max(lastHeard, socket.lastRead, notBefore) + timeout
             if readerBlocked || socket.envelopesWaiting {
                 // Frames arrived and wait for us (a slow consumer or a busy
                 // task pool), so the peer is alive: look again later.
-                do { try await Task.sleep(for: timeout) } catch { return }
+                guard await sleep(until: .now + timeout) else { return }
             } else if ContinuousClock.now >= deadline {
                 let error = TransportError(
                     .timeout,
@@ -233,7 +245,7 @@ final class TCPConnection: FrameConnection {
                 channel.close(promise: nil)
                 return
             } else {
-                do { try await Task.sleep(until: deadline, clock: .continuous) } catch { return }
+                guard await sleep(until: deadline) else { return }
             }
         }
     }
