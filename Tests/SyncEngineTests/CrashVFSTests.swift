@@ -121,12 +121,13 @@ import Testing
     static let items = KeyFamily<Data>("item", in: Namespace("crash"), default: Data(), policy: .automaticSmall, serializer: .data)
     static let large = KeyFamily<Data>("large", in: Namespace("crash"), default: Data(), policy: .manual, serializer: .data)
 
-    @Test func acknowledgedEntriesSurvivePowerCuts() throws {
+    @Test func acknowledgedEntriesSurvivePowerCuts() async throws {
         let seed = Self.seed()
         print("DurableAcknowledgementTests seed \(seed) (set SYNCENGINE_CRASH_SEED to repeat)")
         var random = SeededRandom(seed: seed)
         var totals = (runs: 0, cuts: 0, acknowledged: 0)
         for iteration in 0..<20 {
+            await Task.yield()  // a long synchronous loop: let the tests beside it run
             let runSeed = random.next()
             // First without an armed cut (the power fails after the last acknowledgement), counting the operations…
             let whole = try Self.run(seed: runSeed, cutAt: nil)
@@ -153,12 +154,13 @@ import Testing
 
     /// The same harness finds the loss when acknowledgements are not synced
     /// first (`synchronous=NORMAL` alone, the behaviour before the fix).
-    @Test func withoutTheSyncAcknowledgedEntriesAreLost() throws {
+    @Test func withoutTheSyncAcknowledgedEntriesAreLost() async throws {
         let seed = Self.seed()
         print("DurableAcknowledgementTests (unsynced acknowledgements) seed \(seed)")
         var random = SeededRandom(seed: seed)
         var lost = 0
         for _ in 0..<4 {
+            await Task.yield()
             lost += try Self.run(seed: random.next(), cutAt: nil, syncsBeforeAcknowledging: false).lost.count
         }
         #expect(lost > 0)

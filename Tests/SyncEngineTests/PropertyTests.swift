@@ -14,6 +14,7 @@ let propertyCases = Int(ProcessInfo.processInfo.environment["SYNCENGINE_PROPERTY
     /// restarts and skew: the end state equals the reference model.
     @Test func randomHistoriesMatchTheModel() async {
         await propertyCheck(count: propertyCases, input: Step.histories) { steps in
+            await Task.yield()  // one case at a time: let the tests beside it run
             let failure = PropertyHarness.check(steps)
             #expect(failure == nil, "\(failure ?? ""); history: \(steps)")
         }
@@ -24,6 +25,7 @@ let propertyCases = Int(ProcessInfo.processInfo.environment["SYNCENGINE_PROPERTY
         let registry = try KeyRegistry(descriptors: PropertyHarness.keys)
         let entryGen = Gen.int(in: 0...9_999).array(of: 1...12)
         await propertyCheck(count: propertyCases, input: entryGen) { codes in
+            await Task.yield()  // one case at a time: let the tests beside it run
             // Two nodes, each writing a causal chain (every write's base is that node's
             // previous version of the key), delivered to a third store in two orders.
             // The resolver key's values only grow along each node's chain: resolvers are joins (max here).
@@ -63,6 +65,7 @@ let propertyCases = Int(ProcessInfo.processInfo.environment["SYNCENGINE_PROPERTY
     /// Versions issued by one node only grow, whatever the skew and whatever it observes.
     @Test func hlcIsMonotonicUnderSkew() async {
         await propertyCheck(count: propertyCases, input: Gen.int(in: -600_000...600_000).array(of: 1...40)) { moves in
+            await Task.yield()  // one case at a time: let the tests beside it run
             let wall = ManualClock(now: 10_000_000)
             let clock = HybridLogicalClock(node: 1, physical: wall)
             var last = HLCTimestamp.zero
@@ -78,6 +81,7 @@ let propertyCases = Int(ProcessInfo.processInfo.environment["SYNCENGINE_PROPERTY
     /// encode → decode is the identity for every message type.
     @Test func wireRoundTrip() async {
         await propertyCheck(count: propertyCases, input: Gen.int(in: 0...Int(UInt32.max)).array(of: 1...8)) { numbers in
+            await Task.yield()  // one case at a time: let the tests beside it run
             let n = numbers[0]
             let v = HLCTimestamp(packed: Int64(n) << 8, node: UInt32(truncatingIfNeeded: n))
             let entries = numbers.map { WireEntry(key: "k\($0)", version: v, base: .zero, deleted: $0 % 5 == 0, encoding: "json",
@@ -120,6 +124,7 @@ let propertyCases = Int(ProcessInfo.processInfo.environment["SYNCENGINE_PROPERTY
             var failing: [[Step]] = []
             await withKnownIssue("the engine is broken on purpose (\(fault.testDescription)): the model check fails") {
                 await propertyCheck(count: 5_000, input: Step.histories) { steps in
+                    await Task.yield()  // one case at a time: let the tests beside it run
                     let failure = PropertyHarness.check(steps, faults: fault)
                     if failure != nil { failing.append(steps) }
                     #expect(failure == nil, "\(failure ?? "")")

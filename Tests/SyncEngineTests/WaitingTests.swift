@@ -47,7 +47,7 @@ import Testing
     @Test func aChildThatDoesNotExitIsKilledAtTheDeadline() async throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sleep")
-        process.arguments = ["30"]
+        process.arguments = ["600"]  // far longer than any starvation: only the kill can end it
         try process.run()
         await #expect(throws: WaitFailed.self) { try await exitStatus(of: process, "sleep 30 to exit", within: .milliseconds(200)) }
         try await exitStatus(of: process, "the killed child to be reaped")

@@ -1,7 +1,7 @@
 import Testing
 @testable import SyncTransport
 
-@Suite(.timeLimit(.minutes(1))) struct AsyncBoundedQueueTests {
+@Suite(.timeLimit(.minutes(3))) struct AsyncBoundedQueueTests {
     /// Stands in for a frame: we watch whether the queue still holds it.
     final class Payload: Sendable {
         let number: Int
