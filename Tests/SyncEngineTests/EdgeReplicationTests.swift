@@ -386,7 +386,7 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
         #expect(try phone.conflictLog().map(\.key) == [TestKeys.daily["late"].name])
     }
 
-    /// A v3 file with a conflict logged twice is migrated to one row per resolution.
+    /// The v4 migration leaves one row per resolution of a conflict logged twice.
     @Test func migrationKeepsOneRowPerResolution() async throws {
         let folder = TempFolder()
         let path = folder.file("p.sqlite")
@@ -400,8 +400,8 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
             INSERT INTO sync_conflicts(key, local_ver, local_node, remote_ver, remote_node, winner, rule, resolved_at)
               VALUES ('k', 5, 1, 4, 2, 'local', 'last-writer-wins', 1), ('k', 5, 1, 4, 2, 'local', 'last-writer-wins', 2),
                      ('k', 6, 1, 4, 2, 'local', 'last-writer-wins', 3);
-            PRAGMA user_version = 3;
             """)
+        try rawSQL(path, Schema.migrations[3])  // v3 -> v4
         let store = try SyncStore(path: path, role: .phone, registry: registry)
         #expect(try store.conflictLog().count == 2)
     }

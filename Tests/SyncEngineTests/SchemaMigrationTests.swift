@@ -6,10 +6,12 @@ import Testing
 /// Stores written by an earlier schema open with their data and their queue intact.
 @Suite struct SchemaMigrationTests {
     /// A schema-v2 file (changes queued with `acked_seq` and a partial index)
-    /// migrates to v3's `sync_outbox`: what waited still waits, what the peer
-    /// acknowledged is not sent again, and two queued rows that share a sequence
-    /// (never written by this engine, but possible in a damaged file) both stay queued.
-    @Test func v2QueueMovesToTheOutbox() async throws {
+    /// migrates through v3's `sync_outbox` to v5's per-peer cursors: what
+    /// waited still waits, what the peer acknowledged is not sent again, two
+    /// queued rows that share a sequence (never written by this engine, but
+    /// possible in a damaged file) both stay queued, and a peer that is not
+    /// the current one starts again from the beginning.
+    @Test func v2QueueSurvivesToPerPeerCursors() async throws {
         let folder = TempFolder()
         let registry = try TestKeys.registry()
         let options = StoreOptions(encryption: .keyFile(path: folder.file("phone.key")))
@@ -34,11 +36,15 @@ import Testing
             try exec(db, "INSERT INTO entries(\(columns), acked_seq) SELECT \(columns), 0 FROM scratch.entries")
             try exec(db, "UPDATE entries SET acked_seq = change_seq WHERE key = 'units'")
             try exec(db, "UPDATE entries SET change_seq = (SELECT change_seq FROM entries WHERE key = 'health:daily:steps') WHERE key = 'blob'")
+            // The watch it synced with (current), and an older one.
+            try exec(db, "INSERT INTO sync_peers(peer_node, peer_role, epoch, acked_through, last_seen) VALUES (\(Self.watchNode), 'watch', 'test', 2, 0)")
+            try exec(db, "INSERT INTO sync_meta(name, value) VALUES ('current_peer', '\(Self.watchNode)/test')")
         }
         let oldHighest = try sqliteInt(path, "SELECT max(change_seq) FROM entries")
 
         let phone = try SyncStore(path: path, role: .phone, registry: registry, options: options)
-        #expect(try sqliteInt(path, "PRAGMA user_version") == 4)
+        #expect(try sqliteInt(path, "PRAGMA user_version") == Int64(Schema.currentVersion))
+        #expect(try sqliteInt(path, "SELECT count(*) FROM sqlite_master WHERE name = 'sync_outbox'") == 0)
         #expect(try sqliteInt(path, "SELECT count(*) FROM pragma_table_info('entries') WHERE name = 'acked_seq'") == 0)
         #expect(try sqliteInt(path, "SELECT count(*) FROM sqlite_master WHERE name = 'sync_pending_changes'") == 0)
 
@@ -63,8 +69,9 @@ import Testing
         #expect(try #require(try phone.entryInfo(forKey: "health:daily:steps")).changeSequence > highest)
 
         // What was queued reaches a watch; what was acknowledged is not sent again.
-        let watch = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: registry,
-                                  options: StoreOptions(encryption: .keyFile(path: folder.file("watch.key"))))
+        var watchOptions = StoreOptions(encryption: .keyFile(path: folder.file("watch.key")))
+        watchOptions.nodeID = Self.watchNode
+        let watch = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: registry, options: watchOptions)
         let link = Link(phone, watch)
         link.connect()
         #expect(try watch.storedValue(for: TestKeys.steps) == 6)
@@ -75,25 +82,77 @@ import Testing
         link.settle()
         #expect(try watch.storedValue(for: TestKeys.name) == "Ada")
         #expect(try phone.pendingSummary().total == 0)
-        #expect(try sqliteInt(path, "SELECT count(*) FROM sync_outbox") == 0)
     }
 
-    /// The outbox follows every write: a newer local change replaces the queued
-    /// one, a value taken from the peer unqueues it, and an acknowledgement of
-    /// an older change leaves the newer one queued.
-    @Test func outboxFollowsWritesAndAcknowledgements() async throws {
+    static let watchNode: UInt32 = 0x2002
+
+    /// A v4 file (the outbox) moves to v5: the current peer's cursor passes
+    /// what it acknowledged and stops before what waited for it, entries taken
+    /// from it are never sent back to it, and an older peer starts again from 0.
+    @Test func v4OutboxBecomesTheCurrentPeersCursor() async throws {
+        let folder = TempFolder()
+        let registry = try TestKeys.registry()
+        let options = StoreOptions(encryption: .keyFile(path: folder.file("phone.key")))
+        let path = folder.file("phone.sqlite")
+        do {
+            let store = try SyncStore(path: path, role: .phone, registry: registry, options: options)
+            try await store.set(1, for: TestKeys.steps)    // acknowledged below
+            try await store.set(2, for: TestKeys.daily["a"])  // still queued
+            store.close()
+        }
+        // Back to v4: the outbox holds the queued change; the watch's value arrived without a sequence.
+        try sqlite(path) { db in
+            try exec(db, "DROP INDEX sync_stream")
+            try exec(db, "ALTER TABLE entries DROP COLUMN origin_peer")
+            try exec(db, "ALTER TABLE sync_peers DROP COLUMN mismatched")
+            try exec(db, "CREATE TABLE sync_outbox (seq INTEGER PRIMARY KEY NOT NULL, key TEXT NOT NULL)")
+            try exec(db, "CREATE TRIGGER sync_outbox_after_insert AFTER INSERT ON entries BEGIN SELECT 1; END")
+            try exec(db, "CREATE TRIGGER sync_outbox_after_update AFTER UPDATE ON entries BEGIN SELECT 1; END")
+            try exec(db, "CREATE TRIGGER sync_outbox_after_delete AFTER DELETE ON entries BEGIN SELECT 1; END")
+            try exec(db, "INSERT INTO sync_outbox SELECT change_seq, key FROM entries WHERE key = 'steps:day:a'")
+            try exec(db, "INSERT INTO entries(key, value, encoding, ver, node, base_ver, base_node, size, change_seq, lane, written_at) VALUES ('tags', CAST('[\"w\"]' AS BLOB), 'json', 5, \(Self.watchNode), 0, 0, 5, 0, 0, 0)")
+            try exec(db, "INSERT INTO sync_peers(peer_node, peer_role, epoch, acked_through, last_seen) VALUES (\(Self.watchNode), 'watch', 'test', 1, 0), (77, 'watch', 'old', 99, 0)")
+            try exec(db, "INSERT INTO sync_meta(name, value) VALUES ('current_peer', '\(Self.watchNode)/test'), ('manual_flush_through', '0')")
+            try exec(db, "PRAGMA user_version = 4")
+        }
+        let phone = try SyncStore(path: path, role: .phone, registry: registry, options: options)
+        #expect(try sqliteInt(path, "SELECT count(*) FROM sqlite_master WHERE name = 'sync_outbox'") == 0)
+        #expect(try sqliteInt(path, "SELECT acked_through FROM sync_peers WHERE peer_node = 77") == 0)
+        #expect(try phone.pendingSummary(for: Self.watchNode) == PendingSummary(
+            automatic: 1, manualReleased: 0, manualWaiting: 0,
+            oldestPendingAgeMilliseconds: try phone.pendingSummary(for: Self.watchNode).oldestPendingAgeMilliseconds))
+        // The older watch gets everything again, the watch's own value included.
+        #expect(try phone.pendingSummary(for: 77).automatic == 3)
+
+        var watchOptions = StoreOptions(encryption: .keyFile(path: folder.file("watch.key")))
+        watchOptions.nodeID = Self.watchNode
+        let watch = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: registry, options: watchOptions)
+        let link = Link(phone, watch)
+        link.connect()
+        #expect(try watch.storedValue(for: TestKeys.daily["a"]) == 2)
+        #expect(try watch.storedValue(for: TestKeys.steps) == nil)  // acknowledged before: not sent again
+        #expect(try watch.storedValue(for: TestKeys.tags) == nil)   // it came from the watch: never sent back
+        #expect(try phone.pendingSummary(for: Self.watchNode).total == 0)
+    }
+
+    /// The peer's cursor follows every write: a newer local change takes a new
+    /// place in the stream, an acknowledgement of an older change leaves the
+    /// newer one waiting, and a value taken from the peer is never sent back.
+    @Test func cursorFollowsWritesAndAcknowledgements() async throws {
         let pair = try Pair()
-        let phonePath = pair.folder.file("phone.sqlite")
+        try pair.phone.recordPeer(node: pair.watch.nodeID, role: .watch, epoch: "test")
         try await pair.phone.set(1, for: TestKeys.steps)
         let first = try #require(try pair.phone.entryInfo(forKey: "health:daily:steps")).changeSequence
         try await pair.phone.set(2, for: TestKeys.steps)
         let second = try #require(try pair.phone.entryInfo(forKey: "health:daily:steps")).changeSequence
-        #expect(try sqliteRows(phonePath, "SELECT seq, key FROM sync_outbox") == ["\(second)|health:daily:steps"])
+        #expect(second > first)
 
         // A late acknowledgement of the first change: the second still waits.
-        try pair.phone.acknowledge([("health:daily:steps", first)], peerNode: 1)
+        try pair.phone.acknowledge(peer: pair.watch.nodeID, through: first)
         #expect(try pair.phone.entryInfo(forKey: "health:daily:steps")?.isPending == true)
-        try pair.phone.acknowledge([("health:daily:steps", second)], peerNode: 1)
+        try pair.phone.acknowledge(peer: pair.watch.nodeID, through: second)
+        #expect(try pair.phone.entryInfo(forKey: "health:daily:steps")?.isPending == false)
+        try pair.phone.acknowledge(peer: pair.watch.nodeID, through: first)  // never moves back
         #expect(try pair.phone.entryInfo(forKey: "health:daily:steps")?.isPending == false)
 
         // A newer value from the watch replaces a queued local change: nothing is left to send.
@@ -104,8 +163,8 @@ import Testing
         link.connect()
         #expect(try pair.phone.storedValue(for: TestKeys.steps) == 4)
         #expect(try pair.watch.storedValue(for: TestKeys.steps) == 4)
-        #expect(try sqliteInt(phonePath, "SELECT count(*) FROM sync_outbox") == 0)
         #expect(try pair.phone.pendingSummary().total == 0)
+        #expect(try pair.phone.entryInfo(forKey: "health:daily:steps")?.isPending == false)
     }
 }
 

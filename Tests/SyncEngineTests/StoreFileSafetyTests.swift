@@ -192,7 +192,7 @@ import Testing
             // From now on every write path refuses, before touching the file.
             await #expect { try await store.set(2, for: TestKeys.steps) } throws: { ($0 as? SyncError)?.code == .databaseCorrupt }
             #expect { try store.requestManualSync() } throws: { ($0 as? SyncError)?.code == .databaseCorrupt }
-            #expect { try store.acknowledge([("health:daily:steps", 1)], peerNode: 9) } throws: { ($0 as? SyncError)?.code == .databaseCorrupt }
+            #expect { try store.acknowledge(peer: 9, through: 1) } throws: { ($0 as? SyncError)?.code == .databaseCorrupt }
             #expect { _ = try store.applyRemote([], peerRole: .watch, mismatched: []) } throws: { ($0 as? SyncError)?.code == .databaseCorrupt }
             // Reads of what is intact still work.
             #expect(try await store.get(TestKeys.steps) == 1)

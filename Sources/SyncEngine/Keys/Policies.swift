@@ -65,6 +65,11 @@ public enum SyncLane: Int, Sendable, Codable, CaseIterable {
     case none = 0
     /// Sent automatically.
     case automatic = 1
-    /// Sent on the next manual `sync()`.
+    /// Waits for the next manual `sync()`.
     case manual = 2
+    /// A manual (or deferred) change released by `sync()`: sent like an automatic one.
+    case released = 3
+
+    /// Whether changes in this lane are in the stream the peers read.
+    public var isSent: Bool { self == .automatic || self == .released }
 }

@@ -10,9 +10,20 @@ public final class ReplicationEndpoint {
     public let store: SyncStore
     public let configuration: ReplicationConfiguration
     private var machine: SessionStateMachine
+    /// The peer's cursor: every change of the stream up to it was acknowledged.
     private var cursor: Int64 = 0
-    private var lastFlush: Int64 = -1
-    private var inFlightKeys = Set<FlightKey>()
+    /// How far this session has read the stream (sent, or passed over).
+    private var scan: Int64 = 0
+    /// What was read from the stream, in order, each ending at a stream position
+    /// (`upper`); the cursor moves over the prefix whose messages were acknowledged.
+    private var ranges: [StreamRange] = []
+    /// The stream position each batch in flight ends at, by batch id.
+    private var batchRanges: [UInt64: Int64] = [:]
+    /// Changes of keys whose declarations agree again after a mismatch, sent
+    /// whatever the cursor says (they were passed over while they differed).
+    private var repairRows: [OutboundRow] = []
+    private var repairBatches: Set<UInt64> = []
+    private var repairedNames: Set<String> = []
     private var transfer: Transfer?
     private var batchNumber = 0
     private var batchTotal = 0
@@ -27,7 +38,14 @@ public final class ReplicationEndpoint {
     public var defersAcknowledgementSync = false
     private var awaitingSync: [Frame] = []
 
+    private struct StreamRange {
+        var upper: Int64
+        var done: Bool
+    }
+
     private struct Transfer {
+        /// The stream position its range ends at; nil for a repair.
+        var upper: Int64?
         var key: String
         var seq: Int64
         var entry: WireEntry
@@ -83,7 +101,7 @@ public final class ReplicationEndpoint {
                 guard machine.isEstablished, let peer = machine.peer else {
                     return perform(machine.receivedDataBeforeHandshake(now: now), now: now)
                 }
-                let result = try store.applyRemote(batch.entries, peerRole: peer.role, mismatched: peer.mismatchedKeys,
+                let result = try store.applyRemote(batch.entries, from: peer.node, peerRole: peer.role, mismatched: peer.mismatchedKeys,
                                                    lastArrivalWins: configuration.testingFaults.lastArrivalWins,
                                                    durableBeforeReturn: !defersAcknowledgementSync)
                 store.counters.withLock {
@@ -96,9 +114,9 @@ public final class ReplicationEndpoint {
                 }
                 try acknowledgeDurably(SyncMessage.ack(.init(batchID: batch.id, applied: result.applied, rejected: result.rejected)).frame(), into: &out)
             case .ack(let ack):
-                if case .batch(let items)? = machine.acknowledgeBatch(ack.batchID) {
-                    try store.acknowledge(items.map { ($0.key, $0.seq) }, peerNode: machine.peer?.node ?? 0)
-                    for item in items { inFlightKeys.remove(flightKey(item.key, item.seq)) }
+                if case .batch? = machine.acknowledgeBatch(ack.batchID) {
+                    if let upper = batchRanges.removeValue(forKey: ack.batchID) { try complete(upper: upper) }
+                    if repairBatches.remove(ack.batchID) != nil { try finishRepairIfDone() }
                     if !ack.rejected.isEmpty {
                         store.emit(.error(SyncError(.protocolViolation, "the peer refused \(ack.rejected.count) entries: \(ack.rejected.map { "\($0.key) (\($0.code))" }.joined(separator: ", "))")))
                     }
@@ -114,8 +132,9 @@ public final class ReplicationEndpoint {
             case .chunkAck(let ack):
                 if case .chunk(let key, let seq, _, _, _)? = machine.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index),
                    ack.complete {
-                    try store.acknowledge([(key, seq)], peerNode: machine.peer?.node ?? 0)
-                    inFlightKeys.remove(flightKey(key, seq))
+                    if let upper = transferRanges.removeValue(forKey: TransferID(key: key, seq: seq)) {
+                        if let upper { try complete(upper: upper) } else { try finishRepairIfDone() }
+                    }
                     store.counters.withLock { $0.entriesSent += 1 }
                 }
             case .error(let error):
@@ -141,17 +160,14 @@ public final class ReplicationEndpoint {
         return perform(machine.tick(now: now), now: now) + pump(now: now)
     }
 
-    /// Sends pending changes as far as the window allows: automatic ones, and
-    /// manual ones released by `sync()`.
+    /// Sends what the peer has not acknowledged, as far as the window allows:
+    /// first the changes of keys whose declarations agree again, then the
+    /// stream after this session's read position (automatic changes, and
+    /// manual ones released by `sync()`).
     public func pump(now: Int64) -> [Frame] {
-        guard machine.isEstablished, failure == nil else { return [] }
+        guard machine.isEstablished, failure == nil, let peer = machine.peer else { return [] }
         var out: [Frame] = []
         do {
-            let flush = store.manualFlushThrough
-            if flush != lastFlush {
-                lastFlush = flush
-                cursor = 0
-            }
             while machine.hasCapacity {
                 if var current = transfer {
                     if current.next < current.count {
@@ -161,35 +177,41 @@ public final class ReplicationEndpoint {
                     }
                     transfer = nil
                 }
-                let (fetched, scanned) = try store.pendingRows(after: cursor, flushThrough: flush, maxEntries: configuration.maxBatchEntries,
-                                                               maxBytes: configuration.maxBatchBytes) { key, seq in
-                    inFlightKeys.contains(flightKey(key, seq)) || excluded(key)
-                }
-                cursor = scanned
-                guard !fetched.isEmpty else { break }
-                var rows = fetched
-                if configuration.testingFaults.skipTombstones {
-                    // Deliberate fault: pretend the deletes were delivered.
-                    let tombstones = rows.filter { $0.entry.deleted }
-                    try store.acknowledge(tombstones.map { ($0.key, $0.seq) }, peerNode: machine.peer?.node ?? 0)
-                    rows.removeAll { $0.entry.deleted }
-                    if rows.isEmpty { continue }
-                }
-                if rows.count == 1, rows[0].isLarge {
-                    try startTransfer(rows[0])
+                if !repairRows.isEmpty {
+                    let rows = Array(repairRows.prefix(configuration.maxBatchEntries))
+                    if rows[0].isLarge {
+                        repairRows.removeFirst()
+                        try startTransfer(rows[0], upper: nil)
+                    } else {
+                        let batch = Array(rows.prefix { !$0.isLarge })
+                        repairRows.removeFirst(batch.count)
+                        let (id, frame) = sendBatch(batch, now: now)
+                        repairBatches.insert(id)
+                        out.append(frame)
+                    }
                     continue
                 }
-                let message = machine.sendBatch(entries: rows.map(\.entry), items: rows.map { .init(key: $0.key, seq: $0.seq) }, now: now)
-                for row in rows { inFlightKeys.insert(flightKey(row.key, row.seq)) }
-                let frame = message.frame()
-                batchNumber += 1
-                batchTotal = max(batchTotal, batchNumber)
-                store.counters.withLock {
-                    $0.batchesSent += 1
-                    $0.entriesSent += rows.count
-                    $0.bytesSent += frame.payload.count
+                let (fetched, scanned) = try store.pendingRows(for: peer.node, after: scan, maxEntries: configuration.maxBatchEntries,
+                                                               maxBytes: configuration.maxBatchBytes) { key, _ in excluded(key) }
+                guard scanned > scan else { break }
+                scan = scanned
+                var rows = fetched
+                if configuration.testingFaults.skipTombstones {
+                    // Deliberate fault: pretend the deletes were delivered (their range completes without them).
+                    rows.removeAll { $0.entry.deleted }
                 }
-                store.emit(.batchSent(number: batchNumber, total: batchTotal, entries: rows.count))
+                ranges.append(StreamRange(upper: scanned, done: false))
+                if rows.isEmpty {
+                    // Only changes this peer does not get: passed over, nothing to wait for.
+                    try complete(upper: scanned)
+                    continue
+                }
+                if rows.count == 1, rows[0].isLarge {
+                    try startTransfer(rows[0], upper: scanned)
+                    continue
+                }
+                let (id, frame) = sendBatch(rows, now: now)
+                batchRanges[id] = scanned
                 out.append(frame)
             }
         } catch let error as SyncError {
@@ -200,11 +222,50 @@ public final class ReplicationEndpoint {
         return out
     }
 
+    private func sendBatch(_ rows: [OutboundRow], now: Int64) -> (id: UInt64, frame: Frame) {
+        let message = machine.sendBatch(entries: rows.map(\.entry), items: rows.map { .init(key: $0.key, seq: $0.seq) }, now: now)
+        guard case .batch(let batch) = message else { preconditionFailure("sendBatch returns a batch") }
+        let frame = message.frame()
+        batchNumber += 1
+        batchTotal = max(batchTotal, batchNumber)
+        store.counters.withLock {
+            $0.batchesSent += 1
+            $0.entriesSent += rows.count
+            $0.bytesSent += frame.payload.count
+        }
+        store.emit(.batchSent(number: batchNumber, total: batchTotal, entries: rows.count))
+        return (batch.id, frame)
+    }
+
+    /// The range ending at `upper` was acknowledged: the cursor moves over
+    /// every acknowledged range at the front, and is recorded.
+    private func complete(upper: Int64) throws {
+        if let index = ranges.firstIndex(where: { $0.upper == upper }) { ranges[index].done = true }
+        var reached: Int64?
+        while let first = ranges.first, first.done {
+            reached = first.upper
+            ranges.removeFirst()
+        }
+        if let reached, reached > cursor, let peer = machine.peer {
+            cursor = reached
+            try store.acknowledge(peer: peer.node, through: reached)
+        }
+    }
+
+    /// Once every repaired key's changes were acknowledged, the peer's record
+    /// of mismatched keys is what this session found.
+    private func finishRepairIfDone() throws {
+        guard !repairedNames.isEmpty, repairRows.isEmpty, repairBatches.isEmpty,
+              !transferRanges.values.contains(where: { $0 == nil }), let peer = machine.peer else { return }
+        repairedNames = []
+        try store.setMismatchedKeys(peer.mismatchedKeys, for: peer.node)
+    }
+
     /// True when established and nothing is in flight or waiting to be sent.
     public var isIdle: Bool {
-        guard machine.isEstablished, failure == nil, machine.isQuiet, transfer == nil else { return false }
-        let flush = store.manualFlushThrough
-        let rows = try? store.pendingRows(after: 0, flushThrough: flush, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
+        guard machine.isEstablished, failure == nil, machine.isQuiet, transfer == nil, repairRows.isEmpty,
+              let peer = machine.peer else { return false }
+        let rows = try? store.pendingRows(for: peer.node, after: scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
         return rows?.rows.isEmpty ?? false
     }
 
@@ -234,13 +295,14 @@ public final class ReplicationEndpoint {
 
     // MARK: helpers
 
-    /// One change in flight: a key at a change sequence.
-    private struct FlightKey: Hashable {
-        var seq: Int64
+    /// A large value in flight: a key at a change sequence.
+    private struct TransferID: Hashable {
         var key: String
+        var seq: Int64
     }
 
-    private func flightKey(_ key: String, _ seq: Int64) -> FlightKey { FlightKey(seq: seq, key: key) }
+    /// The stream position each transfer in flight ends at (nil for a repair).
+    private var transferRanges: [TransferID: Int64?] = [:]
 
     private func excluded(_ key: String) -> Bool {
         guard let descriptor = store.registry.descriptor(forEntry: key) else { return true }
@@ -254,17 +316,31 @@ public final class ReplicationEndpoint {
             case .send(let message):
                 out.append(message.frame())
             case .established(let peer):
-                cursor = 0
-                lastFlush = store.manualFlushThrough
-                inFlightKeys.removeAll()
+                ranges = []
+                batchRanges = [:]
+                transferRanges = [:]
+                repairRows = []
+                repairBatches = []
                 transfer = nil
                 batchNumber = 0
                 do {
-                    try store.recordPeer(node: peer.node, role: peer.role, epoch: configuration.pairingEpoch)
+                    let record = try store.recordPeer(node: peer.node, role: peer.role, epoch: configuration.pairingEpoch)
+                    cursor = record.cursor
+                    scan = record.cursor
+                    // Keys declared differently are passed over; remember them (with those of earlier
+                    // sessions) so that, once both sides agree, their changes are sent whatever the cursor.
+                    repairedNames = record.mismatched.subtracting(peer.mismatchedKeys)
+                    if !peer.mismatchedKeys.isSubset(of: record.mismatched) {
+                        try store.setMismatchedKeys(record.mismatched.union(peer.mismatchedKeys), for: peer.node)
+                    }
+                    if !repairedNames.isEmpty {
+                        repairRows = try store.rows(declaredBy: repairedNames, for: peer.node, maxEntries: Int.max).filter { !excluded($0.key) }
+                        try finishRepairIfDone()
+                    }
                     // The total is only for `batchSent` progress events, and counting reads every
                     // pending row (4 % of a 100,000-entry initial sync): only when someone listens.
                     if store.eventHub.hasSubscribers {
-                        let pending = try store.pendingSummary()
+                        let pending = try store.pendingSummary(for: peer.node)
                         batchTotal = max(1, (pending.automatic + pending.manualReleased + configuration.maxBatchEntries - 1) / configuration.maxBatchEntries)
                     } else {
                         batchTotal = 0
@@ -296,15 +372,21 @@ public final class ReplicationEndpoint {
         return notifyPeer ? [SyncMessage.error(.init(code: error.code.rawValue, message: error.message)).frame()] : []
     }
 
-    private func startTransfer(_ row: OutboundRow) throws {
-        guard let bytes = try store.largeValue(key: row.key, seq: row.seq) else { return }
+    /// Starts sending a large value in chunks; `upper` is the stream position
+    /// its range ends at (nil for a repair). A value changed since it was read
+    /// is not sent (its newer change comes later in the stream).
+    private func startTransfer(_ row: OutboundRow, upper: Int64?) throws {
+        guard let bytes = try store.largeValue(key: row.key, seq: row.seq) else {
+            if let upper { try complete(upper: upper) }
+            return
+        }
         let count = (bytes.count + configuration.chunkSize - 1) / configuration.chunkSize
         var start = 0
         if let partial = machine.peer?.partialTransfers.first(where: { $0.key == row.key && $0.version == row.entry.version }) {
             start = min(partial.received, count - 1)
         }
-        inFlightKeys.insert(flightKey(row.key, row.seq))
-        transfer = Transfer(key: row.key, seq: row.seq, entry: row.entry, bytes: bytes, count: count, next: start, checksum: Checksum.crc32(bytes))
+        transferRanges[TransferID(key: row.key, seq: row.seq)] = .some(upper)
+        transfer = Transfer(upper: upper, key: row.key, seq: row.seq, entry: row.entry, bytes: bytes, count: count, next: start, checksum: Checksum.crc32(bytes))
     }
 
     private func sendChunk(_ t: inout Transfer, now: Int64) -> Frame {
@@ -395,13 +477,13 @@ public final class ReplicationEndpoint {
         guard staged >= chunk.count else { return [ack(complete: false)] }
         let bytes = try store.assembleChunks(key: entry.key, version: entry.version, encrypted: encrypted)
         guard bytes.count == chunk.totalSize, Checksum.crc32(bytes) == chunk.totalChecksum else {
-            _ = try store.applyRemote([], peerRole: peer.role, mismatched: [], completingChunksOf: (entry.key, entry.version))
+            _ = try store.applyRemote([], from: peer.node, peerRole: peer.role, mismatched: [], completingChunksOf: (entry.key, entry.version))
             store.emit(.error(SyncError(.malformedMessage, "the chunks of \(entry.key) did not add up to the announced value; it will be sent again")))
             return []
         }
         var complete = entry
         complete.value = bytes
-        let result = try store.applyRemote([complete], peerRole: peer.role, mismatched: peer.mismatchedKeys,
+        let result = try store.applyRemote([complete], from: peer.node, peerRole: peer.role, mismatched: peer.mismatchedKeys,
                                            completingChunksOf: (entry.key, entry.version), durableBeforeReturn: !defersAcknowledgementSync)
         store.emit(.received(entries: 1, applied: result.applied))
         return [ack(complete: true, restsOnCommit: true)]

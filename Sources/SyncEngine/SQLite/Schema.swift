@@ -6,11 +6,13 @@
 /// (sequence, key), kept by triggers in the transaction that writes the entry:
 /// acknowledging a change deletes its narrow outbox row instead of rewriting
 /// the entry's row. Since v4 the conflict log holds one row per resolution.
+/// Since v5 each peer reads one stream of changes from its own cursor
+/// (`sync_peers.acked_through`): no outbox, and a phone serves several watches.
 ///
 /// Every store carries `PRAGMA application_id = 0x5379456E` (ASCII "SyEn"),
 /// set with the schema; `Database` refuses SQLite files with another id.
 enum Schema {
-    static let currentVersion = 4
+    static let currentVersion = 5
     /// `PRAGMA application_id` of a SyncEngine store: ASCII "SyEn".
     static let applicationID: Int32 = 0x5379_456E
 
@@ -113,6 +115,38 @@ enum Schema {
         DELETE FROM sync_conflicts WHERE id NOT IN (
             SELECT min(id) FROM sync_conflicts GROUP BY key, local_ver, local_node, remote_ver, remote_node);
         CREATE UNIQUE INDEX sync_conflicts_resolution ON sync_conflicts(key, local_ver, local_node, remote_ver, remote_node);
+        """,
+        // v5: per-peer cursors replace the outbox. A change is in the stream every peer
+        // reads (lane 1 automatic, lane 3 a manual change released by sync()) from its
+        // own cursor (`sync_peers.acked_through`); lane 2 waits for sync(). An entry
+        // applied from a peer joins the stream for the other peers, never for the one
+        // it came from (`origin_peer`). The outbox's queue survives: its changes move
+        // after the current peer's cursor; other (old) peers start again from 0.
+        """
+        ALTER TABLE entries ADD COLUMN origin_peer INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE sync_peers ADD COLUMN mismatched TEXT NOT NULL DEFAULT '';
+        UPDATE entries SET lane = 3 WHERE lane = 2 AND (
+            change_seq <= coalesce((SELECT CAST(value AS INTEGER) FROM sync_meta WHERE name = 'manual_flush_through'), 0)
+            OR NOT EXISTS (SELECT 1 FROM sync_outbox o WHERE o.seq = entries.change_seq AND o.key = entries.key));
+        UPDATE entries SET lane = 1, origin_peer = coalesce((SELECT CAST(substr(value, 1, instr(value, '/') - 1) AS INTEGER)
+            FROM sync_meta WHERE name = 'current_peer'), 0) WHERE change_seq = 0;
+        UPDATE sync_peers SET acked_through = CASE
+            WHEN peer_node = (SELECT CAST(substr(value, 1, instr(value, '/') - 1) AS INTEGER) FROM sync_meta WHERE name = 'current_peer')
+            THEN max((SELECT coalesce(max(change_seq), 0) FROM entries), (SELECT coalesce(max(acked_through), 0) FROM sync_peers))
+            ELSE 0 END;
+        WITH queued AS (
+            SELECT key, row_number() OVER (ORDER BY change_seq, key) AS n FROM entries
+            WHERE change_seq = 0 OR EXISTS (SELECT 1 FROM sync_outbox o WHERE o.seq = entries.change_seq AND o.key = entries.key)
+        )
+        UPDATE entries SET change_seq = (SELECT max(coalesce(max(change_seq), 0), (SELECT coalesce(max(acked_through), 0) FROM sync_peers))
+            FROM entries) + queued.n FROM queued WHERE entries.key = queued.key;
+        DROP TRIGGER sync_outbox_after_insert;
+        DROP TRIGGER sync_outbox_after_update;
+        DROP TRIGGER sync_outbox_after_delete;
+        DROP TABLE sync_outbox;
+        DELETE FROM sync_meta WHERE name IN ('manual_flush_through', 'current_peer');
+        INSERT OR REPLACE INTO sync_meta(name, value) VALUES ('lanes_need_registry', '1');
+        CREATE INDEX sync_stream ON entries(change_seq) WHERE lane IN (1, 3);
         """,
     ]
 

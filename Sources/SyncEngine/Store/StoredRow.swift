@@ -11,12 +11,14 @@ struct StoredRow: Sendable {
     var size: Int
     var changeSeq: Int64
     var lane: SyncLane
+    /// The peer this version came from (never sent back to it); 0 for a change made here.
+    var originPeer: UInt32 = 0
 
     var state: EntryState { EntryState(version: version, base: base, deleted: deleted, value: value) }
 }
 
 extension SyncStore {
-    static let rowColumns = "key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, in_file"
+    static let rowColumns = "key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, in_file, origin_peer"
 
     /// How much of a value kept in a file a read needs.
     enum ValueFileRead {
@@ -49,7 +51,8 @@ extension SyncStore {
                          version: version,
                          base: HLCTimestamp(packed: stmt.int64(5), node: UInt32(truncatingIfNeeded: stmt.int64(6))),
                          deleted: stmt.int(7) != 0, encrypted: encrypted, size: stmt.int(9),
-                         changeSeq: stmt.int64(10), lane: SyncLane(rawValue: stmt.int(11)) ?? .none)
+                         changeSeq: stmt.int64(10), lane: SyncLane(rawValue: stmt.int(11)) ?? .none,
+                         originPeer: UInt32(truncatingIfNeeded: stmt.int64(13)))
     }
 
     func loadRow(_ conn: SQLiteConnection, key: String, valueFile: ValueFileRead = .required) throws -> StoredRow? {
@@ -59,18 +62,8 @@ extension SyncStore {
         return try stmt.step() ? decodeRow(stmt, valueFile: valueFile) : nil
     }
 
-    /// Whether `row`'s change still waits for the peer (it has a `sync_outbox` row).
-    func isQueued(_ conn: SQLiteConnection, _ row: StoredRow) throws -> Bool {
-        guard row.lane != .none, row.changeSeq > 0 else { return false }
-        let stmt = try conn.statement("SELECT 1 FROM sync_outbox WHERE seq = ?1 AND key = ?2")
-        stmt.bind(1, row.changeSeq)
-        stmt.bind(2, row.key)
-        defer { stmt.reset() }
-        return try stmt.step()
-    }
-
-    /// Writes `row` (encrypting when its key is declared encrypted); the outbox
-    /// triggers queue its change when its lane replicates.
+    /// Writes `row` (encrypting when its key is declared encrypted). Its
+    /// change joins the stream the peers read when its lane is sent.
     /// With value files the bytes go to a new file first and the replaced
     /// version's file is deleted after the commit (see `ValueFiles`).
     func saveRow(_ conn: SQLiteConnection, _ row: StoredRow, encrypt: Bool, writtenAt: Int64) throws {
@@ -97,12 +90,12 @@ extension SyncStore {
             }
         }
         let stmt = try conn.statement("""
-            INSERT INTO entries(key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, written_at, in_file)
-            VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+            INSERT INTO entries(key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, written_at, in_file, origin_peer)
+            VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
             ON CONFLICT(key) DO UPDATE SET value = excluded.value, encoding = excluded.encoding, ver = excluded.ver,
               node = excluded.node, base_ver = excluded.base_ver, base_node = excluded.base_node, deleted = excluded.deleted,
               encrypted = excluded.encrypted, size = excluded.size, change_seq = excluded.change_seq, lane = excluded.lane,
-              written_at = excluded.written_at, in_file = excluded.in_file
+              written_at = excluded.written_at, in_file = excluded.in_file, origin_peer = excluded.origin_peer
             """)
         stmt.bind(1, row.key)
         stmt.bind(2, stored)
@@ -118,6 +111,7 @@ extension SyncStore {
         stmt.bind(12, row.lane.rawValue)
         stmt.bind(13, writtenAt)
         stmt.bind(14, inFile ? 1 : 0)
+        stmt.bind(15, Int64(row.originPeer))
         try stmt.run()
         logWrite(row)
     }
@@ -151,7 +145,7 @@ extension SyncStore {
                         }
                         stored = try cipher.seal(plain, keyName: row.key)
                     }
-                    let p = Int32(offset * 13)
+                    let p = Int32(offset * 14)
                     stmt.bind(p + 1, row.key)
                     stmt.bind(p + 2, stored)
                     stmt.bind(p + 3, row.encoding)
@@ -165,6 +159,7 @@ extension SyncStore {
                     stmt.bind(p + 11, row.changeSeq)
                     stmt.bind(p + 12, row.lane.rawValue)
                     stmt.bind(p + 13, writtenAt)
+                    stmt.bind(p + 14, Int64(row.originPeer))
                 }
                 try stmt.run()
                 start += count
@@ -177,18 +172,18 @@ extension SyncStore {
     static let saveRowsGroup = 32
     /// `saveRowsSQL[n]` inserts 2ⁿ rows.
     static let saveRowsSQL: [String] = (0...saveRowsGroup.trailingZeroBitCount).map { power in
-        // Parameters 1...12 of a row are key...lane, 13 is written_at; in_file is 0.
+        // Parameters 1...12 of a row are key...lane, 13 is written_at, 14 origin_peer; in_file is 0.
         let values = (0..<(1 << power)).map { row in
-            let p = (1...13).map { "?\(row * 13 + $0)" }
-            return "(\(p[0..<12].joined(separator: ", ")), \(p[12]), 0)"
+            let p = (1...14).map { "?\(row * 14 + $0)" }
+            return "(\(p[0..<12].joined(separator: ", ")), \(p[12]), 0, \(p[13]))"
         }
         return """
-            INSERT INTO entries(key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, written_at, in_file)
+            INSERT INTO entries(key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, written_at, in_file, origin_peer)
             VALUES \(values.joined(separator: ", "))
             ON CONFLICT(key) DO UPDATE SET value = excluded.value, encoding = excluded.encoding, ver = excluded.ver,
               node = excluded.node, base_ver = excluded.base_ver, base_node = excluded.base_node, deleted = excluded.deleted,
               encrypted = excluded.encrypted, size = excluded.size, change_seq = excluded.change_seq, lane = excluded.lane,
-              written_at = excluded.written_at, in_file = excluded.in_file
+              written_at = excluded.written_at, in_file = excluded.in_file, origin_peer = excluded.origin_peer
             """
     }
 

@@ -97,7 +97,7 @@ extension SyncStore {
         try checkOpen()
         return try database.read { conn in
             guard let row = try loadRow(conn, key: key, valueFile: .skip) else { return nil }
-            return EntryInfo(row: row, isPending: try isQueued(conn, row))
+            return EntryInfo(row: row, isPending: isPending(row, peers: try SyncStore.peerRecords(conn)))
         }
     }
 
@@ -105,17 +105,20 @@ extension SyncStore {
     public func allEntryInfo() throws -> [EntryInfo] {
         try checkOpen()
         return try database.read { conn in
+            let peers = try SyncStore.peerRecords(conn)
             let stmt = try conn.statement("""
-                SELECT e.key, e.encoding, e.ver, e.node, e.deleted, e.size, e.change_seq, e.lane, \(SyncStore.isQueuedColumn), e.encrypted
+                SELECT e.key, e.encoding, e.ver, e.node, e.deleted, e.size, e.change_seq, e.lane, e.origin_peer, e.encrypted
                 FROM entries e ORDER BY e.key
                 """)
+            defer { stmt.reset() }
             var result: [EntryInfo] = []
             while try stmt.step() {
-                result.append(EntryInfo(key: stmt.string(0), encoding: stmt.string(1),
-                                        version: HLCTimestamp(packed: stmt.int64(2), node: UInt32(truncatingIfNeeded: stmt.int64(3))),
-                                        isDeleted: stmt.int(4) != 0, size: stmt.int(5), changeSequence: stmt.int64(6),
-                                        lane: SyncLane(rawValue: stmt.int(7)) ?? .none, isPending: stmt.int(8) != 0,
-                                        isEncrypted: stmt.int(9) != 0))
+                let row = StoredRow(key: stmt.string(0), value: nil, encoding: stmt.string(1),
+                                    version: HLCTimestamp(packed: stmt.int64(2), node: UInt32(truncatingIfNeeded: stmt.int64(3))),
+                                    base: .zero, deleted: stmt.int(4) != 0, encrypted: stmt.int(9) != 0, size: stmt.int(5),
+                                    changeSeq: stmt.int64(6), lane: SyncLane(rawValue: stmt.int(7)) ?? .none,
+                                    originPeer: UInt32(truncatingIfNeeded: stmt.int64(8)))
+                result.append(EntryInfo(row: row, isPending: isPending(row, peers: peers)))
             }
             return result
         }

@@ -45,141 +45,6 @@ extension SyncStore {
     /// Values above this size travel in checksummed chunks.
     static let inlineValueLimit = SyncPolicy.automaticLimit
 
-    /// FROM clause of the queued changes with their entries: each outbox row
-    /// `o`, then its entry `e` by primary key.
-    static let queuedChanges = "sync_outbox o CROSS JOIN entries e ON e.key = o.key AND e.change_seq = o.seq"
-    /// In a query over `entries e`: 1 while the entry's change waits in the outbox.
-    static let isQueuedColumn = "EXISTS (SELECT 1 FROM sync_outbox o WHERE o.seq = e.change_seq AND o.key = e.key)"
-
-    // MARK: outbound
-
-    /// The highest change sequence a manual `sync()` has released.
-    var manualFlushThrough: Int64 {
-        (try? meta("manual_flush_through")).flatMap { $0.flatMap(Int64.init) } ?? 0
-    }
-
-    /// Releases every change made so far in the manual lane (and deferred
-    /// automatic values) for sending. Returns how many entries that queues.
-    @discardableResult
-    public func requestManualSync() throws -> Int {
-        try checkOpen()
-        let count = try database.write { conn -> Int in
-            let through = nextSeq.withLock { $0 } - 1
-            try SyncStore.writeMeta(conn, "manual_flush_through", String(through))
-            let stmt = try conn.statement("""
-                SELECT count(*) FROM \(SyncStore.queuedChanges) WHERE e.lane = 2
-                """)
-            _ = try stmt.step()
-            defer { stmt.reset() }
-            return stmt.int(0)
-        }
-        localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
-        localWrites.publish(())
-        return count
-    }
-
-    /// Pending rows after `cursor`, in sequence order, until `maxEntries` or
-    /// `maxBytes`; stops before the second large value. Values of large rows are not loaded.
-    func pendingRows(after cursor: Int64, flushThrough: Int64, maxEntries: Int, maxBytes: Int,
-                     skip: (String, Int64) -> Bool) throws -> (rows: [OutboundRow], scannedThrough: Int64) {
-        try database.read { conn in
-            // The outbox in sequence order, each row's entry found by its primary key.
-            let stmt = try conn.statement("""
-                SELECT e.key, o.seq, e.size, e.deleted, e.encoding, e.ver, e.node, e.base_ver, e.base_node, e.encrypted,
-                       CASE WHEN e.size <= ?3 THEN e.value END, e.in_file
-                FROM \(SyncStore.queuedChanges)
-                WHERE o.seq > ?1 AND (e.lane = 1 OR o.seq <= ?2)
-                ORDER BY o.seq
-                """)
-            stmt.bind(1, cursor)
-            stmt.bind(2, flushThrough)
-            stmt.bind(3, SyncStore.inlineValueLimit)
-            defer { stmt.reset() }
-            var rows: [OutboundRow] = []
-            var bytes = 0
-            var scanned = cursor
-            while try stmt.step() {
-                let key = stmt.string(0)
-                let seq = stmt.int64(1)
-                let size = stmt.int(2)
-                let deleted = stmt.int(3) != 0
-                let isLarge = !deleted && size > SyncStore.inlineValueLimit
-                if skip(key, seq) {
-                    scanned = seq
-                    continue
-                }
-                if isLarge && !rows.isEmpty { break }
-                var value = deleted ? nil : stmt.blob(10)
-                let version = HLCTimestamp(packed: stmt.int64(5), node: UInt32(truncatingIfNeeded: stmt.int64(6)))
-                if !deleted && !isLarge && stmt.int(11) != 0 {
-                    value = try readValueFile(key: key, version: version, size: size, encrypted: stmt.int(9) != 0)
-                } else if stmt.int(9) != 0, let sealed = value {
-                    guard let cipher else { throw SyncError(.encryptionKeyMissing, "an encrypted entry cannot be sent without the master key") }
-                    value = try cipher.open(sealed, keyName: key)
-                }
-                let entry = WireEntry(key: key, version: version,
-                                      base: HLCTimestamp(packed: stmt.int64(7), node: UInt32(truncatingIfNeeded: stmt.int64(8))),
-                                      deleted: deleted, encoding: stmt.string(4), value: value)
-                rows.append(OutboundRow(key: key, seq: seq, entry: entry, size: size, isLarge: isLarge))
-                scanned = seq
-                bytes += size + key.utf8.count + 32
-                if isLarge || rows.count >= maxEntries || bytes >= maxBytes { break }
-            }
-            return (rows, scanned)
-        }
-    }
-
-    /// The full (decrypted) value of a pending large entry, if it is still at `seq`.
-    func largeValue(key: String, seq: Int64) throws -> [UInt8]? {
-        try database.read { conn in
-            guard let row = try loadRow(conn, key: key), row.changeSeq == seq, !row.deleted else { return nil }
-            return row.value
-        }
-    }
-
-    /// Records that the peer durably applied these changes: their outbox rows
-    /// go. A change acknowledged after its key changed again matches no row
-    /// (the newer change has its own), so the newer change stays queued.
-    ///
-    /// One statement per group of `acknowledgeGroup` items, each a search of
-    /// the outbox's integer primary key; the entries' rows are not touched.
-    func acknowledge(_ items: [(key: String, seq: Int64)], peerNode: UInt32) throws {
-        guard !items.isEmpty else { return }
-        let highest = items.lazy.map(\.seq).max() ?? 0
-        try database.write { conn in
-            let group = SyncStore.acknowledgeGroup
-            let stmt = try conn.statement(SyncStore.acknowledgeSQL)
-            var start = 0
-            while start < items.count {
-                if start > 0 {
-                    stmt.reset()
-                    stmt.clearBindings()
-                }
-                // Unused pairs of the last group stay NULL: they match no row.
-                for (offset, item) in items[start..<min(items.count, start + group)].enumerated() {
-                    stmt.bind(Int32(2 * offset + 1), item.seq)
-                    stmt.bind(Int32(2 * offset + 2), item.key)
-                }
-                try stmt.run()
-                start += group
-            }
-            let peer = try conn.statement("UPDATE sync_peers SET acked_through = max(acked_through, ?2) WHERE peer_node = ?1")
-            peer.bind(1, Int64(peerNode))
-            peer.bind(2, highest)
-            try peer.run()
-        }
-    }
-
-    /// Changes acknowledged by one execution of `acknowledgeSQL`.
-    static let acknowledgeGroup = 128
-    /// Deletes the outbox rows of up to `acknowledgeGroup` (seq, key) pairs:
-    /// `seq IN (…)` searches the primary key, the pair test checks the key.
-    static let acknowledgeSQL = """
-        DELETE FROM sync_outbox
-        WHERE seq IN (\((0..<acknowledgeGroup).map { "?\(2 * $0 + 1)" }.joined(separator: ", ")))
-          AND (seq, key) IN (VALUES \((0..<acknowledgeGroup).map { "(?\(2 * $0 + 1), ?\(2 * $0 + 2))" }.joined(separator: ", ")))
-        """
-
     // MARK: inbound
 
     /// Applies entries from the peer in one transaction: idempotent, conflict
@@ -190,10 +55,13 @@ extension SyncStore {
     /// (`loadRows`) and the winners written several rows per statement
     /// (`saveRows`); entries are decided in order, each seeing the ones before it.
     ///
+    /// An entry taken from `peer` joins the stream for the other peers (when
+    /// its key replicates from this device) and is never sent back to `peer`.
+    ///
     /// Returns once the commit is on stable storage (`syncCommitted()`), since
     /// the caller acknowledges it; `durableBeforeReturn: false` leaves that
     /// to the caller (who must sync before acknowledging).
-    func applyRemote(_ entries: [WireEntry], peerRole: DeviceRole, mismatched: Set<String>,
+    func applyRemote(_ entries: [WireEntry], from peer: UInt32 = 0, peerRole: DeviceRole, mismatched: Set<String>,
                      completingChunksOf chunked: (key: String, version: HLCTimestamp)? = nil,
                      lastArrivalWins: Bool = false, durableBeforeReturn: Bool = true) throws -> ApplyResult {
         try checkOpen()
@@ -259,14 +127,14 @@ extension SyncStore {
                 case .take:
                     row = StoredRow(key: incoming.key, value: incoming.deleted ? nil : (incoming.value ?? []), encoding: incoming.encoding,
                                     version: incoming.version, base: incoming.base, deleted: incoming.deleted, encrypted: false,
-                                    size: incoming.deleted ? 0 : (incoming.value?.count ?? 0), changeSeq: 0, lane: .none)
+                                    size: incoming.deleted ? 0 : (incoming.value?.count ?? 0), changeSeq: takeSeq(),
+                                    lane: descriptor.replicates(from: role) ? .automatic : .none, originPeer: peer)
                 case .merged(let value, let version):
                     // A merge is new information for the peer too: send it (the peer's
                     // re-merge of a join is a no-op, so this ends).
                     let lane = lane(for: descriptor, size: value.count, deleted: false)
                     row = StoredRow(key: incoming.key, value: value, encoding: incoming.encoding, version: version, base: version,
-                                    deleted: false, encrypted: false, size: value.count, changeSeq: lane == .none ? 0 : takeSeq(),
-                                    lane: lane)
+                                    deleted: false, encrypted: false, size: value.count, changeSeq: takeSeq(), lane: lane)
                 }
                 if descriptor.security == .encrypted { encrypted.insert(row.key) }
                 writes.append(row)
@@ -310,6 +178,10 @@ extension SyncStore {
                            metadata: ["count": "\(result.versionRefusals.count)"])
         }
         publishCommitted(result.changes)
+        if result.applied > 0 {
+            // Sessions with the other peers have something new to send.
+            localWrites.publish(())
+        }
         // The caller acknowledges this commit and the peer then forgets the entries: on stable
         // storage first. After publishing: observers need no fsync to see the values.
         if durableBeforeReturn { try syncCommitted() }
@@ -558,108 +430,6 @@ extension SyncStore {
         return cipher
     }
 
-    // MARK: peers
-
-    /// Records the peer of a new session. When it is not the peer (or the
-    /// pairing epoch) seen last, every replicable entry is queued again so the
-    /// new pair re-baselines fully. Returns true when that happened.
-    @discardableResult
-    func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> Bool {
-        let now = physicalClock.nowMilliseconds()
-        return try database.write { conn in
-            let meta = try SyncStore.readMeta(conn)
-            let upsert = try conn.statement("""
-                INSERT INTO sync_peers(peer_node, peer_role, epoch, acked_through, last_seen) VALUES(?1, ?2, ?3, 0, ?4)
-                ON CONFLICT(peer_node) DO UPDATE SET peer_role = excluded.peer_role, epoch = excluded.epoch, last_seen = excluded.last_seen,
-                  acked_through = CASE WHEN sync_peers.epoch = excluded.epoch THEN sync_peers.acked_through ELSE 0 END
-                """)
-            upsert.bind(1, Int64(node))
-            upsert.bind(2, role.rawValue)
-            upsert.bind(3, epoch)
-            upsert.bind(4, now)
-            try upsert.run()
-            // The current pairing is kept in sync_meta, not inferred from (skewable) wall-clock times.
-            let current = "\(node)/\(epoch)"
-            let previous = meta["current_peer"]
-            try SyncStore.writeMeta(conn, "current_peer", current)
-            guard let previous, previous != current else { return false }
-            try rebaseline(conn, releasedThrough: Int64(meta["manual_flush_through"] ?? "") ?? 0)
-            return true
-        }
-    }
-
-    /// Queues every entry that replicates from this device with a fresh
-    /// sequence number. Manual changes a `sync()` had released (or the old peer
-    /// had received) stay released; those still waiting keep waiting.
-    private func rebaseline(_ conn: SQLiteConnection, releasedThrough: Int64) throws {
-        let select = try conn.statement("""
-            SELECT e.key, e.size, e.deleted, e.lane, e.change_seq, \(SyncStore.isQueuedColumn)
-            FROM entries e ORDER BY e.change_seq, e.key
-            """)
-        var released: [(String, SyncLane)] = []
-        var waiting: [(String, SyncLane)] = []
-        while try select.step() {
-            let key = select.string(0)
-            guard let descriptor = registry.descriptor(forEntry: key) else { continue }
-            let lane = lane(for: descriptor, size: select.int(1), deleted: select.int(2) != 0)
-            let oldSeq = select.int64(4)
-            let wasWaiting = SyncLane(rawValue: select.int(3)) == .manual && select.int(5) != 0 && oldSeq > releasedThrough
-            if wasWaiting { waiting.append((key, lane)) } else { released.append((key, lane)) }
-        }
-        // The outbox triggers queue each new sequence (and drop the old one).
-        let update = "UPDATE entries SET change_seq = ?2, lane = ?3 WHERE key = ?1"
-        var lastReleased: Int64?
-        for (group, isReleased) in [(released, true), (waiting, false)] {
-            for (key, lane) in group {
-                let seq = lane == .none ? 0 : takeSeq()
-                let stmt = try conn.statement(update)
-                stmt.bind(1, key)
-                stmt.bind(2, seq)
-                stmt.bind(3, lane.rawValue)
-                try stmt.run()
-                if isReleased && seq > 0 { lastReleased = seq }
-            }
-        }
-        if let lastReleased, lastReleased > releasedThrough {
-            try SyncStore.writeMeta(conn, "manual_flush_through", String(lastReleased))
-        }
-    }
-
-    // MARK: status
-
-    /// Counts of changes waiting for the peer.
-    public func pendingSummary() throws -> PendingSummary {
-        try checkOpen()
-        let flush = manualFlushThrough
-        let now = physicalClock.nowMilliseconds()
-        return try database.read { conn in
-            let stmt = try conn.statement("""
-                SELECT
-                  coalesce(sum(e.lane = 1), 0),
-                  coalesce(sum(e.lane = 2 AND o.seq <= ?1), 0),
-                  coalesce(sum(e.lane = 2 AND o.seq > ?1), 0),
-                  min(e.written_at)
-                FROM \(SyncStore.queuedChanges)
-                """)
-            stmt.bind(1, flush)
-            _ = try stmt.step()
-            defer { stmt.reset() }
-            let oldest: Int64? = stmt.isNull(3) ? nil : max(0, now - stmt.int64(3))
-            return PendingSummary(automatic: stmt.int(0), manualReleased: stmt.int(1), manualWaiting: stmt.int(2), oldestPendingAgeMilliseconds: oldest)
-        }
-    }
-
-    /// Whether the peer has `key` at `version` or newer, as far as this store
-    /// knows (the peer wrote it, or acknowledged it).
-    public func peerHas(key: String, atLeast version: HLCTimestamp) throws -> Bool {
-        try checkOpen()
-        return try database.read { conn in
-            guard let row = try loadRow(conn, key: key, valueFile: .skip), row.version >= version else { return false }
-            if row.changeSeq == 0 { return true }
-            guard row.lane != .none else { return false }
-            return try !isQueued(conn, row)
-        }
-    }
 }
 
 /// What waits to be sent, by lane.

@@ -119,6 +119,7 @@ public final class SyncStore: KeyValueBackend {
             self.cipher = nil
         }
         if let valueFiles { try removeUnreferencedValueFiles(valueFiles) }
+        try assignLanesAfterMigration()
         try startSharedFileTracking()
     }
 

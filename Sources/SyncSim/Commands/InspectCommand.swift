@@ -102,12 +102,12 @@ public struct StoreInspection: Sendable, Codable {
         node = UInt32(meta["node_id"] ?? "").map { String($0, radix: 16) } ?? "?"
         role = meta["role"] ?? "?"
         var entries: [Entry] = []
-        // Schema v3 queues changes in sync_outbox; older files (opened read-only, not migrated) mark them with acked_seq.
-        var hasOutbox = false
-        try query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sync_outbox'") { _ in hasOutbox = true }
-        let pendingColumn = hasOutbox
-            ? "e.lane > 0 AND EXISTS (SELECT 1 FROM sync_outbox o WHERE o.seq = e.change_seq AND o.key = e.key)"
-            : "e.lane > 0 AND e.change_seq > e.acked_seq"
+        // Schema v5 streams changes to each peer from its cursor (sync_peers.acked_through):
+        // pending = in the stream after the least caught-up peer's cursor, or waiting for sync().
+        let pendingColumn = """
+            (e.lane = 2 OR (e.lane IN (1, 3) AND e.change_seq > coalesce((SELECT min(acked_through) FROM sync_peers), 0)
+              AND NOT (e.origin_peer != 0 AND (SELECT count(*) FROM sync_peers) = 1 AND e.origin_peer = (SELECT peer_node FROM sync_peers))))
+            """
         try query("SELECT key, ver, node, deleted, encrypted, size, encoding, change_seq, \(pendingColumn), lane, value FROM entries e ORDER BY key") { s in
             let encrypted = sqlite3_column_int(s, 4) != 0
             var value: String?

@@ -1,0 +1,309 @@
+import Foundation
+import SyncTransport
+
+/// What the store keeps about one peer: where its cursor stands in the stream
+/// of changes, and which keys it declared differently at the last session.
+struct PeerRecord: Sendable, Equatable {
+    var node: UInt32
+    /// Every change in the stream up to this sequence was acknowledged by the peer.
+    var cursor: Int64
+    /// Keys (declaration names) the peer declared differently: their changes are
+    /// skipped for it and sent once the declarations agree again.
+    var mismatched: Set<String>
+}
+
+/// The stream of changes every peer reads from its own cursor.
+///
+/// A local change gets the next change sequence in its own transaction; an
+/// entry applied from a peer does too (so it reaches the other peers), and
+/// remembers that peer (`origin_peer`) so it is never sent back to it. A peer
+/// reads the changes in lanes that are sent (automatic, released) after its
+/// cursor, in sequence order; the latest version of each key only (a key's row
+/// carries its newest sequence). Acknowledging moves the peer's cursor: one
+/// row per peer in `sync_peers`. A new peer (or a new pairing) starts at 0
+/// and so receives everything: a full baseline.
+extension SyncStore {
+    /// Changes in lanes that are sent, as a condition on `entries e`.
+    static let isSentCondition = "e.lane IN (1, 3)"
+
+    // MARK: manual sync
+
+    /// Releases every change made so far in the manual lane (and deferred
+    /// automatic values) for sending: they join the stream with new sequence
+    /// numbers, after every peer's cursor. Returns how many entries that queues.
+    @discardableResult
+    public func requestManualSync() throws -> Int {
+        try checkOpen()
+        let count = try database.write { conn -> Int in
+            let waiting = try conn.statement("SELECT key FROM entries WHERE lane = 2 ORDER BY change_seq, key")
+            var keys: [String] = []
+            while try waiting.step() { keys.append(waiting.string(0)) }
+            waiting.reset()
+            let release = try conn.statement("UPDATE entries SET lane = 3, change_seq = ?2 WHERE key = ?1")
+            for key in keys {
+                release.reset()
+                release.bind(1, key)
+                release.bind(2, takeSeq())
+                try release.run()
+            }
+            return keys.count
+        }
+        localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        localWrites.publish(())
+        return count
+    }
+
+    // MARK: reading the stream
+
+    /// Changes for `peer` after `cursor`, in sequence order, until `maxEntries`
+    /// or `maxBytes`; stops before the second large value. Values of large rows
+    /// are not loaded. `scannedThrough` is the sequence the scan reached
+    /// (past rows `skip` passed over and rows that came from `peer`).
+    func pendingRows(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int,
+                     skip: (String, Int64) -> Bool) throws -> (rows: [OutboundRow], scannedThrough: Int64) {
+        try database.read { conn in
+            let stmt = try conn.statement("""
+                SELECT e.key, e.change_seq, e.size, e.deleted, e.encoding, e.ver, e.node, e.base_ver, e.base_node, e.encrypted,
+                       CASE WHEN e.size <= ?3 THEN e.value END, e.in_file, e.origin_peer
+                FROM entries e
+                WHERE e.change_seq > ?1 AND \(SyncStore.isSentCondition)
+                ORDER BY e.change_seq
+                """)
+            stmt.bind(1, cursor)
+            stmt.bind(3, SyncStore.inlineValueLimit)
+            defer { stmt.reset() }
+            var rows: [OutboundRow] = []
+            var bytes = 0
+            var scanned = cursor
+            while try stmt.step() {
+                let key = stmt.string(0)
+                let seq = stmt.int64(1)
+                if UInt32(truncatingIfNeeded: stmt.int64(12)) == peer || skip(key, seq) {
+                    scanned = seq
+                    continue
+                }
+                let size = stmt.int(2)
+                let deleted = stmt.int(3) != 0
+                let isLarge = !deleted && size > SyncStore.inlineValueLimit
+                if isLarge && !rows.isEmpty { break }
+                rows.append(try outboundRow(stmt, key: key, seq: seq, size: size, deleted: deleted, isLarge: isLarge))
+                scanned = seq
+                bytes += size + key.utf8.count + 32
+                if isLarge || rows.count >= maxEntries || bytes >= maxBytes { break }
+            }
+            return (rows, scanned)
+        }
+    }
+
+    /// Every change in the stream for the keys `names` declares (a key, or a
+    /// family's members), whatever the cursor: for a peer whose declarations
+    /// of those keys agree again after a mismatch.
+    func rows(declaredBy names: Set<String>, for peer: UInt32, maxEntries: Int) throws -> [OutboundRow] {
+        guard !names.isEmpty else { return [] }
+        return try database.read { conn in
+            let stmt = try conn.statement("""
+                SELECT e.key, e.change_seq, e.size, e.deleted, e.encoding, e.ver, e.node, e.base_ver, e.base_node, e.encrypted,
+                       CASE WHEN e.size <= ?1 THEN e.value END, e.in_file, e.origin_peer
+                FROM entries e WHERE \(SyncStore.isSentCondition) AND e.origin_peer != ?2 ORDER BY e.change_seq
+                """)
+            stmt.bind(1, SyncStore.inlineValueLimit)
+            stmt.bind(2, Int64(peer))
+            defer { stmt.reset() }
+            var rows: [OutboundRow] = []
+            while try stmt.step(), rows.count < maxEntries {
+                let key = stmt.string(0)
+                guard let name = registry.descriptor(forEntry: key)?.name, names.contains(name) else { continue }
+                let size = stmt.int(2)
+                let deleted = stmt.int(3) != 0
+                rows.append(try outboundRow(stmt, key: key, seq: stmt.int64(1), size: size, deleted: deleted,
+                                            isLarge: !deleted && size > SyncStore.inlineValueLimit))
+            }
+            return rows
+        }
+    }
+
+    /// One row of the stream queries above, its value decrypted (or read from its file).
+    private func outboundRow(_ stmt: Statement, key: String, seq: Int64, size: Int, deleted: Bool, isLarge: Bool) throws -> OutboundRow {
+        var value = deleted ? nil : stmt.blob(10)
+        let version = HLCTimestamp(packed: stmt.int64(5), node: UInt32(truncatingIfNeeded: stmt.int64(6)))
+        if !deleted && !isLarge && stmt.int(11) != 0 {
+            value = try readValueFile(key: key, version: version, size: size, encrypted: stmt.int(9) != 0)
+        } else if stmt.int(9) != 0, let sealed = value {
+            guard let cipher else { throw SyncError(.encryptionKeyMissing, "an encrypted entry cannot be sent without the master key") }
+            value = try cipher.open(sealed, keyName: key)
+        }
+        let entry = WireEntry(key: key, version: version,
+                              base: HLCTimestamp(packed: stmt.int64(7), node: UInt32(truncatingIfNeeded: stmt.int64(8))),
+                              deleted: deleted, encoding: stmt.string(4), value: value)
+        return OutboundRow(key: key, seq: seq, entry: entry, size: size, isLarge: isLarge)
+    }
+
+    /// The full (decrypted) value of a large entry, if it is still at `seq`.
+    func largeValue(key: String, seq: Int64) throws -> [UInt8]? {
+        try database.read { conn in
+            guard let row = try loadRow(conn, key: key), row.changeSeq == seq, !row.deleted else { return nil }
+            return row.value
+        }
+    }
+
+    // MARK: peers and cursors
+
+    /// Records that `peer` durably applied every change of the stream up to
+    /// `sequence`: its cursor moves there (never back).
+    func acknowledge(peer: UInt32, through sequence: Int64) throws {
+        try database.write { conn in
+            let stmt = try conn.statement("UPDATE sync_peers SET acked_through = max(acked_through, ?2) WHERE peer_node = ?1")
+            stmt.bind(1, Int64(peer))
+            stmt.bind(2, sequence)
+            try stmt.run()
+        }
+    }
+
+    /// Records the peer of a new session and returns what the store knows of
+    /// it. A peer seen for the first time, or under another pairing epoch,
+    /// starts at cursor 0: it receives everything (a full baseline).
+    @discardableResult
+    func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord {
+        let now = physicalClock.nowMilliseconds()
+        return try database.write { conn in
+            let upsert = try conn.statement("""
+                INSERT INTO sync_peers(peer_node, peer_role, epoch, acked_through, last_seen) VALUES(?1, ?2, ?3, 0, ?4)
+                ON CONFLICT(peer_node) DO UPDATE SET peer_role = excluded.peer_role, epoch = excluded.epoch, last_seen = excluded.last_seen,
+                  acked_through = CASE WHEN sync_peers.epoch = excluded.epoch THEN sync_peers.acked_through ELSE 0 END,
+                  mismatched = CASE WHEN sync_peers.epoch = excluded.epoch THEN sync_peers.mismatched ELSE '' END
+                """)
+            upsert.bind(1, Int64(node))
+            upsert.bind(2, role.rawValue)
+            upsert.bind(3, epoch)
+            upsert.bind(4, now)
+            try upsert.run()
+            return try SyncStore.peerRecord(conn, node: node) ?? PeerRecord(node: node, cursor: 0, mismatched: [])
+        }
+    }
+
+    /// Remembers the keys `peer` declares differently (their changes wait for it).
+    func setMismatchedKeys(_ names: Set<String>, for peer: UInt32) throws {
+        try database.write { conn in
+            let stmt = try conn.statement("UPDATE sync_peers SET mismatched = ?2 WHERE peer_node = ?1")
+            stmt.bind(1, Int64(peer))
+            stmt.bind(2, names.sorted().joined(separator: "\n"))
+            try stmt.run()
+        }
+    }
+
+    static func peerRecord(_ conn: SQLiteConnection, node: UInt32) throws -> PeerRecord? {
+        let stmt = try conn.statement("SELECT acked_through, mismatched FROM sync_peers WHERE peer_node = ?1")
+        stmt.bind(1, Int64(node))
+        defer { stmt.reset() }
+        guard try stmt.step() else { return nil }
+        return PeerRecord(node: node, cursor: stmt.int64(0), mismatched: SyncStore.names(stmt.string(1)))
+    }
+
+    static func peerRecords(_ conn: SQLiteConnection) throws -> [PeerRecord] {
+        let stmt = try conn.statement("SELECT peer_node, acked_through, mismatched FROM sync_peers ORDER BY peer_node")
+        defer { stmt.reset() }
+        var records: [PeerRecord] = []
+        while try stmt.step() {
+            records.append(PeerRecord(node: UInt32(truncatingIfNeeded: stmt.int64(0)), cursor: stmt.int64(1),
+                                      mismatched: SyncStore.names(stmt.string(2))))
+        }
+        return records
+    }
+
+    private static func names(_ text: String) -> Set<String> {
+        Set(text.split(separator: "\n").map(String.init))
+    }
+
+    /// The peers this store knows, with their cursors.
+    func knownPeers() throws -> [PeerRecord] {
+        try database.read { conn in try SyncStore.peerRecords(conn) }
+    }
+
+    /// Whether `row`'s change still waits for some known peer (for any peer
+    /// at all when none is known yet): it is in the stream after that peer's
+    /// cursor and did not come from it, or its key is declared differently there.
+    func isPending(_ row: StoredRow, peers: [PeerRecord]) -> Bool {
+        guard row.lane.isSent, row.changeSeq > 0 else { return row.lane == .manual }
+        guard !peers.isEmpty else { return true }
+        let name = registry.descriptor(forEntry: row.key)?.name
+        return peers.contains { peer in
+            row.originPeer != peer.node && (row.changeSeq > peer.cursor || (name.map(peer.mismatched.contains) ?? false))
+        }
+    }
+
+    // MARK: status
+
+    /// Counts of changes waiting for the peer: for the least caught-up known
+    /// peer (every peer's own figures: `pendingSummary(for:)`), or for any
+    /// peer at all while none is known.
+    public func pendingSummary() throws -> PendingSummary {
+        try checkOpen()
+        let peers = try knownPeers()
+        guard !peers.isEmpty else { return try pendingSummary(cursor: 0, excluding: 0) }
+        return try peers.map { try pendingSummary(cursor: $0.cursor, excluding: $0.node) }.max { $0.total < $1.total }!
+    }
+
+    /// Counts of changes waiting for `peer` (a node id, as in `SyncEvent.connected`).
+    public func pendingSummary(for peer: UInt32) throws -> PendingSummary {
+        try checkOpen()
+        let cursor = try database.read { conn in try SyncStore.peerRecord(conn, node: peer)?.cursor } ?? 0
+        return try pendingSummary(cursor: cursor, excluding: peer)
+    }
+
+    private func pendingSummary(cursor: Int64, excluding peer: UInt32) throws -> PendingSummary {
+        let now = physicalClock.nowMilliseconds()
+        return try database.read { conn in
+            let stmt = try conn.statement("""
+                SELECT
+                  coalesce(sum(e.lane = 1 AND e.change_seq > ?1 AND e.origin_peer != ?2), 0),
+                  coalesce(sum(e.lane = 3 AND e.change_seq > ?1 AND e.origin_peer != ?2), 0),
+                  coalesce(sum(e.lane = 2), 0),
+                  min(CASE WHEN e.lane = 2 OR (e.change_seq > ?1 AND e.origin_peer != ?2) THEN e.written_at END)
+                FROM entries e WHERE e.lane IN (1, 2, 3)
+                """)
+            stmt.bind(1, cursor)
+            stmt.bind(2, Int64(peer))
+            _ = try stmt.step()
+            defer { stmt.reset() }
+            let oldest: Int64? = stmt.isNull(3) ? nil : max(0, now - stmt.int64(3))
+            return PendingSummary(automatic: stmt.int(0), manualReleased: stmt.int(1), manualWaiting: stmt.int(2), oldestPendingAgeMilliseconds: oldest)
+        }
+    }
+
+    /// Whether every known peer has `key` at `version` or newer, as far as
+    /// this store knows (the peer wrote it, or acknowledged it).
+    public func peerHas(key: String, atLeast version: HLCTimestamp) throws -> Bool {
+        try checkOpen()
+        return try database.read { conn in
+            guard let row = try loadRow(conn, key: key, valueFile: .skip), row.version >= version else { return false }
+            let peers = try SyncStore.peerRecords(conn)
+            guard !peers.isEmpty else { return row.originPeer != 0 }
+            return peers.allSatisfy { peer in
+                row.originPeer == peer.node || (row.lane.isSent && row.changeSeq <= peer.cursor)
+            }
+        }
+    }
+
+    /// Once after the v5 migration: entries that came from a peer joined the
+    /// stream; those whose key does not replicate from this device leave it.
+    func assignLanesAfterMigration() throws {
+        guard try meta("lanes_need_registry") != nil else { return }
+        try database.write { conn in
+            let select = try conn.statement("SELECT key FROM entries WHERE lane IN (1, 3) AND origin_peer != 0")
+            var local: [String] = []
+            while try select.step() {
+                let key = select.string(0)
+                if registry.descriptor(forEntry: key)?.replicates(from: role) != true { local.append(key) }
+            }
+            select.reset()
+            let update = try conn.statement("UPDATE entries SET lane = 0 WHERE key = ?1")
+            for key in local {
+                update.reset()
+                update.bind(1, key)
+                try update.run()
+            }
+            let done = try conn.statement("DELETE FROM sync_meta WHERE name = 'lanes_need_registry'")
+            try done.run()
+        }
+    }
+}
