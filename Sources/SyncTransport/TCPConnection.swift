@@ -216,22 +216,29 @@ final class TCPConnection: FrameConnection {
 
     private func watchdogLoop() async {
         let timeout = configuration.deadPeerTimeout
-        // A watchdog that wakes much later than it asked was starved of CPU
-        // with the rest of this process's tasks (an overloaded device, or a
-        // test process whose two ends share one busy task pool): silence seen
-        // then says nothing about the peer, so it gets a fresh timeout.
+        // A watchdog that wakes later than it asked was starved of CPU with the
+        // rest of this process's tasks (an overloaded device, or a test process
+        // whose two ends share one busy task pool): the peer gets the time that
+        // was lost on top of its timeout, once per silence. Persistent starvation
+        // still ends in a timeout, since only the time actually lost is added.
         let starvation = timeout / 10
-        var notBefore = ContinuousClock.now
+        var grace = Duration.zero
+        var silenceSince = ContinuousClock.now
         func sleep(until wake: ContinuousClock.Instant) async -> Bool {
             do { try await Task.sleep(until: wake, clock: .continuous) } catch { return false }
-            let now = ContinuousClock.now
-            if now - wake > starvation { notBefore = now }
+            let late = ContinuousClock.now - wake
+            if late > starvation { grace += late }
             return true
         }
         while !Task.isCancelled {
             let (lastHeard, readerBlocked) = state.withLock { ($0.lastHeard, $0.readerWaitsForConsumer) }
             let socket = activity.snapshot
-            let deadline = max(lastHeard, socket.lastRead, notBefore) + timeout
+            let heard = max(lastHeard, socket.lastRead)
+            if heard != silenceSince {
+                silenceSince = heard
+                grace = .zero
+            }
+            let deadline = heard + timeout + grace
             if readerBlocked || socket.envelopesWaiting {
                 // Frames arrived and wait for us (a slow consumer or a busy
                 // task pool), so the peer is alive: look again later.

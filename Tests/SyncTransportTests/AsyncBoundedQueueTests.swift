@@ -1,7 +1,7 @@
 import Testing
 @testable import SyncTransport
 
-@Suite(.timeLimit(.minutes(3))) struct AsyncBoundedQueueTests {
+@Suite(.timeLimit(.minutes(10))) struct AsyncBoundedQueueTests {
     /// Stands in for a frame: we watch whether the queue still holds it.
     final class Payload: Sendable {
         let number: Int
@@ -20,7 +20,8 @@ import Testing
                 for number in 0..<count { try await queue.push(Payload(number), cost: 1) }
                 queue.finish()
             }
-            let received = try await withDeadline("the consumer to drain \(count) elements (a lost wakeup stalls it)") {
+            // 40,000 hand-offs: about a second alone, minutes beside a loaded suite; a lost wakeup never ends.
+            let received = try await withDeadline("the consumer to drain \(count) elements (a lost wakeup stalls it)", within: .seconds(240)) {
                 var received = 0
                 while let payload = try await queue.pop() {
                     #expect(payload.number == received)

@@ -108,9 +108,10 @@ public final class ReplicationEndpoint {
                     $0.batchesReceived += 1
                     $0.bytesReceived += frame.payload.count
                 }
-                store.emit(.received(entries: batch.entries.count, applied: result.applied))
+                entriesApplied += result.applied
+                emit(.received(entries: batch.entries.count, applied: result.applied))
                 for conflict in result.conflicts {
-                    store.emit(.conflictResolved(key: conflict.key, winner: conflict.winner, rule: conflict.rule))
+                    emit(.conflictResolved(key: conflict.key, winner: conflict.winner, rule: conflict.rule))
                 }
                 try acknowledgeDurably(SyncMessage.ack(.init(batchID: batch.id, applied: result.applied, rejected: result.rejected)).frame(), into: &out)
             case .ack(let ack):
@@ -118,7 +119,7 @@ public final class ReplicationEndpoint {
                     if let upper = batchRanges.removeValue(forKey: ack.batchID) { try complete(upper: upper) }
                     if repairBatches.remove(ack.batchID) != nil { try finishRepairIfDone() }
                     if !ack.rejected.isEmpty {
-                        store.emit(.error(SyncError(.protocolViolation, "the peer refused \(ack.rejected.count) entries: \(ack.rejected.map { "\($0.key) (\($0.code))" }.joined(separator: ", "))")))
+                        emit(.error(SyncError(.protocolViolation, "the peer refused \(ack.rejected.count) entries: \(ack.rejected.map { "\($0.key) (\($0.code))" }.joined(separator: ", "))")))
                     }
                 }
             case .chunk(let chunk):
@@ -143,7 +144,7 @@ public final class ReplicationEndpoint {
                                          "the peer ended the session: \(PeerText.escaped(error.message))")
                 failure = reported
                 machine.fail()
-                store.emit(.error(reported))
+                emit(.error(reported))
                 return []
             }
         } catch let error as SyncError {
@@ -233,7 +234,7 @@ public final class ReplicationEndpoint {
             $0.entriesSent += rows.count
             $0.bytesSent += frame.payload.count
         }
-        store.emit(.batchSent(number: batchNumber, total: batchTotal, entries: rows.count))
+        emit(.batchSent(number: batchNumber, total: batchTotal, entries: rows.count))
         return (batch.id, frame)
     }
 
@@ -286,6 +287,14 @@ public final class ReplicationEndpoint {
             try store.syncCommitted()
             out.append(frame)
         }
+    }
+
+    /// Entries from the peer that changed this store, in this session so far.
+    public private(set) var entriesApplied = 0
+
+    /// Publishes `event` as concerning this session's peer.
+    private func emit(_ event: SyncEvent) {
+        store.emit(event, peer: machine.peer?.node)
     }
 
     /// Ends the session locally (the connection went away).
@@ -351,9 +360,9 @@ public final class ReplicationEndpoint {
                     return out + fail(SyncError(.database, "\(error)"), notifyPeer: true)
                 }
                 store.counters.withLock { $0.sessions += 1 }
-                store.emit(.connected(peerNode: peer.node, peerRole: peer.role))
+                emit(.connected(peerNode: peer.node, peerRole: peer.role))
                 if !peer.mismatchedKeys.isEmpty {
-                    store.emit(.keyMismatch(keys: peer.mismatchedKeys.sorted()))
+                    emit(.keyMismatch(keys: peer.mismatchedKeys.sorted()))
                     store.logger.warning("keys declared differently on the peer do not sync", metadata: ["keys": "\(peer.mismatchedKeys.sorted())"])
                 }
             case .fail(let error, let notify):
@@ -367,7 +376,7 @@ public final class ReplicationEndpoint {
         guard failure == nil else { return [] }
         failure = error
         machine.fail()
-        store.emit(.error(error))
+        emit(.error(error))
         store.logger.error("replication session failed", metadata: ["code": "\(error.code)"])
         return notifyPeer ? [SyncMessage.error(.init(code: error.code.rawValue, message: error.message)).frame()] : []
     }
@@ -403,7 +412,7 @@ public final class ReplicationEndpoint {
             $0.chunksSent += 1
             $0.bytesSent += frame.payload.count
         }
-        store.emit(.chunk(key: t.key, index: t.next, count: t.count, outgoing: true))
+        emit(.chunk(key: t.key, index: t.next, count: t.count, outgoing: true))
         t.next += 1
         return frame
     }
@@ -459,7 +468,7 @@ public final class ReplicationEndpoint {
                 $0.entriesRejected += 1
                 $0.versionsRefused += 1
             }
-            store.emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds))
+            emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds))
             return [ack(complete: true)]
         }
         if let local = try store.entryInfo(forKey: entry.key), local.version >= entry.version {
@@ -467,25 +476,26 @@ public final class ReplicationEndpoint {
             return [ack(complete: true, restsOnCommit: true)]  // the acknowledgement rests on that commit
         }
         guard Checksum.crc32(chunk.bytes) == chunk.checksum else {
-            store.emit(.error(SyncError(.malformedMessage, "chunk \(chunk.index) of \(entry.key) failed its checksum; waiting for a resend")))
+            emit(.error(SyncError(.malformedMessage, "chunk \(chunk.index) of \(entry.key) failed its checksum; waiting for a resend")))
             return []
         }
         store.counters.withLock { $0.chunksReceived += 1 }
-        store.emit(.chunk(key: entry.key, index: chunk.index, count: chunk.count, outgoing: false))
+        emit(.chunk(key: entry.key, index: chunk.index, count: chunk.count, outgoing: false))
         let encrypted = descriptor.security == .encrypted
         let staged = try store.stageChunk(chunk, encrypted: encrypted)
         guard staged >= chunk.count else { return [ack(complete: false)] }
         let bytes = try store.assembleChunks(key: entry.key, version: entry.version, encrypted: encrypted)
         guard bytes.count == chunk.totalSize, Checksum.crc32(bytes) == chunk.totalChecksum else {
             _ = try store.applyRemote([], from: peer.node, peerRole: peer.role, mismatched: [], completingChunksOf: (entry.key, entry.version))
-            store.emit(.error(SyncError(.malformedMessage, "the chunks of \(entry.key) did not add up to the announced value; it will be sent again")))
+            emit(.error(SyncError(.malformedMessage, "the chunks of \(entry.key) did not add up to the announced value; it will be sent again")))
             return []
         }
         var complete = entry
         complete.value = bytes
         let result = try store.applyRemote([complete], from: peer.node, peerRole: peer.role, mismatched: peer.mismatchedKeys,
                                            completingChunksOf: (entry.key, entry.version), durableBeforeReturn: !defersAcknowledgementSync)
-        store.emit(.received(entries: 1, applied: result.applied))
+        entriesApplied += result.applied
+        emit(.received(entries: 1, applied: result.applied))
         return [ack(complete: true, restsOnCommit: true)]
     }
 }

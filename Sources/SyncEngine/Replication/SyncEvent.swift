@@ -40,3 +40,19 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
         }
     }
 }
+
+/// A sync event and the peer it concerns (a node id, as in `connected`), or
+/// nil for an event about the store alone (such as `deferred` or `idle`).
+public struct PeerEvent: Sendable, Equatable, CustomStringConvertible {
+    public let peer: UInt32?
+    public let event: SyncEvent
+
+    public init(peer: UInt32?, event: SyncEvent) {
+        self.peer = peer
+        self.event = event
+    }
+
+    public var description: String {
+        peer.map { "[\(String($0, radix: 16))] \(event)" } ?? event.description
+    }
+}

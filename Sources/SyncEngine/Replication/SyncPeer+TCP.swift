@@ -10,12 +10,18 @@ import SyncTransport
 /// try await peer.maintainConnection(host: "127.0.0.1", port: port, configuration: TCPConfiguration(secret: secret))  // the watch
 /// ```
 extension SyncPeer {
-    /// Runs one session per authenticated connection the listener accepts,
-    /// one at a time (a store has one peer), until the listener closes or the task is cancelled.
+    /// Runs one session per authenticated connection the listener accepts, at
+    /// once (a phone serves each of its watches), until the listener closes or
+    /// the task is cancelled; then waits for the sessions to end.
     public func serve(_ listener: TCPListener) async {
-        for await connection in listener.connections {
-            if Task.isCancelled { await connection.close(); break }
-            await run(over: connection)
+        await withTaskGroup(of: Void.self) { group in
+            for await connection in listener.connections {
+                if Task.isCancelled {
+                    await connection.close()
+                    break
+                }
+                group.addTask { await self.run(over: connection) }
+            }
         }
     }
 

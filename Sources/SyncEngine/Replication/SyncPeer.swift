@@ -3,7 +3,10 @@ import Synchronization
 import SyncTransport
 
 /// Runs replication sessions for one store over any `FrameConnection`
-/// (in-memory or TCP): the async shell around `ReplicationEndpoint`.
+/// (in-memory or TCP): the async shell around `ReplicationEndpoint`. A phone
+/// runs one session per watch at once (each watch reads the store's stream of
+/// changes from its own cursor; a watch's change reaches the others through
+/// the phone).
 ///
 /// ```swift
 /// let peer = SyncPeer(store: store, configuration: .init(pairingEpoch: secret.epoch))
@@ -16,12 +19,22 @@ public final class SyncPeer: Sendable {
     private let idleChanges = Broadcaster<Bool>()
     private let clock: any PhysicalClock
     private let tickInterval: Duration
+    /// Bumped when a session applied entries that the other sessions must send
+    /// (only while there are several): their idea of "idle" is then stale.
+    private let forwarded = Atomic<Int>(0)
 
-    private struct State {
+    private struct Session {
         var connected = false
         var idle = false
         var generation = -1
         var peerNode: UInt32?
+    }
+
+    private struct State {
+        var sessions: [Int: Session] = [:]
+        var nextSession = 0
+        /// Whether the last published aggregate state was idle.
+        var idle = false
     }
 
     private enum Input: Sendable {
@@ -39,8 +52,19 @@ public final class SyncPeer: Sendable {
         self.tickInterval = tickInterval
     }
 
-    /// Whether a session is established right now.
-    public var isConnected: Bool { state.withLock { $0.connected } }
+    /// Whether a session with some peer is established right now.
+    public var isConnected: Bool { state.withLock { $0.sessions.values.contains { $0.connected } } }
+
+    /// The peers (node ids) with an established session right now.
+    public var connectedPeers: [UInt32] {
+        state.withLock { $0.sessions.values.filter(\.connected).compactMap(\.peerNode).sorted() }
+    }
+
+    /// Local writes, `sync()` calls and forwarded entries so far: an idle state
+    /// computed before the latest of them is stale.
+    private var generation: Int {
+        store.localGeneration.load(ordering: .sequentiallyConsistent) &+ forwarded.load(ordering: .sequentiallyConsistent)
+    }
 
     /// Releases manual and deferred changes for sending; returns how many entries that queues.
     @discardableResult
@@ -57,6 +81,11 @@ public final class SyncPeer: Sendable {
             return error.description
         }
         defer { ReplicationLock.release(storePath: store.path) }
+        let session = state.withLock { state -> Int in
+            defer { state.nextSession += 1 }
+            state.sessions[state.nextSession] = Session()
+            return state.nextSession
+        }
         let (inputs, continuation) = AsyncStream.makeStream(of: Input.self, bufferingPolicy: .unbounded)
         let gate = ReadAheadGate(credits: configuration.readAheadFrames)
         let reader = Task {
@@ -118,11 +147,15 @@ public final class SyncPeer: Sendable {
             for frame in endpoint.start(now: clock.nowMilliseconds()) { try await connection.send(frame) }
             loop: for await input in inputs {
                 let now = clock.nowMilliseconds()
-                let generation = store.localGeneration.load(ordering: .sequentiallyConsistent)
+                let generation = self.generation
                 let frames: [Frame]
                 switch input {
                 case .frame(let frame):
+                    let appliedBefore = endpoint.entriesApplied
                     frames = endpoint.receive(frame, now: now)
+                    if endpoint.entriesApplied > appliedBefore, state.withLock({ $0.sessions.count > 1 }) {
+                        forwarded.add(1, ordering: .sequentiallyConsistent)
+                    }
                     await gate.release()
                 case .tick: frames = endpoint.tick(now: now)
                 case .localChange: frames = endpoint.pump(now: now)
@@ -140,15 +173,17 @@ public final class SyncPeer: Sendable {
                     reason = failure.description
                     break loop
                 }
-                updateState(connected: endpoint.isEstablished, idle: endpoint.isIdle, peer: endpoint.peerNode, generation: generation)
+                updateState(session, Session(connected: endpoint.isEstablished, idle: endpoint.isIdle, generation: generation,
+                                             peerNode: endpoint.peerNode))
             }
         } catch {
             reason = "\(error)"
         }
         endpoint.connectionLost()
-        updateState(connected: false, idle: false, peer: nil, generation: -1)
+        let peerNode = endpoint.peerNode
+        updateState(session, nil)
         await connection.close()
-        store.emit(.disconnected(reason: reason))
+        store.emit(.disconnected(reason: reason), peer: peerNode)
         return reason
     }
 
@@ -156,14 +191,18 @@ public final class SyncPeer: Sendable {
         SyncError(.replicationLocked, "another process replicates the store at \(path) (it holds \(ReplicationLock.lockPath(for: path))); this one stays local and retries when it is released")
     }
 
-    private func updateState(connected: Bool, idle: Bool, peer: UInt32?, generation: Int) {
-        let changed = state.withLock { s -> Bool in
-            let changed = s.idle != idle || (idle && s.generation != generation)
-            s.connected = connected
-            s.idle = idle
-            s.generation = generation
-            s.peerNode = peer
-            return changed
+    /// Records a session's state (nil: the session ended) and publishes the
+    /// aggregate: idle when every session is established with nothing pending
+    /// or in flight.
+    private func updateState(_ session: Int, _ new: Session?) {
+        let (changed, idle) = state.withLock { state -> (Bool, Bool) in
+            let old = state.sessions[session]
+            state.sessions[session] = new
+            let idle = !state.sessions.isEmpty && state.sessions.values.allSatisfy(\.idle)
+            let generationMoved = new.map { $0.idle && $0.generation != old?.generation } ?? false
+            let changed = idle != state.idle || (idle && generationMoved)
+            state.idle = idle
+            return (changed, idle)
         }
         if changed {
             idleChanges.publish(idle)
@@ -171,14 +210,16 @@ public final class SyncPeer: Sendable {
         }
     }
 
-    /// Idle, and no local write or `sync()` happened since that was computed.
+    /// Idle, and no local write, `sync()` or forwarded entry happened since that was computed.
     private var isCurrentlyIdle: Bool {
-        let generation = store.localGeneration.load(ordering: .sequentiallyConsistent)
-        return state.withLock { $0.idle && $0.generation == generation }
+        let generation = self.generation
+        return state.withLock { state in
+            !state.sessions.isEmpty && state.sessions.values.allSatisfy { $0.idle && $0.generation == generation }
+        }
     }
 
-    /// Waits until a session is established with nothing pending or in flight;
-    /// throws `.timeout` after `timeout`.
+    /// Waits until every session is established with nothing pending or in
+    /// flight (and there is at least one); throws `.timeout` after `timeout`.
     public func waitUntilIdle(timeout: Duration) async throws {
         let changes = idleChanges.subscribe()
         if isCurrentlyIdle { return }

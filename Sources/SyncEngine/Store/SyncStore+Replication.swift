@@ -171,7 +171,7 @@ extension SyncStore {
             $0.versionsRefused += result.versionRefusals.count
         }
         for refusal in result.versionRefusals {
-            emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds))
+            emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds), peer: peer == 0 ? nil : peer)
         }
         if !result.versionRefusals.isEmpty {
             logger.warning("refused entries whose versions are too far ahead of this device's clock",

@@ -31,6 +31,7 @@ public final class SyncStore: KeyValueBackend {
     let logger: Logger
     let changeHub = Broadcaster<StoreChange>()
     let eventHub = Broadcaster<SyncEvent>()
+    let peerEventHub = Broadcaster<PeerEvent>()
     let localWrites = Broadcaster<Void>()
     let counters = Mutex(SyncCounters())
     let hooks = Mutex(CommitHooks())
@@ -141,6 +142,7 @@ public final class SyncStore: KeyValueBackend {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
         changeHub.finishAll()
         eventHub.finishAll()
+        peerEventHub.finishAll()
         localWrites.finishAll()
     }
 
@@ -202,6 +204,10 @@ public final class SyncStore: KeyValueBackend {
     /// Sync status events: connected, batches, conflicts, deferred values, errors.
     public func events() -> AsyncStream<SyncEvent> { eventHub.subscribe() }
 
+    /// The same events, each with the peer it concerns (nil for events about
+    /// this store alone): what a phone serving several watches logs.
+    public func peerEvents() -> AsyncStream<PeerEvent> { peerEventHub.subscribe() }
+
     /// Registers a hook that runs inside the write transaction, before commit;
     /// throwing aborts the write.
     public func addWillCommitHook(_ hook: @escaping @Sendable ([StoreChange]) throws -> Void) {
@@ -220,7 +226,10 @@ public final class SyncStore: KeyValueBackend {
     /// Counters of replication traffic and outcomes.
     public var syncCounters: SyncCounters { counters.withLock { $0 } }
 
-    func emit(_ event: SyncEvent) { eventHub.publish(event) }
+    func emit(_ event: SyncEvent, peer: UInt32? = nil) {
+        eventHub.publish(event)
+        if peerEventHub.hasSubscribers { peerEventHub.publish(PeerEvent(peer: peer, event: event)) }
+    }
 
     func publishCommitted(_ changes: [StoreChange]) {
         guard !changes.isEmpty else { return }

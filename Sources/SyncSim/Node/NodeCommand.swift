@@ -89,11 +89,15 @@ public struct NodeCommand: AsyncParsableCommand {
     }
 
     static func forwardEvents(store: SyncStore, output: JSONLineWriter) async {
-        let events = store.events()
+        let events = store.peerEvents()
         let changes = store.changes()
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
-                for await event in events { output.write(NodeConsole.json(event)) }
+                for await record in events {
+                    var line = NodeConsole.json(record.event)
+                    if let peer = record.peer { line["peer"] = String(peer, radix: 16) }
+                    output.write(line)
+                }
             }
             group.addTask {
                 for await change in changes where change.origin == .remote {
