@@ -39,9 +39,19 @@ public protocol FrameConnection: Sendable {
     /// retransmits within the connection (a slow acknowledgement is not a lost
     /// frame); a connection that fails starts a new session instead.
     var deliversEveryFrame: Bool { get }
+
+    /// The epoch (`PairingSecret.epoch`) of the pairing this connection
+    /// authenticated with, when the transport authenticates: a listener that
+    /// holds several pairings (a phone with several watches) tells each
+    /// connection's. `nil` when the transport does not know (in-memory pairs);
+    /// the engine then uses its configured epoch.
+    var pairingEpoch: String? { get }
 }
 
 extension FrameConnection {
     /// By default a connection may lose frames, and sessions over it retransmit.
     public var deliversEveryFrame: Bool { false }
+
+    /// By default a connection does not know its pairing.
+    public var pairingEpoch: String? { nil }
 }

@@ -3,6 +3,8 @@ import Crypto
 /// The keys and version one authenticated connection uses.
 struct SessionKeys: Sendable {
     var version: UInt8
+    /// The epoch of the pairing both ends proved (`PairingSecret.epoch`).
+    var pairingEpoch: String
     /// Seals what this end sends.
     var outbound: SymmetricKey
     /// Opens what this end receives.
@@ -59,8 +61,12 @@ struct HandshakeTranscript {
         let dialerToListener = key("dialer->listener")
         let listenerToDialer = key("listener->dialer")
         switch role {
-        case .dialer: return SessionKeys(version: version, outbound: dialerToListener, inbound: listenerToDialer)
-        case .listener: return SessionKeys(version: version, outbound: listenerToDialer, inbound: dialerToListener)
+        case .dialer:
+            return SessionKeys(
+                version: version, pairingEpoch: secret.epoch, outbound: dialerToListener, inbound: listenerToDialer)
+        case .listener:
+            return SessionKeys(
+                version: version, pairingEpoch: secret.epoch, outbound: listenerToDialer, inbound: dialerToListener)
         }
     }
 }
@@ -86,16 +92,26 @@ struct DialerHandshake {
     let secret: PairingSecret
     let versions: ClosedRange<UInt8>
     let nonce: [UInt8]
+    /// Sends the hello that names the pairing (`0xF5`); `false` sends the
+    /// older `0xF0`, which a listener answers with its primary secret.
+    let namesPairing: Bool
 
-    init(secret: PairingSecret, versions: ClosedRange<UInt8> = FrameEnvelope.supportedVersions, nonce: [UInt8] = makeNonce()) {
+    init(
+        secret: PairingSecret, versions: ClosedRange<UInt8> = FrameEnvelope.supportedVersions, nonce: [UInt8] = makeNonce(),
+        namesPairing: Bool = true
+    ) {
         self.secret = secret
         self.versions = versions
         self.nonce = nonce
+        self.namesPairing = namesPairing
     }
 
     /// The hello to send first.
     mutating func start() -> Frame {
         state = .awaitingChallenge
+        if namesPairing {
+            return TransportMessage.PairingHello(versions: versions, pairingID: secret.id, nonce: nonce).frame
+        }
         return TransportMessage.Hello(versions: versions, nonce: nonce).frame
     }
 
@@ -143,17 +159,42 @@ struct DialerHandshake {
 /// The listener's side of the handshake, as a pure state machine: it
 /// receives the hello (answers with a challenge or a version error), then
 /// the dialer's proof.
+///
+/// It may hold several pairings (a phone with several watches). A hello that
+/// names its pairing (`0xF5`) is answered with that pairing's secret, or
+/// refused with `authentication-failed` when the listener does not hold it;
+/// an older hello (`0xF0`) with the first secret, the primary one.
 struct ListenerHandshake {
     private enum State { case awaitingHello, awaitingProof(HandshakeTranscript), finished }
     private var state = State.awaitingHello
-    let secret: PairingSecret
+    /// The pairings this listener accepts; the first is the primary one.
+    let secrets: [PairingSecret]
     let versions: ClosedRange<UInt8>
     let nonce: [UInt8]
 
     init(secret: PairingSecret, versions: ClosedRange<UInt8> = FrameEnvelope.supportedVersions, nonce: [UInt8] = makeNonce()) {
-        self.secret = secret
+        self.init(secret: secret, additionalSecrets: [], versions: versions, nonce: nonce)
+    }
+
+    init(
+        secret: PairingSecret, additionalSecrets: [PairingSecret],
+        versions: ClosedRange<UInt8> = FrameEnvelope.supportedVersions, nonce: [UInt8] = makeNonce()
+    ) {
+        self.secrets = [secret] + additionalSecrets
         self.versions = versions
         self.nonce = nonce
+    }
+
+    /// The secret whose id is `id`, compared in constant time per secret.
+    private func secret(named id: [UInt8]) -> PairingSecret? {
+        var found: PairingSecret?
+        for secret in secrets {
+            let candidate = secret.id
+            var difference: UInt8 = candidate.count == id.count ? 0 : 1
+            for (a, b) in zip(candidate, id) { difference |= a ^ b }
+            if difference == 0, found == nil { found = secret }
+        }
+        return found
     }
 
     mutating func receive(_ frame: Frame) -> HandshakeAction {
@@ -168,8 +209,15 @@ struct ListenerHandshake {
         switch current {
         case .awaitingHello:
             let hello: TransportMessage.Hello
+            var pairingID: [UInt8]?
             do {
-                hello = try TransportMessage.Hello(frame)
+                if frame.type == TransportFrameType.pairingHello {
+                    let named = try TransportMessage.PairingHello(frame)
+                    hello = TransportMessage.Hello(versions: named.versions, nonce: named.nonce)
+                    pairingID = named.pairingID
+                } else {
+                    hello = try TransportMessage.Hello(frame)
+                }
             } catch {
                 let failure = error as? TransportError ?? TransportError(.protocolViolation, "malformed hello")
                 return .fail(failure, notify: TransportMessage.ErrorMessage(failure).frame)
@@ -182,6 +230,23 @@ struct ListenerHandshake {
                     "no common wire version: ours \(versions.lowerBound)...\(versions.upperBound), "
                         + "peer \(hello.versions.lowerBound)...\(hello.versions.upperBound)")
                 return .fail(error, notify: TransportMessage.ErrorMessage(error).frame)
+            }
+            // The named pairing's secret, or the primary one for an older hello.
+            // The id is a stranger's bytes: looked up, never logged or repeated.
+            let secret: PairingSecret
+            if let pairingID {
+                guard let named = self.secret(named: pairingID) else {
+                    return .fail(
+                        TransportError(
+                            .authenticationFailed,
+                            "the dialer named a pairing this listener does not hold (a device paired with another phone, "
+                                + "a pairing since removed, or not our peer); pair the devices again if they belong together"),
+                        notify: TransportMessage.ErrorMessage(
+                            TransportError(.authenticationFailed, "the listener does not hold the dialer's pairing")).frame)
+                }
+                secret = named
+            } else {
+                secret = secrets[0]
             }
             let transcript = HandshakeTranscript(
                 secret: secret, dialerVersions: hello.versions, version: high,

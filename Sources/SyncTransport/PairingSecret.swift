@@ -60,6 +60,20 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
         return hex(Array(hasher.finalize().prefix(8)))
     }
 
+    /// The number of bytes of `id`.
+    public static let idByteCount = 16
+
+    /// The id a dialer names its pairing by in its hello (`0xF5`), so that a
+    /// listener holding several pairings (a phone with several watches) picks
+    /// the right secret at once: the first 16 bytes of
+    /// HMAC-SHA256(key: secret, "syncengine-pairing-id-v1"). It travels in the
+    /// clear and is stable, like a network name: it tells an observer which
+    /// connections belong to the same pairing, nothing about the secret.
+    public var id: [UInt8] {
+        Array(HMAC<SHA256>.authenticationCode(for: Array("syncengine-pairing-id-v1".utf8), using: symmetricKey)
+            .prefix(Self.idByteCount))
+    }
+
     /// `PairingSecret(epoch: …)`: never the secret itself.
     public var description: String { "PairingSecret(epoch: \(epoch))" }
     /// Same as `description`.

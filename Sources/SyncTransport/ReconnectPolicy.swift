@@ -8,8 +8,8 @@
 /// less than `resetAfter` after it was established (accepted and then
 /// dropped, or a session refused at once: wrong pairing, wrong role). Only a
 /// connection that lasted `resetAfter` starts the count over.
-/// `ReconnectingDialer` and `SyncPeer.maintainConnection` both follow it
-/// (see `ReconnectBackoff`).
+/// `ReconnectingDialer` follows it (see `ReconnectBackoff`), and so does
+/// `SyncPeer.maintainConnection`, which dials through one.
 public struct ReconnectPolicy: Sendable, Hashable {
     /// The wait after the first failure (and before redialing a dropped connection).
     public var initialDelay: Duration

@@ -8,8 +8,20 @@ public enum WireDirection: String, Sendable, Hashable {
 
 /// Settings of a TCP connection or listener.
 public struct TCPConfiguration: Sendable {
-    /// The shared pairing secret both ends must prove.
+    /// The shared pairing secret both ends must prove. A dialer proves it;
+    /// a listener accepts it and each of `additionalSecrets`.
     public var secret: PairingSecret
+    /// More pairings a listener accepts besides `secret`: a phone holds one
+    /// secret per watch. A dialer names its pairing in its hello
+    /// (`PairingSecret.id`) and the listener answers with that secret; a
+    /// dialer built before pairing ids is answered with `secret`. A dialer
+    /// ignores this list.
+    public var additionalSecrets: [PairingSecret] = []
+    /// The dialer names its pairing in its hello (`0xF5`, the default). Set
+    /// it to `false` only to dial a listener built before pairing ids (it
+    /// refuses that hello with `protocol-violation`): the older hello
+    /// (`0xF0`) is then answered with the listener's primary `secret`.
+    public var namesPairingInHello = true
     /// Frame size limits (checked before buffering a payload).
     public var limits: FrameLimits
     /// How often an idle connection sends an encrypted heartbeat.
@@ -45,6 +57,26 @@ public struct TCPConfiguration: Sendable {
     /// next report (`TCPListener.Rejection.suppressed`): a flood of strangers
     /// costs a bounded number of log lines and events.
     public var rejectionReportLimit = RateLimit()
+
+    /// Every pairing a listener accepts: `secret`, then `additionalSecrets`
+    /// (the same secret given twice counts once).
+    public var secrets: [PairingSecret] {
+        var all = [secret]
+        for extra in additionalSecrets where !all.contains(extra) { all.append(extra) }
+        return all
+    }
+
+    /// A listener's configuration for several pairings (a phone with several
+    /// watches, one secret each): the first is the primary `secret`, the
+    /// rest `additionalSecrets`. Every other setting has its default.
+    /// Throws `.badSecretFile` when `secrets` is empty.
+    public init(secrets: [PairingSecret]) throws {
+        guard let primary = secrets.first else {
+            throw TransportError(.badSecretFile, "a listener needs at least one pairing secret; pair the devices first (syncsim pair)")
+        }
+        self.init(secret: primary)
+        additionalSecrets = Array(secrets.dropFirst())
+    }
 
     /// Creates a configuration; every setting but the secret has a default.
     public init(

@@ -27,6 +27,8 @@ final class TCPConnection: FrameConnection {
     let inbound: AsyncThrowingStream<Frame, any Error>
     /// The envelope version negotiated in the handshake.
     let version: UInt8
+    /// The epoch of the pairing this connection authenticated with.
+    let pairingEpoch: String?
     /// Each time `send` suspends because the outbound buffer is full (for tests).
     let sendSuspensions: AsyncStream<Void>
 
@@ -39,10 +41,14 @@ final class TCPConnection: FrameConnection {
     private let closed = Latch()
     private let logger: Logger
 
-    init(channel: any Channel, activity: SocketActivity, version: UInt8, peer: String, configuration: TCPConfiguration) {
+    init(
+        channel: any Channel, activity: SocketActivity, version: UInt8, pairingEpoch: String, peer: String,
+        configuration: TCPConfiguration
+    ) {
         self.channel = channel
         self.activity = activity
         self.version = version
+        self.pairingEpoch = pairingEpoch
         self.peerDescription = peer
         self.configuration = configuration
         var logger = configuration.logger

@@ -1,16 +1,33 @@
 import Logging
 import NIOCore
 import NIOPosix
+import ServiceLifecycle
 import Synchronization
 
 /// Accepts TCP connections and yields those that passed the handshake.
 ///
-/// A peer that fails the handshake (wrong secret, no common version,
-/// garbage, timeout) is closed and never appears in `connections`; the
-/// reason is logged and reported on `rejections` and `rejectionReports`,
+/// A peer that fails the handshake (wrong secret, unknown pairing, no common
+/// version, garbage, timeout) is closed and never appears in `connections`;
+/// the reason is logged and reported on `rejections` and `rejectionReports`,
 /// at most `TCPConfiguration.rejectionReportLimit` at a time (a flood of
 /// strangers is summed up with a count, never logged line by line).
-public final class TCPListener: Sendable {
+///
+/// One listener serves several pairings (a phone with several watches):
+/// `TCPConfiguration.secret` and `additionalSecrets`. Each connection tells
+/// which one it authenticated with (`FrameConnection.pairingEpoch`).
+///
+/// A `Service` (swift-service-lifecycle): `init` binds the socket and starts
+/// nothing; `run()` accepts (each handshake a child task of `run()`) until
+/// graceful shutdown, cancellation or `close()`, then closes the handshakes
+/// still under way and returns.
+/// ```swift
+/// let listener = try await TCPListener(host: "127.0.0.1", port: 0, configuration: configuration)
+/// let group = ServiceGroup(services: [listener], gracefulShutdownSignals: [.sigterm], logger: logger)
+/// try await group.run()
+/// ```
+/// `bind(host:port:configuration:)` is the same listener already running
+/// `run()` in a task of its own, ended by `close()`.
+public final class TCPListener: Service, Sendable {
     /// One report on `rejectionReports`: a rejected peer's reason, and how
     /// many rejections before it were not reported one by one (rate limit).
     public struct Rejection: Sendable, Equatable, CustomStringConvertible {
@@ -33,33 +50,32 @@ public final class TCPListener: Sendable {
     /// The port actually bound (useful after binding port 0).
     public let port: Int
     /// Authenticated connections, in the order their handshakes finished.
-    /// Finishes after `close()`. Iterate it from one task.
+    /// Finishes once the listener stopped (`close()`, or `run()` returned).
+    /// Iterate it from one task.
     public let connections: AsyncStream<any FrameConnection>
     /// Why peers were turned away (the newest 64 are kept until read), rate
     /// limited like `rejectionReports`, which also gives the suppressed counts.
     public let rejections: AsyncStream<TransportError>
     /// Rejections with the number not reported one by one (the newest 64 are
-    /// kept until read). Finishes after `close()`, with a last report for any
-    /// suppressed ones.
+    /// kept until read). Finishes once the listener stopped, with a last
+    /// report for any suppressed ones.
     public let rejectionReports: AsyncStream<Rejection>
 
-    private let serverChannel: any Channel
-    private let acceptLoopDone = Latch()
+    private enum Phase { case bound, running, stopped }
 
-    private init(
-        port: Int, serverChannel: any Channel, connections: AsyncStream<any FrameConnection>,
-        rejections: AsyncStream<TransportError>, rejectionReports: AsyncStream<Rejection>
-    ) {
-        self.port = port
-        self.serverChannel = serverChannel
-        self.connections = connections
-        self.rejections = rejections
-        self.rejectionReports = rejectionReports
-    }
+    private let server: NIOAsyncChannel<TransportChannel, Never>
+    private let children: ChildChannelRegistry
+    private let configuration: TCPConfiguration
+    private let connectionSink: AsyncStream<any FrameConnection>.Continuation
+    private let reporter: RejectionReporter
+    private let logger: Logger
+    private let phase = Mutex(Phase.bound)
+    private let stopped = Latch()
 
-    /// Listens on `host:port` (port 0 picks a free port; see `port`).
-    /// Throws `.connectFailed` when the address cannot be bound.
-    public static func bind(host: String, port: Int, configuration: TCPConfiguration) async throws -> TCPListener {
+    /// Listens on `host:port` (port 0 picks a free port; see `port`), and
+    /// accepts nothing until `run()`. Throws `.connectFailed` when the
+    /// address cannot be bound.
+    public init(host: String, port: Int, configuration: TCPConfiguration) async throws {
         // Owns each accepted channel from its initializer on, so that none is
         // ever dropped without `executeThenClose` (apple/swift-nio #2637).
         let children = ChildChannelRegistry()
@@ -80,52 +96,72 @@ public final class TCPListener: Sendable {
             throw TransportError(.connectFailed, "cannot listen on \(host):\(port): \(error)")
         }
         let boundPort = server.channel.localAddress?.port ?? port
-        let (connections, connectionSink) = AsyncStream.makeStream(of: (any FrameConnection).self)
         var logger = configuration.logger
         logger[metadataKey: "listener"] = "\(host):\(boundPort)"
         let reporter = RejectionReporter(limit: configuration.rejectionReportLimit, logger: logger)
-        let listener = TCPListener(
-            port: boundPort, serverChannel: server.channel, connections: connections,
-            rejections: reporter.rejections, rejectionReports: reporter.reports)
-        logger.info("listening")
-        let done = listener.acceptLoopDone
-        Task {
-            do {
-                try await server.executeThenClose { inbound in
-                    // Handshakes run as child tasks: closing the listener cancels
-                    // (and so closes) those still under way, and waits for them.
-                    try await withThrowingDiscardingTaskGroup { group in
-                        for try await accepted in inbound {
-                            guard let child = children.take(accepted) else { continue }
-                            group.addTask {
-                                do {
-                                    let connection = try await TCPTransport.establish(
-                                        child, role: .listener, configuration: configuration)
-                                    if case .terminated = connectionSink.yield(connection) {
-                                        await connection.close()
-                                    }
-                                } catch {
-                                    // Not a rejection when we closed it ourselves.
-                                    if !Task.isCancelled { reporter.report(TCPConnection.transportError(error)) }
-                                }
-                            }
-                        }
-                        group.cancelAll()
-                    }
-                }
-            } catch {
-                logger.warning("stopped accepting", metadata: ["reason": "\(error)"])
-            }
-            // Channels accepted but not taken by the loop (still queued in the
-            // server's stream when it closed), and any whose initializer runs
-            // from now on, are closed here.
-            await children.closeRemaining()
-            connectionSink.finish()
-            reporter.finish()
-            logger.info("stopped listening")
-            done.open()
-        }
+        (connections, connectionSink) = AsyncStream.makeStream(of: (any FrameConnection).self)
+        self.port = boundPort
+        self.server = server
+        self.children = children
+        self.configuration = configuration
+        self.reporter = reporter
+        self.logger = logger
+        rejections = reporter.rejections
+        rejectionReports = reporter.reports
+        logger.info("listening", metadata: ["pairings": "\(configuration.secrets.count)"])
+    }
+
+    /// Listens on `host:port` (port 0 picks a free port; see `port`) and
+    /// accepts at once: `run()` runs in a task of its own until `close()`.
+    /// Throws `.connectFailed` when the address cannot be bound.
+    public static func bind(host: String, port: Int, configuration: TCPConfiguration) async throws -> TCPListener {
+        let listener = try await TCPListener(host: host, port: port, configuration: configuration)
+        // The one task SyncTransport starts for a listener, for callers without
+        // a service group; `close()` ends it and waits for it.
+        Task { try? await listener.run() }
         return listener
+    }
+
+    /// Accepts connections and runs each handshake as a child task, until
+    /// graceful shutdown, cancellation or `close()`; then stops accepting,
+    /// closes the handshakes still under way (and any connection accepted but
+    /// not started), finishes `connections`, `rejections` and
+    /// `rejectionReports`, and returns. Connections already established stay
+    /// open: they belong to whoever took them from `connections`.
+    ///
+    /// Called on a listener that already runs (`bind`) or stopped, it waits
+    /// until the listener stopped; graceful shutdown or cancellation closes it.
+    /// Throws a `TransportError` if the socket fails while accepting.
+    public func run() async throws {
+        let owner = phase.withLock { phase -> Bool in
+            guard phase == .bound else { return false }
+            phase = .running
+            return true
+        }
+        let channel = server.channel
+        guard owner else {
+            await withTaskCancellationOrGracefulShutdownHandler {
+                await stopped.wait()
+            } onCancelOrGracefulShutdown: {
+                channel.close(promise: nil)
+            }
+            return
+        }
+        var failure: TransportError?
+        do {
+            try await withTaskCancellationOrGracefulShutdownHandler {
+                try await acceptLoop()
+            } onCancelOrGracefulShutdown: {
+                channel.close(promise: nil)
+            }
+        } catch {
+            if !Task.isCancelled, !(error is CancellationError) {
+                logger.warning("stopped accepting", metadata: ["reason": "\(error)"])
+                failure = TransportError(.connectFailed, "the listener on port \(port) stopped accepting: \(error)")
+            }
+        }
+        await finish()
+        if let failure { throw failure }
     }
 
     /// Stops accepting, closes the connections still in their handshake (and
@@ -133,8 +169,60 @@ public final class TCPListener: Sendable {
     /// back, and finishes `connections`, `rejections` and `rejectionReports`.
     /// Connections already established stay open; close them on their own.
     public func close() async {
-        serverChannel.close(promise: nil)
-        await acceptLoopDone.wait()
+        let neverRan = phase.withLock { phase -> Bool in
+            guard phase == .bound else { return false }
+            phase = .stopped
+            return true
+        }
+        if neverRan {
+            try? await server.executeThenClose { _ in }
+            await finish()
+        } else {
+            server.channel.close(promise: nil)
+            await stopped.wait()
+        }
+    }
+
+    private func acceptLoop() async throws {
+        let children = self.children
+        let configuration = self.configuration
+        let connectionSink = self.connectionSink
+        let reporter = self.reporter
+        try await server.executeThenClose { inbound in
+            // Handshakes run as child tasks: stopping cancels (and so closes)
+            // those still under way, and waits for them.
+            try await withThrowingDiscardingTaskGroup { group in
+                for try await accepted in inbound {
+                    guard let child = children.take(accepted) else { continue }
+                    group.addTask {
+                        do {
+                            let connection = try await TCPTransport.establish(
+                                child, role: .listener, configuration: configuration)
+                            if case .terminated = connectionSink.yield(connection) {
+                                await connection.close()
+                            }
+                        } catch {
+                            // Not a rejection when we closed it ourselves.
+                            if !Task.isCancelled { reporter.report(TCPConnection.transportError(error)) }
+                        }
+                    }
+                }
+                group.cancelAll()
+            }
+        }
+    }
+
+    /// After accepting ended: closes what the loop never took, finishes the streams.
+    private func finish() async {
+        // Channels accepted but not taken by the loop (still queued in the
+        // server's stream when it closed), and any whose initializer runs
+        // from now on, are closed here.
+        await children.closeRemaining()
+        connectionSink.finish()
+        reporter.finish()
+        phase.withLock { $0 = .stopped }
+        logger.info("stopped listening")
+        stopped.open()
     }
 }
 

@@ -130,9 +130,11 @@ public enum TCPTransport {
                     return
                 }
                 let connection = TCPConnection(
-                    channel: channel, activity: activity, version: keys.version, peer: peer, configuration: configuration)
+                    channel: channel, activity: activity, version: keys.version, pairingEpoch: keys.pairingEpoch,
+                    peer: peer, configuration: configuration)
                 established = connection
-                logger.info("connection authenticated", metadata: ["version": "\(keys.version)"])
+                logger.info(
+                    "connection authenticated", metadata: ["version": "\(keys.version)", "pairing": "\(keys.pairingEpoch)"])
                 resumed = true
                 continuation.resume(returning: connection)
                 await connection.run(inbound: &iterator, outbound: outbound, keys: keys)
@@ -166,8 +168,11 @@ public enum TCPTransport {
             activity.didDeliver()
             return try codec.openHandshakeEnvelope(envelope)
         }
-        var dialer = DialerHandshake(secret: configuration.secret, versions: configuration.wireVersions)
-        var listener = ListenerHandshake(secret: configuration.secret, versions: configuration.wireVersions)
+        var dialer = DialerHandshake(
+            secret: configuration.secret, versions: configuration.wireVersions, namesPairing: configuration.namesPairingInHello)
+        var listener = ListenerHandshake(
+            secret: configuration.secret, additionalSecrets: Array(configuration.secrets.dropFirst()),
+            versions: configuration.wireVersions)
         if role == .dialer { try await write(dialer.start()) }
         while true {
             let frame = try await receive()

@@ -11,6 +11,9 @@ public enum TransportFrameType {
     public static let heartbeat: UInt8 = 0xF3
     /// Either way: an error code and message, then the sender closes.
     public static let error: UInt8 = 0xF4
+    /// Dialer -> listener: like `hello`, and names the dialer's pairing
+    /// (`PairingSecret.id`), so a listener with several pairings picks the secret.
+    public static let pairingHello: UInt8 = 0xF5
 }
 
 /// The handshake and control messages, as pure values with their byte layouts.
@@ -43,6 +46,40 @@ enum TransportMessage {
             versions = low...high
             nonce = try reader.readRaw(count: nonceSize)
             try expectEnd(reader, "hello", size: 2 + nonceSize)
+        }
+    }
+
+    /// `0xF5`: `minVersion(1) maxVersion(1) pairingID(16) nonce(32)`, exactly
+    /// 50 bytes: a hello that names the dialer's pairing (`PairingSecret.id`).
+    struct PairingHello: Equatable {
+        var versions: ClosedRange<UInt8>
+        var pairingID: [UInt8]
+        var nonce: [UInt8]
+
+        static var size: Int { 2 + PairingSecret.idByteCount + nonceSize }
+
+        var frame: Frame {
+            Frame(type: TransportFrameType.pairingHello, payload: [versions.lowerBound, versions.upperBound] + pairingID + nonce)
+        }
+
+        init(versions: ClosedRange<UInt8>, pairingID: [UInt8], nonce: [UInt8]) {
+            self.versions = versions
+            self.pairingID = pairingID
+            self.nonce = nonce
+        }
+
+        init(_ frame: Frame) throws {
+            try expect(frame, TransportFrameType.pairingHello, "pairing hello")
+            var reader = ByteReader(frame.payload)
+            let low = try reader.readUInt8()
+            let high = try reader.readUInt8()
+            guard low <= high else {
+                throw TransportError(.protocolViolation, "hello announces an empty version range \(low)...\(high)")
+            }
+            versions = low...high
+            pairingID = try reader.readRaw(count: PairingSecret.idByteCount)
+            nonce = try reader.readRaw(count: nonceSize)
+            try expectEnd(reader, "pairing hello", size: Self.size)
         }
     }
 

@@ -111,3 +111,55 @@ func json(_ line: String) -> [String: Any] {
         try await exitStatus(of: watch.process, "the watch node to quit")
     }
 }
+
+/// `syncsim node` for a phone with several watches: `--secret-file` once per
+/// watch on the listening phone, exactly once on a watch.
+@Suite struct NodeMultiPairingTests {
+    static let keys = """
+        {"keys":[{"name":"health:steps","availability":"all","policy":"automaticSmall","security":"none"}]}
+        """
+
+    @Test func aWatchOfThePhonesSecondPairingSyncs() async throws {
+        let folder = TempFolder()
+        let keys = folder.file("keys.json")
+        try Data(Self.keys.utf8).write(to: URL(fileURLWithPath: keys))
+        let watch1Secret = folder.file("watch1.secret")
+        let watch2Secret = folder.file("watch2.secret")
+        try PairingSecret.generate().write(to: watch1Secret)
+        try PairingSecret.generate().write(to: watch2Secret)
+
+        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
+                                     "--secret-file", watch1Secret, "--secret-file", watch2Secret, "--listen", "127.0.0.1:0"])
+        defer { phone.stop() }
+        let listening = try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
+        let port = try #require(listening["port"] as? Int)
+        let watch = try NodeProcess(["--role", "watch", "--db", folder.file("watch2.sqlite"), "--keys", keys,
+                                     "--secret-file", watch2Secret, "--connect", "127.0.0.1:\(port)"])
+        defer { watch.stop() }
+        phone.send("put health:steps 77")
+        #expect(try await phone.reply("put health:steps")["ok"] as? Bool == true)
+        try await watch.next("health:steps to change on the second watch") {
+            $0["event"] as? String == "change" && $0["key"] as? String == "health:steps"
+        }
+        watch.send("get health:steps")
+        #expect(try await watch.reply("get health:steps")["value"] as? Int == 77)
+        phone.send("quit")
+        watch.send("quit")
+        #expect(try await exitStatus(of: phone.process, "the phone node to quit") == 0)
+        try await exitStatus(of: watch.process, "the watch node to quit")
+    }
+
+    @Test func theSamePairingTwiceIsRefused() async throws {
+        let folder = TempFolder()
+        let keys = folder.file("keys.json")
+        try Data(Self.keys.utf8).write(to: URL(fileURLWithPath: keys))
+        let secret = folder.file("pair.secret")
+        try PairingSecret.generate().write(to: secret)
+        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
+                                     "--secret-file", secret, "--secret-file", secret, "--listen", "127.0.0.1:0"])
+        defer { phone.stop() }
+        let error = try await phone.next("the error event") { $0["event"] as? String == "error" }
+        #expect((error["error"] as? String)?.contains("hold the same pairing") == true, "\(error)")
+        #expect(try await exitStatus(of: phone.process, "the phone node to exit") == 2)
+    }
+}

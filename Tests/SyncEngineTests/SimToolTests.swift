@@ -69,3 +69,26 @@ import Testing
         #expect(try await run(["run", folder.file("bad.json")]) == 2)
     }
 }
+
+/// `syncsim node`'s arguments for several pairings.
+@Suite struct NodeArgumentTests {
+    let base = ["--role", "phone", "--db", "p.sqlite", "--keys", "k.json"]
+
+    @Test func aListeningPhoneTakesOneSecretFilePerWatch() throws {
+        let command = try NodeCommand.parse(base + ["--secret-file", "a", "--secret-file", "b", "--listen", "127.0.0.1:0"])
+        #expect(command.secretFiles == ["a", "b"])
+    }
+
+    @Test func aDialingWatchTakesExactlyOneSecretFile() throws {
+        #expect(throws: (any Error).self) {
+            _ = try NodeCommand.parse(base + ["--secret-file", "a", "--secret-file", "b", "--connect", "127.0.0.1:7000"])
+        }
+        do {
+            _ = try NodeCommand.parse(base + ["--secret-file", "a", "--secret-file", "b", "--connect", "127.0.0.1:7000"])
+        } catch {
+            #expect(NodeCommand.message(for: error).contains("--connect takes exactly one --secret-file"), "\(NodeCommand.message(for: error))")
+        }
+        #expect(throws: (any Error).self) { _ = try NodeCommand.parse(base + ["--connect", "127.0.0.1:7000"]) }
+        _ = try NodeCommand.parse(base + ["--secret-file", "a", "--connect", "127.0.0.1:7000"])
+    }
+}

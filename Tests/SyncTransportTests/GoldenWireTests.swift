@@ -3,8 +3,9 @@ import Testing
 @testable import SyncTransport
 
 /// Golden frames of wire format version 1 in `Fixtures/wire/v1/`, decoded
-/// forever. Regenerate (only when adding files, never to change existing
-/// ones) with `SYNCTRANSPORT_WRITE_GOLDENS=1 swift test --filter GoldenWireTests`.
+/// forever. Write new files with `SYNCTRANSPORT_WRITE_GOLDENS=1 swift test
+/// --filter GoldenWireTests`: it writes only files that do not exist yet,
+/// never changes an existing one.
 @Suite struct GoldenWireTests {
     static let folder = fixturesPath("wire/v1")
     static let secret = try! PairingSecret(bytes: Array(0..<32))
@@ -26,6 +27,8 @@ import Testing
              TransportMessage.Challenge(version: 1, nonce: listenerNonce, proof: transcript.proof(by: .listener)).frame, false),
             ("transport-proof.bin", TransportMessage.Proof(proof: transcript.proof(by: .dialer)).frame, false),
             ("transport-error.bin", TransportMessage.ErrorMessage(versionError).frame, false),
+            ("transport-pairing-hello.bin",
+             TransportMessage.PairingHello(versions: 1...1, pairingID: secret.id, nonce: dialerNonce).frame, false),
         ]
     }
 
@@ -38,11 +41,15 @@ import Testing
     @Test(.enabled(if: ProcessInfo.processInfo.environment["SYNCTRANSPORT_WRITE_GOLDENS"] == "1"))
     func writeGoldens() throws {
         try FileManager.default.createDirectory(atPath: Self.folder, withIntermediateDirectories: true)
-        for golden in try Self.plainGoldens() {
-            let bytes = try FrameCodec().encode(golden.frame, allowCompression: golden.compress)
-            try Data(bytes).write(to: URL(fileURLWithPath: Self.folder + "/" + golden.name))
+        func writeNew(_ name: String, _ bytes: [UInt8]) throws {
+            let path = Self.folder + "/" + name
+            guard !FileManager.default.fileExists(atPath: path) else { return }
+            try Data(bytes).write(to: URL(fileURLWithPath: path))
         }
-        try Data(Self.sealedGolden()).write(to: URL(fileURLWithPath: Self.folder + "/transport-sealed-frame.bin"))
+        for golden in try Self.plainGoldens() {
+            try writeNew(golden.name, FrameCodec().encode(golden.frame, allowCompression: golden.compress))
+        }
+        try writeNew("transport-sealed-frame.bin", Self.sealedGolden())
     }
 
     func read(_ name: String) throws -> [UInt8] {
@@ -85,6 +92,29 @@ import Testing
             return
         }
         #expect(failure.code == .authenticationFailed)
+    }
+
+    /// The hello that names its pairing (`0xF5`): 50 bytes, the id is
+    /// `PairingSecret.id` of the test secret, and a listener holding that
+    /// pairing among others answers it with that secret.
+    @Test func goldenPairingHelloNamesThePairing() throws {
+        let codec = FrameCodec()
+        let bytes = try read("transport-pairing-hello.bin")
+        #expect(bytes.count == FrameEnvelope.headerSize + 50)
+        let frame = try codec.decode(bytes)
+        #expect(frame.type == 0xF5)
+        let hello = try TransportMessage.PairingHello(frame)
+        #expect(hello.versions == 1...1 && hello.nonce == Self.dialerNonce)
+        #expect(hello.pairingID == Self.secret.id, "the pairing id derivation never changes")
+        #expect(hex(hello.pairingID) == "91ecfa3d710ba82d508d450b9dbd01e6")
+        var listener = ListenerHandshake(
+            secret: PairingSecret.generate(), additionalSecrets: [Self.secret], nonce: Self.listenerNonce)
+        guard case .send(let reply) = listener.receive(frame) else {
+            Issue.record("a listener holding the golden pairing answers its hello with a challenge")
+            return
+        }
+        let challenge = try TransportMessage.Challenge(reply)
+        #expect(Self.transcript.isValid(challenge.proof, by: .listener), "answered with the named pairing's secret")
     }
 
     @Test func goldenSealedFrameOpensWithTheDerivedKey() throws {

@@ -1,3 +1,4 @@
+import Synchronization
 import SyncTransport
 
 /// Starting a peer over TCP: the API an app uses, and the one `syncsim node` uses.
@@ -39,31 +40,62 @@ extension SyncPeer {
 
     /// As above, with the whole `ReconnectPolicy` (delays, jitter, and how
     /// long a session must last for the backoff to start over: `resetAfter`).
+    ///
+    /// Dials through a `ReconnectingDialer` (the one reconnect loop of the
+    /// package; its retries are logged to `configuration.logger`), and only
+    /// while this process holds the store's replication lock: the peer never
+    /// sees a second session for this device. Each failed dial is also an
+    /// `.error` event (`not-connected`).
     public func maintainConnection(host: String, port: Int, configuration: TCPConfiguration, policy: ReconnectPolicy) async {
-        var backoff = ReconnectBackoff(policy: policy)
-        var waitingForLock = false
-        while !Task.isCancelled {
-            // Dial only when this process may replicate: the peer never sees a second session for this device.
-            if !ReplicationLock.acquire(storePath: store.path) {
-                if !waitingForLock { store.emit(.error(SyncPeer.lockedError(store.path))) }
-                waitingForLock = true
-                try? await Task.sleep(for: .milliseconds(250))  // a local check: cheap, so poll briskly
-                continue
-            }
-            waitingForLock = false
-            defer { ReplicationLock.release(storePath: store.path) }
-            let delay: Duration
+        let store = self.store
+        let lock = ReplicationLockHold(store: store)
+        let dialer = ReconnectingDialer(policy: policy, logger: configuration.logger) {
+            try await lock.acquire()
             do {
-                let connection = try await TCPTransport.connect(host: host, port: port, configuration: configuration)
-                let established = ContinuousClock.now
-                await run(over: connection)
-                delay = backoff.connectionEnded(after: .now - established)
+                return try await TCPTransport.connect(host: host, port: port, configuration: configuration)
             } catch {
+                lock.release()
                 store.emit(.error(SyncError(.notConnected, "cannot reach the peer at \(host):\(port): \(error)")))
-                delay = backoff.dialFailed()
+                throw error
             }
-            if Task.isCancelled { break }
-            try? await Task.sleep(for: delay)
         }
+        for await connection in dialer {
+            await run(over: connection)
+            lock.release()
+        }
+        lock.release()
+    }
+}
+
+/// The replication lock as one reconnect loop holds it: taken before each
+/// dial, released when the dial failed or the session that followed ended.
+private final class ReplicationLockHold: Sendable {
+    private let store: SyncStore
+    private let held = Mutex(false)
+
+    init(store: SyncStore) {
+        self.store = store
+    }
+
+    /// Waits until this process may replicate the store (another process may
+    /// hold its lock), polling briskly: it is a local check. Reports the wait
+    /// once as an `.error` event. Throws `CancellationError` when cancelled.
+    func acquire() async throws {
+        var reported = false
+        while !ReplicationLock.acquire(storePath: store.path) {
+            if !reported { store.emit(.error(SyncPeer.lockedError(store.path))) }
+            reported = true
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        held.withLock { $0 = true }
+    }
+
+    /// Releases the lock if this loop holds it.
+    func release() {
+        let wasHeld = held.withLock { held -> Bool in
+            defer { held = false }
+            return held
+        }
+        if wasHeld { ReplicationLock.release(storePath: store.path) }
     }
 }

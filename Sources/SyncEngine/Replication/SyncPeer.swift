@@ -140,7 +140,11 @@ public final class SyncPeer: Sendable {
             acknowledger.cancel()
         }
 
-        let endpoint = ReplicationEndpoint(store: store, configuration: configuration, retransmits: !connection.deliversEveryFrame)
+        // Issue 15 touch point (core-pairing): the session's pairing epoch is the one this
+        // connection authenticated with (a phone holds one pairing per watch), else the configured one.
+        var sessionConfiguration = configuration
+        sessionConfiguration.pairingEpoch = connection.pairingEpoch ?? configuration.pairingEpoch
+        let endpoint = ReplicationEndpoint(store: store, configuration: sessionConfiguration, retransmits: !connection.deliversEveryFrame)
         endpoint.defersAcknowledgementSync = true
         var reason = "closed"
         do {

@@ -21,7 +21,12 @@ public struct NodeCommand: AsyncParsableCommand {
     @Option(help: "phone or watch.") var role: DeviceRole
     @Option(help: "The store's SQLite file (created when missing).") var db: String
     @Option(help: "The key registry, {\"keys\":[{\"name\",\"availability\",\"policy\",\"security\",\"type\"}]} (type optional).") var keys: String
-    @Option(name: .customLong("secret-file"), help: "The pairing secret made by `syncsim pair`.") var secretFile: String
+    @Option(
+        name: .customLong("secret-file"),
+        help: ArgumentHelp(
+            "A pairing secret made by `syncsim pair`.",
+            discussion: "A phone listening for several watches takes one per watch (repeat the option); a watch (--connect) takes exactly one."))
+    var secretFiles: [String] = []
     @Option(help: "Listen on HOST:PORT (port 0 picks a free port).") var listen: String?
     @Option(help: "Connect to HOST:PORT, reconnecting with backoff.") var connect: String?
     @Option(name: .customLong("key-file"), help: "Master key file for encrypted keys (default: DB.key, created 0600).") var keyFile: String?
@@ -35,6 +40,13 @@ public struct NodeCommand: AsyncParsableCommand {
         if let address = listen ?? connect, NodeCommand.split(address) == nil {
             throw ValidationError("'\(address)' is not HOST:PORT")
         }
+        if secretFiles.isEmpty {
+            throw ValidationError("give --secret-file PATH (made by `syncsim pair`); a phone listening for several watches takes one per watch")
+        }
+        if connect != nil, secretFiles.count != 1 {
+            throw ValidationError(
+                "--connect takes exactly one --secret-file (got \(secretFiles.count)): a watch holds one pairing; only a listening phone takes one per watch")
+        }
     }
 
     static func split(_ address: String) -> (host: String, port: Int)? {
@@ -45,11 +57,11 @@ public struct NodeCommand: AsyncParsableCommand {
     public func run() async throws {
         let output = JSONLineWriter()
         let registry: KeyRegistry
-        let secret: PairingSecret
+        let secrets: [PairingSecret]
         let store: SyncStore
         do {
             registry = try KeyRegistry.load(jsonFile: keys)
-            secret = try PairingSecret.load(from: secretFile)
+            secrets = try NodeCommand.loadSecrets(secretFiles)
             var options = StoreOptions()
             if registry.descriptors.contains(where: { $0.security == .encrypted }) || keyFile != nil {
                 options.encryption = .keyFile(path: keyFile ?? db + ".key")
@@ -60,9 +72,10 @@ public struct NodeCommand: AsyncParsableCommand {
             output.write(["event": "error", "error": "\(error)"])
             throw ExitCode(2)
         }
-        let peer = SyncPeer(store: store, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch),
+        // Each session takes its pairing's epoch from its connection; the first is the default.
+        let peer = SyncPeer(store: store, configuration: ReplicationConfiguration(pairingEpoch: secrets[0].epoch),
                             tickInterval: .milliseconds(100))
-        var tcpConfiguration = TCPConfiguration(secret: secret)
+        var tcpConfiguration = try TCPConfiguration(secrets: secrets)
         tcpConfiguration.logger = Logger(label: "syncsim.node.tcp") { _ in StreamLogHandler.standardError(label: "syncsim.node.tcp") }
         let tcp = tcpConfiguration
 
@@ -86,6 +99,22 @@ public struct NodeCommand: AsyncParsableCommand {
             store.close()
             group.cancelAll()
         }
+    }
+
+    /// Loads every secret file; the same pairing in two files is refused (a
+    /// mistyped path would otherwise leave a watch without its pairing).
+    static func loadSecrets(_ paths: [String]) throws -> [PairingSecret] {
+        var secrets: [PairingSecret] = []
+        for path in paths {
+            let secret = try PairingSecret.load(from: path)
+            if let index = secrets.firstIndex(of: secret) {
+                throw TransportError(
+                    .badSecretFile,
+                    "\(paths[index]) and \(path) hold the same pairing (epoch \(secret.epoch)); give each watch's secret file once")
+            }
+            secrets.append(secret)
+        }
+        return secrets
     }
 
     static func forwardEvents(store: SyncStore, output: JSONLineWriter) async {

@@ -1,0 +1,130 @@
+import Foundation
+import Logging
+@testable import SyncEngine
+import SyncTransport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Log messages as an async stream, so tests wait for a line instead of sleeping.
+private struct StreamLogHandler: LogHandler {
+    let sink: AsyncStream<String>.Continuation
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) { sink.yield("\(event.level) \(event.message)") }
+}
+
+/// Issue 15 on the engine side: a phone with several watches, one pairing
+/// each, over one listener; and `maintainConnection` as the one reconnect loop.
+@Suite(.timeLimit(.minutes(3))) struct MultiPairingReplicationTests {
+    /// The phone's configured epoch is its first pairing's; a watch of its
+    /// second pairing still syncs, because the session takes the epoch of the
+    /// pairing its connection authenticated with (`connection.pairingEpoch`).
+    @Test func aPhoneServesEachWatchWithItsOwnPairing() async throws {
+        let pair = try Pair()
+        let secondWatch = try SyncStore(
+            path: pair.folder.file("watch-2.sqlite"), role: .watch, registry: TestKeys.registry(),
+            options: StoreOptions(encryption: .keyFile(path: pair.folder.file("watch-2.key"))))
+        let pairingA = PairingSecret.generate()
+        let pairingB = PairingSecret.generate()
+        try await pair.phone.set(5, for: TestKeys.steps)
+        let phone = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: pairingA.epoch),
+                             tickInterval: .milliseconds(50))
+        let listener = try await TCPListener.bind(
+            host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secrets: [pairingA, pairingB]))
+        let server = Task { await phone.serve(listener) }
+        let port = listener.port
+
+        // The watch of the phone's primary pairing, then the watch of its second one (a phone serves one at a time).
+        for (store, pairing) in [(pair.watch, pairingA), (secondWatch, pairingB)] {
+            let watch = SyncPeer(store: store, configuration: ReplicationConfiguration(pairingEpoch: pairing.epoch),
+                                 tickInterval: .milliseconds(50))
+            let events = pair.phone.events()
+            let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: port, configuration: TCPConfiguration(secret: pairing)) }
+            let outcome = await Result {
+                try await first(of: events, "the phone's session with the watch of pairing \(pairing.epoch)") { event in
+                    if case .error(let error) = event, error.code == .pairingMismatch {
+                        throw SyncError(.pairingMismatch, "the phone refused the session: \(error)")
+                    }
+                    if case .connected = event { return true }
+                    return false
+                }
+                try await eventually(store, "the phone's steps on the watch of pairing \(pairing.epoch)") {
+                    try store.storedValue(for: TestKeys.steps) == 5
+                }
+            }
+            client.cancel()
+            try await withDeadline("the watch of pairing \(pairing.epoch) to stop") { _ = await client.value }
+            try outcome.get()
+        }
+        await listener.close()
+        server.cancel()
+        try await withDeadline("the phone to stop") { _ = await server.value }
+        secondWatch.close()
+    }
+
+    /// `maintainConnection` dials through `ReconnectingDialer`: its retries
+    /// are logged to the TCP configuration's logger (with the reason and the
+    /// next delay), and each failed dial is still a `not-connected` event.
+    @Test func maintainConnectionRetriesThroughTheReconnectingDialer() async throws {
+        let pair = try Pair()
+        // A port that refuses: bound, then closed.
+        let closed = try await TCPListener(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: .generate()))
+        let port = closed.port
+        await closed.close()
+        let (lines, sink) = AsyncStream.makeStream(of: String.self)
+        var configuration = TCPConfiguration(secret: .generate())
+        configuration.logger = Logger(label: "test") { _ in StreamLogHandler(sink: sink) }
+        let events = pair.watch.events()
+        let watch = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: "e"))
+        let client = Task {
+            await watch.maintainConnection(host: "127.0.0.1", port: port, configuration: configuration,
+                                           policy: ReconnectPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(50)))
+        }
+        try await first(of: events, "a not-connected event") { event in
+            if case .error(let error) = event { return error.code == .notConnected }
+            return false
+        }
+        try await first(of: lines, "the dialer's retry in the log") { $0.contains("dial attempt failed") }
+        client.cancel()
+        try await withDeadline("maintainConnection to return when cancelled") { await client.value }
+    }
+
+    /// The replication lock is kept: while another process holds it the
+    /// watch does not dial (and says so once); it dials once the lock is
+    /// free, and releases it when it stops.
+    @Test func maintainConnectionDialsOnlyWhileItHoldsTheReplicationLock() async throws {
+        let pair = try Pair()
+        let secret = PairingSecret.generate()
+        let configuration = TCPConfiguration(secret: secret)
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: configuration)
+        // "Another process": a lock of its own on the store's lock file (flock locks belong to the open file).
+        let lockPath = ReplicationLock.lockPath(for: pair.watch.path)
+        let other = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        #expect(other >= 0)
+        #expect(flock(other, LOCK_EX | LOCK_NB) == 0)
+        let events = pair.watch.events()
+        let watch = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
+        let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: configuration) }
+        try await first(of: events, "the replication-locked event") { event in
+            if case .error(let error) = event { return error.code == .replicationLocked }
+            return false
+        }
+        flock(other, LOCK_UN)
+        let connection = try await first(of: listener.connections, "the watch's dial once the lock is free")
+        #expect(flock(other, LOCK_EX | LOCK_NB) != 0, "the watch holds the lock during its session")
+        client.cancel()
+        try await withDeadline("maintainConnection to return when cancelled") { await client.value }
+        await connection.close()
+        #expect(flock(other, LOCK_EX | LOCK_NB) == 0, "the watch released the lock when it stopped")
+        close(other)
+        await listener.close()
+    }
+}
