@@ -105,7 +105,7 @@ import Testing
 
     @Test func scenarioJSONRoundTrips() throws {
         let scenario = ScenarioGenerator(ops: 60).scenario(seed: 42)
-        let parsed = try Scenario.parse(scenario.json.prettyText)
+        let parsed = try Scenario.parse(scenario.json)
         #expect(parsed.keys == scenario.keys)
         #expect(parsed.faults == scenario.faults)
         #expect(parsed.timeline.map(\.action) == scenario.timeline.map(\.action))

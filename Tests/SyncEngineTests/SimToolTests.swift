@@ -23,7 +23,7 @@ import Testing
         let replay = Simulation.run(shrunk, name: "min", options: options)
         #expect(replay.exitCode == Simulation.Exit.invariantFailed)
         // The shrunk file parses back to the same scenario.
-        let reparsed = try Scenario.parse(shrunk.json.prettyText)
+        let reparsed = try Scenario.parse(shrunk.json)
         #expect(reparsed.timeline.map(\.action) == shrunk.timeline.map(\.action))
     }
 
