@@ -175,6 +175,18 @@ import Testing
         #expect(phone.text.contains("conflicts (\(phone.conflicts.count)):"))
     }
 
+    @Test func keptStoresOverTCP() async throws {
+        let folder = TempFolder()
+        var options = RunOptions()
+        options.keepStoresIn = folder.path
+        let outcome = await Simulation.run(path: SimScenarioTests.path("new-watch-epoch"), options: options, transport: .tcp)
+        #expect(outcome.report?.passed == true, "\(outcome.report?.text ?? outcome.runError ?? "")")
+        let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".sqlite") }.sorted()
+        #expect(files == ["phone-1001.sqlite", "watch-2002.sqlite", "watch-3003.sqlite"])
+        let watch = try StoreInspection(path: folder.file("watch-3003.sqlite"), includeValues: false)
+        #expect(watch.checkpoints.map(\.node) == ["1001"])
+    }
+
     @Test func notAStoreIsRefused() throws {
         let folder = TempFolder()
         try "plain text".write(toFile: folder.file("notes.txt"), atomically: true, encoding: .utf8)

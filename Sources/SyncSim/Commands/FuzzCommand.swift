@@ -47,7 +47,7 @@ public struct FuzzCommand: AsyncParsableCommand {
         print(failure.detail)
         print("scenario \(completed) failed (\(failure.failedInvariants.joined(separator: ", "))); written to \(path)")
         printError("shrinking…")
-        let shrunk = Shrinker(options: faults).shrink(failure.scenario, failing: Set(failure.failedInvariants))
+        let shrunk = await Shrinker(options: faults).shrink(failure.scenario, failing: Set(failure.failedInvariants))
         try shrunk.json.write(toFile: minPath, atomically: true, encoding: .utf8)
         let suffix = injectFault.map { " --inject-fault \($0)" }.joined()
         print("shrunk from \(failure.scenario.timeline.count) to \(shrunk.timeline.count) steps: \(minPath)")
