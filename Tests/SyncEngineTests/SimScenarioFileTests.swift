@@ -53,6 +53,21 @@ import Testing
         }
     }
 
+    /// Foundation's parser lets a trailing comma through; the hand-written parser refused it, and so do we.
+    @Test(arguments: [("[\n  {\"name\": \"a\"},\n]", 3), ("[{\"name\": \"a\",\n }]", 2)])
+    func trailingCommaIsInvalidJSON(keys: String, line: Int) {
+        let text = "{\"description\": \"d\", \"seed\": 1, \"timeline\": [],\n \"keys\": \(keys)}"
+        do {
+            _ = try Scenario.parse(text)
+            Issue.record("a trailing comma was accepted")
+        } catch {
+            #expect(error.field == "")
+            #expect(error.line == line)
+            #expect(error.message == "not valid JSON: a comma before the end of an object or array")
+        }
+        #expect(JSONSyntaxError(validating: Data(#"{"a": "x,]", "b": [1, 2]}"#.utf8)) == nil)
+    }
+
     @Test(arguments: [
         (#"{"b": 1, "a": [true, null, 1.5, -2, "x\ny"]}"#, #"{"a":[true,null,1.5,-2,"x\ny"],"b":1}"#),
         ("2.0", "2"),
