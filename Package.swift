@@ -58,7 +58,6 @@ let package = Package(
             dependencies: [
                 "SyncEngine",
                 "SyncTransport",
-                "CSQLite",
                 "CZlib",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

@@ -33,43 +33,33 @@ public enum Simulation {
         return faults
     }
 
-    /// Loads and runs a scenario file over the simulated transport.
-    public static func run(path: String, options: RunOptions = RunOptions()) -> Outcome {
+    /// Loads and runs a scenario file over `transport` (the simulated link by default).
+    public static func run(path: String, options: RunOptions = RunOptions(), transport: SimTransport = .sim) async -> Outcome {
         let scenario: Scenario
         do {
             scenario = try Scenario.load(path: path)
         } catch {
             return Outcome(report: nil, scenarioError: error, runError: nil, exitCode: Exit.badScenario)
         }
-        return run(scenario, name: path, options: options)
+        return await run(scenario, name: path, options: options, transport: transport)
     }
 
     /// Loads and runs a scenario file over real TCP sockets on 127.0.0.1 (faults approximated).
     public static func runTCP(path: String, options: RunOptions = RunOptions()) async -> Outcome {
-        let scenario: Scenario
-        do {
-            scenario = try Scenario.load(path: path)
-        } catch {
-            return Outcome(report: nil, scenarioError: error, runError: nil, exitCode: Exit.badScenario)
-        }
-        do {
-            let runner = try TCPRunner(scenario: scenario, options: options)
-            let report = try await runner.run(scenarioName: path)
-            return Outcome(report: report, scenarioError: nil, runError: nil, exitCode: report.passed ? Exit.passed : Exit.invariantFailed)
-        } catch {
-            return Outcome(report: nil, scenarioError: nil, runError: "the simulator could not run the scenario over tcp: \(error.message)",
-                           exitCode: Exit.invariantFailed)
-        }
+        await run(path: path, options: options, transport: .tcp)
     }
 
-    /// Runs a parsed scenario over the simulated transport; `name` is used in the replay command.
-    public static func run(_ scenario: Scenario, name: String, options: RunOptions = RunOptions()) -> Outcome {
+    /// Runs a parsed scenario; `name` is used in the replay command.
+    public static func run(_ scenario: Scenario, name: String, options: RunOptions = RunOptions(), transport: SimTransport = .sim) async -> Outcome {
         do {
-            let runner = try SimRunner(scenario: scenario, options: options)
-            let report = try runner.run(scenarioName: name)
+            let report = switch transport {
+            case .sim: try await ScenarioRunner<SimulatedScenarioLink>(scenario: scenario, options: options).run(scenarioName: name)
+            case .tcp: try await ScenarioRunner<TCPScenarioLink>(scenario: scenario, options: options).run(scenarioName: name)
+            }
             return Outcome(report: report, scenarioError: nil, runError: nil, exitCode: report.passed ? Exit.passed : Exit.invariantFailed)
         } catch {
-            return Outcome(report: nil, scenarioError: nil, runError: "the simulator could not run the scenario: \(error.message)",
+            let over = transport == .sim ? "" : " over \(transport.rawValue)"
+            return Outcome(report: nil, scenarioError: nil, runError: "the simulator could not run the scenario\(over): \(error.message)",
                            exitCode: Exit.invariantFailed)
         }
     }

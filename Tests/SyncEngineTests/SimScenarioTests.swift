@@ -19,8 +19,8 @@ import Testing
     static func path(_ name: String) -> String { "\(fixtures)/\(name).json" }
 
     @Test(arguments: scenarioNames)
-    func fixturePassesOverSim(name: String) throws {
-        let outcome = Simulation.run(path: Self.path(name))
+    func fixturePassesOverSim(name: String) async throws {
+        let outcome = await Simulation.run(path: Self.path(name))
         #expect(outcome.scenarioError == nil, "\(String(describing: outcome.scenarioError))")
         #expect(outcome.runError == nil, "\(outcome.runError ?? "")")
         let report = try #require(outcome.report)
@@ -31,25 +31,25 @@ import Testing
         #expect(!scenario.description.isEmpty)
     }
 
-    @Test func sameSeedGivesIdenticalReports() throws {
+    @Test func sameSeedGivesIdenticalReports() async throws {
         for name in ["flaky-link", "crash-phone-mid-batch", "conflicts-and-deletes"] {
-            let first = try #require(Simulation.run(path: Self.path(name)).report)
-            let second = try #require(Simulation.run(path: Self.path(name)).report)
+            let first = try #require(await Simulation.run(path: Self.path(name)).report)
+            let second = try #require(await Simulation.run(path: Self.path(name)).report)
             #expect(first.text == second.text, "\(name)")
             #expect(first.json == second.json, "\(name)")
         }
     }
 
-    @Test func seedOptionOverridesTheScenarioSeed() throws {
-        let report = try #require(Simulation.run(path: Self.path("flaky-link"), options: RunOptions(seed: 77)).report)
+    @Test func seedOptionOverridesTheScenarioSeed() async throws {
+        let report = try #require(await Simulation.run(path: Self.path("flaky-link"), options: RunOptions(seed: 77)).report)
         #expect(report.seed == 77)
         #expect(report.replay.hasSuffix("--seed 77"))
         #expect(report.passed)
     }
 
-    @Test func skippedTombstonesAreCaught() throws {
+    @Test func skippedTombstonesAreCaught() async throws {
         let faults = try Simulation.testingFaults(named: ["skip-tombstones"])
-        let outcome = Simulation.run(path: Self.path("conflicts-and-deletes"), options: RunOptions(testingFaults: faults))
+        let outcome = await Simulation.run(path: Self.path("conflicts-and-deletes"), options: RunOptions(testingFaults: faults))
         #expect(outcome.exitCode == Simulation.Exit.invariantFailed)
         let report = try #require(outcome.report)
         #expect(!Set(report.failedInvariants).isDisjoint(with: ["no-resurrection", "convergence"]))
@@ -57,13 +57,13 @@ import Testing
         #expect(report.replay.contains("--inject-fault skip-tombstones"))
     }
 
-    @Test func lastArrivalWinsIsCaught() throws {
+    @Test func lastArrivalWinsIsCaught() async throws {
         let faults = try Simulation.testingFaults(named: ["last-arrival-wins"])
-        let outcome = Simulation.run(path: Self.path("conflicts-and-deletes"), options: RunOptions(testingFaults: faults))
+        let outcome = await Simulation.run(path: Self.path("conflicts-and-deletes"), options: RunOptions(testingFaults: faults))
         #expect(outcome.exitCode == Simulation.Exit.invariantFailed)
     }
 
-    @Test func badScenarioNamesFieldAndLine() throws {
+    @Test func badScenarioNamesFieldAndLine() async throws {
         let folder = TempFolder()
         let file = folder.file("bad.json")
         try """
@@ -77,7 +77,7 @@ import Testing
           ]
         }
         """.write(toFile: file, atomically: true, encoding: .utf8)
-        let outcome = Simulation.run(path: file)
+        let outcome = await Simulation.run(path: file)
         #expect(outcome.exitCode == Simulation.Exit.badScenario)
         let error = try #require(outcome.scenarioError)
         #expect(error.field == "timeline[1].node")
@@ -103,23 +103,23 @@ import Testing
         }
     }
 
-    @Test func scenarioJSONRoundTrips() throws {
+    @Test func scenarioJSONRoundTrips() async throws {
         let scenario = ScenarioGenerator(ops: 60).scenario(seed: 42)
-        let parsed = try Scenario.parse(scenario.json.prettyText)
+        let parsed = try Scenario.parse(scenario.json)
         #expect(parsed.keys == scenario.keys)
         #expect(parsed.faults == scenario.faults)
         #expect(parsed.timeline.map(\.action) == scenario.timeline.map(\.action))
         #expect(parsed.timeline.map(\.at) == scenario.timeline.map(\.at))
     }
 
-    @Test func generatedValuesHaveTheExactSerializedSize() throws {
+    @Test func generatedValuesHaveTheExactSerializedSize() async throws {
         let scenario = try Scenario.parse("""
         {"description": "sizes", "seed": 3,
          "keys": [{"name": "j", "policy": "manual"}, {"name": "d", "policy": "manual", "encoding": "data"}],
          "timeline": [{"at": 0, "op": "put", "node": "phone", "key": "j", "size": 102401},
                       {"at": 0, "op": "put", "node": "phone", "key": "d", "size": 7}]}
         """)
-        let runner = try SimRunner(scenario: scenario)
+        let runner = try ScenarioRunner<SimulatedScenarioLink>(scenario: scenario)
         #expect(runner.valueBytes(descriptor: scenario.keys[0], value: nil, size: 102_401).count == 102_401)
         #expect(runner.valueBytes(descriptor: scenario.keys[1], value: nil, size: 7).count == 7)
     }
@@ -147,8 +147,8 @@ import Testing
 @Suite struct SimRegressionTests {
     @Test(arguments: ["resolver-tombstone-divergence", "rebaseline-after-skew", "retransmit-backoff-after-partition",
                             "resume-note-direction"])
-    func fixedEngineBugStaysFixed(name: String) throws {
-        let outcome = Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
+    func fixedEngineBugStaysFixed(name: String) async throws {
+        let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)
         #expect(report.passed, "\(report.text)")
     }

@@ -18,12 +18,12 @@ import Testing
         let fuzzer = Fuzzer(runs: 20, seed: 1, ops: 40, options: options)
         let (_, found) = await fuzzer.run { _, _ in }
         let failure = try #require(found)
-        let shrunk = Shrinker(maxRuns: 150, options: options).shrink(failure.scenario, failing: Set(failure.failedInvariants))
+        let shrunk = await Shrinker(maxRuns: 150, options: options).shrink(failure.scenario, failing: Set(failure.failedInvariants))
         #expect(shrunk.timeline.count < failure.scenario.timeline.count)
-        let replay = Simulation.run(shrunk, name: "min", options: options)
+        let replay = await Simulation.run(shrunk, name: "min", options: options)
         #expect(replay.exitCode == Simulation.Exit.invariantFailed)
         // The shrunk file parses back to the same scenario.
-        let reparsed = try Scenario.parse(shrunk.json.prettyText)
+        let reparsed = try Scenario.parse(shrunk.json)
         #expect(reparsed.timeline.map(\.action) == shrunk.timeline.map(\.action))
     }
 

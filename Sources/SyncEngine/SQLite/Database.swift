@@ -165,7 +165,12 @@ final class Database: Sendable {
     func syncCommittedAsync() async throws {
         guard syncsDurableWrites else { return }
         let generation = commitGeneration.load(ordering: .acquiring)
-        try await walSyncer.syncAsync(through: generation) { self.commitGeneration.load(ordering: .acquiring) }
+        // Weak: the syncer's block is released on its queue, possibly after the caller
+        // dropped the store; holding the last reference, it would run `deinit` there,
+        // and `WALSyncer.stop()` would wait for its own queue (a trap in libdispatch).
+        try await walSyncer.syncAsync(through: generation) { [weak self] in
+            self?.commitGeneration.load(ordering: .acquiring) ?? generation
+        }
     }
 
     /// Sets the one observer of write transactions (the store, once it is set up).

@@ -1,7 +1,6 @@
-import CSQLite
 import Foundation
 import Synchronization
-import SyncEngine
+@_spi(Benchmarks) import SyncEngine
 
 /// The store's figures against the machine's limits measured in the same run:
 /// cached typed reads vs a `Mutex`-guarded `Dictionary`, batched typed writes
@@ -72,38 +71,9 @@ public struct StoreBenchmark: Sendable {
         ]
     }
 
-    /// Inserts `values` under keys `bench:k<i>` with the C API in one transaction.
-    /// The machine's insert limit: the fastest of `runs` raw inserts of `values`
-    /// (each into a new file `path`-N), so one run slowed by a neighbour does not
-    /// flatter the ratios measured against it.
+    /// The machine's insert limit: the fastest of `runs` raw SQLite C-API inserts
+    /// of `values` under keys `bench:k<i>`, one transaction each (`RawInsertBaseline`).
     func fastestRawInsert(path: String, values: [[UInt8]], runs: Int = 3) throws -> Double {
-        var fastest = Double.infinity
-        for run in 0..<max(1, runs) {
-            let file = "\(path)-\(run)"
-            fastest = min(fastest, try rawInsert(path: file, values: values))
-            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: file + suffix) }
-        }
-        return fastest
-    }
-
-    func rawInsert(path: String, values: [[UInt8]]) throws -> Double {
-        var db: OpaquePointer?
-        guard sqlite3_open(path, &db) == SQLITE_OK else { throw SyncError(.database, "cannot open \(path)") }
-        defer { sqlite3_close(db) }
-        sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; CREATE TABLE t(key TEXT PRIMARY KEY, value BLOB) WITHOUT ROWID", nil, nil, nil)
-        var stmt: OpaquePointer?
-        sqlite3_prepare_v2(db, "INSERT INTO t(key, value) VALUES(?, ?)", -1, &stmt, nil)
-        defer { sqlite3_finalize(stmt) }
-        let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
-        return BenchClock.seconds {
-            sqlite3_exec(db, "BEGIN", nil, nil, nil)
-            for (i, value) in values.enumerated() {
-                sqlite3_reset(stmt)
-                sqlite3_bind_text(stmt, 1, "bench:k\(i)", -1, transient)
-                value.withUnsafeBytes { _ = sqlite3_bind_blob(stmt, 2, $0.baseAddress, Int32($0.count), transient) }
-                sqlite3_step(stmt)
-            }
-            sqlite3_exec(db, "COMMIT", nil, nil, nil)
-        }
+        try RawInsertBaseline.fastestSeconds(path: path, values: values, runs: runs)
     }
 }

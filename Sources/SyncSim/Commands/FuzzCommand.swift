@@ -43,12 +43,12 @@ public struct FuzzCommand: AsyncParsableCommand {
         }
         let path = "\(outDir)/fuzz-failure-\(failure.seed).json"
         let minPath = "\(outDir)/fuzz-failure-\(failure.seed)-min.json"
-        try failure.scenario.json.prettyText.write(toFile: path, atomically: true, encoding: .utf8)
+        try failure.scenario.json.write(toFile: path, atomically: true, encoding: .utf8)
         print(failure.detail)
         print("scenario \(completed) failed (\(failure.failedInvariants.joined(separator: ", "))); written to \(path)")
         printError("shrinking…")
-        let shrunk = Shrinker(options: faults).shrink(failure.scenario, failing: Set(failure.failedInvariants))
-        try shrunk.json.prettyText.write(toFile: minPath, atomically: true, encoding: .utf8)
+        let shrunk = await Shrinker(options: faults).shrink(failure.scenario, failing: Set(failure.failedInvariants))
+        try shrunk.json.write(toFile: minPath, atomically: true, encoding: .utf8)
         let suffix = injectFault.map { " --inject-fault \($0)" }.joined()
         print("shrunk from \(failure.scenario.timeline.count) to \(shrunk.timeline.count) steps: \(minPath)")
         print("replay: syncsim run \(path)\(suffix)")

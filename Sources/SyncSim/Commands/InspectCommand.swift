@@ -1,11 +1,10 @@
 import ArgumentParser
-import CSQLite
 import Foundation
 import SyncEngine
 
 /// `syncsim inspect DB [--values] [--json]`: a store file's entries,
-/// checkpoints, pending queue and conflict log, read directly with SQLite
-/// (no registry needed). Values are elided unless `--values`; values of
+/// checkpoints, pending queue and conflict log, read with
+/// `SyncStore.inspect` (read-only, no registry needed). Values are elided unless `--values`; values of
 /// encrypted rows are never printed.
 public struct InspectCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
@@ -27,7 +26,7 @@ public struct InspectCommand: ParsableCommand {
         do {
             inspection = try StoreInspection(path: db, includeValues: values)
         } catch {
-            throw ValidationError("\(error)")
+            throw ValidationError(error.message)
         }
         print(json ? inspection.json : inspection.text, terminator: "")
     }
@@ -72,66 +71,20 @@ public struct StoreInspection: Sendable, Codable {
     public var pending: [Entry]
     public var conflicts: [Conflict]
 
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
-    }
-
-    /// Reads the file at `path` read-only.
+    /// Reads the file at `path` read-only (`SyncStore.inspect`).
     public init(path: String, includeValues: Bool) throws {
-        guard FileManager.default.fileExists(atPath: path) else { throw Failure(description: "no such file: \(path)") }
-        var handle: OpaquePointer?
-        guard sqlite3_open_v2(path, &handle, SQLITE_OPEN_READONLY, nil) == SQLITE_OK, let db = handle else {
-            sqlite3_close(handle)
-            throw Failure(description: "cannot open \(path) as SQLite")
+        let snapshot = try SyncStore.inspect(path: path, includeValues: includeValues)
+        node = snapshot.nodeID.map { String($0, radix: 16) } ?? "?"
+        role = snapshot.role ?? "?"
+        entries = snapshot.entries.map { e in
+            Entry(key: e.key, version: e.version.description, deleted: e.isDeleted, encrypted: e.isEncrypted, size: e.size,
+                  encoding: e.encoding, changeSeq: e.changeSeq, pending: e.isPending, lane: e.lane, value: e.value.map(StoreInspection.show))
         }
-        defer { sqlite3_close(db) }
-        func query(_ sql: String, _ row: (OpaquePointer) -> Void) throws {
-            var stmt: OpaquePointer?
-            guard sqlite3_prepare_v2(db, sql, -1, &stmt, nil) == SQLITE_OK, let stmt else {
-                throw Failure(description: "\(path) is not a SyncEngine store (\(String(cString: sqlite3_errmsg(db))))")
-            }
-            defer { sqlite3_finalize(stmt) }
-            while sqlite3_step(stmt) == SQLITE_ROW { row(stmt) }
-        }
-        func text(_ s: OpaquePointer, _ i: Int32) -> String { sqlite3_column_text(s, i).map { String(cString: $0) } ?? "" }
-        func version(_ s: OpaquePointer, _ i: Int32, _ j: Int32) -> String {
-            HLCTimestamp(packed: sqlite3_column_int64(s, i), node: UInt32(truncatingIfNeeded: sqlite3_column_int64(s, j))).description
-        }
-        var meta: [String: String] = [:]
-        try query("SELECT name, value FROM sync_meta WHERE name IN ('node_id', 'role')") { meta[text($0, 0)] = text($0, 1) }
-        node = UInt32(meta["node_id"] ?? "").map { String($0, radix: 16) } ?? "?"
-        role = meta["role"] ?? "?"
-        var entries: [Entry] = []
-        // Schema v5 streams changes to each peer from its cursor (sync_peers.acked_through):
-        // pending = in the stream after the least caught-up peer's cursor, or waiting for sync().
-        let pendingColumn = """
-            (e.lane = 2 OR (e.lane IN (1, 3) AND e.change_seq > coalesce((SELECT min(acked_through) FROM sync_peers), 0)
-              AND NOT (e.origin_peer != 0 AND (SELECT count(*) FROM sync_peers) = 1 AND e.origin_peer = (SELECT peer_node FROM sync_peers))))
-            """
-        try query("SELECT key, ver, node, deleted, encrypted, size, encoding, change_seq, \(pendingColumn), lane, value FROM entries e ORDER BY key") { s in
-            let encrypted = sqlite3_column_int(s, 4) != 0
-            var value: String?
-            if includeValues && !encrypted && sqlite3_column_int(s, 3) == 0, let blob = sqlite3_column_blob(s, 10) {
-                let bytes = [UInt8](UnsafeRawBufferPointer(start: blob, count: Int(sqlite3_column_bytes(s, 10))))
-                value = StoreInspection.show(bytes)
-            }
-            entries.append(Entry(key: text(s, 0), version: version(s, 1, 2), deleted: sqlite3_column_int(s, 3) != 0, encrypted: encrypted,
-                                 size: Int(sqlite3_column_int64(s, 5)), encoding: text(s, 6), changeSeq: sqlite3_column_int64(s, 7),
-                                 pending: sqlite3_column_int(s, 8) != 0, lane: Int(sqlite3_column_int(s, 9)), value: value))
-        }
-        self.entries = entries
         pending = entries.filter(\.pending).sorted { $0.changeSeq < $1.changeSeq }
-        var peers: [Peer] = []
-        try query("SELECT peer_node, peer_role, epoch, acked_through FROM sync_peers ORDER BY peer_node") { s in
-            peers.append(Peer(node: String(UInt32(truncatingIfNeeded: sqlite3_column_int64(s, 0)), radix: 16), role: text(s, 1),
-                              epoch: text(s, 2), ackedThrough: sqlite3_column_int64(s, 3)))
+        checkpoints = snapshot.peers.map { Peer(node: String($0.nodeID, radix: 16), role: $0.role, epoch: $0.epoch, ackedThrough: $0.ackedThrough) }
+        conflicts = snapshot.conflicts.map {
+            Conflict(key: $0.key, localVersion: $0.local.description, remoteVersion: $0.remote.description, winner: $0.winner, rule: $0.rule)
         }
-        checkpoints = peers
-        var conflicts: [Conflict] = []
-        try query("SELECT key, local_ver, local_node, remote_ver, remote_node, winner, rule FROM sync_conflicts ORDER BY id") { s in
-            conflicts.append(Conflict(key: text(s, 0), localVersion: version(s, 1, 2), remoteVersion: version(s, 3, 4), winner: text(s, 5), rule: text(s, 6)))
-        }
-        self.conflicts = conflicts
     }
 
     static func show(_ bytes: [UInt8]) -> String {

@@ -8,9 +8,7 @@ public struct RunCommand: AsyncParsableCommand {
         abstract: "Run a scenario, check the invariants, print a report.",
         discussion: "Exit status: 0 when every invariant holds, 1 when one fails (the report prints the replay command), 2 for a bad scenario file.")
 
-    public enum Transport: String, ExpressibleByArgument, CaseIterable, Sendable {
-        case sim, tcp
-    }
+    public typealias Transport = SimTransport
 
     @Argument(help: "The scenario file (see Fixtures/scenarios/README.md).")
     var scenario: String
@@ -24,7 +22,7 @@ public struct RunCommand: AsyncParsableCommand {
     @Flag(help: "Print the report as JSON.")
     var json = false
 
-    @Option(help: "Copy the nodes' store files to this folder at the end (sim transport), for `syncsim inspect`.")
+    @Option(help: "Copy the nodes' store files to this folder at the end, for `syncsim inspect`.")
     var keepStores: String?
 
     @Option(name: .customLong("inject-fault"), help: .hidden)
@@ -41,13 +39,7 @@ public struct RunCommand: AsyncParsableCommand {
             printError(error.description)
             throw ExitCode(Simulation.Exit.badScenario)
         }
-        let outcome: Simulation.Outcome
-        switch transport {
-        case .sim:
-            outcome = Simulation.run(path: scenario, options: faults)
-        case .tcp:
-            outcome = await Simulation.runTCP(path: scenario, options: faults)
-        }
+        let outcome = await Simulation.run(path: scenario, options: faults, transport: transport)
         if let error = outcome.scenarioError {
             printError("bad scenario: \(error)")
         } else if let error = outcome.runError {
@@ -62,3 +54,5 @@ public struct RunCommand: AsyncParsableCommand {
 func printError(_ message: String) {
     FileHandle.standardError.write(Data((message + "\n").utf8))
 }
+
+extension SimTransport: ExpressibleByArgument {}

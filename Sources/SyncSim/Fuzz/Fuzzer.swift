@@ -47,7 +47,7 @@ public struct Fuzzer: Sendable {
                 next += 1
                 group.addTask {
                     let scenario = generator.scenario(seed: runSeed)
-                    let outcome = Simulation.run(scenario, name: "\(outDir)/fuzz-failure-\(runSeed).json", options: options)
+                    let outcome = await Simulation.run(scenario, name: "\(outDir)/fuzz-failure-\(runSeed).json", options: options)
                     if let report = outcome.report, report.passed { return (index, nil) }
                     let failed = outcome.report?.failedInvariants ?? []
                     return (index, Failure(seed: runSeed, scenario: scenario, failedInvariants: failed,

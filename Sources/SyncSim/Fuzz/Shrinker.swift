@@ -12,14 +12,14 @@ public struct Shrinker: Sendable {
     }
 
     /// Whether `scenario` fails one of `invariants` (or fails to run when `invariants` is empty).
-    func fails(_ scenario: Scenario, _ invariants: Set<String>) -> Bool {
-        let outcome = Simulation.run(scenario, name: "shrink", options: options)
+    func fails(_ scenario: Scenario, _ invariants: Set<String>) async -> Bool {
+        let outcome = await Simulation.run(scenario, name: "shrink", options: options)
         guard let report = outcome.report else { return outcome.runError != nil }
         return !invariants.isDisjoint(with: report.failedInvariants) || (invariants.isEmpty && !report.passed)
     }
 
     /// The smallest failing scenario found within the budget.
-    public func shrink(_ scenario: Scenario, failing invariants: Set<String>) -> Scenario {
+    public func shrink(_ scenario: Scenario, failing invariants: Set<String>) async -> Scenario {
         var current = scenario
         var runs = 0
         var chunk = max(1, current.timeline.count / 2)
@@ -30,7 +30,7 @@ public struct Shrinker: Sendable {
                 var candidate = current
                 candidate.timeline.removeSubrange(index..<min(current.timeline.count, index + chunk))
                 runs += 1
-                if fails(candidate, invariants) {
+                if await fails(candidate, invariants) {
                     current = candidate
                     removedAny = true
                 } else {
@@ -51,7 +51,7 @@ public struct Shrinker: Sendable {
         var trimmed = current
         trimmed.keys = current.keys.filter { k in used.contains { $0 == k.name || $0.hasPrefix(k.name + ":") } }
         if trimmed.keys.isEmpty { trimmed.keys = Array(current.keys.prefix(1)) }
-        if runs < maxRuns + 1, fails(trimmed, invariants) { current = trimmed }
+        if runs < maxRuns + 1, await fails(trimmed, invariants) { current = trimmed }
         current.description = "shrunk reproduction: " + scenario.description
         return current
     }

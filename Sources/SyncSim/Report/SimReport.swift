@@ -158,17 +158,3 @@ extension SimReport {
         return replay
     }
 }
-
-extension SimRunner {
-    func makeReport(name: String, converged: Bool) throws -> SimReport {
-        let nodes = try [phone, watch].map { node in
-            let s = link.statistics(for: node.end)
-            return try SimReport.Node.measure(node, bytesSent: s.bytesSent, payloadBytesSent: s.payloadBytesSent,
-                                              framesSent: s.framesSent, framesDropped: s.framesDropped)
-        }
-        return SimReport(scenario: name, description: scenario.description, seed: seed, transport: "sim", steps: stepsRun,
-                         checkpoints: checkpoints, virtualTimeMs: now, converged: converged, sessions: sessionsStarted,
-                         sessionFailures: sessionFailures, nodes: nodes, invariants: checker.log.ordered,
-                         replay: SimReport.replayCommand(scenario: name, seed: seed, transport: nil, faults: options.testingFaults))
-    }
-}

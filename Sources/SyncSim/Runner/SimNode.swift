@@ -7,7 +7,6 @@ import SyncTransport
 /// store and the endpoint of the current session.
 final class SimNode {
     let role: DeviceRole
-    let end: LinkEnd
     let clock: ManualClock
     private(set) var nodeID: UInt32
     private(set) var path: String
@@ -19,9 +18,8 @@ final class SimNode {
     var refusedWrites = 0
     var skewMs: Int64 = 0
 
-    init(role: DeviceRole, end: LinkEnd, nodeID: UInt32, folder: String, wallStart: Int64) {
+    init(role: DeviceRole, nodeID: UInt32, folder: String, wallStart: Int64) {
         self.role = role
-        self.end = end
         self.nodeID = nodeID
         self.path = "\(folder)/\(role.rawValue)-\(String(nodeID, radix: 16)).sqlite"
         self.keyPath = "\(folder)/\(role.rawValue).key"

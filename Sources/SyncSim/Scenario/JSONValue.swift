@@ -1,45 +1,50 @@
-/// A JSON value that remembers the line each object member was written on,
-/// so scenario errors can name the line. Numbers keep their source text.
-public indirect enum JSONValue: Sendable, Equatable {
+/// Any JSON value: what a `put` step writes. Decoded and encoded with
+/// `Codable`; `canonicalText` gives the value's deterministic bytes (object
+/// members sorted by the UTF-8 bytes of their names, no spaces), so a run's
+/// stored values, and its report, are the same for a seed on every machine.
+public indirect enum JSONValue: Sendable, Hashable, Codable {
     case null
     case bool(Bool)
-    /// The number's literal text, e.g. `42` or `1.5e3`.
-    case number(String)
+    /// A whole number that fits in 64 bits.
+    case integer(Int64)
+    /// Any other number.
+    case number(Double)
     case string(String)
     case array([JSONValue])
-    /// Members in file order, each with the 1-based line of its name.
-    case object([Member])
+    case object([String: JSONValue])
 
-    /// One member of an object.
-    public struct Member: Sendable, Equatable {
-        public var name: String
-        public var value: JSONValue
-        public var line: Int
+    public static func int(_ value: Int) -> JSONValue { .integer(Int64(value)) }
 
-        public init(name: String, value: JSONValue, line: Int = 0) {
-            self.name = name
-            self.value = value
-            self.line = line
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() {
+            self = .null
+        } else if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(Int64.self) {
+            self = .integer(value)
+        } else if let value = try? container.decode(Double.self) {
+            self = .number(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
+        } else if let value = try? container.decode([JSONValue].self) {
+            self = .array(value)
+        } else {
+            self = .object(try container.decode([String: JSONValue].self))
         }
     }
 
-    /// The member named `name`, if this is an object that has it.
-    public subscript(name: String) -> JSONValue? { member(name)?.value }
-
-    /// The member named `name`, with its line.
-    public func member(_ name: String) -> Member? {
-        guard case .object(let members) = self else { return nil }
-        return members.first { $0.name == name }
-    }
-
-    /// Builds an object from name/value pairs (lines unknown).
-    public static func object(_ pairs: [(String, JSONValue)]) -> JSONValue {
-        .object(pairs.map { Member(name: $0.0, value: $0.1) })
-    }
-
-    public static func int(_ value: Int) -> JSONValue { .number(String(value)) }
-    public static func double(_ value: Double) -> JSONValue {
-        value == value.rounded() && abs(value) < 1e15 ? .number(String(Int(value))) : .number(String(value))
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let value): try container.encode(value)
+        case .integer(let value): try container.encode(value)
+        case .number(let value): try container.encode(value)
+        case .string(let value): try container.encode(value)
+        case .array(let value): try container.encode(value)
+        case .object(let value): try container.encode(value)
+        }
     }
 
     /// The type's name, for error messages.
@@ -47,7 +52,7 @@ public indirect enum JSONValue: Sendable, Equatable {
         switch self {
         case .null: "null"
         case .bool: "a boolean"
-        case .number: "a number"
+        case .integer, .number: "a number"
         case .string: "a string"
         case .array: "an array"
         case .object: "an object"
@@ -57,49 +62,34 @@ public indirect enum JSONValue: Sendable, Equatable {
     /// Compact JSON with object members sorted by name: the canonical bytes of a value.
     public var canonicalText: String {
         var out = ""
-        write(to: &out, pretty: false, sorted: true, indent: 0)
+        write(to: &out)
         return out
     }
 
-    /// Indented JSON, members in their given order (for scenario files).
-    public var prettyText: String {
-        var out = ""
-        write(to: &out, pretty: true, sorted: false, indent: 0)
-        return out + "\n"
-    }
-
-    private func write(to out: inout String, pretty: Bool, sorted: Bool, indent: Int) {
+    private func write(to out: inout String) {
         switch self {
         case .null: out += "null"
-        case .bool(let b): out += b ? "true" : "false"
-        case .number(let text): out += text
-        case .string(let s): JSONValue.quote(s, into: &out)
+        case .bool(let value): out += value ? "true" : "false"
+        case .integer(let value): out += String(value)
+        case .number(let value):
+            // Whole numbers print without a fraction, as they were written.
+            out += value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+        case .string(let value): JSONValue.quote(value, into: &out)
         case .array(let items):
-            // Arrays of scalars stay on one line.
-            let flat = !pretty || items.allSatisfy { if case .object = $0 { return false } else if case .array = $0 { return false } else { return true } }
             out += "["
             for (i, item) in items.enumerated() {
-                if i > 0 { out += flat && pretty ? ", " : "," }
-                if !flat { out += "\n" + String(repeating: "  ", count: indent + 1) }
-                item.write(to: &out, pretty: pretty, sorted: sorted, indent: indent + 1)
+                if i > 0 { out += "," }
+                item.write(to: &out)
             }
-            if !flat && !items.isEmpty { out += "\n" + String(repeating: "  ", count: indent) }
             out += "]"
         case .object(let members):
-            let list = sorted ? members.sorted { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) } : members
-            // Small objects of scalars stay on one line (timeline steps read well that way).
-            let flat = !pretty || (list.count <= 8 && list.allSatisfy {
-                switch $0.value { case .object(let m): m.isEmpty; case .array(let a): a.count <= 8 && a.allSatisfy { if case .object = $0 { false } else { true } }; default: true }
-            } && indent > 0)
             out += "{"
-            for (i, member) in list.enumerated() {
-                if i > 0 { out += flat && pretty ? ", " : "," }
-                if !flat { out += "\n" + String(repeating: "  ", count: indent + 1) }
-                JSONValue.quote(member.name, into: &out)
-                out += pretty ? ": " : ":"
-                member.value.write(to: &out, pretty: pretty, sorted: sorted, indent: indent + 1)
+            for (i, name) in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }).enumerated() {
+                if i > 0 { out += "," }
+                JSONValue.quote(name, into: &out)
+                out += ":"
+                members[name]!.write(to: &out)
             }
-            if !flat && !list.isEmpty { out += "\n" + String(repeating: "  ", count: indent) }
             out += "}"
         }
     }

@@ -36,13 +36,10 @@ public struct Scenario: Sendable, Equatable {
         /// Virtual time in milliseconds.
         public var at: Int64
         public var action: Action
-        /// The line of the step in its file (0 when generated).
-        public var line: Int
 
-        public init(at: Int64, _ action: Action, line: Int = 0) {
+        public init(at: Int64, _ action: Action) {
             self.at = at
             self.action = action
-            self.line = line
         }
     }
 
@@ -87,66 +84,4 @@ public struct Scenario: Sendable, Equatable {
 
     /// The largest clock skew a step may set: ten minutes.
     public static let maxSkewMs: Int64 = 600_000
-}
-
-extension Scenario {
-    /// The scenario as a JSON document (keys inline), for writing files.
-    public var json: JSONValue {
-        var members: [(String, JSONValue)] = [
-            ("description", .string(description)),
-            ("seed", .number(String(seed))),
-        ]
-        if let keysFile {
-            members.append(("keysFile", .string(keysFile)))
-        } else {
-            members.append(("keys", .array(keys.map(Scenario.json(of:)))))
-        }
-        if faults != LinkFaults() { members.append(("faults", Scenario.json(of: faults))) }
-        if settleLimitMs != 600_000 { members.append(("settleLimitMs", .number(String(settleLimitMs)))) }
-        members.append(("timeline", .array(timeline.map(\.json))))
-        return .object(members)
-    }
-
-    static func json(of key: KeyDescriptor) -> JSONValue {
-        var m: [(String, JSONValue)] = [("name", .string(key.name)), ("availability", .string(key.availability.rawValue)),
-                                        ("policy", .string(key.policy.rawValue)), ("security", .string(key.security.rawValue))]
-        if key.encoding != "json" { m.append(("encoding", .string(key.encoding))) }
-        if key.isFamily { m.append(("family", .bool(true))) }
-        if let resolver = key.resolver { m.append(("resolver", .string(resolver))) }
-        return .object(m)
-    }
-
-    static func json(of f: LinkFaults) -> JSONValue {
-        var m: [(String, JSONValue)] = [("latencyMs", .int(f.latencyMs))]
-        if f.jitterMs != 0 { m.append(("jitterMs", .int(f.jitterMs))) }
-        if f.lossRate != 0 { m.append(("lossRate", .double(f.lossRate))) }
-        if f.duplicateRate != 0 { m.append(("duplicateRate", .double(f.duplicateRate))) }
-        if f.reorderRate != 0 { m.append(("reorderRate", .double(f.reorderRate))) }
-        if let b = f.bandwidthBytesPerSecond { m.append(("bandwidthBytesPerSecond", .int(b))) }
-        return .object(m)
-    }
-}
-
-extension Scenario.Step {
-    /// The step as a JSON object.
-    public var json: JSONValue {
-        var m: [(String, JSONValue)] = [("at", .number(String(at))), ("op", .string(action.op))]
-        switch action {
-        case .put(let node, let key, let value, let size):
-            m += [("node", .string(node.rawValue)), ("key", .string(key))]
-            if let value { m.append(("value", value)) }
-            if let size { m.append(("size", .int(size))) }
-        case .delete(let node, let key):
-            m += [("node", .string(node.rawValue)), ("key", .string(key))]
-        case .sync(let node), .crash(let node), .restart(let node):
-            m.append(("node", .string(node.rawValue)))
-        case .skew(let node, let ms):
-            m += [("node", .string(node.rawValue)), ("ms", .number(String(ms)))]
-        case .faults(let f):
-            m.append(("faults", Scenario.json(of: f)))
-        case .partition, .heal, .checkpoint, .replaceWatch:
-            break
-        }
-        return .object(m)
-    }
 }

@@ -1,0 +1,118 @@
+import Foundation
+import SyncEngine
+import SyncTransport
+
+/// The transport a scenario runs over (`syncsim run --transport`).
+public enum SimTransport: String, CaseIterable, Sendable {
+    /// `SimulatedLink` in virtual time: reproducible from the seed.
+    case sim
+    /// Real sockets on 127.0.0.1, a `SyncPeer` per node.
+    case tcp
+}
+
+/// What a runner and its link share: the scenario, the nodes (a phone and
+/// its watches), the model of what the apps did, and the invariant checker.
+final class RunState {
+    let scenario: Scenario
+    let options: RunOptions
+    let seed: UInt64
+    let registry: KeyRegistry
+    /// The folder of the run's store files (removed by the runner).
+    let folder: String
+    /// The phone first, then its watches: one for now (`replaceWatch`
+    /// replaces it in place); the link pairs the phone with `watch`.
+    let nodes: [SimNode]
+    var model = WriteModel()
+    var checker: InvariantChecker
+
+    /// Fixed node ids, so runs are reproducible.
+    static let phoneNodeID: UInt32 = 0x1001
+    static let watchNodeID: UInt32 = 0x2002
+    /// The node id of the first replacement watch; each further one counts up.
+    static let firstReplacementWatchID: UInt32 = 0x3003
+    /// The nodes' wall clock at virtual time 0.
+    static let wallStart: Int64 = 1_700_000_000_000
+
+    init(scenario: Scenario, options: RunOptions, folderPrefix: String) throws {
+        self.scenario = scenario
+        self.options = options
+        seed = options.seed ?? scenario.seed
+        registry = try KeyRegistry(descriptors: scenario.keys)
+        folder = (options.temporaryDirectory as NSString).appendingPathComponent(folderPrefix + UUID().uuidString)
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        nodes = [
+            SimNode(role: .phone, nodeID: RunState.phoneNodeID, folder: folder, wallStart: RunState.wallStart),
+            SimNode(role: .watch, nodeID: RunState.watchNodeID, folder: folder, wallStart: RunState.wallStart),
+        ]
+        checker = InvariantChecker(registry: registry)
+    }
+
+    var phone: SimNode { nodes[0] }
+    /// The watch paired with the phone now.
+    var watch: SimNode { nodes[1] }
+
+    /// The node a step names.
+    func node(_ role: DeviceRole) -> SimNode { role == .phone ? phone : watch }
+
+    /// Sets every node's wall clock to virtual time `at` (each adds its own skew).
+    func setClocks(_ at: Int64) {
+        for node in nodes { node.clock.set(RunState.wallStart + at) }
+    }
+}
+
+/// One node's traffic, for the report.
+struct LinkTraffic {
+    var bytesSent = 0
+    var payloadBytesSent = 0
+    var framesSent = 0
+    var framesDropped = 0
+}
+
+/// How frames move between the nodes of a run, and what that means for
+/// time, sessions, crashes and faults. `ScenarioRunner` owns the timeline,
+/// the model, the checker and the steps; a link does only what differs
+/// between virtual time (`SimulatedScenarioLink`) and real sockets (`TCPScenarioLink`).
+protocol ScenarioLink: AnyObject {
+    static var transport: SimTransport { get }
+    /// The run folder's name starts with this.
+    static var folderPrefix: String { get }
+
+    init(state: RunState)
+
+    /// Opens every node's store and connects them.
+    func start() async throws
+    /// Lets time run up to the step at `at` and sets the nodes' clocks to it.
+    func advance(to at: Int64) async
+    /// After a local write or sync request on `node` (the simulated link pumps its endpoint).
+    func localChange(on node: SimNode)
+    /// Before a sync request on `node` (frames it releases must see it).
+    func willSync(on node: SimNode)
+    /// Replaces the link faults; a partition stays as it is.
+    func setFaults(_ faults: LinkFaults)
+    var isPartitioned: Bool { get }
+    func setPartitioned(_ partitioned: Bool) async
+    /// Stops `node` without closing its store; its file stays.
+    func crash(_ node: SimNode) async
+    /// Reopens `node` from its file and connects it again.
+    func restart(_ node: SimNode) async throws
+    /// Before the watch is replaced by a new device.
+    func willReplace(_ watch: SimNode) async
+    /// After `watch` was given its new file and node id: pairs it with the phone.
+    func didReplace(_ watch: SimNode) async throws
+    /// Runs until every node is idle and nothing is in flight; false if that
+    /// did not happen within `limitMs` (virtual; the TCP link has its own timeout).
+    func settle(limitMs: Int64) async -> Bool
+    /// `limitMs` as the checkpoint violation says it.
+    func describeLimit(ms: Int64) -> String
+    /// The convergence violation when the nodes did not settle after the last step.
+    func unsettledAtEnd(limitMs: Int64) -> String
+    /// Hands the frames sent since the last call to the checker (the simulated link checks each as it is sent).
+    func observeSentFrames()
+    /// Stops every peer (the stores stay open, for the report).
+    func stop() async
+    /// The run's time at the end, for the report.
+    var elapsedMs: Int64 { get }
+    var sessions: Int { get }
+    var sessionFailures: Int { get }
+    func traffic(of node: SimNode) -> LinkTraffic
+}

@@ -1,0 +1,127 @@
+import Foundation
+
+/// Finds the line a coding path points at in JSON text, for error messages
+/// only (nothing is located until a file is found bad). A forward scan that
+/// enters only the objects and arrays on the path; it stops where the path
+/// leaves the text (a member that is missing) and names the line of the
+/// deepest place it reached: a member's name, or the start of an element.
+struct JSONLocator {
+    private let bytes: [UInt8]
+    private var index = 0
+    private var line = 1
+
+    private init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    /// The 1-based line of `path` in `text` (of its deepest part that is present).
+    static func line(of path: [any CodingKey], in text: some Sequence<UInt8>) -> Int {
+        var locator = JSONLocator(Array(text))
+        return locator.locate(path)
+    }
+
+    private mutating func locate(_ path: [any CodingKey]) -> Int {
+        skipSpace()
+        var found = line
+        for component in path {
+            guard index < bytes.count else { break }
+            if bytes[index] == UInt8(ascii: "["), let wanted = component.intValue, enterElement(wanted) {
+                found = line
+            } else if bytes[index] == UInt8(ascii: "{"), let nameLine = enterMember(component.stringValue) {
+                found = nameLine
+            } else {
+                break
+            }
+        }
+        return found
+    }
+
+    /// Moves to the start of element `wanted` of the array here; false if it has fewer.
+    private mutating func enterElement(_ wanted: Int) -> Bool {
+        index += 1
+        var position = 0
+        while true {
+            skipSpace()
+            guard index < bytes.count, bytes[index] != UInt8(ascii: "]") else { return false }
+            if position == wanted { return true }
+            skipValue()
+            skipSpace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ",") else { return false }
+            index += 1
+            position += 1
+        }
+    }
+
+    /// Moves to the value of member `name` of the object here; the line of its name, or nil.
+    private mutating func enterMember(_ name: String) -> Int? {
+        index += 1
+        while true {
+            skipSpace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { return nil }
+            let nameLine = line
+            let start = index
+            skipString()
+            let found = JSONLocator.decodeName(bytes[start..<index]) == name
+            skipSpace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { return nil }
+            index += 1
+            skipSpace()
+            if found { return nameLine }
+            skipValue()
+            skipSpace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ",") else { return nil }
+            index += 1
+        }
+    }
+
+    /// A member name as the decoder saw it (escapes resolved).
+    private static func decodeName(_ quoted: ArraySlice<UInt8>) -> String? {
+        guard quoted.count >= 2 else { return nil }
+        if !quoted.contains(UInt8(ascii: "\\")) { return String(decoding: quoted.dropFirst().dropLast(), as: UTF8.self) }
+        return try? JSONDecoder().decode(String.self, from: Data(quoted))
+    }
+
+    private mutating func skipSpace() {
+        while index < bytes.count {
+            switch bytes[index] {
+            case UInt8(ascii: "\n"): line += 1; index += 1
+            case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\r"): index += 1
+            default: return
+            }
+        }
+    }
+
+    private mutating func skipString() {
+        index += 1
+        while index < bytes.count {
+            switch bytes[index] {
+            case UInt8(ascii: "\""): index += 1; return
+            case UInt8(ascii: "\\"): index += 2
+            case UInt8(ascii: "\n"): line += 1; index += 1
+            default: index += 1
+            }
+        }
+    }
+
+    /// Skips one value: a string, a literal or number, or a whole object or array.
+    private mutating func skipValue() {
+        guard index < bytes.count else { return }
+        switch bytes[index] {
+        case UInt8(ascii: "\""):
+            skipString()
+        case UInt8(ascii: "{"), UInt8(ascii: "["):
+            var depth = 0
+            while index < bytes.count {
+                switch bytes[index] {
+                case UInt8(ascii: "\""): skipString(); continue
+                case UInt8(ascii: "{"), UInt8(ascii: "["): depth += 1
+                case UInt8(ascii: "}"), UInt8(ascii: "]"): depth -= 1
+                case UInt8(ascii: "\n"): line += 1
+                default: break
+                }
+                index += 1
+                if depth == 0 { return }
+            }
+        default:
+            while index < bytes.count, !",}] \t\r\n".utf8.contains(bytes[index]) { index += 1 }
+        }
+    }
+}

@@ -1,0 +1,256 @@
+import Foundation
+import SyncEngine
+import SyncTransport
+
+/// A scenario file (format: `Fixtures/scenarios/README.md`), decoded and validated.
+struct ScenarioDocument: Decodable {
+    static let fileKey = CodingUserInfoKey(rawValue: "syncsim.scenarioFile")!
+    static let fields = ["description", "seed", "keys", "keysFile", "faults", "settleLimitMs", "timeline"]
+
+    var scenario: Scenario
+
+    init(from decoder: any Decoder) throws {
+        let file = decoder.userInfo[ScenarioDocument.fileKey] as? String ?? "scenario"
+        let root = try Fields(decoder)
+        try root.checkKnown(ScenarioDocument.fields)
+        guard let description = try root.string("description"), !description.isEmpty else {
+            throw root.fail("description", "must say what the scenario demonstrates")
+        }
+        let seed = try root.integer("seed", range: 0...Int64.max)!
+        let keysFile = try root.string("keysFile", required: false)
+        let keys: [KeyDescriptor]
+        if let list = try root.elements("keys", of: "keys") {
+            guard keysFile == nil else { throw root.fail("keysFile", "give either 'keys' or 'keysFile', not both") }
+            keys = try list.map(KeyCoding.descriptor(from:))
+        } else if let keysFile {
+            keys = try KeyCoding.load(keysFile, scenarioFile: file, root: root)
+        } else {
+            throw root.fail("keys", "is required (or 'keysFile')")
+        }
+        let registry: KeyRegistry
+        do {
+            registry = try KeyRegistry(descriptors: keys)
+        } catch {
+            throw root.fail(keysFile == nil ? "keys" : "keysFile", "not a valid registry: \(error.message)")
+        }
+        let faults = try root.object("faults").map(FaultsCoding.faults(from:)) ?? LinkFaults()
+        let settle = try root.integer("settleLimitMs", required: false, range: 1_000...86_400_000) ?? 600_000
+        guard let items = try root.elements("timeline", of: "steps") else { throw root.fail("timeline", "is required") }
+        let steps = try items.map { try StepCoding.step(from: $0, registry: registry) }
+        // Stable: steps at the same time keep file order.
+        let ordered = steps.enumerated().sorted { ($0.element.at, $0.offset) < ($1.element.at, $1.offset) }.map(\.element)
+        scenario = Scenario(description: description, seed: UInt64(seed), keys: keys, keysFile: keysFile, faults: faults,
+                            settleLimitMs: settle, timeline: ordered)
+    }
+}
+
+/// A key declaration (`{"name": ..., "availability": ..., ...}`) of a scenario or registry file.
+struct KeyCoding: Encodable {
+    static let fields = ["name", "availability", "policy", "security", "encoding", "family", "resolver", "legacyName", "type"]
+
+    var descriptor: KeyDescriptor
+
+    static func descriptor(from decoder: any Decoder) throws -> KeyDescriptor {
+        let item = try Fields(decoder)
+        try item.checkKnown(fields)
+        var d = KeyDescriptor(name: try item.string("name")!)
+        if let text = try item.string("availability", required: false) {
+            guard let value = Availability(rawValue: text) else {
+                throw item.fail("availability", "expected one of \(Availability.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            d.availability = value
+        }
+        if let text = try item.string("policy", required: false) {
+            guard let value = SyncPolicy(rawValue: text) else {
+                throw item.fail("policy", "expected one of \(SyncPolicy.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            d.policy = value
+        }
+        if let text = try item.string("security", required: false) {
+            guard let value = KeySecurity(rawValue: text) else { throw item.fail("security", "expected none or encrypted") }
+            d.security = value
+        }
+        if let text = try item.string("encoding", required: false) {
+            guard ["json", "string", "data"].contains(text) else { throw item.fail("encoding", "expected json, string or data") }
+            d.encoding = text
+        }
+        if let family = try item.bool("family") { d.isFamily = family }
+        d.resolver = try item.string("resolver", required: false)
+        if let resolver = d.resolver, ErasedResolver.builtin(named: resolver) == nil {
+            throw item.fail("resolver", "unknown resolver '\(resolver)'; use max or union")
+        }
+        d.legacyName = try item.string("legacyName", required: false)
+        d.valueType = try item.string("type", required: false)
+        return d
+    }
+
+    /// The keys of the registry file `relative` (`{"keys": [...]}`, resolved
+    /// relative to the scenario file). Its declarations' errors name that file.
+    static func load(_ relative: String, scenarioFile: String, root: Fields) throws -> [KeyDescriptor] {
+        let base = (scenarioFile as NSString).deletingLastPathComponent
+        let path = relative.hasPrefix("/") ? relative : (base.isEmpty ? relative : base + "/" + relative)
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw root.fail("keysFile", "cannot read the key registry '\(relative)' (resolved relative to the scenario file)")
+        }
+        if let syntax = JSONSyntaxError(validating: data) {
+            throw root.fail("keysFile", "'\(relative)' line \(syntax.line) is not valid JSON: \(syntax.message)")
+        }
+        guard let keys = try ScenarioError.decoding(data, file: path, { try JSONDecoder().decode(KeyFile.self, from: data).keys }) else {
+            throw root.fail("keysFile", "'\(relative)' has no 'keys' array")
+        }
+        return keys
+    }
+
+    /// A registry file: its `keys` (other members, such as a description, are ignored).
+    private struct KeyFile: Decodable {
+        var keys: [KeyDescriptor]?
+
+        init(from decoder: any Decoder) throws {
+            guard let root = try? decoder.container(keyedBy: FieldKey.self) else { return }
+            keys = try Fields(root).elements("keys", of: "keys")?.map(KeyCoding.descriptor(from:))
+        }
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: FieldKey.self)
+        try c.encode(descriptor.name, forKey: FieldKey("name"))
+        try c.encode(descriptor.availability.rawValue, forKey: FieldKey("availability"))
+        try c.encode(descriptor.policy.rawValue, forKey: FieldKey("policy"))
+        try c.encode(descriptor.security.rawValue, forKey: FieldKey("security"))
+        if descriptor.encoding != "json" { try c.encode(descriptor.encoding, forKey: FieldKey("encoding")) }
+        if descriptor.isFamily { try c.encode(true, forKey: FieldKey("family")) }
+        try c.encodeIfPresent(descriptor.resolver, forKey: FieldKey("resolver"))
+        try c.encodeIfPresent(descriptor.legacyName, forKey: FieldKey("legacyName"))
+        try c.encodeIfPresent(descriptor.valueType, forKey: FieldKey("type"))
+    }
+}
+
+/// Link faults (`{"latencyMs": ..., "lossRate": ..., ...}`), every field optional.
+struct FaultsCoding: Encodable {
+    static let fields = ["latencyMs", "jitterMs", "lossRate", "duplicateRate", "reorderRate", "bandwidthBytesPerSecond"]
+
+    var faults: LinkFaults
+
+    static func faults(from object: Fields) throws -> LinkFaults {
+        try object.checkKnown(fields)
+        var f = LinkFaults()
+        if let v = try object.integer("latencyMs", required: false, range: 0...600_000) { f.latencyMs = Int(v) }
+        if let v = try object.integer("jitterMs", required: false, range: 0...600_000) { f.jitterMs = Int(v) }
+        if let v = try object.double("lossRate", range: 0...0.95) { f.lossRate = v }
+        if let v = try object.double("duplicateRate", range: 0...1) { f.duplicateRate = v }
+        if let v = try object.double("reorderRate", range: 0...1) { f.reorderRate = v }
+        if let v = try object.integer("bandwidthBytesPerSecond", required: false, range: 0...Int64(Int32.max)) {
+            f.bandwidthBytesPerSecond = v == 0 ? nil : Int(v)
+        }
+        return f
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: FieldKey.self)
+        try c.encode(faults.latencyMs, forKey: FieldKey("latencyMs"))
+        if faults.jitterMs != 0 { try c.encode(faults.jitterMs, forKey: FieldKey("jitterMs")) }
+        if faults.lossRate != 0 { try c.encode(faults.lossRate, forKey: FieldKey("lossRate")) }
+        if faults.duplicateRate != 0 { try c.encode(faults.duplicateRate, forKey: FieldKey("duplicateRate")) }
+        if faults.reorderRate != 0 { try c.encode(faults.reorderRate, forKey: FieldKey("reorderRate")) }
+        try c.encodeIfPresent(faults.bandwidthBytesPerSecond, forKey: FieldKey("bandwidthBytesPerSecond"))
+    }
+}
+
+/// A timeline step (`{"at": ..., "op": ..., ...}`).
+enum StepCoding {
+    static let ops = "put, delete, sync, faults, partition, heal, crash, restart, skew, checkpoint or replaceWatch"
+
+    static func step(from decoder: any Decoder, registry: KeyRegistry) throws -> Scenario.Step {
+        let item = try Fields(decoder)
+        let at = try item.integer("at", range: 0...86_400_000)!
+        let op = try item.string("op")!
+        func node() throws -> DeviceRole {
+            let name = try item.string("node")!
+            guard let role = DeviceRole(rawValue: name) else { throw item.fail("node", "expected \"phone\" or \"watch\"") }
+            return role
+        }
+        func key() throws -> String {
+            let key = try item.string("key")!
+            guard registry.descriptor(forEntry: key) != nil else {
+                throw item.fail("key", "key '\(key)' is not declared in the scenario's keys")
+            }
+            return key
+        }
+        let action: Scenario.Action
+        switch op {
+        case "put":
+            try item.checkKnown(["at", "op", "node", "key", "value", "size"])
+            let n = try node()
+            let k = try key()
+            let size = try item.integer("size", required: false, range: 0...16_000_000)
+            let value = try item.value("value")
+            guard (value == nil) != (size == nil) else {
+                throw item.fail("value", "give exactly one of 'value' or 'size'")
+            }
+            action = .put(node: n, key: k, value: value, size: size.map(Int.init))
+        case "delete":
+            try item.checkKnown(["at", "op", "node", "key"])
+            action = .delete(node: try node(), key: try key())
+        case "sync", "crash", "restart":
+            try item.checkKnown(["at", "op", "node"])
+            let n = try node()
+            action = op == "sync" ? .sync(node: n) : op == "crash" ? .crash(node: n) : .restart(node: n)
+        case "skew":
+            try item.checkKnown(["at", "op", "node", "ms"])
+            action = .skew(node: try node(), ms: try item.integer("ms", range: -Scenario.maxSkewMs...Scenario.maxSkewMs)!)
+        case "faults":
+            try item.checkKnown(["at", "op", "faults"])
+            guard let faults = try item.object("faults") else { throw item.fail("faults", "is required") }
+            action = .faults(try FaultsCoding.faults(from: faults))
+        case "partition", "heal", "checkpoint", "replaceWatch":
+            try item.checkKnown(["at", "op"])
+            action = op == "partition" ? .partition : op == "heal" ? .heal : op == "checkpoint" ? .checkpoint : .replaceWatch
+        default:
+            throw item.fail("op", "unknown op '\(op)'; expected \(ops)")
+        }
+        return Scenario.Step(at: at, action)
+    }
+}
+
+extension Scenario: Encodable {
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: FieldKey.self)
+        try c.encode(description, forKey: FieldKey("description"))
+        try c.encode(seed, forKey: FieldKey("seed"))
+        if let keysFile {
+            try c.encode(keysFile, forKey: FieldKey("keysFile"))
+        } else {
+            try c.encode(keys.map(KeyCoding.init(descriptor:)), forKey: FieldKey("keys"))
+        }
+        if faults != LinkFaults() { try c.encode(FaultsCoding(faults: faults), forKey: FieldKey("faults")) }
+        if settleLimitMs != 600_000 { try c.encode(settleLimitMs, forKey: FieldKey("settleLimitMs")) }
+        try c.encode(timeline, forKey: FieldKey("timeline"))
+    }
+}
+
+extension Scenario.Step: Encodable {
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: FieldKey.self)
+        try c.encode(at, forKey: FieldKey("at"))
+        try c.encode(action.op, forKey: FieldKey("op"))
+        switch action {
+        case .put(let node, let key, let value, let size):
+            try c.encode(node.rawValue, forKey: FieldKey("node"))
+            try c.encode(key, forKey: FieldKey("key"))
+            try c.encodeIfPresent(value, forKey: FieldKey("value"))
+            try c.encodeIfPresent(size, forKey: FieldKey("size"))
+        case .delete(let node, let key):
+            try c.encode(node.rawValue, forKey: FieldKey("node"))
+            try c.encode(key, forKey: FieldKey("key"))
+        case .sync(let node), .crash(let node), .restart(let node):
+            try c.encode(node.rawValue, forKey: FieldKey("node"))
+        case .skew(let node, let ms):
+            try c.encode(node.rawValue, forKey: FieldKey("node"))
+            try c.encode(ms, forKey: FieldKey("ms"))
+        case .faults(let faults):
+            try c.encode(FaultsCoding(faults: faults), forKey: FieldKey("faults"))
+        case .partition, .heal, .checkpoint, .replaceWatch:
+            break
+        }
+    }
+}
