@@ -220,6 +220,22 @@ func withPeers(phone: SyncStore, watch: SyncStore, _ body: (SyncPeer, SyncPeer) 
         await #expect(throws: SyncError.self) { try await model.$face.set("round") }
     }
 
+    /// No task relays changes to Observation: a write made through the store
+    /// (not through the property) has notified observers when it returns.
+    @Test(arguments: BackendKind.allCases)
+    func observersHearOfAWriteBeforeItReturns(_ kind: BackendKind) throws {
+        let folder = TempFolder()
+        let store = try kind.make(folder)
+        let model = Model(store: store, errors: { _ in })
+        let fired = Mutex(0)
+        withObservationTracking { _ = model.units } onChange: { fired.withLock { $0 += 1 } }
+        try store.setNow(99, for: TestKeys.steps)   // another key
+        #expect(fired.withLock { $0 } == 0)
+        try store.setNow("imperial", for: TestKeys.units)
+        #expect(fired.withLock { $0 } == 1, "notified before setNow returned")
+        #expect(model.units == "imperial")
+    }
+
     @Test func observationSeesLocalAndPeerWrites() async throws {
         let pair = try Pair()
         let model = Model(store: pair.watch, errors: { _ in })

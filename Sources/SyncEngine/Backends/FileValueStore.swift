@@ -48,6 +48,9 @@ public final class FileValueStore: KeyValueBackend {
     public func commit(_ writes: [BackendWrite]) throws -> [StoreChange] { try syncStore.commit(writes) }
     public func allEntryInfo() throws -> [EntryInfo] { try syncStore.allEntryInfo() }
     public func changes(matching filter: ChangeFilter) -> AsyncStream<StoreChange> { syncStore.changes(matching: filter) }
+    public func observeChanges(matching filter: ChangeFilter, _ handler: @escaping @Sendable (StoreChange) -> Void) -> ChangeObservation {
+        syncStore.observeChanges(matching: filter, handler)
+    }
     public var cacheStatistics: CacheStatistics { syncStore.cacheStatistics }
     public func resetCacheStatistics() { syncStore.resetCacheStatistics() }
     public func close() { syncStore.close() }

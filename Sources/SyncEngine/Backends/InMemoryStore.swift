@@ -137,6 +137,10 @@ public final class InMemoryStore: KeyValueBackend {
         changeHub.subscribe { filter.matches($0.key) }
     }
 
+    public func observeChanges(matching filter: ChangeFilter, _ handler: @escaping @Sendable (StoreChange) -> Void) -> ChangeObservation {
+        changeHub.observe(where: { filter.matches($0.key) }, handler)
+    }
+
     public var cacheStatistics: CacheStatistics { state.withLock { $0.stats } }
     public func resetCacheStatistics() { state.withLock { $0.stats = CacheStatistics() } }
 

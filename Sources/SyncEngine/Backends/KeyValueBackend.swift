@@ -80,11 +80,31 @@ public protocol KeyValueBackend: AnyObject, Sendable {
     /// Changes matching `filter`, after they commit.
     func changes(matching filter: ChangeFilter) -> AsyncStream<StoreChange>
 
+    /// Calls `handler` with each change matching `filter`, synchronously on
+    /// the committing thread once the transaction has committed (before the
+    /// write call returns), until the observation is cancelled or released.
+    /// The handler must be quick and must not write to the store.
+    func observeChanges(matching filter: ChangeFilter, _ handler: @escaping @Sendable (StoreChange) -> Void) -> ChangeObservation
+
     var cacheStatistics: CacheStatistics { get }
     func resetCacheStatistics()
 
     /// Ends observation; further use throws `.closed`. What was committed stays.
     func close()
+}
+
+extension KeyValueBackend {
+    /// For a backend of your own that has only `changes(matching:)`: the
+    /// handler is called from a task reading that stream, so shortly after the
+    /// commit rather than before the write returns (the built-in backends call
+    /// it synchronously).
+    public func observeChanges(matching filter: ChangeFilter, _ handler: @escaping @Sendable (StoreChange) -> Void) -> ChangeObservation {
+        let changes = changes(matching: filter)
+        let reader = Task {
+            for await change in changes { handler(change) }
+        }
+        return ChangeObservation { reader.cancel() }
+    }
 }
 
 extension KeyRegistry {

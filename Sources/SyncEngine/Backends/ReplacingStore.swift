@@ -76,6 +76,9 @@ public final class ReplacingStore: KeyValueBackend {
 
     public func allEntryInfo() throws -> [EntryInfo] { try store.allEntryInfo() }
     public func changes(matching filter: ChangeFilter) -> AsyncStream<StoreChange> { store.changes(matching: filter) }
+    public func observeChanges(matching filter: ChangeFilter, _ handler: @escaping @Sendable (StoreChange) -> Void) -> ChangeObservation {
+        store.observeChanges(matching: filter, handler)
+    }
     public var cacheStatistics: CacheStatistics { store.cacheStatistics }
     public func resetCacheStatistics() { store.resetCacheStatistics() }
     public func close() { store.close() }

@@ -47,26 +47,25 @@ public final class StoredValue<Value: Codable & Sendable>: Observable, Sendable 
     public let store: any KeyValueBackend
     private let onError: @Sendable (SyncError) -> Void
     private let registrar = ObservationRegistrar()
-    private let listener = Mutex<Task<Void, Never>?>(nil)
+    private let observation: ChangeObservation
 
     public init(_ key: Key<Value>, store: any KeyValueBackend,
                 onError: @escaping @Sendable (SyncError) -> Void = StoredValue<Value>.logError) {
         self.key = key
         self.store = store
         self.onError = onError
-        let changes = store.changes(for: key)
-        listener.withLock { task in
-            task = Task { [weak self] in
-                for await _ in changes {
-                    guard let self else { return }
-                    self.registrar.withMutation(of: self, keyPath: \.value) {}
-                }
-            }
+        // Observers hear of a change as it commits, on the committing thread
+        // (a local write, a replicated batch, another process's write).
+        let subject = WeakSubject<StoredValue>()
+        observation = store.observeChanges(matching: .key(key.name)) { _ in
+            guard let self = subject.value else { return }
+            self.registrar.withMutation(of: self, keyPath: \.value) {}
         }
+        subject.value = self
     }
 
     deinit {
-        listener.withLock { $0?.cancel() }
+        observation.cancel()
     }
 
     /// The stored value, or the key's default; reading it is tracked by Observation.
@@ -110,5 +109,16 @@ public final class StoredValue<Value: Codable & Sendable>: Observable, Sendable 
     /// The default `onError`: logs the refused write or failed read with the error's code and message.
     @Sendable public static func logError(_ error: SyncError) {
         Logger(label: "SyncEngine.Stored").error("\(error)")
+    }
+}
+
+/// A weak reference that can be set once the referent is fully initialized.
+private final class WeakSubject<Subject: AnyObject & Sendable>: Sendable {
+    private let reference = Mutex<WeakBox?>(nil)
+    private struct WeakBox: @unchecked Sendable { weak var object: Subject? }
+
+    var value: Subject? {
+        get { reference.withLock { $0?.object } }
+        set { reference.withLock { $0 = WeakBox(object: newValue) } }
     }
 }

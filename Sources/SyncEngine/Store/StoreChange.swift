@@ -31,11 +31,13 @@ public enum ChangeFilter: Sendable {
     }
 }
 
-/// Fan-out of values to any number of `AsyncStream` subscribers.
+/// Fan-out of values to any number of subscribers: `AsyncStream`s, or
+/// handlers called synchronously by `publish`.
 final class Broadcaster<Element: Sendable>: Sendable {
     private struct Subscriber {
         let accepts: @Sendable (Element) -> Bool
-        let continuation: AsyncStream<Element>.Continuation
+        let deliver: @Sendable (Element) -> Void
+        let finish: @Sendable () -> Void
     }
 
     private let subscribers = Mutex<[Int: Subscriber]>([:])
@@ -44,18 +46,28 @@ final class Broadcaster<Element: Sendable>: Sendable {
     func subscribe(bufferingNewest limit: Int = 10_000, where accepts: @escaping @Sendable (Element) -> Bool = { _ in true }) -> AsyncStream<Element> {
         let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: .bufferingNewest(limit))
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
-        subscribers.withLock { $0[id] = Subscriber(accepts: accepts, continuation: continuation) }
+        subscribers.withLock {
+            $0[id] = Subscriber(accepts: accepts, deliver: { continuation.yield($0) }, finish: { continuation.finish() })
+        }
         continuation.onTermination = { [weak self] _ in
             _ = self?.subscribers.withLock { $0.removeValue(forKey: id) }
         }
         return stream
     }
 
+    /// Calls `handler` on the publishing thread for each accepted element,
+    /// until the returned observation is cancelled or released.
+    func observe(where accepts: @escaping @Sendable (Element) -> Bool, _ handler: @escaping @Sendable (Element) -> Void) -> ChangeObservation {
+        let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
+        subscribers.withLock { $0[id] = Subscriber(accepts: accepts, deliver: handler, finish: {}) }
+        return ChangeObservation { [weak self] in _ = self?.subscribers.withLock { $0.removeValue(forKey: id) } }
+    }
+
     var hasSubscribers: Bool { subscribers.withLock { !$0.isEmpty } }
 
     func publish(_ element: Element) {
-        let targets = subscribers.withLock { $0.values.filter { $0.accepts(element) }.map(\.continuation) }
-        for continuation in targets { continuation.yield(element) }
+        let targets = subscribers.withLock { $0.values.filter { $0.accepts(element) }.map(\.deliver) }
+        for deliver in targets { deliver(element) }
     }
 
     func finishAll() {
@@ -64,6 +76,27 @@ final class Broadcaster<Element: Sendable>: Sendable {
             s.removeAll()
             return values
         }
-        for subscriber in all { subscriber.continuation.finish() }
+        for subscriber in all { subscriber.finish() }
     }
+}
+
+/// A handler registered with `KeyValueBackend.observeChanges(matching:_:)`:
+/// it is called until `cancel()` or until this object is released.
+public final class ChangeObservation: Sendable {
+    private let onCancel: Mutex<(@Sendable () -> Void)?>
+
+    init(onCancel: @escaping @Sendable () -> Void) {
+        self.onCancel = Mutex(onCancel)
+    }
+
+    /// Stops the handler; later commits no longer call it.
+    public func cancel() {
+        let action = onCancel.withLock { action -> (@Sendable () -> Void)? in
+            defer { action = nil }
+            return action
+        }
+        action?()
+    }
+
+    deinit { cancel() }
 }

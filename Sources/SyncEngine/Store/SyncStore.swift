@@ -201,6 +201,10 @@ public final class SyncStore: KeyValueBackend {
         changeHub.subscribe { filter.matches($0.key) }
     }
 
+    public func observeChanges(matching filter: ChangeFilter, _ handler: @escaping @Sendable (StoreChange) -> Void) -> ChangeObservation {
+        changeHub.observe(where: { filter.matches($0.key) }, handler)
+    }
+
     /// Sync status events: connected, batches, conflicts, deferred values, errors.
     public func events() -> AsyncStream<SyncEvent> { eventHub.subscribe() }
 

@@ -1,0 +1,39 @@
+import Logging
+import ServiceLifecycle
+@testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// SyncPeer as swift-service-lifecycle services: the phone serving its
+/// listener, the watch dialing; graceful shutdown ends both and returns.
+@Suite(.timeLimit(.minutes(2))) struct SyncPeerServiceTests {
+    let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+
+    @Test func servingAndDialingRunInAServiceGroupAndShutDownGracefully() async throws {
+        let pair = try Pair()
+        let secret = PairingSecret.generate()
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
+        let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
+        let tcp = TCPConfiguration(secret: secret)
+        let listener = try await TCPListener(host: "127.0.0.1", port: 0, configuration: tcp)
+        let port = listener.port
+        let group = ServiceGroup(services: [phone.serving(listener), watch.dialing(host: "127.0.0.1", port: port, configuration: tcp)],
+                                 logger: quiet)
+        let running = Task { try await group.run() }
+
+        try await pair.phone.set(7, for: TestKeys.steps)
+        try await eventually(pair.watch, "the phone's steps on the watch") { try pair.watch.storedValue(for: TestKeys.steps) == 7 }
+        #expect(phone.isConnected && watch.isConnected)
+
+        let disconnected = pair.watch.events()
+        await group.triggerGracefulShutdown()
+        try await withDeadline("the service group to return after graceful shutdown") { try await running.value }
+        // The sessions ended on both sides and nothing listens any more.
+        #expect(!phone.isConnected && !watch.isConnected)
+        _ = try await first(of: disconnected, "the watch's disconnected event") { if case .disconnected = $0 { true } else { false } }
+        await #expect(throws: (any Error).self) {
+            _ = try await TCPTransport.connect(host: "127.0.0.1", port: port, configuration: tcp)
+        }
+    }
+}
