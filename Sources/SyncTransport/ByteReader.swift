@@ -3,47 +3,47 @@
 /// Every read checks the remaining input first: reading past the end throws
 /// `TransportError(.truncatedFrame)`, a length prefix over the caller's limit
 /// throws `.oversizedFrame`, and no read allocates more than the input holds.
-public struct ByteReader: Sendable {
+package struct ByteReader: Sendable {
     private let bytes: [UInt8]
     private var index: Int
 
     /// Creates a reader positioned at the first byte.
-    public init(_ bytes: [UInt8]) {
+    package init(_ bytes: [UInt8]) {
         self.bytes = bytes
         self.index = 0
     }
 
     /// Whether every byte has been read.
-    public var isAtEnd: Bool { index >= bytes.count }
+    package var isAtEnd: Bool { index >= bytes.count }
 
     /// The number of bytes not read yet.
-    public var remaining: Int { bytes.count - index }
+    package var remaining: Int { bytes.count - index }
 
     /// Reads one byte.
-    public mutating func readUInt8() throws -> UInt8 {
+    package mutating func readUInt8() throws -> UInt8 {
         try require(1, what: "UInt8")
         defer { index += 1 }
         return bytes[index]
     }
 
     /// Reads a big-endian 16-bit unsigned integer.
-    public mutating func readUInt16() throws -> UInt16 {
+    package mutating func readUInt16() throws -> UInt16 {
         try readBigEndian()
     }
 
     /// Reads a big-endian 32-bit unsigned integer.
-    public mutating func readUInt32() throws -> UInt32 {
+    package mutating func readUInt32() throws -> UInt32 {
         try readBigEndian()
     }
 
     /// Reads a big-endian 64-bit unsigned integer.
-    public mutating func readUInt64() throws -> UInt64 {
+    package mutating func readUInt64() throws -> UInt64 {
         try readBigEndian()
     }
 
     /// Reads an unsigned LEB128 varint of at most 10 bytes. An overlong or
     /// overflowing varint throws `.protocolViolation`.
-    public mutating func readVarInt() throws -> UInt64 {
+    package mutating func readVarInt() throws -> UInt64 {
         var result: UInt64 = 0
         var shift: UInt64 = 0
         while true {
@@ -67,13 +67,13 @@ public struct ByteReader: Sendable {
 
     /// Reads a varint length prefix, then that many bytes. A length above
     /// `maxLength` throws `.oversizedFrame` before anything is allocated.
-    public mutating func readBytes(maxLength: Int) throws -> [UInt8] {
+    package mutating func readBytes(maxLength: Int) throws -> [UInt8] {
         let length = try readLength(maxLength: maxLength, what: "byte string")
         return try readRaw(count: length)
     }
 
     /// Reads exactly `count` bytes that have no length prefix.
-    public mutating func readRaw(count: Int) throws -> [UInt8] {
+    package mutating func readRaw(count: Int) throws -> [UInt8] {
         guard count >= 0 else {
             throw TransportError(.protocolViolation, "negative byte count \(count)")
         }
@@ -84,7 +84,7 @@ public struct ByteReader: Sendable {
 
     /// Reads a varint-length-prefixed UTF-8 string of at most `maxLength`
     /// bytes. Invalid UTF-8 throws `.protocolViolation`.
-    public mutating func readString(maxLength: Int) throws -> String {
+    package mutating func readString(maxLength: Int) throws -> String {
         let length = try readLength(maxLength: maxLength, what: "string")
         try require(length, what: "a \(length)-byte string")
         defer { index += length }

@@ -1,15 +1,15 @@
 import CZlib
 
 /// Checksums of the frame envelope.
-public enum Checksum {
+package enum Checksum {
     /// The CRC-32 of `bytes` (zlib's `crc32`, the IEEE 802.3 polynomial).
-    public static func crc32(_ bytes: [UInt8]) -> UInt32 {
+    package static func crc32(_ bytes: [UInt8]) -> UInt32 {
         crc32(bytes, continuing: 0)
     }
 
     /// Continues a CRC-32 over more bytes: `crc32(b, continuing: crc32(a))`
     /// equals `crc32(a + b)`.
-    public static func crc32(_ bytes: [UInt8], continuing crc: UInt32) -> UInt32 {
+    package static func crc32(_ bytes: [UInt8], continuing crc: UInt32) -> UInt32 {
         bytes.withUnsafeBufferPointer { buffer in
             var value = UInt(crc)
             var offset = 0

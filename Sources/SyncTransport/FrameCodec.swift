@@ -5,6 +5,7 @@
 /// - `makeEnvelope` / `openEnvelope`: `Frame` <-> `Envelope` (compression);
 /// - `encodeEnvelope` / `decodeEnvelope`: `Envelope` <-> bytes (header, length, checksum);
 /// - `encode` / `decode`: both at once, for unencrypted frames.
+@_spi(Benchmarks)
 public struct FrameCodec: Sendable {
     /// The limits every frame is checked against.
     public var limits: FrameLimits
@@ -27,7 +28,12 @@ public struct FrameCodec: Sendable {
     /// Encodes one frame: deflates the payload when it has at least
     /// `compressionThreshold` bytes and deflating makes it smaller, then
     /// writes header and payload.
-    public func encode(_ frame: Frame, version: UInt8 = FrameEnvelope.currentVersion, allowCompression: Bool = true) throws -> [UInt8] {
+    public func encode(_ frame: Frame, allowCompression: Bool = true) throws -> [UInt8] {
+        try encode(frame, version: FrameEnvelope.currentVersion, allowCompression: allowCompression)
+    }
+
+    /// `encode(_:allowCompression:)` in envelope version `version`.
+    package func encode(_ frame: Frame, version: UInt8, allowCompression: Bool = true) throws -> [UInt8] {
         try encodeEnvelope(makeEnvelope(frame, version: version, allowCompression: allowCompression))
     }
 
@@ -41,7 +47,7 @@ public struct FrameCodec: Sendable {
 
     /// Turns a frame into an envelope, deflating the payload when allowed,
     /// at or above the threshold, and smaller afterwards.
-    public func makeEnvelope(_ frame: Frame, version: UInt8 = FrameEnvelope.currentVersion, allowCompression: Bool = true) throws -> Envelope {
+    package func makeEnvelope(_ frame: Frame, version: UInt8 = FrameEnvelope.currentVersion, allowCompression: Bool = true) throws -> Envelope {
         try checkVersion(version)
         guard frame.payload.count <= limits.maxInflatedSize else {
             throw TransportError(
@@ -63,7 +69,7 @@ public struct FrameCodec: Sendable {
     /// Turns an unencrypted envelope back into a frame, inflating within
     /// `maxInflatedSize`. An encrypted envelope throws `.protocolViolation`:
     /// only the secure channel can open it.
-    public func openEnvelope(_ envelope: Envelope) throws -> Frame {
+    package func openEnvelope(_ envelope: Envelope) throws -> Frame {
         try checkVersion(envelope.version)
         try checkFlags(envelope.flags, type: envelope.type)
         guard !envelope.flags.contains(.encrypted) else {
@@ -88,7 +94,7 @@ public struct FrameCodec: Sendable {
 
     /// Writes an envelope's header (length and CRC-32 computed here) and
     /// payload. Checks the wire size; the version is written as given.
-    public func encodeEnvelope(_ envelope: Envelope) throws -> [UInt8] {
+    package func encodeEnvelope(_ envelope: Envelope) throws -> [UInt8] {
         try checkWireSize(envelope.payload.count)
         var writer = ByteWriter(reservingCapacity: envelope.wireSize)
         writer.writeRaw(FrameEnvelope.magic)
@@ -103,7 +109,7 @@ public struct FrameCodec: Sendable {
 
     /// Reads exactly one envelope: checks magic, version, flags, length and
     /// checksum, without inflating or decrypting the payload.
-    public func decodeEnvelope(_ bytes: [UInt8]) throws -> Envelope {
+    package func decodeEnvelope(_ bytes: [UInt8]) throws -> Envelope {
         guard let header = try parseHeader(bytes) else {
             throw TransportError(
                 .truncatedFrame,
@@ -125,7 +131,7 @@ public struct FrameCodec: Sendable {
     /// Validates as much of a header as `prefix` holds, in wire order: magic,
     /// version, flags, then length against `maxFrameSize`. Returns the header
     /// once all 13 bytes are there, `nil` while fewer are.
-    public func parseHeader(_ prefix: some Collection<UInt8>) throws -> EnvelopeHeader? {
+    package func parseHeader(_ prefix: some Collection<UInt8>) throws -> EnvelopeHeader? {
         var iterator = prefix.makeIterator()
         var head: [UInt8] = []
         head.reserveCapacity(FrameEnvelope.headerSize)
@@ -154,7 +160,7 @@ public struct FrameCodec: Sendable {
 
     /// Completes an envelope from its parsed header and payload: checks the
     /// payload length and CRC-32.
-    public func envelope(_ header: EnvelopeHeader, payload: [UInt8]) throws -> Envelope {
+    package func envelope(_ header: EnvelopeHeader, payload: [UInt8]) throws -> Envelope {
         guard payload.count == header.payloadLength else {
             throw TransportError(
                 .truncatedFrame,

@@ -4,23 +4,23 @@
 /// `maxFrameSize`) as soon as its bytes are there, before the payload is
 /// waited for; then the checksum, then bounded inflation. After an error the
 /// decoder stays failed: every later call rethrows the same error.
-public struct FrameDecoder: Sendable {
+package struct FrameDecoder: Sendable {
     /// The codec whose limits apply.
-    public var codec: FrameCodec
+    package var codec: FrameCodec
     private var buffer: [UInt8] = []
     private var start = 0
     private var failure: TransportError?
 
     /// Creates a decoder with the given limits.
-    public init(limits: FrameLimits = .default) {
+    package init(limits: FrameLimits = .default) {
         self.codec = FrameCodec(limits: limits)
     }
 
     /// Bytes received but not decoded yet.
-    public var bufferedByteCount: Int { buffer.count - start }
+    package var bufferedByteCount: Int { buffer.count - start }
 
     /// Adds bytes read from the wire.
-    public mutating func append(_ bytes: [UInt8]) {
+    package mutating func append(_ bytes: [UInt8]) {
         if start > 0, start >= buffer.count / 2 {
             buffer.removeSubrange(0..<start)
             start = 0
@@ -30,7 +30,7 @@ public struct FrameDecoder: Sendable {
 
     /// The next whole, unencrypted frame, or `nil` while it is incomplete.
     /// Throws `TransportError` on bad input.
-    public mutating func next() throws -> Frame? {
+    package mutating func next() throws -> Frame? {
         guard let envelope = try nextEnvelope() else { return nil }
         do {
             return try codec.openEnvelope(envelope)
@@ -42,7 +42,7 @@ public struct FrameDecoder: Sendable {
 
     /// The next whole envelope (payload still compressed and/or encrypted),
     /// or `nil` while it is incomplete.
-    public mutating func nextEnvelope() throws -> Envelope? {
+    package mutating func nextEnvelope() throws -> Envelope? {
         if let failure { throw failure }
         do {
             let available = buffer[start...]
@@ -61,7 +61,7 @@ public struct FrameDecoder: Sendable {
 
     /// Throws `.truncatedFrame` if bytes of an incomplete frame are left:
     /// call when the stream ended.
-    public func finish() throws {
+    package func finish() throws {
         if let failure { throw failure }
         if bufferedByteCount > 0 {
             throw TransportError(

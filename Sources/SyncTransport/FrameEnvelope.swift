@@ -10,44 +10,44 @@
 ///      9     4  CRC-32 of the payload bytes on the wire, UInt32 big-endian
 ///     13     n  payload
 /// ```
-public enum FrameEnvelope {
+package enum FrameEnvelope {
     /// `magic(2) version(1) type(1) flags(1) length(4) checksum(4)`.
-    public static let headerSize = 13
+    package static let headerSize = 13
 
     /// The two bytes every frame starts with: "SY".
-    public static let magic: [UInt8] = [0x53, 0x59]
+    package static let magic: [UInt8] = [0x53, 0x59]
 
     /// The envelope format versions this build reads and writes.
-    public static let supportedVersions: ClosedRange<UInt8> = 1...1
+    package static let supportedVersions: ClosedRange<UInt8> = 1...1
 
     /// The version written by default: the newest supported one.
-    public static let currentVersion: UInt8 = supportedVersions.upperBound
+    package static let currentVersion: UInt8 = supportedVersions.upperBound
 
     /// The header bytes a sealed (encrypted) payload authenticates:
     /// magic, version, type and flags. Length and checksum follow from the
     /// sealed bytes themselves.
-    public static func authenticatedHeader(version: UInt8, type: UInt8, flags: EnvelopeFlags) -> [UInt8] {
+    package static func authenticatedHeader(version: UInt8, type: UInt8, flags: EnvelopeFlags) -> [UInt8] {
         magic + [version, type, flags.rawValue]
     }
 }
 
 /// The flag bits of an envelope header.
-public struct EnvelopeFlags: OptionSet, Sendable, Hashable, CustomStringConvertible {
+package struct EnvelopeFlags: OptionSet, Sendable, Hashable, CustomStringConvertible {
     /// The flags byte of the header.
-    public let rawValue: UInt8
+    package let rawValue: UInt8
 
     /// Creates flags from the header byte.
-    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    package init(rawValue: UInt8) { self.rawValue = rawValue }
 
     /// Bit 0: the payload was deflated (zlib format) before any encryption.
-    public static let compressed = EnvelopeFlags(rawValue: 1 << 0)
+    package static let compressed = EnvelopeFlags(rawValue: 1 << 0)
     /// Bit 1: the payload is sealed with the connection's ChaChaPoly key.
-    public static let encrypted = EnvelopeFlags(rawValue: 1 << 1)
+    package static let encrypted = EnvelopeFlags(rawValue: 1 << 1)
     /// Every bit version 1 defines; any other bit is a protocol violation.
-    public static let known: EnvelopeFlags = [.compressed, .encrypted]
+    package static let known: EnvelopeFlags = [.compressed, .encrypted]
 
     /// The flag names, such as `[compressed, encrypted]`.
-    public var description: String {
+    package var description: String {
         var names: [String] = []
         if contains(.compressed) { names.append("compressed") }
         if contains(.encrypted) { names.append("encrypted") }
@@ -63,18 +63,18 @@ public struct EnvelopeFlags: OptionSet, Sendable, Hashable, CustomStringConverti
 /// `FrameCodec.makeEnvelope` / `openEnvelope` convert between `Frame` and
 /// `Envelope` (compression); the secure channel seals and opens encrypted
 /// envelopes; `encodeEnvelope` / `decodeEnvelope` convert to and from bytes.
-public struct Envelope: Sendable, Hashable {
+package struct Envelope: Sendable, Hashable {
     /// The envelope format version.
-    public var version: UInt8
+    package var version: UInt8
     /// The message type.
-    public var type: UInt8
+    package var type: UInt8
     /// Compressed / encrypted bits.
-    public var flags: EnvelopeFlags
+    package var flags: EnvelopeFlags
     /// The payload bytes as on the wire.
-    public var payload: [UInt8]
+    package var payload: [UInt8]
 
     /// Creates an envelope from its parts.
-    public init(version: UInt8 = FrameEnvelope.currentVersion, type: UInt8, flags: EnvelopeFlags = [], payload: [UInt8]) {
+    package init(version: UInt8 = FrameEnvelope.currentVersion, type: UInt8, flags: EnvelopeFlags = [], payload: [UInt8]) {
         self.version = version
         self.type = type
         self.flags = flags
@@ -82,21 +82,21 @@ public struct Envelope: Sendable, Hashable {
     }
 
     /// The number of bytes this envelope takes on the wire.
-    public var wireSize: Int { FrameEnvelope.headerSize + payload.count }
+    package var wireSize: Int { FrameEnvelope.headerSize + payload.count }
 }
 
 /// The parsed, validated 13-byte header of an envelope.
-public struct EnvelopeHeader: Sendable, Hashable {
+package struct EnvelopeHeader: Sendable, Hashable {
     /// The envelope format version.
-    public var version: UInt8
+    package var version: UInt8
     /// The message type.
-    public var type: UInt8
+    package var type: UInt8
     /// Compressed / encrypted bits.
-    public var flags: EnvelopeFlags
+    package var flags: EnvelopeFlags
     /// The payload length on the wire.
-    public var payloadLength: Int
+    package var payloadLength: Int
     /// The CRC-32 the payload must have.
-    public var checksum: UInt32
+    package var checksum: UInt32
 }
 
 /// Two lowercase hex digits per byte, for messages and ids.

@@ -4,12 +4,12 @@
 /// (`\n`, `\r`, `\t`, `\u{1b}`), backslashes are doubled, and the length is
 /// bounded. A peer can then never forge a log line or flood a log through
 /// its text. Text from a peer that did not authenticate is never logged at all.
-public enum PeerText {
+package enum PeerText {
     /// The longest escaped text kept, in Unicode scalars; longer text is cut and ends with `…`.
-    public static let defaultMaxLength = 256
+    package static let defaultMaxLength = 256
 
     /// `text` with control and format characters escaped, at most `maxLength` scalars (then `…`).
-    public static func escaped(_ text: String, maxLength: Int = defaultMaxLength) -> String {
+    package static func escaped(_ text: String, maxLength: Int = defaultMaxLength) -> String {
         var result = ""
         var count = 0
         for scalar in text.unicodeScalars {

@@ -22,7 +22,7 @@
 ///   departs when its transmission ends;
 /// - partition: frames sent while partitioned are dropped, and so are frames
 ///   that come due while partitioned.
-public struct SimulatedLink: Sendable {
+package struct SimulatedLink: Sendable {
     private struct InFlight: Sendable {
         var deliverAt: Int64
         var sequence: UInt64
@@ -31,11 +31,11 @@ public struct SimulatedLink: Sendable {
     }
 
     /// The faults applied from now on; frames already in flight keep their schedule.
-    public var faults: LinkFaults
+    package var faults: LinkFaults
     /// The codec that encodes frames to count and carry their wire bytes.
-    public let codec: FrameCodec
+    package let codec: FrameCodec
     /// Per-end counters.
-    public private(set) var statistics: [LinkEnd: LinkStatistics] = [.a: LinkStatistics(), .b: LinkStatistics()]
+    package private(set) var statistics: [LinkEnd: LinkStatistics] = [.a: LinkStatistics(), .b: LinkStatistics()]
 
     private var random: SeededRandom
     private var inFlight: [InFlight] = []
@@ -43,23 +43,23 @@ public struct SimulatedLink: Sendable {
     private var directionFreeAt: [LinkEnd: Int64] = [:]
 
     /// Creates a link whose randomness is determined by `seed`.
-    public init(seed: UInt64, faults: LinkFaults = .init(), codec: FrameCodec = .init()) {
+    package init(seed: UInt64, faults: LinkFaults = .init(), codec: FrameCodec = .init()) {
         self.faults = faults
         self.codec = codec
         self.random = SeededRandom(seed: seed)
     }
 
     /// The seed the link's randomness started from.
-    public var seed: UInt64 { random.seed }
+    package var seed: UInt64 { random.seed }
 
     /// The number of frame copies scheduled but not delivered yet.
-    public var inFlightCount: Int { inFlight.count }
+    package var inFlightCount: Int { inFlight.count }
 
     /// The virtual time of the earliest scheduled delivery, if any.
-    public var nextDeliveryTime: Int64? { inFlight.first?.deliverAt }
+    package var nextDeliveryTime: Int64? { inFlight.first?.deliverAt }
 
     /// Counters for one end.
-    public func statistics(for end: LinkEnd) -> LinkStatistics {
+    package func statistics(for end: LinkEnd) -> LinkStatistics {
         statistics[end] ?? LinkStatistics()
     }
 
@@ -67,7 +67,7 @@ public struct SimulatedLink: Sendable {
     /// delivery to the other end. Returns the envelope's size in bytes on the
     /// wire (0 if the codec refused the frame, which counts as dropped).
     @discardableResult
-    public mutating func send(_ frame: Frame, from end: LinkEnd, at nowMs: Int64) -> Int {
+    package mutating func send(_ frame: Frame, from end: LinkEnd, at nowMs: Int64) -> Int {
         statistics[end, default: .init()].framesSent += 1
         statistics[end, default: .init()].payloadBytesSent += frame.payload.count
 
@@ -113,7 +113,7 @@ public struct SimulatedLink: Sendable {
     /// Removes and returns every frame due at or before `nowMs`, decoded, in
     /// delivery-time order; frames due at the same time keep the order in
     /// which they were scheduled.
-    public mutating func deliverDue(at nowMs: Int64) -> [(to: LinkEnd, frame: Frame)] {
+    package mutating func deliverDue(at nowMs: Int64) -> [(to: LinkEnd, frame: Frame)] {
         let dueCount = inFlight.prefix { $0.deliverAt <= nowMs }.count
         guard dueCount > 0 else { return [] }
         let due = inFlight[0..<dueCount]
@@ -133,7 +133,7 @@ public struct SimulatedLink: Sendable {
 
     /// Drops every frame in flight (a connection reset), counting each as
     /// dropped by its sender, and forgets any bandwidth backlog.
-    public mutating func dropInFlight() {
+    package mutating func dropInFlight() {
         for item in inFlight {
             statistics[item.to.other, default: .init()].framesDropped += 1
         }

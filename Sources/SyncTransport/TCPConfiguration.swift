@@ -8,6 +8,9 @@ public enum WireDirection: String, Sendable, Hashable {
 
 /// Settings of a TCP connection or listener.
 public struct TCPConfiguration: Sendable {
+    /// The wire envelope versions this build speaks.
+    public static let supportedWireVersions: ClosedRange<UInt8> = FrameEnvelope.supportedVersions
+
     /// The shared pairing secret both ends must prove. A dialer proves it;
     /// a listener accepts it and each of `additionalSecrets`.
     public var secret: PairingSecret
@@ -87,7 +90,7 @@ public struct TCPConfiguration: Sendable {
         handshakeTimeout: Duration = .seconds(10),
         maxPendingOutboundBytes: Int = 1 << 20,
         maxBufferedInboundBytes: Int = 1 << 20,
-        wireVersions: ClosedRange<UInt8> = FrameEnvelope.supportedVersions,
+        wireVersions: ClosedRange<UInt8> = TCPConfiguration.supportedWireVersions,
         logger: Logger = Logger(label: "SyncTransport", factory: { _ in SwiftLogNoOpLogHandler() }),
         onWireBytes: (@Sendable (WireDirection, [UInt8]) -> Void)? = nil
     ) {

@@ -1,19 +1,19 @@
 /// The frame types the transport reserves for itself (`0xF0...0xFF`).
 /// Layouts are in `Fixtures/wire/v1/README.md`.
-public enum TransportFrameType {
+package enum TransportFrameType {
     /// Dialer -> listener: supported version range and a fresh nonce.
-    public static let hello: UInt8 = 0xF0
+    package static let hello: UInt8 = 0xF0
     /// Listener -> dialer: chosen version, the listener's nonce and its proof.
-    public static let challenge: UInt8 = 0xF1
+    package static let challenge: UInt8 = 0xF1
     /// Dialer -> listener: the dialer's proof.
-    public static let proof: UInt8 = 0xF2
+    package static let proof: UInt8 = 0xF2
     /// Either way, encrypted, empty: "still here". Never surfaced in `inbound`.
-    public static let heartbeat: UInt8 = 0xF3
+    package static let heartbeat: UInt8 = 0xF3
     /// Either way: an error code and message, then the sender closes.
-    public static let error: UInt8 = 0xF4
+    package static let error: UInt8 = 0xF4
     /// Dialer -> listener: like `hello`, and names the dialer's pairing
     /// (`PairingSecret.id`), so a listener with several pairings picks the secret.
-    public static let pairingHello: UInt8 = 0xF5
+    package static let pairingHello: UInt8 = 0xF5
 }
 
 /// The handshake and control messages, as pure values with their byte layouts.

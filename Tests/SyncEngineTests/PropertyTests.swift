@@ -1,7 +1,7 @@
 import Foundation
 import PropertyBased
 @testable import SyncEngine
-import SyncTransport
+@_spi(Benchmarks) import SyncTransport
 import Testing
 
 /// Cases per property (every property, the TCP one included): 500 by default;

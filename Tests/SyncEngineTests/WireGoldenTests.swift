@@ -1,6 +1,6 @@
 import Foundation
 @testable import SyncEngine
-import SyncTransport
+@_spi(Benchmarks) import SyncTransport
 import Testing
 
 /// Golden frames of every engine message in wire format v1, in

@@ -3,7 +3,7 @@ import Foundation
 import NIOCore
 import NIOEmbedded
 import Testing
-@testable import SyncTransport
+@_spi(Benchmarks) @testable import SyncTransport
 
 /// Fuzzes the decoders production runs (`FrameDecoderFuzzTests` covers the
 /// test-only `FrameDecoder`): `EnvelopeDecoderHandler` in a

@@ -1,5 +1,5 @@
 import Testing
-@testable import SyncTransport
+@_spi(Benchmarks) @testable import SyncTransport
 
 @Suite struct FrameCodecTests {
     let codec = FrameCodec()

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import SyncTransport
+@_spi(Benchmarks) @testable import SyncTransport
 
 /// Feeds mutated frames into `FrameDecoder`: it may only return frames or
 /// throw `TransportError`; a crash fails the whole run. Inputs that once

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import SyncTransport
+@_spi(Benchmarks) @testable import SyncTransport
 
 /// Golden frames of wire format version 1 in `Fixtures/wire/v1/`, decoded
 /// forever. Write new files with `SYNCTRANSPORT_WRITE_GOLDENS=1 swift test

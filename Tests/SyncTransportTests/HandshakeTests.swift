@@ -1,6 +1,6 @@
 import Crypto
 import Testing
-@testable import SyncTransport
+@_spi(Benchmarks) @testable import SyncTransport
 
 @Suite struct HandshakeTests {
     let secret = PairingSecret.generate()

@@ -3,7 +3,7 @@ import NIOCore
 import NIOEmbedded
 import Synchronization
 import Testing
-@testable import SyncTransport
+@_spi(Benchmarks) @testable import SyncTransport
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,7 +1,7 @@
 import Logging
 import ServiceLifecycle
 import Testing
-@testable import SyncTransport
+@_spi(Benchmarks) @testable import SyncTransport
 
 /// The listener as a swift-service-lifecycle `Service`: `init` binds and
 /// starts nothing, `run()` accepts until graceful shutdown, and returns

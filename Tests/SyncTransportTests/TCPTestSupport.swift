@@ -3,7 +3,7 @@ import NIOCore
 import NIOPosix
 import Synchronization
 import Testing
-@testable import SyncTransport
+@_spi(Benchmarks) @testable import SyncTransport
 
 /// A configuration for tests: a shared secret, short timeouts, logs captured.
 func testConfiguration(

@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
-@testable import SyncTransport
+@_spi(Benchmarks) @testable import SyncTransport
 
 @Suite(.timeLimit(.minutes(2))) struct TCPTransportTests {
     let secret = PairingSecret.generate()

@@ -1,5 +1,5 @@
 import Foundation
-import SyncTransport
+@_spi(Benchmarks) import SyncTransport
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,6 +1,6 @@
 import Foundation
 @_spi(Testing) import SyncEngine
-import SyncTransport
+@_spi(Benchmarks) import SyncTransport
 
 /// End-to-end sync figures against the machine's limits from the same run.
 public struct SyncBenchmark: Sendable {
