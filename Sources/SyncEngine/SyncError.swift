@@ -1,3 +1,5 @@
+import SyncTransport
+
 /// The one error type of SyncEngine: a stable code plus a message that says
 /// what happened and what to do. Messages never contain stored values or secrets.
 public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -47,6 +49,17 @@ public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         /// A remote entry's version is further ahead of this device's clock than
         /// `StoreOptions.maxRemoteClockAhead` allows (or its base is after its version).
         public static let versionOutOfRange = Code("version-out-of-range")
+
+        // Codes a `TransportError` keeps when it becomes a `SyncError` (its own
+        // `connect-failed` becomes `notConnected`).
+        public static let truncatedFrame = Code("truncated-frame")
+        public static let oversizedFrame = Code("oversized-frame")
+        public static let badMagic = Code("bad-magic")
+        public static let unsupportedVersion = Code("unsupported-version")
+        public static let checksumMismatch = Code("checksum-mismatch")
+        public static let decompressionFailed = Code("decompression-failed")
+        public static let authenticationFailed = Code("authentication-failed")
+        public static let badSecretFile = Code("bad-secret-file")
     }
 
     public let code: Code
@@ -58,4 +71,14 @@ public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     public var description: String { "\(code): \(message)" }
+}
+
+extension SyncError {
+    /// The transport's error with its code (`truncated-frame`,
+    /// `authentication-failed`, …; a failed dial is `notConnected`) and its
+    /// message, after `context` when given.
+    public init(_ error: TransportError, context: String? = nil) {
+        let code = error.code == .connectFailed ? Code.notConnected : Code(error.code.rawValue)
+        self.init(code, context.map { "\($0): \(error.message)" } ?? error.message)
+    }
 }

@@ -36,4 +36,31 @@ import Testing
             _ = try await TCPTransport.connect(host: "127.0.0.1", port: port, configuration: tcp)
         }
     }
+
+    /// A failed dial's error event keeps the transport's code: a listener of
+    /// another pairing is `authentication-failed` (it was `not-connected`,
+    /// like a peer that is not there at all).
+    @Test func aFailedDialKeepsTheTransportCode() async throws {
+        let pair = try Pair()
+        let phoneSecret = PairingSecret.generate()
+        let otherSecret = PairingSecret.generate()
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: phoneSecret))
+        let watch = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: otherSecret.epoch))
+        let events = pair.watch.events()
+        let dialing = Task {
+            await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: TCPConfiguration(secret: otherSecret))
+        }
+        let failure = try await first(of: events, "the failed dial's error event") { event -> Bool in
+            if case .error = event { true } else { false }
+        }
+        dialing.cancel()
+        await listener.close()
+        _ = try await withDeadline("the dialer to stop") { await dialing.value }
+        guard case .error(let error) = failure else { Issue.record("not an error event: \(failure)"); return }
+        #expect(error.code == .authenticationFailed, "\(error)")
+
+        // A port where nothing listens any more: not-connected, as documented.
+        let mapped = SyncError(TransportError(.connectFailed, "refused"), context: "dial")
+        #expect(mapped.code == .notConnected && mapped.message == "dial: refused")
+    }
 }

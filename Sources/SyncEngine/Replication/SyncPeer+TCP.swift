@@ -45,7 +45,8 @@ extension SyncPeer {
     /// package; its retries are logged to `configuration.logger`), and only
     /// while this process holds the store's replication lock: the peer never
     /// sees a second session for this device. Each failed dial is also an
-    /// `.error` event (`not-connected`).
+    /// `.error` event with the transport's code (`not-connected` when nothing
+    /// answered, `authentication-failed` for another pairing, …).
     public func maintainConnection(host: String, port: Int, configuration: TCPConfiguration, policy: ReconnectPolicy) async {
         let store = self.store
         let lock = ReplicationLockHold(store: store)
@@ -55,7 +56,9 @@ extension SyncPeer {
                 return try await TCPTransport.connect(host: host, port: port, configuration: configuration)
             } catch {
                 lock.release()
-                store.emit(.error(SyncError(.notConnected, "cannot reach the peer at \(host):\(port): \(error)")))
+                let context = "cannot reach the peer at \(host):\(port)"
+                store.emit(.error((error as? TransportError).map { SyncError($0, context: context) }
+                                  ?? SyncError(.notConnected, "\(context): \(error)")))
                 throw error
             }
         }
