@@ -13,8 +13,11 @@ private final class Neighbourhood {
     let watches: [SyncStore]
     /// The frames of the last session of each watch.
     var lastFrames: [Int: [(from: String, frame: Frame)]] = [:]
+    /// The pairing epoch of each watch.
+    let epochs: [String]
 
-    init(watches count: Int) throws {
+    init(watches count: Int, epochs: [String]? = nil) throws {
+        self.epochs = epochs ?? Array(repeating: "test", count: count)
         let registry = try TestKeys.registry()
         self.registry = registry
         let folder = self.folder
@@ -29,7 +32,7 @@ private final class Neighbourhood {
 
     /// One session between the phone and watch `i`, until nothing more moves.
     func sync(_ i: Int) {
-        let link = Link(phone, watches[i])
+        let link = Link(phone, watches[i], epoch: epochs[i])
         link.connect()
         link.settle()
         lastFrames[i] = link.frames
@@ -279,6 +282,74 @@ private final class Neighbourhood {
         #expect(try home.watches[0].storedValue(for: TestKeys.daily["kept"]) == 5)
         for frame in again { _ = watch.receive(frame, now: now) }
         #expect(try home.watches[0].storedValue(for: TestKeys.daily["kept"]) == 5)
+    }
+
+    /// The same return over TCP (127.0.0.1, port 0): the phone's listener
+    /// serves the returning watch, which dials with `maintainConnection`.
+    @Test(.timeLimit(.minutes(1))) func returningWatchOverTCPIsRebaselined() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"])
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.watches[0].set(30, for: TestKeys.daily["mine-alive"])
+        home.sync(0)
+        home.sync(1)
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(1)
+        home.advance(days: 91)
+        home.sync(1)
+        _ = try home.phone.purgeTombstones()
+        #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name) == nil)
+        try await home.watches[0].set(7, for: TestKeys.daily["offline"])
+
+        let phone = home.phone, returning = home.watches[0], other = home.watches[1]
+        let events = phone.events()
+        let phonePeer = SyncPeer(store: phone, configuration: ReplicationConfiguration(pairingEpoch: pairing.epoch),
+                                 tickInterval: .milliseconds(50))
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: pairing))
+        let server = Task { await phonePeer.serve(listener) }
+        let watchPeer = SyncPeer(store: returning, configuration: ReplicationConfiguration(pairingEpoch: pairing.epoch),
+                                 tickInterval: .milliseconds(50))
+        let client = Task {
+            await watchPeer.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: TCPConfiguration(secret: pairing))
+        }
+        try await first(of: events, "the phone's session with the returning watch") { if case .connected = $0 { true } else { false } }
+        try await eventually(returning, "the purged value to go and the live one to come back") {
+            try returning.storedValue(for: TestKeys.steps) == nil && returning.storedValue(for: TestKeys.daily["mine-alive"]) == 30
+        }
+        try await eventually(phone, "the offline write to reach the phone") { try phone.storedValue(for: TestKeys.daily["offline"]) == 7 }
+        try await phonePeer.waitUntilIdle(timeout: waitLimit)
+        client.cancel()
+        _ = try await withDeadline("the watch to stop") { await client.value }
+        await listener.close()
+        server.cancel()
+        _ = try await withDeadline("the phone to stop") { await server.value }
+
+        home.sync(1)
+        for store in [phone, returning, other] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil)
+            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+            #expect(try store.storedValue(for: TestKeys.daily["offline"]) == 7)
+        }
+    }
+
+    /// A watch in one long session is seen with each acknowledgement: it is
+    /// not forgotten while it keeps acknowledging.
+    @Test func aWatchInALongSessionIsSeenWithEachAcknowledgement() async throws {
+        let home = try Neighbourhood(watches: 1)
+        try await home.phone.set(1, for: TestKeys.steps)
+        let link = Link(home.phone, home.watches[0])
+        link.connect()
+        link.settle()
+        for day in 1...4 {
+            home.advance(days: 30)
+            try await home.phone.set(1 + day, for: TestKeys.steps)
+            link.settle()
+        }
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == 5)
+        _ = try home.phone.purgeTombstones()
+        #expect(try home.phone.forgottenPeers().isEmpty)
+        #expect(try home.phone.knownPeers().map(\.node) == [home.watches[0].nodeID])
     }
 
     /// Only a phone re-baselines its watches: a notice sent to a phone fails

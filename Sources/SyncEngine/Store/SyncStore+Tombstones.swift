@@ -121,7 +121,7 @@ extension SyncStore {
     private func forgetPeers(unseenSince cutoff: Int64, now: Int64) throws -> [UInt32] {
         guard role == .phone else { return [] }
         let due = try database.read { conn -> Bool in
-            let stmt = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_peers WHERE last_seen < ?1 AND peer_role = 'watch')")
+            let stmt = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_peers WHERE last_seen < ?1)")
             stmt.bind(1, cutoff)
             defer { stmt.reset() }
             _ = try stmt.step()
@@ -133,7 +133,7 @@ extension SyncStore {
             let unknown = try conn.statement("UPDATE sync_peers SET last_seen = ?1 WHERE last_seen <= 0")
             unknown.bind(1, now)
             try unknown.run()
-            let select = try conn.statement("SELECT peer_node FROM sync_peers WHERE last_seen < ?1 AND peer_role = 'watch'")
+            let select = try conn.statement("SELECT peer_node FROM sync_peers WHERE last_seen < ?1")
             select.bind(1, cutoff)
             var nodes: [UInt32] = []
             while try select.step() { nodes.append(UInt32(truncatingIfNeeded: select.int64(0))) }
