@@ -114,6 +114,42 @@ private final class Neighbourhood {
         #expect(try reopened.entryInfo(forKey: TestKeys.daily["d1"].name) == nil)
     }
 
+    /// A store that knows no peer yet keeps its tombstones: nobody has the deletes.
+    @Test func keepsTombstonesWhileNoPeerIsKnown() async throws {
+        let home = try Neighbourhood(watches: 0)
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.phone.remove(TestKeys.steps)
+        home.advance(days: 365)
+        #expect(try home.phone.purgeTombstones() == 0)
+        #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name)?.isDeleted == true)
+    }
+
+    /// A watch that declares a key differently passes over its changes (its
+    /// cursor moves on without them): that key's tombstone waits for it.
+    @Test func aKeyDeclaredDifferentlyHoldsItsTombstoneBack() async throws {
+        let folder = TempFolder()
+        let clock = ManualClock()
+        let shared = Key<Int>("shared", default: 0)
+        let phoneView = Key<Int>("disputed", default: 0, policy: .automaticSmall)
+        let watchView = Key<Int>("disputed", default: 0, policy: .manual)
+        let phone = try SyncStore(path: folder.file("p"), role: .phone, registry: try KeyRegistry([shared, phoneView]),
+                                  options: StoreOptions(clock: clock))
+        let watch = try SyncStore(path: folder.file("w"), role: .watch, registry: try KeyRegistry([shared, watchView]),
+                                  options: StoreOptions(clock: clock))
+        try await phone.set(1, for: shared)
+        try await phone.set(2, for: phoneView)
+        Link(phone, watch).connect()
+        try await phone.remove(shared)
+        try await phone.remove(phoneView)
+        Link(phone, watch).connect()
+        #expect(try watch.storedValue(for: shared) == nil)
+        #expect(try phone.knownPeers().first?.mismatched == ["disputed"])
+        clock.advance(by: 31 * Neighbourhood.day)
+        #expect(try phone.purgeTombstones() == 1)
+        #expect(try phone.entryInfo(forKey: "shared") == nil)
+        #expect(try phone.entryInfo(forKey: "disputed")?.isDeleted == true)
+    }
+
     /// A delete waiting for `sync()` in the manual lane is never purged, however old.
     @Test func keepsManualTombstonesWaitingForSync() async throws {
         let home = try Neighbourhood(watches: 1)
