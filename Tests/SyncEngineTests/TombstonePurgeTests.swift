@@ -205,6 +205,7 @@ private final class Neighbourhood {
     @Test func returningWatchHoldingTheOldValueDoesNotBringThePurgedDeleteBack() async throws {
         let home = try Neighbourhood(watches: 2)
         try await home.phone.set(1, for: TestKeys.steps)
+        try await home.watches[0].set("face", for: TestKeys.watchFace)  // never leaves the watch
         try await home.watches[0].set(20, for: TestKeys.daily["mine-deleted"])
         try await home.watches[0].set(30, for: TestKeys.daily["mine-alive"])
         home.sync(0)
@@ -245,6 +246,7 @@ private final class Neighbourhood {
             #expect(try store.storedValue(for: TestKeys.daily["offline"]) == 7)
             #expect(try store.storedValue(for: TestKeys.daily["early"]) == 9)
         }
+        #expect(try home.watches[0].storedValue(for: TestKeys.watchFace) == "face")
         // The app on watch 0 heard the old value go.
         let removal = try await first(of: changes, "watch 0's removal of steps") { $0.kind == .removed }
         #expect(removal.origin == .remote)
