@@ -102,6 +102,8 @@ import Testing
         }
         // Back to v4: the outbox holds the queued change; the watch's value arrived without a sequence.
         try sqlite(path) { db in
+            try exec(db, "DROP TABLE sync_forgotten_peers")
+            try exec(db, "DROP INDEX sync_tombstones")
             try exec(db, "DROP INDEX sync_stream")
             try exec(db, "ALTER TABLE entries DROP COLUMN origin_peer")
             try exec(db, "ALTER TABLE sync_peers DROP COLUMN mismatched")
@@ -133,6 +135,56 @@ import Testing
         #expect(try watch.storedValue(for: TestKeys.steps) == nil)  // acknowledged before: not sent again
         #expect(try watch.storedValue(for: TestKeys.tags) == nil)   // it came from the watch: never sent back
         #expect(try phone.pendingSummary(for: Self.watchNode).total == 0)
+    }
+
+    /// A v5 file moves to v6 (tombstone purging, forgotten peers) with what
+    /// waits and every peer's cursor intact, and its tombstones kept until
+    /// the peers have them and the retention passes.
+    @Test func v5CursorsAndPendingSurviveToV6() async throws {
+        let folder = TempFolder()
+        let registry = try TestKeys.registry()
+        let clock = ManualClock()
+        let options = StoreOptions(clock: clock, encryption: .keyFile(path: folder.file("phone.key")))
+        let path = folder.file("phone.sqlite")
+        do {
+            let store = try SyncStore(path: path, role: .phone, registry: registry, options: options)
+            try store.recordPeer(node: Self.watchNode, role: .watch, epoch: "test")
+            try await store.set(1, for: TestKeys.steps)
+            try await store.remove(TestKeys.steps)               // a tombstone, acknowledged below
+            try store.acknowledge(peer: Self.watchNode, through: try #require(try store.entryInfo(forKey: "health:daily:steps")).changeSequence)
+            try await store.set(2, for: TestKeys.daily["a"])     // still waiting for the watch
+            try await store.set("Ada", for: TestKeys.name)       // waiting for sync()
+            store.close()
+        }
+        // Back to v5.
+        try sqlite(path) { db in
+            try exec(db, "DROP TABLE sync_forgotten_peers")
+            try exec(db, "DROP INDEX sync_tombstones")
+            try exec(db, "PRAGMA user_version = 5")
+        }
+        let cursorBefore = try sqliteInt(path, "SELECT acked_through FROM sync_peers WHERE peer_node = \(Self.watchNode)")
+        #expect(cursorBefore > 0)
+
+        let phone = try SyncStore(path: path, role: .phone, registry: registry, options: options)
+        #expect(try sqliteInt(path, "PRAGMA user_version") == 6)
+        #expect(try sqliteInt(path, "SELECT count(*) FROM sqlite_master WHERE name IN ('sync_forgotten_peers', 'sync_tombstones')") == 2)
+        #expect(try sqliteInt(path, "SELECT acked_through FROM sync_peers WHERE peer_node = \(Self.watchNode)") == cursorBefore)
+        #expect(try phone.pendingSummary(for: Self.watchNode).automatic == 1)
+        #expect(try phone.pendingSummary(for: Self.watchNode).manualWaiting == 1)
+        #expect(try phone.entryInfo(forKey: "health:daily:steps")?.isDeleted == true)
+        #expect(try phone.purgedThrough() == 0)
+
+        // The tombstone goes once the retention passed; the watch still resumes from its cursor.
+        clock.advance(by: 31 * 86_400_000)
+        #expect(try phone.purgeTombstones() == 1)
+        var watchOptions = StoreOptions(clock: clock, encryption: .keyFile(path: folder.file("watch.key")))
+        watchOptions.nodeID = Self.watchNode
+        let watch = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: registry, options: watchOptions)
+        let link = Link(phone, watch)
+        link.connect()
+        #expect(try watch.storedValue(for: TestKeys.daily["a"]) == 2)
+        #expect(watch.syncCounters.entriesReceived == 1)
+        #expect(!link.frames.contains { $0.frame.type == SyncMessage.MessageType.rebaseline.rawValue })
     }
 
     /// The peer's cursor follows every write: a newer local change takes a new

@@ -326,7 +326,7 @@ final class SessionFuzzer {
             default: ack.index += 1
             }
             return SyncMessage.chunkAck(ack).frame()
-        case .hello, .error:
+        case .hello, .error, .rebaseline:
             return nil
         }
     }

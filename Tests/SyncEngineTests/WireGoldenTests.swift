@@ -32,6 +32,7 @@ import Testing
                                       checksum: Checksum.crc32(Array(0..<5)), bytes: Array(0..<5)))),
         ("engine-chunk-ack", .chunkAck(.init(key: "photo", version: v, index: 0, complete: false))),
         ("engine-error", .error(.init(code: "handshake-failed", message: "a phone pairs only with a watch, but the peer is also a phone"))),
+        ("engine-rebaseline", .rebaseline(.init(id: 300, purgedThrough: v.packed))),
     ]
 
     @Test func goldenFramesDecode() throws {
@@ -69,6 +70,21 @@ import Testing
             #expect(throws: SyncError.self) { _ = try SyncMessage(frame: Frame(type: frame.type, payload: frame.payload + [0])) }
         }
         #expect(throws: SyncError.self) { _ = try SyncMessage(frame: Frame(type: 0x77, payload: [1])) }
+    }
+
+    /// A re-baseline notice's version must be a real one: 0 or negative is a
+    /// clear `malformedMessage`.
+    @Test func rebaselineNoticeWithAVersionOutOfRangeIsRejected() throws {
+        #expect(SyncMessage.MessageType.rebaseline.rawValue == 7)
+        for purged in [Int64(0), -1, Int64.min] {
+            let frame = SyncMessage.rebaseline(.init(id: 1, purgedThrough: purged)).frame()
+            #expect(throws: SyncError.self) { _ = try SyncMessage(frame: frame) }
+            do {
+                _ = try SyncMessage(frame: frame)
+            } catch let error as SyncError {
+                #expect(error.code == .malformedMessage)
+            }
+        }
     }
 
     /// Seeded mutation fuzzing of the message decoder and of a live session:

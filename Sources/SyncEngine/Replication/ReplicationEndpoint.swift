@@ -138,6 +138,12 @@ public final class ReplicationEndpoint {
                     }
                     store.counters.withLock { $0.entriesSent += 1 }
                 }
+            case .rebaseline(let notice):
+                guard machine.isEstablished, let peer = machine.peer else {
+                    return perform(machine.receivedDataBeforeHandshake(now: now), now: now)
+                }
+                let removed = try store.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys)
+                try acknowledgeDurably(SyncMessage.ack(.init(batchID: notice.id, applied: removed, rejected: [])).frame(), into: &out)
             case .error(let error):
                 // The peer's words, escaped and bounded: they end up in logs and events.
                 let reported = SyncError(SyncError.Code(PeerText.escaped(error.code, maxLength: 64)),
@@ -336,6 +342,10 @@ public final class ReplicationEndpoint {
                     let record = try store.recordPeer(node: peer.node, role: peer.role, epoch: configuration.pairingEpoch)
                     cursor = record.cursor
                     scan = record.cursor
+                    // A watch the phone has no cursor for, after tombstones were purged: re-baseline it first.
+                    if let purged = try store.rebaselineNotice(for: peer.node, cursor: record.cursor) {
+                        out.append(machine.sendRebaseline(purgedThrough: purged, now: now).frame())
+                    }
                     // Keys declared differently are passed over; remember them (with those of earlier
                     // sessions) so that, once both sides agree, their changes are sent whatever the cursor.
                     repairedNames = record.mismatched.subtracting(peer.mismatchedKeys)

@@ -36,6 +36,7 @@ struct SessionStateMachine {
     enum Payload: Sendable, Equatable {
         case batch([BatchItem])
         case chunk(key: String, seq: Int64, version: HLCTimestamp, index: Int, isLast: Bool)
+        case rebaseline
     }
 
     struct BatchItem: Sendable, Equatable {
@@ -88,7 +89,10 @@ struct SessionStateMachine {
     }
 
     var isEstablished: Bool { phase == .established }
-    var hasCapacity: Bool { phase == .established && inFlight.count < window }
+    /// Nothing more goes out while a re-baseline notice waits for its
+    /// acknowledgement: the watch must act on it before the baseline arrives.
+    var hasCapacity: Bool { phase == .established && inFlight.count < window && !awaitsRebaseline }
+    private var awaitsRebaseline: Bool { inFlight.values.contains { $0.payload == .rebaseline } }
     var isQuiet: Bool { inFlight.isEmpty }
 
     func hello(isReply: Bool) -> SyncMessage {
@@ -140,6 +144,16 @@ struct SessionStateMachine {
         nextBatchID += 1
         let message = SyncMessage.batch(.init(id: id, entries: entries))
         inFlight[id] = InFlight(message: message, payload: .batch(items), sentAt: now, attempts: 1)
+        return message
+    }
+
+    /// Registers an outgoing re-baseline notice (acknowledged like a batch,
+    /// retransmitted like one); returns the message to send.
+    mutating func sendRebaseline(purgedThrough: Int64, now: Int64) -> SyncMessage {
+        let id = nextBatchID
+        nextBatchID += 1
+        let message = SyncMessage.rebaseline(.init(id: id, purgedThrough: purgedThrough))
+        inFlight[id] = InFlight(message: message, payload: .rebaseline, sentAt: now, attempts: 1)
         return message
     }
 

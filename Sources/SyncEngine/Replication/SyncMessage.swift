@@ -84,16 +84,26 @@ public enum SyncMessage: Sendable, Equatable {
         public var message: String
     }
 
+    /// A phone's notice to a watch it has no cursor for, before the full
+    /// baseline: it purged tombstones up to `purgedThrough` (a packed version),
+    /// so the watch removes what the phone already knew up to there (the
+    /// baseline brings back what is alive). Acknowledged with an `ack` of `id`.
+    public struct Rebaseline: Sendable, Equatable {
+        public var id: UInt64
+        public var purgedThrough: Int64
+    }
+
     case hello(Hello)
     case batch(Batch)
     case ack(Ack)
     case chunk(Chunk)
     case chunkAck(ChunkAck)
     case error(ErrorMessage)
+    case rebaseline(Rebaseline)
 
     /// Frame type numbers of the engine's messages.
     public enum MessageType: UInt8, Sendable {
-        case hello = 1, batch = 2, ack = 3, chunk = 4, chunkAck = 5, error = 6
+        case hello = 1, batch = 2, ack = 3, chunk = 4, chunkAck = 5, error = 6, rebaseline = 7
     }
 
     /// The payload schema version written as each payload's first byte.
@@ -160,6 +170,10 @@ extension SyncMessage {
             type = .error
             w.writeString(e.code)
             w.writeString(e.message)
+        case .rebaseline(let r):
+            type = .rebaseline
+            w.writeVarInt(r.id)
+            w.writeUInt64(UInt64(bitPattern: r.purgedThrough))
         }
         return Frame(type: type.rawValue, payload: w.bytes)
     }
@@ -223,6 +237,13 @@ extension SyncMessage {
                                           index: Int(try r.readVarInt() & 0xFFFF_FFFF), complete: try r.readUInt8() != 0))
             case .error:
                 self = .error(ErrorMessage(code: try r.readString(maxLength: 128), message: try r.readString(maxLength: 4096)))
+            case .rebaseline:
+                let id = try r.readVarInt()
+                let purgedThrough = Int64(bitPattern: try r.readUInt64())
+                guard purgedThrough > 0 else {
+                    throw SyncError(.malformedMessage, "a re-baseline notice carries the version \(purgedThrough), out of range")
+                }
+                self = .rebaseline(Rebaseline(id: id, purgedThrough: purgedThrough))
             }
             guard r.isAtEnd else { throw SyncError(.malformedMessage, "\(type) message has \(r.remaining) trailing bytes") }
         } catch let error as SyncError {

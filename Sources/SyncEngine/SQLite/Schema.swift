@@ -8,11 +8,14 @@
 /// the entry's row. Since v4 the conflict log holds one row per resolution.
 /// Since v5 each peer reads one stream of changes from its own cursor
 /// (`sync_peers.acked_through`): no outbox, and a phone serves several watches.
+/// Since v6 tombstones every peer has are purged (`sync_meta` 'purged_through'
+/// holds the newest purged version) and watches unseen for long are forgotten
+/// (`sync_forgotten_peers`).
 ///
 /// Every store carries `PRAGMA application_id = 0x5379456E` (ASCII "SyEn"),
 /// set with the schema; `Database` refuses SQLite files with another id.
 enum Schema {
-    static let currentVersion = 5
+    static let currentVersion = 6
     /// `PRAGMA application_id` of a SyncEngine store: ASCII "SyEn".
     static let applicationID: Int32 = 0x5379_456E
 
@@ -147,6 +150,19 @@ enum Schema {
         DELETE FROM sync_meta WHERE name IN ('manual_flush_through', 'current_peer');
         INSERT OR REPLACE INTO sync_meta(name, value) VALUES ('lanes_need_registry', '1');
         CREATE INDEX sync_stream ON entries(change_seq) WHERE lane IN (1, 3);
+        """,
+        // v6: tombstones are purged once every known peer has them and the retention
+        // passed; `sync_peers.last_seen` (there since v1) now also moves with each
+        // acknowledgement, and a watch unseen past the horizon leaves `sync_peers`
+        // for `sync_forgotten_peers` (it no longer holds tombstones back).
+        """
+        CREATE TABLE sync_forgotten_peers (
+            peer_node    INTEGER PRIMARY KEY NOT NULL,
+            peer_role    TEXT NOT NULL,
+            forgotten_at INTEGER NOT NULL,
+            last_seen    INTEGER NOT NULL
+        );
+        CREATE INDEX sync_tombstones ON entries(ver) WHERE deleted = 1;
         """,
     ]
 

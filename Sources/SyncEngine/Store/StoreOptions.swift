@@ -61,6 +61,18 @@ public struct StoreOptions: Sendable {
     /// until `conflictLogLimit` pushes them out.
     public var conflictLogMaxAge: Duration? = .seconds(30 * 24 * 3600)
 
+    /// A tombstone (what a delete leaves) is purged once every known peer
+    /// other than the one it came from has acknowledged it, it does not wait
+    /// for `sync()`, and its version is older than this. nil never purges.
+    /// A peer that comes back after its tombstones were purged is
+    /// re-baselined (see the README, "Tombstones and peers that stay away").
+    public var tombstoneRetention: Duration? = .seconds(30 * 24 * 3600)
+    /// A watch the phone has not seen (no session, no acknowledgement) for
+    /// longer than this is forgotten: it no longer holds tombstones back, and
+    /// when it returns it starts again from a full baseline. nil never
+    /// forgets. A watch never forgets its phone.
+    public var peerHorizon: Duration? = .seconds(90 * 24 * 3600)
+
     public init(clock: any PhysicalClock = SystemClock(), encryption: EncryptionKeySource? = nil) {
         self.clock = clock
         self.encryption = encryption

@@ -149,19 +149,23 @@ extension SyncStore {
     // MARK: peers and cursors
 
     /// Records that `peer` durably applied every change of the stream up to
-    /// `sequence`: its cursor moves there (never back).
+    /// `sequence`: its cursor moves there (never back), and it was seen now.
+    /// Then purges the tombstones every peer has (at most once a minute).
     func acknowledge(peer: UInt32, through sequence: Int64) throws {
+        let now = physicalClock.nowMilliseconds()
         try database.write { conn in
-            let stmt = try conn.statement("UPDATE sync_peers SET acked_through = max(acked_through, ?2) WHERE peer_node = ?1")
+            let stmt = try conn.statement("UPDATE sync_peers SET acked_through = max(acked_through, ?2), last_seen = ?3 WHERE peer_node = ?1")
             stmt.bind(1, Int64(peer))
             stmt.bind(2, sequence)
+            stmt.bind(3, now)
             try stmt.run()
         }
+        purgeTombstonesIfDue()
     }
 
     /// Records the peer of a new session and returns what the store knows of
-    /// it. A peer seen for the first time, or under another pairing epoch,
-    /// starts at cursor 0: it receives everything (a full baseline).
+    /// it. A peer seen for the first time, forgotten (`peerHorizon`), or under
+    /// another pairing epoch, starts at cursor 0: it receives everything (a full baseline).
     @discardableResult
     func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord {
         let now = physicalClock.nowMilliseconds()
@@ -177,6 +181,9 @@ extension SyncStore {
             upsert.bind(3, epoch)
             upsert.bind(4, now)
             try upsert.run()
+            let returned = try conn.statement("DELETE FROM sync_forgotten_peers WHERE peer_node = ?1")
+            returned.bind(1, Int64(node))
+            try returned.run()
             return try SyncStore.peerRecord(conn, node: node) ?? PeerRecord(node: node, cursor: 0, mismatched: [])
         }
     }

@@ -41,6 +41,9 @@ public final class SyncStore: KeyValueBackend {
     /// Bumped by every local commit and manual-sync request, so a replication
     /// loop can tell whether its idea of "idle" is current.
     let localGeneration = Atomic<Int>(0)
+    /// When tombstones were last purged (physical milliseconds), to purge after
+    /// acknowledgements at most once a minute.
+    let purgeState = Mutex<Int64>(0)
 
     /// Opens (creating if needed) the store at `path` for `role`.
     ///
@@ -121,6 +124,7 @@ public final class SyncStore: KeyValueBackend {
         }
         if let valueFiles { try removeUnreferencedValueFiles(valueFiles) }
         try assignLanesAfterMigration()
+        try purgeTombstones()
         try startSharedFileTracking()
     }
 

@@ -1,0 +1,263 @@
+import Foundation
+
+/// Tombstones, and peers that stay away.
+///
+/// A delete leaves a tombstone row (`deleted = 1`) so that the delete reaches
+/// every peer and beats older values. Once every known peer other than the
+/// one it came from has acknowledged it, it does not wait for `sync()`, and
+/// its version is older than `StoreOptions.tombstoneRetention`, the row is
+/// purged; `sync_meta` 'purged_through' keeps the newest purged version (packed).
+///
+/// A watch the phone has not seen for longer than `StoreOptions.peerHorizon`
+/// is forgotten (it leaves `sync_peers`, so it no longer holds tombstones
+/// back). When it returns it has no cursor: the phone first sends it a
+/// re-baseline notice with 'purged_through' W, and the watch removes every
+/// entry of version ≤ W that the phone already knew (it came from the phone,
+/// or the phone acknowledged it): what the phone still has comes back with
+/// the full baseline that follows, what it deleted and purged is gone. The
+/// watch's changes the phone never acknowledged stay and are sent as usual.
+extension SyncStore {
+    /// Purges at most this often after acknowledgements (at open and through
+    /// `purgeTombstones()` whenever asked).
+    static let purgeAfterAcknowledgementInterval: Int64 = 60_000
+
+    /// Forgets watches unseen past `StoreOptions.peerHorizon`, then purges
+    /// the tombstones every known peer has (see the type's documentation).
+    /// Returns how many tombstones were purged. Runs at open too.
+    @discardableResult
+    public func purgeTombstones() throws -> Int {
+        try checkOpen()
+        let now = physicalClock.nowMilliseconds()
+        purgeState.withLock { $0 = now }
+        if let horizon = options.peerHorizon {
+            let forgotten = try forgetPeers(unseenSince: now - SyncStore.milliseconds(horizon), now: now)
+            if !forgotten.isEmpty {
+                logger.notice("forgot watches unseen past the peer horizon; they re-baseline when they return",
+                              metadata: ["peers": "\(forgotten.map { String($0, radix: 16) })"])
+            }
+        }
+        guard let retention = options.tombstoneRetention else { return 0 }
+        let cutoffMilliseconds = now - SyncStore.milliseconds(retention)
+        guard cutoffMilliseconds > 0 else { return 0 }
+        let cutoff = HLCTimestamp(physicalMilliseconds: min(cutoffMilliseconds, HLCTimestamp.maxPhysicalMilliseconds), counter: 0, node: 0).packed
+        let anyOldTombstone = try database.read { conn -> Bool in
+            let stmt = try conn.statement("SELECT EXISTS (SELECT 1 FROM entries WHERE deleted = 1 AND ver < ?1)")
+            stmt.bind(1, cutoff)
+            defer { stmt.reset() }
+            _ = try stmt.step()
+            return stmt.int(0) != 0
+        }
+        guard anyOldTombstone else { return 0 }
+        let purged = try database.write({ conn -> [String] in
+            let peers = try SyncStore.peerRecords(conn)
+            // No peer yet: nobody has these deletes; keep them for the first one.
+            guard !peers.isEmpty else { return [] }
+            let select = try conn.statement("""
+                SELECT key, ver, node, change_seq, lane, origin_peer FROM entries
+                WHERE deleted = 1 AND ver < ?1 AND lane != \(SyncLane.manual.rawValue)
+                """)
+            select.bind(1, cutoff)
+            var doomed: [(key: String, version: HLCTimestamp)] = []
+            while try select.step() {
+                let key = select.string(0)
+                let seq = select.int64(3)
+                let isSent = SyncLane(rawValue: select.int(4))?.isSent ?? false
+                let origin = UInt32(truncatingIfNeeded: select.int64(5))
+                let name = registry.descriptor(forEntry: key)?.name
+                let everyPeerHasIt = !isSent || peers.allSatisfy { peer in
+                    peer.node == origin || (seq <= peer.cursor && !(name.map(peer.mismatched.contains) ?? false))
+                }
+                if everyPeerHasIt {
+                    doomed.append((key, HLCTimestamp(packed: select.int64(1), node: UInt32(truncatingIfNeeded: select.int64(2)))))
+                }
+            }
+            select.reset()
+            guard !doomed.isEmpty else { return [] }
+            let delete = try conn.statement("DELETE FROM entries WHERE key = ?1 AND deleted = 1")
+            for tombstone in doomed {
+                delete.reset()
+                delete.bind(1, tombstone.key)
+                try delete.run()
+                try SyncStore.discardStagedChunks(conn, key: tombstone.key, through: tombstone.version)
+            }
+            let newest = doomed.map(\.version.packed).max()!
+            let recorded = Int64(try SyncStore.readMeta(conn)["purged_through"] ?? "") ?? 0
+            if newest > recorded { try SyncStore.writeMeta(conn, "purged_through", String(newest)) }
+            return doomed.map(\.key)
+        }, onCommit: { keys in cache.invalidate(keys) })
+        if !purged.isEmpty {
+            logger.info("purged tombstones every peer has", metadata: ["count": "\(purged.count)"])
+        }
+        return purged.count
+    }
+
+    /// The newest version (packed) of a purged tombstone; 0 when none was purged.
+    public func purgedThrough() throws -> Int64 {
+        try checkOpen()
+        return Int64(try meta("purged_through") ?? "") ?? 0
+    }
+
+    /// Purges after an acknowledgement, at most once a minute; a failure is
+    /// logged (the acknowledgement itself stands).
+    func purgeTombstonesIfDue() {
+        let now = physicalClock.nowMilliseconds()
+        let due = purgeState.withLock { last -> Bool in
+            guard now - last >= SyncStore.purgeAfterAcknowledgementInterval || now < last else { return false }
+            last = now
+            return true
+        }
+        guard due, options.tombstoneRetention != nil || options.peerHorizon != nil else { return }
+        do {
+            try purgeTombstones()
+        } catch {
+            logger.warning("purging tombstones failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Removes the watches last seen before `cutoff` from `sync_peers` and
+    /// remembers them in `sync_forgotten_peers`. A watch never forgets its
+    /// phone: its cursor is what tells, when the phone re-baselines it, the
+    /// values the phone knew from the watch's own unsent writes.
+    private func forgetPeers(unseenSince cutoff: Int64, now: Int64) throws -> [UInt32] {
+        guard role == .phone else { return [] }
+        let due = try database.read { conn -> Bool in
+            let stmt = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_peers WHERE last_seen < ?1)")
+            stmt.bind(1, cutoff)
+            defer { stmt.reset() }
+            _ = try stmt.step()
+            return stmt.int(0) != 0
+        }
+        guard due else { return [] }
+        return try database.write { conn in
+            // A peer whose last sighting is unknown (a file from before v6 may say 0) starts its horizon now.
+            let unknown = try conn.statement("UPDATE sync_peers SET last_seen = ?1 WHERE last_seen <= 0")
+            unknown.bind(1, now)
+            try unknown.run()
+            let select = try conn.statement("SELECT peer_node FROM sync_peers WHERE last_seen < ?1")
+            select.bind(1, cutoff)
+            var nodes: [UInt32] = []
+            while try select.step() { nodes.append(UInt32(truncatingIfNeeded: select.int64(0))) }
+            select.reset()
+            guard !nodes.isEmpty else { return [] }
+            let remember = try conn.statement("""
+                INSERT INTO sync_forgotten_peers(peer_node, peer_role, forgotten_at, last_seen)
+                SELECT peer_node, peer_role, ?2, last_seen FROM sync_peers WHERE peer_node = ?1
+                ON CONFLICT(peer_node) DO UPDATE SET forgotten_at = excluded.forgotten_at, last_seen = excluded.last_seen
+                """)
+            let forget = try conn.statement("DELETE FROM sync_peers WHERE peer_node = ?1")
+            for node in nodes {
+                remember.reset()
+                remember.bind(1, Int64(node))
+                remember.bind(2, now)
+                try remember.run()
+                forget.reset()
+                forget.bind(1, Int64(node))
+                try forget.run()
+            }
+            return nodes
+        }
+    }
+
+    /// The peers this store forgot (node ids), oldest first.
+    public func forgottenPeers() throws -> [UInt32] {
+        try checkOpen()
+        return try database.read { conn in
+            let stmt = try conn.statement("SELECT peer_node FROM sync_forgotten_peers ORDER BY forgotten_at, peer_node")
+            defer { stmt.reset() }
+            var nodes: [UInt32] = []
+            while try stmt.step() { nodes.append(UInt32(truncatingIfNeeded: stmt.int64(0))) }
+            return nodes
+        }
+    }
+
+    // MARK: re-baselining
+
+    /// What a phone sends a watch it has no cursor for before the baseline,
+    /// when it has purged tombstones: their newest version (packed), or nil.
+    /// The entries the phone took from that watch join its baseline for it
+    /// (the watch removes what the phone knew, and gets back what is alive).
+    func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64? {
+        guard role == .phone, cursor == 0 else { return nil }
+        let purged = Int64(try meta("purged_through") ?? "") ?? 0
+        guard purged > 0 else { return nil }
+        try database.write { conn in
+            let stmt = try conn.statement("UPDATE entries SET origin_peer = 0 WHERE origin_peer = ?1")
+            stmt.bind(1, Int64(peer))
+            try stmt.run()
+        }
+        logger.notice("re-baselining a watch after purging tombstones", metadata: ["peer": "\(String(peer, radix: 16))"])
+        return purged
+    }
+
+    /// Applies a phone's re-baseline notice on a watch: removes each entry of
+    /// version ≤ `purgedThrough` that the phone already knew (taken from it,
+    /// or acknowledged by it: in a sent lane at or before its cursor, a key
+    /// that replicates to it and is declared alike), without new deletes in
+    /// the stream; observers see the removed values go. Entries the phone
+    /// never acknowledged stay. A repeated notice with the same version only
+    /// looks at the entries the first one saw (what the baseline brought
+    /// since stays). Returns how many entries were removed.
+    func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>) throws -> Int {
+        try checkOpen()
+        guard role == .watch else {
+            throw SyncError(.protocolViolation, "a \(role) does not take re-baseline notices; only a phone sends them to its watches")
+        }
+        let markName = "rebaselined_by_\(peer)"
+        let (removedKeys, removed) = try database.write({ conn -> ([String], [StoreChange]) in
+            let meta = try SyncStore.readMeta(conn)
+            var limit = Int64.max
+            if let mark = meta[markName]?.split(separator: "/"), mark.count == 2, Int64(mark[0]) == purgedThrough, let seen = Int64(mark[1]) {
+                limit = seen
+            }
+            let record = try SyncStore.peerRecord(conn, node: peer)
+            let cursor = record?.cursor ?? 0
+            let skipped = mismatched.union(record?.mismatched ?? [])
+            let select = try conn.statement("""
+                SELECT key, ver, node, deleted, change_seq, lane, origin_peer, in_file FROM entries
+                WHERE ver <= ?1 AND change_seq <= ?2
+                """)
+            select.bind(1, purgedThrough)
+            select.bind(2, limit)
+            var known: [(key: String, version: HLCTimestamp, deleted: Bool, inFile: Bool)] = []
+            while try select.step() {
+                let key = select.string(0)
+                let isSent = SyncLane(rawValue: select.int(5))?.isSent ?? false
+                let fromPeer = UInt32(truncatingIfNeeded: select.int64(6)) == peer
+                var acknowledged = false
+                if !fromPeer, isSent, select.int64(4) <= cursor, let descriptor = registry.descriptor(forEntry: key) {
+                    acknowledged = descriptor.replicates(from: role) && !skipped.contains(descriptor.name)
+                }
+                guard fromPeer || acknowledged else { continue }
+                known.append((key, HLCTimestamp(packed: select.int64(1), node: UInt32(truncatingIfNeeded: select.int64(2))),
+                              select.int(3) != 0, select.int(7) != 0))
+            }
+            select.reset()
+            let delete = try conn.statement("DELETE FROM entries WHERE key = ?1")
+            var changes: [StoreChange] = []
+            for entry in known {
+                delete.reset()
+                delete.bind(1, entry.key)
+                try delete.run()
+                if entry.inFile { valueFiles?.supersede(key: entry.key, version: entry.version) }
+                guard !entry.deleted else { continue }
+                let change = StoreChange(key: entry.key, kind: .removed, origin: .remote, version: entry.version)
+                changes.append(change)
+                shared.withLock { $0.transactionChanges.append(change) }
+            }
+            try SyncStore.writeMeta(conn, markName, "\(purgedThrough)/\(nextSeq.withLock { $0 } - 1)")
+            return (known.map(\.key), changes)
+        }, onCommit: { keys, _ in cache.invalidate(keys) })
+        if !removedKeys.isEmpty {
+            logger.notice("removed entries the phone purged or sends again (re-baseline)", metadata: ["count": "\(removedKeys.count)"])
+        }
+        publishCommitted(removed)
+        return removedKeys.count
+    }
+
+    /// A duration in whole milliseconds, saturating.
+    static func milliseconds(_ duration: Duration) -> Int64 {
+        let seconds = duration.components.seconds
+        guard seconds < Int64.max / 1000 else { return Int64.max / 2 }
+        return max(0, seconds) * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+    }
+}

@@ -1,0 +1,409 @@
+import Foundation
+@testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// A phone and its watches in one temp folder, on one manual clock; each
+/// session is a step-driven `Link` run until quiet, then dropped.
+private final class Neighbourhood {
+    let folder = TempFolder()
+    let clock = ManualClock()
+    let registry: KeyRegistry
+    let phone: SyncStore
+    let watches: [SyncStore]
+    /// The frames of the last session of each watch.
+    var lastFrames: [Int: [(from: String, frame: Frame)]] = [:]
+    /// The pairing epoch of each watch.
+    let epochs: [String]
+
+    init(watches count: Int, epochs: [String]? = nil) throws {
+        self.epochs = epochs ?? Array(repeating: "test", count: count)
+        let registry = try TestKeys.registry()
+        self.registry = registry
+        let folder = self.folder
+        let clock = self.clock
+        phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry,
+                              options: StoreOptions(clock: clock, encryption: .keyFile(path: folder.file("phone.key"))))
+        watches = try (0..<count).map { i in
+            try SyncStore(path: folder.file("watch\(i).sqlite"), role: .watch, registry: registry,
+                          options: StoreOptions(clock: clock, encryption: .keyFile(path: folder.file("watch\(i).key"))))
+        }
+    }
+
+    /// One session between the phone and watch `i`, until nothing more moves.
+    func sync(_ i: Int) {
+        let link = Link(phone, watches[i], epoch: epochs[i])
+        link.connect()
+        link.settle()
+        lastFrames[i] = link.frames
+    }
+
+    /// Whether the last session of watch `i` carried a re-baseline notice (from the phone).
+    func rebaselined(_ i: Int) -> Bool {
+        (lastFrames[i] ?? []).contains { $0.from == "a" && $0.frame.type == SyncMessage.MessageType.rebaseline.rawValue }
+    }
+
+    func advance(days: Int64) { clock.advance(by: days * Self.day) }
+
+    static let day: Int64 = 86_400_000
+}
+
+/// Tombstones are purged once every known peer has them and the retention
+/// passed; a watch unseen past the horizon is forgotten, and when it returns
+/// it is re-baselined so that a purged delete never comes back.
+@Suite struct TombstonePurgeTests {
+    /// One watch that has not acknowledged a delete keeps its tombstone, and
+    /// so does the retention; once both are past, the row goes.
+    @Test func purgesOnlyOnceEveryKnownPeerAckedAndTheRetentionPassed() async throws {
+        let home = try Neighbourhood(watches: 2)
+        try await home.phone.set(1, for: TestKeys.steps)
+        home.sync(0)
+        home.sync(1)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(0)
+
+        home.advance(days: 31)
+        #expect(try home.phone.purgeTombstones() == 0)  // watch 1 has not acknowledged the delete
+        #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name)?.isDeleted == true)
+        #expect(try home.phone.purgedThrough() == 0)
+
+        home.sync(1)
+        #expect(try home.watches[1].storedValue(for: TestKeys.steps) == nil)
+        let tombstone = try #require(try home.phone.entryInfo(forKey: TestKeys.steps.name))
+        #expect(try home.phone.purgeTombstones() == 1)
+        #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name) == nil)
+        #expect(try home.phone.purgedThrough() == tombstone.version.packed)
+        #expect(try home.phone.storedValue(for: TestKeys.steps) == nil)
+    }
+
+    /// Every peer has the delete, but the retention has not passed: kept.
+    @Test func keepsTombstonesYoungerThanTheRetention() async throws {
+        let home = try Neighbourhood(watches: 1)
+        try await home.phone.set(1, for: TestKeys.steps)
+        home.sync(0)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(0)
+        home.advance(days: 29)
+        #expect(try home.phone.purgeTombstones() == 0)
+        #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name)?.isDeleted == true)
+        home.advance(days: 2)
+        #expect(try home.phone.purgeTombstones() == 1)
+    }
+
+    /// The purge also runs after an acknowledgement (at most once a minute),
+    /// and at open.
+    @Test func purgesAfterAcknowledgementsAndAtOpen() async throws {
+        let home = try Neighbourhood(watches: 1)
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.phone.set(2, for: TestKeys.daily["d1"])
+        home.sync(0)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(0)
+        home.advance(days: 31)
+        try await home.phone.set("imperial", for: TestKeys.units)  // something to acknowledge
+        home.sync(0)
+        #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name) == nil)
+
+        try await home.phone.remove(TestKeys.daily["d1"])
+        home.sync(0)
+        home.advance(days: 31)
+        let path = home.phone.path
+        home.phone.close()
+        let reopened = try SyncStore(path: path, role: .phone, registry: home.registry,
+                                     options: StoreOptions(clock: home.clock, encryption: .keyFile(path: home.folder.file("phone.key"))))
+        #expect(try reopened.entryInfo(forKey: TestKeys.daily["d1"].name) == nil)
+    }
+
+    /// A store that knows no peer yet keeps its tombstones: nobody has the deletes.
+    @Test func keepsTombstonesWhileNoPeerIsKnown() async throws {
+        let home = try Neighbourhood(watches: 0)
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.phone.remove(TestKeys.steps)
+        home.advance(days: 365)
+        #expect(try home.phone.purgeTombstones() == 0)
+        #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name)?.isDeleted == true)
+    }
+
+    /// A watch that declares a key differently passes over its changes (its
+    /// cursor moves on without them): that key's tombstone waits for it.
+    @Test func aKeyDeclaredDifferentlyHoldsItsTombstoneBack() async throws {
+        let folder = TempFolder()
+        let clock = ManualClock()
+        let shared = Key<Int>("shared", default: 0)
+        let phoneView = Key<Int>("disputed", default: 0, policy: .automaticSmall)
+        let watchView = Key<Int>("disputed", default: 0, policy: .manual)
+        let phone = try SyncStore(path: folder.file("p"), role: .phone, registry: try KeyRegistry([shared, phoneView]),
+                                  options: StoreOptions(clock: clock))
+        let watch = try SyncStore(path: folder.file("w"), role: .watch, registry: try KeyRegistry([shared, watchView]),
+                                  options: StoreOptions(clock: clock))
+        try await phone.set(1, for: shared)
+        try await phone.set(2, for: phoneView)
+        Link(phone, watch).connect()
+        try await phone.remove(shared)
+        try await phone.remove(phoneView)
+        Link(phone, watch).connect()
+        #expect(try watch.storedValue(for: shared) == nil)
+        #expect(try phone.knownPeers().first?.mismatched == ["disputed"])
+        clock.advance(by: 31 * Neighbourhood.day)
+        #expect(try phone.purgeTombstones() == 1)
+        #expect(try phone.entryInfo(forKey: "shared") == nil)
+        #expect(try phone.entryInfo(forKey: "disputed")?.isDeleted == true)
+    }
+
+    /// A delete waiting for `sync()` in the manual lane is never purged, however old.
+    @Test func keepsManualTombstonesWaitingForSync() async throws {
+        let home = try Neighbourhood(watches: 1)
+        try await home.phone.set("Ada", for: TestKeys.name)
+        try home.phone.requestManualSync()
+        home.sync(0)
+        #expect(try home.watches[0].storedValue(for: TestKeys.name) == "Ada")
+        try await home.phone.remove(TestKeys.name)
+        home.sync(0)
+        home.advance(days: 31)
+        #expect(try home.phone.purgeTombstones() == 0)
+        let waiting = try #require(try home.phone.entryInfo(forKey: TestKeys.name.name))
+        #expect(waiting.isDeleted && waiting.lane == .manual)
+
+        try home.phone.requestManualSync()
+        home.sync(0)
+        #expect(try home.watches[0].storedValue(for: TestKeys.name) == nil)
+        home.advance(days: 31)
+        #expect(try home.phone.purgeTombstones() == 1)
+    }
+
+    /// A watch unseen past the horizon is forgotten and no longer holds the
+    /// tombstone back; one seen within it is kept.
+    @Test func forgettingAWatchAfterTheHorizonLetsThePurgeGoAhead() async throws {
+        let home = try Neighbourhood(watches: 2)
+        try await home.phone.set(1, for: TestKeys.steps)
+        home.sync(0)
+        home.sync(1)
+        // Watch 0 goes away; watch 1 stays in touch.
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(1)
+        home.advance(days: 60)
+        home.sync(1)
+        #expect(try home.phone.purgeTombstones() == 0)  // watch 0, seen 60 days ago, has not got the delete
+        #expect(try home.phone.forgottenPeers().isEmpty)
+
+        home.advance(days: 31)
+        home.sync(1)
+        _ = try home.phone.purgeTombstones()
+        #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name) == nil)
+        #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
+        #expect(try home.phone.knownPeers().map(\.node) == [home.watches[1].nodeID])
+        // A watch never forgets its phone.
+        _ = try home.watches[0].purgeTombstones()
+        #expect(try home.watches[0].knownPeers().map(\.node) == [home.phone.nodeID])
+    }
+
+    /// The forgotten watch returns holding the old value, a value it wrote
+    /// that the phone deleted while it was away, a value it wrote that is
+    /// still alive, and a write made offline: after its session the deleted
+    /// values are absent on the phone, on it and on the other watch; the live
+    /// one stays; the offline write reaches the phone and the other watch.
+    @Test func returningWatchHoldingTheOldValueDoesNotBringThePurgedDeleteBack() async throws {
+        let home = try Neighbourhood(watches: 2)
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.watches[0].set("face", for: TestKeys.watchFace)  // never leaves the watch
+        try await home.watches[0].set(20, for: TestKeys.daily["mine-deleted"])
+        try await home.watches[0].set(30, for: TestKeys.daily["mine-alive"])
+        home.sync(0)
+        home.sync(1)
+        #expect(try home.watches[1].storedValue(for: TestKeys.daily["mine-deleted"]) == 20)
+        // Written on watch 0 before the deletes, never sent: older than the purged versions, yet new to the phone.
+        try await home.watches[0].set(9, for: TestKeys.daily["early"])
+
+        // Watch 0 goes away; meanwhile both values are deleted and the deletes purged.
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.steps)
+        try await home.watches[1].remove(TestKeys.daily["mine-deleted"])
+        home.sync(1)
+        home.advance(days: 91)
+        home.sync(1)
+        _ = try home.phone.purgeTombstones()
+        _ = try home.watches[1].purgeTombstones()
+        for store in [home.phone, home.watches[1]] {
+            #expect(try store.entryInfo(forKey: TestKeys.steps.name) == nil)
+            #expect(try store.entryInfo(forKey: TestKeys.daily["mine-deleted"].name) == nil)
+        }
+        #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
+        #expect(try home.phone.purgedThrough() > (try home.watches[0].entryInfo(forKey: TestKeys.daily["early"].name)?.version.packed ?? .max))
+
+        // Offline on watch 0: the old values are still there, and a new write.
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == 1)
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["mine-deleted"]) == 20)
+        try await home.watches[0].set(7, for: TestKeys.daily["offline"])
+        let changes = home.watches[0].changes(matching: .key(TestKeys.steps.name))
+
+        home.sync(0)
+        #expect(home.rebaselined(0))
+        home.sync(1)
+        for store in [home.phone, home.watches[0], home.watches[1]] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role) \(store.nodeID)")
+            #expect(try store.storedValue(for: TestKeys.daily["mine-deleted"]) == nil)
+            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+            #expect(try store.storedValue(for: TestKeys.daily["offline"]) == 7)
+            #expect(try store.storedValue(for: TestKeys.daily["early"]) == 9)
+        }
+        #expect(try home.watches[0].storedValue(for: TestKeys.watchFace) == "face")
+        // The app on watch 0 heard the old value go.
+        let removal = try await first(of: changes, "watch 0's removal of steps") { $0.kind == .removed }
+        #expect(removal.origin == .remote)
+        // Nothing is left waiting, and the phone knows watch 0 again.
+        #expect(try home.phone.pendingSummary().total == 0)
+        #expect(try home.phone.forgottenPeers().isEmpty)
+        #expect(Set(try home.phone.knownPeers().map(\.node)) == Set(home.watches.map(\.nodeID)))
+    }
+
+    /// A watch that was away, but not past the horizon, resumes from its
+    /// cursor: no re-baseline notice, only what it missed.
+    @Test func watchNeverForgottenResumesFromItsCursor() async throws {
+        let home = try Neighbourhood(watches: 1)
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.phone.set(2, for: TestKeys.daily["d1"])
+        home.sync(0)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(0)
+        home.advance(days: 31)
+        #expect(try home.phone.purgeTombstones() == 1)
+        #expect(try home.phone.purgedThrough() > 0)
+
+        home.advance(days: 40)
+        try await home.phone.set(3, for: TestKeys.daily["d2"])
+        let before = home.watches[0].syncCounters.entriesReceived
+        home.sync(0)
+        #expect(!home.rebaselined(0))
+        #expect(home.watches[0].syncCounters.entriesReceived - before == 1)
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["d1"]) == 2)
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["d2"]) == 3)
+    }
+
+    /// The notice must be acted on before the baseline: nothing else goes out
+    /// until the watch acknowledges it, and a lost notice is sent again.
+    @Test func baselineWaitsForTheRebaselineAcknowledgement() async throws {
+        let home = try Neighbourhood(watches: 2)
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.phone.set(5, for: TestKeys.daily["kept"])
+        home.sync(0)
+        home.sync(1)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(1)
+        home.advance(days: 91)
+        home.sync(1)
+        #expect(try home.phone.purgeTombstones() == 1)
+
+        let config = ReplicationConfiguration(pairingEpoch: "test")
+        let phone = ReplicationEndpoint(store: home.phone, configuration: config)
+        let watch = ReplicationEndpoint(store: home.watches[0], configuration: config)
+        var now: Int64 = 1_000
+        var fromWatch: [Frame] = []
+        for frame in phone.start(now: now) { fromWatch += watch.receive(frame, now: now) }
+        var fromPhone: [Frame] = []
+        for frame in fromWatch { fromPhone += phone.receive(frame, now: now) }
+        fromPhone += phone.pump(now: now)
+        let types = fromPhone.map(\.type)
+        #expect(types.contains(SyncMessage.MessageType.rebaseline.rawValue))
+        #expect(!types.contains(SyncMessage.MessageType.batch.rawValue))
+        // The notice is lost: still no batch; it goes again after the retransmit interval.
+        now += config.retransmitMilliseconds
+        let again = phone.tick(now: now)
+        #expect(again.map(\.type) == [SyncMessage.MessageType.rebaseline.rawValue])
+        var acks: [Frame] = []
+        for frame in again { acks += watch.receive(frame, now: now) }
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil)
+        var afterAck: [Frame] = []
+        for frame in acks { afterAck += phone.receive(frame, now: now) }
+        #expect(afterAck.contains { $0.type == SyncMessage.MessageType.batch.rawValue })
+        // A duplicate notice arriving after the baseline removes nothing the baseline brought.
+        for frame in afterAck { _ = watch.receive(frame, now: now) }
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["kept"]) == 5)
+        for frame in again { _ = watch.receive(frame, now: now) }
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["kept"]) == 5)
+    }
+
+    /// The same return over TCP (127.0.0.1, port 0): the phone's listener
+    /// serves the returning watch, which dials with `maintainConnection`.
+    @Test(.timeLimit(.minutes(1))) func returningWatchOverTCPIsRebaselined() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"])
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.watches[0].set(30, for: TestKeys.daily["mine-alive"])
+        home.sync(0)
+        home.sync(1)
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(1)
+        home.advance(days: 91)
+        home.sync(1)
+        _ = try home.phone.purgeTombstones()
+        #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name) == nil)
+        try await home.watches[0].set(7, for: TestKeys.daily["offline"])
+
+        let phone = home.phone, returning = home.watches[0], other = home.watches[1]
+        let events = phone.events()
+        let phonePeer = SyncPeer(store: phone, configuration: ReplicationConfiguration(pairingEpoch: pairing.epoch),
+                                 tickInterval: .milliseconds(50))
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: pairing))
+        let server = Task { await phonePeer.serve(listener) }
+        let watchPeer = SyncPeer(store: returning, configuration: ReplicationConfiguration(pairingEpoch: pairing.epoch),
+                                 tickInterval: .milliseconds(50))
+        let client = Task {
+            await watchPeer.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: TCPConfiguration(secret: pairing))
+        }
+        try await first(of: events, "the phone's session with the returning watch") { if case .connected = $0 { true } else { false } }
+        try await eventually(returning, "the purged value to go and the live one to come back") {
+            try returning.storedValue(for: TestKeys.steps) == nil && returning.storedValue(for: TestKeys.daily["mine-alive"]) == 30
+        }
+        try await eventually(phone, "the offline write to reach the phone") { try phone.storedValue(for: TestKeys.daily["offline"]) == 7 }
+        try await phonePeer.waitUntilIdle(timeout: waitLimit)
+        client.cancel()
+        _ = try await withDeadline("the watch to stop") { await client.value }
+        await listener.close()
+        server.cancel()
+        _ = try await withDeadline("the phone to stop") { await server.value }
+
+        home.sync(1)
+        for store in [phone, returning, other] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil)
+            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+            #expect(try store.storedValue(for: TestKeys.daily["offline"]) == 7)
+        }
+    }
+
+    /// A watch in one long session is seen with each acknowledgement: it is
+    /// not forgotten while it keeps acknowledging.
+    @Test func aWatchInALongSessionIsSeenWithEachAcknowledgement() async throws {
+        let home = try Neighbourhood(watches: 1)
+        try await home.phone.set(1, for: TestKeys.steps)
+        let link = Link(home.phone, home.watches[0])
+        link.connect()
+        link.settle()
+        for day in 1...4 {
+            home.advance(days: 30)
+            try await home.phone.set(1 + day, for: TestKeys.steps)
+            link.settle()
+        }
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == 5)
+        _ = try home.phone.purgeTombstones()
+        #expect(try home.phone.forgottenPeers().isEmpty)
+        #expect(try home.phone.knownPeers().map(\.node) == [home.watches[0].nodeID])
+    }
+
+    /// Only a phone re-baselines its watches: a notice sent to a phone fails
+    /// the session with a clear error.
+    @Test func aPhoneRefusesARebaselineNotice() async throws {
+        let home = try Neighbourhood(watches: 1)
+        home.sync(0)
+        let config = ReplicationConfiguration(pairingEpoch: "test")
+        let phone = ReplicationEndpoint(store: home.phone, configuration: config)
+        let watch = ReplicationEndpoint(store: home.watches[0], configuration: config)
+        var fromWatch: [Frame] = []
+        for frame in phone.start(now: 0) { fromWatch += watch.receive(frame, now: 0) }
+        for frame in fromWatch { _ = phone.receive(frame, now: 0) }
+        #expect(phone.isEstablished)
+        let reply = phone.receive(SyncMessage.rebaseline(.init(id: 1, purgedThrough: 1 << 20)).frame(), now: 0)
+        #expect(phone.failure?.code == .protocolViolation)
+        #expect(reply.map(\.type) == [SyncMessage.MessageType.error.rawValue])
+    }
+}
