@@ -1,13 +1,19 @@
+import Logging
 import SyncTransport
 
 /// The replication shell for one session: feeds frames to the pure
-/// `SessionStateMachine`, performs its actions against the store, and returns
-/// the frames to send. Synchronous and step-driven, so the same code runs
-/// under the deterministic simulator and under the async `SyncPeer` over TCP.
+/// `SessionStateMachine`, decides what incoming entries do with the pure
+/// `ApplyPlanner`, performs both against a `ReplicationPort` (the store),
+/// reports events and counters to a `ReplicationReporter` (the driver's), and
+/// returns the frames to send. Synchronous and step-driven, so the same code
+/// runs under the deterministic simulator and under the async `SyncPeer` over TCP.
 ///
 /// Not thread-safe: one task owns an endpoint.
 public final class ReplicationEndpoint {
-    public let store: SyncStore
+    /// The store, as the session sees it.
+    package let port: any ReplicationPort
+    /// Where events, counters and log lines go.
+    package let reporter: any ReplicationReporter
     public let configuration: ReplicationConfiguration
     private var machine: SessionStateMachine
     /// The peer's cursor: every change of the stream up to it was acknowledged.
@@ -57,13 +63,21 @@ public final class ReplicationEndpoint {
 
     /// `retransmits: false` for a transport that delivers every frame while
     /// connected (see `FrameConnection.deliversEveryFrame`).
-    public init(store: SyncStore, configuration: ReplicationConfiguration, retransmits: Bool = true) {
-        self.store = store
+    /// Events and counters go to `store`'s `events()`, `peerEvents()` and `syncCounters`.
+    public convenience init(store: SyncStore, configuration: ReplicationConfiguration, retransmits: Bool = true) {
+        self.init(port: SQLiteReplicationPort(store), reporter: StoreReporter(store), configuration: configuration, retransmits: retransmits)
+    }
+
+    /// A session over any store behind `port`, reporting to `reporter`.
+    package init(port: any ReplicationPort, reporter: any ReplicationReporter, configuration: ReplicationConfiguration,
+                 retransmits: Bool = true) {
+        self.port = port
+        self.reporter = reporter
         self.configuration = configuration
         let identity = SessionStateMachine.Identity(
-            node: store.nodeID, role: store.role, pairingEpoch: configuration.pairingEpoch,
-            protocolRange: configuration.protocolRange, declarations: store.registry.wireDeclarations(from: store.role),
-            fingerprint: store.registry.fingerprint(for: store.role))
+            node: port.nodeID, role: port.role, pairingEpoch: configuration.pairingEpoch,
+            protocolRange: configuration.protocolRange, declarations: port.registry.wireDeclarations(from: port.role),
+            fingerprint: port.registry.fingerprint(for: port.role))
         machine = SessionStateMachine(identity: identity, helloRetryInterval: configuration.helloRetryMilliseconds,
                                       retransmitInterval: configuration.retransmitMilliseconds, window: configuration.window)
         machine.retransmits = retransmits
@@ -77,7 +91,7 @@ public final class ReplicationEndpoint {
 
     /// Starts the session: the hello.
     public func start(now: Int64) -> [Frame] {
-        machine.partialTransfers = (try? store.partialTransfers()) ?? []
+        machine.partialTransfers = (try? port.partialTransfers()) ?? []
         return perform(machine.start(now: now), now: now)
     }
 
@@ -101,19 +115,12 @@ public final class ReplicationEndpoint {
                 guard machine.isEstablished, let peer = machine.peer else {
                     return perform(machine.receivedDataBeforeHandshake(now: now), now: now)
                 }
-                let result = try store.applyRemote(batch.entries, from: peer.node, peerRole: peer.role, mismatched: peer.mismatchedKeys,
-                                                   lastArrivalWins: configuration.testingFaults.lastArrivalWins,
-                                                   durableBeforeReturn: !defersAcknowledgementSync)
-                store.counters.withLock {
+                let plan = try apply(batch.entries, from: peer, completing: nil, reportsConflicts: true)
+                count {
                     $0.batchesReceived += 1
                     $0.bytesReceived += frame.payload.count
                 }
-                entriesApplied += result.applied
-                emit(.received(entries: batch.entries.count, applied: result.applied))
-                for conflict in result.conflicts {
-                    emit(.conflictResolved(key: conflict.key, winner: conflict.winner, rule: conflict.rule))
-                }
-                try acknowledgeDurably(SyncMessage.ack(.init(batchID: batch.id, applied: result.applied, rejected: result.rejected)).frame(), into: &out)
+                try acknowledgeDurably(SyncMessage.ack(.init(batchID: batch.id, applied: plan.applied, rejected: plan.rejected)).frame(), into: &out)
             case .ack(let ack):
                 if case .batch? = machine.acknowledgeBatch(ack.batchID) {
                     if let upper = batchRanges.removeValue(forKey: ack.batchID) { try complete(upper: upper) }
@@ -126,7 +133,7 @@ public final class ReplicationEndpoint {
                 guard machine.isEstablished, let peer = machine.peer else {
                     return perform(machine.receivedDataBeforeHandshake(now: now), now: now)
                 }
-                store.counters.withLock { $0.bytesReceived += frame.payload.count }
+                count { $0.bytesReceived += frame.payload.count }
                 for reply in try receiveChunk(chunk, peer: peer) {
                     if reply.restsOnCommit { try acknowledgeDurably(reply.frame, into: &out) } else { out.append(reply.frame) }
                 }
@@ -136,7 +143,7 @@ public final class ReplicationEndpoint {
                     if let upper = transferRanges.removeValue(forKey: TransferID(key: key, seq: seq)) {
                         if let upper { try complete(upper: upper) } else { try finishRepairIfDone() }
                     }
-                    store.counters.withLock { $0.entriesSent += 1 }
+                    count { $0.entriesSent += 1 }
                 }
             case .error(let error):
                 // The peer's words, escaped and bounded: they end up in logs and events.
@@ -192,7 +199,7 @@ public final class ReplicationEndpoint {
                     }
                     continue
                 }
-                let (fetched, scanned) = try store.pendingRows(for: peer.node, after: scan, maxEntries: configuration.maxBatchEntries,
+                let (fetched, scanned) = try port.pendingRows(for: peer.node, after: scan, maxEntries: configuration.maxBatchEntries,
                                                                maxBytes: configuration.maxBatchBytes) { key, _ in excluded(key) }
                 guard scanned > scan else { break }
                 scan = scanned
@@ -229,7 +236,7 @@ public final class ReplicationEndpoint {
         let frame = message.frame()
         batchNumber += 1
         batchTotal = max(batchTotal, batchNumber)
-        store.counters.withLock {
+        count {
             $0.batchesSent += 1
             $0.entriesSent += rows.count
             $0.bytesSent += frame.payload.count
@@ -249,7 +256,7 @@ public final class ReplicationEndpoint {
         }
         if let reached, reached > cursor, let peer = machine.peer {
             cursor = reached
-            try store.acknowledge(peer: peer.node, through: reached)
+            try port.acknowledge(peer: peer.node, through: reached)
         }
     }
 
@@ -259,14 +266,14 @@ public final class ReplicationEndpoint {
         guard !repairedNames.isEmpty, repairRows.isEmpty, repairBatches.isEmpty,
               !transferRanges.values.contains(where: { $0 == nil }), let peer = machine.peer else { return }
         repairedNames = []
-        try store.setMismatchedKeys(peer.mismatchedKeys, for: peer.node)
+        try port.setMismatchedKeys(peer.mismatchedKeys, for: peer.node)
     }
 
     /// True when established and nothing is in flight or waiting to be sent.
     public var isIdle: Bool {
         guard machine.isEstablished, failure == nil, machine.isQuiet, transfer == nil, repairRows.isEmpty,
               let peer = machine.peer else { return false }
-        let rows = try? store.pendingRows(for: peer.node, after: scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
+        let rows = try? port.pendingRows(for: peer.node, after: scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
         return rows?.rows.isEmpty ?? false
     }
 
@@ -284,7 +291,7 @@ public final class ReplicationEndpoint {
         if defersAcknowledgementSync {
             awaitingSync.append(frame)
         } else {
-            try store.syncCommitted()
+            try port.syncCommitted()
             out.append(frame)
         }
     }
@@ -294,7 +301,59 @@ public final class ReplicationEndpoint {
 
     /// Publishes `event` as concerning this session's peer.
     private func emit(_ event: SyncEvent) {
-        store.emit(event, peer: machine.peer?.node)
+        reporter.report(event, peer: machine.peer?.node)
+    }
+
+    /// Reports counter increments (`update` applied to zeros).
+    private func count(_ update: (inout SyncCounters) -> Void) {
+        var delta = SyncCounters()
+        update(&delta)
+        reporter.count(delta)
+    }
+
+    /// Decides what `entries` from `peer` do (`ApplyPlanner`, against the
+    /// stored state the port reads in its transaction), has the port execute
+    /// that plan, and reports it. Returns the plan, for the acknowledgement.
+    private func apply(_ entries: [WireEntry], from peer: SessionStateMachine.Peer, completing: ChunkedVersion?,
+                       reportsConflicts: Bool) throws -> ApplyPlan {
+        let now = port.nowMilliseconds()
+        let context = ApplyPlanner.Context(peerRole: peer.role, mismatched: peer.mismatchedKeys, versionBound: port.versionBound(),
+                                           now: now, maxValueSize: port.maxValueSize,
+                                           lastArrivalWins: configuration.testingFaults.lastArrivalWins)
+        let registry = port.registry
+        var plan = ApplyPlan()
+        let outcome = try port.apply(entries, from: peer.node, completing: completing, durable: !defersAcknowledgementSync) { local in
+            plan = ApplyPlanner.plan(entries, local: local, registry: registry, context: context)
+            return plan
+        }
+        let refusals = plan.versionRefusals
+        count {
+            $0.entriesReceived += entries.count
+            $0.entriesIgnored += plan.ignored
+            $0.entriesRejected += plan.rejected.count
+            $0.conflicts += outcome.conflicts.count
+            $0.versionsRefused += refusals.count
+        }
+        for step in plan.steps {
+            if case .refuse(ApplyPlanner.policyViolation, _) = step.verdict {
+                reporter.logger.warning("rejected an entry the peer may not send", metadata: ["key": "\(step.entry.key)"])
+            }
+        }
+        for refusal in refusals {
+            emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds))
+        }
+        if !refusals.isEmpty {
+            reporter.logger.warning("refused entries whose versions are too far ahead of this device's clock",
+                                    metadata: ["count": "\(refusals.count)"])
+        }
+        entriesApplied += plan.applied
+        emit(.received(entries: entries.count, applied: plan.applied))
+        if reportsConflicts {
+            for conflict in outcome.conflicts {
+                emit(.conflictResolved(key: conflict.key, winner: conflict.winner, rule: conflict.rule))
+            }
+        }
+        return plan
     }
 
     /// Ends the session locally (the connection went away).
@@ -314,8 +373,8 @@ public final class ReplicationEndpoint {
     private var transferRanges: [TransferID: Int64?] = [:]
 
     private func excluded(_ key: String) -> Bool {
-        guard let descriptor = store.registry.descriptor(forEntry: key) else { return true }
-        return !descriptor.replicates(from: store.role) || (machine.peer?.mismatchedKeys.contains(descriptor.name) ?? false)
+        guard let descriptor = port.registry.descriptor(forEntry: key) else { return true }
+        return !descriptor.replicates(from: port.role) || (machine.peer?.mismatchedKeys.contains(descriptor.name) ?? false)
     }
 
     private func perform(_ actions: [SessionStateMachine.Action], now: Int64) -> [Frame] {
@@ -333,24 +392,24 @@ public final class ReplicationEndpoint {
                 transfer = nil
                 batchNumber = 0
                 do {
-                    let record = try store.recordPeer(node: peer.node, role: peer.role, epoch: configuration.pairingEpoch)
+                    let record = try port.recordPeer(node: peer.node, role: peer.role, epoch: configuration.pairingEpoch)
                     cursor = record.cursor
                     scan = record.cursor
                     // Keys declared differently are passed over; remember them (with those of earlier
                     // sessions) so that, once both sides agree, their changes are sent whatever the cursor.
                     repairedNames = record.mismatched.subtracting(peer.mismatchedKeys)
                     if !peer.mismatchedKeys.isSubset(of: record.mismatched) {
-                        try store.setMismatchedKeys(record.mismatched.union(peer.mismatchedKeys), for: peer.node)
+                        try port.setMismatchedKeys(record.mismatched.union(peer.mismatchedKeys), for: peer.node)
                     }
                     if !repairedNames.isEmpty {
-                        repairRows = try store.rows(declaredBy: repairedNames, for: peer.node, maxEntries: Int.max).filter { !excluded($0.key) }
+                        repairRows = try port.rows(declaredBy: repairedNames, for: peer.node, maxEntries: Int.max).filter { !excluded($0.key) }
                         try finishRepairIfDone()
                     }
                     // The total is only for `batchSent` progress events, and counting reads every
                     // pending row (4 % of a 100,000-entry initial sync): only when someone listens.
-                    if store.eventHub.hasSubscribers {
-                        let pending = try store.pendingSummary(for: peer.node)
-                        batchTotal = max(1, (pending.automatic + pending.manualReleased + configuration.maxBatchEntries - 1) / configuration.maxBatchEntries)
+                    if reporter.wantsProgress {
+                        let pending = try port.pendingCount(for: peer.node)
+                        batchTotal = max(1, (pending + configuration.maxBatchEntries - 1) / configuration.maxBatchEntries)
                     } else {
                         batchTotal = 0
                     }
@@ -359,11 +418,11 @@ public final class ReplicationEndpoint {
                 } catch {
                     return out + fail(SyncError(.database, "\(error)"), notifyPeer: true)
                 }
-                store.counters.withLock { $0.sessions += 1 }
+                count { $0.sessions += 1 }
                 emit(.connected(peerNode: peer.node, peerRole: peer.role))
                 if !peer.mismatchedKeys.isEmpty {
                     emit(.keyMismatch(keys: peer.mismatchedKeys.sorted()))
-                    store.logger.warning("keys declared differently on the peer do not sync", metadata: ["keys": "\(peer.mismatchedKeys.sorted())"])
+                    reporter.logger.warning("keys declared differently on the peer do not sync", metadata: ["keys": "\(peer.mismatchedKeys.sorted())"])
                 }
             case .fail(let error, let notify):
                 out += fail(error, notifyPeer: notify)
@@ -377,7 +436,7 @@ public final class ReplicationEndpoint {
         failure = error
         machine.fail()
         emit(.error(error))
-        store.logger.error("replication session failed", metadata: ["code": "\(error.code)"])
+        reporter.logger.error("replication session failed", metadata: ["code": "\(error.code)"])
         return notifyPeer ? [SyncMessage.error(.init(code: error.code.rawValue, message: error.message)).frame()] : []
     }
 
@@ -385,7 +444,7 @@ public final class ReplicationEndpoint {
     /// its range ends at (nil for a repair). A value changed since it was read
     /// is not sent (its newer change comes later in the stream).
     private func startTransfer(_ row: OutboundRow, upper: Int64?) throws {
-        guard let bytes = try store.largeValue(key: row.key, seq: row.seq) else {
+        guard let bytes = try port.largeValue(key: row.key, seq: row.seq) else {
             if let upper { try complete(upper: upper) }
             return
         }
@@ -408,7 +467,7 @@ public final class ReplicationEndpoint {
                                       totalSize: t.bytes.count, totalChecksum: t.checksum, index: t.next, count: t.count,
                                       checksum: Checksum.crc32(slice), bytes: slice)
         let frame = machine.sendChunk(chunk, seq: t.seq, now: now).frame()
-        store.counters.withLock {
+        count {
             $0.chunksSent += 1
             $0.bytesSent += frame.payload.count
         }
@@ -453,49 +512,46 @@ public final class ReplicationEndpoint {
             ChunkReply(frame: SyncMessage.chunkAck(.init(key: entry.key, version: entry.version, index: chunk.index, complete: complete)).frame(),
                        restsOnCommit: restsOnCommit)
         }
-        guard let descriptor = store.registry.descriptor(forEntry: entry.key), descriptor.replicates(from: peer.role),
+        guard let descriptor = port.registry.descriptor(forEntry: entry.key), descriptor.replicates(from: peer.role),
               !peer.mismatchedKeys.contains(descriptor.name), descriptor.encoding == entry.encoding,
-              chunk.totalSize <= store.options.maxValueSize else {
-            store.counters.withLock { $0.entriesRejected += 1 }
+              chunk.totalSize <= port.maxValueSize else {
+            count { $0.entriesRejected += 1 }
             return [ack(complete: true)]
         }
         if let problem = ReplicationEndpoint.chunkProblem(chunk) {
             throw SyncError(.malformedMessage, "chunk \(chunk.index) of \(entry.key): \(problem)")
         }
-        let now = store.physicalClock.nowMilliseconds()
-        if let refusal = SyncStore.versionRefusal(entry, bound: store.versionBound(), now: now) {
-            store.counters.withLock {
+        let now = port.nowMilliseconds()
+        if let refusal = SyncStore.versionRefusal(entry, bound: port.versionBound(), now: now) {
+            count {
                 $0.entriesRejected += 1
                 $0.versionsRefused += 1
             }
             emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds))
             return [ack(complete: true)]
         }
-        if let local = try store.entryInfo(forKey: entry.key), local.version >= entry.version {
-            try store.discardStagedChunks(key: entry.key, through: local.version)
+        if let local = try port.localVersion(forKey: entry.key), local >= entry.version {
+            try port.discardStagedChunks(key: entry.key, through: local)
             return [ack(complete: true, restsOnCommit: true)]  // the acknowledgement rests on that commit
         }
         guard Checksum.crc32(chunk.bytes) == chunk.checksum else {
             emit(.error(SyncError(.malformedMessage, "chunk \(chunk.index) of \(entry.key) failed its checksum; waiting for a resend")))
             return []
         }
-        store.counters.withLock { $0.chunksReceived += 1 }
+        count { $0.chunksReceived += 1 }
         emit(.chunk(key: entry.key, index: chunk.index, count: chunk.count, outgoing: false))
-        let encrypted = descriptor.security == .encrypted
-        let staged = try store.stageChunk(chunk, encrypted: encrypted)
+        let staged = try port.stageChunk(chunk)
         guard staged >= chunk.count else { return [ack(complete: false)] }
-        let bytes = try store.assembleChunks(key: entry.key, version: entry.version, encrypted: encrypted)
+        let bytes = try port.assembleChunks(key: entry.key, version: entry.version)
         guard bytes.count == chunk.totalSize, Checksum.crc32(bytes) == chunk.totalChecksum else {
-            _ = try store.applyRemote([], from: peer.node, peerRole: peer.role, mismatched: [], completingChunksOf: (entry.key, entry.version))
+            // Drops the staged chunks (nothing to apply, nothing acknowledged).
+            _ = try port.apply([], from: peer.node, completing: ChunkedVersion(key: entry.key, version: entry.version), durable: false) { _ in ApplyPlan() }
             emit(.error(SyncError(.malformedMessage, "the chunks of \(entry.key) did not add up to the announced value; it will be sent again")))
             return []
         }
         var complete = entry
         complete.value = bytes
-        let result = try store.applyRemote([complete], from: peer.node, peerRole: peer.role, mismatched: peer.mismatchedKeys,
-                                           completingChunksOf: (entry.key, entry.version), durableBeforeReturn: !defersAcknowledgementSync)
-        entriesApplied += result.applied
-        emit(.received(entries: 1, applied: result.applied))
+        _ = try apply([complete], from: peer, completing: ChunkedVersion(key: entry.key, version: entry.version), reportsConflicts: false)
         return [ack(complete: true, restsOnCommit: true)]
     }
 }
