@@ -74,7 +74,7 @@ package protocol ReplicationPort: AnyObject {
 }
 
 /// A large value's transfer: a key at a version.
-package struct ChunkedVersion: Sendable, Equatable {
+package struct ChunkedVersion: Sendable, Hashable {
     package var key: String
     package var version: HLCTimestamp
 
