@@ -2,7 +2,7 @@ import Logging
 import SyncTransport
 
 /// The replication shell for one session: feeds frames to the pure
-/// `SessionStateMachine`, decides what incoming entries do with the pure
+/// `ReplicationSession`, decides what incoming entries do with the pure
 /// `ApplyPlanner`, performs both against a `ReplicationPort` (the store),
 /// reports events and counters to a `ReplicationReporter` (the driver's), and
 /// returns the frames to send. Synchronous and step-driven, so the same code
@@ -15,7 +15,8 @@ public final class ReplicationEndpoint {
     /// Where events, counters and log lines go.
     package let reporter: any ReplicationReporter
     public let configuration: ReplicationConfiguration
-    private var machine: SessionStateMachine
+    /// The protocol state: handshake, window, retransmits.
+    private var session: ReplicationSession
     /// The peer's cursor: every change of the stream up to it was acknowledged.
     private var cursor: Int64 = 0
     /// How far this session has read the stream (sent, or passed over).
@@ -34,7 +35,8 @@ public final class ReplicationEndpoint {
     private var batchNumber = 0
     private var batchTotal = 0
     /// Why the session ended, once it has failed.
-    public private(set) var failure: SyncError?
+    public var failure: SyncError? { session.failure }
+    private var failureReported = false
     /// When true, acknowledgements of commits are not synced here: they wait in
     /// `takeFramesAwaitingSync()` for the shell to put the commits on stable
     /// storage (`SyncStore.syncCommittedAsync()`) and then send them, so the
@@ -74,25 +76,25 @@ public final class ReplicationEndpoint {
         self.port = port
         self.reporter = reporter
         self.configuration = configuration
-        let identity = SessionStateMachine.Identity(
+        let identity = ReplicationSession.Identity(
             node: port.nodeID, role: port.role, pairingEpoch: configuration.pairingEpoch,
             protocolRange: configuration.protocolRange, declarations: port.registry.wireDeclarations(from: port.role),
             fingerprint: port.registry.fingerprint(for: port.role))
-        machine = SessionStateMachine(identity: identity, helloRetryInterval: configuration.helloRetryMilliseconds,
+        session = ReplicationSession(identity: identity, helloRetryInterval: configuration.helloRetryMilliseconds,
                                       retransmitInterval: configuration.retransmitMilliseconds, window: configuration.window)
-        machine.retransmits = retransmits
+        session.retransmits = retransmits
     }
 
-    public var isEstablished: Bool { machine.isEstablished && failure == nil }
+    public var isEstablished: Bool { session.isEstablished }
     /// The peer's node id once established.
-    public var peerNode: UInt32? { machine.peer?.node }
+    public var peerNode: UInt32? { session.knownPeer?.node }
     /// Keys declared differently by the peer.
-    public var mismatchedKeys: Set<String> { machine.peer?.mismatchedKeys ?? [] }
+    public var mismatchedKeys: Set<String> { session.knownPeer?.mismatchedKeys ?? [] }
 
     /// Starts the session: the hello.
     public func start(now: Int64) -> [Frame] {
-        machine.partialTransfers = (try? port.partialTransfers()) ?? []
-        return perform(machine.start(now: now), now: now)
+        session.partialTransfers = (try? port.partialTransfers()) ?? []
+        return perform(session.start(now: now), now: now)
     }
 
     /// Handles one frame from the peer; returns the frames to send.
@@ -110,10 +112,10 @@ public final class ReplicationEndpoint {
         do {
             switch message {
             case .hello(let hello):
-                out += perform(machine.receiveHello(hello, now: now), now: now)
+                out += perform(session.receiveHello(hello, now: now), now: now)
             case .batch(let batch):
-                guard machine.isEstablished, let peer = machine.peer else {
-                    return perform(machine.receivedDataBeforeHandshake(now: now), now: now)
+                guard session.isEstablished, let peer = session.knownPeer else {
+                    return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
                 let plan = try apply(batch.entries, from: peer, completing: nil, reportsConflicts: true)
                 count {
@@ -122,7 +124,7 @@ public final class ReplicationEndpoint {
                 }
                 try acknowledgeDurably(SyncMessage.ack(.init(batchID: batch.id, applied: plan.applied, rejected: plan.rejected)).frame(), into: &out)
             case .ack(let ack):
-                if case .batch? = machine.acknowledgeBatch(ack.batchID) {
+                if case .batch? = session.acknowledgeBatch(ack.batchID) {
                     if let upper = batchRanges.removeValue(forKey: ack.batchID) { try complete(upper: upper) }
                     if repairBatches.remove(ack.batchID) != nil { try finishRepairIfDone() }
                     if !ack.rejected.isEmpty {
@@ -130,15 +132,15 @@ public final class ReplicationEndpoint {
                     }
                 }
             case .chunk(let chunk):
-                guard machine.isEstablished, let peer = machine.peer else {
-                    return perform(machine.receivedDataBeforeHandshake(now: now), now: now)
+                guard session.isEstablished, let peer = session.knownPeer else {
+                    return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
                 count { $0.bytesReceived += frame.payload.count }
                 for reply in try receiveChunk(chunk, peer: peer) {
                     if reply.restsOnCommit { try acknowledgeDurably(reply.frame, into: &out) } else { out.append(reply.frame) }
                 }
             case .chunkAck(let ack):
-                if case .chunk(let key, let seq, _, _, _)? = machine.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index),
+                if case .chunk(let key, let seq, _, _, _)? = session.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index),
                    ack.complete {
                     if let upper = transferRanges.removeValue(forKey: TransferID(key: key, seq: seq)) {
                         if let upper { try complete(upper: upper) } else { try finishRepairIfDone() }
@@ -149,8 +151,8 @@ public final class ReplicationEndpoint {
                 // The peer's words, escaped and bounded: they end up in logs and events.
                 let reported = SyncError(SyncError.Code(PeerText.escaped(error.code, maxLength: 64)),
                                          "the peer ended the session: \(PeerText.escaped(error.message))")
-                failure = reported
-                machine.fail()
+                session.fail(reported)
+                failureReported = true
                 emit(.error(reported))
                 return []
             }
@@ -165,7 +167,7 @@ public final class ReplicationEndpoint {
     /// Retransmits what timed out, then sends what is pending.
     public func tick(now: Int64) -> [Frame] {
         guard failure == nil else { return [] }
-        return perform(machine.tick(now: now), now: now) + pump(now: now)
+        return perform(session.tick(now: now), now: now) + pump(now: now)
     }
 
     /// Sends what the peer has not acknowledged, as far as the window allows:
@@ -173,10 +175,10 @@ public final class ReplicationEndpoint {
     /// stream after this session's read position (automatic changes, and
     /// manual ones released by `sync()`).
     public func pump(now: Int64) -> [Frame] {
-        guard machine.isEstablished, failure == nil, let peer = machine.peer else { return [] }
+        guard session.isEstablished, failure == nil, let peer = session.knownPeer else { return [] }
         var out: [Frame] = []
         do {
-            while machine.hasCapacity {
+            while session.hasCapacity {
                 if var current = transfer {
                     if current.next < current.count {
                         out.append(sendChunk(&current, now: now))
@@ -231,7 +233,7 @@ public final class ReplicationEndpoint {
     }
 
     private func sendBatch(_ rows: [OutboundRow], now: Int64) -> (id: UInt64, frame: Frame) {
-        let message = machine.sendBatch(entries: rows.map(\.entry), items: rows.map { .init(key: $0.key, seq: $0.seq) }, now: now)
+        let message = session.sendBatch(entries: rows.map(\.entry), items: rows.map { .init(key: $0.key, seq: $0.seq) }, now: now)
         guard case .batch(let batch) = message else { preconditionFailure("sendBatch returns a batch") }
         let frame = message.frame()
         batchNumber += 1
@@ -254,7 +256,7 @@ public final class ReplicationEndpoint {
             reached = first.upper
             ranges.removeFirst()
         }
-        if let reached, reached > cursor, let peer = machine.peer {
+        if let reached, reached > cursor, let peer = session.knownPeer {
             cursor = reached
             try port.acknowledge(peer: peer.node, through: reached)
         }
@@ -264,15 +266,15 @@ public final class ReplicationEndpoint {
     /// of mismatched keys is what this session found.
     private func finishRepairIfDone() throws {
         guard !repairedNames.isEmpty, repairRows.isEmpty, repairBatches.isEmpty,
-              !transferRanges.values.contains(where: { $0 == nil }), let peer = machine.peer else { return }
+              !transferRanges.values.contains(where: { $0 == nil }), let peer = session.knownPeer else { return }
         repairedNames = []
         try port.setMismatchedKeys(peer.mismatchedKeys, for: peer.node)
     }
 
     /// True when established and nothing is in flight or waiting to be sent.
     public var isIdle: Bool {
-        guard machine.isEstablished, failure == nil, machine.isQuiet, transfer == nil, repairRows.isEmpty,
-              let peer = machine.peer else { return false }
+        guard session.isEstablished, failure == nil, session.isQuiet, transfer == nil, repairRows.isEmpty,
+              let peer = session.knownPeer else { return false }
         let rows = try? port.pendingRows(for: peer.node, after: scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
         return rows?.rows.isEmpty ?? false
     }
@@ -301,7 +303,7 @@ public final class ReplicationEndpoint {
 
     /// Publishes `event` as concerning this session's peer.
     private func emit(_ event: SyncEvent) {
-        reporter.report(event, peer: machine.peer?.node)
+        reporter.report(event, peer: session.knownPeer?.node)
     }
 
     /// Reports counter increments (`update` applied to zeros).
@@ -314,7 +316,7 @@ public final class ReplicationEndpoint {
     /// Decides what `entries` from `peer` do (`ApplyPlanner`, against the
     /// stored state the port reads in its transaction), has the port execute
     /// that plan, and reports it. Returns the plan, for the acknowledgement.
-    private func apply(_ entries: [WireEntry], from peer: SessionStateMachine.Peer, completing: ChunkedVersion?,
+    private func apply(_ entries: [WireEntry], from peer: ReplicationSession.Peer, completing: ChunkedVersion?,
                        reportsConflicts: Bool) throws -> ApplyPlan {
         let now = port.nowMilliseconds()
         let context = ApplyPlanner.Context(peerRole: peer.role, mismatched: peer.mismatchedKeys, versionBound: port.versionBound(),
@@ -358,7 +360,7 @@ public final class ReplicationEndpoint {
 
     /// Ends the session locally (the connection went away).
     public func connectionLost() {
-        machine.fail()
+        session.close()
     }
 
     // MARK: helpers
@@ -374,10 +376,10 @@ public final class ReplicationEndpoint {
 
     private func excluded(_ key: String) -> Bool {
         guard let descriptor = port.registry.descriptor(forEntry: key) else { return true }
-        return !descriptor.replicates(from: port.role) || (machine.peer?.mismatchedKeys.contains(descriptor.name) ?? false)
+        return !descriptor.replicates(from: port.role) || (session.knownPeer?.mismatchedKeys.contains(descriptor.name) ?? false)
     }
 
-    private func perform(_ actions: [SessionStateMachine.Action], now: Int64) -> [Frame] {
+    private func perform(_ actions: [ReplicationSession.Action], now: Int64) -> [Frame] {
         var out: [Frame] = []
         for action in actions {
             switch action {
@@ -431,10 +433,12 @@ public final class ReplicationEndpoint {
         return out
     }
 
+    /// Ends the session with `error` (the session may have failed itself, on
+    /// a bad hello): reported once, and sent to the peer when `notifyPeer`.
     private func fail(_ error: SyncError, notifyPeer: Bool) -> [Frame] {
-        guard failure == nil else { return [] }
-        failure = error
-        machine.fail()
+        guard !failureReported else { return [] }
+        failureReported = true
+        session.fail(error)
         emit(.error(error))
         reporter.logger.error("replication session failed", metadata: ["code": "\(error.code)"])
         return notifyPeer ? [SyncMessage.error(.init(code: error.code.rawValue, message: error.message)).frame()] : []
@@ -450,7 +454,7 @@ public final class ReplicationEndpoint {
         }
         let count = (bytes.count + configuration.chunkSize - 1) / configuration.chunkSize
         var start = 0
-        if let partial = machine.peer?.partialTransfers.first(where: { $0.key == row.key && $0.version == row.entry.version }) {
+        if let partial = session.knownPeer?.partialTransfers.first(where: { $0.key == row.key && $0.version == row.entry.version }) {
             start = min(partial.received, count - 1)
         }
         transferRanges[TransferID(key: row.key, seq: row.seq)] = .some(upper)
@@ -466,7 +470,7 @@ public final class ReplicationEndpoint {
         let chunk = SyncMessage.Chunk(entry: WireEntry(key: entry.key, version: entry.version, base: entry.base, deleted: false, encoding: entry.encoding, value: []),
                                       totalSize: t.bytes.count, totalChecksum: t.checksum, index: t.next, count: t.count,
                                       checksum: Checksum.crc32(slice), bytes: slice)
-        let frame = machine.sendChunk(chunk, seq: t.seq, now: now).frame()
+        let frame = session.sendChunk(chunk, seq: t.seq, now: now).frame()
         count {
             $0.chunksSent += 1
             $0.bytesSent += frame.payload.count
@@ -506,7 +510,7 @@ public final class ReplicationEndpoint {
         var restsOnCommit: Bool
     }
 
-    private func receiveChunk(_ chunk: SyncMessage.Chunk, peer: SessionStateMachine.Peer) throws -> [ChunkReply] {
+    private func receiveChunk(_ chunk: SyncMessage.Chunk, peer: ReplicationSession.Peer) throws -> [ChunkReply] {
         let entry = chunk.entry
         func ack(complete: Bool, restsOnCommit: Bool = false) -> ChunkReply {
             ChunkReply(frame: SyncMessage.chunkAck(.init(key: entry.key, version: entry.version, index: chunk.index, complete: complete)).frame(),

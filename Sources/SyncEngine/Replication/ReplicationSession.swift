@@ -1,8 +1,12 @@
 import SyncTransport
 
-/// The replication session's protocol state, as a pure state machine: no
-/// I/O, no clock reads. Inputs are messages and times; outputs are actions
-/// that the shell (`ReplicationEndpoint`) performs.
+/// The replication session's protocol, as a pure state machine: no I/O, no
+/// clock reads. Inputs are messages and times, one at a time; outputs are
+/// actions that the shell (`ReplicationEndpoint`) performs (swift-nio's
+/// `…StateMachine` structs are the model).
+///
+/// Its `state` is an enum whose cases carry what exists in them: there is
+/// no established session without its peer, and no failed one without its error.
 ///
 /// Handshake: each side sends a hello; a hello that is not a reply is
 /// answered with one, so either side may (re)start. A side is established
@@ -13,7 +17,7 @@ import SyncTransport
 /// proves the link works and that messages sent before the acknowledged one
 /// were probably lost: those go out again at the next tick, their backoff
 /// reset (a fast retransmit).
-struct SessionStateMachine {
+struct ReplicationSession {
     struct Identity: Sendable, Equatable {
         var node: UInt32
         var role: DeviceRole
@@ -52,7 +56,25 @@ struct SessionStateMachine {
         var dueNow = false
     }
 
-    enum Phase: Sendable, Equatable { case idle, waitingForPeer, established, failed }
+    /// A session with a validated peer, and the messages it has in flight.
+    struct Established: Sendable {
+        var peer: Peer
+        var inFlight: [UInt64: InFlight] = [:]
+        /// In-flight chunks by key, version and index (their acknowledgements name them so).
+        var chunkKeys: [String: UInt64] = [:]
+    }
+
+    enum State: Sendable {
+        /// Not started.
+        case idle
+        /// Our hello is out (sent last at `lastHelloAt`); the peer's has not come.
+        case awaitingHello(lastHelloAt: Int64)
+        case established(Established)
+        /// Ended by an error (ours or the peer's); `peer` if it had been established.
+        case failed(SyncError, peer: Peer?)
+        /// Ended without an error (the connection went away); `peer` if it had been established.
+        case closed(peer: Peer?)
+    }
 
     enum Action: Sendable, Equatable {
         case send(SyncMessage)
@@ -72,12 +94,10 @@ struct SessionStateMachine {
     /// connection to fail, and are never sent twice in one session.
     var retransmits = true
 
-    private(set) var phase: Phase = .idle
-    private(set) var peer: Peer?
-    private var lastHelloAt: Int64 = 0
-    private(set) var inFlight: [UInt64: InFlight] = [:]
+    private(set) var state: State = .idle
+    /// Message ids go on across a restart of the peer (an old acknowledgement never matches a new message).
     private var nextBatchID: UInt64 = 1
-    private var chunkKeys: [String: UInt64] = [:]
+    /// Staged transfers this side can resume, announced in its hello.
     var partialTransfers: [PartialTransfer] = []
 
     init(identity: Identity, helloRetryInterval: Int64 = 1_000, retransmitInterval: Int64 = 2_000, window: Int = 4) {
@@ -87,9 +107,38 @@ struct SessionStateMachine {
         self.window = window
     }
 
-    var isEstablished: Bool { phase == .established }
-    var hasCapacity: Bool { phase == .established && inFlight.count < window }
-    var isQuiet: Bool { inFlight.isEmpty }
+    var established: Established? { if case .established(let established) = state { established } else { nil } }
+    var isEstablished: Bool { established != nil }
+    /// The peer, while established.
+    var peer: Peer? { established?.peer }
+    /// The peer while established, and the one it had once it ended (for reports about it).
+    var knownPeer: Peer? {
+        switch state {
+        case .established(let established): established.peer
+        case .failed(_, let peer), .closed(let peer): peer
+        case .idle, .awaitingHello: nil
+        }
+    }
+    /// Why the session failed, once it has.
+    var failure: SyncError? { if case .failed(let error, _) = state { error } else { nil } }
+    var hasCapacity: Bool { (established?.inFlight.count).map { $0 < window } ?? false }
+    var isQuiet: Bool { established?.inFlight.isEmpty ?? true }
+    var inFlight: [UInt64: InFlight] { established?.inFlight ?? [:] }
+    private var isOver: Bool {
+        switch state {
+        case .failed, .closed: true
+        case .idle, .awaitingHello, .established: false
+        }
+    }
+
+    /// Runs `body` on the established state in place (nil when not established).
+    private mutating func withEstablished<Result>(_ body: (inout Established) -> Result) -> Result? {
+        guard case .established(var established) = state else { return nil }
+        state = .closed(peer: nil)  // the payload is uniquely referenced while `body` runs
+        let result = body(&established)
+        state = .established(established)
+        return result
+    }
 
     func hello(isReply: Bool) -> SyncMessage {
         .hello(.init(protocolRange: identity.protocolRange, node: identity.node, role: identity.role, isReply: isReply,
@@ -98,29 +147,23 @@ struct SessionStateMachine {
     }
 
     mutating func start(now: Int64) -> [Action] {
-        phase = .waitingForPeer
-        lastHelloAt = now
+        state = .awaitingHello(lastHelloAt: now)
         return [.send(hello(isReply: false))]
     }
 
-    /// Handles one message from the peer. Batches and chunks are not handled
-    /// here (the shell applies them); acks return the acknowledged payload.
+    /// Handles the peer's hello: validated, it establishes the session (a
+    /// fresh one mid-session means the peer restarted: what was in flight is gone).
     mutating func receiveHello(_ hello: SyncMessage.Hello, now: Int64) -> [Action] {
-        guard phase != .failed else { return [] }
-        switch SessionStateMachine.validate(local: identity, peer: hello) {
+        guard !isOver else { return [] }
+        switch ReplicationSession.validate(local: identity, peer: hello) {
         case .failure(let error):
-            phase = .failed
+            state = .failed(error, peer: knownPeer)
             return [.fail(error, notifyPeer: true)]
         case .success(let validated):
             var actions: [Action] = []
             if !hello.isReply { actions.append(.send(self.hello(isReply: true))) }
-            let restarted = peer != nil && phase == .established && !hello.isReply
-            if phase != .established || restarted {
-                // A fresh hello mid-session means the peer restarted: what was in flight is gone.
-                inFlight.removeAll()
-                chunkKeys.removeAll()
-                phase = .established
-                peer = validated
+            if !isEstablished || !hello.isReply {
+                state = .established(Established(peer: validated))
                 actions.append(.established(validated))
             }
             return actions
@@ -129,29 +172,32 @@ struct SessionStateMachine {
 
     /// A batch or chunk arrived before the peer saw our hello: say hello again.
     mutating func receivedDataBeforeHandshake(now: Int64) -> [Action] {
-        guard phase == .waitingForPeer else { return [] }
-        lastHelloAt = now
+        guard case .awaitingHello = state else { return [] }
+        state = .awaitingHello(lastHelloAt: now)
         return [.send(hello(isReply: false))]
     }
 
-    /// Registers an outgoing batch; returns the message to send.
+    /// Registers an outgoing batch (tracked while established); returns the message to send.
     mutating func sendBatch(entries: [WireEntry], items: [BatchItem], now: Int64) -> SyncMessage {
         let id = nextBatchID
         nextBatchID += 1
         let message = SyncMessage.batch(.init(id: id, entries: entries))
-        inFlight[id] = InFlight(message: message, payload: .batch(items), sentAt: now, attempts: 1)
+        withEstablished { $0.inFlight[id] = InFlight(message: message, payload: .batch(items), sentAt: now, attempts: 1) }
         return message
     }
 
-    /// Registers an outgoing chunk; returns the message to send.
+    /// Registers an outgoing chunk (tracked while established); returns the message to send.
     mutating func sendChunk(_ chunk: SyncMessage.Chunk, seq: Int64, now: Int64) -> SyncMessage {
         let id = nextBatchID
         nextBatchID += 1
         let message = SyncMessage.chunk(chunk)
-        inFlight[id] = InFlight(message: message, payload: .chunk(key: chunk.entry.key, seq: seq, version: chunk.entry.version,
-                                                                   index: chunk.index, isLast: chunk.index == chunk.count - 1),
-                                sentAt: now, attempts: 1)
-        chunkKeys[chunkKey(chunk.entry.key, chunk.entry.version, chunk.index)] = id
+        let key = chunkKey(chunk.entry.key, chunk.entry.version, chunk.index)
+        withEstablished {
+            $0.inFlight[id] = InFlight(message: message, payload: .chunk(key: chunk.entry.key, seq: seq, version: chunk.entry.version,
+                                                                          index: chunk.index, isLast: chunk.index == chunk.count - 1),
+                                       sentAt: now, attempts: 1)
+            $0.chunkKeys[key] = id
+        }
         return message
     }
 
@@ -159,52 +205,70 @@ struct SessionStateMachine {
 
     /// A batch ack: the payload it acknowledges, once (duplicates return nil).
     mutating func acknowledgeBatch(_ id: UInt64) -> Payload? {
-        guard let flight = inFlight.removeValue(forKey: id) else { return nil }
-        retransmitSoon(sentBefore: flight.sentAt)
-        return flight.payload
+        withEstablished { established in
+            guard let flight = established.inFlight.removeValue(forKey: id) else { return nil }
+            ReplicationSession.retransmitSoon(&established, sentBefore: flight.sentAt)
+            return flight.payload
+        } ?? nil
     }
 
     /// A chunk ack: the payload it acknowledges, once.
     mutating func acknowledgeChunk(key: String, version: HLCTimestamp, index: Int) -> Payload? {
-        guard let id = chunkKeys.removeValue(forKey: chunkKey(key, version, index)),
-              let flight = inFlight.removeValue(forKey: id) else { return nil }
-        retransmitSoon(sentBefore: flight.sentAt)
-        return flight.payload
+        let chunk = chunkKey(key, version, index)
+        return withEstablished { established in
+            guard let id = established.chunkKeys.removeValue(forKey: chunk),
+                  let flight = established.inFlight.removeValue(forKey: id) else { return nil }
+            ReplicationSession.retransmitSoon(&established, sentBefore: flight.sentAt)
+            return flight.payload
+        } ?? nil
     }
 
     /// Messages still unacknowledged though sent before one the peer just
     /// acknowledged: due at the next tick, with their backoff reset.
-    private mutating func retransmitSoon(sentBefore sentAt: Int64) {
-        for (id, flight) in inFlight where flight.sentAt < sentAt {
-            inFlight[id]!.attempts = 1
-            inFlight[id]!.dueNow = true
+    private static func retransmitSoon(_ established: inout Established, sentBefore sentAt: Int64) {
+        for (id, flight) in established.inFlight where flight.sentAt < sentAt {
+            established.inFlight[id]!.attempts = 1
+            established.inFlight[id]!.dueNow = true
         }
     }
 
     /// Resends what timed out: the hello while waiting, in-flight messages after `retransmitInterval`.
     mutating func tick(now: Int64) -> [Action] {
-        switch phase {
-        case .waitingForPeer where now - lastHelloAt >= helloRetryInterval:
-            lastHelloAt = now
+        switch state {
+        case .awaitingHello(let lastHelloAt) where now - lastHelloAt >= helloRetryInterval:
+            state = .awaitingHello(lastHelloAt: now)
             return [.send(hello(isReply: false))]
         case .established where retransmits:
-            var actions: [Action] = []
-            for id in inFlight.keys.sorted() {
-                let flight = inFlight[id]!
-                let backoff = retransmitInterval * Int64(min(flight.attempts, maxBackoffAttempts))
-                guard flight.dueNow || now - flight.sentAt >= backoff else { continue }
-                inFlight[id]!.sentAt = now
-                inFlight[id]!.attempts += 1
-                inFlight[id]!.dueNow = false
-                actions.append(.send(flight.message))
-            }
-            return actions
+            let (interval, cap) = (retransmitInterval, maxBackoffAttempts)
+            return withEstablished { established in
+                var actions: [Action] = []
+                for id in established.inFlight.keys.sorted() {
+                    let flight = established.inFlight[id]!
+                    let backoff = interval * Int64(min(flight.attempts, cap))
+                    guard flight.dueNow || now - flight.sentAt >= backoff else { continue }
+                    established.inFlight[id]!.sentAt = now
+                    established.inFlight[id]!.attempts += 1
+                    established.inFlight[id]!.dueNow = false
+                    actions.append(.send(flight.message))
+                }
+                return actions
+            } ?? []
         default:
             return []
         }
     }
 
-    mutating func fail() { phase = .failed }
+    /// Ends the session with `error` (the first error stays).
+    mutating func fail(_ error: SyncError) {
+        if case .failed = state { return }
+        state = .failed(error, peer: knownPeer)
+    }
+
+    /// Ends the session without an error: the connection went away.
+    mutating func close() {
+        guard !isOver else { return }
+        state = .closed(peer: knownPeer)
+    }
 
     /// Checks a peer's hello against ours: common protocol version, a phone
     /// with a watch, distinct nodes, one pairing epoch; collects key mismatches.
