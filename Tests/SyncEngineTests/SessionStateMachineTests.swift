@@ -140,4 +140,59 @@ import Testing
         #expect(phone.receiveHello(try #require(watch.hello(isReply: false).asHello), now: 20).isEmpty)
         #expect(phone.tick(now: 5_000).isEmpty && !phone.isEstablished)
     }
+
+    /// Acknowledgements may come in any order: the cursor moves only over the acknowledged prefix of what was read.
+    @Test func cursorMovesOnlyOverTheAcknowledgedPrefix() {
+        var progress = StreamProgress(cursor: 10)
+        #expect(progress.scan == 10)
+        progress.read(through: 20)
+        progress.read(through: 30)
+        progress.read(through: 40)
+        #expect(progress.scan == 40)
+        let result1 = progress.complete(upper: 30)
+        #expect(result1 == nil, "20 is not acknowledged yet")
+        #expect(progress.cursor == 10)
+        let result2 = progress.complete(upper: 20)
+        #expect(result2 == 30, "both 20 and 30 now")
+        let result3 = progress.complete(upper: 40)
+        #expect(result3 == 40)
+        let result4 = progress.complete(upper: 40)
+        #expect(result4 == nil, "a duplicate moves nothing")
+        #expect(progress.cursor == 40 && progress.ranges.isEmpty)
+    }
+
+    @Test func repairFinishesOnceWhenEverythingRepairedIsAcknowledged() {
+        var progress = StreamProgress()
+        let result5 = progress.finishRepairIfDone()
+        #expect(!result5, "nothing was repaired")
+        progress.repairedNames = ["k"]
+        progress.repairBatches = [7]
+        progress.transferRanges[.init(key: "big", seq: 3)] = .some(nil)
+        let result6 = progress.finishRepairIfDone()
+        #expect(!result6)
+        progress.repairBatches = []
+        let result7 = progress.finishRepairIfDone()
+        #expect(!result7, "a repair transfer is still in flight")
+        progress.transferRanges = [:]
+        let result8 = progress.finishRepairIfDone()
+        #expect(result8)
+        let result9 = progress.finishRepairIfDone()
+        #expect(!result9, "reported once")
+    }
+
+    /// The stream progress lives in the established state: a restarted peer's hello starts it afresh.
+    @Test func aFreshHelloStartsTheStreamProgressAfresh() throws {
+        var idle = ReplicationSession(identity: Self.identity(1, .phone))
+        idle.stream.read(through: 9)
+        #expect(idle.stream.scan == 0, "no progress without an established session")
+
+        var phone = try Self.establishedPhone()
+        phone.stream = StreamProgress(cursor: 5)
+        phone.stream.read(through: 9)
+        phone.stream.batchRanges[1] = 9
+        #expect(phone.stream.scan == 9 && phone.established?.stream.batchRanges == [1: 9])
+        let restartedWatch = ReplicationSession(identity: Self.identity(2, .watch))
+        _ = phone.receiveHello(try #require(restartedWatch.hello(isReply: false).asHello), now: 100)
+        #expect(phone.stream.cursor == 0 && phone.stream.scan == 0 && phone.stream.ranges.isEmpty && phone.stream.batchRanges.isEmpty)
+    }
 }

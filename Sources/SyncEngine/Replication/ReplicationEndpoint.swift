@@ -17,23 +17,6 @@ public final class ReplicationEndpoint {
     public let configuration: ReplicationConfiguration
     /// The protocol state: handshake, window, retransmits.
     private var session: ReplicationSession
-    /// The peer's cursor: every change of the stream up to it was acknowledged.
-    private var cursor: Int64 = 0
-    /// How far this session has read the stream (sent, or passed over).
-    private var scan: Int64 = 0
-    /// What was read from the stream, in order, each ending at a stream position
-    /// (`upper`); the cursor moves over the prefix whose messages were acknowledged.
-    private var ranges: [StreamRange] = []
-    /// The stream position each batch in flight ends at, by batch id.
-    private var batchRanges: [UInt64: Int64] = [:]
-    /// Changes of keys whose declarations agree again after a mismatch, sent
-    /// whatever the cursor says (they were passed over while they differed).
-    private var repairRows: [OutboundRow] = []
-    private var repairBatches: Set<UInt64> = []
-    private var repairedNames: Set<String> = []
-    private var transfer: Transfer?
-    private var batchNumber = 0
-    private var batchTotal = 0
     /// Why the session ended, once it has failed.
     public var failure: SyncError? { session.failure }
     private var failureReported = false
@@ -45,23 +28,6 @@ public final class ReplicationEndpoint {
     /// only after its commit was synced.
     public var defersAcknowledgementSync = false
     private var awaitingSync: [Frame] = []
-
-    private struct StreamRange {
-        var upper: Int64
-        var done: Bool
-    }
-
-    private struct Transfer {
-        /// The stream position its range ends at; nil for a repair.
-        var upper: Int64?
-        var key: String
-        var seq: Int64
-        var entry: WireEntry
-        var bytes: [UInt8]
-        var count: Int
-        var next: Int
-        var checksum: UInt32
-    }
 
     /// `retransmits: false` for a transport that delivers every frame while
     /// connected (see `FrameConnection.deliversEveryFrame`).
@@ -125,8 +91,8 @@ public final class ReplicationEndpoint {
                 try acknowledgeDurably(SyncMessage.ack(.init(batchID: batch.id, applied: plan.applied, rejected: plan.rejected)).frame(), into: &out)
             case .ack(let ack):
                 if case .batch? = session.acknowledgeBatch(ack.batchID) {
-                    if let upper = batchRanges.removeValue(forKey: ack.batchID) { try complete(upper: upper) }
-                    if repairBatches.remove(ack.batchID) != nil { try finishRepairIfDone() }
+                    if let upper = session.stream.batchRanges.removeValue(forKey: ack.batchID) { try complete(upper: upper) }
+                    if session.stream.repairBatches.remove(ack.batchID) != nil { try finishRepairIfDone() }
                     if !ack.rejected.isEmpty {
                         emit(.error(SyncError(.protocolViolation, "the peer refused \(ack.rejected.count) entries: \(ack.rejected.map { "\($0.key) (\($0.code))" }.joined(separator: ", "))")))
                     }
@@ -142,7 +108,7 @@ public final class ReplicationEndpoint {
             case .chunkAck(let ack):
                 if case .chunk(let key, let seq, _, _, _)? = session.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index),
                    ack.complete {
-                    if let upper = transferRanges.removeValue(forKey: TransferID(key: key, seq: seq)) {
+                    if let upper = session.stream.transferRanges.removeValue(forKey: StreamProgress.TransferID(key: key, seq: seq)) {
                         if let upper { try complete(upper: upper) } else { try finishRepairIfDone() }
                     }
                     count { $0.entriesSent += 1 }
@@ -179,38 +145,37 @@ public final class ReplicationEndpoint {
         var out: [Frame] = []
         do {
             while session.hasCapacity {
-                if var current = transfer {
+                if var current = session.stream.transfer {
                     if current.next < current.count {
                         out.append(sendChunk(&current, now: now))
-                        transfer = current.next < current.count ? current : nil
+                        session.stream.transfer = current.next < current.count ? current : nil
                         continue
                     }
-                    transfer = nil
+                    session.stream.transfer = nil
                 }
-                if !repairRows.isEmpty {
-                    let rows = Array(repairRows.prefix(configuration.maxBatchEntries))
+                if !session.stream.repairRows.isEmpty {
+                    let rows = Array(session.stream.repairRows.prefix(configuration.maxBatchEntries))
                     if rows[0].isLarge {
-                        repairRows.removeFirst()
+                        session.stream.repairRows.removeFirst()
                         try startTransfer(rows[0], upper: nil)
                     } else {
                         let batch = Array(rows.prefix { !$0.isLarge })
-                        repairRows.removeFirst(batch.count)
+                        session.stream.repairRows.removeFirst(batch.count)
                         let (id, frame) = sendBatch(batch, now: now)
-                        repairBatches.insert(id)
+                        session.stream.repairBatches.insert(id)
                         out.append(frame)
                     }
                     continue
                 }
-                let (fetched, scanned) = try port.pendingRows(for: peer.node, after: scan, maxEntries: configuration.maxBatchEntries,
+                let (fetched, scanned) = try port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: configuration.maxBatchEntries,
                                                                maxBytes: configuration.maxBatchBytes) { key, _ in excluded(key) }
-                guard scanned > scan else { break }
-                scan = scanned
+                guard scanned > session.stream.scan else { break }
+                session.stream.read(through: scanned)
                 var rows = fetched
                 if configuration.testingFaults.skipTombstones {
                     // Deliberate fault: pretend the deletes were delivered (their range completes without them).
                     rows.removeAll { $0.entry.deleted }
                 }
-                ranges.append(StreamRange(upper: scanned, done: false))
                 if rows.isEmpty {
                     // Only changes this peer does not get: passed over, nothing to wait for.
                     try complete(upper: scanned)
@@ -221,7 +186,7 @@ public final class ReplicationEndpoint {
                     continue
                 }
                 let (id, frame) = sendBatch(rows, now: now)
-                batchRanges[id] = scanned
+                session.stream.batchRanges[id] = scanned
                 out.append(frame)
             }
         } catch let error as SyncError {
@@ -236,28 +201,21 @@ public final class ReplicationEndpoint {
         let message = session.sendBatch(entries: rows.map(\.entry), items: rows.map { .init(key: $0.key, seq: $0.seq) }, now: now)
         guard case .batch(let batch) = message else { preconditionFailure("sendBatch returns a batch") }
         let frame = message.frame()
-        batchNumber += 1
-        batchTotal = max(batchTotal, batchNumber)
+        session.stream.batchNumber += 1
+        session.stream.batchTotal = max(session.stream.batchTotal, session.stream.batchNumber)
         count {
             $0.batchesSent += 1
             $0.entriesSent += rows.count
             $0.bytesSent += frame.payload.count
         }
-        emit(.batchSent(number: batchNumber, total: batchTotal, entries: rows.count))
+        emit(.batchSent(number: session.stream.batchNumber, total: session.stream.batchTotal, entries: rows.count))
         return (batch.id, frame)
     }
 
     /// The range ending at `upper` was acknowledged: the cursor moves over
     /// every acknowledged range at the front, and is recorded.
     private func complete(upper: Int64) throws {
-        if let index = ranges.firstIndex(where: { $0.upper == upper }) { ranges[index].done = true }
-        var reached: Int64?
-        while let first = ranges.first, first.done {
-            reached = first.upper
-            ranges.removeFirst()
-        }
-        if let reached, reached > cursor, let peer = session.knownPeer {
-            cursor = reached
+        if let reached = session.stream.complete(upper: upper), let peer = session.knownPeer {
             try port.acknowledge(peer: peer.node, through: reached)
         }
     }
@@ -265,17 +223,15 @@ public final class ReplicationEndpoint {
     /// Once every repaired key's changes were acknowledged, the peer's record
     /// of mismatched keys is what this session found.
     private func finishRepairIfDone() throws {
-        guard !repairedNames.isEmpty, repairRows.isEmpty, repairBatches.isEmpty,
-              !transferRanges.values.contains(where: { $0 == nil }), let peer = session.knownPeer else { return }
-        repairedNames = []
+        guard session.stream.finishRepairIfDone(), let peer = session.knownPeer else { return }
         try port.setMismatchedKeys(peer.mismatchedKeys, for: peer.node)
     }
 
     /// True when established and nothing is in flight or waiting to be sent.
     public var isIdle: Bool {
-        guard session.isEstablished, failure == nil, session.isQuiet, transfer == nil, repairRows.isEmpty,
+        guard session.isEstablished, failure == nil, session.isQuiet, session.stream.transfer == nil, session.stream.repairRows.isEmpty,
               let peer = session.knownPeer else { return false }
-        let rows = try? port.pendingRows(for: peer.node, after: scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
+        let rows = try? port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
         return rows?.rows.isEmpty ?? false
     }
 
@@ -365,15 +321,6 @@ public final class ReplicationEndpoint {
 
     // MARK: helpers
 
-    /// A large value in flight: a key at a change sequence.
-    private struct TransferID: Hashable {
-        var key: String
-        var seq: Int64
-    }
-
-    /// The stream position each transfer in flight ends at (nil for a repair).
-    private var transferRanges: [TransferID: Int64?] = [:]
-
     private func excluded(_ key: String) -> Bool {
         guard let descriptor = port.registry.descriptor(forEntry: key) else { return true }
         return !descriptor.replicates(from: port.role) || (session.knownPeer?.mismatchedKeys.contains(descriptor.name) ?? false)
@@ -386,34 +333,27 @@ public final class ReplicationEndpoint {
             case .send(let message):
                 out.append(message.frame())
             case .established(let peer):
-                ranges = []
-                batchRanges = [:]
-                transferRanges = [:]
-                repairRows = []
-                repairBatches = []
-                transfer = nil
-                batchNumber = 0
                 do {
+                    // The established state starts its stream progress afresh: from the recorded cursor.
                     let record = try port.recordPeer(node: peer.node, role: peer.role, epoch: configuration.pairingEpoch)
-                    cursor = record.cursor
-                    scan = record.cursor
+                    session.stream = StreamProgress(cursor: record.cursor)
                     // Keys declared differently are passed over; remember them (with those of earlier
                     // sessions) so that, once both sides agree, their changes are sent whatever the cursor.
-                    repairedNames = record.mismatched.subtracting(peer.mismatchedKeys)
+                    session.stream.repairedNames = record.mismatched.subtracting(peer.mismatchedKeys)
                     if !peer.mismatchedKeys.isSubset(of: record.mismatched) {
                         try port.setMismatchedKeys(record.mismatched.union(peer.mismatchedKeys), for: peer.node)
                     }
-                    if !repairedNames.isEmpty {
-                        repairRows = try port.rows(declaredBy: repairedNames, for: peer.node, maxEntries: Int.max).filter { !excluded($0.key) }
+                    if !session.stream.repairedNames.isEmpty {
+                        session.stream.repairRows = try port.rows(declaredBy: session.stream.repairedNames, for: peer.node, maxEntries: Int.max).filter { !excluded($0.key) }
                         try finishRepairIfDone()
                     }
                     // The total is only for `batchSent` progress events, and counting reads every
                     // pending row (4 % of a 100,000-entry initial sync): only when someone listens.
                     if reporter.wantsProgress {
                         let pending = try port.pendingCount(for: peer.node)
-                        batchTotal = max(1, (pending + configuration.maxBatchEntries - 1) / configuration.maxBatchEntries)
+                        session.stream.batchTotal = max(1, (pending + configuration.maxBatchEntries - 1) / configuration.maxBatchEntries)
                     } else {
-                        batchTotal = 0
+                        session.stream.batchTotal = 0
                     }
                 } catch let error as SyncError {
                     return out + fail(error, notifyPeer: true)
@@ -457,11 +397,11 @@ public final class ReplicationEndpoint {
         if let partial = session.knownPeer?.partialTransfers.first(where: { $0.key == row.key && $0.version == row.entry.version }) {
             start = min(partial.received, count - 1)
         }
-        transferRanges[TransferID(key: row.key, seq: row.seq)] = .some(upper)
-        transfer = Transfer(upper: upper, key: row.key, seq: row.seq, entry: row.entry, bytes: bytes, count: count, next: start, checksum: Checksum.crc32(bytes))
+        session.stream.transferRanges[StreamProgress.TransferID(key: row.key, seq: row.seq)] = .some(upper)
+        session.stream.transfer = StreamProgress.Transfer(upper: upper, key: row.key, seq: row.seq, entry: row.entry, bytes: bytes, count: count, next: start, checksum: Checksum.crc32(bytes))
     }
 
-    private func sendChunk(_ t: inout Transfer, now: Int64) -> Frame {
+    private func sendChunk(_ t: inout StreamProgress.Transfer, now: Int64) -> Frame {
         let low = t.next * configuration.chunkSize
         let slice = Array(t.bytes[low..<min(t.bytes.count, low + configuration.chunkSize)])
         var entry = t.entry

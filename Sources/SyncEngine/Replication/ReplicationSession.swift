@@ -62,6 +62,8 @@ struct ReplicationSession {
         var inFlight: [UInt64: InFlight] = [:]
         /// In-flight chunks by key, version and index (their acknowledgements name them so).
         var chunkKeys: [String: UInt64] = [:]
+        /// What this session read of the stream and what the peer acknowledged.
+        var stream = StreamProgress()
     }
 
     enum State: Sendable {
@@ -138,6 +140,20 @@ struct ReplicationSession {
         let result = body(&established)
         state = .established(established)
         return result
+    }
+
+    /// The established session's stream progress, moved out while it is
+    /// modified (no copy of its rows or transfer bytes); a blank one otherwise.
+    var stream: StreamProgress {
+        get { established?.stream ?? StreamProgress() }
+        _modify {
+            var progress = withEstablished { established -> StreamProgress in
+                defer { established.stream = StreamProgress() }
+                return established.stream
+            } ?? StreamProgress()
+            defer { withEstablished { $0.stream = progress } }
+            yield &progress
+        }
     }
 
     func hello(isReply: Bool) -> SyncMessage {
@@ -299,5 +315,91 @@ struct ReplicationSession {
 
     private static func name(of declaration: String) -> String {
         String(declaration.prefix { $0 != "|" })
+    }
+}
+
+/// What one session has read of the stream of changes and what the peer has
+/// acknowledged of it, pure: the cursor moves over the prefix of read ranges
+/// whose messages were all acknowledged. Part of the established state, so a
+/// new (or restarted) session starts it afresh from the recorded cursor.
+struct StreamProgress: Sendable {
+    /// A stretch of the stream read by this session, ending at `upper`.
+    struct ReadRange: Sendable, Equatable {
+        var upper: Int64
+        var done: Bool
+    }
+
+    /// A large value in flight: a key at a change sequence.
+    struct TransferID: Hashable, Sendable {
+        var key: String
+        var seq: Int64
+    }
+
+    /// A large value being sent in chunks.
+    struct Transfer: Sendable {
+        /// The stream position its range ends at; nil for a repair.
+        var upper: Int64?
+        var key: String
+        var seq: Int64
+        var entry: WireEntry
+        var bytes: [UInt8]
+        var count: Int
+        var next: Int
+        var checksum: UInt32
+    }
+
+    /// The peer's cursor: every change of the stream up to it was acknowledged.
+    var cursor: Int64 = 0
+    /// How far this session has read the stream (sent, or passed over).
+    var scan: Int64 = 0
+    /// What was read, in order; the cursor moves over the acknowledged prefix.
+    var ranges: [ReadRange] = []
+    /// The stream position each batch in flight ends at, by batch id.
+    var batchRanges: [UInt64: Int64] = [:]
+    /// The stream position each transfer in flight ends at (nil for a repair).
+    var transferRanges: [TransferID: Int64?] = [:]
+    /// Changes of keys whose declarations agree again after a mismatch, sent
+    /// whatever the cursor says (they were passed over while they differed).
+    var repairRows: [OutboundRow] = []
+    var repairBatches: Set<UInt64> = []
+    var repairedNames: Set<String> = []
+    var transfer: Transfer?
+    /// Batches sent in this session, and about how many it will send (progress events).
+    var batchNumber = 0
+    var batchTotal = 0
+
+    init(cursor: Int64 = 0) {
+        self.cursor = cursor
+        scan = cursor
+    }
+
+    /// The stream was read (sent or passed over) up to `upper`.
+    mutating func read(through upper: Int64) {
+        scan = upper
+        ranges.append(ReadRange(upper: upper, done: false))
+    }
+
+    /// The range ending at `upper` was acknowledged: the cursor moves over
+    /// every acknowledged range at the front. Returns the new cursor to
+    /// record, if it moved.
+    mutating func complete(upper: Int64) -> Int64? {
+        if let index = ranges.firstIndex(where: { $0.upper == upper }) { ranges[index].done = true }
+        var reached: Int64?
+        while let first = ranges.first, first.done {
+            reached = first.upper
+            ranges.removeFirst()
+        }
+        guard let reached, reached > cursor else { return nil }
+        cursor = reached
+        return reached
+    }
+
+    /// Whether every repaired key's changes were just acknowledged (once):
+    /// then the peer's record of mismatched keys is what this session found.
+    mutating func finishRepairIfDone() -> Bool {
+        guard !repairedNames.isEmpty, repairRows.isEmpty, repairBatches.isEmpty,
+              !transferRanges.values.contains(where: { $0 == nil }) else { return false }
+        repairedNames = []
+        return true
     }
 }
