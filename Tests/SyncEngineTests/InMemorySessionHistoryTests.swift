@@ -20,12 +20,15 @@ import Testing
         }
     }
 
-    static let keys: [any KeyDeclaration] = [TestKeys.steps, TestKeys.name, TestKeys.token, TestKeys.watchFace, TestKeys.tags, TestKeys.daily]
+    static let keys: [any KeyDeclaration] = [TestKeys.steps, TestKeys.name, TestKeys.token, TestKeys.watchFace, TestKeys.tags, TestKeys.daily,
+                                             TestKeys.blob]
 
     /// What a history did, for the failure message.
     struct Outcome {
         var frames = 0
         var restarts = 0
+        /// Sessions that started with a large value partly staged (its transfer resumes).
+        var resumes = 0
         var divergence: String?
     }
 
@@ -40,8 +43,11 @@ import Testing
         var toPhone: [Frame] = []
         var now: Int64 = 1_700_000_000_000
         var outcome = Outcome()
+        /// Whether local writes include large values (slow in debug builds: every tenth history).
+        let writesLargeValues: Bool
 
         init(seed: UInt64, faults: TestingFaults) throws {
+            writesLargeValues = seed % 10 == 0
             rng = SeededGenerator(state: seed)
             let registry = try KeyRegistry(InMemorySessionHistoryTests.keys)
             phone = InMemoryReplicationPort(node: 0x11, role: .phone, registry: registry, clock: ManualClock(now: now))
@@ -50,6 +56,7 @@ import Testing
             var configuration = ReplicationConfiguration(pairingEpoch: "memory")
             configuration.window = Int.random(in: 1...4, using: &rng)
             configuration.maxBatchEntries = Int.random(in: 1...4, using: &rng)
+            configuration.chunkSize = [16 * 1024, 64 * 1024].randomElement(using: &rng)!
             configuration.testingFaults = faults
             self.configuration = configuration
             restart()
@@ -58,6 +65,7 @@ import Testing
         /// A new session on both sides (the connection dropped): what was in flight is lost.
         func restart() {
             outcome.restarts += 1
+            if !((try? phone.partialTransfers()) ?? []).isEmpty || !((try? watch.partialTransfers()) ?? []).isEmpty { outcome.resumes += 1 }
             toWatch = []
             toPhone = []
             phoneEndpoint = ReplicationEndpoint(port: phone, reporter: RecordingReporter(keepsEvents: false), configuration: configuration)
@@ -70,9 +78,14 @@ import Testing
             let own = port.role == .phone ? TestKeys.token.name : TestKeys.watchFace.name
             let choices = [TestKeys.steps.name, TestKeys.name.name, TestKeys.tags.name, own,
                            TestKeys.daily["a"].name, TestKeys.daily["b"].name, TestKeys.daily["c"].name]
-            let key = choices.randomElement(using: &rng)!
+            var key = choices.randomElement(using: &rng)!
             let value: [UInt8]?
-            if Int.random(in: 0..<6, using: &rng) == 0 {
+            if writesLargeValues && Int.random(in: 0..<30, using: &rng) == 0 {
+                // A large value: deferred to the next manual sync, then sent in chunks (resumed after a restart).
+                key = TestKeys.blob.name
+                let fill = UInt8.random(in: 0...255, using: &rng)
+                value = [UInt8](repeating: fill, count: SyncStore.inlineValueLimit + Int.random(in: 1...60_000, using: &rng))
+            } else if Int.random(in: 0..<6, using: &rng) == 0 {
                 value = nil
             } else if key == TestKeys.tags.name {
                 let tags = (0..<Int.random(in: 0...2, using: &rng)).map { _ in ["x", "y", "z", "w"].randomElement(using: &rng)! }
@@ -170,16 +183,18 @@ import Testing
     }
 
     @Test func thousandsOfRandomHistoriesConverge() throws {
-        var frames = 0
+        var frames = 0, resumes = 0
         for seed in UInt64(1)...3_000 {
             let outcome = try Self.run(seed: seed)
             frames += outcome.frames
+            resumes += outcome.resumes
             if let divergence = outcome.divergence {
                 Issue.record("history \(seed): \(divergence)")
                 return
             }
         }
         #expect(frames > 100_000, "the histories exchanged frames (\(frames))")
+        #expect(resumes > 0, "some sessions resumed a partly staged large value")
     }
 
     /// The harness can fail: with deletes deliberately not replicated, some history diverges.
