@@ -214,7 +214,7 @@ final class SessionFuzzer {
     /// Delivers one fuzzed frame and counts how it ended (under the message
     /// type it was made from), by what it did to the receiver.
     private func deliverCounted(_ frame: Frame, as type: UInt8, to receiver: ReplicationEndpoint) -> [Frame] {
-        let store = receiver.store
+        let store = (receiver.port as! SQLiteReplicationPort).store
         let before = store.syncCounters
         let pendingBefore = (try? store.pendingSummary().total) ?? 0
         let out = receiver.receive(frame, now: now)

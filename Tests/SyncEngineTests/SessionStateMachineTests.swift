@@ -2,29 +2,29 @@
 import Testing
 
 /// The session protocol without a socket: inputs are messages and times, outputs are actions.
-@Suite struct SessionStateMachineTests {
-    static func identity(_ node: UInt32, _ role: DeviceRole) -> SessionStateMachine.Identity {
+@Suite struct ReplicationSessionTests {
+    static func identity(_ node: UInt32, _ role: DeviceRole) -> ReplicationSession.Identity {
         .init(node: node, role: role, pairingEpoch: "epoch", protocolRange: 1...1, declarations: ["k|all|automaticSmall"], fingerprint: [7])
     }
 
     /// A phone whose session with a watch is established at t=0.
-    static func establishedPhone() throws -> SessionStateMachine {
-        var phone = SessionStateMachine(identity: identity(1, .phone))
-        let watch = SessionStateMachine(identity: identity(2, .watch))
+    static func establishedPhone() throws -> ReplicationSession {
+        var phone = ReplicationSession(identity: identity(1, .phone))
+        let watch = ReplicationSession(identity: identity(2, .watch))
         _ = phone.start(now: 0)
         let hello = try #require(watch.hello(isReply: true).asHello)
         _ = phone.receiveHello(hello, now: 0)
         return phone
     }
 
-    static func batch(_ phone: inout SessionStateMachine, key: String, seq: Int64, now: Int64) -> SyncMessage {
+    static func batch(_ phone: inout ReplicationSession, key: String, seq: Int64, now: Int64) -> SyncMessage {
         let entry = WireEntry(key: key, version: HLCTimestamp(packed: seq << 16, node: 1), base: .zero, deleted: false,
                               encoding: "json", value: Array("\(seq)".utf8))
         return phone.sendBatch(entries: [entry], items: [.init(key: key, seq: seq)], now: now)
     }
 
     /// Ticks every 100 ms from `from` through `through`; returns when each message went out again.
-    static func retransmissions(_ phone: inout SessionStateMachine, from: Int64, through: Int64) -> [(at: Int64, message: SyncMessage)] {
+    static func retransmissions(_ phone: inout ReplicationSession, from: Int64, through: Int64) -> [(at: Int64, message: SyncMessage)] {
         var sent: [(Int64, SyncMessage)] = []
         for now in stride(from: from, through: through, by: 100) {
             for case .send(let message) in phone.tick(now: now) { sent.append((now, message)) }
@@ -85,11 +85,114 @@ import Testing
         var phone = try Self.establishedPhone()
         _ = Self.batch(&phone, key: "k", seq: 1, now: 0)
         #expect(!phone.isQuiet)
-        let restartedWatch = SessionStateMachine(identity: Self.identity(2, .watch))
+        let restartedWatch = ReplicationSession(identity: Self.identity(2, .watch))
         let hello = try #require(restartedWatch.hello(isReply: false).asHello)
         let actions = phone.receiveHello(hello, now: 100)
         #expect(actions.contains(.send(phone.hello(isReply: true))))
         #expect(phone.isQuiet, "the peer restarted: its acknowledgements for the old session will not come")
         #expect(Self.retransmissions(&phone, from: 200, through: 10_000).isEmpty)
+    }
+
+    /// Each state carries what exists in it: the peer only once established, the error once failed.
+    @Test func statesCarryTheirData() throws {
+        var phone = ReplicationSession(identity: Self.identity(1, .phone))
+        guard case .idle = phone.state else { Issue.record("a new session is idle"); return }
+        #expect(phone.peer == nil && phone.isQuiet && !phone.hasCapacity)
+        _ = phone.start(now: 5)
+        guard case .awaitingHello(let first) = phone.state else { Issue.record("started: awaiting the hello"); return }
+        #expect(first == 5)
+        #expect(phone.tick(now: 500).isEmpty)
+        #expect(phone.tick(now: 1_005) == [.send(phone.hello(isReply: false))])
+        guard case .awaitingHello(let retried) = phone.state else { Issue.record("still awaiting the hello"); return }
+        #expect(retried == 1_005)
+        // Data before the handshake: our hello again, nothing tracked.
+        #expect(phone.receivedDataBeforeHandshake(now: 1_100) == [.send(phone.hello(isReply: false))])
+
+        let watch = ReplicationSession(identity: Self.identity(2, .watch))
+        let actions = phone.receiveHello(try #require(watch.hello(isReply: false).asHello), now: 1_200)
+        guard case .established(let established) = phone.state else { Issue.record("established by a valid hello"); return }
+        #expect(established.peer.node == 2 && established.peer.role == .watch)
+        #expect(actions.contains(.established(established.peer)))
+        _ = Self.batch(&phone, key: "k", seq: 1, now: 1_300)
+        #expect(phone.established?.inFlight.count == 1)
+
+        phone.close()
+        guard case .closed(let peer) = phone.state else { Issue.record("closed by the connection"); return }
+        #expect(peer?.node == 2, "the ended session still names its peer")
+        #expect(phone.inFlight.isEmpty && !phone.isEstablished && phone.failure == nil)
+        #expect(phone.acknowledgeBatch(1) == nil)
+        #expect(phone.tick(now: 100_000).isEmpty)
+        #expect(phone.receiveHello(try #require(watch.hello(isReply: false).asHello), now: 100_100).isEmpty, "an ended session stays ended")
+    }
+
+    @Test func aBadHelloFailsTheSessionWithItsError() throws {
+        var phone = ReplicationSession(identity: Self.identity(1, .phone))
+        _ = phone.start(now: 0)
+        let otherPhone = ReplicationSession(identity: Self.identity(3, .phone))
+        let actions = phone.receiveHello(try #require(otherPhone.hello(isReply: false).asHello), now: 10)
+        guard case .failed(let error, let peer) = phone.state else { Issue.record("a phone with a phone fails"); return }
+        #expect(error.code == .handshakeFailed && peer == nil)
+        #expect(actions == [.fail(error, notifyPeer: true)])
+        // The first error stays; nothing more happens.
+        phone.fail(SyncError(.protocolViolation, "later"))
+        #expect(phone.failure?.code == .handshakeFailed)
+        let watch = ReplicationSession(identity: Self.identity(2, .watch))
+        #expect(phone.receiveHello(try #require(watch.hello(isReply: false).asHello), now: 20).isEmpty)
+        #expect(phone.tick(now: 5_000).isEmpty && !phone.isEstablished)
+    }
+
+    /// Acknowledgements may come in any order: the cursor moves only over the acknowledged prefix of what was read.
+    @Test func cursorMovesOnlyOverTheAcknowledgedPrefix() {
+        var progress = StreamProgress(cursor: 10)
+        #expect(progress.scan == 10)
+        progress.read(through: 20)
+        progress.read(through: 30)
+        progress.read(through: 40)
+        #expect(progress.scan == 40)
+        let result1 = progress.complete(upper: 30)
+        #expect(result1 == nil, "20 is not acknowledged yet")
+        #expect(progress.cursor == 10)
+        let result2 = progress.complete(upper: 20)
+        #expect(result2 == 30, "both 20 and 30 now")
+        let result3 = progress.complete(upper: 40)
+        #expect(result3 == 40)
+        let result4 = progress.complete(upper: 40)
+        #expect(result4 == nil, "a duplicate moves nothing")
+        #expect(progress.cursor == 40 && progress.ranges.isEmpty)
+    }
+
+    @Test func repairFinishesOnceWhenEverythingRepairedIsAcknowledged() {
+        var progress = StreamProgress()
+        let result5 = progress.finishRepairIfDone()
+        #expect(!result5, "nothing was repaired")
+        progress.repairedNames = ["k"]
+        progress.repairBatches = [7]
+        progress.transferRanges[.init(key: "big", seq: 3)] = .some(nil)
+        let result6 = progress.finishRepairIfDone()
+        #expect(!result6)
+        progress.repairBatches = []
+        let result7 = progress.finishRepairIfDone()
+        #expect(!result7, "a repair transfer is still in flight")
+        progress.transferRanges = [:]
+        let result8 = progress.finishRepairIfDone()
+        #expect(result8)
+        let result9 = progress.finishRepairIfDone()
+        #expect(!result9, "reported once")
+    }
+
+    /// The stream progress lives in the established state: a restarted peer's hello starts it afresh.
+    @Test func aFreshHelloStartsTheStreamProgressAfresh() throws {
+        var idle = ReplicationSession(identity: Self.identity(1, .phone))
+        idle.stream.read(through: 9)
+        #expect(idle.stream.scan == 0, "no progress without an established session")
+
+        var phone = try Self.establishedPhone()
+        phone.stream = StreamProgress(cursor: 5)
+        phone.stream.read(through: 9)
+        phone.stream.batchRanges[1] = 9
+        #expect(phone.stream.scan == 9 && phone.established?.stream.batchRanges == [1: 9])
+        let restartedWatch = ReplicationSession(identity: Self.identity(2, .watch))
+        _ = phone.receiveHello(try #require(restartedWatch.hello(isReply: false).asHello), now: 100)
+        #expect(phone.stream.cursor == 0 && phone.stream.scan == 0 && phone.stream.ranges.isEmpty && phone.stream.batchRanges.isEmpty)
     }
 }

@@ -1,5 +1,5 @@
 /// One version of one key, as the merge rule sees it.
-struct EntryState: Sendable, Equatable {
+package struct EntryState: Sendable, Equatable {
     var version: HLCTimestamp
     /// The version this write replaced on its node (what its writer had seen).
     var base: HLCTimestamp
@@ -16,7 +16,7 @@ struct EntryState: Sendable, Equatable {
 ///   HLC (time, counter, node id), or, for keys with a resolver and two live
 ///   values, the resolver merges `(older, newer)` and the result keeps the
 ///   newer version — both devices compute the same pair and the same result.
-enum MergeRule {
+package enum MergeRule {
     enum Outcome: Equatable {
         case ignore
         case take
@@ -33,7 +33,7 @@ enum MergeRule {
         }
     }
 
-    enum Winner: String, Sendable { case local, remote, merged }
+    package enum Winner: String, Sendable { case local, remote, merged }
 
     static func decide(local: EntryState?, incoming: EntryState,
                        resolver: ((_ older: [UInt8], _ newer: [UInt8]) throws -> [UInt8])?) -> Decision {

@@ -1,34 +1,25 @@
+import Logging
 import SyncTransport
 
 /// The replication shell for one session: feeds frames to the pure
-/// `SessionStateMachine`, performs its actions against the store, and returns
-/// the frames to send. Synchronous and step-driven, so the same code runs
-/// under the deterministic simulator and under the async `SyncPeer` over TCP.
+/// `ReplicationSession`, decides what incoming entries do with the pure
+/// `ApplyPlanner`, performs both against a `ReplicationPort` (the store),
+/// reports events and counters to a `ReplicationReporter` (the driver's), and
+/// returns the frames to send. Synchronous and step-driven, so the same code
+/// runs under the deterministic simulator and under the async `SyncPeer` over TCP.
 ///
 /// Not thread-safe: one task owns an endpoint.
 public final class ReplicationEndpoint {
-    public let store: SyncStore
+    /// The store, as the session sees it.
+    package let port: any ReplicationPort
+    /// Where events, counters and log lines go.
+    package let reporter: any ReplicationReporter
     public let configuration: ReplicationConfiguration
-    private var machine: SessionStateMachine
-    /// The peer's cursor: every change of the stream up to it was acknowledged.
-    private var cursor: Int64 = 0
-    /// How far this session has read the stream (sent, or passed over).
-    private var scan: Int64 = 0
-    /// What was read from the stream, in order, each ending at a stream position
-    /// (`upper`); the cursor moves over the prefix whose messages were acknowledged.
-    private var ranges: [StreamRange] = []
-    /// The stream position each batch in flight ends at, by batch id.
-    private var batchRanges: [UInt64: Int64] = [:]
-    /// Changes of keys whose declarations agree again after a mismatch, sent
-    /// whatever the cursor says (they were passed over while they differed).
-    private var repairRows: [OutboundRow] = []
-    private var repairBatches: Set<UInt64> = []
-    private var repairedNames: Set<String> = []
-    private var transfer: Transfer?
-    private var batchNumber = 0
-    private var batchTotal = 0
+    /// The protocol state: handshake, window, retransmits.
+    private var session: ReplicationSession
     /// Why the session ended, once it has failed.
-    public private(set) var failure: SyncError?
+    public var failure: SyncError? { session.failure }
+    private var failureReported = false
     /// When true, acknowledgements of commits are not synced here: they wait in
     /// `takeFramesAwaitingSync()` for the shell to put the commits on stable
     /// storage (`SyncStore.syncCommittedAsync()`) and then send them, so the
@@ -38,47 +29,38 @@ public final class ReplicationEndpoint {
     public var defersAcknowledgementSync = false
     private var awaitingSync: [Frame] = []
 
-    private struct StreamRange {
-        var upper: Int64
-        var done: Bool
-    }
-
-    private struct Transfer {
-        /// The stream position its range ends at; nil for a repair.
-        var upper: Int64?
-        var key: String
-        var seq: Int64
-        var entry: WireEntry
-        var bytes: [UInt8]
-        var count: Int
-        var next: Int
-        var checksum: UInt32
-    }
-
     /// `retransmits: false` for a transport that delivers every frame while
     /// connected (see `FrameConnection.deliversEveryFrame`).
-    public init(store: SyncStore, configuration: ReplicationConfiguration, retransmits: Bool = true) {
-        self.store = store
-        self.configuration = configuration
-        let identity = SessionStateMachine.Identity(
-            node: store.nodeID, role: store.role, pairingEpoch: configuration.pairingEpoch,
-            protocolRange: configuration.protocolRange, declarations: store.registry.wireDeclarations(from: store.role),
-            fingerprint: store.registry.fingerprint(for: store.role))
-        machine = SessionStateMachine(identity: identity, helloRetryInterval: configuration.helloRetryMilliseconds,
-                                      retransmitInterval: configuration.retransmitMilliseconds, window: configuration.window)
-        machine.retransmits = retransmits
+    /// Events and counters go to `store`'s `events()`, `peerEvents()` and `syncCounters`.
+    public convenience init(store: SyncStore, configuration: ReplicationConfiguration, retransmits: Bool = true) {
+        self.init(port: SQLiteReplicationPort(store), reporter: StoreReporter(store), configuration: configuration, retransmits: retransmits)
     }
 
-    public var isEstablished: Bool { machine.isEstablished && failure == nil }
+    /// A session over any store behind `port`, reporting to `reporter`.
+    package init(port: any ReplicationPort, reporter: any ReplicationReporter, configuration: ReplicationConfiguration,
+                 retransmits: Bool = true) {
+        self.port = port
+        self.reporter = reporter
+        self.configuration = configuration
+        let identity = ReplicationSession.Identity(
+            node: port.nodeID, role: port.role, pairingEpoch: configuration.pairingEpoch,
+            protocolRange: configuration.protocolRange, declarations: port.registry.wireDeclarations(from: port.role),
+            fingerprint: port.registry.fingerprint(for: port.role))
+        session = ReplicationSession(identity: identity, helloRetryInterval: configuration.helloRetryMilliseconds,
+                                      retransmitInterval: configuration.retransmitMilliseconds, window: configuration.window)
+        session.retransmits = retransmits
+    }
+
+    public var isEstablished: Bool { session.isEstablished }
     /// The peer's node id once established.
-    public var peerNode: UInt32? { machine.peer?.node }
+    public var peerNode: UInt32? { session.knownPeer?.node }
     /// Keys declared differently by the peer.
-    public var mismatchedKeys: Set<String> { machine.peer?.mismatchedKeys ?? [] }
+    public var mismatchedKeys: Set<String> { session.knownPeer?.mismatchedKeys ?? [] }
 
     /// Starts the session: the hello.
     public func start(now: Int64) -> [Frame] {
-        machine.partialTransfers = (try? store.partialTransfers()) ?? []
-        return perform(machine.start(now: now), now: now)
+        session.partialTransfers = (try? port.partialTransfers()) ?? []
+        return perform(session.start(now: now), now: now)
     }
 
     /// Handles one frame from the peer; returns the frames to send.
@@ -96,60 +78,53 @@ public final class ReplicationEndpoint {
         do {
             switch message {
             case .hello(let hello):
-                out += perform(machine.receiveHello(hello, now: now), now: now)
+                out += perform(session.receiveHello(hello, now: now), now: now)
             case .batch(let batch):
-                guard machine.isEstablished, let peer = machine.peer else {
-                    return perform(machine.receivedDataBeforeHandshake(now: now), now: now)
+                guard session.isEstablished, let peer = session.knownPeer else {
+                    return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
-                let result = try store.applyRemote(batch.entries, from: peer.node, peerRole: peer.role, mismatched: peer.mismatchedKeys,
-                                                   lastArrivalWins: configuration.testingFaults.lastArrivalWins,
-                                                   durableBeforeReturn: !defersAcknowledgementSync)
-                store.counters.withLock {
+                let plan = try apply(batch.entries, from: peer, completing: nil, reportsConflicts: true)
+                count {
                     $0.batchesReceived += 1
                     $0.bytesReceived += frame.payload.count
                 }
-                entriesApplied += result.applied
-                emit(.received(entries: batch.entries.count, applied: result.applied))
-                for conflict in result.conflicts {
-                    emit(.conflictResolved(key: conflict.key, winner: conflict.winner, rule: conflict.rule))
-                }
-                try acknowledgeDurably(SyncMessage.ack(.init(batchID: batch.id, applied: result.applied, rejected: result.rejected)).frame(), into: &out)
+                try acknowledgeDurably(SyncMessage.ack(.init(batchID: batch.id, applied: plan.applied, rejected: plan.rejected)).frame(), into: &out)
             case .ack(let ack):
-                if case .batch? = machine.acknowledgeBatch(ack.batchID) {
-                    if let upper = batchRanges.removeValue(forKey: ack.batchID) { try complete(upper: upper) }
-                    if repairBatches.remove(ack.batchID) != nil { try finishRepairIfDone() }
+                if case .batch? = session.acknowledgeBatch(ack.batchID) {
+                    if let upper = session.stream.batchRanges.removeValue(forKey: ack.batchID) { try complete(upper: upper) }
+                    if session.stream.repairBatches.remove(ack.batchID) != nil { try finishRepairIfDone() }
                     if !ack.rejected.isEmpty {
                         emit(.error(SyncError(.protocolViolation, "the peer refused \(ack.rejected.count) entries: \(ack.rejected.map { "\($0.key) (\($0.code))" }.joined(separator: ", "))")))
                     }
                 }
             case .chunk(let chunk):
-                guard machine.isEstablished, let peer = machine.peer else {
-                    return perform(machine.receivedDataBeforeHandshake(now: now), now: now)
+                guard session.isEstablished, let peer = session.knownPeer else {
+                    return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
-                store.counters.withLock { $0.bytesReceived += frame.payload.count }
+                count { $0.bytesReceived += frame.payload.count }
                 for reply in try receiveChunk(chunk, peer: peer) {
                     if reply.restsOnCommit { try acknowledgeDurably(reply.frame, into: &out) } else { out.append(reply.frame) }
                 }
             case .chunkAck(let ack):
-                if case .chunk(let key, let seq, _, _, _)? = machine.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index),
+                if case .chunk(let key, let seq, _, _, _)? = session.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index),
                    ack.complete {
-                    if let upper = transferRanges.removeValue(forKey: TransferID(key: key, seq: seq)) {
+                    if let upper = session.stream.transferRanges.removeValue(forKey: StreamProgress.TransferID(key: key, seq: seq)) {
                         if let upper { try complete(upper: upper) } else { try finishRepairIfDone() }
                     }
-                    store.counters.withLock { $0.entriesSent += 1 }
+                    count { $0.entriesSent += 1 }
                 }
             case .rebaseline(let notice):
-                guard machine.isEstablished, let peer = machine.peer else {
-                    return perform(machine.receivedDataBeforeHandshake(now: now), now: now)
+                guard session.isEstablished, let peer = session.knownPeer else {
+                    return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
-                let removed = try store.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys)
+                let removed = try port.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys)
                 try acknowledgeDurably(SyncMessage.ack(.init(batchID: notice.id, applied: removed, rejected: [])).frame(), into: &out)
             case .error(let error):
                 // The peer's words, escaped and bounded: they end up in logs and events.
                 let reported = SyncError(SyncError.Code(PeerText.escaped(error.code, maxLength: 64)),
                                          "the peer ended the session: \(PeerText.escaped(error.message))")
-                failure = reported
-                machine.fail()
+                session.fail(reported)
+                failureReported = true
                 emit(.error(reported))
                 return []
             }
@@ -164,7 +139,7 @@ public final class ReplicationEndpoint {
     /// Retransmits what timed out, then sends what is pending.
     public func tick(now: Int64) -> [Frame] {
         guard failure == nil else { return [] }
-        return perform(machine.tick(now: now), now: now) + pump(now: now)
+        return perform(session.tick(now: now), now: now) + pump(now: now)
     }
 
     /// Sends what the peer has not acknowledged, as far as the window allows:
@@ -172,42 +147,41 @@ public final class ReplicationEndpoint {
     /// stream after this session's read position (automatic changes, and
     /// manual ones released by `sync()`).
     public func pump(now: Int64) -> [Frame] {
-        guard machine.isEstablished, failure == nil, let peer = machine.peer else { return [] }
+        guard session.isEstablished, failure == nil, let peer = session.knownPeer else { return [] }
         var out: [Frame] = []
         do {
-            while machine.hasCapacity {
-                if var current = transfer {
+            while session.hasCapacity {
+                if var current = session.stream.transfer {
                     if current.next < current.count {
                         out.append(sendChunk(&current, now: now))
-                        transfer = current.next < current.count ? current : nil
+                        session.stream.transfer = current.next < current.count ? current : nil
                         continue
                     }
-                    transfer = nil
+                    session.stream.transfer = nil
                 }
-                if !repairRows.isEmpty {
-                    let rows = Array(repairRows.prefix(configuration.maxBatchEntries))
+                if !session.stream.repairRows.isEmpty {
+                    let rows = Array(session.stream.repairRows.prefix(configuration.maxBatchEntries))
                     if rows[0].isLarge {
-                        repairRows.removeFirst()
+                        session.stream.repairRows.removeFirst()
                         try startTransfer(rows[0], upper: nil)
                     } else {
                         let batch = Array(rows.prefix { !$0.isLarge })
-                        repairRows.removeFirst(batch.count)
+                        session.stream.repairRows.removeFirst(batch.count)
                         let (id, frame) = sendBatch(batch, now: now)
-                        repairBatches.insert(id)
+                        session.stream.repairBatches.insert(id)
                         out.append(frame)
                     }
                     continue
                 }
-                let (fetched, scanned) = try store.pendingRows(for: peer.node, after: scan, maxEntries: configuration.maxBatchEntries,
+                let (fetched, scanned) = try port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: configuration.maxBatchEntries,
                                                                maxBytes: configuration.maxBatchBytes) { key, _ in excluded(key) }
-                guard scanned > scan else { break }
-                scan = scanned
+                guard scanned > session.stream.scan else { break }
+                session.stream.read(through: scanned)
                 var rows = fetched
                 if configuration.testingFaults.skipTombstones {
                     // Deliberate fault: pretend the deletes were delivered (their range completes without them).
                     rows.removeAll { $0.entry.deleted }
                 }
-                ranges.append(StreamRange(upper: scanned, done: false))
                 if rows.isEmpty {
                     // Only changes this peer does not get: passed over, nothing to wait for.
                     try complete(upper: scanned)
@@ -218,7 +192,7 @@ public final class ReplicationEndpoint {
                     continue
                 }
                 let (id, frame) = sendBatch(rows, now: now)
-                batchRanges[id] = scanned
+                session.stream.batchRanges[id] = scanned
                 out.append(frame)
             }
         } catch let error as SyncError {
@@ -230,49 +204,40 @@ public final class ReplicationEndpoint {
     }
 
     private func sendBatch(_ rows: [OutboundRow], now: Int64) -> (id: UInt64, frame: Frame) {
-        let message = machine.sendBatch(entries: rows.map(\.entry), items: rows.map { .init(key: $0.key, seq: $0.seq) }, now: now)
+        let message = session.sendBatch(entries: rows.map(\.entry), items: rows.map { .init(key: $0.key, seq: $0.seq) }, now: now)
         guard case .batch(let batch) = message else { preconditionFailure("sendBatch returns a batch") }
         let frame = message.frame()
-        batchNumber += 1
-        batchTotal = max(batchTotal, batchNumber)
-        store.counters.withLock {
+        session.stream.batchNumber += 1
+        session.stream.batchTotal = max(session.stream.batchTotal, session.stream.batchNumber)
+        count {
             $0.batchesSent += 1
             $0.entriesSent += rows.count
             $0.bytesSent += frame.payload.count
         }
-        emit(.batchSent(number: batchNumber, total: batchTotal, entries: rows.count))
+        emit(.batchSent(number: session.stream.batchNumber, total: session.stream.batchTotal, entries: rows.count))
         return (batch.id, frame)
     }
 
     /// The range ending at `upper` was acknowledged: the cursor moves over
     /// every acknowledged range at the front, and is recorded.
     private func complete(upper: Int64) throws {
-        if let index = ranges.firstIndex(where: { $0.upper == upper }) { ranges[index].done = true }
-        var reached: Int64?
-        while let first = ranges.first, first.done {
-            reached = first.upper
-            ranges.removeFirst()
-        }
-        if let reached, reached > cursor, let peer = machine.peer {
-            cursor = reached
-            try store.acknowledge(peer: peer.node, through: reached)
+        if let reached = session.stream.complete(upper: upper), let peer = session.knownPeer {
+            try port.acknowledge(peer: peer.node, through: reached)
         }
     }
 
     /// Once every repaired key's changes were acknowledged, the peer's record
     /// of mismatched keys is what this session found.
     private func finishRepairIfDone() throws {
-        guard !repairedNames.isEmpty, repairRows.isEmpty, repairBatches.isEmpty,
-              !transferRanges.values.contains(where: { $0 == nil }), let peer = machine.peer else { return }
-        repairedNames = []
-        try store.setMismatchedKeys(peer.mismatchedKeys, for: peer.node)
+        guard session.stream.finishRepairIfDone(), let peer = session.knownPeer else { return }
+        try port.setMismatchedKeys(peer.mismatchedKeys, for: peer.node)
     }
 
     /// True when established and nothing is in flight or waiting to be sent.
     public var isIdle: Bool {
-        guard machine.isEstablished, failure == nil, machine.isQuiet, transfer == nil, repairRows.isEmpty,
-              let peer = machine.peer else { return false }
-        let rows = try? store.pendingRows(for: peer.node, after: scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
+        guard session.isEstablished, failure == nil, session.isQuiet, session.stream.transfer == nil, session.stream.repairRows.isEmpty,
+              let peer = session.knownPeer else { return false }
+        let rows = try? port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
         return rows?.rows.isEmpty ?? false
     }
 
@@ -290,7 +255,7 @@ public final class ReplicationEndpoint {
         if defersAcknowledgementSync {
             awaitingSync.append(frame)
         } else {
-            try store.syncCommitted()
+            try port.syncCommitted()
             out.append(frame)
         }
     }
@@ -300,80 +265,116 @@ public final class ReplicationEndpoint {
 
     /// Publishes `event` as concerning this session's peer.
     private func emit(_ event: SyncEvent) {
-        store.emit(event, peer: machine.peer?.node)
+        reporter.report(event, peer: session.knownPeer?.node)
+    }
+
+    /// Reports counter increments (`update` applied to zeros).
+    private func count(_ update: (inout SyncCounters) -> Void) {
+        var delta = SyncCounters()
+        update(&delta)
+        reporter.count(delta)
+    }
+
+    /// Decides what `entries` from `peer` do (`ApplyPlanner`, against the
+    /// stored state the port reads in its transaction), has the port execute
+    /// that plan, and reports it. Returns the plan, for the acknowledgement.
+    private func apply(_ entries: [WireEntry], from peer: ReplicationSession.Peer, completing: ChunkedVersion?,
+                       reportsConflicts: Bool) throws -> ApplyPlan {
+        let now = port.nowMilliseconds()
+        let context = ApplyPlanner.Context(peerRole: peer.role, mismatched: peer.mismatchedKeys, versionBound: port.versionBound(),
+                                           now: now, maxValueSize: port.maxValueSize,
+                                           lastArrivalWins: configuration.testingFaults.lastArrivalWins)
+        let registry = port.registry
+        var plan = ApplyPlan()
+        let outcome = try port.apply(entries, from: peer.node, completing: completing, durable: !defersAcknowledgementSync) { local in
+            plan = ApplyPlanner.plan(entries, local: local, registry: registry, context: context)
+            return plan
+        }
+        let refusals = plan.versionRefusals
+        count {
+            $0.entriesReceived += entries.count
+            $0.entriesIgnored += plan.ignored
+            $0.entriesRejected += plan.rejected.count
+            $0.conflicts += outcome.conflicts.count
+            $0.versionsRefused += refusals.count
+        }
+        for step in plan.steps {
+            if case .refuse(ApplyPlanner.policyViolation, _) = step.verdict {
+                reporter.logger.warning("rejected an entry the peer may not send", metadata: ["key": "\(step.entry.key)"])
+            }
+        }
+        for refusal in refusals {
+            emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds))
+        }
+        if !refusals.isEmpty {
+            reporter.logger.warning("refused entries whose versions are too far ahead of this device's clock",
+                                    metadata: ["count": "\(refusals.count)"])
+        }
+        entriesApplied += plan.applied
+        emit(.received(entries: entries.count, applied: plan.applied))
+        if reportsConflicts {
+            for conflict in outcome.conflicts {
+                emit(.conflictResolved(key: conflict.key, winner: conflict.winner, rule: conflict.rule))
+            }
+        }
+        return plan
     }
 
     /// Ends the session locally (the connection went away).
     public func connectionLost() {
-        machine.fail()
+        session.close()
     }
 
     // MARK: helpers
 
-    /// A large value in flight: a key at a change sequence.
-    private struct TransferID: Hashable {
-        var key: String
-        var seq: Int64
-    }
-
-    /// The stream position each transfer in flight ends at (nil for a repair).
-    private var transferRanges: [TransferID: Int64?] = [:]
-
     private func excluded(_ key: String) -> Bool {
-        guard let descriptor = store.registry.descriptor(forEntry: key) else { return true }
-        return !descriptor.replicates(from: store.role) || (machine.peer?.mismatchedKeys.contains(descriptor.name) ?? false)
+        guard let descriptor = port.registry.descriptor(forEntry: key) else { return true }
+        return !descriptor.replicates(from: port.role) || (session.knownPeer?.mismatchedKeys.contains(descriptor.name) ?? false)
     }
 
-    private func perform(_ actions: [SessionStateMachine.Action], now: Int64) -> [Frame] {
+    private func perform(_ actions: [ReplicationSession.Action], now: Int64) -> [Frame] {
         var out: [Frame] = []
         for action in actions {
             switch action {
             case .send(let message):
                 out.append(message.frame())
             case .established(let peer):
-                ranges = []
-                batchRanges = [:]
-                transferRanges = [:]
-                repairRows = []
-                repairBatches = []
-                transfer = nil
-                batchNumber = 0
                 do {
-                    let record = try store.recordPeer(node: peer.node, role: peer.role, epoch: configuration.pairingEpoch)
-                    cursor = record.cursor
-                    scan = record.cursor
+                    // The established state starts its stream progress afresh: from the recorded cursor.
+                    let record = try port.recordPeer(node: peer.node, role: peer.role, epoch: configuration.pairingEpoch)
+                    session.stream = StreamProgress(cursor: record.cursor)
                     // A watch the phone has no cursor for, after tombstones were purged: re-baseline it first.
-                    if let purged = try store.rebaselineNotice(for: peer.node, cursor: record.cursor) {
-                        out.append(machine.sendRebaseline(purgedThrough: purged, now: now).frame())
+                    if let purged = try port.rebaselineNotice(for: peer.node, cursor: record.cursor) {
+                        out.append(session.sendRebaseline(purgedThrough: purged, now: now).frame())
                     }
                     // Keys declared differently are passed over; remember them (with those of earlier
                     // sessions) so that, once both sides agree, their changes are sent whatever the cursor.
-                    repairedNames = record.mismatched.subtracting(peer.mismatchedKeys)
+                    session.stream.repairedNames = record.mismatched.subtracting(peer.mismatchedKeys)
                     if !peer.mismatchedKeys.isSubset(of: record.mismatched) {
-                        try store.setMismatchedKeys(record.mismatched.union(peer.mismatchedKeys), for: peer.node)
+                        try port.setMismatchedKeys(record.mismatched.union(peer.mismatchedKeys), for: peer.node)
                     }
-                    if !repairedNames.isEmpty {
-                        repairRows = try store.rows(declaredBy: repairedNames, for: peer.node, maxEntries: Int.max).filter { !excluded($0.key) }
+                    if !session.stream.repairedNames.isEmpty {
+                        session.stream.repairRows = try port.rows(declaredBy: session.stream.repairedNames, for: peer.node, maxEntries: Int.max).filter { !excluded($0.key) }
                         try finishRepairIfDone()
                     }
                     // The total is only for `batchSent` progress events, and counting reads every
                     // pending row (4 % of a 100,000-entry initial sync): only when someone listens.
-                    if store.eventHub.hasSubscribers {
-                        let pending = try store.pendingSummary(for: peer.node)
-                        batchTotal = max(1, (pending.automatic + pending.manualReleased + configuration.maxBatchEntries - 1) / configuration.maxBatchEntries)
+                    if reporter.wantsProgress {
+                        let pending = try port.pendingCount(for: peer.node)
+                        session.stream.batchTotal = max(1, (pending + configuration.maxBatchEntries - 1) / configuration.maxBatchEntries)
                     } else {
-                        batchTotal = 0
+                        session.stream.batchTotal = 0
                     }
                 } catch let error as SyncError {
                     return out + fail(error, notifyPeer: true)
                 } catch {
                     return out + fail(SyncError(.database, "\(error)"), notifyPeer: true)
                 }
-                store.counters.withLock { $0.sessions += 1 }
+                count { $0.sessions += 1 }
                 emit(.connected(peerNode: peer.node, peerRole: peer.role))
                 if !peer.mismatchedKeys.isEmpty {
                     emit(.keyMismatch(keys: peer.mismatchedKeys.sorted()))
-                    store.logger.warning("keys declared differently on the peer do not sync", metadata: ["keys": "\(peer.mismatchedKeys.sorted())"])
+                    reporter.logger.warning("keys declared differently on the peer do not sync", metadata: ["keys": "\(peer.mismatchedKeys.sorted())"])
                 }
             case .fail(let error, let notify):
                 out += fail(error, notifyPeer: notify)
@@ -382,12 +383,14 @@ public final class ReplicationEndpoint {
         return out
     }
 
+    /// Ends the session with `error` (the session may have failed itself, on
+    /// a bad hello): reported once, and sent to the peer when `notifyPeer`.
     private func fail(_ error: SyncError, notifyPeer: Bool) -> [Frame] {
-        guard failure == nil else { return [] }
-        failure = error
-        machine.fail()
+        guard !failureReported else { return [] }
+        failureReported = true
+        session.fail(error)
         emit(.error(error))
-        store.logger.error("replication session failed", metadata: ["code": "\(error.code)"])
+        reporter.logger.error("replication session failed", metadata: ["code": "\(error.code)"])
         return notifyPeer ? [SyncMessage.error(.init(code: error.code.rawValue, message: error.message)).frame()] : []
     }
 
@@ -395,20 +398,20 @@ public final class ReplicationEndpoint {
     /// its range ends at (nil for a repair). A value changed since it was read
     /// is not sent (its newer change comes later in the stream).
     private func startTransfer(_ row: OutboundRow, upper: Int64?) throws {
-        guard let bytes = try store.largeValue(key: row.key, seq: row.seq) else {
+        guard let bytes = try port.largeValue(key: row.key, seq: row.seq) else {
             if let upper { try complete(upper: upper) }
             return
         }
         let count = (bytes.count + configuration.chunkSize - 1) / configuration.chunkSize
         var start = 0
-        if let partial = machine.peer?.partialTransfers.first(where: { $0.key == row.key && $0.version == row.entry.version }) {
+        if let partial = session.knownPeer?.partialTransfers.first(where: { $0.key == row.key && $0.version == row.entry.version }) {
             start = min(partial.received, count - 1)
         }
-        transferRanges[TransferID(key: row.key, seq: row.seq)] = .some(upper)
-        transfer = Transfer(upper: upper, key: row.key, seq: row.seq, entry: row.entry, bytes: bytes, count: count, next: start, checksum: Checksum.crc32(bytes))
+        session.stream.transferRanges[StreamProgress.TransferID(key: row.key, seq: row.seq)] = .some(upper)
+        session.stream.transfer = StreamProgress.Transfer(upper: upper, key: row.key, seq: row.seq, entry: row.entry, bytes: bytes, count: count, next: start, checksum: Checksum.crc32(bytes))
     }
 
-    private func sendChunk(_ t: inout Transfer, now: Int64) -> Frame {
+    private func sendChunk(_ t: inout StreamProgress.Transfer, now: Int64) -> Frame {
         let low = t.next * configuration.chunkSize
         let slice = Array(t.bytes[low..<min(t.bytes.count, low + configuration.chunkSize)])
         var entry = t.entry
@@ -417,8 +420,8 @@ public final class ReplicationEndpoint {
         let chunk = SyncMessage.Chunk(entry: WireEntry(key: entry.key, version: entry.version, base: entry.base, deleted: false, encoding: entry.encoding, value: []),
                                       totalSize: t.bytes.count, totalChecksum: t.checksum, index: t.next, count: t.count,
                                       checksum: Checksum.crc32(slice), bytes: slice)
-        let frame = machine.sendChunk(chunk, seq: t.seq, now: now).frame()
-        store.counters.withLock {
+        let frame = session.sendChunk(chunk, seq: t.seq, now: now).frame()
+        count {
             $0.chunksSent += 1
             $0.bytesSent += frame.payload.count
         }
@@ -457,55 +460,52 @@ public final class ReplicationEndpoint {
         var restsOnCommit: Bool
     }
 
-    private func receiveChunk(_ chunk: SyncMessage.Chunk, peer: SessionStateMachine.Peer) throws -> [ChunkReply] {
+    private func receiveChunk(_ chunk: SyncMessage.Chunk, peer: ReplicationSession.Peer) throws -> [ChunkReply] {
         let entry = chunk.entry
         func ack(complete: Bool, restsOnCommit: Bool = false) -> ChunkReply {
             ChunkReply(frame: SyncMessage.chunkAck(.init(key: entry.key, version: entry.version, index: chunk.index, complete: complete)).frame(),
                        restsOnCommit: restsOnCommit)
         }
-        guard let descriptor = store.registry.descriptor(forEntry: entry.key), descriptor.replicates(from: peer.role),
+        guard let descriptor = port.registry.descriptor(forEntry: entry.key), descriptor.replicates(from: peer.role),
               !peer.mismatchedKeys.contains(descriptor.name), descriptor.encoding == entry.encoding,
-              chunk.totalSize <= store.options.maxValueSize else {
-            store.counters.withLock { $0.entriesRejected += 1 }
+              chunk.totalSize <= port.maxValueSize else {
+            count { $0.entriesRejected += 1 }
             return [ack(complete: true)]
         }
         if let problem = ReplicationEndpoint.chunkProblem(chunk) {
             throw SyncError(.malformedMessage, "chunk \(chunk.index) of \(entry.key): \(problem)")
         }
-        let now = store.physicalClock.nowMilliseconds()
-        if let refusal = SyncStore.versionRefusal(entry, bound: store.versionBound(), now: now) {
-            store.counters.withLock {
+        let now = port.nowMilliseconds()
+        if let refusal = SyncStore.versionRefusal(entry, bound: port.versionBound(), now: now) {
+            count {
                 $0.entriesRejected += 1
                 $0.versionsRefused += 1
             }
             emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds))
             return [ack(complete: true)]
         }
-        if let local = try store.entryInfo(forKey: entry.key), local.version >= entry.version {
-            try store.discardStagedChunks(key: entry.key, through: local.version)
+        if let local = try port.localVersion(forKey: entry.key), local >= entry.version {
+            try port.discardStagedChunks(key: entry.key, through: local)
             return [ack(complete: true, restsOnCommit: true)]  // the acknowledgement rests on that commit
         }
         guard Checksum.crc32(chunk.bytes) == chunk.checksum else {
             emit(.error(SyncError(.malformedMessage, "chunk \(chunk.index) of \(entry.key) failed its checksum; waiting for a resend")))
             return []
         }
-        store.counters.withLock { $0.chunksReceived += 1 }
+        count { $0.chunksReceived += 1 }
         emit(.chunk(key: entry.key, index: chunk.index, count: chunk.count, outgoing: false))
-        let encrypted = descriptor.security == .encrypted
-        let staged = try store.stageChunk(chunk, encrypted: encrypted)
+        let staged = try port.stageChunk(chunk)
         guard staged >= chunk.count else { return [ack(complete: false)] }
-        let bytes = try store.assembleChunks(key: entry.key, version: entry.version, encrypted: encrypted)
+        let bytes = try port.assembleChunks(key: entry.key, version: entry.version)
         guard bytes.count == chunk.totalSize, Checksum.crc32(bytes) == chunk.totalChecksum else {
-            _ = try store.applyRemote([], from: peer.node, peerRole: peer.role, mismatched: [], completingChunksOf: (entry.key, entry.version))
+            // Drops the staged chunks (nothing to apply, nothing acknowledged).
+            _ = try port.apply([], from: peer.node, completing: ChunkedVersion(key: entry.key, version: entry.version), durable: false) { _ in ApplyPlan() }
             emit(.error(SyncError(.malformedMessage, "the chunks of \(entry.key) did not add up to the announced value; it will be sent again")))
             return []
         }
         var complete = entry
         complete.value = bytes
-        let result = try store.applyRemote([complete], from: peer.node, peerRole: peer.role, mismatched: peer.mismatchedKeys,
-                                           completingChunksOf: (entry.key, entry.version), durableBeforeReturn: !defersAcknowledgementSync)
-        entriesApplied += result.applied
-        emit(.received(entries: 1, applied: result.applied))
+        _ = try apply([complete], from: peer, completing: ChunkedVersion(key: entry.key, version: entry.version), reportsConflicts: false)
         return [ack(complete: true, restsOnCommit: true)]
     }
 }

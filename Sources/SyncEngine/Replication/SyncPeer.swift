@@ -144,7 +144,9 @@ public final class SyncPeer: Sendable {
         // connection authenticated with (a phone holds one pairing per watch), else the configured one.
         var sessionConfiguration = configuration
         sessionConfiguration.pairingEpoch = connection.pairingEpoch ?? configuration.pairingEpoch
-        let endpoint = ReplicationEndpoint(store: store, configuration: sessionConfiguration, retransmits: !connection.deliversEveryFrame)
+        // The store behind its port; events and counters reported by this driver to the store's public streams.
+        let endpoint = ReplicationEndpoint(port: SQLiteReplicationPort(store), reporter: StoreReporter(store),
+                                           configuration: sessionConfiguration, retransmits: !connection.deliversEveryFrame)
         endpoint.defersAcknowledgementSync = true
         var reason = "closed"
         do {

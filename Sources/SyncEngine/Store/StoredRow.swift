@@ -207,6 +207,11 @@ extension SyncStore {
 
     /// The lane a local change of `descriptor` with `size` bytes waits in on this device.
     func lane(for descriptor: KeyDescriptor, size: Int, deleted: Bool) -> SyncLane {
+        SyncStore.lane(for: descriptor, on: role, size: size, deleted: deleted)
+    }
+
+    /// The lane a change of `descriptor` with `size` bytes made on a device of `role` waits in.
+    static func lane(for descriptor: KeyDescriptor, on role: DeviceRole, size: Int, deleted: Bool) -> SyncLane {
         guard descriptor.replicates(from: role) else { return .none }
         switch descriptor.policy {
         case .never: return .none

@@ -2,7 +2,7 @@ import Foundation
 import SyncTransport
 
 /// A pending local change selected for sending.
-struct OutboundRow: Sendable {
+package struct OutboundRow: Sendable {
     var key: String
     var seq: Int64
     var entry: WireEntry
@@ -23,7 +23,7 @@ struct ApplyResult: Sendable {
 }
 
 /// A remote entry refused because its version is out of range.
-struct VersionRefusal: Sendable, Equatable {
+package struct VersionRefusal: Sendable, Equatable {
     var key: String
     /// How far the version's time is ahead of this device's clock (0 when the
     /// version is refused for another reason: negative, or base after version).
@@ -47,103 +47,91 @@ extension SyncStore {
 
     // MARK: inbound
 
-    /// Applies entries from the peer in one transaction: idempotent, conflict
-    /// rule applied, conflicts logged, policies enforced (a key the peer may
-    /// not send is rejected, never stored).
+    /// Applies entries from the peer in one transaction, decided by
+    /// `ApplyPlanner` (policies, version bound, merge rule) and executed by
+    /// `execute`: what a replication session does with a batch, for callers
+    /// without a session (benchmarks). Counts and reports nothing: that is
+    /// the session driver's business.
+    func applyRemote(_ entries: [WireEntry], from peer: UInt32 = 0, peerRole: DeviceRole, mismatched: Set<String>,
+                     completingChunksOf chunked: (key: String, version: HLCTimestamp)? = nil,
+                     lastArrivalWins: Bool = false, durableBeforeReturn: Bool = true) throws -> ApplyResult {
+        let now = physicalClock.nowMilliseconds()
+        let context = ApplyPlanner.Context(peerRole: peerRole, mismatched: mismatched,
+                                           versionBound: SyncStore.versionBound(now: now, ahead: options.maxRemoteClockAhead), now: now,
+                                           maxValueSize: options.maxValueSize, lastArrivalWins: lastArrivalWins)
+        var plan = ApplyPlan()
+        let outcome = try execute(entries, from: peer, completing: chunked.map { ChunkedVersion(key: $0.key, version: $0.version) },
+                                  durable: durableBeforeReturn) { local in
+            plan = ApplyPlanner.plan(entries, local: local, registry: registry, context: context)
+            return plan
+        }
+        return ApplyResult(applied: plan.applied, ignored: plan.ignored, rejected: plan.rejected, conflicts: outcome.conflicts,
+                           changes: outcome.changes, versionRefusals: plan.versionRefusals)
+    }
+
+    /// Executes a plan for entries from `peer` in one transaction: reads the
+    /// stored state of their keys (values decrypted), asks `plan`, stores what
+    /// it takes or merges, logs its conflicts. Idempotent with the planner's rule.
     ///
     /// The local rows are read with one statement per group of keys
-    /// (`loadRows`) and the winners written several rows per statement
-    /// (`saveRows`); entries are decided in order, each seeing the ones before it.
+    /// (`loadRows`) and the winners written several rows per statement (`saveRows`).
     ///
     /// An entry taken from `peer` joins the stream for the other peers (when
     /// its key replicates from this device) and is never sent back to `peer`.
     ///
-    /// Returns once the commit is on stable storage (`syncCommitted()`), since
-    /// the caller acknowledges it; `durableBeforeReturn: false` leaves that
-    /// to the caller (who must sync before acknowledging).
-    func applyRemote(_ entries: [WireEntry], from peer: UInt32 = 0, peerRole: DeviceRole, mismatched: Set<String>,
-                     completingChunksOf chunked: (key: String, version: HLCTimestamp)? = nil,
-                     lastArrivalWins: Bool = false, durableBeforeReturn: Bool = true) throws -> ApplyResult {
+    /// Returns once the commit is on stable storage (`syncCommitted()`) when
+    /// `durable`, since the caller acknowledges it; otherwise the caller must
+    /// sync before acknowledging.
+    func execute(_ entries: [WireEntry], from peer: UInt32, completing chunked: ChunkedVersion?, durable: Bool,
+                 plan decide: ([String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome {
         try checkOpen()
         let now = physicalClock.nowMilliseconds()
-        let bound = SyncStore.versionBound(now: now, ahead: options.maxRemoteClockAhead)
-        let result = try database.write({ conn -> ApplyResult in
-            var result = ApplyResult()
+        let outcome = try database.write({ conn -> ApplyOutcome in
+            var outcome = ApplyOutcome()
             let staged = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_chunks)")
             _ = try staged.step()
             let hasStagedChunks = staged.int(0) != 0
             staged.reset()
-            // Policies first: what the peer may not send never reaches the database.
-            var accepted: [(entry: WireEntry, registered: KeyRegistry.Registered)] = []
-            accepted.reserveCapacity(entries.count)
-            for incoming in entries {
-                guard let registered = registry.registered(forEntry: incoming.key) else {
-                    result.rejected.append(.init(key: incoming.key, code: SyncError.Code.unknownKey.rawValue))
-                    continue
-                }
-                let descriptor = registered.descriptor
-                if !mismatched.isEmpty && mismatched.contains(descriptor.name) {
-                    result.rejected.append(.init(key: incoming.key, code: SyncError.Code.keyDeclarationMismatch.rawValue))
-                    continue
-                }
-                guard descriptor.replicates(from: peerRole), descriptor.encoding == incoming.encoding else {
-                    logger.warning("rejected an entry the peer may not send", metadata: ["key": "\(incoming.key)"])
-                    result.rejected.append(.init(key: incoming.key, code: "policy-violation"))
-                    continue
-                }
-                if (incoming.value?.count ?? 0) > options.maxValueSize {
-                    result.rejected.append(.init(key: incoming.key, code: SyncError.Code.valueTooLarge.rawValue))
-                    continue
-                }
-                if let refusal = SyncStore.versionRefusal(incoming, bound: bound, now: now) {
-                    result.rejected.append(.init(key: incoming.key, code: SyncError.Code.versionOutOfRange.rawValue))
-                    result.versionRefusals.append(refusal)
-                    continue
-                }
-                accepted.append((incoming, registered))
+            var keys: [String] = []
+            var seen: Set<String> = []
+            keys.reserveCapacity(entries.count)
+            for entry in entries where registry.registered(forEntry: entry.key) != nil && seen.insert(entry.key).inserted {
+                keys.append(entry.key)
             }
-            // The local state of every key, updated as entries are decided (a key may come twice).
-            var current = try loadRows(conn, keys: accepted.map(\.entry.key), valueFile: .ifReadable)
+            let stored = try loadRows(conn, keys: keys, valueFile: .ifReadable)
+            let plan = decide(stored.mapValues(\.state))
             var writes: [StoredRow] = []
             var encrypted: Set<String> = []
-            writes.reserveCapacity(accepted.count)
-            result.changes.reserveCapacity(accepted.count)
-            for (incoming, registered) in accepted {
-                let descriptor = registered.descriptor
+            writes.reserveCapacity(plan.steps.count)
+            outcome.changes.reserveCapacity(plan.steps.count)
+            for step in plan.steps {
+                let incoming = step.entry
+                if case .refuse = step.verdict { continue }
+                guard let descriptor = registry.descriptor(forEntry: incoming.key) else { continue }
                 clock.observe(incoming.version)
-                let local = current[incoming.key]
-                var decision = MergeRule.decide(local: local?.state, incoming: incoming.state, resolver: registered.resolver?.merge)
-                if lastArrivalWins, local != nil, local?.version != incoming.version {
-                    decision = MergeRule.Decision(outcome: .take)  // deliberate fault (TestingFaults)
+                if let conflict = step.verdict.conflict {
+                    try logConflict(conn, &outcome, key: incoming.key, local: conflict.local, remote: incoming.version,
+                                    winner: conflict.winner, rule: conflict.rule, now: now)
                 }
-                var row: StoredRow
-                switch decision.outcome {
-                case .ignore:
-                    result.ignored += 1
-                    if let conflict = decision.conflict, let local {
-                        try logConflict(conn, &result, key: incoming.key, local: local.version, remote: incoming.version, winner: conflict.winner, rule: conflict.rule, now: now)
-                    }
+                let row: StoredRow
+                switch step.verdict {
+                case .refuse, .ignore:
                     continue
                 case .take:
                     row = StoredRow(key: incoming.key, value: incoming.deleted ? nil : (incoming.value ?? []), encoding: incoming.encoding,
                                     version: incoming.version, base: incoming.base, deleted: incoming.deleted, encrypted: false,
                                     size: incoming.deleted ? 0 : (incoming.value?.count ?? 0), changeSeq: takeSeq(),
                                     lane: descriptor.replicates(from: role) ? .automatic : .none, originPeer: peer)
-                case .merged(let value, let version):
+                case .merge(let value, let version, _):
                     // A merge is new information for the peer too: send it (the peer's
                     // re-merge of a join is a no-op, so this ends).
-                    let lane = lane(for: descriptor, size: value.count, deleted: false)
                     row = StoredRow(key: incoming.key, value: value, encoding: incoming.encoding, version: version, base: version,
-                                    deleted: false, encrypted: false, size: value.count, changeSeq: takeSeq(), lane: lane)
+                                    deleted: false, encrypted: false, size: value.count, changeSeq: takeSeq(),
+                                    lane: lane(for: descriptor, size: value.count, deleted: false))
                 }
                 if descriptor.security == .encrypted { encrypted.insert(row.key) }
                 writes.append(row)
-                current[row.key] = row
-                if let conflict = decision.conflict, let local {
-                    try logConflict(conn, &result, key: incoming.key, local: local.version, remote: incoming.version, winner: conflict.winner, rule: conflict.rule, now: now)
-                }
-                result.applied += 1
-                result.changes.append(StoreChange(key: row.key, kind: row.deleted ? .removed : .set, origin: .remote, version: row.version))
+                outcome.changes.append(StoreChange(key: row.key, kind: row.deleted ? .removed : .set, origin: .remote, version: row.version))
             }
             try saveRows(conn, writes, encrypt: { !encrypted.isEmpty && encrypted.contains($0.key) }, writtenAt: now)
             if let chunked {
@@ -153,39 +141,25 @@ extension SyncStore {
                 delete.bind(3, Int64(chunked.version.node))
                 try delete.run()
             }
-            if !result.conflicts.isEmpty { try pruneConflictLog(conn, now: now) }
+            if !outcome.conflicts.isEmpty { try pruneConflictLog(conn, now: now) }
             if hasStagedChunks {
                 // Transfers of versions that the stored value now overtakes can never win: drop their chunks.
                 for row in writes { try SyncStore.discardStagedChunks(conn, key: row.key, through: row.version) }
             }
-            return result
-        }, onCommit: { result in
+            return outcome
+        }, onCommit: { outcome in
             // Remote values are read through on demand: a large initial sync does not fill memory.
-            cache.invalidate(result.changes.lazy.map(\.key))
+            cache.invalidate(outcome.changes.lazy.map(\.key))
         })
-        counters.withLock {
-            $0.entriesReceived += entries.count
-            $0.entriesIgnored += result.ignored
-            $0.entriesRejected += result.rejected.count
-            $0.conflicts += result.conflicts.count
-            $0.versionsRefused += result.versionRefusals.count
-        }
-        for refusal in result.versionRefusals {
-            emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds), peer: peer == 0 ? nil : peer)
-        }
-        if !result.versionRefusals.isEmpty {
-            logger.warning("refused entries whose versions are too far ahead of this device's clock",
-                           metadata: ["count": "\(result.versionRefusals.count)"])
-        }
-        publishCommitted(result.changes)
-        if result.applied > 0 {
+        publishCommitted(outcome.changes)
+        if !outcome.changes.isEmpty {
             // Sessions with the other peers have something new to send.
             localWrites.publish(())
         }
         // The caller acknowledges this commit and the peer then forgets the entries: on stable
         // storage first. After publishing: observers need no fsync to see the values.
-        if durableBeforeReturn { try syncCommitted() }
-        return result
+        if durable { try syncCommitted() }
+        return outcome
     }
 
     /// Why a remote entry's version cannot be accepted, if it cannot: its time
@@ -228,7 +202,7 @@ extension SyncStore {
     static let loadRowsGroup = 128
     static let loadRowsSQL = "SELECT \(rowColumns) FROM entries WHERE key IN (\((1...loadRowsGroup).map { "?\($0)" }.joined(separator: ", ")))"
 
-    private func logConflict(_ conn: SQLiteConnection, _ result: inout ApplyResult, key: String, local: HLCTimestamp,
+    private func logConflict(_ conn: SQLiteConnection, _ result: inout ApplyOutcome, key: String, local: HLCTimestamp,
                              remote: HLCTimestamp, winner: MergeRule.Winner, rule: String, now: Int64) throws {
         // One row per resolution: a duplicated delivery of the same pair is not logged (or counted) again.
         let stmt = try conn.statement("""

@@ -3,7 +3,7 @@ import SyncTransport
 
 /// What the store keeps about one peer: where its cursor stands in the stream
 /// of changes, and which keys it declared differently at the last session.
-struct PeerRecord: Sendable, Equatable {
+package struct PeerRecord: Sendable, Equatable {
     var node: UInt32
     /// Every change in the stream up to this sequence was acknowledged by the peer.
     var cursor: Int64

@@ -1,0 +1,280 @@
+import Logging
+import SyncTransport
+
+/// The `ReplicationPort` contract kept in dictionaries: a stream of changes
+/// numbered by a change sequence, per-peer cursors, staged chunks, a conflict
+/// log. For driving sessions fast through many histories; it passes the same
+/// conformance suite as `SQLiteReplicationPort`. Nothing is persisted beyond
+/// the object (restarting a session keeps the port: its "disk").
+///
+/// Local writes go through `write(_:_:)`; manual changes wait for `requestManualSync()`.
+package final class InMemoryReplicationPort: ReplicationPort {
+    /// One key's newest version and where it stands in the stream.
+    package struct Row: Sendable, Equatable {
+        package var key: String
+        package var value: [UInt8]?
+        package var encoding: String
+        package var version: HLCTimestamp
+        package var base: HLCTimestamp
+        package var deleted: Bool
+        package var seq: Int64
+        package var lane: SyncLane
+        /// The peer this version came from (never sent back to it); 0 for a local change.
+        package var originPeer: UInt32
+
+        package var state: EntryState { EntryState(version: version, base: base, deleted: deleted, value: value) }
+        var size: Int { deleted ? 0 : (value?.count ?? 0) }
+    }
+
+    private struct Peer {
+        var record: PeerRecord
+        var role: DeviceRole
+        var epoch: String
+    }
+
+    private struct ConflictID: Hashable {
+        var key: String
+        var local: HLCTimestamp
+        var remote: HLCTimestamp
+    }
+
+    package let nodeID: UInt32
+    package let role: DeviceRole
+    package let registry: KeyRegistry
+    package var maxValueSize: Int
+    package var maxRemoteClockAhead: Duration
+    package let clock: ManualClock
+    private let hlc: HybridLogicalClock
+    package private(set) var rows: [String: Row] = [:]
+    private var nextSeq: Int64 = 1
+    private var peers: [UInt32: Peer] = [:]
+    private var chunks: [ChunkedVersion: [Int: [UInt8]]] = [:]
+    private var loggedConflicts: Set<ConflictID> = []
+    /// Resolved conflicts, oldest first.
+    package private(set) var conflictLog: [ConflictRecord] = []
+
+    package init(node: UInt32, role: DeviceRole, registry: KeyRegistry, clock: ManualClock = ManualClock(),
+                 maxValueSize: Int = StoreOptions().maxValueSize, maxRemoteClockAhead: Duration = StoreOptions().maxRemoteClockAhead) {
+        self.nodeID = node
+        self.role = role
+        self.registry = registry
+        self.clock = clock
+        self.maxValueSize = maxValueSize
+        self.maxRemoteClockAhead = maxRemoteClockAhead
+        hlc = HybridLogicalClock(node: node, physical: clock)
+    }
+
+    // MARK: local changes
+
+    /// Writes `bytes` (nil removes) to `key` here, as an app would: a new
+    /// version after the one stored, in the lane its policy gives. Writing
+    /// the stored value again changes nothing.
+    package func write(_ key: String, _ bytes: [UInt8]?) throws {
+        guard let descriptor = registry.descriptor(forEntry: key) else {
+            throw SyncError(.unknownKey, "no declaration for key '\(key)'")
+        }
+        let current = rows[key]
+        if let current, current.deleted ? bytes == nil : current.value == bytes { return }
+        if current == nil && bytes == nil { return }
+        let size = bytes?.count ?? 0
+        rows[key] = Row(key: key, value: bytes, encoding: descriptor.encoding, version: try hlc.now(), base: current?.version ?? .zero,
+                        deleted: bytes == nil, seq: takeSeq(),
+                        lane: SyncStore.lane(for: descriptor, on: role, size: size, deleted: bytes == nil), originPeer: 0)
+    }
+
+    /// Releases the manual lane for sending (new sequence numbers, after every cursor).
+    package func requestManualSync() {
+        for key in rows.values.filter({ $0.lane == .manual }).sorted(by: { $0.seq < $1.seq }).map(\.key) {
+            rows[key]!.lane = .released
+            rows[key]!.seq = takeSeq()
+        }
+    }
+
+    /// The stored state of `key`.
+    package func state(_ key: String) -> EntryState? { rows[key]?.state }
+
+    private func takeSeq() -> Int64 {
+        defer { nextSeq += 1 }
+        return nextSeq
+    }
+
+    // MARK: ReplicationPort
+
+    package func nowMilliseconds() -> Int64 { clock.nowMilliseconds() }
+    package func versionBound() -> Int64 { SyncStore.versionBound(now: clock.nowMilliseconds(), ahead: maxRemoteClockAhead) }
+
+    private var stream: [Row] { rows.values.filter { $0.lane.isSent }.sorted { $0.seq < $1.seq } }
+
+    private func outbound(_ row: Row) -> OutboundRow {
+        let isLarge = !row.deleted && row.size > SyncStore.inlineValueLimit
+        return OutboundRow(key: row.key, seq: row.seq,
+                           entry: WireEntry(key: row.key, version: row.version, base: row.base, deleted: row.deleted,
+                                            encoding: row.encoding, value: row.deleted || isLarge ? nil : row.value),
+                           size: row.size, isLarge: isLarge)
+    }
+
+    package func pendingRows(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int,
+                             skip: (String, Int64) -> Bool) throws -> (rows: [OutboundRow], scannedThrough: Int64) {
+        var out: [OutboundRow] = []
+        var bytes = 0
+        var scanned = cursor
+        for row in stream where row.seq > cursor {
+            if row.originPeer == peer || skip(row.key, row.seq) {
+                scanned = row.seq
+                continue
+            }
+            let next = outbound(row)
+            if next.isLarge && !out.isEmpty { break }
+            out.append(next)
+            scanned = row.seq
+            bytes += row.size + row.key.utf8.count + 32
+            if next.isLarge || out.count >= maxEntries || bytes >= maxBytes { break }
+        }
+        return (out, scanned)
+    }
+
+    package func rows(declaredBy names: Set<String>, for peer: UInt32, maxEntries: Int) throws -> [OutboundRow] {
+        guard !names.isEmpty else { return [] }
+        return Array(stream.lazy.filter { row in
+            row.originPeer != peer && (self.registry.descriptor(forEntry: row.key).map { names.contains($0.name) } ?? false)
+        }.prefix(maxEntries).map(outbound))
+    }
+
+    package func pendingCount(for peer: UInt32) throws -> Int {
+        let cursor = peers[peer]?.record.cursor ?? 0
+        return stream.count { $0.seq > cursor && $0.originPeer != peer }
+    }
+
+    package func largeValue(key: String, seq: Int64) throws -> [UInt8]? {
+        guard let row = rows[key], row.seq == seq, !row.deleted else { return nil }
+        return row.value
+    }
+
+    package func localVersion(forKey key: String) throws -> HLCTimestamp? { rows[key]?.version }
+
+    package func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
+                       plan decide: ([String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome {
+        var local: [String: EntryState] = [:]
+        for entry in entries { if let row = rows[entry.key] { local[entry.key] = row.state } }
+        let plan = decide(local)
+        var outcome = ApplyOutcome()
+        var written: [Row] = []
+        for step in plan.steps {
+            let incoming = step.entry
+            if case .refuse = step.verdict { continue }
+            guard let descriptor = registry.descriptor(forEntry: incoming.key) else { continue }
+            hlc.observe(incoming.version)
+            if let conflict = step.verdict.conflict,
+               loggedConflicts.insert(ConflictID(key: incoming.key, local: conflict.local, remote: incoming.version)).inserted {
+                conflictLog.append(ConflictRecord(key: incoming.key, localVersion: conflict.local, remoteVersion: incoming.version,
+                                                  winner: conflict.winner.rawValue, rule: conflict.rule))
+                outcome.conflicts.append(conflictLog.last!)
+            }
+            let row: Row
+            switch step.verdict {
+            case .refuse, .ignore:
+                continue
+            case .take:
+                row = Row(key: incoming.key, value: incoming.deleted ? nil : (incoming.value ?? []), encoding: incoming.encoding,
+                          version: incoming.version, base: incoming.base, deleted: incoming.deleted, seq: takeSeq(),
+                          lane: descriptor.replicates(from: role) ? .automatic : .none, originPeer: peer)
+            case .merge(let value, let version, _):
+                row = Row(key: incoming.key, value: value, encoding: incoming.encoding, version: version, base: version, deleted: false,
+                          seq: takeSeq(), lane: SyncStore.lane(for: descriptor, on: role, size: value.count, deleted: false), originPeer: 0)
+            }
+            rows[row.key] = row
+            written.append(row)
+            outcome.changes.append(StoreChange(key: row.key, kind: row.deleted ? .removed : .set, origin: .remote, version: row.version))
+        }
+        if let completing { chunks[completing] = nil }
+        for row in written { try discardStagedChunks(key: row.key, through: row.version) }
+        return outcome
+    }
+
+    package func syncCommitted() throws {}
+
+    /// The in-memory port keeps every tombstone (it never purges), so it never
+    /// sends a re-baseline notice.
+    package func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64? { nil }
+
+    /// Refused: only a store that purges tombstones sends notices, and this
+    /// port speaks only with its own kind.
+    package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>) throws -> Int {
+        throw SyncError(.protocolViolation, "the in-memory port does not take re-baseline notices")
+    }
+
+    package func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord {
+        if let known = peers[node], known.epoch == epoch {
+            peers[node]!.role = role
+            return known.record
+        }
+        let record = PeerRecord(node: node, cursor: 0, mismatched: [])
+        peers[node] = Peer(record: record, role: role, epoch: epoch)
+        return record
+    }
+
+    package func acknowledge(peer: UInt32, through sequence: Int64) throws {
+        guard let known = peers[peer] else { return }
+        peers[peer]!.record.cursor = max(known.record.cursor, sequence)
+    }
+
+    package func setMismatchedKeys(_ names: Set<String>, for peer: UInt32) throws {
+        peers[peer]?.record.mismatched = names
+    }
+
+    package func stageChunk(_ chunk: SyncMessage.Chunk) throws -> Int {
+        let id = ChunkedVersion(key: chunk.entry.key, version: chunk.entry.version)
+        for other in chunks.keys where other.key == id.key && other.version < id.version { chunks[other] = nil }
+        let others = (chunks[id] ?? [:]).filter { $0.key != chunk.index }.values.reduce(0) { $0 + $1.count }
+        guard others + chunk.bytes.count <= chunk.totalSize else {
+            throw SyncError(.malformedMessage, "the chunks of \(id.key) add up to more than the \(chunk.totalSize) bytes announced for the value")
+        }
+        chunks[id, default: [:]][chunk.index] = chunk.bytes
+        return contiguous(id)
+    }
+
+    private func contiguous(_ id: ChunkedVersion) -> Int {
+        var expected = 0
+        while chunks[id]?[expected] != nil { expected += 1 }
+        return expected
+    }
+
+    package func assembleChunks(key: String, version: HLCTimestamp) throws -> [UInt8] {
+        let staged = chunks[ChunkedVersion(key: key, version: version)] ?? [:]
+        return staged.keys.sorted().flatMap { staged[$0]! }
+    }
+
+    package func discardStagedChunks(key: String, through version: HLCTimestamp) throws {
+        for id in chunks.keys where id.key == key && id.version <= version { chunks[id] = nil }
+    }
+
+    package func partialTransfers() throws -> [PartialTransfer] {
+        for id in chunks.keys {
+            if let row = rows[id.key], row.version >= id.version { chunks[id] = nil }
+        }
+        return chunks.keys.map { PartialTransfer(key: $0.key, version: $0.version, received: contiguous($0)) }
+    }
+
+    /// The cursor and mismatched keys recorded for `peer`.
+    package func peerRecord(_ peer: UInt32) -> PeerRecord? { peers[peer]?.record }
+}
+
+/// A reporter that keeps what a session reports: for tests and drivers without a store.
+package final class RecordingReporter: ReplicationReporter {
+    package private(set) var events: [PeerEvent] = []
+    package private(set) var counters = SyncCounters()
+    package var keepsEvents: Bool
+    package let logger: Logger
+
+    package init(keepsEvents: Bool = true, logger: Logger = Logger(label: "replication", factory: { _ in SwiftLogNoOpLogHandler() })) {
+        self.keepsEvents = keepsEvents
+        self.logger = logger
+    }
+
+    package func report(_ event: SyncEvent, peer: UInt32?) {
+        if keepsEvents { events.append(PeerEvent(peer: peer, event: event)) }
+    }
+
+    package func count(_ delta: SyncCounters) { counters.add(delta) }
+    package var wantsProgress: Bool { keepsEvents }
+}

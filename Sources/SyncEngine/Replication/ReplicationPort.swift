@@ -1,0 +1,210 @@
+import Logging
+import SyncTransport
+
+/// Everything a replication session needs of a store, and nothing more: the
+/// stream of changes read after a peer's cursor, a plan applied in one
+/// transaction, cursors and peer records, staged chunks of large values.
+/// The store behind it knows nothing of sessions, events or counters.
+///
+/// `SQLiteReplicationPort` serves a `SyncStore`; `InMemoryReplicationPort`
+/// keeps the same contract in dictionaries (for fast session tests). Both pass
+/// one conformance suite (`ReplicationPortConformanceTests`).
+package protocol ReplicationPort: AnyObject {
+    /// This store's node id.
+    var nodeID: UInt32 { get }
+    var role: DeviceRole { get }
+    var registry: KeyRegistry { get }
+    /// The largest value accepted from a peer, in bytes.
+    var maxValueSize: Int { get }
+    /// This device's wall clock, in milliseconds.
+    func nowMilliseconds() -> Int64
+    /// The largest packed version accepted from a peer right now.
+    func versionBound() -> Int64
+
+    // MARK: reading the stream
+
+    /// Changes for `peer` after `cursor` in sequence order, until `maxEntries`
+    /// or `maxBytes`; stops before a second large value (whose value is not
+    /// loaded). Never a change that came from `peer`. `scannedThrough` is the
+    /// sequence the scan reached (past the rows `skip` passed over).
+    func pendingRows(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int,
+                     skip: (String, Int64) -> Bool) throws -> (rows: [OutboundRow], scannedThrough: Int64)
+    /// Every change in the stream of the keys `names` declares, whatever the
+    /// cursor (never one that came from `peer`).
+    func rows(declaredBy names: Set<String>, for peer: UInt32, maxEntries: Int) throws -> [OutboundRow]
+    /// How many changes wait for `peer` after its cursor (for progress events).
+    func pendingCount(for peer: UInt32) throws -> Int
+    /// The full value of a large entry, if the key is still at change `seq`.
+    func largeValue(key: String, seq: Int64) throws -> [UInt8]?
+    /// The version stored for `key`, if any.
+    func localVersion(forKey key: String) throws -> HLCTimestamp?
+
+    // MARK: applying
+
+    /// Reads the stored state of `entries`' keys, asks `plan` what to do with
+    /// them, and executes that plan in one transaction: taken and merged
+    /// entries stored (a taken one remembers `peer` and is never sent back to
+    /// it), conflicts logged, the staged chunks of `completing` dropped.
+    /// Durable before it returns when `durable` (else `syncCommitted()` must run before acknowledging).
+    func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
+               plan: (_ local: [String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome
+    /// Puts every commit so far on stable storage.
+    func syncCommitted() throws
+
+    // MARK: peers
+
+    /// Records the peer of a new session and returns what is known of it; a
+    /// new peer (or one under another pairing epoch) starts at cursor 0.
+    func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord
+    /// `peer` durably applied every change up to `sequence`: its cursor moves there (never back).
+    func acknowledge(peer: UInt32, through sequence: Int64) throws
+    /// Remembers the keys `peer` declares differently.
+    func setMismatchedKeys(_ names: Set<String>, for peer: UInt32) throws
+
+    // MARK: tombstones (SyncStore+Tombstones)
+
+    /// For a peer starting at `cursor` 0 after tombstones were purged: the
+    /// purged-through version to send it in a re-baseline notice before the
+    /// baseline (nil: no notice).
+    func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64?
+    /// Acts on a re-baseline notice from `peer`: removes, without sending, the
+    /// entries up to `purgedThrough` that `peer` already had. Returns how many.
+    func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>) throws -> Int
+
+    // MARK: large values
+
+    /// Stages one chunk; returns how many chunks from index 0 are staged without a gap.
+    func stageChunk(_ chunk: SyncMessage.Chunk) throws -> Int
+    /// The staged chunks of one transfer, joined.
+    func assembleChunks(key: String, version: HLCTimestamp) throws -> [UInt8]
+    /// Drops staged chunks of `key` at or before `version`.
+    func discardStagedChunks(key: String, through version: HLCTimestamp) throws
+    /// Transfers staged and not complete (for the hello).
+    func partialTransfers() throws -> [PartialTransfer]
+}
+
+/// A large value's transfer: a key at a version.
+package struct ChunkedVersion: Sendable, Hashable {
+    package var key: String
+    package var version: HLCTimestamp
+
+    package init(key: String, version: HLCTimestamp) {
+        self.key = key
+        self.version = version
+    }
+}
+
+/// Where a session's events, counters and log lines go: the driver's
+/// business (SyncPeer, the simulator, a test), never the store port's.
+package protocol ReplicationReporter: AnyObject {
+    /// Publishes `event` as concerning `peer`.
+    func report(_ event: SyncEvent, peer: UInt32?)
+    /// Adds `delta` to the counters.
+    func count(_ delta: SyncCounters)
+    /// Whether anyone listens for progress (counting the batches of a session costs a read of every pending row).
+    var wantsProgress: Bool { get }
+    var logger: Logger { get }
+}
+
+/// Reports to a store's public `events()`, `peerEvents()` and `syncCounters`,
+/// the way apps observe replication.
+package final class StoreReporter: ReplicationReporter {
+    private let store: SyncStore
+
+    package init(_ store: SyncStore) { self.store = store }
+
+    package func report(_ event: SyncEvent, peer: UInt32?) { store.emit(event, peer: peer) }
+    package func count(_ delta: SyncCounters) { store.counters.withLock { $0.add(delta) } }
+    package var wantsProgress: Bool { store.eventHub.hasSubscribers }
+    package var logger: Logger { store.logger }
+}
+
+extension SyncCounters {
+    /// Adds every counter of `delta`.
+    mutating func add(_ delta: SyncCounters) {
+        entriesSent += delta.entriesSent
+        entriesReceived += delta.entriesReceived
+        entriesIgnored += delta.entriesIgnored
+        entriesRejected += delta.entriesRejected
+        bytesSent += delta.bytesSent
+        bytesReceived += delta.bytesReceived
+        batchesSent += delta.batchesSent
+        batchesReceived += delta.batchesReceived
+        chunksSent += delta.chunksSent
+        chunksReceived += delta.chunksReceived
+        conflicts += delta.conflicts
+        deferred += delta.deferred
+        sessions += delta.sessions
+        versionsRefused += delta.versionsRefused
+    }
+}
+
+/// A `SyncStore` behind the port: SQLite, values in the file or in value
+/// files (`FileValueStore`), encryption at rest.
+package final class SQLiteReplicationPort: ReplicationPort {
+    package let store: SyncStore
+
+    package init(_ store: SyncStore) { self.store = store }
+
+    package var nodeID: UInt32 { store.nodeID }
+    package var role: DeviceRole { store.role }
+    package var registry: KeyRegistry { store.registry }
+    package var maxValueSize: Int { store.options.maxValueSize }
+    package func nowMilliseconds() -> Int64 { store.physicalClock.nowMilliseconds() }
+    package func versionBound() -> Int64 { store.versionBound() }
+
+    package func pendingRows(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int,
+                             skip: (String, Int64) -> Bool) throws -> (rows: [OutboundRow], scannedThrough: Int64) {
+        try store.pendingRows(for: peer, after: cursor, maxEntries: maxEntries, maxBytes: maxBytes, skip: skip)
+    }
+
+    package func rows(declaredBy names: Set<String>, for peer: UInt32, maxEntries: Int) throws -> [OutboundRow] {
+        try store.rows(declaredBy: names, for: peer, maxEntries: maxEntries)
+    }
+
+    package func pendingCount(for peer: UInt32) throws -> Int {
+        let pending = try store.pendingSummary(for: peer)
+        return pending.automatic + pending.manualReleased
+    }
+
+    package func largeValue(key: String, seq: Int64) throws -> [UInt8]? { try store.largeValue(key: key, seq: seq) }
+    package func localVersion(forKey key: String) throws -> HLCTimestamp? { try store.entryInfo(forKey: key)?.version }
+
+    package func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
+                       plan: ([String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome {
+        try store.execute(entries, from: peer, completing: completing, durable: durable, plan: plan)
+    }
+
+    package func syncCommitted() throws { try store.syncCommitted() }
+
+    package func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord {
+        try store.recordPeer(node: node, role: role, epoch: epoch)
+    }
+
+    package func acknowledge(peer: UInt32, through sequence: Int64) throws { try store.acknowledge(peer: peer, through: sequence) }
+    package func setMismatchedKeys(_ names: Set<String>, for peer: UInt32) throws { try store.setMismatchedKeys(names, for: peer) }
+
+    package func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64? {
+        try store.rebaselineNotice(for: peer, cursor: cursor)
+    }
+
+    package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>) throws -> Int {
+        try store.applyRebaseline(purgedThrough: purgedThrough, from: peer, mismatched: mismatched)
+    }
+
+    package func stageChunk(_ chunk: SyncMessage.Chunk) throws -> Int {
+        try store.stageChunk(chunk, encrypted: isEncrypted(chunk.entry.key))
+    }
+
+    package func assembleChunks(key: String, version: HLCTimestamp) throws -> [UInt8] {
+        try store.assembleChunks(key: key, version: version, encrypted: isEncrypted(key))
+    }
+
+    package func discardStagedChunks(key: String, through version: HLCTimestamp) throws {
+        try store.discardStagedChunks(key: key, through: version)
+    }
+
+    package func partialTransfers() throws -> [PartialTransfer] { try store.partialTransfers() }
+
+    private func isEncrypted(_ key: String) -> Bool { store.registry.descriptor(forEntry: key)?.security == .encrypted }
+}

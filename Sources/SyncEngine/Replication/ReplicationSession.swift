@@ -1,0 +1,423 @@
+import SyncTransport
+
+/// The replication session's protocol, as a pure state machine: no I/O, no
+/// clock reads. Inputs are messages and times, one at a time; outputs are
+/// actions that the shell (`ReplicationEndpoint`) performs (swift-nio's
+/// `…StateMachine` structs are the model).
+///
+/// Its `state` is an enum whose cases carry what exists in them: there is
+/// no established session without its peer, and no failed one without its error.
+///
+/// Handshake: each side sends a hello; a hello that is not a reply is
+/// answered with one, so either side may (re)start. A side is established
+/// once it has validated the peer's hello. Then batches and chunks go out in
+/// a window of unacknowledged messages, each retransmitted after a timeout
+/// that grows with its attempts up to `maxBackoffAttempts` intervals
+/// (delivery is at-least-once; apply is idempotent). An acknowledgement
+/// proves the link works and that messages sent before the acknowledged one
+/// were probably lost: those go out again at the next tick, their backoff
+/// reset (a fast retransmit).
+struct ReplicationSession {
+    struct Identity: Sendable, Equatable {
+        var node: UInt32
+        var role: DeviceRole
+        var pairingEpoch: String
+        var protocolRange: ClosedRange<UInt16>
+        var declarations: [String]
+        var fingerprint: [UInt8]
+    }
+
+    struct Peer: Sendable, Equatable {
+        var node: UInt32
+        var role: DeviceRole
+        var protocolVersion: UInt16
+        /// Keys declared differently on the two sides, by name.
+        var mismatchedKeys: Set<String>
+        var partialTransfers: [PartialTransfer]
+    }
+
+    /// What one in-flight message carried, for acknowledgement bookkeeping.
+    enum Payload: Sendable, Equatable {
+        case batch([BatchItem])
+        case chunk(key: String, seq: Int64, version: HLCTimestamp, index: Int, isLast: Bool)
+        /// A re-baseline notice (`SyncStore+Tombstones`): acknowledged like a batch.
+        case rebaseline
+    }
+
+    struct BatchItem: Sendable, Equatable {
+        var key: String
+        var seq: Int64
+    }
+
+    struct InFlight: Sendable {
+        var message: SyncMessage
+        var payload: Payload
+        var sentAt: Int64
+        var attempts: Int
+        /// Set by a fast retransmit: resend at the next tick.
+        var dueNow = false
+    }
+
+    /// A session with a validated peer, and the messages it has in flight.
+    struct Established: Sendable {
+        var peer: Peer
+        var inFlight: [UInt64: InFlight] = [:]
+        /// In-flight chunks by key, version and index (their acknowledgements name them so).
+        var chunkKeys: [String: UInt64] = [:]
+        /// What this session read of the stream and what the peer acknowledged.
+        var stream = StreamProgress()
+    }
+
+    enum State: Sendable {
+        /// Not started.
+        case idle
+        /// Our hello is out (sent last at `lastHelloAt`); the peer's has not come.
+        case awaitingHello(lastHelloAt: Int64)
+        case established(Established)
+        /// Ended by an error (ours or the peer's); `peer` if it had been established.
+        case failed(SyncError, peer: Peer?)
+        /// Ended without an error (the connection went away); `peer` if it had been established.
+        case closed(peer: Peer?)
+    }
+
+    enum Action: Sendable, Equatable {
+        case send(SyncMessage)
+        case established(Peer)
+        /// Send the error to the peer (when `notifyPeer`) and close the session.
+        case fail(SyncError, notifyPeer: Bool)
+    }
+
+    let identity: Identity
+    var helloRetryInterval: Int64
+    var retransmitInterval: Int64
+    var window: Int
+    /// The longest wait between retransmissions, in `retransmitInterval`s.
+    var maxBackoffAttempts = 4
+    /// False over a transport that delivers every frame while connected:
+    /// unacknowledged messages then wait for their acknowledgement or for the
+    /// connection to fail, and are never sent twice in one session.
+    var retransmits = true
+
+    private(set) var state: State = .idle
+    /// Message ids go on across a restart of the peer (an old acknowledgement never matches a new message).
+    private var nextBatchID: UInt64 = 1
+    /// Staged transfers this side can resume, announced in its hello.
+    var partialTransfers: [PartialTransfer] = []
+
+    init(identity: Identity, helloRetryInterval: Int64 = 1_000, retransmitInterval: Int64 = 2_000, window: Int = 4) {
+        self.identity = identity
+        self.helloRetryInterval = helloRetryInterval
+        self.retransmitInterval = retransmitInterval
+        self.window = window
+    }
+
+    var established: Established? { if case .established(let established) = state { established } else { nil } }
+    var isEstablished: Bool { established != nil }
+    /// The peer, while established.
+    var peer: Peer? { established?.peer }
+    /// The peer while established, and the one it had once it ended (for reports about it).
+    var knownPeer: Peer? {
+        switch state {
+        case .established(let established): established.peer
+        case .failed(_, let peer), .closed(let peer): peer
+        case .idle, .awaitingHello: nil
+        }
+    }
+    /// Why the session failed, once it has.
+    var failure: SyncError? { if case .failed(let error, _) = state { error } else { nil } }
+    /// Room in the window. Nothing more goes out while a re-baseline notice
+    /// waits for its acknowledgement: the watch must act on it before the
+    /// baseline arrives.
+    var hasCapacity: Bool {
+        guard let inFlight = established?.inFlight else { return false }
+        return inFlight.count < window && !inFlight.values.contains { $0.payload == .rebaseline }
+    }
+    var isQuiet: Bool { established?.inFlight.isEmpty ?? true }
+    var inFlight: [UInt64: InFlight] { established?.inFlight ?? [:] }
+    private var isOver: Bool {
+        switch state {
+        case .failed, .closed: true
+        case .idle, .awaitingHello, .established: false
+        }
+    }
+
+    /// Runs `body` on the established state in place (nil when not established).
+    private mutating func withEstablished<Result>(_ body: (inout Established) -> Result) -> Result? {
+        guard case .established(var established) = state else { return nil }
+        state = .closed(peer: nil)  // the payload is uniquely referenced while `body` runs
+        let result = body(&established)
+        state = .established(established)
+        return result
+    }
+
+    /// The established session's stream progress, moved out while it is
+    /// modified (no copy of its rows or transfer bytes); a blank one otherwise.
+    var stream: StreamProgress {
+        get { established?.stream ?? StreamProgress() }
+        _modify {
+            var progress = withEstablished { established -> StreamProgress in
+                defer { established.stream = StreamProgress() }
+                return established.stream
+            } ?? StreamProgress()
+            defer { withEstablished { $0.stream = progress } }
+            yield &progress
+        }
+    }
+
+    func hello(isReply: Bool) -> SyncMessage {
+        .hello(.init(protocolRange: identity.protocolRange, node: identity.node, role: identity.role, isReply: isReply,
+                     pairingEpoch: identity.pairingEpoch, registryFingerprint: identity.fingerprint,
+                     declarations: identity.declarations, partialTransfers: partialTransfers))
+    }
+
+    mutating func start(now: Int64) -> [Action] {
+        state = .awaitingHello(lastHelloAt: now)
+        return [.send(hello(isReply: false))]
+    }
+
+    /// Handles the peer's hello: validated, it establishes the session (a
+    /// fresh one mid-session means the peer restarted: what was in flight is gone).
+    mutating func receiveHello(_ hello: SyncMessage.Hello, now: Int64) -> [Action] {
+        guard !isOver else { return [] }
+        switch ReplicationSession.validate(local: identity, peer: hello) {
+        case .failure(let error):
+            state = .failed(error, peer: knownPeer)
+            return [.fail(error, notifyPeer: true)]
+        case .success(let validated):
+            var actions: [Action] = []
+            if !hello.isReply { actions.append(.send(self.hello(isReply: true))) }
+            if !isEstablished || !hello.isReply {
+                state = .established(Established(peer: validated))
+                actions.append(.established(validated))
+            }
+            return actions
+        }
+    }
+
+    /// A batch or chunk arrived before the peer saw our hello: say hello again.
+    mutating func receivedDataBeforeHandshake(now: Int64) -> [Action] {
+        guard case .awaitingHello = state else { return [] }
+        state = .awaitingHello(lastHelloAt: now)
+        return [.send(hello(isReply: false))]
+    }
+
+    /// Registers an outgoing batch (tracked while established); returns the message to send.
+    mutating func sendBatch(entries: [WireEntry], items: [BatchItem], now: Int64) -> SyncMessage {
+        let id = nextBatchID
+        nextBatchID += 1
+        let message = SyncMessage.batch(.init(id: id, entries: entries))
+        withEstablished { $0.inFlight[id] = InFlight(message: message, payload: .batch(items), sentAt: now, attempts: 1) }
+        return message
+    }
+
+    /// Registers an outgoing chunk (tracked while established); returns the message to send.
+    /// Registers an outgoing re-baseline notice (acknowledged like a batch,
+    /// retransmitted like one); returns the message to send.
+    mutating func sendRebaseline(purgedThrough: Int64, now: Int64) -> SyncMessage {
+        let id = nextBatchID
+        nextBatchID += 1
+        let message = SyncMessage.rebaseline(.init(id: id, purgedThrough: purgedThrough))
+        withEstablished { $0.inFlight[id] = InFlight(message: message, payload: .rebaseline, sentAt: now, attempts: 1) }
+        return message
+    }
+
+    mutating func sendChunk(_ chunk: SyncMessage.Chunk, seq: Int64, now: Int64) -> SyncMessage {
+        let id = nextBatchID
+        nextBatchID += 1
+        let message = SyncMessage.chunk(chunk)
+        let key = chunkKey(chunk.entry.key, chunk.entry.version, chunk.index)
+        withEstablished {
+            $0.inFlight[id] = InFlight(message: message, payload: .chunk(key: chunk.entry.key, seq: seq, version: chunk.entry.version,
+                                                                          index: chunk.index, isLast: chunk.index == chunk.count - 1),
+                                       sentAt: now, attempts: 1)
+            $0.chunkKeys[key] = id
+        }
+        return message
+    }
+
+    private func chunkKey(_ key: String, _ version: HLCTimestamp, _ index: Int) -> String { "\(key)\u{0}\(version)\u{0}\(index)" }
+
+    /// A batch ack: the payload it acknowledges, once (duplicates return nil).
+    mutating func acknowledgeBatch(_ id: UInt64) -> Payload? {
+        withEstablished { established in
+            guard let flight = established.inFlight.removeValue(forKey: id) else { return nil }
+            ReplicationSession.retransmitSoon(&established, sentBefore: flight.sentAt)
+            return flight.payload
+        } ?? nil
+    }
+
+    /// A chunk ack: the payload it acknowledges, once.
+    mutating func acknowledgeChunk(key: String, version: HLCTimestamp, index: Int) -> Payload? {
+        let chunk = chunkKey(key, version, index)
+        return withEstablished { established in
+            guard let id = established.chunkKeys.removeValue(forKey: chunk),
+                  let flight = established.inFlight.removeValue(forKey: id) else { return nil }
+            ReplicationSession.retransmitSoon(&established, sentBefore: flight.sentAt)
+            return flight.payload
+        } ?? nil
+    }
+
+    /// Messages still unacknowledged though sent before one the peer just
+    /// acknowledged: due at the next tick, with their backoff reset.
+    private static func retransmitSoon(_ established: inout Established, sentBefore sentAt: Int64) {
+        for (id, flight) in established.inFlight where flight.sentAt < sentAt {
+            established.inFlight[id]!.attempts = 1
+            established.inFlight[id]!.dueNow = true
+        }
+    }
+
+    /// Resends what timed out: the hello while waiting, in-flight messages after `retransmitInterval`.
+    mutating func tick(now: Int64) -> [Action] {
+        switch state {
+        case .awaitingHello(let lastHelloAt) where now - lastHelloAt >= helloRetryInterval:
+            state = .awaitingHello(lastHelloAt: now)
+            return [.send(hello(isReply: false))]
+        case .established where retransmits:
+            let (interval, cap) = (retransmitInterval, maxBackoffAttempts)
+            return withEstablished { established in
+                var actions: [Action] = []
+                for id in established.inFlight.keys.sorted() {
+                    let flight = established.inFlight[id]!
+                    let backoff = interval * Int64(min(flight.attempts, cap))
+                    guard flight.dueNow || now - flight.sentAt >= backoff else { continue }
+                    established.inFlight[id]!.sentAt = now
+                    established.inFlight[id]!.attempts += 1
+                    established.inFlight[id]!.dueNow = false
+                    actions.append(.send(flight.message))
+                }
+                return actions
+            } ?? []
+        default:
+            return []
+        }
+    }
+
+    /// Ends the session with `error` (the first error stays).
+    mutating func fail(_ error: SyncError) {
+        if case .failed = state { return }
+        state = .failed(error, peer: knownPeer)
+    }
+
+    /// Ends the session without an error: the connection went away.
+    mutating func close() {
+        guard !isOver else { return }
+        state = .closed(peer: knownPeer)
+    }
+
+    /// Checks a peer's hello against ours: common protocol version, a phone
+    /// with a watch, distinct nodes, one pairing epoch; collects key mismatches.
+    static func validate(local: Identity, peer hello: SyncMessage.Hello) -> Result<Peer, SyncError> {
+        let low = max(local.protocolRange.lowerBound, hello.protocolRange.lowerBound)
+        let high = min(local.protocolRange.upperBound, hello.protocolRange.upperBound)
+        guard low <= high else {
+            return .failure(SyncError(.handshakeFailed, "no common protocol version: ours \(local.protocolRange.lowerBound)...\(local.protocolRange.upperBound), peer \(hello.protocolRange.lowerBound)...\(hello.protocolRange.upperBound); update the older app"))
+        }
+        guard hello.role != local.role else {
+            return .failure(SyncError(.handshakeFailed, "a \(local.role) pairs only with a \(local.role.counterpart), but the peer is also a \(hello.role)"))
+        }
+        guard hello.node != local.node else {
+            return .failure(SyncError(.handshakeFailed, "the peer has this store's own node id \(String(local.node, radix: 16)); a store cannot sync with a copy of itself"))
+        }
+        guard hello.pairingEpoch == local.pairingEpoch else {
+            return .failure(SyncError(.pairingMismatch, "the peer belongs to another pairing (epoch \(PeerText.escaped(hello.pairingEpoch, maxLength: 64)), ours \(local.pairingEpoch)); pair the devices again"))
+        }
+        var mismatched = Set<String>()
+        if hello.registryFingerprint != local.fingerprint {
+            let ours = Dictionary(local.declarations.map { (name(of: $0), $0) }, uniquingKeysWith: { a, _ in a })
+            let theirs = Dictionary(hello.declarations.map { (name(of: $0), $0) }, uniquingKeysWith: { a, _ in a })
+            for key in Set(ours.keys).union(theirs.keys) where ours[key] != theirs[key] { mismatched.insert(key) }
+        }
+        return .success(Peer(node: hello.node, role: hello.role, protocolVersion: high, mismatchedKeys: mismatched,
+                             partialTransfers: hello.partialTransfers))
+    }
+
+    private static func name(of declaration: String) -> String {
+        String(declaration.prefix { $0 != "|" })
+    }
+}
+
+/// What one session has read of the stream of changes and what the peer has
+/// acknowledged of it, pure: the cursor moves over the prefix of read ranges
+/// whose messages were all acknowledged. Part of the established state, so a
+/// new (or restarted) session starts it afresh from the recorded cursor.
+struct StreamProgress: Sendable {
+    /// A stretch of the stream read by this session, ending at `upper`.
+    struct ReadRange: Sendable, Equatable {
+        var upper: Int64
+        var done: Bool
+    }
+
+    /// A large value in flight: a key at a change sequence.
+    struct TransferID: Hashable, Sendable {
+        var key: String
+        var seq: Int64
+    }
+
+    /// A large value being sent in chunks.
+    struct Transfer: Sendable {
+        /// The stream position its range ends at; nil for a repair.
+        var upper: Int64?
+        var key: String
+        var seq: Int64
+        var entry: WireEntry
+        var bytes: [UInt8]
+        var count: Int
+        var next: Int
+        var checksum: UInt32
+    }
+
+    /// The peer's cursor: every change of the stream up to it was acknowledged.
+    var cursor: Int64 = 0
+    /// How far this session has read the stream (sent, or passed over).
+    var scan: Int64 = 0
+    /// What was read, in order; the cursor moves over the acknowledged prefix.
+    var ranges: [ReadRange] = []
+    /// The stream position each batch in flight ends at, by batch id.
+    var batchRanges: [UInt64: Int64] = [:]
+    /// The stream position each transfer in flight ends at (nil for a repair).
+    var transferRanges: [TransferID: Int64?] = [:]
+    /// Changes of keys whose declarations agree again after a mismatch, sent
+    /// whatever the cursor says (they were passed over while they differed).
+    var repairRows: [OutboundRow] = []
+    var repairBatches: Set<UInt64> = []
+    var repairedNames: Set<String> = []
+    var transfer: Transfer?
+    /// Batches sent in this session, and about how many it will send (progress events).
+    var batchNumber = 0
+    var batchTotal = 0
+
+    init(cursor: Int64 = 0) {
+        self.cursor = cursor
+        scan = cursor
+    }
+
+    /// The stream was read (sent or passed over) up to `upper`.
+    mutating func read(through upper: Int64) {
+        scan = upper
+        ranges.append(ReadRange(upper: upper, done: false))
+    }
+
+    /// The range ending at `upper` was acknowledged: the cursor moves over
+    /// every acknowledged range at the front. Returns the new cursor to
+    /// record, if it moved.
+    mutating func complete(upper: Int64) -> Int64? {
+        if let index = ranges.firstIndex(where: { $0.upper == upper }) { ranges[index].done = true }
+        var reached: Int64?
+        while let first = ranges.first, first.done {
+            reached = first.upper
+            ranges.removeFirst()
+        }
+        guard let reached, reached > cursor else { return nil }
+        cursor = reached
+        return reached
+    }
+
+    /// Whether every repaired key's changes were just acknowledged (once):
+    /// then the peer's record of mismatched keys is what this session found.
+    mutating func finishRepairIfDone() -> Bool {
+        guard !repairedNames.isEmpty, repairRows.isEmpty, repairBatches.isEmpty,
+              !transferRanges.values.contains(where: { $0 == nil }) else { return false }
+        repairedNames = []
+        return true
+    }
+}
