@@ -1,6 +1,6 @@
 import CSQLite
 import Foundation
-@_spi(Testing) @testable import SyncEngine
+@_spi(Testing) @_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
 import Testing
 

@@ -1,6 +1,6 @@
 import CSQLite
 import Foundation
-@testable import SyncEngine
+@_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
 import Testing
 

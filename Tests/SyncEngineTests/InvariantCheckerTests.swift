@@ -1,4 +1,4 @@
-@testable import SyncEngine
+@_spi(Benchmarks) @testable import SyncEngine
 @testable import SyncSim
 import SyncTransport
 import Testing

@@ -1,6 +1,6 @@
 import Foundation
 import PropertyBased
-@testable import SyncEngine
+@_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
 
 /// One step of a generated history. Histories come from the property

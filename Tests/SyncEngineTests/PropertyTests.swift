@@ -1,6 +1,6 @@
 import Foundation
 import PropertyBased
-@testable import SyncEngine
+@_spi(Benchmarks) @testable import SyncEngine
 @_spi(Benchmarks) import SyncTransport
 import Testing
 

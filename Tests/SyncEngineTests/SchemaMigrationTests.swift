@@ -1,6 +1,6 @@
 import CSQLite
 import Foundation
-@testable import SyncEngine
+@_spi(Benchmarks) @testable import SyncEngine
 import Testing
 
 /// Stores written by an earlier schema open with their data and their queue intact.

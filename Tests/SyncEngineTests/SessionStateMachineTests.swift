@@ -1,4 +1,4 @@
-@testable import SyncEngine
+@_spi(Benchmarks) @testable import SyncEngine
 import Testing
 
 /// The session protocol without a socket: inputs are messages and times, outputs are actions.

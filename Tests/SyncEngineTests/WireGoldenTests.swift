@@ -1,5 +1,5 @@
 import Foundation
-@testable import SyncEngine
+@_spi(Benchmarks) @testable import SyncEngine
 @_spi(Benchmarks) import SyncTransport
 import Testing
 

@@ -9,16 +9,16 @@ import SyncTransport
 /// runs under the deterministic simulator and under the async `SyncPeer` over TCP.
 ///
 /// Not thread-safe: one task owns an endpoint.
-public final class ReplicationEndpoint {
+package final class ReplicationEndpoint {
     /// The store, as the session sees it.
     package let port: any ReplicationPort
     /// Where events, counters and log lines go.
     package let reporter: any ReplicationReporter
-    public let configuration: ReplicationConfiguration
+    package let configuration: ReplicationConfiguration
     /// The protocol state: handshake, window, retransmits.
     private var session: ReplicationSession
     /// Why the session ended, once it has failed.
-    public var failure: SyncError? { session.failure }
+    package var failure: SyncError? { session.failure }
     private var failureReported = false
     /// When true, acknowledgements of commits are not synced here: they wait in
     /// `takeFramesAwaitingSync()` for the shell to put the commits on stable
@@ -26,13 +26,13 @@ public final class ReplicationEndpoint {
     /// session goes on applying while the disk syncs. When false (the
     /// default, for step-driven use) every such acknowledgement is returned
     /// only after its commit was synced.
-    public var defersAcknowledgementSync = false
+    package var defersAcknowledgementSync = false
     private var awaitingSync: [Frame] = []
 
     /// `retransmits: false` for a transport that delivers every frame while
     /// connected (see `FrameConnection.deliversEveryFrame`).
     /// Events and counters go to `store`'s `events()`, `peerEvents()` and `syncCounters`.
-    public convenience init(store: SyncStore, configuration: ReplicationConfiguration, retransmits: Bool = true) {
+    package convenience init(store: SyncStore, configuration: ReplicationConfiguration, retransmits: Bool = true) {
         self.init(port: SQLiteReplicationPort(store), reporter: StoreReporter(store), configuration: configuration, retransmits: retransmits)
     }
 
@@ -51,20 +51,20 @@ public final class ReplicationEndpoint {
         session.retransmits = retransmits
     }
 
-    public var isEstablished: Bool { session.isEstablished }
+    package var isEstablished: Bool { session.isEstablished }
     /// The peer's node id once established.
-    public var peerNode: UInt32? { session.knownPeer?.node }
+    package var peerNode: UInt32? { session.knownPeer?.node }
     /// Keys declared differently by the peer.
-    public var mismatchedKeys: Set<String> { session.knownPeer?.mismatchedKeys ?? [] }
+    package var mismatchedKeys: Set<String> { session.knownPeer?.mismatchedKeys ?? [] }
 
     /// Starts the session: the hello.
-    public func start(now: Int64) -> [Frame] {
+    package func start(now: Int64) -> [Frame] {
         session.partialTransfers = (try? port.partialTransfers()) ?? []
         return perform(session.start(now: now), now: now)
     }
 
     /// Handles one frame from the peer; returns the frames to send.
-    public func receive(_ frame: Frame, now: Int64) -> [Frame] {
+    package func receive(_ frame: Frame, now: Int64) -> [Frame] {
         guard failure == nil else { return [] }
         let message: SyncMessage
         do {
@@ -137,7 +137,7 @@ public final class ReplicationEndpoint {
     }
 
     /// Retransmits what timed out, then sends what is pending.
-    public func tick(now: Int64) -> [Frame] {
+    package func tick(now: Int64) -> [Frame] {
         guard failure == nil else { return [] }
         return perform(session.tick(now: now), now: now) + pump(now: now)
     }
@@ -146,7 +146,7 @@ public final class ReplicationEndpoint {
     /// first the changes of keys whose declarations agree again, then the
     /// stream after this session's read position (automatic changes, and
     /// manual ones released by `sync()`).
-    public func pump(now: Int64) -> [Frame] {
+    package func pump(now: Int64) -> [Frame] {
         guard session.isEstablished, failure == nil, let peer = session.knownPeer else { return [] }
         var out: [Frame] = []
         do {
@@ -234,7 +234,7 @@ public final class ReplicationEndpoint {
     }
 
     /// True when established and nothing is in flight or waiting to be sent.
-    public var isIdle: Bool {
+    package var isIdle: Bool {
         guard session.isEstablished, failure == nil, session.isQuiet, session.stream.transfer == nil, session.stream.repairRows.isEmpty,
               let peer = session.knownPeer else { return false }
         let rows = try? port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
@@ -243,7 +243,7 @@ public final class ReplicationEndpoint {
 
     /// Acknowledgements whose commits must be on stable storage before they
     /// are sent (only with `defersAcknowledgementSync`); taking them empties the list.
-    public func takeFramesAwaitingSync() -> [Frame] {
+    package func takeFramesAwaitingSync() -> [Frame] {
         defer { awaitingSync.removeAll() }
         return awaitingSync
     }
@@ -261,7 +261,7 @@ public final class ReplicationEndpoint {
     }
 
     /// Entries from the peer that changed this store, in this session so far.
-    public private(set) var entriesApplied = 0
+    package private(set) var entriesApplied = 0
 
     /// Publishes `event` as concerning this session's peer.
     private func emit(_ event: SyncEvent) {
@@ -321,7 +321,7 @@ public final class ReplicationEndpoint {
     }
 
     /// Ends the session locally (the connection went away).
-    public func connectionLost() {
+    package func connectionLost() {
         session.close()
     }
 

@@ -2,6 +2,7 @@ import SyncTransport
 
 /// One entry as it travels: key, version, the version its writer had seen,
 /// deletion flag, serializer id and plaintext value bytes.
+@_spi(Benchmarks)
 public struct WireEntry: Sendable, Equatable {
     public var key: String
     public var version: HLCTimestamp
@@ -23,6 +24,7 @@ public struct WireEntry: Sendable, Equatable {
 }
 
 /// A large value transfer the receiver has partly staged; the sender resumes after it.
+@_spi(Benchmarks)
 public struct PartialTransfer: Sendable, Equatable {
     public var key: String
     public var version: HLCTimestamp
@@ -31,6 +33,7 @@ public struct PartialTransfer: Sendable, Equatable {
 }
 
 /// The session messages of the replication protocol (payload schema 1).
+@_spi(Benchmarks)
 public enum SyncMessage: Sendable, Equatable {
     public struct Hello: Sendable, Equatable {
         public var protocolRange: ClosedRange<UInt16>

@@ -1,5 +1,5 @@
 import Foundation
-@_spi(Testing) import SyncEngine
+@_spi(Testing) @_spi(Benchmarks) import SyncEngine
 @_spi(Benchmarks) import SyncTransport
 
 /// End-to-end sync figures against the machine's limits from the same run.

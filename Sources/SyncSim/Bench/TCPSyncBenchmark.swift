@@ -1,6 +1,6 @@
 import Foundation
 import Synchronization
-@_spi(Testing) import SyncEngine
+@_spi(Testing) @_spi(Benchmarks) import SyncEngine
 import SyncTransport
 
 /// Initial and incremental sync, bytes on the wire and write→visible latency

@@ -1,4 +1,4 @@
-import SyncEngine
+@_spi(Benchmarks) import SyncEngine
 import SyncTransport
 
 /// Checks the simulator's invariants: every frame as it is sent (placement,
