@@ -116,13 +116,15 @@ final class ScenarioRunner<Link: ScenarioLink> {
             var settled: [SimNode] = []
             if !reachable.isEmpty {
                 let limit = state.options.checkpointLimitMs
-                if await link.settle(limitMs: limit, watches: reachable) {
+                let idle = await link.settle(limitMs: limit, watches: reachable)
+                await reapPowerCuts()
+                if !state.phone.isUp || !reachable.allSatisfy(\.isUp) {
+                    settled = []  // a power cut fired while settling: the nodes left are checked alone
+                } else if idle {
                     settled = reachable
                 } else {
                     state.checker.log.violate(.convergence, "checkpoint at t=\(step.at): not idle within \(link.describeLimit(ms: limit))")
                 }
-                await reapPowerCuts()
-                settled = settled.filter(\.isUp)
             }
             try checkState(label: "checkpoint t=\(step.at)", connected: settled)
         case .replaceWatch(let name):

@@ -119,7 +119,10 @@ final class SimulatedScenarioLink: ScenarioLink {
 
     func settle(limitMs: Int64, watches: [SimNode]) async -> Bool {
         let settling = watches.map(pair)
-        return runUntil(limit: now + limitMs, stop: { settling.allSatisfy(self.isQuiescent) })
+        // A node whose power fails meanwhile ends the wait (the runner sees it is down).
+        return runUntil(limit: now + limitMs, stop: {
+            settling.allSatisfy(self.isQuiescent) || !self.state.phone.isUp || !watches.allSatisfy(\.isUp)
+        })
     }
 
     func describeLimit(ms: Int64) -> String { "\(ms) ms" }

@@ -90,22 +90,26 @@ final class TCPScenarioLink: ScenarioLink {
     }
 
     /// Waits until the phone has a session with each of `watches`, then until
-    /// the phone and those watches are idle at the same time.
+    /// the phone and those watches are idle at the same time. A power cut
+    /// firing on one of them meanwhile ends the wait (false).
     func settle(limitMs: Int64, watches: [SimNode]) async -> Bool {
         guard state.phone.isUp, watches.allSatisfy({ $0.isUp && !shared.isPartitioned($0.name) }),
               let phone = peers[.phone] else { return false }
+        let involved = [state.phone] + watches
+        let wanted = Set(watches.map(\.nodeID))
+        let slice: Duration = .seconds(1)
         let deadline = ContinuousClock.now + Self.idleTimeout
-        for _ in 0..<5 {
+        while ContinuousClock.now < deadline {
+            if involved.contains(where: \.powerFailed) { return false }
+            guard wanted.isSubset(of: Set(phone.connectedPeers)) else {
+                try? await Task.sleep(for: .milliseconds(10))
+                continue
+            }
             do {
-                let wanted = Set(watches.map(\.nodeID))
-                while !wanted.isSubset(of: Set(phone.connectedPeers)) {
-                    guard ContinuousClock.now < deadline else { return false }
-                    try await Task.sleep(for: .milliseconds(10))
-                }
-                try await phone.waitUntilIdle(timeout: Self.idleTimeout)
-                for watch in watches { try await peers[watch.name]?.waitUntilIdle(timeout: Self.idleTimeout) }
+                try await phone.waitUntilIdle(timeout: slice)
+                for watch in watches { try await peers[watch.name]?.waitUntilIdle(timeout: slice) }
                 // What one watch sent, the phone forwards to the others.
-                try await phone.waitUntilIdle(timeout: Self.idleTimeout)
+                try await phone.waitUntilIdle(timeout: slice)
                 for watch in watches { try await peers[watch.name]?.waitUntilIdle(timeout: .milliseconds(1)) }
                 try await phone.waitUntilIdle(timeout: .milliseconds(1))
                 return true
