@@ -39,6 +39,37 @@ import Testing
         #expect(try row(report, "watch2").refusedWrites == 1)
     }
 
+    /// Three watches over both transports: each writes, one is partitioned
+    /// and replaced, another crashes and restarts; all converge through the phone.
+    @Test(arguments: [SimTransport.sim, .tcp])
+    func threeWatches(transport: SimTransport) async throws {
+        let scenario = try Scenario.parse("""
+        {"description": "three watches", "seed": 9, "watches": 3,
+         "keys": [{"name": "steps"}, {"name": "face", "availability": "watchOnly"}, {"name": "units", "availability": "phoneWithWatchSync"}],
+         "timeline": [
+           {"at": 0, "op": "put", "node": "phone", "key": "units", "value": "metric"},
+           {"at": 10, "op": "put", "node": "watch3", "key": "steps", "value": 3},
+           {"at": 10, "op": "put", "node": "watch2", "key": "face", "value": "two"},
+           {"at": 500, "op": "checkpoint"},
+           {"at": 600, "op": "partition", "node": "watch3"},
+           {"at": 700, "op": "put", "node": "watch", "key": "steps", "value": 1},
+           {"at": 800, "op": "crash", "node": "watch2"},
+           {"at": 900, "op": "checkpoint"},
+           {"at": 1000, "op": "restart", "node": "watch2"},
+           {"at": 1100, "op": "replaceWatch", "node": "watch3"},
+           {"at": 1200, "op": "heal", "node": "watch3"},
+           {"at": 1300, "op": "put", "node": "watch3", "key": "face", "value": "new three"},
+           {"at": 3000, "op": "checkpoint"}
+         ]}
+        """)
+        let outcome = await Simulation.run(scenario, name: "three", transport: transport)
+        let report = try #require(outcome.report, "\(outcome.runError ?? "")")
+        #expect(report.passed, "\(report.text)")
+        #expect(report.nodes.map(\.role) == ["phone", "watch", "watch2", "watch3"])
+        #expect(report.nodes.map(\.nodeID) == ["1001", "2002", "2003", "3003"])
+        #expect(report.nodes.map(\.entries) == [2, 2, 3, 3])
+    }
+
     /// A deliberately broken engine is caught with two watches too.
     @Test(arguments: [SimTransport.sim, .tcp])
     func brokenEngineIsCaughtWithTwoWatches(transport: SimTransport) async throws {
@@ -175,6 +206,12 @@ import Testing
         #expect(scenarios.contains { $0.timeline.contains { if case .powerCut = $0.action { true } else { false } } })
         #expect(scenarios.contains { s in s.timeline.contains { if case .put(.watch3, _, _, _) = $0.action { true } else { false } } })
         for scenario in scenarios { #expect(try Scenario.parse(scenario.json) == scenario) }
+        // A scenario with several watches and a power cut, run from its file, gives the same report again.
+        let cut = try #require(scenarios.first { s in s.watches > 1 && s.timeline.contains { if case .powerCut = $0.action { true } else { false } } })
+        let first = try #require(await Simulation.run(cut, name: "f").report)
+        let again = try #require(await Simulation.run(try Scenario.parse(cut.json), name: "f").report)
+        #expect(first.text == again.text)
+        #expect(first.powerCuts ?? 0 > 0)
         let fuzzer = Fuzzer(runs: 12, seed: 1, ops: 40)
         let (completed, failure) = await fuzzer.run { _, _ in }
         #expect(completed == 12)

@@ -126,11 +126,6 @@ struct InvariantChecker {
         return Snapshot(role: store.role, nodeID: store.nodeID, entries: entries, values: values, name: name?.rawValue)
     }
 
-    /// Checks a phone and one watch (see `checkState(nodes:connected:model:label:)`).
-    mutating func checkState(phone: Snapshot, watch: Snapshot, model: WriteModel, connected: Bool, label: String) {
-        checkState(nodes: [phone, watch], connected: connected ? [watch.nodeID] : [], model: model, label: label)
-    }
-
     /// Checks the stores of the nodes that are up (the phone first when it is
     /// up). `connected` holds the watches settled with the phone: convergence
     /// is checked between the phone and each of them (a watch partitioned or
