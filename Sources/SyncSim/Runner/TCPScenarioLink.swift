@@ -14,7 +14,8 @@ import SyncTransport
 final class TCPScenarioLink: ScenarioLink {
     static let transport = SimTransport.tcp
     static let folderPrefix = "syncsim-tcp-"
-    static let idleTimeout: Duration = .seconds(30)
+    /// How long a checkpoint or the end may wait for the nodes to go idle (a loaded machine is slow).
+    static let idleTimeout: Duration = .seconds(150)
 
     let state: RunState
     let shared = TCPLinkState()
@@ -97,7 +98,7 @@ final class TCPScenarioLink: ScenarioLink {
               let phone = peers[.phone] else { return false }
         let involved = [state.phone] + watches
         let wanted = Set(watches.map(\.nodeID))
-        let slice: Duration = .seconds(1)
+        let slice: Duration = .seconds(5)
         let deadline = ContinuousClock.now + Self.idleTimeout
         while ContinuousClock.now < deadline {
             if involved.contains(where: \.powerFailed) { return false }
