@@ -31,6 +31,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
         do {
             try await link.start()
             for step in state.scenario.timeline {
+                await Task.yield()  // a simulated run computes without suspending: let other tasks (and runs) have the threads
                 await link.advance(to: step.at)
                 await reapPowerCuts()
                 try await apply(step)

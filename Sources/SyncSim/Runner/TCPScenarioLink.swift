@@ -169,14 +169,19 @@ final class TCPScenarioLink: ScenarioLink {
             tasks[.phone] = Task {
                 await withTaskGroup(of: Void.self) { group in
                     for await connection in listener.connections {
-                        guard let watch = connection.pairingEpoch.flatMap({ watchOfEpoch[$0] }),
-                              !Task.isCancelled, !link.isPartitioned(watch) else {
+                        guard let watch = connection.pairingEpoch.flatMap({ watchOfEpoch[$0] }) else {
                             await connection.close()
-                            if Task.isCancelled { break } else { continue }
+                            continue
                         }
                         let end = TCPLinkState.End(watch: watch, atPhone: true)
                         let recording = RecordingConnection(base: connection, role: .phone, nodeID: nodeID, link: link)
                         link.setConnection(end, recording)
+                        // Checked after registering: `stop` and `partition` set their flag before closing
+                        // the registered connections, so one of the two closes this connection.
+                        if Task.isCancelled || link.isPartitioned(watch) {
+                            await connection.close()
+                            if Task.isCancelled { break } else { continue }
+                        }
                         group.addTask {
                             await peer.run(over: recording)
                             link.add(connection.statistics, for: .phone)
