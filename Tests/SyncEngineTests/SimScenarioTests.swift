@@ -33,7 +33,7 @@ import Testing
     }
 
     @Test func sameSeedGivesIdenticalReports() async throws {
-        for name in ["flaky-link", "crash-phone-mid-batch", "conflicts-and-deletes"] {
+        for name in ["flaky-link", "crash-phone-mid-batch", "conflicts-and-deletes", "two-watches", "power-cut-mid-transaction"] {
             let first = try #require(await Simulation.run(path: Self.path(name)).report)
             let second = try #require(await Simulation.run(path: Self.path(name)).report)
             #expect(first.text == second.text, "\(name)")

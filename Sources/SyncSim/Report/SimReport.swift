@@ -37,7 +37,7 @@ public struct SimReport: Sendable, Equatable, Codable {
     public var checkpoints: Int
     /// Virtual milliseconds at the end of the run.
     public var virtualTimeMs: Int64
-    /// Both nodes went idle with the link empty (convergence itself is an invariant).
+    /// Every node went idle with the links empty (convergence itself is an invariant).
     public var converged: Bool
     public var sessions: Int
     public var sessionFailures: Int
@@ -77,7 +77,7 @@ public struct SimReport: Sendable, Equatable, Codable {
         var out = "syncsim run \(scenario) — seed \(seed), transport \(transport)\n"
         out += "  \(description)\n"
         out += "  \(steps) steps, \(checkpoints) checkpoints, \(sessions) sessions (\(sessionFailures) failed), "
-        out += "virtual time \(virtualTimeMs) ms, \(converged ? "settled (both idle, link empty)" : "DID NOT SETTLE")\n"
+        out += "virtual time \(virtualTimeMs) ms, \(converged ? (nodes.count > 2 ? "settled (all idle, links empty)" : "settled (both idle, link empty)") : "DID NOT SETTLE")\n"
         if let powerCuts { out += "  \(powerCuts) power cut\(powerCuts == 1 ? "" : "s") armed\n" }
         out += "\n"
         let header = ["node", "id", "entries", "tombstones", "sent", "received", "wire bytes", "payload bytes", "ratio", "frames", "dropped", "conflicts", "deferred", "refused"]
