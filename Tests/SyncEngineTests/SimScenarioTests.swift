@@ -14,6 +14,7 @@ import Testing
     static let scenarioNames = [
         "basic-two-way", "policy-matrix", "large-values", "partition-heal", "flaky-link", "crash-phone-mid-batch",
         "crash-watch-mid-batch", "clock-skew", "conflicts-and-deletes", "new-watch-epoch",
+        "watch-switch", "two-watches", "power-cut-mid-transaction",
     ]
 
     static func path(_ name: String) -> String { "\(fixtures)/\(name).json" }
@@ -32,7 +33,7 @@ import Testing
     }
 
     @Test func sameSeedGivesIdenticalReports() async throws {
-        for name in ["flaky-link", "crash-phone-mid-batch", "conflicts-and-deletes"] {
+        for name in ["flaky-link", "crash-phone-mid-batch", "conflicts-and-deletes", "two-watches", "power-cut-mid-transaction"] {
             let first = try #require(await Simulation.run(path: Self.path(name)).report)
             let second = try #require(await Simulation.run(path: Self.path(name)).report)
             #expect(first.text == second.text, "\(name)")

@@ -2,7 +2,7 @@
 import SyncTransport
 
 /// Checks the simulator's invariants: every frame as it is sent (placement,
-/// direction, large values) and both stores at checkpoints and at the end
+/// direction, large values) and every store at checkpoints and at the end
 /// (convergence, no lost acknowledged write, no resurrection, placement).
 ///
 /// Messages name keys and versions, never values.
@@ -104,32 +104,46 @@ struct InvariantChecker {
         var nodeID: UInt32
         var entries: [String: EntryInfo]
         var values: [String: [UInt8]]
+        /// The node's name in messages (`phone`, `watch`, `watch2`, …).
+        var name: String
+
+        init(role: DeviceRole, nodeID: UInt32, entries: [String: EntryInfo], values: [String: [UInt8]], name: String? = nil) {
+            self.role = role
+            self.nodeID = nodeID
+            self.entries = entries
+            self.values = values
+            self.name = name ?? role.rawValue
+        }
     }
 
-    static func snapshot(_ store: SyncStore) throws -> Snapshot {
+    static func snapshot(_ store: SyncStore, name: ScenarioNode? = nil) throws -> Snapshot {
         var entries: [String: EntryInfo] = [:]
         var values: [String: [UInt8]] = [:]
         for info in try store.allEntryInfo() {
             entries[info.key] = info
             if !info.isDeleted, let value = try store.rawValue(forKey: info.key) { values[info.key] = value }
         }
-        return Snapshot(role: store.role, nodeID: store.nodeID, entries: entries, values: values)
+        return Snapshot(role: store.role, nodeID: store.nodeID, entries: entries, values: values, name: name?.rawValue)
     }
 
-    /// Checks both stores. With `connected == false` (partitioned or a node
-    /// down at a checkpoint) convergence is not expected and not checked.
-    mutating func checkState(phone: Snapshot, watch: Snapshot, model: WriteModel, connected: Bool, label: String) {
-        let nodes = [phone, watch]
+    /// Checks the stores of the nodes that are up (the phone first when it is
+    /// up). `connected` holds the watches settled with the phone: convergence
+    /// is checked between the phone and each of them (a watch partitioned or
+    /// down at a checkpoint is not expected to have converged).
+    mutating func checkState(nodes: [Snapshot], connected: Set<UInt32>, model: WriteModel, label: String) {
         // placement in the stores
         log.checked(.placement)
         for node in nodes {
             for key in node.entries.keys.sorted() {
                 guard let d = registry.descriptor(forEntry: key) else {
-                    log.violate(.placement, "\(label): \(node.role) holds undeclared key \(key)")
+                    log.violate(.placement, "\(label): \(node.name) holds undeclared key \(key)")
                     continue
                 }
                 if !d.availability.canWrite(on: node.role) && !d.replicates(from: node.role.counterpart) {
-                    log.violate(.placement, "\(label): \(node.role) holds \(d.availability.rawValue)/\(d.policy.rawValue) key \(key)")
+                    log.violate(.placement, "\(label): \(node.name) holds \(d.availability.rawValue)/\(d.policy.rawValue) key \(key)")
+                } else if !crosses(d), let writer = node.entries[key]?.version.node, writer != node.nodeID {
+                    // A key that never crosses holds only its own node's writes (a watch's watchOnly value stays on that watch).
+                    log.violate(.placement, "\(label): \(node.name) holds \(d.availability.rawValue)/\(d.policy.rawValue) key \(key) written by node \(String(writer, radix: 16))")
                 }
             }
         }
@@ -138,14 +152,18 @@ struct InvariantChecker {
         for write in model.writes where !write.retired {
             guard let node = nodes.first(where: { $0.nodeID == write.nodeID }) else { continue }
             guard let entry = node.entries[write.key] else {
-                if !write.deleted { log.violate(.noLostAcknowledgedWrite, "\(label): \(node.role) lost its write of \(write.key) at \(write.version)") }
+                if !write.deleted { log.violate(.noLostAcknowledgedWrite, "\(label): \(node.name) lost its write of \(write.key) at \(write.version)") }
                 continue
             }
             if entry.version < write.version {
-                log.violate(.noLostAcknowledgedWrite, "\(label): \(node.role) holds \(write.key) at \(entry.version), older than its acknowledged write \(write.version)")
+                log.violate(.noLostAcknowledgedWrite, "\(label): \(node.name) holds \(write.key) at \(entry.version), older than its acknowledged write \(write.version)")
             }
         }
-        let held = heldBack(phone: phone, watch: watch, model: model)
+        let held = heldBack(nodes: nodes, model: model)
+        // The nodes in sync: the phone and the watches settled with it.
+        let phoneID = nodes.first { $0.role == .phone }?.nodeID
+        var inSync = connected
+        if let phoneID, !connected.isEmpty { inSync.insert(phoneID) }
         // no resurrection
         log.checked(.noResurrection)
         var finals: [String: WriteModel.Write] = [:]
@@ -161,15 +179,21 @@ struct InvariantChecker {
             // A value newer than the delete legitimately wins (e.g. written by a replaced watch).
             for node in nodes where node.values[write.key] != nil && node.entries[write.key]!.version < write.version {
                 guard let d = registry.descriptor(forEntry: write.key) else { continue }
-                if crosses(d) || node.nodeID == write.nodeID {
-                    if connected || node.nodeID == write.nodeID {
-                        log.violate(.noResurrection, "\(label): \(write.key) was last deleted (\(write.version)) but \(node.role) holds a value at \(node.entries[write.key]!.version)")
-                    }
+                let ownWrite = node.nodeID == write.nodeID
+                if ownWrite || (crosses(d) && inSync.contains(node.nodeID) && inSync.contains(write.nodeID)) {
+                    log.violate(.noResurrection, "\(label): \(write.key) was last deleted (\(write.version)) but \(node.name) holds a value at \(node.entries[write.key]!.version)")
                 }
             }
         }
-        // convergence
-        guard connected else { return }
+        // convergence: the phone with each watch settled with it
+        guard let phone = nodes.first(where: { $0.role == .phone }) else { return }
+        for watch in nodes where watch.role == .watch && connected.contains(watch.nodeID) {
+            checkConvergence(phone, watch, held: held, label: label)
+        }
+    }
+
+    /// The phone and one watch hold the same entries for every key that crosses between them.
+    private mutating func checkConvergence(_ phone: Snapshot, _ watch: Snapshot, held: Set<String>, label: String) {
         log.checked(.convergence)
         let keys = Set(phone.entries.keys).union(watch.entries.keys)
         for key in keys.sorted() {
@@ -179,20 +203,20 @@ struct InvariantChecker {
             let bLive = b.map { !$0.isDeleted } ?? false
             if !aLive && !bLive { continue }
             if a == nil || b == nil {
-                log.violate(.convergence, "\(label): \(key) is only on the \(a == nil ? "watch" : "phone")")
+                log.violate(.convergence, "\(label): \(key) is only on the \(a == nil ? watch.name : "phone")\(a == nil ? "" : " (not on the \(watch.name))")")
             } else if a!.version != b!.version || a!.isDeleted != b!.isDeleted {
-                log.violate(.convergence, "\(label): \(key) differs: phone \(a!.version)\(a!.isDeleted ? " deleted" : ""), watch \(b!.version)\(b!.isDeleted ? " deleted" : "")")
+                log.violate(.convergence, "\(label): \(key) differs: phone \(a!.version)\(a!.isDeleted ? " deleted" : ""), \(watch.name) \(b!.version)\(b!.isDeleted ? " deleted" : "")")
             } else if phone.values[key] != watch.values[key] {
-                log.violate(.convergence, "\(label): \(key) has the same version \(a!.version) but different values")
+                log.violate(.convergence, "\(label): \(key) has the same version \(a!.version) but different values on the phone and the \(watch.name)")
             }
         }
     }
 
     /// Keys whose latest version waits, by the rules, in a manual lane: a
     /// pending manual-lane entry on its writer with no sync since its write.
-    func heldBack(phone: Snapshot, watch: Snapshot, model: WriteModel) -> Set<String> {
+    func heldBack(nodes: [Snapshot], model: WriteModel) -> Set<String> {
         var held = Set<String>()
-        for node in [phone, watch] {
+        for node in nodes {
             for (key, info) in node.entries where info.isPending && info.lane == .manual {
                 if let write = model.write(key: key, version: info.version), write.nodeID == node.nodeID,
                    model.syncedAfter(order: write.order, nodeID: node.nodeID) {

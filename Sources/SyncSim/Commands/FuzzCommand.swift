@@ -13,6 +13,8 @@ public struct FuzzCommand: AsyncParsableCommand {
     @Option(help: "The first seed.") var seed: UInt64 = 1
     @Option(help: "Steps per scenario.") var ops: Int = 50
     @Option(help: "Where failure files go.") var outDir: String = "."
+    @Option(help: "The most watches per scenario (1...3); each scenario gets 1 to this many.") var watches: Int = Scenario.maxWatches
+    @Flag(help: "No power cuts inside SQLite transactions.") var noPowerCuts = false
     @Option(name: .customLong("inject-fault"), help: .hidden) var injectFault: [String] = []
 
     public init() {}
@@ -20,6 +22,7 @@ public struct FuzzCommand: AsyncParsableCommand {
     public func validate() throws {
         guard runs >= 1 else { throw ValidationError("--runs must be at least 1") }
         guard (1...10_000).contains(ops) else { throw ValidationError("--ops must be in 1...10000") }
+        guard (1...Scenario.maxWatches).contains(watches) else { throw ValidationError("--watches must be in 1...\(Scenario.maxWatches)") }
     }
 
     public func run() async throws {
@@ -31,6 +34,8 @@ public struct FuzzCommand: AsyncParsableCommand {
         }
         var fuzzer = Fuzzer(runs: runs, seed: seed, ops: ops, options: faults)
         fuzzer.outDir = outDir
+        fuzzer.maxWatches = watches
+        fuzzer.powerCuts = !noPowerCuts
         let start = ContinuousClock.now
         let bar = ProgressBar()
         let (completed, failure) = await fuzzer.run { done, total in bar.show(done, total, since: start) }

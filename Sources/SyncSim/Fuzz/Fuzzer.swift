@@ -11,6 +11,10 @@ public struct Fuzzer: Sendable {
     public var workers: Int
     /// Where failure files are written (named in the replay command).
     public var outDir = "."
+    /// The most watches a generated scenario gets (1…3).
+    public var maxWatches = Scenario.maxWatches
+    /// Whether generated scenarios get power cuts.
+    public var powerCuts = true
 
     public init(runs: Int, seed: UInt64, ops: Int, options: RunOptions = RunOptions(), workers: Int = 2) {
         self.runs = runs
@@ -34,7 +38,7 @@ public struct Fuzzer: Sendable {
 
     /// Runs the scenarios; `progress(done, total)` is called after each. Returns the first failure by run index.
     public func run(progress: @Sendable (Int, Int) -> Void) async -> (completed: Int, failure: Failure?) {
-        let generator = ScenarioGenerator(ops: ops)
+        let generator = ScenarioGenerator(ops: ops, maxWatches: maxWatches, powerCuts: powerCuts)
         let options = self.options
         let outDir = self.outDir
         return await withTaskGroup(of: (Int, Failure?).self) { group in

@@ -3,18 +3,34 @@ import SyncTransport
 
 /// Makes random scenarios from a seed: mixed keys over every availability
 /// and policy, small values mostly and values around the 100 KB boundary
-/// now and then, random faults, partitions, crashes and restarts, skew.
+/// now and then, random faults, partitions, crashes and restarts, skew;
+/// one to three watches, each with its own link, and power cuts that land
+/// inside SQLite transactions.
 public struct ScenarioGenerator: Sendable {
     /// Timeline steps per scenario.
     public var ops: Int
 
-    public init(ops: Int = 100) {
+    /// The most watches a scenario gets (1…3).
+    public var maxWatches: Int
+    /// Whether scenarios get `powerCut` steps.
+    public var powerCuts: Bool
+
+    public init(ops: Int = 100, maxWatches: Int = Scenario.maxWatches, powerCuts: Bool = true) {
         self.ops = ops
+        self.maxWatches = min(max(1, maxWatches), Scenario.maxWatches)
+        self.powerCuts = powerCuts
     }
 
     /// The scenario for `seed`.
     public func scenario(seed: UInt64) -> Scenario {
         var r = SeededRandom(seed: seed)
+        // Which watch, and power cuts, come from a second stream, so a one-watch
+        // scenario without cuts is the one this seed always gave.
+        var w = SeededRandom(seed: seed ^ 0x3A7C_5EED_0F_1A7C)
+        let watchCount = 1 + w.nextInt(in: 0...(maxWatches - 1))
+        let watches = Array(ScenarioNode.watches.prefix(watchCount))
+        func someWatch() -> ScenarioNode { watches[w.nextInt(in: 0...(watchCount - 1))] }
+        func someLink() -> ScenarioNode? { watchCount == 1 || w.nextBool(probability: 0.5) ? nil : someWatch() }
         var keys: [KeyDescriptor] = [
             KeyDescriptor(name: "k:all-auto", availability: .all, policy: .automaticSmall),
             KeyDescriptor(name: "k:all-manual", availability: .all, policy: .manual),
@@ -32,16 +48,18 @@ public struct ScenarioGenerator: Sendable {
 
         var steps: [Scenario.Step] = []
         var at: Int64 = 0
-        var crashed: Set<DeviceRole> = []
+        var crashed: [ScenarioNode] = []
         for _ in 0..<ops {
             at += Int64(r.nextInt(in: 0...150))
             let roll = r.nextInt(in: 0...99)
             let role: DeviceRole = r.nextBool(probability: 0.5) ? .phone : .watch
+            let watch = someWatch()
+            let node: ScenarioNode = role == .phone ? .phone : watch
             let keyIndex = r.nextInt(in: 0...(keys.count - 1))
             let descriptor = keys[keyIndex]
             let key = descriptor.isFamily ? "\(descriptor.name):\(r.nextInt(in: 1...3))" : writable[keyIndex]
             // Mostly write where the key may be written.
-            let writer: DeviceRole = descriptor.availability.canWrite(on: role) || r.nextBool(probability: 0.1) ? role : role.counterpart
+            let writer: ScenarioNode = descriptor.availability.canWrite(on: role) || r.nextBool(probability: 0.1) ? node : (role == .phone ? watch : .phone)
             let action: Scenario.Action
             switch roll {
             case 0..<46:
@@ -55,23 +73,29 @@ public struct ScenarioGenerator: Sendable {
                     action = .put(node: writer, key: key, value: .string("v\(r.nextInt(in: 0...99))"), size: nil)
                 }
             case 46..<60: action = .delete(node: writer, key: key)
-            case 60..<70: action = .sync(node: role)
+            case 60..<70: action = .sync(node: node)
             case 70..<75:
                 action = .faults(LinkFaults(latencyMs: r.nextInt(in: 1...200), jitterMs: r.nextInt(in: 0...100),
                                             lossRate: Double(r.nextInt(in: 0...30)) / 100, duplicateRate: Double(r.nextInt(in: 0...20)) / 100,
-                                            reorderRate: Double(r.nextInt(in: 0...30)) / 100))
-            case 75..<79: action = .partition
-            case 79..<84: action = .heal
+                                            reorderRate: Double(r.nextInt(in: 0...30)) / 100), node: someLink())
+            case 75..<79: action = .partition(node: someLink())
+            case 79..<84: action = .heal(node: someLink())
             case 84..<87:
-                action = .crash(node: role)
-                crashed.insert(role)
+                action = .crash(node: node)
+                if !crashed.contains(node) { crashed.append(node) }
             case 87..<92:
-                let target = crashed.first ?? role
-                crashed.remove(target)
+                let target = crashed.first ?? node
+                crashed.removeAll { $0 == target }
                 action = .restart(node: target)
-            case 92..<96: action = .skew(node: role, ms: Int64(r.nextInt(in: -600...600)) * 1000)
+            case 92..<96: action = .skew(node: node, ms: Int64(r.nextInt(in: -600...600)) * 1000)
             case 96..<99: action = .checkpoint
-            default: action = .replaceWatch
+            default: action = .replaceWatch(node: watchCount == 1 ? nil : watch)
+            }
+            if powerCuts, w.nextBool(probability: 0.03) {
+                // The cut lands inside one of the node's next SQLite writes, truncates or syncs.
+                let target = w.nextBool(probability: 0.5) ? ScenarioNode.phone : someWatch()
+                steps.append(Scenario.Step(at: at, .powerCut(node: target, afterOperations: w.nextInt(in: 1...40))))
+                if !crashed.contains(target) { crashed.append(target) }
             }
             steps.append(Scenario.Step(at: at, action))
         }
@@ -80,7 +104,7 @@ public struct ScenarioGenerator: Sendable {
             faults = LinkFaults(latencyMs: r.nextInt(in: 1...50), jitterMs: r.nextInt(in: 0...20), lossRate: Double(r.nextInt(in: 0...20)) / 100,
                                 duplicateRate: Double(r.nextInt(in: 0...10)) / 100, reorderRate: Double(r.nextInt(in: 0...20)) / 100)
         }
-        return Scenario(description: "fuzz scenario from seed \(seed) (\(ops) ops)", seed: seed, keys: keys, faults: faults,
-                        settleLimitMs: 300_000, timeline: steps)
+        return Scenario(description: "fuzz scenario from seed \(seed) (\(ops) ops, \(watchCount) watch\(watchCount == 1 ? "" : "es"))",
+                        seed: seed, keys: keys, faults: faults, settleLimitMs: 300_000, watches: watchCount, timeline: steps)
     }
 }

@@ -48,11 +48,29 @@ public struct Shrinker: Sendable {
             default: nil
             }
         })
+        // Drop watches no step names (the links of the rest stay as they were).
+        let highest = current.timeline.map { Shrinker.highestWatch(named: $0.action) }.max() ?? 1
+        if highest < current.watches, runs < maxRuns {
+            var fewer = current
+            fewer.watches = max(1, highest)
+            runs += 1
+            if await fails(fewer, invariants) { current = fewer }
+        }
         var trimmed = current
         trimmed.keys = current.keys.filter { k in used.contains { $0 == k.name || $0.hasPrefix(k.name + ":") } }
         if trimmed.keys.isEmpty { trimmed.keys = Array(current.keys.prefix(1)) }
         if runs < maxRuns + 1, await fails(trimmed, invariants) { current = trimmed }
         current.description = "shrunk reproduction: " + scenario.description
         return current
+    }
+
+    /// The number of the highest watch a step names (1 when it names none).
+    static func highestWatch(named action: Scenario.Action) -> Int {
+        let node: ScenarioNode? = switch action {
+        case .put(let n, _, _, _), .delete(let n, _), .sync(let n), .crash(let n), .restart(let n), .skew(let n, _), .powerCut(let n, _): n
+        case .faults(_, let n), .partition(let n), .heal(let n), .replaceWatch(let n): n
+        case .checkpoint: nil
+        }
+        return max(1, node?.watchNumber ?? 1)
     }
 }

@@ -37,7 +37,7 @@ public struct SimReport: Sendable, Equatable, Codable {
     public var checkpoints: Int
     /// Virtual milliseconds at the end of the run.
     public var virtualTimeMs: Int64
-    /// Both nodes went idle with the link empty (convergence itself is an invariant).
+    /// Every node went idle with the links empty (convergence itself is an invariant).
     public var converged: Bool
     public var sessions: Int
     public var sessionFailures: Int
@@ -45,6 +45,27 @@ public struct SimReport: Sendable, Equatable, Codable {
     public var invariants: [InvariantResult]
     /// The command that replays this run.
     public var replay: String
+    /// Power cuts armed by `powerCut` steps (nil when the scenario has none).
+    public var powerCuts: Int?
+
+    public init(scenario: String, description: String, seed: UInt64, transport: String, steps: Int, checkpoints: Int,
+                virtualTimeMs: Int64, converged: Bool, sessions: Int, sessionFailures: Int, nodes: [Node],
+                invariants: [InvariantResult], replay: String, powerCuts: Int? = nil) {
+        self.scenario = scenario
+        self.description = description
+        self.seed = seed
+        self.transport = transport
+        self.steps = steps
+        self.checkpoints = checkpoints
+        self.virtualTimeMs = virtualTimeMs
+        self.converged = converged
+        self.sessions = sessions
+        self.sessionFailures = sessionFailures
+        self.nodes = nodes
+        self.invariants = invariants
+        self.replay = replay
+        self.powerCuts = powerCuts
+    }
 
     /// True when every invariant held.
     public var passed: Bool { invariants.allSatisfy(\.passed) }
@@ -56,7 +77,9 @@ public struct SimReport: Sendable, Equatable, Codable {
         var out = "syncsim run \(scenario) — seed \(seed), transport \(transport)\n"
         out += "  \(description)\n"
         out += "  \(steps) steps, \(checkpoints) checkpoints, \(sessions) sessions (\(sessionFailures) failed), "
-        out += "virtual time \(virtualTimeMs) ms, \(converged ? "settled (both idle, link empty)" : "DID NOT SETTLE")\n\n"
+        out += "virtual time \(virtualTimeMs) ms, \(converged ? (nodes.count > 2 ? "settled (all idle, links empty)" : "settled (both idle, link empty)") : "DID NOT SETTLE")\n"
+        if let powerCuts { out += "  \(powerCuts) power cut\(powerCuts == 1 ? "" : "s") armed\n" }
+        out += "\n"
         let header = ["node", "id", "entries", "tombstones", "sent", "received", "wire bytes", "payload bytes", "ratio", "frames", "dropped", "conflicts", "deferred", "refused"]
         let rows = nodes.map { n in
             [n.role, n.nodeID, "\(n.entries)", "\(n.tombstones)", "\(n.entriesSent)", "\(n.entriesReceived)", "\(n.bytesOnWire)",
@@ -94,7 +117,7 @@ public struct SimReport: Sendable, Equatable, Codable {
 
     private struct JSONForm: Encodable {
         var report: SimReport
-        enum CodingKeys: String, CodingKey { case scenario, description, seed, transport, steps, checkpoints, virtualTimeMs, converged, sessions, sessionFailures, nodes, invariants, passed, failed, replay }
+        enum CodingKeys: String, CodingKey { case scenario, description, seed, transport, steps, checkpoints, virtualTimeMs, converged, sessions, sessionFailures, powerCuts, nodes, invariants, passed, failed, replay }
         func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
             try c.encode(report.scenario, forKey: .scenario)
@@ -107,6 +130,7 @@ public struct SimReport: Sendable, Equatable, Codable {
             try c.encode(report.converged, forKey: .converged)
             try c.encode(report.sessions, forKey: .sessions)
             try c.encode(report.sessionFailures, forKey: .sessionFailures)
+            try c.encodeIfPresent(report.powerCuts, forKey: .powerCuts)
             try c.encode(report.nodes, forKey: .nodes)
             try c.encode(report.invariants, forKey: .invariants)
             try c.encode(report.passed, forKey: .passed)
@@ -140,7 +164,7 @@ extension SimReport.Node {
         }
         let c = node.counters
         return SimReport.Node(
-            role: node.role.rawValue, nodeID: String(node.nodeID, radix: 16), entries: live, tombstones: tombstones,
+            role: node.name.rawValue, nodeID: String(node.nodeID, radix: 16), entries: live, tombstones: tombstones,
             entriesSent: c.entriesSent, entriesReceived: c.entriesReceived, bytesOnWire: bytesSent, payloadBytes: payloadBytesSent,
             compressionRatio: bytesSent > 0 ? Double(payloadBytesSent) / Double(bytesSent) : 1,
             framesSent: framesSent, framesDropped: framesDropped, conflicts: c.conflicts, deferred: c.deferred,

@@ -16,6 +16,11 @@ public struct RunOptions: Sendable {
     public var temporaryDirectory: String = RunOptions.defaultTemporaryDirectory
     /// When set, the nodes' store files are copied here at the end (for `syncsim inspect`).
     public var keepStoresIn: String?
+    /// false opens a node that may lose power (a `powerCut` step) the way the
+    /// engine worked before acknowledgements were durable: received batches
+    /// acknowledged before they are synced, local writes with `.normal`
+    /// durability. A deliberate fault, to prove the checker sees the loss.
+    public var durableAcknowledgements = true
 
     public static var defaultTemporaryDirectory: String {
         if let dir = ProcessInfo.processInfo.environment["SYNCSIM_TMPDIR"], !dir.isEmpty { return dir }

@@ -1,5 +1,5 @@
 import Foundation
-import SyncEngine
+@_spi(Testing) import SyncEngine
 import SyncTransport
 
 /// The transport a scenario runs over (`syncsim run --transport`).
@@ -19,15 +19,19 @@ final class RunState {
     let registry: KeyRegistry
     /// The folder of the run's store files (removed by the runner).
     let folder: String
-    /// The phone first, then its watches: one for now (`replaceWatch`
-    /// replaces it in place); the link pairs the phone with `watch`.
+    /// The phone first, then its watches (`replaceWatch` replaces one in
+    /// place); each watch has its own link to the phone.
     let nodes: [SimNode]
     var model = WriteModel()
     var checker: InvariantChecker
+    /// The crash VFS of each node a `powerCut` step names (released at the end).
+    private(set) var crashVFSes: [CrashVFS] = []
 
     /// Fixed node ids, so runs are reproducible.
     static let phoneNodeID: UInt32 = 0x1001
     static let watchNodeID: UInt32 = 0x2002
+    /// The node ids of the first `watch2` and `watch3`.
+    static let moreWatchNodeIDs: [UInt32] = [0x2003, 0x2004]
     /// The node id of the first replacement watch; each further one counts up.
     static let firstReplacementWatchID: UInt32 = 0x3003
     /// The nodes' wall clock at virtual time 0.
@@ -40,19 +44,37 @@ final class RunState {
         registry = try KeyRegistry(descriptors: scenario.keys)
         folder = (options.temporaryDirectory as NSString).appendingPathComponent(folderPrefix + UUID().uuidString)
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        nodes = [
-            SimNode(role: .phone, nodeID: RunState.phoneNodeID, folder: folder, wallStart: RunState.wallStart),
-            SimNode(role: .watch, nodeID: RunState.watchNodeID, folder: folder, wallStart: RunState.wallStart),
-        ]
+        let ids = [RunState.phoneNodeID, RunState.watchNodeID] + RunState.moreWatchNodeIDs
+        let folder = self.folder
+        let cut = Set(scenario.timeline.compactMap { step -> ScenarioNode? in
+            if case .powerCut(let node, _) = step.action { node } else { nil }
+        })
+        var vfses: [CrashVFS] = []
+        nodes = try scenario.nodes.enumerated().map { index, name in
+            let node = SimNode(name: name, nodeID: ids[index], folder: folder, wallStart: RunState.wallStart)
+            if cut.contains(name) {
+                node.crashVFS = try CrashVFSPool.acquire()
+                vfses.append(node.crashVFS!)
+            }
+            return node
+        }
+        crashVFSes = vfses
         checker = InvariantChecker(registry: registry)
     }
 
+    deinit {
+        for vfs in crashVFSes { CrashVFSPool.release(vfs) }
+    }
+
     var phone: SimNode { nodes[0] }
-    /// The watch paired with the phone now.
-    var watch: SimNode { nodes[1] }
+    /// The watches, in order.
+    var watches: ArraySlice<SimNode> { nodes.dropFirst() }
 
     /// The node a step names.
-    func node(_ role: DeviceRole) -> SimNode { role == .phone ? phone : watch }
+    func node(_ name: ScenarioNode) -> SimNode { nodes[name.watchNumber] }
+
+    /// The watches a step about links names: `name`, or every watch when nil.
+    func watches(_ name: ScenarioNode?) -> [SimNode] { name.map { [node($0)] } ?? Array(watches) }
 
     /// Sets every node's wall clock to virtual time `at` (each adds its own skew).
     func setClocks(_ at: Int64) {
@@ -87,21 +109,26 @@ protocol ScenarioLink: AnyObject {
     func localChange(on node: SimNode)
     /// Before a sync request on `node` (frames it releases must see it).
     func willSync(on node: SimNode)
-    /// Replaces the link faults; a partition stays as it is.
-    func setFaults(_ faults: LinkFaults)
-    var isPartitioned: Bool { get }
-    func setPartitioned(_ partitioned: Bool) async
+    /// Replaces the faults of the links of `watches`; a partition stays as it is.
+    func setFaults(_ faults: LinkFaults, watches: [SimNode])
+    /// Whether the watch's link to the phone is partitioned.
+    func isPartitioned(_ watch: SimNode) -> Bool
+    func setPartitioned(_ partitioned: Bool, watches: [SimNode]) async
     /// Stops `node` without closing its store; its file stays.
     func crash(_ node: SimNode) async
     /// Reopens `node` from its file and connects it again.
     func restart(_ node: SimNode) async throws
+    /// The node's power failed (an armed cut fired): drop it as `crash` does.
+    /// The runner calls it; the simulated link also as soon as the cut fires.
+    func powerFailed(_ node: SimNode) async
     /// Before the watch is replaced by a new device.
     func willReplace(_ watch: SimNode) async
     /// After `watch` was given its new file and node id: pairs it with the phone.
     func didReplace(_ watch: SimNode) async throws
-    /// Runs until every node is idle and nothing is in flight; false if that
-    /// did not happen within `limitMs` (virtual; the TCP link has its own timeout).
-    func settle(limitMs: Int64) async -> Bool
+    /// Runs until the phone and the watches of `watches` (each up with its
+    /// link healed) are idle and nothing is in flight between them; false if
+    /// that did not happen within `limitMs` (virtual; the TCP link has its own timeout).
+    func settle(limitMs: Int64, watches: [SimNode]) async -> Bool
     /// `limitMs` as the checkpoint violation says it.
     func describeLimit(ms: Int64) -> String
     /// The convergence violation when the nodes did not settle after the last step.

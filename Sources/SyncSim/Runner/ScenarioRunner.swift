@@ -13,6 +13,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
     var valueRandom: SeededRandom
     var nextWatchID = RunState.firstReplacementWatchID
     var checkpoints = 0
+    var powerCuts = 0
     var stepsRun = 0
 
     init(scenario: Scenario, options: RunOptions = RunOptions()) throws {
@@ -30,16 +31,22 @@ final class ScenarioRunner<Link: ScenarioLink> {
         do {
             try await link.start()
             for step in state.scenario.timeline {
+                await Task.yield()  // a simulated run computes without suspending: let other tasks (and runs) have the threads
                 await link.advance(to: step.at)
+                await reapPowerCuts()
                 try await apply(step)
                 stepsRun += 1
             }
             // Settle: heal, bring crashed nodes back, wait until all is idle.
-            await link.setPartitioned(false)
-            for node in state.nodes where !node.isUp { try await link.restart(node) }
-            let converged = await link.settle(limitMs: state.scenario.settleLimitMs)
+            // A power cut armed that has not fired by now is called off.
+            await reapPowerCuts()
+            for node in state.nodes where node.isUp { node.disarmPowerCut() }
+            await link.setPartitioned(false, watches: Array(state.watches))
+            for node in state.nodes where !node.isUp { try await restart(node) }
+            let converged = await link.settle(limitMs: state.scenario.settleLimitMs, watches: Array(state.watches))
             if !converged { state.checker.log.violate(.convergence, link.unsettledAtEnd(limitMs: state.scenario.settleLimitMs)) }
-            try checkState(label: "end", connected: true)
+            await reapPowerCuts()
+            try checkState(label: "end", connected: Array(state.watches))
             await link.stop()
             let report = try makeReport(name: scenarioName, converged: converged)
             if let keep = state.options.keepStoresIn { try keepStores(in: keep) }
@@ -54,66 +61,93 @@ final class ScenarioRunner<Link: ScenarioLink> {
 
     func apply(_ step: Scenario.Step) async throws {
         switch step.action {
-        case .put(let role, let key, let value, let size):
-            let node = state.node(role)
+        case .put(let name, let key, let value, let size):
+            let node = state.node(name)
             guard let store = node.store, let descriptor = state.registry.descriptor(forEntry: key) else {
                 node.refusedWrites += 1
                 return
             }
             let bytes = valueBytes(descriptor: descriptor, value: value, size: size)
             write(node, store: store, key: key, size: bytes.count) { try store.setEncoded(bytes, forKey: key) }
-        case .delete(let role, let key):
-            let node = state.node(role)
+        case .delete(let name, let key):
+            let node = state.node(name)
             guard let store = node.store else {
                 node.refusedWrites += 1
                 return
             }
             write(node, store: store, key: key, size: 0) { try store.removeValue(forKey: key) }
-        case .sync(let role):
-            let node = state.node(role)
+        case .sync(let name):
+            let node = state.node(name)
             guard let store = node.store else { return }
             link.willSync(on: node)
-            _ = try store.requestManualSync()
-            state.model.recordSync(node: role, nodeID: node.nodeID)
+            do {
+                _ = try store.requestManualSync()
+            } catch where node.powerFailed {
+                return  // the power failed during the request: the app saw an error
+            }
+            state.model.recordSync(node: node.role, nodeID: node.nodeID)
             link.localChange(on: node)
-        case .faults(let faults):
-            link.setFaults(faults)
-        case .partition:
-            await link.setPartitioned(true)
-        case .heal:
-            await link.setPartitioned(false)
-        case .crash(let role):
-            let node = state.node(role)
+        case .faults(let faults, let name):
+            link.setFaults(faults, watches: state.watches(name))
+        case .partition(let name):
+            await link.setPartitioned(true, watches: state.watches(name))
+        case .heal(let name):
+            await link.setPartitioned(false, watches: state.watches(name))
+        case .crash(let name):
+            let node = state.node(name)
             guard node.isUp else { return }
             await link.crash(node)
-        case .restart(let role):
-            let node = state.node(role)
+        case .restart(let name):
+            let node = state.node(name)
             guard !node.isUp else { return }
-            try await link.restart(node)
-        case .skew(let role, let ms):
-            let node = state.node(role)
+            try await restart(node)
+        case .skew(let name, let ms):
+            let node = state.node(name)
             node.skewMs = ms
             node.clock.setSkew(ms)
+        case .powerCut(let name, let operations):
+            let node = state.node(name)
+            guard node.isUp else { return }
+            powerCuts += 1
+            node.armPowerCut(afterOperations: operations)
         case .checkpoint:
             checkpoints += 1
-            let connected = state.nodes.allSatisfy(\.isUp) && !link.isPartitioned
-            var settled = false
-            if connected {
+            // Each watch up with its link healed settles with the phone; the others are checked alone.
+            let reachable = state.phone.isUp ? state.watches.filter { $0.isUp && !link.isPartitioned($0) } : []
+            var settled: [SimNode] = []
+            if !reachable.isEmpty {
                 let limit = state.options.checkpointLimitMs
-                settled = await link.settle(limitMs: limit)
-                if !settled {
+                let idle = await link.settle(limitMs: limit, watches: reachable)
+                await reapPowerCuts()
+                if !state.phone.isUp || !reachable.allSatisfy(\.isUp) {
+                    settled = []  // a power cut fired while settling: the nodes left are checked alone
+                } else if idle {
+                    settled = reachable
+                } else {
                     state.checker.log.violate(.convergence, "checkpoint at t=\(step.at): not idle within \(link.describeLimit(ms: limit))")
                 }
             }
             try checkState(label: "checkpoint t=\(step.at)", connected: settled)
-        case .replaceWatch:
-            let watch = state.watch
+        case .replaceWatch(let name):
+            let watch = state.node(name ?? .watch)
             await link.willReplace(watch)
             state.model.retire(nodeID: watch.nodeID)
             watch.replace(nodeID: nextWatchID, folder: state.folder)
+            watch.powerOn()  // a new device: whatever cut the old one had is not its
             nextWatchID += 1
             try await link.didReplace(watch)
         }
+    }
+
+    /// A node whose armed power cut fired is down from then on.
+    func reapPowerCuts() async {
+        for node in state.nodes where node.isUp && node.powerFailed { await link.powerFailed(node) }
+    }
+
+    /// Brings a node back: the power on (after a cut), its store reopened from its file, its sessions started.
+    func restart(_ node: SimNode) async throws {
+        node.powerOn()
+        try await link.restart(node)
     }
 
     /// Performs a local write and records it in the model when it made a new version.
@@ -169,19 +203,20 @@ final class ScenarioRunner<Link: ScenarioLink> {
 
     // MARK: checks and report
 
-    /// Checks the stores. With a node down, checks what can be checked on the one that is up.
-    func checkState(label: String, connected: Bool) throws {
+    /// Checks the stores of the nodes that are up; convergence only between
+    /// the phone and the watches in `connected` (settled with it).
+    func checkState(label: String, connected: [SimNode]) throws {
         link.observeSentFrames()
-        guard let ps = state.phone.store, let ws = state.watch.store else {
-            guard let only = state.nodes.compactMap(\.store).first else { return }
-            let s = try InvariantChecker.snapshot(only)
-            let empty = InvariantChecker.Snapshot(role: only.role.counterpart, nodeID: 0, entries: [:], values: [:])
-            state.checker.checkState(phone: only.role == .phone ? s : empty, watch: only.role == .watch ? s : empty, model: state.model,
-                                     connected: false, label: label)
-            return
+        var snapshots: [InvariantChecker.Snapshot] = []
+        for node in state.nodes {
+            guard let store = node.store else { continue }
+            do {
+                snapshots.append(try InvariantChecker.snapshot(store, name: node.name))
+            } catch where node.powerFailed {
+                continue  // the power failed while reading: the node is down
+            }
         }
-        state.checker.checkState(phone: try InvariantChecker.snapshot(ps), watch: try InvariantChecker.snapshot(ws), model: state.model,
-                                 connected: connected, label: label)
+        state.checker.checkState(nodes: snapshots, connected: Set(connected.filter(\.isUp).map(\.nodeID)), model: state.model, label: label)
     }
 
     func makeReport(name: String, converged: Bool) throws -> SimReport {
@@ -196,6 +231,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
         return SimReport(scenario: name, description: state.scenario.description, seed: state.seed, transport: transport.rawValue,
                          steps: stepsRun, checkpoints: checkpoints, virtualTimeMs: link.elapsedMs, converged: converged,
                          sessions: link.sessions, sessionFailures: link.sessionFailures, nodes: nodes,
-                         invariants: state.checker.log.ordered, replay: replay)
+                         invariants: state.checker.log.ordered, replay: replay,
+                         powerCuts: state.nodes.contains { $0.crashVFS != nil } ? powerCuts : nil)
     }
 }

@@ -1,39 +1,53 @@
 import Foundation
 import Logging
-import SyncEngine
+@_spi(Testing) import SyncEngine
 import SyncTransport
 
 /// One simulated device: its store file, clock, and (while up) its open
-/// store and the endpoint of the current session.
+/// store.
 final class SimNode {
+    /// The node's name in the scenario (`watch2`, …).
+    let name: ScenarioNode
     let role: DeviceRole
     let clock: ManualClock
     private(set) var nodeID: UInt32
     private(set) var path: String
     let keyPath: String
     var store: SyncStore?
-    var endpoint: ReplicationEndpoint?
     /// Counters of store objects dropped by crashes (they live in memory).
     private(set) var pastCounters = SyncCounters()
     var refusedWrites = 0
     var skewMs: Int64 = 0
 
-    init(role: DeviceRole, nodeID: UInt32, folder: String, wallStart: Int64) {
-        self.role = role
+    /// Set when a `powerCut` step names the node: its files go through this crash VFS.
+    var crashVFS: CrashVFS?
+    /// The VFS's cut count when the current cut was armed (nil: none armed).
+    var cutsBeforeArming: Int?
+
+    init(name: ScenarioNode, nodeID: UInt32, folder: String, wallStart: Int64) {
+        self.name = name
+        self.role = name.role
         self.nodeID = nodeID
         self.path = "\(folder)/\(role.rawValue)-\(String(nodeID, radix: 16)).sqlite"
-        self.keyPath = "\(folder)/\(role.rawValue).key"
+        self.keyPath = "\(folder)/\(name.rawValue).key"
         self.clock = ManualClock(now: wallStart)
     }
 
     var isUp: Bool { store != nil }
 
     /// Opens (or reopens) the store file with the same options every time.
-    func open(registry: KeyRegistry) throws {
+    func open(registry: KeyRegistry, durableAcknowledgements: Bool = true) throws {
         var options = StoreOptions(clock: clock)
         options.nodeID = nodeID
         options.externalChangePollInterval = nil   // one process per file here; no timer in a deterministic run
-        options.logger = Logger(label: "syncsim.\(role)", factory: { _ in SwiftLogNoOpLogHandler() })
+        options.logger = Logger(label: "syncsim.\(name.rawValue)", factory: { _ in SwiftLogNoOpLogHandler() })
+        if let crashVFS {
+            // A node that may lose power: its files go through the crash VFS, and a
+            // local write returns once it is on disk (so an acknowledged write survives).
+            options.vfsName = crashVFS.name
+            options.durability = durableAcknowledgements ? .full : .normal
+            options.syncsBeforeAcknowledging = durableAcknowledgements
+        }
         if registry.descriptors.contains(where: { $0.security == .encrypted }) {
             options.encryption = .keyFile(path: keyPath)
         }
@@ -41,11 +55,38 @@ final class SimNode {
         store = try SyncStore(path: path, role: role, registry: registry, options: options)
     }
 
+    /// An armed power cut has fired: the node's files are dead until `powerOn`.
+    var powerFailed: Bool {
+        guard let crashVFS, let before = cutsBeforeArming else { return false }
+        return crashVFS.statistics.cuts > before
+    }
+
+    /// Arms a cut at the node's `operations`-th file write, truncate or sync from now.
+    func armPowerCut(afterOperations operations: Int) {
+        guard let crashVFS else { return }
+        cutsBeforeArming = crashVFS.statistics.cuts
+        crashVFS.armPowerCut(afterOperations: operations)
+    }
+
+    /// Calls off an armed cut that has not fired.
+    func disarmPowerCut() {
+        guard let crashVFS, !powerFailed else { return }
+        crashVFS.disarm()
+        cutsBeforeArming = nil
+    }
+
+    /// Before reopening: the power is back (the dropped store's files stay dead).
+    func powerOn() {
+        guard let crashVFS else { return }
+        crashVFS.disarm()
+        crashVFS.powerOn()
+        cutsBeforeArming = nil
+    }
+
     /// Stops without closing: the objects are dropped, the file stays.
     func crash() {
         if let store { add(store.syncCounters) }
         store = nil
-        endpoint = nil
     }
 
     /// Replaces this node with a new device: a new file and node id.

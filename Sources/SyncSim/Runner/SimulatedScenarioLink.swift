@@ -1,36 +1,57 @@
 import SyncEngine
 import SyncTransport
 
-/// The phone and the watch over a `SimulatedLink` in virtual time: a
-/// `ReplicationEndpoint` per node per session; deliveries, ticks and
+/// The phone and its watches over one `SimulatedLink` per watch, in virtual
+/// time: a `ReplicationEndpoint` per node per session; deliveries, ticks and
 /// reconnects processed in time order; every frame checked as it is sent.
 /// The same scenario and seed give the same run.
 final class SimulatedScenarioLink: ScenarioLink {
     static let transport = SimTransport.sim
     static let folderPrefix = "syncsim-"
 
+    /// One watch's link to the phone and the endpoints of its current session.
+    final class Pair {
+        let watch: SimNode
+        var link: SimulatedLink
+        var phoneEndpoint: ReplicationEndpoint?
+        var watchEndpoint: ReplicationEndpoint?
+        var reconnectAt: Int64?
+        /// Counts this watch slot's pairings (`replaceWatch` starts a new one).
+        var epoch = 1
+        /// Set by `replaceWatch`: the phone re-baselines when the first session with the new watch is established.
+        var awaitingRebaseline = false
+
+        init(watch: SimNode, link: SimulatedLink) {
+            self.watch = watch
+            self.link = link
+        }
+
+        var pairingEpoch: String {
+            watch.name == .watch ? "syncsim-epoch-\(epoch)" : "syncsim-\(watch.name.rawValue)-epoch-\(epoch)"
+        }
+    }
+
     let state: RunState
-    var link: SimulatedLink
+    let pairs: [Pair]
     var now: Int64 = 0
     var nextTick: Int64 = 0
-    var reconnectAt: Int64?
-    var epoch = 1
     private(set) var sessions = 0
     private(set) var sessionFailures = 0
-    /// Set by `replaceWatch`: the phone re-baselines when the first session with the new watch is established.
-    var awaitingRebaseline = false
 
     init(state: RunState) {
         self.state = state
-        link = SimulatedLink(seed: state.seed, faults: state.scenario.faults)
+        // The first watch's link draws from the seed itself (so a one-watch run is what it always was).
+        pairs = state.watches.map { watch in
+            let salt = UInt64(watch.name.watchNumber - 1) &* 0x9E37_79B9_7F4A_7C15
+            return Pair(watch: watch, link: SimulatedLink(seed: state.seed ^ salt, faults: state.scenario.faults))
+        }
     }
 
-    /// The end of the link a node is on.
-    func end(_ node: SimNode) -> LinkEnd { node.role == .phone ? .a : .b }
+    func pair(_ watch: SimNode) -> Pair { pairs[watch.name.watchNumber - 1] }
 
     func start() async throws {
-        for node in state.nodes { try node.open(registry: state.registry) }
-        startSession()
+        for node in state.nodes { try node.open(registry: state.registry, durableAcknowledgements: state.options.durableAcknowledgements) }
+        for pair in pairs { startSession(pair) }
     }
 
     func advance(to at: Int64) async {
@@ -40,45 +61,68 @@ final class SimulatedScenarioLink: ScenarioLink {
     }
 
     func localChange(on node: SimNode) {
-        if let endpoint = node.endpoint { send(endpoint.pump(now: now), from: node) }
+        for pair in pairs {
+            let endpoint = node.role == .phone ? pair.phoneEndpoint : (pair.watch === node ? pair.watchEndpoint : nil)
+            if let endpoint { send(endpoint.pump(now: now), from: node, in: pair) }
+        }
+        reapPowerCuts()
     }
 
     func willSync(on node: SimNode) {}
 
-    func setFaults(_ faults: LinkFaults) {
-        let partitioned = link.faults.partitioned
-        link.faults = faults
-        link.faults.partitioned = partitioned
+    func setFaults(_ faults: LinkFaults, watches: [SimNode]) {
+        for watch in watches {
+            let pair = pair(watch)
+            let partitioned = pair.link.faults.partitioned
+            pair.link.faults = faults
+            pair.link.faults.partitioned = partitioned
+        }
     }
 
-    var isPartitioned: Bool { link.faults.partitioned }
+    func isPartitioned(_ watch: SimNode) -> Bool { pair(watch).link.faults.partitioned }
 
-    func setPartitioned(_ partitioned: Bool) async {
-        link.faults.partitioned = partitioned
+    func setPartitioned(_ partitioned: Bool, watches: [SimNode]) async {
+        for watch in watches { pair(watch).link.faults.partitioned = partitioned }
     }
+
+    /// The pairs a node is in: every one for the phone, its own for a watch.
+    func pairs(of node: SimNode) -> [Pair] { node.role == .phone ? pairs : [pair(node)] }
 
     func crash(_ node: SimNode) async {
+        crashNow(node)
+    }
+
+    func crashNow(_ node: SimNode) {
         node.crash()
-        startSession()
+        for pair in pairs(of: node) { startSession(pair) }
+    }
+
+    func powerFailed(_ node: SimNode) async {
+        crashNow(node)
     }
 
     func restart(_ node: SimNode) async throws {
-        try node.open(registry: state.registry)
-        startSession()
+        try node.open(registry: state.registry, durableAcknowledgements: state.options.durableAcknowledgements)
+        for pair in pairs(of: node) { startSession(pair) }
     }
 
     func willReplace(_ watch: SimNode) async {}
 
     func didReplace(_ watch: SimNode) async throws {
-        epoch += 1
-        awaitingRebaseline = true
-        try watch.open(registry: state.registry)
+        let pair = pair(watch)
+        pair.epoch += 1
+        pair.awaitingRebaseline = true
+        try watch.open(registry: state.registry, durableAcknowledgements: state.options.durableAcknowledgements)
         watch.clock.setSkew(watch.skewMs)
-        startSession()
+        startSession(pair)
     }
 
-    func settle(limitMs: Int64) async -> Bool {
-        runUntil(limit: now + limitMs, stop: { self.isQuiescent })
+    func settle(limitMs: Int64, watches: [SimNode]) async -> Bool {
+        let settling = watches.map(pair)
+        // A node whose power fails meanwhile ends the wait (the runner sees it is down).
+        return runUntil(limit: now + limitMs, stop: {
+            settling.allSatisfy(self.isQuiescent) || !self.state.phone.isUp || !watches.allSatisfy(\.isUp)
+        })
     }
 
     func describeLimit(ms: Int64) -> String { "\(ms) ms" }
@@ -94,62 +138,74 @@ final class SimulatedScenarioLink: ScenarioLink {
     var elapsedMs: Int64 { now }
 
     func traffic(of node: SimNode) -> LinkTraffic {
-        let s = link.statistics(for: end(node))
-        return LinkTraffic(bytesSent: s.bytesSent, payloadBytesSent: s.payloadBytesSent, framesSent: s.framesSent, framesDropped: s.framesDropped)
+        var total = LinkTraffic()
+        for pair in pairs(of: node) {
+            let s = pair.link.statistics(for: node.role == .phone ? .a : .b)
+            total.bytesSent += s.bytesSent
+            total.payloadBytesSent += s.payloadBytesSent
+            total.framesSent += s.framesSent
+            total.framesDropped += s.framesDropped
+        }
+        return total
     }
 
     // MARK: sessions
 
-    var configuration: ReplicationConfiguration {
-        var config = ReplicationConfiguration(pairingEpoch: "syncsim-epoch-\(epoch)")
+    func configuration(_ pair: Pair) -> ReplicationConfiguration {
+        var config = ReplicationConfiguration(pairingEpoch: pair.pairingEpoch)
         config.testingFaults = state.options.testingFaults
         return config
     }
 
-    /// Ends any current session and starts a new one when both nodes are up.
-    func startSession() {
-        let phone = state.phone, watch = state.watch
-        link.dropInFlight()
-        phone.endpoint?.connectionLost()
-        watch.endpoint?.connectionLost()
-        phone.endpoint = nil
-        watch.endpoint = nil
-        reconnectAt = nil
+    /// Ends the pair's current session and starts a new one when both nodes are up.
+    func startSession(_ pair: Pair) {
+        let phone = state.phone, watch = pair.watch
+        pair.link.dropInFlight()
+        pair.phoneEndpoint?.connectionLost()
+        pair.watchEndpoint?.connectionLost()
+        pair.phoneEndpoint = nil
+        pair.watchEndpoint = nil
+        pair.reconnectAt = nil
         guard let ps = phone.store, let ws = watch.store else { return }
         sessions += 1
-        let config = configuration
+        let config = configuration(pair)
         let pe = ReplicationEndpoint(store: ps, configuration: config)
         let we = ReplicationEndpoint(store: ws, configuration: config)
-        phone.endpoint = pe
-        watch.endpoint = we
-        send(pe.start(now: now), from: phone)
-        send(we.start(now: now), from: watch)
+        pair.phoneEndpoint = pe
+        pair.watchEndpoint = we
+        send(pe.start(now: now), from: phone, in: pair)
+        send(we.start(now: now), from: watch, in: pair)
     }
 
-    func send(_ frames: [Frame], from node: SimNode) {
+    func send(_ frames: [Frame], from node: SimNode, in pair: Pair) {
         for frame in frames {
             state.checker.observe(frame, from: node.role, senderID: node.nodeID, model: state.model, at: now)
-            link.send(frame, from: end(node), at: now)
+            pair.link.send(frame, from: node.role == .phone ? .a : .b, at: now)
         }
-        if awaitingRebaseline, state.phone.endpoint?.isEstablished == true {
-            awaitingRebaseline = false
+        if pair.awaitingRebaseline, pair.phoneEndpoint?.isEstablished == true {
+            pair.awaitingRebaseline = false
             state.model.recordRebaseline(nodeID: state.phone.nodeID)
         }
-        noteFailures()
+        noteFailures(pair)
     }
 
     /// A failed session is replaced by a new one after a short pause (a reconnect).
-    func noteFailures() {
-        guard reconnectAt == nil else { return }
-        if state.nodes.contains(where: { $0.endpoint?.failure != nil }) {
+    func noteFailures(_ pair: Pair) {
+        guard pair.reconnectAt == nil else { return }
+        if pair.phoneEndpoint?.failure != nil || pair.watchEndpoint?.failure != nil {
             sessionFailures += 1
-            reconnectAt = now + 500
+            pair.reconnectAt = now + 500
         }
     }
 
-    var isQuiescent: Bool {
-        guard link.inFlightCount == 0, !link.faults.partitioned else { return false }
-        return state.nodes.allSatisfy { $0.endpoint?.isIdle == true }
+    /// Nodes whose armed power cut fired go down at once (their files are dead).
+    func reapPowerCuts() {
+        for node in state.nodes where node.isUp && node.powerFailed { crashNow(node) }
+    }
+
+    func isQuiescent(_ pair: Pair) -> Bool {
+        guard pair.link.inFlightCount == 0, !pair.link.faults.partitioned else { return false }
+        return pair.phoneEndpoint?.isIdle == true && pair.watchEndpoint?.isIdle == true
     }
 
     // MARK: the event loop
@@ -160,8 +216,10 @@ final class SimulatedScenarioLink: ScenarioLink {
         if let stop, stop() { return true }
         while true {
             var next = nextTick
-            if let d = link.nextDeliveryTime { next = min(next, d) }
-            if let r = reconnectAt { next = min(next, r) }
+            for pair in pairs {
+                if let d = pair.link.nextDeliveryTime { next = min(next, d) }
+                if let r = pair.reconnectAt { next = min(next, r) }
+            }
             guard next <= limit else {
                 now = max(now, limit)
                 state.setClocks(now)
@@ -169,21 +227,25 @@ final class SimulatedScenarioLink: ScenarioLink {
             }
             now = max(now, next)
             state.setClocks(now)
-            if let d = link.nextDeliveryTime, d <= now {
-                for (to, frame) in link.deliverDue(at: now) {
-                    let target = to == .a ? state.phone : state.watch
-                    guard let endpoint = target.endpoint else { continue }
-                    send(endpoint.receive(frame, now: now), from: target)
+            for pair in pairs {
+                guard let d = pair.link.nextDeliveryTime, d <= now else { continue }
+                for (to, frame) in pair.link.deliverDue(at: now) {
+                    let target = to == .a ? state.phone : pair.watch
+                    guard let endpoint = to == .a ? pair.phoneEndpoint : pair.watchEndpoint else { continue }
+                    send(endpoint.receive(frame, now: now), from: target, in: pair)
                 }
+                reapPowerCuts()
             }
-            if let r = reconnectAt, r <= now {
-                startSession()
+            for pair in pairs {
+                if let r = pair.reconnectAt, r <= now { startSession(pair) }
             }
             if nextTick <= now {
                 nextTick = now + state.options.tickMs
-                for node in state.nodes {
-                    if let endpoint = node.endpoint { send(endpoint.tick(now: now), from: node) }
+                for pair in pairs {
+                    if let endpoint = pair.phoneEndpoint { send(endpoint.tick(now: now), from: state.phone, in: pair) }
+                    if let endpoint = pair.watchEndpoint { send(endpoint.tick(now: now), from: pair.watch, in: pair) }
                 }
+                reapPowerCuts()
                 if let stop, stop() { return true }
             }
         }

@@ -2,8 +2,8 @@ import Synchronization
 import SyncEngine
 import SyncTransport
 
-/// State shared between the TCP runner and its node tasks: the partition
-/// flag, the phone's port, the open connections, and every frame sent.
+/// State shared between the TCP runner and its node tasks: the partitioned
+/// watches, the phone's port, the open connections, and every frame sent.
 final class TCPLinkState: Sendable {
     struct Sent: Sendable {
         var role: DeviceRole
@@ -13,20 +13,31 @@ final class TCPLinkState: Sendable {
         var syncsVisible: Int
     }
 
+    /// One end of a watch's connection: the watch's, or the phone's end for that watch.
+    struct End: Hashable, Sendable {
+        var watch: ScenarioNode
+        var atPhone: Bool
+    }
+
     private struct State {
-        var partitioned = false
+        var partitioned: Set<ScenarioNode> = []
         var port: Int?
-        var connections: [DeviceRole: any FrameConnection] = [:]
+        var connections: [End: any FrameConnection] = [:]
         var sent: [Sent] = []
         var syncs: [UInt32: Int] = [:]
-        var statistics: [DeviceRole: ConnectionStatistics] = [.phone: .init(), .watch: .init()]
+        var statistics: [ScenarioNode: ConnectionStatistics] = [:]
     }
 
     private let state = Mutex(State())
 
-    var partitioned: Bool {
-        get { state.withLock { $0.partitioned } }
-        set { state.withLock { $0.partitioned = newValue } }
+    func isPartitioned(_ watch: ScenarioNode) -> Bool {
+        state.withLock { $0.partitioned.contains(watch) }
+    }
+
+    func setPartitioned(_ watch: ScenarioNode, _ partitioned: Bool) {
+        state.withLock { s in
+            if partitioned { s.partitioned.insert(watch) } else { s.partitioned.remove(watch) }
+        }
     }
 
     var port: Int? {
@@ -34,14 +45,22 @@ final class TCPLinkState: Sendable {
         set { state.withLock { $0.port = newValue } }
     }
 
-    func setConnection(_ role: DeviceRole, _ connection: (any FrameConnection)?) {
-        state.withLock { $0.connections[role] = connection }
+    func setConnection(_ end: End, _ connection: (any FrameConnection)?) {
+        state.withLock { $0.connections[end] = connection }
     }
 
-    /// Closes the open connections (of one role, or both).
-    func closeConnections(_ roles: [DeviceRole] = DeviceRole.allCases) async {
-        let open = state.withLock { s in roles.compactMap { s.connections.removeValue(forKey: $0) } }
+    /// Closes the open connections of the ends `which` selects.
+    func closeConnections(where which: (End) -> Bool) async {
+        let open = state.withLock { s in
+            let ends = s.connections.keys.filter(which)
+            return ends.compactMap { s.connections.removeValue(forKey: $0) }
+        }
         for connection in open { await connection.close() }
+    }
+
+    /// Closes both ends of the watch's connection.
+    func closeConnections(of watch: ScenarioNode) async {
+        await closeConnections { $0.watch == watch }
     }
 
     /// Counts a sync before it is requested, so frames it releases see it.
@@ -61,20 +80,20 @@ final class TCPLinkState: Sendable {
         }
     }
 
-    func add(_ stats: ConnectionStatistics, for role: DeviceRole) {
+    func add(_ stats: ConnectionStatistics, for node: ScenarioNode) {
         state.withLock { s in
-            var t = s.statistics[role] ?? .init()
+            var t = s.statistics[node] ?? .init()
             t.framesSent += stats.framesSent
             t.framesReceived += stats.framesReceived
             t.bytesSent += stats.bytesSent
             t.bytesReceived += stats.bytesReceived
             t.payloadBytesSent += stats.payloadBytesSent
-            s.statistics[role] = t
+            s.statistics[node] = t
         }
     }
 
-    func statistics(for role: DeviceRole) -> ConnectionStatistics {
-        state.withLock { $0.statistics[role] ?? .init() }
+    func statistics(for node: ScenarioNode) -> ConnectionStatistics {
+        state.withLock { $0.statistics[node] ?? .init() }
     }
 }
 
@@ -96,4 +115,5 @@ struct RecordingConnection: FrameConnection {
     var peerDescription: String { base.peerDescription }
     var statistics: ConnectionStatistics { base.statistics }
     var deliversEveryFrame: Bool { base.deliversEveryFrame }
+    var pairingEpoch: String? { base.pairingEpoch }
 }

@@ -2,41 +2,44 @@ import Foundation
 import SyncEngine
 import SyncTransport
 
-/// The phone and the watch over real TCP sockets on 127.0.0.1: the phone
-/// listens (port 0), the watch dials, each node runs a `SyncPeer`. Steps run
-/// in order as fast as they can; their `at` sets the nodes' wall clocks, so
-/// versions follow the scenario's times. Approximations: loss, latency,
-/// duplication and reordering are not applied (TCP delivers in order); a
-/// partition closes the connection and the watch does not redial until
-/// `heal`; a crash closes the node's connection and drops its objects.
-/// Frames are recorded as they are sent and checked at the next check.
-/// Reports are not byte-identical between runs.
+/// The phone and its watches over real TCP sockets on 127.0.0.1: the phone
+/// listens (port 0) with one pairing per watch and serves them at once, each
+/// watch dials, each node runs a `SyncPeer`. Steps run in order as fast as
+/// they can; their `at` sets the nodes' wall clocks, so versions follow the
+/// scenario's times. Approximations: loss, latency, duplication and
+/// reordering are not applied (TCP delivers in order); a partition closes the
+/// watch's connection and it does not redial until `heal`; a crash closes the
+/// node's connections and drops its objects. Frames are recorded as they are
+/// sent and checked at the next check. Reports are not byte-identical between runs.
 final class TCPScenarioLink: ScenarioLink {
     static let transport = SimTransport.tcp
     static let folderPrefix = "syncsim-tcp-"
-    static let idleTimeout: Duration = .seconds(30)
+    /// How long a checkpoint or the end may wait for the nodes to go idle (a loaded machine is slow).
+    static let idleTimeout: Duration = .seconds(150)
 
     let state: RunState
     let shared = TCPLinkState()
-    var secret = PairingSecret.generate()
-    var peers: [DeviceRole: SyncPeer] = [:]
-    var tasks: [DeviceRole: Task<Void, Never>] = [:]
+    /// Each watch's pairing with the phone (a new one at `replaceWatch`).
+    var secrets: [ScenarioNode: PairingSecret] = [:]
+    var peers: [ScenarioNode: SyncPeer] = [:]
+    var tasks: [ScenarioNode: Task<Void, Never>] = [:]
     var listener: TCPListener?
 
     init(state: RunState) {
         self.state = state
+        for watch in state.watches { secrets[watch.name] = PairingSecret.generate() }
     }
 
-    var configuration: TCPConfiguration { TCPConfiguration(secret: secret) }
+    func secret(_ watch: ScenarioNode) -> PairingSecret { secrets[watch]! }
 
-    var replication: ReplicationConfiguration {
-        var config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+    func replication(_ epoch: String) -> ReplicationConfiguration {
+        var config = ReplicationConfiguration(pairingEpoch: epoch)
         config.testingFaults = state.options.testingFaults
         return config
     }
 
     func start() async throws {
-        for node in state.nodes { try await start(node.role) }
+        for node in state.nodes { try await start(node) }
     }
 
     func advance(to at: Int64) async {
@@ -50,45 +53,66 @@ final class TCPScenarioLink: ScenarioLink {
     }
 
     /// Loss, latency and the like are not applied over TCP.
-    func setFaults(_ faults: LinkFaults) {}
+    func setFaults(_ faults: LinkFaults, watches: [SimNode]) {}
 
-    var isPartitioned: Bool { shared.partitioned }
+    func isPartitioned(_ watch: SimNode) -> Bool { shared.isPartitioned(watch.name) }
 
-    func setPartitioned(_ partitioned: Bool) async {
-        shared.partitioned = partitioned
-        if partitioned { await shared.closeConnections() }
+    func setPartitioned(_ partitioned: Bool, watches: [SimNode]) async {
+        for watch in watches {
+            shared.setPartitioned(watch.name, partitioned)
+            if partitioned { await shared.closeConnections(of: watch.name) }
+        }
     }
 
     func crash(_ node: SimNode) async {
-        await stop(node.role, crash: true)
+        await stop(node, crash: true)
+    }
+
+    func powerFailed(_ node: SimNode) async {
+        await stop(node, crash: true)
     }
 
     func restart(_ node: SimNode) async throws {
-        try await start(node.role)
+        try await start(node)
     }
 
     func willReplace(_ watch: SimNode) async {
-        await stop(.watch, crash: true)
-        await stop(.phone, crash: false)
+        await stop(watch, crash: true)
+        await stop(state.phone, crash: false)
     }
 
     func didReplace(_ watch: SimNode) async throws {
-        secret = PairingSecret.generate()
+        secrets[watch.name] = PairingSecret.generate()
         // Without a session record, the re-baseline is taken to happen at the re-pair.
         state.model.recordRebaseline(nodeID: state.phone.nodeID)
-        try await start(.phone)
-        try await start(.watch)
+        try await start(state.phone)
+        try await start(watch)
         watch.clock.setSkew(watch.skewMs)
     }
 
-    /// Waits until both peers are idle at the same time.
-    func settle(limitMs: Int64) async -> Bool {
-        guard state.nodes.allSatisfy(\.isUp), !shared.partitioned else { return false }
-        for _ in 0..<5 {
+    /// Waits until the phone has a session with each of `watches`, then until
+    /// the phone and those watches are idle at the same time. A power cut
+    /// firing on one of them meanwhile ends the wait (false).
+    func settle(limitMs: Int64, watches: [SimNode]) async -> Bool {
+        guard state.phone.isUp, watches.allSatisfy({ $0.isUp && !shared.isPartitioned($0.name) }),
+              let phone = peers[.phone] else { return false }
+        let involved = [state.phone] + watches
+        let wanted = Set(watches.map(\.nodeID))
+        let slice: Duration = .seconds(5)
+        let deadline = ContinuousClock.now + Self.idleTimeout
+        while ContinuousClock.now < deadline {
+            if involved.contains(where: \.powerFailed) { return false }
+            guard wanted.isSubset(of: Set(phone.connectedPeers)) else {
+                try? await Task.sleep(for: .milliseconds(10))
+                continue
+            }
             do {
-                try await peers[.phone]?.waitUntilIdle(timeout: Self.idleTimeout)
-                try await peers[.watch]?.waitUntilIdle(timeout: Self.idleTimeout)
-                try await peers[.phone]?.waitUntilIdle(timeout: .milliseconds(1))
+                try await phone.waitUntilIdle(timeout: slice)
+                for watch in watches { try await peers[watch.name]?.waitUntilIdle(timeout: slice) }
+                // What one watch sent, the phone forwards to the others.
+                try await phone.waitUntilIdle(timeout: slice)
+                for watch in watches { try await peers[watch.name]?.waitUntilIdle(timeout: .milliseconds(1)) }
+                try await phone.waitUntilIdle(timeout: .milliseconds(1))
                 return true
             } catch {
                 continue
@@ -110,8 +134,8 @@ final class TCPScenarioLink: ScenarioLink {
     }
 
     func stop() async {
-        await stop(.watch, crash: false)
-        await stop(.phone, crash: false)
+        for watch in state.watches { await stop(watch, crash: false) }
+        await stop(state.phone, crash: false)
     }
 
     /// The last step's time: steps run as fast as they can.
@@ -122,57 +146,72 @@ final class TCPScenarioLink: ScenarioLink {
     var sessionFailures: Int { 0 }
 
     func traffic(of node: SimNode) -> LinkTraffic {
-        let s = shared.statistics(for: node.role)
+        let s = shared.statistics(for: node.name)
         return LinkTraffic(bytesSent: s.bytesSent, payloadBytesSent: s.payloadBytesSent, framesSent: s.framesSent)
     }
 
     // MARK: peers
 
-    /// Opens the node's store and starts its peer (the phone listens, the watch dials).
-    func start(_ role: DeviceRole) async throws {
-        let node = state.node(role)
-        if !node.isUp { try node.open(registry: state.registry) }
+    /// Opens the node's store and starts its peer (the phone listens, a watch dials).
+    func start(_ node: SimNode) async throws {
+        if !node.isUp { try node.open(registry: state.registry, durableAcknowledgements: state.options.durableAcknowledgements) }
         guard let store = node.store else { return }
-        let peer = SyncPeer(store: store, configuration: replication)
-        peers[role] = peer
         let link = self.shared
         let nodeID = node.nodeID
-        let configuration = self.configuration
-        if role == .phone {
-            let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: configuration)
+        if node.role == .phone {
+            let pairings = state.watches.map { secret($0.name) }
+            let watchOfEpoch = Dictionary(uniqueKeysWithValues: state.watches.map { (secret($0.name).epoch, $0.name) })
+            let peer = SyncPeer(store: store, configuration: replication(pairings[0].epoch))
+            peers[.phone] = peer
+            let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: try TCPConfiguration(secrets: pairings))
             self.listener = listener
             link.port = listener.port
-            tasks[role] = Task {
-                for await connection in listener.connections {
-                    if Task.isCancelled || link.partitioned {
-                        await connection.close()
-                        if Task.isCancelled { break } else { continue }
+            tasks[.phone] = Task {
+                await withTaskGroup(of: Void.self) { group in
+                    for await connection in listener.connections {
+                        guard let watch = connection.pairingEpoch.flatMap({ watchOfEpoch[$0] }) else {
+                            await connection.close()
+                            continue
+                        }
+                        let end = TCPLinkState.End(watch: watch, atPhone: true)
+                        let recording = RecordingConnection(base: connection, role: .phone, nodeID: nodeID, link: link)
+                        link.setConnection(end, recording)
+                        // Checked after registering: `stop` and `partition` set their flag before closing
+                        // the registered connections, so one of the two closes this connection.
+                        if Task.isCancelled || link.isPartitioned(watch) {
+                            await connection.close()
+                            if Task.isCancelled { break } else { continue }
+                        }
+                        group.addTask {
+                            await peer.run(over: recording)
+                            link.add(connection.statistics, for: .phone)
+                        }
                     }
-                    let recording = RecordingConnection(base: connection, role: .phone, nodeID: nodeID, link: link)
-                    link.setConnection(.phone, recording)
-                    await peer.run(over: recording)
-                    link.setConnection(.phone, nil)
-                    link.add(connection.statistics, for: .phone)
                 }
             }
         } else {
-            tasks[role] = Task {
+            let watch = node.name
+            let configuration = TCPConfiguration(secret: secret(watch))
+            let peer = SyncPeer(store: store, configuration: replication(secret(watch).epoch))
+            peers[watch] = peer
+            let end = TCPLinkState.End(watch: watch, atPhone: false)
+            tasks[watch] = Task {
                 while !Task.isCancelled {
-                    guard !link.partitioned, let port = link.port else {
+                    guard !link.isPartitioned(watch), let port = link.port else {
                         try? await Task.sleep(for: .milliseconds(20))
                         continue
                     }
                     do {
                         let connection = try await TCPTransport.connect(host: "127.0.0.1", port: port, configuration: configuration)
                         let recording = RecordingConnection(base: connection, role: .watch, nodeID: nodeID, link: link)
-                        link.setConnection(.watch, recording)
-                        if Task.isCancelled || link.partitioned {
+                        link.setConnection(end, recording)
+                        if Task.isCancelled || link.isPartitioned(watch) {
                             await connection.close()
                         } else {
                             await peer.run(over: recording)
                         }
-                        link.setConnection(.watch, nil)
-                        link.add(connection.statistics, for: .watch)
+                        link.setConnection(end, nil)
+                        link.add(connection.statistics, for: watch)
                     } catch {
                         try? await Task.sleep(for: .milliseconds(50))
                     }
@@ -181,18 +220,23 @@ final class TCPScenarioLink: ScenarioLink {
         }
     }
 
-    /// Stops the node's peer and closes its connection; the store is dropped if `crash`.
-    func stop(_ role: DeviceRole, crash: Bool) async {
-        tasks[role]?.cancel()
-        if role == .phone, let listener {
-            await listener.close()
-            self.listener = nil
-            shared.port = nil
+    /// Stops the node's peer and closes its connections; the store is dropped if `crash`.
+    func stop(_ node: SimNode, crash: Bool) async {
+        let name = node.name
+        tasks[name]?.cancel()
+        if node.role == .phone {
+            if let listener {
+                await listener.close()
+                self.listener = nil
+                shared.port = nil
+            }
+            await shared.closeConnections { $0.atPhone }
+        } else {
+            await shared.closeConnections(of: name)
         }
-        await shared.closeConnections()
-        await tasks[role]?.value
-        tasks[role] = nil
-        peers[role] = nil
-        if crash { state.node(role).crash() }
+        await tasks[name]?.value
+        tasks[name] = nil
+        peers[name] = nil
+        if crash { node.crash() }
     }
 }

@@ -5,7 +5,7 @@ import SyncTransport
 /// A scenario file (format: `Fixtures/scenarios/README.md`), decoded and validated.
 struct ScenarioDocument: Decodable {
     static let fileKey = CodingUserInfoKey(rawValue: "syncsim.scenarioFile")!
-    static let fields = ["description", "seed", "keys", "keysFile", "faults", "settleLimitMs", "timeline"]
+    static let fields = ["description", "seed", "keys", "keysFile", "faults", "settleLimitMs", "watches", "timeline"]
 
     var scenario: Scenario
 
@@ -35,12 +35,13 @@ struct ScenarioDocument: Decodable {
         }
         let faults = try root.object("faults").map(FaultsCoding.faults(from:)) ?? LinkFaults()
         let settle = try root.integer("settleLimitMs", required: false, range: 1_000...86_400_000) ?? 600_000
+        let watches = Int(try root.integer("watches", required: false, range: 1...Int64(Scenario.maxWatches)) ?? 1)
         guard let items = try root.elements("timeline", of: "steps") else { throw root.fail("timeline", "is required") }
-        let steps = try items.map { try StepCoding.step(from: $0, registry: registry) }
+        let steps = try items.map { try StepCoding.step(from: $0, registry: registry, watches: watches) }
         // Stable: steps at the same time keep file order.
         let ordered = steps.enumerated().sorted { ($0.element.at, $0.offset) < ($1.element.at, $1.offset) }.map(\.element)
         scenario = Scenario(description: description, seed: UInt64(seed), keys: keys, keysFile: keysFile, faults: faults,
-                            settleLimitMs: settle, timeline: ordered)
+                            settleLimitMs: settle, watches: watches, timeline: ordered)
     }
 }
 
@@ -158,16 +159,23 @@ struct FaultsCoding: Encodable {
 
 /// A timeline step (`{"at": ..., "op": ..., ...}`).
 enum StepCoding {
-    static let ops = "put, delete, sync, faults, partition, heal, crash, restart, skew, checkpoint or replaceWatch"
+    static let ops = "put, delete, sync, faults, partition, heal, crash, restart, skew, checkpoint, replaceWatch or powerCut"
 
-    static func step(from decoder: any Decoder, registry: KeyRegistry) throws -> Scenario.Step {
+    static func step(from decoder: any Decoder, registry: KeyRegistry, watches: Int) throws -> Scenario.Step {
         let item = try Fields(decoder)
         let at = try item.integer("at", range: 0...86_400_000)!
         let op = try item.string("op")!
-        func node() throws -> DeviceRole {
-            let name = try item.string("node")!
-            guard let role = DeviceRole(rawValue: name) else { throw item.fail("node", "expected \"phone\" or \"watch\"") }
-            return role
+        let declared = [ScenarioNode.phone] + ScenarioNode.watches.prefix(watches)
+        func node(required: Bool = true, watchOnly: Bool = false) throws -> ScenarioNode? {
+            guard let name = try item.string("node", required: required) else { return nil }
+            let allowed = watchOnly ? Array(declared.dropFirst()) : declared
+            let expected = allowed.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
+            guard let node = ScenarioNode(rawValue: name) else { throw item.fail("node", "expected one of \(expected)") }
+            guard node.watchNumber <= watches else {
+                throw item.fail("node", "the scenario declares \(watches) watch\(watches == 1 ? "" : "es"); \(name) needs \"watches\": \(node.watchNumber)")
+            }
+            guard allowed.contains(node) else { throw item.fail("node", "expected a watch: one of \(expected)") }
+            return node
         }
         func key() throws -> String {
             let key = try item.string("key")!
@@ -180,7 +188,7 @@ enum StepCoding {
         switch op {
         case "put":
             try item.checkKnown(["at", "op", "node", "key", "value", "size"])
-            let n = try node()
+            let n = try node()!
             let k = try key()
             let size = try item.integer("size", required: false, range: 0...16_000_000)
             let value = try item.value("value")
@@ -190,21 +198,28 @@ enum StepCoding {
             action = .put(node: n, key: k, value: value, size: size.map(Int.init))
         case "delete":
             try item.checkKnown(["at", "op", "node", "key"])
-            action = .delete(node: try node(), key: try key())
+            action = .delete(node: try node()!, key: try key())
         case "sync", "crash", "restart":
             try item.checkKnown(["at", "op", "node"])
-            let n = try node()
+            let n = try node()!
             action = op == "sync" ? .sync(node: n) : op == "crash" ? .crash(node: n) : .restart(node: n)
         case "skew":
             try item.checkKnown(["at", "op", "node", "ms"])
-            action = .skew(node: try node(), ms: try item.integer("ms", range: -Scenario.maxSkewMs...Scenario.maxSkewMs)!)
+            action = .skew(node: try node()!, ms: try item.integer("ms", range: -Scenario.maxSkewMs...Scenario.maxSkewMs)!)
         case "faults":
-            try item.checkKnown(["at", "op", "faults"])
+            try item.checkKnown(["at", "op", "faults", "node"])
             guard let faults = try item.object("faults") else { throw item.fail("faults", "is required") }
-            action = .faults(try FaultsCoding.faults(from: faults))
-        case "partition", "heal", "checkpoint", "replaceWatch":
+            action = .faults(try FaultsCoding.faults(from: faults), node: try node(required: false, watchOnly: true))
+        case "partition", "heal", "replaceWatch":
+            try item.checkKnown(["at", "op", "node"])
+            let n = try node(required: false, watchOnly: true)
+            action = op == "partition" ? .partition(node: n) : op == "heal" ? .heal(node: n) : .replaceWatch(node: n)
+        case "checkpoint":
             try item.checkKnown(["at", "op"])
-            action = op == "partition" ? .partition : op == "heal" ? .heal : op == "checkpoint" ? .checkpoint : .replaceWatch
+            action = .checkpoint
+        case "powerCut":
+            try item.checkKnown(["at", "op", "node", "afterOperations"])
+            action = .powerCut(node: try node()!, afterOperations: Int(try item.integer("afterOperations", range: 1...1_000_000)!))
         default:
             throw item.fail("op", "unknown op '\(op)'; expected \(ops)")
         }
@@ -224,6 +239,7 @@ extension Scenario: Encodable {
         }
         if faults != LinkFaults() { try c.encode(FaultsCoding(faults: faults), forKey: FieldKey("faults")) }
         if settleLimitMs != 600_000 { try c.encode(settleLimitMs, forKey: FieldKey("settleLimitMs")) }
+        if watches != 1 { try c.encode(watches, forKey: FieldKey("watches")) }
         try c.encode(timeline, forKey: FieldKey("timeline"))
     }
 }
@@ -247,10 +263,16 @@ extension Scenario.Step: Encodable {
         case .skew(let node, let ms):
             try c.encode(node.rawValue, forKey: FieldKey("node"))
             try c.encode(ms, forKey: FieldKey("ms"))
-        case .faults(let faults):
+        case .faults(let faults, let node):
             try c.encode(FaultsCoding(faults: faults), forKey: FieldKey("faults"))
-        case .partition, .heal, .checkpoint, .replaceWatch:
+            try c.encodeIfPresent(node?.rawValue, forKey: FieldKey("node"))
+        case .partition(let node), .heal(let node), .replaceWatch(let node):
+            try c.encodeIfPresent(node?.rawValue, forKey: FieldKey("node"))
+        case .checkpoint:
             break
+        case .powerCut(let node, let operations):
+            try c.encode(node.rawValue, forKey: FieldKey("node"))
+            try c.encode(operations, forKey: FieldKey("afterOperations"))
         }
     }
 }

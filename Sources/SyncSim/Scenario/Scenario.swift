@@ -1,7 +1,31 @@
 import SyncEngine
 import SyncTransport
 
-/// A scripted run of a phone and a watch: keys, link faults and a timeline
+/// A node a scenario step names: the phone, or one of up to three watches
+/// (`watch` is the first one). Each watch has its own link to the phone.
+public enum ScenarioNode: String, Sendable, Hashable, CaseIterable, Comparable {
+    case phone, watch, watch2, watch3
+
+    /// The watches, in order.
+    public static let watches: [ScenarioNode] = [.watch, .watch2, .watch3]
+
+    /// The device role of the node.
+    public var role: DeviceRole { self == .phone ? .phone : .watch }
+
+    /// 1…3 for the watches, 0 for the phone.
+    public var watchNumber: Int {
+        switch self {
+        case .phone: 0
+        case .watch: 1
+        case .watch2: 2
+        case .watch3: 3
+        }
+    }
+
+    public static func < (a: ScenarioNode, b: ScenarioNode) -> Bool { a.watchNumber < b.watchNumber }
+}
+
+/// A scripted run of a phone and one to three watches: keys, link faults and a timeline
 /// of steps at virtual times. The file format is described in
 /// `Fixtures/scenarios/README.md`.
 public struct Scenario: Sendable, Equatable {
@@ -19,9 +43,12 @@ public struct Scenario: Sendable, Equatable {
     public var settleLimitMs: Int64
     /// The steps, in the order they run (by `at`, then file order).
     public var timeline: [Step]
+    /// How many watches the phone has (1…3).
+    public var watches: Int
 
     public init(description: String, seed: UInt64, keys: [KeyDescriptor], keysFile: String? = nil, faults: LinkFaults = .init(),
-                settleLimitMs: Int64 = 600_000, timeline: [Step]) {
+                settleLimitMs: Int64 = 600_000, watches: Int = 1, timeline: [Step]) {
+        self.watches = watches
         self.description = description
         self.seed = seed
         self.keys = keys
@@ -46,23 +73,29 @@ public struct Scenario: Sendable, Equatable {
     /// What a step does.
     public enum Action: Sendable, Equatable {
         /// Writes `value` (JSON), or a generated value of `size` serialized bytes.
-        case put(node: DeviceRole, key: String, value: JSONValue?, size: Int?)
-        case delete(node: DeviceRole, key: String)
+        case put(node: ScenarioNode, key: String, value: JSONValue?, size: Int?)
+        case delete(node: ScenarioNode, key: String)
         /// `store.requestManualSync()` on the node.
-        case sync(node: DeviceRole)
-        case faults(LinkFaults)
-        case partition
-        case heal
+        case sync(node: ScenarioNode)
+        /// Replaces the faults of the named watch's link (nil: every link).
+        case faults(LinkFaults, node: ScenarioNode? = nil)
+        /// Nothing crosses the named watch's link (nil: every link).
+        case partition(node: ScenarioNode? = nil)
+        case heal(node: ScenarioNode? = nil)
         /// The node stops without closing; its file stays.
-        case crash(node: DeviceRole)
-        /// The node reopens its file; both sides start a new session.
-        case restart(node: DeviceRole)
+        case crash(node: ScenarioNode)
+        /// The node reopens its file; its sessions start again.
+        case restart(node: ScenarioNode)
         /// Offsets the node's wall clock by `ms` (at most ±10 minutes).
-        case skew(node: DeviceRole, ms: Int64)
-        /// Runs until both nodes are idle, then checks the invariants.
+        case skew(node: ScenarioNode, ms: Int64)
+        /// Runs until the connected nodes are idle, then checks the invariants.
         case checkpoint
-        /// A new watch (new file, node id and pairing epoch) replaces the old one.
-        case replaceWatch
+        /// A new watch (new file, node id and pairing epoch) replaces the named one (nil: `watch`).
+        case replaceWatch(node: ScenarioNode? = nil)
+        /// Arms a power cut on the node: its `afterOperations`-th SQLite file
+        /// write, truncate or sync from now fails (inside a transaction), and
+        /// the node is down until `restart`, with what was synced to disk.
+        case powerCut(node: ScenarioNode, afterOperations: Int)
 
         /// The `op` name in scenario files.
         public var op: String {
@@ -78,10 +111,16 @@ public struct Scenario: Sendable, Equatable {
             case .skew: "skew"
             case .checkpoint: "checkpoint"
             case .replaceWatch: "replaceWatch"
+            case .powerCut: "powerCut"
             }
         }
     }
 
     /// The largest clock skew a step may set: ten minutes.
     public static let maxSkewMs: Int64 = 600_000
+    /// The most watches a scenario may have.
+    public static let maxWatches = 3
+
+    /// The nodes of the scenario: the phone, then its watches.
+    public var nodes: [ScenarioNode] { [.phone] + ScenarioNode.watches.prefix(watches) }
 }
