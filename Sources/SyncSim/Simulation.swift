@@ -1,5 +1,5 @@
 import Foundation
-import SyncEngine
+@_spi(Testing) import SyncEngine
 
 /// The library entry points behind `syncsim run`, usable from tests without
 /// spawning the binary.
@@ -21,7 +21,7 @@ public enum Simulation {
     }
 
     /// Named deliberate engine faults for `--inject-fault`.
-    public static func testingFaults(named names: [String]) throws(ScenarioError) -> TestingFaults {
+    @_spi(Testing) public static func testingFaults(named names: [String]) throws(ScenarioError) -> TestingFaults {
         var faults = TestingFaults()
         for name in names {
             switch name {

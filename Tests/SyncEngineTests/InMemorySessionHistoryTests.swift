@@ -1,5 +1,5 @@
 import Foundation
-@testable import SyncEngine
+@_spi(Testing) @testable import SyncEngine
 import SyncTransport
 import Testing
 

@@ -1,6 +1,6 @@
 import Foundation
 import PropertyBased
-@_spi(Benchmarks) @testable import SyncEngine
+@_spi(Testing) @_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
 
 /// One step of a generated history. Histories come from the property

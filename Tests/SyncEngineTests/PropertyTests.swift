@@ -1,6 +1,6 @@
 import Foundation
 import PropertyBased
-@_spi(Benchmarks) @testable import SyncEngine
+@_spi(Testing) @_spi(Benchmarks) @testable import SyncEngine
 @_spi(Benchmarks) import SyncTransport
 import Testing
 

@@ -1,6 +1,6 @@
 import Foundation
-@testable import SyncEngine
-@testable import SyncSim
+@_spi(Testing) @testable import SyncEngine
+@_spi(Testing) @testable import SyncSim
 import SyncTransport
 import Testing
 

@@ -1,6 +1,6 @@
 import Foundation
-import SyncEngine
-@testable import SyncSim
+@_spi(Testing) import SyncEngine
+@_spi(Testing) @testable import SyncSim
 import Testing
 
 /// The simulator's library API: every fixture passes, runs are reproducible,

@@ -21,14 +21,16 @@ public struct ReplicationConfiguration: Sendable {
 
     /// Deliberate engine faults, for proving that tests and the simulator's
     /// checker can fail. Never set these in an app.
-    public var testingFaults = TestingFaults()
+    @_spi(Testing) public var testingFaults = TestingFaults()
 
     public init(pairingEpoch: String = "unpaired") {
         self.pairingEpoch = pairingEpoch
     }
 }
 
-/// Deliberately broken behaviour, switched on only by tests.
+/// Deliberately broken behaviour, switched on only by tests (and the
+/// simulator's `--inject-fault`). `@_spi(Testing)`: not part of the API.
+@_spi(Testing)
 public struct TestingFaults: Sendable, Equatable, Codable {
     /// Deletes are not replicated: tombstones are marked sent without sending them.
     public var skipTombstones = false

@@ -1,5 +1,5 @@
 import Foundation
-import SyncEngine
+@_spi(Testing) import SyncEngine
 import SyncTransport
 
 /// The outcome of one run: per-node traffic and per-invariant results.

@@ -1,12 +1,12 @@
 import Foundation
-import SyncEngine
+@_spi(Testing) import SyncEngine
 
 /// How a scenario is run.
 public struct RunOptions: Sendable {
     /// Overrides the scenario's seed.
     public var seed: UInt64?
     /// Deliberate engine faults, to prove the checker can fail.
-    public var testingFaults = TestingFaults()
+    @_spi(Testing) public var testingFaults = TestingFaults()
     /// Virtual milliseconds between endpoint ticks (retransmission, hello retry).
     public var tickMs: Int64 = 100
     /// Virtual milliseconds a checkpoint may wait for both nodes to go idle.
@@ -28,7 +28,12 @@ public struct RunOptions: Sendable {
         return NSTemporaryDirectory()
     }
 
-    public init(seed: UInt64? = nil, testingFaults: TestingFaults = TestingFaults()) {
+    public init(seed: UInt64? = nil) {
+        self.seed = seed
+    }
+
+    /// Options with deliberate engine faults.
+    @_spi(Testing) public init(seed: UInt64? = nil, testingFaults: TestingFaults) {
         self.seed = seed
         self.testingFaults = testingFaults
     }

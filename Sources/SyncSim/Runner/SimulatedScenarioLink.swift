@@ -1,4 +1,4 @@
-import SyncEngine
+@_spi(Testing) import SyncEngine
 import SyncTransport
 
 /// The phone and its watches over one `SimulatedLink` per watch, in virtual

@@ -1,5 +1,5 @@
 import Foundation
-import SyncEngine
+@_spi(Testing) import SyncEngine
 import SyncTransport
 
 /// The phone and its watches over real TCP sockets on 127.0.0.1: the phone
