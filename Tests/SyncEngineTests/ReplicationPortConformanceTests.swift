@@ -103,7 +103,7 @@ final class PortFixture {
         #expect(try JSONDecoder().decode([String].self, from: Data(merged)) == ["a", "b"])
         #expect(mergedVersion == entries[4].version)
         #expect(conflict.winner == .merged)
-        #expect(verdicts[5] == .ignore(.init(local: localSteps, winner: .local, rule: "last-writer-wins")))
+        #expect(verdicts[5] == .ignore(.init(local: localSteps, winner: .local, rule: .lastWriterWins)))
         #expect(plan.applied == 2 && plan.ignored == 1 && plan.rejected.count == 3)
 
         // Executed: taken and merged stored, the rest untouched, both conflicts logged once.
@@ -114,7 +114,7 @@ final class PortFixture {
         #expect(try f.state(TestKeys.daily["late"].name) == nil)
         #expect(outcome.changes.map(\.key) == [fresh.key, tags])
         #expect(outcome.conflicts.map(\.key) == [tags, steps])
-        #expect(try f.conflicts().map(\.winner) == ["merged", "local"])
+        #expect(try f.conflicts().map(\.winner) == [ConflictWinner.merged, .local])
 
         // A duplicate delivery is ignored, changes nothing and logs nothing again.
         let (again, repeated) = try f.apply([fresh, entries[5]], from: Self.watchNode)

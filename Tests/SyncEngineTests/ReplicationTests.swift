@@ -123,8 +123,8 @@ import Testing
         let phoneLog = try pair.phone.conflictLog()
         let watchLog = try pair.watch.conflictLog()
         #expect(phoneLog.count == 1 && watchLog.count == 1)
-        #expect(phoneLog.first?.winner == "remote" && watchLog.first?.winner == "local")
-        #expect(phoneLog.first?.rule == "last-writer-wins")
+        #expect(phoneLog.first?.winner == .remote && watchLog.first?.winner == .local)
+        #expect(phoneLog.first?.rule == .lastWriterWins)
     }
 
     @Test func tieBreaksOnNodeID() async throws {
@@ -151,7 +151,7 @@ import Testing
         link.connect()
         #expect(try await pair.phone.get(TestKeys.tags) == ["a", "b", "c"])
         #expect(try await pair.watch.get(TestKeys.tags) == ["a", "b", "c"])
-        #expect(try pair.phone.conflictLog().first?.rule == "resolver")
+        #expect(try pair.phone.conflictLog().first?.rule == .resolver)
         #expect(try pair.phone.entryInfo(forKey: "tags")?.version == pair.watch.entryInfo(forKey: "tags")?.version)
     }
 

@@ -13,7 +13,7 @@ package struct ApplyPlan: Sendable, Equatable {
     package struct Conflict: Sendable, Equatable {
         package var local: HLCTimestamp
         package var winner: MergeRule.Winner
-        package var rule: String
+        package var rule: ConflictRule
     }
 
     package enum Verdict: Sendable, Equatable {

@@ -167,7 +167,7 @@ package final class InMemoryReplicationPort: ReplicationPort {
             if let conflict = step.verdict.conflict,
                loggedConflicts.insert(ConflictID(key: incoming.key, local: conflict.local, remote: incoming.version)).inserted {
                 conflictLog.append(ConflictRecord(key: incoming.key, localVersion: conflict.local, remoteVersion: incoming.version,
-                                                  winner: conflict.winner.rawValue, rule: conflict.rule))
+                                                  winner: conflict.winner, rule: conflict.rule))
                 outcome.conflicts.append(conflictLog.last!)
             }
             let row: Row

@@ -26,14 +26,14 @@ package enum MergeRule {
     struct Decision: Equatable {
         var outcome: Outcome
         /// Set when the two writes were concurrent.
-        var conflict: (winner: Winner, rule: String)?
+        var conflict: (winner: Winner, rule: ConflictRule)?
 
         static func == (a: Decision, b: Decision) -> Bool {
             a.outcome == b.outcome && a.conflict?.winner == b.conflict?.winner && a.conflict?.rule == b.conflict?.rule
         }
     }
 
-    package enum Winner: String, Sendable { case local, remote, merged }
+    package typealias Winner = ConflictWinner
 
     static func decide(local: EntryState?, incoming: EntryState,
                        resolver: ((_ older: [UInt8], _ newer: [UInt8]) throws -> [UInt8])?) -> Decision {
@@ -54,17 +54,39 @@ package enum MergeRule {
             if local.base >= incoming.version { return Decision(outcome: .ignore) }
             if let resolver, let older = incoming.value, let newer = local.value, !incoming.deleted, !local.deleted,
                let merged = try? resolver(older, newer) {
-                if merged == local.value { return Decision(outcome: .ignore, conflict: (.local, "resolver")) }
-                return Decision(outcome: .merged(value: merged, version: local.version), conflict: (.merged, "resolver"))
+                if merged == local.value { return Decision(outcome: .ignore, conflict: (.local, .resolver)) }
+                return Decision(outcome: .merged(value: merged, version: local.version), conflict: (.merged, .resolver))
             }
-            return Decision(outcome: .ignore, conflict: (.local, "last-writer-wins"))
+            return Decision(outcome: .ignore, conflict: (.local, .lastWriterWins))
         }
         if incoming.base >= local.version { return Decision(outcome: .take) }
         if let resolver, let older = local.value, let newer = incoming.value, !incoming.deleted, !local.deleted,
            let merged = try? resolver(older, newer) {
-            if merged == incoming.value { return Decision(outcome: .take, conflict: (.remote, "resolver")) }
-            return Decision(outcome: .merged(value: merged, version: incoming.version), conflict: (.merged, "resolver"))
+            if merged == incoming.value { return Decision(outcome: .take, conflict: (.remote, .resolver)) }
+            return Decision(outcome: .merged(value: merged, version: incoming.version), conflict: (.merged, .resolver))
         }
-        return Decision(outcome: .take, conflict: (.remote, "last-writer-wins"))
+        return Decision(outcome: .take, conflict: (.remote, .lastWriterWins))
     }
+}
+
+/// Which write a resolved conflict kept.
+public enum ConflictWinner: String, Sendable, Codable, CustomStringConvertible {
+    /// The value this device had.
+    case local
+    /// The value that arrived from the peer.
+    case remote
+    /// Neither alone: the key's resolver merged them.
+    case merged
+
+    public var description: String { rawValue }
+}
+
+/// How a conflict was resolved.
+public enum ConflictRule: String, Sendable, Codable, CustomStringConvertible {
+    /// The later version by HLC (time, counter, node id) won.
+    case lastWriterWins = "last-writer-wins"
+    /// The key's resolver merged the two values.
+    case resolver
+
+    public var description: String { rawValue }
 }

@@ -13,7 +13,7 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
     case received(entries: Int, applied: Int)
     /// A large value chunk was sent or received.
     case chunk(key: String, index: Int, count: Int, outgoing: Bool)
-    case conflictResolved(key: String, winner: String, rule: String)
+    case conflictResolved(key: String, winner: ConflictWinner, rule: ConflictRule)
     /// An automaticSmall value over 100 KB waits for the next manual sync.
     case deferred(key: String, size: Int)
     /// A remote entry was refused because its version is too far ahead of this

@@ -35,10 +35,10 @@ public struct ConflictRecord: Sendable, Equatable, Codable {
     public let key: String
     public let localVersion: HLCTimestamp
     public let remoteVersion: HLCTimestamp
-    /// `local`, `remote` or `merged`.
-    public let winner: String
-    /// `last-writer-wins` or `resolver`.
-    public let rule: String
+    /// Which write was kept.
+    public let winner: ConflictWinner
+    /// How the conflict was resolved.
+    public let rule: ConflictRule
 }
 
 extension SyncStore {
@@ -203,7 +203,7 @@ extension SyncStore {
     static let loadRowsSQL = "SELECT \(rowColumns) FROM entries WHERE key IN (\((1...loadRowsGroup).map { "?\($0)" }.joined(separator: ", ")))"
 
     private func logConflict(_ conn: SQLiteConnection, _ result: inout ApplyOutcome, key: String, local: HLCTimestamp,
-                             remote: HLCTimestamp, winner: MergeRule.Winner, rule: String, now: Int64) throws {
+                             remote: HLCTimestamp, winner: ConflictWinner, rule: ConflictRule, now: Int64) throws {
         // One row per resolution: a duplicated delivery of the same pair is not logged (or counted) again.
         let stmt = try conn.statement("""
             INSERT OR IGNORE INTO sync_conflicts(key, local_ver, local_node, remote_ver, remote_node, winner, rule, resolved_at)
@@ -215,11 +215,11 @@ extension SyncStore {
         stmt.bind(4, remote.packed)
         stmt.bind(5, Int64(remote.node))
         stmt.bind(6, winner.rawValue)
-        stmt.bind(7, rule)
+        stmt.bind(7, rule.rawValue)
         stmt.bind(8, now)
         try stmt.run()
         guard conn.changes > 0 else { return }
-        result.conflicts.append(ConflictRecord(key: key, localVersion: local, remoteVersion: remote, winner: winner.rawValue, rule: rule))
+        result.conflicts.append(ConflictRecord(key: key, localVersion: local, remoteVersion: remote, winner: winner, rule: rule))
     }
 
     /// Keeps the conflict log within `StoreOptions.conflictLogLimit` rows and
@@ -250,10 +250,12 @@ extension SyncStore {
             stmt.bind(1, limit)
             var records: [ConflictRecord] = []
             while try stmt.step() {
+                // Rows are written only by this engine; one it cannot read is passed over.
+                guard let winner = ConflictWinner(rawValue: stmt.string(5)), let rule = ConflictRule(rawValue: stmt.string(6)) else { continue }
                 records.append(ConflictRecord(key: stmt.string(0),
                                               localVersion: HLCTimestamp(packed: stmt.int64(1), node: UInt32(truncatingIfNeeded: stmt.int64(2))),
                                               remoteVersion: HLCTimestamp(packed: stmt.int64(3), node: UInt32(truncatingIfNeeded: stmt.int64(4))),
-                                              winner: stmt.string(5), rule: stmt.string(6)))
+                                              winner: winner, rule: rule))
             }
             return records
         }

@@ -105,7 +105,7 @@ struct NodeConsole {
         case .batchSent(let n, let m, let entries): ["event": "batch-sent", "number": n, "total": m, "entries": entries]
         case .received(let entries, let applied): ["event": "received", "entries": entries, "applied": applied]
         case .chunk(let key, let index, let count, let outgoing): ["event": "chunk", "key": key, "index": index, "count": count, "direction": outgoing ? "out" : "in"]
-        case .conflictResolved(let key, let winner, let rule): ["event": "conflict", "key": key, "winner": winner, "rule": rule]
+        case .conflictResolved(let key, let winner, let rule): ["event": "conflict", "key": key, "winner": winner.rawValue, "rule": rule.rawValue]
         case .deferred(let key, let size): ["event": "deferred", "key": key, "size": size]
         case .versionRefused(let key, let ahead): ["event": "version-refused", "key": key, "aheadMs": ahead]
         case .idle: ["event": "idle"]
