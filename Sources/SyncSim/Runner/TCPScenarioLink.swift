@@ -196,25 +196,28 @@ final class TCPScenarioLink: ScenarioLink {
             peers[watch] = peer
             let end = TCPLinkState.End(watch: watch, atPhone: false)
             tasks[watch] = Task {
-                while !Task.isCancelled {
-                    guard !link.isPartitioned(watch), let port = link.port else {
-                        try? await Task.sleep(for: .milliseconds(20))
-                        continue
-                    }
-                    do {
-                        let connection = try await TCPTransport.connect(host: "127.0.0.1", port: port, configuration: configuration)
-                        let recording = RecordingConnection(base: connection, role: .watch, nodeID: nodeID, link: link)
-                        link.setConnection(end, recording)
-                        if Task.isCancelled || link.isPartitioned(watch) {
-                            await connection.close()
-                        } else {
-                            await peer.run(over: recording)
+                // The package's one reconnect loop, with the simulator's short delays; a watch
+                // that is partitioned (or whose phone is down) waits inside its dial.
+                let policy = ReconnectPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), jitter: 0,
+                                             resetAfter: .milliseconds(200))
+                let dialer = ReconnectingDialer(policy: policy, seed: 0) {
+                    while true {
+                        if !link.isPartitioned(watch), let port = link.port {
+                            return try await TCPTransport.connect(host: "127.0.0.1", port: port, configuration: configuration)
                         }
-                        link.setConnection(end, nil)
-                        link.add(connection.statistics, for: watch)
-                    } catch {
-                        try? await Task.sleep(for: .milliseconds(50))
+                        try await Task.sleep(for: .milliseconds(20))
                     }
+                }
+                for await connection in dialer {
+                    let recording = RecordingConnection(base: connection, role: .watch, nodeID: nodeID, link: link)
+                    link.setConnection(end, recording)
+                    if Task.isCancelled || link.isPartitioned(watch) {
+                        await connection.close()
+                    } else {
+                        await peer.run(over: recording)
+                    }
+                    link.setConnection(end, nil)
+                    link.add(connection.statistics, for: watch)
                 }
             }
         }
