@@ -58,7 +58,8 @@ public struct SimReport: Sendable, Equatable, Codable {
         public var purgedThroughMs: Int64?
         /// Tombstones `purge` steps removed (purges at open and after acknowledgements are not counted).
         public var purgedByStep: Int
-        /// The watches the node forgot (`forgottenPeers()`, node ids in hex).
+        /// The watches the node forgot (`forgottenPeers()`, node ids in hex), as
+        /// seen at checkpoints and at the end (a watch that returned is listed too).
         public var forgottenPeers: [String]
     }
 
@@ -199,10 +200,13 @@ extension SimReport.Purge {
     /// A node's purge figures, read from its store (a node that is down shows only its step count).
     static func measure(_ node: SimNode) throws -> SimReport.Purge {
         var purge = SimReport.Purge(node: node.name.rawValue, purgedThroughMs: nil, purgedByStep: node.purgedByStep, forgottenPeers: [])
-        guard let store = node.store else { return purge }
+        guard let store = node.store else {
+            purge.forgottenPeers = node.forgottenSeen.sorted().map { String($0, radix: 16) }
+            return purge
+        }
         let through = try store.purgedThrough()
         if through > 0 { purge.purgedThroughMs = HLCTimestamp(packed: through, node: 0).physicalMilliseconds - RunState.wallStart }
-        purge.forgottenPeers = try store.forgottenPeers().map { String($0, radix: 16) }
+        purge.forgottenPeers = node.forgottenSeen.union(try store.forgottenPeers()).sorted().map { String($0, radix: 16) }
         return purge
     }
 }

@@ -220,6 +220,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
             guard let store = node.store else { continue }
             do {
                 snapshots.append(try InvariantChecker.snapshot(store, name: node.name))
+                if state.scenario.showsTombstonePurge { node.forgottenSeen.formUnion(try store.forgottenPeers()) }
             } catch where node.powerFailed {
                 continue  // the power failed while reading: the node is down
             }

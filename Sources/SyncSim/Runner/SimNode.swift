@@ -23,6 +23,8 @@ final class SimNode {
     var peerHorizonMs: Int64?
     /// Tombstones purged by `purge` steps on this node.
     var purgedByStep = 0
+    /// The peers this node's store listed as forgotten at a check (a returning watch leaves the list).
+    var forgottenSeen: Set<UInt32> = []
 
     /// Set when a `powerCut` step names the node: its files go through this crash VFS.
     var crashVFS: CrashVFS?
