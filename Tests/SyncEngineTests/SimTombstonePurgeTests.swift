@@ -154,7 +154,7 @@ import Testing
 
     @Test func valueRemovedAfterThePurgedDeleteIsNotALostWrite() {
         let results = check(phonePurgedThrough: Self.version(2, 0).packed, watchEntry: nil)
-        #expect(results.values.allSatisfy(\.passed), "\(results.values.flatMap(\.violations))")
+        #expect(results.values.allSatisfy { $0.passed }, "\(results.values.flatMap(\.violations))")
     }
 
     @Test func valueGoneWithoutAPurgedDeleteIsALostWrite() {
@@ -174,6 +174,6 @@ import Testing
     /// A tombstone on one side and a purged (absent) row on the other agree.
     @Test func tombstoneAndPurgedRowConverge() {
         let results = check(phonePurgedThrough: Self.version(2, 0).packed, watchEntry: Self.entry(Self.version(2, Self.phoneID), deleted: true))
-        #expect(results.values.allSatisfy(\.passed), "\(results.values.flatMap(\.violations))")
+        #expect(results.values.allSatisfy { $0.passed }, "\(results.values.flatMap(\.violations))")
     }
 }
