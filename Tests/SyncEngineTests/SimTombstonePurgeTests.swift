@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 @_spi(Benchmarks) @testable import SyncEngine
 @testable import SyncSim
@@ -41,6 +42,38 @@ import Testing
             #expect(entries["settings:units"] == nil, "\(file)")
             #expect(entries["notes:offline"] == false, "\(file)")
             #expect(entries["activity:ping"] == false, "\(file)")
+        }
+    }
+
+    /// Mutation: just before watch2 returns, the phone's record of what it purged
+    /// is erased, so it sends no re-baseline notice. watch2 keeps the values the
+    /// purged deletes removed everywhere else, and the checker says so.
+    @Test func withoutTheRebaselineNoticeTheOldValuesAreCaught() async throws {
+        let scenario = try Scenario.load(path: Self.path)
+        let runner = try ScenarioRunner<SimulatedScenarioLink>(scenario: scenario)
+        try await runner.link.start()
+        for step in scenario.timeline {
+            await runner.link.advance(to: step.at)
+            if case .heal = step.action {
+                #expect(try runner.state.phone.store?.purgedThrough() ?? 0 > 0)
+                try Self.rawSQL(runner.state.phone.path, "DELETE FROM sync_meta WHERE name = 'purged_through'")
+            }
+            try await runner.apply(step)
+        }
+        let results = runner.state.checker.log.results
+        #expect(results[.noResurrection]!.violations.contains { $0.hasPrefix("checkpoint t=2700000: settings:theme was last deleted") })
+        #expect(results[.noResurrection]!.violations.contains { $0.hasPrefix("checkpoint t=2700000: settings:units was last deleted") })
+        #expect(results[.convergence]!.violations == ["checkpoint t=2700000: settings:theme is only on the watch2",
+                                                       "checkpoint t=2700000: settings:units is only on the watch2"])
+        #expect(results[.noLostAcknowledgedWrite]!.passed)
+    }
+
+    static func rawSQL(_ path: String, _ sql: String) throws {
+        var handle: OpaquePointer?
+        guard sqlite3_open(path, &handle) == SQLITE_OK, let db = handle else { throw SyncError(.database, "cannot open \(path)") }
+        defer { sqlite3_close(db) }
+        guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else {
+            throw SyncError(.database, String(cString: sqlite3_errmsg(db)))
         }
     }
 
