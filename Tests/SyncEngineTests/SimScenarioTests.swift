@@ -14,7 +14,7 @@ import Testing
     static let scenarioNames = [
         "basic-two-way", "policy-matrix", "large-values", "partition-heal", "flaky-link", "crash-phone-mid-batch",
         "crash-watch-mid-batch", "clock-skew", "conflicts-and-deletes", "new-watch-epoch",
-        "watch-switch", "two-watches", "power-cut-mid-transaction",
+        "watch-switch", "two-watches", "power-cut-mid-transaction", "tombstone-purge",
     ]
 
     static func path(_ name: String) -> String { "\(fixtures)/\(name).json" }

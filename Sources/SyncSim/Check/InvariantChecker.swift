@@ -106,13 +106,17 @@ struct InvariantChecker {
         var values: [String: [UInt8]]
         /// The node's name in messages (`phone`, `watch`, `watch2`, …).
         var name: String
+        /// The newest tombstone version (packed) the node purged (`purgedThrough()`); 0 when none.
+        var purgedThrough: Int64
 
-        init(role: DeviceRole, nodeID: UInt32, entries: [String: EntryInfo], values: [String: [UInt8]], name: String? = nil) {
+        init(role: DeviceRole, nodeID: UInt32, entries: [String: EntryInfo], values: [String: [UInt8]], name: String? = nil,
+             purgedThrough: Int64 = 0) {
             self.role = role
             self.nodeID = nodeID
             self.entries = entries
             self.values = values
             self.name = name ?? role.rawValue
+            self.purgedThrough = purgedThrough
         }
     }
 
@@ -123,7 +127,8 @@ struct InvariantChecker {
             entries[info.key] = info
             if !info.isDeleted, let value = try store.rawValue(forKey: info.key) { values[info.key] = value }
         }
-        return Snapshot(role: store.role, nodeID: store.nodeID, entries: entries, values: values, name: name?.rawValue)
+        return Snapshot(role: store.role, nodeID: store.nodeID, entries: entries, values: values, name: name?.rawValue,
+                        purgedThrough: try store.purgedThrough())
     }
 
     /// Checks the stores of the nodes that are up (the phone first when it is
@@ -152,7 +157,9 @@ struct InvariantChecker {
         for write in model.writes where !write.retired {
             guard let node = nodes.first(where: { $0.nodeID == write.nodeID }) else { continue }
             guard let entry = node.entries[write.key] else {
-                if !write.deleted { log.violate(.noLostAcknowledgedWrite, "\(label): \(node.name) lost its write of \(write.key) at \(write.version)") }
+                if !write.deleted && !supersededByPurgedDelete(write, nodes: nodes, model: model) {
+                    log.violate(.noLostAcknowledgedWrite, "\(label): \(node.name) lost its write of \(write.key) at \(write.version)")
+                }
                 continue
             }
             if entry.version < write.version {
@@ -189,6 +196,19 @@ struct InvariantChecker {
         guard let phone = nodes.first(where: { $0.role == .phone }) else { return }
         for watch in nodes where watch.role == .watch && connected.contains(watch.nodeID) {
             checkConvergence(phone, watch, held: held, label: label)
+        }
+    }
+
+    /// Whether a value write that is gone from its node was superseded by a
+    /// later delete of its key that a node has since purged: a returning watch
+    /// removes such a value at the phone's re-baseline notice (a purged delete
+    /// is an absent key). A tombstone row that was purged is absent too; the
+    /// convergence and no-resurrection checks already treat both as no value.
+    func supersededByPurgedDelete(_ write: WriteModel.Write, nodes: [Snapshot], model: WriteModel) -> Bool {
+        guard let d = registry.descriptor(forEntry: write.key), crosses(d) else { return false }
+        let purgedThrough = nodes.map(\.purgedThrough).max() ?? 0
+        return model.writes.contains { later in
+            later.key == write.key && later.deleted && later.version > write.version && later.version.packed <= purgedThrough
         }
     }
 

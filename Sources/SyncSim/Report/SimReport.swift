@@ -47,10 +47,25 @@ public struct SimReport: Sendable, Equatable, Codable {
     public var replay: String
     /// Power cuts armed by `powerCut` steps (nil when the scenario has none).
     public var powerCuts: Int?
+    /// What each node purged and forgot (nil unless the scenario sets a tombstone
+    /// retention or peer horizon, or has a `purge` step).
+    public var tombstonePurge: [Purge]?
+
+    /// One node's tombstone purging at the end of the run.
+    public struct Purge: Sendable, Equatable, Codable {
+        public var node: String
+        /// Virtual ms of the newest purged tombstone's version (`purgedThrough()`), nil when none was purged.
+        public var purgedThroughMs: Int64?
+        /// Tombstones `purge` steps removed (purges at open and after acknowledgements are not counted).
+        public var purgedByStep: Int
+        /// The watches the node forgot (`forgottenPeers()`, node ids in hex), as
+        /// seen at checkpoints and at the end (a watch that returned is listed too).
+        public var forgottenPeers: [String]
+    }
 
     public init(scenario: String, description: String, seed: UInt64, transport: String, steps: Int, checkpoints: Int,
                 virtualTimeMs: Int64, converged: Bool, sessions: Int, sessionFailures: Int, nodes: [Node],
-                invariants: [InvariantResult], replay: String, powerCuts: Int? = nil) {
+                invariants: [InvariantResult], replay: String, powerCuts: Int? = nil, tombstonePurge: [Purge]? = nil) {
         self.scenario = scenario
         self.description = description
         self.seed = seed
@@ -65,6 +80,7 @@ public struct SimReport: Sendable, Equatable, Codable {
         self.invariants = invariants
         self.replay = replay
         self.powerCuts = powerCuts
+        self.tombstonePurge = tombstonePurge
     }
 
     /// True when every invariant held.
@@ -79,6 +95,13 @@ public struct SimReport: Sendable, Equatable, Codable {
         out += "  \(steps) steps, \(checkpoints) checkpoints, \(sessions) sessions (\(sessionFailures) failed), "
         out += "virtual time \(virtualTimeMs) ms, \(converged ? (nodes.count > 2 ? "settled (all idle, links empty)" : "settled (both idle, link empty)") : "DID NOT SETTLE")\n"
         if let powerCuts { out += "  \(powerCuts) power cut\(powerCuts == 1 ? "" : "s") armed\n" }
+        for purge in tombstonePurge ?? [] {
+            out += "  tombstone purge on \(purge.node): "
+            out += purge.purgedThroughMs.map { "purged through t=\($0) ms" } ?? "nothing purged"
+            out += ", \(purge.purgedByStep) by purge steps"
+            out += purge.forgottenPeers.isEmpty ? "" : ", forgot \(purge.forgottenPeers.joined(separator: ", "))"
+            out += "\n"
+        }
         out += "\n"
         let header = ["node", "id", "entries", "tombstones", "sent", "received", "wire bytes", "payload bytes", "ratio", "frames", "dropped", "conflicts", "deferred", "refused"]
         let rows = nodes.map { n in
@@ -117,7 +140,7 @@ public struct SimReport: Sendable, Equatable, Codable {
 
     private struct JSONForm: Encodable {
         var report: SimReport
-        enum CodingKeys: String, CodingKey { case scenario, description, seed, transport, steps, checkpoints, virtualTimeMs, converged, sessions, sessionFailures, powerCuts, nodes, invariants, passed, failed, replay }
+        enum CodingKeys: String, CodingKey { case scenario, description, seed, transport, steps, checkpoints, virtualTimeMs, converged, sessions, sessionFailures, powerCuts, tombstonePurge, nodes, invariants, passed, failed, replay }
         func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
             try c.encode(report.scenario, forKey: .scenario)
@@ -131,6 +154,7 @@ public struct SimReport: Sendable, Equatable, Codable {
             try c.encode(report.sessions, forKey: .sessions)
             try c.encode(report.sessionFailures, forKey: .sessionFailures)
             try c.encodeIfPresent(report.powerCuts, forKey: .powerCuts)
+            try c.encodeIfPresent(report.tombstonePurge, forKey: .tombstonePurge)
             try c.encode(report.nodes, forKey: .nodes)
             try c.encode(report.invariants, forKey: .invariants)
             try c.encode(report.passed, forKey: .passed)
@@ -169,6 +193,21 @@ extension SimReport.Node {
             compressionRatio: bytesSent > 0 ? Double(payloadBytesSent) / Double(bytesSent) : 1,
             framesSent: framesSent, framesDropped: framesDropped, conflicts: c.conflicts, deferred: c.deferred,
             refusedWrites: node.refusedWrites)
+    }
+}
+
+extension SimReport.Purge {
+    /// A node's purge figures, read from its store (a node that is down shows only its step count).
+    static func measure(_ node: SimNode) throws -> SimReport.Purge {
+        var purge = SimReport.Purge(node: node.name.rawValue, purgedThroughMs: nil, purgedByStep: node.purgedByStep, forgottenPeers: [])
+        guard let store = node.store else {
+            purge.forgottenPeers = node.forgottenSeen.sorted().map { String($0, radix: 16) }
+            return purge
+        }
+        let through = try store.purgedThrough()
+        if through > 0 { purge.purgedThroughMs = HLCTimestamp(packed: through, node: 0).physicalMilliseconds - RunState.wallStart }
+        purge.forgottenPeers = node.forgottenSeen.union(try store.forgottenPeers()).sorted().map { String($0, radix: 16) }
+        return purge
     }
 }
 

@@ -52,6 +52,8 @@ final class RunState {
         var vfses: [CrashVFS] = []
         nodes = try scenario.nodes.enumerated().map { index, name in
             let node = SimNode(name: name, nodeID: ids[index], folder: folder, wallStart: RunState.wallStart)
+            node.tombstoneRetentionMs = scenario.tombstoneRetentionMs
+            node.peerHorizonMs = scenario.peerHorizonMs
             if cut.contains(name) {
                 node.crashVFS = try CrashVFSPool.acquire()
                 vfses.append(node.crashVFS!)

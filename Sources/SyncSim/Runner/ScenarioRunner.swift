@@ -110,6 +110,14 @@ final class ScenarioRunner<Link: ScenarioLink> {
             guard node.isUp else { return }
             powerCuts += 1
             node.armPowerCut(afterOperations: operations)
+        case .purge(let name):
+            let node = state.node(name)
+            guard let store = node.store else { return }
+            do {
+                node.purgedByStep += try store.purgeTombstones()
+            } catch where node.powerFailed {
+                return  // the power failed during the purge: the app saw an error
+            }
         case .checkpoint:
             checkpoints += 1
             // Each watch up with its link healed settles with the phone; the others are checked alone.
@@ -212,6 +220,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
             guard let store = node.store else { continue }
             do {
                 snapshots.append(try InvariantChecker.snapshot(store, name: node.name))
+                if state.scenario.showsTombstonePurge { node.forgottenSeen.formUnion(try store.forgottenPeers()) }
             } catch where node.powerFailed {
                 continue  // the power failed while reading: the node is down
             }
@@ -232,6 +241,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
                          steps: stepsRun, checkpoints: checkpoints, virtualTimeMs: link.elapsedMs, converged: converged,
                          sessions: link.sessions, sessionFailures: link.sessionFailures, nodes: nodes,
                          invariants: state.checker.log.ordered, replay: replay,
-                         powerCuts: state.nodes.contains { $0.crashVFS != nil } ? powerCuts : nil)
+                         powerCuts: state.nodes.contains { $0.crashVFS != nil } ? powerCuts : nil,
+                         tombstonePurge: state.scenario.showsTombstonePurge ? try state.nodes.map(SimReport.Purge.measure) : nil)
     }
 }

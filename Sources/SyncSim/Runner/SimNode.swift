@@ -18,6 +18,13 @@ final class SimNode {
     private(set) var pastCounters = SyncCounters()
     var refusedWrites = 0
     var skewMs: Int64 = 0
+    /// The scenario's `tombstoneRetentionMs` and `peerHorizonMs` (nil: the engine's defaults).
+    var tombstoneRetentionMs: Int64?
+    var peerHorizonMs: Int64?
+    /// Tombstones purged by `purge` steps on this node.
+    var purgedByStep = 0
+    /// The peers this node's store listed as forgotten at a check (a returning watch leaves the list).
+    var forgottenSeen: Set<UInt32> = []
 
     /// Set when a `powerCut` step names the node: its files go through this crash VFS.
     var crashVFS: CrashVFS?
@@ -39,6 +46,8 @@ final class SimNode {
     func open(registry: KeyRegistry, durableAcknowledgements: Bool = true) throws {
         var options = StoreOptions(clock: clock)
         options.nodeID = nodeID
+        if let tombstoneRetentionMs { options.tombstoneRetention = .milliseconds(tombstoneRetentionMs) }
+        if let peerHorizonMs { options.peerHorizon = .milliseconds(peerHorizonMs) }
         options.externalChangePollInterval = nil   // one process per file here; no timer in a deterministic run
         options.logger = Logger(label: "syncsim.\(name.rawValue)", factory: { _ in SwiftLogNoOpLogHandler() })
         if let crashVFS {

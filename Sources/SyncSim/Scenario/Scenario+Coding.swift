@@ -5,7 +5,7 @@ import SyncTransport
 /// A scenario file (format: `Fixtures/scenarios/README.md`), decoded and validated.
 struct ScenarioDocument: Decodable {
     static let fileKey = CodingUserInfoKey(rawValue: "syncsim.scenarioFile")!
-    static let fields = ["description", "seed", "keys", "keysFile", "faults", "settleLimitMs", "watches", "timeline"]
+    static let fields = ["description", "seed", "keys", "keysFile", "faults", "settleLimitMs", "watches", "tombstoneRetentionMs", "peerHorizonMs", "timeline"]
 
     var scenario: Scenario
 
@@ -36,12 +36,14 @@ struct ScenarioDocument: Decodable {
         let faults = try root.object("faults").map(FaultsCoding.faults(from:)) ?? LinkFaults()
         let settle = try root.integer("settleLimitMs", required: false, range: 1_000...86_400_000) ?? 600_000
         let watches = Int(try root.integer("watches", required: false, range: 1...Int64(Scenario.maxWatches)) ?? 1)
+        let retention = try root.integer("tombstoneRetentionMs", required: false, range: 0...Scenario.maxStoreDurationMs)
+        let horizon = try root.integer("peerHorizonMs", required: false, range: 1_000...Scenario.maxStoreDurationMs)
         guard let items = try root.elements("timeline", of: "steps") else { throw root.fail("timeline", "is required") }
         let steps = try items.map { try StepCoding.step(from: $0, registry: registry, watches: watches) }
         // Stable: steps at the same time keep file order.
         let ordered = steps.enumerated().sorted { ($0.element.at, $0.offset) < ($1.element.at, $1.offset) }.map(\.element)
         scenario = Scenario(description: description, seed: UInt64(seed), keys: keys, keysFile: keysFile, faults: faults,
-                            settleLimitMs: settle, watches: watches, timeline: ordered)
+                            settleLimitMs: settle, watches: watches, tombstoneRetentionMs: retention, peerHorizonMs: horizon, timeline: ordered)
     }
 }
 
@@ -159,7 +161,7 @@ struct FaultsCoding: Encodable {
 
 /// A timeline step (`{"at": ..., "op": ..., ...}`).
 enum StepCoding {
-    static let ops = "put, delete, sync, faults, partition, heal, crash, restart, skew, checkpoint, replaceWatch or powerCut"
+    static let ops = "put, delete, sync, faults, partition, heal, crash, restart, skew, checkpoint, replaceWatch, powerCut or purge"
 
     static func step(from decoder: any Decoder, registry: KeyRegistry, watches: Int) throws -> Scenario.Step {
         let item = try Fields(decoder)
@@ -199,10 +201,15 @@ enum StepCoding {
         case "delete":
             try item.checkKnown(["at", "op", "node", "key"])
             action = .delete(node: try node()!, key: try key())
-        case "sync", "crash", "restart":
+        case "sync", "crash", "restart", "purge":
             try item.checkKnown(["at", "op", "node"])
             let n = try node()!
-            action = op == "sync" ? .sync(node: n) : op == "crash" ? .crash(node: n) : .restart(node: n)
+            action = switch op {
+            case "sync": .sync(node: n)
+            case "crash": .crash(node: n)
+            case "restart": .restart(node: n)
+            default: .purge(node: n)
+            }
         case "skew":
             try item.checkKnown(["at", "op", "node", "ms"])
             action = .skew(node: try node()!, ms: try item.integer("ms", range: -Scenario.maxSkewMs...Scenario.maxSkewMs)!)
@@ -240,6 +247,8 @@ extension Scenario: Encodable {
         if faults != LinkFaults() { try c.encode(FaultsCoding(faults: faults), forKey: FieldKey("faults")) }
         if settleLimitMs != 600_000 { try c.encode(settleLimitMs, forKey: FieldKey("settleLimitMs")) }
         if watches != 1 { try c.encode(watches, forKey: FieldKey("watches")) }
+        try c.encodeIfPresent(tombstoneRetentionMs, forKey: FieldKey("tombstoneRetentionMs"))
+        try c.encodeIfPresent(peerHorizonMs, forKey: FieldKey("peerHorizonMs"))
         try c.encode(timeline, forKey: FieldKey("timeline"))
     }
 }
@@ -258,7 +267,7 @@ extension Scenario.Step: Encodable {
         case .delete(let node, let key):
             try c.encode(node.rawValue, forKey: FieldKey("node"))
             try c.encode(key, forKey: FieldKey("key"))
-        case .sync(let node), .crash(let node), .restart(let node):
+        case .sync(let node), .crash(let node), .restart(let node), .purge(let node):
             try c.encode(node.rawValue, forKey: FieldKey("node"))
         case .skew(let node, let ms):
             try c.encode(node.rawValue, forKey: FieldKey("node"))

@@ -45,10 +45,17 @@ public struct Scenario: Sendable, Equatable {
     public var timeline: [Step]
     /// How many watches the phone has (1…3).
     public var watches: Int
+    /// Every node's `StoreOptions.tombstoneRetention` in milliseconds (nil: the engine's default).
+    public var tombstoneRetentionMs: Int64?
+    /// Every node's `StoreOptions.peerHorizon` in milliseconds (nil: the engine's default).
+    public var peerHorizonMs: Int64?
 
     public init(description: String, seed: UInt64, keys: [KeyDescriptor], keysFile: String? = nil, faults: LinkFaults = .init(),
-                settleLimitMs: Int64 = 600_000, watches: Int = 1, timeline: [Step]) {
+                settleLimitMs: Int64 = 600_000, watches: Int = 1, tombstoneRetentionMs: Int64? = nil, peerHorizonMs: Int64? = nil,
+                timeline: [Step]) {
         self.watches = watches
+        self.tombstoneRetentionMs = tombstoneRetentionMs
+        self.peerHorizonMs = peerHorizonMs
         self.description = description
         self.seed = seed
         self.keys = keys
@@ -96,6 +103,9 @@ public struct Scenario: Sendable, Equatable {
         /// write, truncate or sync from now fails (inside a transaction), and
         /// the node is down until `restart`, with what was synced to disk.
         case powerCut(node: ScenarioNode, afterOperations: Int)
+        /// `store.purgeTombstones()` on the node: forgets watches unseen past the
+        /// peer horizon (phone), purges the tombstones every known peer has.
+        case purge(node: ScenarioNode)
 
         /// The `op` name in scenario files.
         public var op: String {
@@ -112,14 +122,23 @@ public struct Scenario: Sendable, Equatable {
             case .checkpoint: "checkpoint"
             case .replaceWatch: "replaceWatch"
             case .powerCut: "powerCut"
+            case .purge: "purge"
             }
         }
     }
 
     /// The largest clock skew a step may set: ten minutes.
     public static let maxSkewMs: Int64 = 600_000
+    /// The longest `tombstoneRetentionMs` or `peerHorizonMs`: 365 days.
+    public static let maxStoreDurationMs: Int64 = 365 * 86_400_000
     /// The most watches a scenario may have.
     public static let maxWatches = 3
+
+    /// Whether the scenario is about tombstone purging (its own retention or
+    /// horizon, or a `purge` step): its report shows what each node purged and forgot.
+    public var showsTombstonePurge: Bool {
+        tombstoneRetentionMs != nil || peerHorizonMs != nil || timeline.contains { if case .purge = $0.action { true } else { false } }
+    }
 
     /// The nodes of the scenario: the phone, then its watches.
     public var nodes: [ScenarioNode] { [.phone] + ScenarioNode.watches.prefix(watches) }
