@@ -88,60 +88,16 @@ public final class SyncPeer: Sendable {
         }
         let (inputs, continuation) = AsyncStream.makeStream(of: Input.self, bufferingPolicy: .unbounded)
         let gate = ReadAheadGate(credits: configuration.readAheadFrames)
-        let reader = Task {
-            do {
-                for try await frame in connection.inbound {
-                    await gate.acquire()
-                    continuation.yield(.frame(frame))
-                }
-                continuation.yield(.closed("the peer closed the connection"))
-            } catch {
-                continuation.yield(.closed("\(error)"))
-            }
-        }
         let writes = store.localWrites.subscribe(bufferingNewest: 1)
-        let watcher = Task {
-            for await _ in writes { continuation.yield(.localChange) }
-        }
         let interval = tickInterval
-        let ticker = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: interval)
-                continuation.yield(.tick)
-            }
-        }
         // Acknowledgements go out once their commits are on stable storage. The fsync runs
-        // beside this loop (group commit), which goes on applying what arrives meanwhile.
+        // beside the session loop (group commit), which goes on applying what arrives meanwhile.
         let (ackSignals, ackSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        let awaitingSync = Mutex<[Frame]>([])
+        let awaitingSync = FramesAwaitingSync()
         let store = self.store
-        let acknowledger = Task {
-            for await _ in ackSignals {
-                let frames = awaitingSync.withLock { queued in
-                    defer { queued.removeAll() }
-                    return queued
-                }
-                guard !frames.isEmpty else { continue }
-                do {
-                    try await store.syncCommittedAsync()
-                    for frame in frames { try await connection.send(frame) }
-                } catch {
-                    continuation.yield(.closed("acknowledgements could not be sent durably: \(error)"))
-                    return
-                }
-            }
-        }
-        defer {
-            Task { await gate.open() }
-            reader.cancel()
-            watcher.cancel()
-            ticker.cancel()
-            ackSignal.finish()
-            acknowledger.cancel()
-        }
 
-        // Issue 15 touch point (core-pairing): the session's pairing epoch is the one this
-        // connection authenticated with (a phone holds one pairing per watch), else the configured one.
+        // The session's pairing epoch is the one this connection authenticated with (a phone
+        // holds one pairing per watch), else the configured one.
         var sessionConfiguration = configuration
         sessionConfiguration.pairingEpoch = connection.pairingEpoch ?? configuration.pairingEpoch
         // The store behind its port; events and counters reported by this driver to the store's public streams.
@@ -149,9 +105,65 @@ public final class SyncPeer: Sendable {
                                            configuration: sessionConfiguration, retransmits: !connection.deliversEveryFrame)
         endpoint.defersAcknowledgementSync = true
         var reason = "closed"
+        // The reader, the local-write watcher, the ticker and the acknowledger are child tasks of
+        // this session: when the session loop ends, the connection is closed and they all end with it.
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                do {
+                    for try await frame in connection.inbound {
+                        await gate.acquire()
+                        continuation.yield(.frame(frame))
+                    }
+                    continuation.yield(.closed("the peer closed the connection"))
+                } catch {
+                    continuation.yield(.closed("\(error)"))
+                }
+            }
+            group.addTask {
+                for await _ in writes { continuation.yield(.localChange) }
+            }
+            group.addTask {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: interval)
+                    continuation.yield(.tick)
+                }
+            }
+            group.addTask {
+                for await _ in ackSignals {
+                    let frames = awaitingSync.takeAll()
+                    guard !frames.isEmpty else { continue }
+                    do {
+                        try await store.syncCommittedAsync()
+                        for frame in frames { try await connection.send(frame) }
+                    } catch {
+                        continuation.yield(.closed("acknowledgements could not be sent durably: \(error)"))
+                        return
+                    }
+                }
+            }
+            reason = await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate) { durable in
+                awaitingSync.append(durable)
+                ackSignal.yield()
+            }
+            await connection.close()
+            ackSignal.finish()
+            await gate.open()
+            group.cancelAll()
+        }
+        endpoint.connectionLost()
+        let peerNode = endpoint.peerNode
+        updateState(session, nil)
+        store.emit(.disconnected(reason: reason), peer: peerNode)
+        return reason
+    }
+
+    /// Feeds the session's inputs to the endpoint and sends what it answers,
+    /// until the connection closes or the session fails; returns why it ended.
+    private func sessionLoop(_ endpoint: ReplicationEndpoint, session: Int, inputs: AsyncStream<Input>, connection: any FrameConnection,
+                             gate: ReadAheadGate, acknowledgeWhenDurable: ([Frame]) -> Void) async -> String {
         do {
             for frame in endpoint.start(now: clock.nowMilliseconds()) { try await connection.send(frame) }
-            loop: for await input in inputs {
+            for await input in inputs {
                 let now = clock.nowMilliseconds()
                 let generation = self.generation
                 let frames: [Frame]
@@ -166,31 +178,19 @@ public final class SyncPeer: Sendable {
                 case .tick: frames = endpoint.tick(now: now)
                 case .localChange: frames = endpoint.pump(now: now)
                 case .closed(let why):
-                    reason = why
-                    break loop
+                    return why
                 }
                 for frame in frames { try await connection.send(frame) }
                 let durable = endpoint.takeFramesAwaitingSync()
-                if !durable.isEmpty {
-                    awaitingSync.withLock { $0 += durable }
-                    ackSignal.yield()
-                }
-                if let failure = endpoint.failure {
-                    reason = failure.description
-                    break loop
-                }
+                if !durable.isEmpty { acknowledgeWhenDurable(durable) }
+                if let failure = endpoint.failure { return failure.description }
                 updateState(session, Session(connected: endpoint.isEstablished, idle: endpoint.isIdle, generation: generation,
                                              peerNode: endpoint.peerNode))
             }
+            return "closed"
         } catch {
-            reason = "\(error)"
+            return "\(error)"
         }
-        endpoint.connectionLost()
-        let peerNode = endpoint.peerNode
-        updateState(session, nil)
-        await connection.close()
-        store.emit(.disconnected(reason: reason), peer: peerNode)
-        return reason
     }
 
     static func lockedError(_ path: String) -> SyncError {
@@ -244,6 +244,20 @@ public final class SyncPeer: Sendable {
         }
         if !idle && !isCurrentlyIdle {
             throw SyncError(.timeout, "not idle after \(timeout): \(isConnected ? "changes are still in flight" : "no session with the peer")")
+        }
+    }
+}
+
+/// Acknowledgements waiting for their commits to reach stable storage.
+private final class FramesAwaitingSync: Sendable {
+    private let frames = Mutex<[Frame]>([])
+
+    func append(_ more: [Frame]) { frames.withLock { $0 += more } }
+
+    func takeAll() -> [Frame] {
+        frames.withLock { queued in
+            defer { queued.removeAll() }
+            return queued
         }
     }
 }
