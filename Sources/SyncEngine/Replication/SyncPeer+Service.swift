@@ -48,7 +48,7 @@ extension SyncPeer {
         public let policy: ReconnectPolicy
 
         public func run() async throws {
-            try await cancelWhenGracefulShutdown {
+            await cancelWhenGracefulShutdown {
                 await peer.maintainConnection(host: host, port: port, configuration: configuration, policy: policy)
             }
         }
