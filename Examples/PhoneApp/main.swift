@@ -11,6 +11,7 @@ let peer = SyncPeer(store: store, configuration: ReplicationConfiguration(pairin
 let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: secret))
 FileHandle.standardOutput.write(Data("listening \(listener.port)\n".utf8))  // unbuffered: the watch needs the port now
 let events = store.events()  // subscribed before the watch can come and go
+let workoutChanges = store.changes(for: AppKeys.workouts)  // and before it can write
 let server = Task { await peer.serve(listener) }
 
 try await store.set(8_000, for: AppKeys.steps)               // automatic
@@ -20,8 +21,11 @@ try await store.set("s3cret", for: AppKeys.token)            // never leaves the
 try await store.set(["run"], for: AppKeys.workouts)
 try peer.sync()
 
-for await change in store.changes(for: AppKeys.workouts) where change.origin == .remote {
-    if try await store.get(AppKeys.workouts).contains("swim") { break }
+// The watch's workout may already be here (a loaded machine can run the watch's whole sync first).
+if try await !store.get(AppKeys.workouts).contains("swim") {
+    for await change in workoutChanges where change.origin == .remote {
+        if try await store.get(AppKeys.workouts).contains("swim") { break }
+    }
 }
 print("phone sees workouts \(try await store.get(AppKeys.workouts))")
 // The watch leaves once it saw the workout acknowledged: serve until then.
