@@ -7,7 +7,8 @@ import Testing
 /// port: local writes, stored states, the conflict log.
 final class PortFixture {
     enum Kind: String, CaseIterable, CustomTestStringConvertible {
-        case sqlite, memory
+        /// SQLite, values in the rows; SQLite metadata with a file per value (`FileValueStore`); dictionaries.
+        case sqlite, fileValue, memory
         var testDescription: String { rawValue }
     }
 
@@ -32,6 +33,16 @@ final class PortFixture {
             state = { key in try store.database.read { conn in try store.loadRow(conn, key: key)?.state } }
             conflicts = { try store.conflictLog().reversed() }
             keepAlive = [folder, store]
+        case .fileValue:
+            let folder = TempFolder()
+            let files = try FileValueStore(directory: folder.file("values"), role: role, registry: registry,
+                                           options: StoreOptions(clock: clock, encryption: .keyFile(path: folder.file("store.key"))))
+            let store = files.syncStore
+            port = SQLiteReplicationPort(store)
+            writeLocal = { key, bytes in try files.commit([BackendWrite(key: key, bytes: bytes)]) }
+            state = { key in try store.database.read { conn in try store.loadRow(conn, key: key)?.state } }
+            conflicts = { try store.conflictLog().reversed() }
+            keepAlive = [folder, files]
         case .memory:
             let memory = InMemoryReplicationPort(node: 0x1234, role: role, registry: registry, clock: clock)
             port = memory
@@ -64,7 +75,8 @@ final class PortFixture {
     }
 }
 
-/// One contract, two stores: every test runs over the SQLite port and the in-memory port.
+/// One contract, three stores: every test runs over the SQLite port (values in rows, and a file
+/// per value as `FileValueStore` keeps them) and the in-memory port.
 @Suite struct ReplicationPortConformanceTests {
     static let watchNode: UInt32 = 0x77
     static let otherWatch: UInt32 = 0x88

@@ -74,21 +74,7 @@ extension SyncStore {
             }
             stored = try cipher.seal(plain, keyName: row.key)
         }
-        var inFile = false
-        if let valueFiles {
-            let previous = try conn.statement("SELECT ver, node FROM entries WHERE key = ? AND in_file = 1")
-            previous.bind(1, row.key)
-            if try previous.step() {
-                let old = HLCTimestamp(packed: previous.int64(0), node: UInt32(truncatingIfNeeded: previous.int64(1)))
-                if old != row.version { valueFiles.supersede(key: row.key, version: old) }
-            }
-            previous.reset()
-            if let bytes = stored, !row.deleted {
-                try valueFiles.write(bytes, key: row.key, version: row.version)
-                stored = nil
-                inFile = true
-            }
-        }
+        let placed = try valueStorage.place(stored, deleted: row.deleted, key: row.key, version: row.version, in: conn)
         let stmt = try conn.statement("""
             INSERT INTO entries(key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane, written_at, in_file, origin_peer)
             VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
@@ -98,7 +84,7 @@ extension SyncStore {
               written_at = excluded.written_at, in_file = excluded.in_file, origin_peer = excluded.origin_peer
             """)
         stmt.bind(1, row.key)
-        stmt.bind(2, stored)
+        stmt.bind(2, placed.column)
         stmt.bind(3, row.encoding)
         stmt.bind(4, row.version.packed)
         stmt.bind(5, Int64(row.version.node))
@@ -110,7 +96,7 @@ extension SyncStore {
         stmt.bind(11, row.changeSeq)
         stmt.bind(12, row.lane.rawValue)
         stmt.bind(13, writtenAt)
-        stmt.bind(14, inFile ? 1 : 0)
+        stmt.bind(14, placed.inFile ? 1 : 0)
         stmt.bind(15, Int64(row.originPeer))
         try stmt.run()
         logWrite(row)
@@ -121,7 +107,7 @@ extension SyncStore {
     /// other place values are written, for applying a batch from the peer.
     /// A store that keeps values in files writes row by row through `saveRow`.
     func saveRows(_ conn: SQLiteConnection, _ rows: [StoredRow], encrypt: (StoredRow) -> Bool, writtenAt: Int64) throws {
-        guard valueFiles == nil else {
+        guard valueStorage.keepsValuesInRows else {
             for row in rows { try saveRow(conn, row, encrypt: encrypt(row), writtenAt: writtenAt) }
             return
         }
@@ -189,10 +175,7 @@ extension SyncStore {
 
     /// The plaintext bytes of a value kept in a file, checked against the row's size.
     func readValueFile(key: String, version: HLCTimestamp, size: Int, encrypted: Bool) throws -> [UInt8] {
-        guard let valueFiles else {
-            throw SyncError(.invalidConfiguration, "key '\(key)' is kept in a value file but the store was opened without its value directory; open it as a FileValueStore")
-        }
-        var bytes = try valueFiles.read(key: key, version: version)
+        var bytes = try valueStorage.readFile(key: key, version: version)
         if encrypted {
             guard let cipher else {
                 throw SyncError(.encryptionKeyMissing, "key '\(key)' is encrypted at rest but the store was opened without a master key; pass StoreOptions(encryption:)")

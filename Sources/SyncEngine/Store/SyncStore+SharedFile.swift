@@ -68,7 +68,7 @@ extension SyncStore: TransactionObserver {
     }
 
     func transactionEnded(committed: Bool) {
-        valueFiles?.transactionEnded(committed: committed)
+        valueStorage.transactionEnded(committed: committed)
         shared.withLock { $0.transactionChanges.removeAll(keepingCapacity: true) }
     }
 

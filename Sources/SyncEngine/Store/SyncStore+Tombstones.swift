@@ -238,7 +238,7 @@ extension SyncStore {
                 delete.reset()
                 delete.bind(1, entry.key)
                 try delete.run()
-                if entry.inFile { valueFiles?.supersede(key: entry.key, version: entry.version) }
+                if entry.inFile { valueStorage.release(key: entry.key, version: entry.version) }
                 guard !entry.deleted else { continue }
                 let change = StoreChange(key: entry.key, kind: .removed, origin: .remote, version: entry.version)
                 changes.append(change)

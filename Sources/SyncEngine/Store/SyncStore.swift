@@ -25,7 +25,8 @@ public final class SyncStore: KeyValueBackend {
     let cache: StoreCache
     let cipher: AtRestCipher?
     /// Where values live when the store keeps them in files (`FileValueStore`).
-    let valueFiles: ValueFiles?
+    /// Where the values' bytes live: the rows, or a file per value (`FileValueStore`).
+    let valueStorage: any ValueStorage
     let shared = Mutex(SharedFileState())
     let options: StoreOptions
     let logger: Logger
@@ -98,7 +99,7 @@ public final class SyncStore: KeyValueBackend {
             throw SyncError(.invalidConfiguration, "the store at \(path) belongs to a \(storedRole), not a \(role); open it with role \(storedRole) or use another file")
         }
         nodeID = setup.node
-        valueFiles = try setup.valueDirectory.map { try ValueFiles(directory: $0) }
+        valueStorage = try setup.valueDirectory.map { try ValueFiles(directory: $0) } ?? RowValueStorage()
         nextSeq = Mutex(setup.seq + 1)
         clock = HybridLogicalClock(node: setup.node, physical: options.clock, floor: setup.floor)
 
@@ -122,23 +123,10 @@ public final class SyncStore: KeyValueBackend {
             }
             self.cipher = nil
         }
-        if let valueFiles { try removeUnreferencedValueFiles(valueFiles) }
+        if !valueStorage.keepsValuesInRows { try database.write { conn in try valueStorage.recover(in: conn) } }
         try assignLanesAfterMigration()
         try purgeTombstones()
         try startSharedFileTracking()
-    }
-
-    /// Deletes value files left by a crash before their row committed; runs in a
-    /// write transaction so no other process is between writing a file and committing.
-    private func removeUnreferencedValueFiles(_ valueFiles: ValueFiles) throws {
-        try database.write { conn in
-            let stmt = try conn.statement("SELECT key, ver, node FROM entries WHERE in_file = 1")
-            var referenced: Set<String> = []
-            while try stmt.step() {
-                referenced.insert(ValueFiles.fileName(key: stmt.string(0), version: HLCTimestamp(packed: stmt.int64(1), node: UInt32(truncatingIfNeeded: stmt.int64(2)))))
-            }
-            valueFiles.removeUnreferenced(referenced: referenced)
-        }
     }
 
     /// Stops observers; the file stays as committed. Further use throws `.closed`.
