@@ -4,6 +4,27 @@ import Foundation
 import Testing
 
 @Suite struct StoreTests {
+    /// A device needs a master key only for the encrypted keys it can hold:
+    /// a registry shared by phone and watch may declare an encrypted
+    /// phoneOnly key, which a watch never stores.
+    @Test func aWatchNeedsNoMasterKeyForAnEncryptedPhoneOnlyKey() async throws {
+        let folder = TempFolder()
+        let phoneToken = Key<String>("vault:token", default: "", availability: .phoneOnly, policy: .never, security: .encrypted)
+        let shared = Key<String>("vault:sharedSecret", default: "", availability: .phoneWithWatchSync, policy: .automaticSmall,
+                                 security: .encrypted)
+        let watch = try SyncStore(path: folder.file("watch.sqlite"), role: .watch,
+                                  registry: try KeyRegistry([TestKeys.steps, phoneToken]))
+        try await watch.set(3, for: TestKeys.steps)
+        #expect(try await watch.get(TestKeys.steps) == 3)
+        await #expect(throws: SyncError.self) { try await watch.set("t", for: phoneToken) }
+        watch.close()
+        // The phone holds that key: it still needs its master key, and so does a watch for a key it receives.
+        #expect { _ = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: try KeyRegistry([phoneToken])) }
+            throws: { ($0 as? SyncError)?.code == .encryptionKeyMissing }
+        #expect { _ = try SyncStore(path: folder.file("watch2.sqlite"), role: .watch, registry: try KeyRegistry([shared])) }
+            throws: { ($0 as? SyncError)?.code == .encryptionKeyMissing }
+    }
+
     @Test func typedRoundTripAndDefaults() async throws {
         let pair = try Pair()
         let store = pair.phone

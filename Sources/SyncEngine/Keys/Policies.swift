@@ -27,6 +27,16 @@ public enum Availability: String, Sendable, Codable, CaseIterable {
         }
     }
 
+    /// Whether a device of `role` ever holds a value of this key (it writes
+    /// it, or receives it from its peer).
+    public func isHeld(on role: DeviceRole) -> Bool {
+        switch self {
+        case .all, .phoneWithWatchSync: true
+        case .phoneOnly: role == .phone
+        case .watchOnly: role == .watch
+        }
+    }
+
     /// Whether values of this key travel from a device of `role` to its peer.
     public func replicates(from role: DeviceRole) -> Bool {
         switch self {

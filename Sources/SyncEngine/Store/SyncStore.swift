@@ -103,7 +103,9 @@ public final class SyncStore: KeyValueBackend {
         nextSeq = Mutex(setup.seq + 1)
         clock = HybridLogicalClock(node: setup.node, physical: options.clock, floor: setup.floor)
 
-        let needsKey = registry.descriptors.contains { $0.security == .encrypted }
+        // A master key is needed only for encrypted keys this device can hold: a shared registry
+        // may declare an encrypted phoneOnly key that a watch never sees.
+        let needsKey = registry.descriptors.contains { $0.security == .encrypted && $0.availability.isHeld(on: role) }
         if let source = options.encryption {
             // A store that has a verifier holds values sealed with its key: never make a new one for it.
             let cipher = try AtRestCipher(source: source, salt: setup.salt, mayCreateKeyFile: setup.verifier == nil)
