@@ -46,6 +46,20 @@ extension BackendKind {
 
 /// One suite, run against every backend: the semantics users rely on.
 @Suite struct BackendConformanceTests {
+    /// A family's members are listed: those holding a value, by id.
+    @Test(arguments: BackendKind.allCases)
+    func listsAFamilysMembers(_ kind: BackendKind) async throws {
+        let folder = TempFolder()
+        let store = try kind.make(folder)
+        #expect(try store.members(of: TestKeys.daily).isEmpty)
+        try await store.set(3, for: TestKeys.daily["tue"])
+        try await store.set(5, for: TestKeys.daily["mon"])
+        try await store.set(7, for: TestKeys.daily["wed"])
+        try await store.remove(TestKeys.daily["wed"])
+        try await store.set(10, for: TestKeys.steps)
+        #expect(try store.members(of: TestKeys.daily) == ["mon", "tue"])
+    }
+
     @Test(arguments: BackendKind.allCases)
     func readsDefaultThenWrittenValue(_ kind: BackendKind) async throws {
         let folder = TempFolder()

@@ -240,6 +240,14 @@ extension KeyValueBackend {
     }
 
     /// Changes of one key, local and remote, after they commit.
+    /// The ids of `family`'s members that hold a value (removed ones left
+    /// out), sorted: which days have a step count. Reads the entries'
+    /// metadata, no values.
+    public func members<Value>(of family: KeyFamily<Value>) throws -> [String] {
+        let prefix = family.descriptor.name + ":"
+        return try allEntryInfo().filter { !$0.isDeleted && $0.key.hasPrefix(prefix) }.map { String($0.key.dropFirst(prefix.count)) }.sorted()
+    }
+
     public func changes<Value>(for key: Key<Value>) -> AsyncStream<StoreChange> { changes(matching: .key(key.name)) }
     /// Changes of every key in a namespace.
     public func changes(in namespace: Namespace) -> AsyncStream<StoreChange> { changes(matching: .namespace(namespace.name)) }
