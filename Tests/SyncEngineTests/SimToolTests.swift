@@ -70,6 +70,26 @@ import Testing
     }
 }
 
+/// A fuzz failure names the seed its failure file is named after.
+@Suite(.timeLimit(.minutes(3))) struct FuzzFailureMessageTests {
+    @Test func theFailureNamesItsSeed() async throws {
+        let folder = TempFolder()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: syncsimBinary())
+        process.arguments = ["fuzz", "--runs", "200", "--seed", "500", "--inject-fault", "skip-tombstones", "--out-dir", folder.path]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let text = try await all(of: lines(of: output), "the fuzz output").joined(separator: "\n")
+        #expect(try await exitStatus(of: process, "syncsim fuzz with a fault") == 1)
+        let failureFile = try #require(try FileManager.default.contentsOfDirectory(atPath: folder.path)
+            .first { $0.hasPrefix("fuzz-failure-") && !$0.hasSuffix("-min.json") }, "no failure file in \(folder.path)")
+        let seed = failureFile.dropFirst("fuzz-failure-".count).dropLast(".json".count)
+        #expect(text.contains("seed \(seed) failed"), "\(text)")
+    }
+}
+
 /// `syncsim node`'s arguments for several pairings.
 @Suite struct NodeArgumentTests {
     let base = ["--role", "phone", "--db", "p.sqlite", "--keys", "k.json"]

@@ -50,7 +50,7 @@ public struct FuzzCommand: AsyncParsableCommand {
         let minPath = "\(outDir)/fuzz-failure-\(failure.seed)-min.json"
         try failure.scenario.json.write(toFile: path, atomically: true, encoding: .utf8)
         print(failure.detail)
-        print("scenario \(completed) failed (\(failure.failedInvariants.joined(separator: ", "))); written to \(path)")
+        print("seed \(failure.seed) failed (\(failure.failedInvariants.joined(separator: ", "))) after \(completed) scenarios passed; written to \(path)")
         printError("shrinking…")
         let shrunk = await Shrinker(options: faults).shrink(failure.scenario, failing: Set(failure.failedInvariants))
         try shrunk.json.write(toFile: minPath, atomically: true, encoding: .utf8)
