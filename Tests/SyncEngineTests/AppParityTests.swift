@@ -1,3 +1,4 @@
+import Logging
 import Foundation
 import Observation
 import Synchronization
@@ -234,6 +235,19 @@ func withPeers(phone: SyncStore, watch: SyncStore, _ body: (SyncPeer, SyncPeer) 
         try store.setNow("imperial", for: TestKeys.units)
         #expect(fired.withLock { $0 } == 1, "notified before setNow returned")
         #expect(model.units == "imperial")
+    }
+
+    /// Without `onError`, a refused write is logged to the store's logger
+    /// (`StoreOptions.logger`): the library makes no logger of its own.
+    @Test func refusedWritesGoToTheStoresLogger() async throws {
+        let folder = TempFolder()
+        let (lines, sink) = AsyncStream.makeStream(of: String.self)
+        var options = StoreOptions(encryption: .keyFile(path: folder.file("k.key")))
+        options.logger = Logger(label: "test") { _ in StreamLogHandler(sink: sink) }
+        let store = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: try KeyRegistry(TestKeys.all), options: options)
+        let face = Stored(TestKeys.watchFace, store: store)   // watch-only: refused on the phone
+        face.wrappedValue = "round"
+        try await first(of: lines, "the refused write in the store's log") { $0.contains("write-not-allowed") }
     }
 
     @Test func observationSeesLocalAndPeerWrites() async throws {

@@ -8,19 +8,6 @@ import Glibc
 #endif
 
 /// Log messages as an async stream, so tests wait for a line instead of sleeping.
-private struct StreamLogHandler: LogHandler {
-    let sink: AsyncStream<String>.Continuation
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .trace
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) { sink.yield("\(event.level) \(event.message)") }
-}
-
 /// Issue 15 on the engine side: a phone with several watches, one pairing
 /// each, over one listener; and `maintainConnection` as the one reconnect loop.
 @Suite(.timeLimit(.minutes(3))) struct MultiPairingReplicationTests {

@@ -1,3 +1,4 @@
+import Logging
 import Foundation
 @_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
@@ -110,3 +111,18 @@ extension SyncMessage {
     var asChunk: Chunk? { if case .chunk(let chunk) = self { chunk } else { nil } }
     var asChunkAck: ChunkAck? { if case .chunkAck(let ack) = self { ack } else { nil } }
 }
+
+/// A log handler that yields each line ("level message") to a stream.
+struct StreamLogHandler: LogHandler {
+    let sink: AsyncStream<String>.Continuation
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) { sink.yield("\(event.level) \(event.message)") }
+}
+

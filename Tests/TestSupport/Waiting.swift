@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 import Testing
 
@@ -55,10 +56,13 @@ public func withDeadline<T: Sendable>(
     return try await withTaskCancellationHandler {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
             let first = FirstResult(continuation)
-            let timer = Task {
-                do { try await Task.sleep(for: limit) } catch { return }
+            // The deadline is a timer on a dispatch queue: it fires once, nothing waits on it.
+            let timer = DispatchWorkItem {
                 if first.resume(with: .failure(WaitFailed.timedOut(what, after: limit, at: sourceLocation))) { work.cancel() }
             }
+            let (seconds, attoseconds) = limit.components
+            DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)),
+                                              execute: timer)
             Task {
                 let result = await work.result
                 first.resume(with: result)

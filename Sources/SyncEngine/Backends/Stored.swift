@@ -18,15 +18,17 @@ import Synchronization
 /// ```
 ///
 /// A write the store refuses (a read-only key on this device, an oversized
-/// value) leaves the stored value unchanged and is reported to `onError`
-/// (logged by default); use `try await $property.set(_:)` to handle it yourself.
+/// value) leaves the stored value unchanged and is reported to `onError`; by
+/// default it is logged to `logger`, else to the store's own logger
+/// (`StoreOptions.logger`, silent unless you give one). Use
+/// `try await $property.set(_:)` to handle it yourself.
 @propertyWrapper
 public struct Stored<Value: Codable & Sendable>: Sendable {
     private let storage: StoredValue<Value>
 
-    public init(_ key: Key<Value>, store: any KeyValueBackend,
-                onError: @escaping @Sendable (SyncError) -> Void = StoredValue<Value>.logError) {
-        storage = StoredValue(key, store: store, onError: onError)
+    public init(_ key: Key<Value>, store: any KeyValueBackend, logger: Logger? = nil,
+                onError: (@Sendable (SyncError) -> Void)? = nil) {
+        storage = StoredValue(key, store: store, logger: logger, onError: onError)
     }
 
     public var wrappedValue: Value {
@@ -49,11 +51,13 @@ public final class StoredValue<Value: Codable & Sendable>: Observable, Sendable 
     private let registrar = ObservationRegistrar()
     private let observation: ChangeObservation
 
-    public init(_ key: Key<Value>, store: any KeyValueBackend,
-                onError: @escaping @Sendable (SyncError) -> Void = StoredValue<Value>.logError) {
+    /// `onError` receives refused writes and failed reads; without it they
+    /// are logged to `logger`, else to the store's logger.
+    public init(_ key: Key<Value>, store: any KeyValueBackend, logger: Logger? = nil,
+                onError: (@Sendable (SyncError) -> Void)? = nil) {
         self.key = key
         self.store = store
-        self.onError = onError
+        self.onError = onError ?? StoredValue.logging(to: logger ?? StoredValue.logger(of: store))
         // Observers hear of a change as it commits, on the committing thread
         // (a local write, a replicated batch, another process's write).
         let subject = WeakSubject<StoredValue>()
@@ -106,16 +110,26 @@ public final class StoredValue<Value: Codable & Sendable>: Observable, Sendable 
     /// Changes of this key after they commit, local and remote.
     public var changes: AsyncStream<StoreChange> { store.changes(for: key) }
 
-    /// The default `onError`: logs the refused write or failed read with the error's code and message.
-    @Sendable public static func logError(_ error: SyncError) {
-        Logger(label: "SyncEngine.Stored").error("\(error)")
+    /// An `onError` that logs the refused write or failed read with the error's code and message.
+    public static func logging(to logger: Logger) -> @Sendable (SyncError) -> Void {
+        { error in logger.error("\(error)") }
+    }
+
+    /// The logger of the store behind `backend` (its `StoreOptions.logger`); a backend without one logs nowhere.
+    static func logger(of backend: any KeyValueBackend) -> Logger {
+        switch backend {
+        case let store as SyncStore: store.logger
+        case let files as FileValueStore: files.syncStore.logger
+        case let replacing as ReplacingStore: logger(of: replacing.store)
+        default: SyncStore.disabledLogger
+        }
     }
 }
 
 /// A weak reference that can be set once the referent is fully initialized.
 private final class WeakSubject<Subject: AnyObject & Sendable>: Sendable {
     private let reference = Mutex<WeakBox?>(nil)
-    private struct WeakBox: @unchecked Sendable { weak var object: Subject? }
+    private struct WeakBox { weak var object: Subject? }
 
     var value: Subject? {
         get { reference.withLock { $0?.object } }

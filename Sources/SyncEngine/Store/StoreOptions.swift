@@ -11,7 +11,7 @@ public struct StoreOptions: Sendable {
     /// Values larger than this are not kept in the cache.
     public var maxCachedValueSize = 64 * 1024
     /// Where the store and its sessions log (message types and codes, never values). Silent by default.
-    public var logger = Logger(label: "SyncEngine.store", factory: { _ in SwiftLogNoOpLogHandler() })
+    public var logger = SyncStore.disabledLogger
     /// The node id given to a new store file (random when nil). Existing files keep theirs.
     /// The simulator sets it so that runs are reproducible.
     public var nodeID: UInt32?

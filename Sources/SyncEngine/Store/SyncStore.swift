@@ -30,6 +30,8 @@ public final class SyncStore: KeyValueBackend {
     let shared = Mutex(SharedFileState())
     let options: StoreOptions
     let logger: Logger
+    /// The default logger: a no-op (the library logs only to a logger it is given).
+    static let disabledLogger = Logger(label: "SyncEngine", factory: { _ in SwiftLogNoOpLogHandler() })
     let changeHub = Broadcaster<StoreChange>()
     let eventHub = Broadcaster<SyncEvent>()
     let peerEventHub = Broadcaster<PeerEvent>()
