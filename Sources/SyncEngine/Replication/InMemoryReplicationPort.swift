@@ -266,7 +266,7 @@ package final class RecordingReporter: ReplicationReporter {
     package var keepsEvents: Bool
     package let logger: Logger
 
-    package init(keepsEvents: Bool = true, logger: Logger = Logger(label: "replication", factory: { _ in SwiftLogNoOpLogHandler() })) {
+    package init(keepsEvents: Bool = true, logger: Logger = SyncStore.disabledLogger) {
         self.keepsEvents = keepsEvents
         self.logger = logger
     }
