@@ -3,7 +3,9 @@ import PackageDescription
 
 let package = Package(
     name: "SyncEngine",
-    platforms: [.macOS(.v15)],
+    // Synchronization (Mutex, Atomic) sets the floor: iOS 18, watchOS 11,
+    // macOS 15; Observation (iOS 17) is below it. Built and tested on Linux only.
+    platforms: [.iOS(.v18), .watchOS(.v11), .macOS(.v15)],
     products: [
         .library(name: "SyncTransport", targets: ["SyncTransport"]),
         .library(name: "SyncEngine", targets: ["SyncEngine"]),

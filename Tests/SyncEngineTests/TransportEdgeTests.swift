@@ -3,6 +3,7 @@ import Synchronization
 @testable import SyncEngine
 import SyncSim
 import SyncTransport
+import TestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -11,7 +12,7 @@ import Glibc
 /// Connects to 127.0.0.1:port, sends `bytes`, half-closes, reads until the
 /// peer closes, closes. Blocking POSIX calls: run it off the cooperative pool.
 private func rawExchange(port: Int, bytes: [UInt8]) {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    let fd = PortablePOSIX.streamSocket()
     guard fd >= 0 else { return }
     defer { close(fd) }
     var address = sockaddr_in()
@@ -22,7 +23,7 @@ private func rawExchange(port: Int, bytes: [UInt8]) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
     }
     guard connected == 0 else { return }
-    _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, bytes.count, Int32(MSG_NOSIGNAL)) }
+    _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, bytes.count, PortablePOSIX.noSignalFlags) }
     shutdown(fd, Int32(SHUT_WR))
     var buffer = [UInt8](repeating: 0, count: 1_024)
     while read(fd, &buffer, buffer.count) > 0 {}

@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import NIOEmbedded
 import Synchronization
+import TestSupport
 import Testing
 @_spi(Benchmarks) @testable import SyncTransport
 #if canImport(Glibc)
@@ -117,7 +118,7 @@ import Glibc
         private let fd: Int32
 
         init(reply: [UInt8]) throws {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            let fd = PortablePOSIX.streamSocket()
             var address = sockaddr_in()
             address.sin_family = sa_family_t(AF_INET)
             address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -139,7 +140,7 @@ import Glibc
                 guard peer >= 0 else { return }
                 var buffer = [UInt8](repeating: 0, count: 4_096)
                 _ = read(peer, &buffer, buffer.count)
-                _ = reply.withUnsafeBytes { send(peer, $0.baseAddress, reply.count, Int32(MSG_NOSIGNAL)) }
+                _ = reply.withUnsafeBytes { send(peer, $0.baseAddress, reply.count, PortablePOSIX.noSignalFlags) }
                 close(peer)
             }.start()
         }

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 @testable import SyncTransport
 #if canImport(Glibc)
@@ -19,7 +20,7 @@ import Glibc
                 let garbage = Array("GET / HTTP/1.1\r\nHost: x\r\n\r\n".utf8)
                 for _ in 0..<count {
                     guard let fd = TCPListenerCloseTests.rawConnect(port: port) else { continue }
-                    _ = garbage.withUnsafeBytes { send(fd, $0.baseAddress, garbage.count, Int32(MSG_NOSIGNAL)) }
+                    _ = garbage.withUnsafeBytes { send(fd, $0.baseAddress, garbage.count, PortablePOSIX.noSignalFlags) }
                     shutdown(fd, Int32(SHUT_WR))
                     var buffer = [UInt8](repeating: 0, count: 512)
                     while read(fd, &buffer, buffer.count) > 0 {}

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 @testable import SyncTransport
 #if canImport(Glibc)
@@ -15,7 +16,7 @@ import Glibc
 
     /// Opens a blocking TCP connection to 127.0.0.1:port; `nil` if refused.
     static func rawConnect(port: Int) -> Int32? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = PortablePOSIX.streamSocket()
         guard fd >= 0 else { return nil }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)

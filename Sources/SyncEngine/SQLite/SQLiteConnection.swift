@@ -158,8 +158,13 @@ final class CorruptionFlag: Sendable {
     private static func identity(of path: String) -> FileIdentity? {
         var info = stat()
         guard stat(path, &info) == 0 else { return nil }
+        #if canImport(Darwin)
+        let changeTime = info.st_ctimespec
+        #else
+        let changeTime = info.st_ctim
+        #endif
         return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
-                            changed: Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec))
+                            changed: Int64(changeTime.tv_sec) * 1_000_000_000 + Int64(changeTime.tv_nsec))
     }
 }
 

@@ -25,7 +25,7 @@ enum BenchClock {
     /// CPU seconds (user + system) this process has used so far, all threads.
     static func processCPUSeconds() -> Double {
         var usage = rusage()
-        getrusage(RUSAGE_SELF.rawValue, &usage)
+        getrusage(PortablePOSIX.resourceUsageOfSelf, &usage)
         func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
         return seconds(usage.ru_utime) + seconds(usage.ru_stime)
     }

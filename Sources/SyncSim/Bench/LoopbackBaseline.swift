@@ -12,7 +12,7 @@ enum LoopbackBaseline {
     }
 
     static func measure(bytes total: Int, roundTrips: Int) throws -> Figures {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let listener = PortablePOSIX.streamSocket()
         guard listener >= 0 else { throw BenchError("socket() failed") }
         defer { close(listener) }
         var address = sockaddr_in()
@@ -47,7 +47,7 @@ enum LoopbackBaseline {
             close(peer)
         }
         server.start()
-        let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let client = PortablePOSIX.streamSocket()
         defer { close(client) }
         var target = sockaddr_in()
         target.sin_family = sa_family_t(AF_INET)

@@ -91,7 +91,7 @@ enum RawLoopback {
     }
 
     static func connectTo(port: Int) throws -> Int32 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = PortablePOSIX.streamSocket()
         guard fd >= 0 else { throw BenchError("socket() failed") }
         var target = address(port: UInt16(port))
         let connected = withUnsafePointer(to: &target) {
@@ -117,7 +117,7 @@ enum RawLoopback {
         defer { close(fd) }
         var sent = 0
         while sent < bytes.count {
-            let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
+            let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + sent, bytes.count - sent, PortablePOSIX.noSignalFlags) }
             if n <= 0 { break }
             sent += n
         }
@@ -127,7 +127,7 @@ enum RawLoopback {
 
     /// CPU seconds (both ends, this process) of one connect + accept + close.
     static func connectCloseCPUSeconds(count: Int) throws -> Double {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let listener = PortablePOSIX.streamSocket()
         guard listener >= 0 else { throw BenchError("socket() failed") }
         defer { close(listener) }
         var address = address(port: 0)
