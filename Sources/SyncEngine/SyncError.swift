@@ -32,6 +32,8 @@ public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let encryptionKeyWrong = Code("encryption-key-wrong")
         public static let decryptionFailed = Code("decryption-failed")
         public static let keyFile = Code("key-file")
+        /// A `MasterKeyProvider` failed, or gave a key that is not 32 bytes; the store was not opened.
+        public static let masterKeyUnavailable = Code("master-key-unavailable")
         /// A value file of a `FileValueStore` is missing or damaged; its metadata is intact.
         public static let corruptValueFile = Code("corrupt-value-file")
         /// Another process replicates this store file right now.

@@ -8,9 +8,12 @@ public enum EncryptionKeySource: Sendable {
     /// 0600 for a store that holds no encrypted values yet; for one that does,
     /// a missing file throws `.encryptionKeyMissing` and nothing is created.
     /// A file that group or others may access is refused (`.keyFile`: `chmod 600`).
+    /// Same as `.provider(KeyFileMasterKeyProvider(path:))`.
     case keyFile(path: String)
     /// A passphrase stretched with PBKDF2-SHA256 over the store's salt.
     case passphrase(String, iterations: Int = 210_000)
+    /// A key kept by `provider` (on Apple platforms, one over the Keychain).
+    case provider(any MasterKeyProvider)
 }
 
 /// AES-256-GCM for values of `encrypted` keys, with a per-store key derived
@@ -21,12 +24,14 @@ struct AtRestCipher: Sendable {
     static let verifierPlaintext = Array("syncengine-at-rest-verifier-v1".utf8)
 
     /// `mayCreateKeyFile`: false for a store that already holds values sealed
-    /// with its key (it has a verifier), so a missing key file is an error.
+    /// with its key (it has a verifier), so a missing key is an error.
     init(source: EncryptionKeySource, salt: [UInt8], mayCreateKeyFile: Bool) throws {
         let master: SymmetricKey
         switch source {
         case .keyFile(let path):
-            master = try AtRestCipher.loadOrCreateKeyFile(path, mayCreate: mayCreateKeyFile)
+            master = try AtRestCipher.masterKey(from: KeyFileMasterKeyProvider(path: path), mayCreate: mayCreateKeyFile)
+        case .provider(let provider):
+            master = try AtRestCipher.masterKey(from: provider, mayCreate: mayCreateKeyFile)
         case .passphrase(let passphrase, let iterations):
             guard iterations >= 1 else { throw SyncError(.invalidConfiguration, "PBKDF2 iterations must be at least 1") }
             master = try KDF.Insecure.PBKDF2.deriveKey(from: Array(passphrase.utf8), salt: salt, using: .sha256,
@@ -50,31 +55,10 @@ struct AtRestCipher: Sendable {
         }
     }
 
-    static func loadOrCreateKeyFile(_ path: String, mayCreate: Bool) throws -> SymmetricKey {
-        if let key = try loadKeyFile(path) { return key }
-        guard mayCreate else {
-            throw SyncError(.encryptionKeyMissing, "the key file \(path) is missing, and this store holds values encrypted with the key it had; nothing was created or changed — restore that key file (from a backup, or the Keychain it came from)")
-        }
-        let key = SymmetricKey(size: .bits256)
-        let bytes = key.withUnsafeBytes { [UInt8]($0) }
-        let fd = Foundation.open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else {
-            // Another process created it meanwhile: use that one.
-            if errno == EEXIST, let key = try loadKeyFile(path) { return key }
-            throw SyncError(.keyFile, "cannot create the key file \(path) (errno \(errno)); check the folder exists and is writable")
-        }
-        defer { close(fd) }
-        let written = bytes.withUnsafeBytes { Foundation.write(fd, $0.baseAddress, 32) }
-        guard written == 32, fsync(fd) == 0 else {
-            throw SyncError(.keyFile, "cannot write the key file \(path) (errno \(errno))")
-        }
-        return key
-    }
-
     /// The key in the file at `path`; nil when there is no file. Refuses, as
     /// `PairingSecret.load` does, anything but a regular file that only its
     /// owner may access (mode & 0o077 == 0), and a file not 32 bytes long.
-    static func loadKeyFile(_ path: String) throws -> SymmetricKey? {
+    static func loadKeyFile(_ path: String) throws -> [UInt8]? {
         let fd = Foundation.open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
             let code = errno
@@ -108,6 +92,6 @@ struct AtRestCipher: Sendable {
             let size = count > 32 ? "more than 32 bytes" : "\(count) bytes"
             throw SyncError(.keyFile, "the key file \(path) holds \(size), not 32; it is not a SyncEngine key file")
         }
-        return SymmetricKey(data: bytes[0..<32])
+        return Array(bytes[0..<32])
     }
 }

@@ -53,8 +53,9 @@ public final class SyncStore: KeyValueBackend {
     /// Throws `.notADatabase` for a file that is not a store (not SQLite, or
     /// another program's SQLite file), `.databaseCorrupt` for a damaged one
     /// (both left untouched), and `.encryptionKeyMissing` /
-    /// `.encryptionKeyWrong` / `.keyFile` for key problems (nothing destroyed,
-    /// and a key file is only ever created for a store that has no encrypted values yet).
+    /// `.encryptionKeyWrong` / `.keyFile` / `.masterKeyUnavailable` for key
+    /// problems (nothing destroyed, and a new master key is only ever made for
+    /// a store that has no encrypted values yet).
     public init(path: String, role: DeviceRole, registry: KeyRegistry, options: StoreOptions = StoreOptions()) throws {
         self.path = path
         self.role = role
@@ -123,7 +124,7 @@ public final class SyncStore: KeyValueBackend {
             self.cipher = cipher
         } else {
             if needsKey {
-                throw SyncError(.encryptionKeyMissing, "the registry declares encrypted keys but no master key was given; pass StoreOptions(encryption: .keyFile(path:)) or .passphrase")
+                throw SyncError(.encryptionKeyMissing, "the registry declares encrypted keys but no master key was given; pass StoreOptions(encryption: .keyFile(path:)), .provider(_:) or .passphrase")
             }
             self.cipher = nil
         }

@@ -1,0 +1,186 @@
+import CSQLite
+import Foundation
+import Synchronization
+@testable import SyncEngine
+import Testing
+
+/// A `MasterKeyProvider` keeping its key in memory, counting calls, that can
+/// be told to fail (what an app's Keychain provider does when the device is locked).
+final class MemoryKeyProvider: MasterKeyProvider {
+    struct Failure: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    struct State {
+        var key: [UInt8]?
+        var loads = 0
+        var stores: [[UInt8]] = []
+        var loadFailure: (any Error)?
+        var storeFailure: (any Error)?
+        /// What `loadMasterKey` returns instead of the key, when set.
+        var loadedInstead: [UInt8]?
+    }
+
+    let state: Mutex<State>
+
+    init(key: [UInt8]? = nil) {
+        state = Mutex(State(key: key))
+    }
+
+    func loadMasterKey() throws -> [UInt8]? {
+        try state.withLock { state in
+            state.loads += 1
+            if let failure = state.loadFailure { throw failure }
+            return state.loadedInstead ?? state.key
+        }
+    }
+
+    func storeMasterKey(_ newKey: [UInt8]) throws -> [UInt8] {
+        try state.withLock { state in
+            if let failure = state.storeFailure { throw failure }
+            state.stores.append(newKey)
+            state.key = newKey
+            return newKey
+        }
+    }
+}
+
+@Suite(.timeLimit(.minutes(2))) struct MasterKeyProviderTests {
+    let folder = TempFolder()
+
+    func open(_ source: EncryptionKeySource, file name: String = "s.sqlite") throws -> SyncStore {
+        try SyncStore(path: folder.file(name), role: .phone, registry: try TestKeys.registry(), options: StoreOptions(encryption: source))
+    }
+
+    /// The store's `sync_meta.at_rest_verifier`, read with SQLite directly: set once a master key was accepted.
+    func verifier(_ name: String = "s.sqlite") throws -> String? {
+        var db: OpaquePointer?
+        guard sqlite3_open_v2(folder.file(name), &db, SQLITE_OPEN_READONLY, nil) == SQLITE_OK else {
+            sqlite3_close(db)
+            throw SyncError(.database, "cannot open \(name)")
+        }
+        defer { sqlite3_close(db) }
+        var stmt: OpaquePointer?
+        sqlite3_prepare_v2(db, "SELECT value FROM sync_meta WHERE name = 'at_rest_verifier'", -1, &stmt, nil)
+        defer { sqlite3_finalize(stmt) }
+        return sqlite3_step(stmt) == SQLITE_ROW ? String(cString: sqlite3_column_text(stmt, 0)) : nil
+    }
+
+    @Test func aCustomProvidersKeyIsTheMasterKey() async throws {
+        let key = (0..<32).map { UInt8($0 * 7 % 256) }
+        let provider = MemoryKeyProvider(key: key)
+        let store = try open(.provider(provider))
+        try await store.set("sealed with the provider's key", for: TestKeys.secret)
+        store.close()
+        #expect(provider.state.withLock { $0.loads } == 1)
+        #expect(provider.state.withLock { $0.stores.isEmpty })
+
+        // The same 32 bytes in a key file open it: they are the master key.
+        let keyFile = folder.file("same.key")
+        #expect(FileManager.default.createFile(atPath: keyFile, contents: Data(key), attributes: [.posixPermissions: 0o600]))
+        let viaFile = try open(.keyFile(path: keyFile))
+        #expect(try await viaFile.get(TestKeys.secret) == "sealed with the provider's key")
+        viaFile.close()
+
+        // Another provider's key is refused.
+        #expect {
+            _ = try open(.provider(MemoryKeyProvider(key: [UInt8](repeating: 9, count: 32))))
+        } throws: { ($0 as? SyncError)?.code == .encryptionKeyWrong }
+    }
+
+    @Test func aProviderWithoutAKeyIsGivenOneOnlyForAStoreWithoutEncryptedValues() async throws {
+        let provider = MemoryKeyProvider()
+        let store = try open(.provider(provider))
+        let stored = provider.state.withLock { $0.stores }
+        #expect(stored.count == 1 && stored[0].count == 32)
+        try await store.set("kept", for: TestKeys.secret)
+        store.close()
+
+        let again = try open(.provider(provider))
+        #expect(try await again.get(TestKeys.secret) == "kept")
+        again.close()
+        #expect(provider.state.withLock { $0.stores.count } == 1)
+
+        // The provider lost its key (a restored device without its Keychain):
+        // the store holds values sealed with the old one, so no new key is made.
+        provider.state.withLock { $0.key = nil }
+        #expect {
+            _ = try open(.provider(provider))
+        } throws: { error in
+            guard let error = error as? SyncError else { return false }
+            return error.code == .encryptionKeyMissing && error.message.contains("MemoryKeyProvider")
+        }
+        #expect(provider.state.withLock { $0.stores.count } == 1)
+    }
+
+    @Test func aFailingProviderFailsTheOpenWithAClearErrorAndChangesNothing() async throws {
+        // A new store: a provider that cannot load, one that cannot store, one
+        // with a key of the wrong size; none opens it, none leaves a verifier.
+        let cannotLoad = MemoryKeyProvider()
+        cannotLoad.state.withLock { $0.loadFailure = MemoryKeyProvider.Failure(description: "keychain locked (-25308)") }
+        #expect {
+            _ = try open(.provider(cannotLoad), file: "new.sqlite")
+        } throws: { error in
+            guard let error = error as? SyncError else { return false }
+            return error.code == .masterKeyUnavailable && error.message.contains("MemoryKeyProvider")
+                && error.message.contains("keychain locked (-25308)")
+        }
+        #expect(cannotLoad.state.withLock { $0.stores.isEmpty })
+        #expect(try verifier("new.sqlite") == nil)
+
+        let cannotStore = MemoryKeyProvider()
+        cannotStore.state.withLock { $0.storeFailure = MemoryKeyProvider.Failure(description: "no keychain access group") }
+        #expect {
+            _ = try open(.provider(cannotStore), file: "new.sqlite")
+        } throws: { ($0 as? SyncError)?.code == .masterKeyUnavailable && "\($0)".contains("no keychain access group") }
+        #expect(try verifier("new.sqlite") == nil)
+
+        let short = MemoryKeyProvider(key: [UInt8](repeating: 1, count: 16))
+        #expect {
+            _ = try open(.provider(short), file: "new.sqlite")
+        } throws: { ($0 as? SyncError)?.code == .masterKeyUnavailable && "\($0)".contains("16 bytes, not 32") }
+        #expect(try verifier("new.sqlite") == nil)
+
+        // A SyncError from the provider keeps its code.
+        let own = MemoryKeyProvider()
+        own.state.withLock { $0.loadFailure = SyncError(.keyFile, "the provider's own words") }
+        #expect {
+            _ = try open(.provider(own), file: "new.sqlite")
+        } throws: { ($0 as? SyncError) == SyncError(.keyFile, "the provider's own words") }
+
+        // A store that holds encrypted values: the failure changes nothing, the right key still opens it.
+        let good = MemoryKeyProvider()
+        let store = try open(.provider(good))
+        try await store.set("still here", for: TestKeys.secret)
+        store.close()
+        let before = try verifier()
+        #expect(before != nil)
+        let failingLater = MemoryKeyProvider(key: good.state.withLock { $0.key })
+        failingLater.state.withLock { $0.loadFailure = MemoryKeyProvider.Failure(description: "interaction not allowed") }
+        #expect(throws: SyncError.self) { _ = try open(.provider(failingLater)) }
+        #expect(try verifier() == before)
+        let reopened = try open(.provider(good))
+        #expect(try await reopened.get(TestKeys.secret) == "still here")
+        reopened.close()
+        #expect(good.state.withLock { $0.stores.count } == 1)
+    }
+
+    @Test func theKeyFileProviderIsTheKeyFileSource() async throws {
+        let path = folder.file("master.key")
+        let provider = KeyFileMasterKeyProvider(path: path)
+        #expect(try provider.loadMasterKey() == nil)
+        let store = try open(.provider(provider))
+        try await store.set("via the provider", for: TestKeys.secret)
+        store.close()
+        let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        #expect(try provider.loadMasterKey()?.count == 32)
+        // The existing option reads the file the provider wrote.
+        let viaOption = try open(.keyFile(path: path))
+        #expect(try await viaOption.get(TestKeys.secret) == "via the provider")
+        viaOption.close()
+        // Storing when a file exists already keeps the existing key.
+        let existing = try #require(try provider.loadMasterKey())
+        #expect(try provider.storeMasterKey([UInt8](repeating: 3, count: 32)) == existing)
+    }
+}
