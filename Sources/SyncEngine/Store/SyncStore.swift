@@ -115,7 +115,7 @@ public final class SyncStore: KeyValueBackend {
             if let verifier = setup.verifier {
                 guard let sealed = Data(base64Encoded: verifier),
                       (try? cipher.open([UInt8](sealed), keyName: "")) == AtRestCipher.verifierPlaintext else {
-                    throw SyncError(.encryptionKeyWrong, "the master key does not match the one this store was created with; nothing was changed — supply the original key file or passphrase")
+                    throw SyncError(.encryptionKeyWrong, "the master key does not match the one this store was created with; nothing was changed — supply the original key (key file, provider or passphrase)")
                 }
             } else {
                 let sealed = try cipher.seal(AtRestCipher.verifierPlaintext, keyName: "")
