@@ -100,6 +100,7 @@ let package = Package(
                 "SyncTransport",
                 "SyncSim",
                 "CSQLite",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -4,11 +4,22 @@ import Foundation
 /// The library entry points behind `syncsim run`, usable from tests without
 /// spawning the binary.
 public enum Simulation {
-    /// Exit codes of `syncsim run` and `syncsim fuzz`.
+    /// Exit codes of `syncsim` (the README's table).
     public enum Exit {
         public static let passed: Int32 = 0
+        /// `run`, `fuzz`: an invariant failed.
         public static let invariantFailed: Int32 = 1
+        /// `run`: the scenario file is bad.
         public static let badScenario: Int32 = 2
+        /// A file the command was given cannot be used (scenario, key registry,
+        /// secret, store or key file); the same code as `badScenario`.
+        public static let badInput: Int32 = 2
+        /// The command failed at run time (the simulator could not run the
+        /// scenario, a file could not be written, a port could not be bound).
+        public static let runtimeFailure: Int32 = 3
+        /// Bad or missing options: the only failure that prints the usage
+        /// (ArgumentParser's `EX_USAGE`).
+        public static let usage: Int32 = 64
     }
 
     /// What a run produced: the report, or why the scenario could not run.
@@ -60,7 +71,7 @@ public enum Simulation {
         } catch {
             let over = transport == .sim ? "" : " over \(transport.rawValue)"
             return Outcome(report: nil, scenarioError: nil, runError: "the simulator could not run the scenario\(over): \(error.message)",
-                           exitCode: Exit.invariantFailed)
+                           exitCode: Exit.runtimeFailure)
         }
     }
 }

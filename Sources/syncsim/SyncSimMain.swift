@@ -8,4 +8,9 @@ struct SyncSimMain: AsyncParsableCommand {
         commandName: "syncsim",
         abstract: "Run paired phone/watch SyncEngine nodes: scenarios, fuzzing, a live node, benchmarks.",
         subcommands: SyncSimCommands.all)
+
+    /// Usage errors print the usage; failures at run time print one line and exit with their documented code.
+    static func main() async {
+        await SyncSimCommands.main(SyncSimMain.self)
+    }
 }

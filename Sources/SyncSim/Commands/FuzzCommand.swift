@@ -23,6 +23,11 @@ public struct FuzzCommand: AsyncParsableCommand {
         guard runs >= 1 else { throw ValidationError("--runs must be at least 1") }
         guard (1...10_000).contains(ops) else { throw ValidationError("--ops must be in 1...10000") }
         guard (1...Scenario.maxWatches).contains(watches) else { throw ValidationError("--watches must be in 1...\(Scenario.maxWatches)") }
+        do {
+            _ = try Simulation.testingFaults(named: injectFault)
+        } catch {
+            throw ValidationError(error.message)
+        }
     }
 
     public func run() async throws {
@@ -63,23 +68,43 @@ public struct FuzzCommand: AsyncParsableCommand {
     }
 }
 
-/// A single updating progress line on stderr.
+/// Fuzz progress on stderr: on a terminal one line redrawn in place (a bar);
+/// otherwise (a pipe, a CI log) a plain line at each tenth of the run.
 final class ProgressBar: Sendable {
+    private let isTerminal: Bool
+    private let write: @Sendable (String) -> Void
     private let last = Mutex<Int>(-1)
 
+    /// `isTerminal`: whether stderr is a terminal (`isatty`); `write` receives the text (stderr by default).
+    init(isTerminal: Bool = isatty(STDERR_FILENO) == 1,
+         write: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) {
+        self.isTerminal = isTerminal
+        self.write = write
+    }
+
     func show(_ done: Int, _ total: Int, since start: ContinuousClock.Instant) {
-        let width = 30
-        let filled = total > 0 ? done * width / total : width
+        let width = isTerminal ? 30 : 10
+        let filled = total > 0 ? min(width, done * width / total) : width
         let shouldDraw = last.withLock { last -> Bool in
-            guard filled != last || done == total || done % 10 == 0 else { return false }
+            if isTerminal {
+                guard filled != last || done == total || done % 10 == 0 else { return false }
+            } else {
+                guard filled > max(last, 0) else { return false }
+            }
             last = filled
             return true
         }
         guard shouldDraw else { return }
         let seconds = max(0.001, (ContinuousClock.now - start) / .seconds(1))
-        let line = "\r[\(String(repeating: "#", count: filled))\(String(repeating: ".", count: width - filled))] \(done)/\(total)  \(String(format: "%.1f", Double(done) / seconds)) scenarios/s"
-        FileHandle.standardError.write(Data(line.utf8))
+        let rate = "\(String(format: "%.1f", Double(done) / seconds)) scenarios/s"
+        if isTerminal {
+            write("\r[\(String(repeating: "#", count: filled))\(String(repeating: ".", count: width - filled))] \(done)/\(total)  \(rate)")
+        } else {
+            write("fuzz: \(done)/\(total) scenarios, \(rate)\n")
+        }
     }
 
-    func finish() { FileHandle.standardError.write(Data("\n".utf8)) }
+    func finish() {
+        if isTerminal { write("\n") }
+    }
 }

@@ -26,7 +26,7 @@ public struct InspectCommand: ParsableCommand {
         do {
             inspection = try StoreInspection(path: db, includeValues: values)
         } catch {
-            throw ValidationError(error.message)
+            throw CommandFailure(exitCode: Simulation.Exit.badInput, error.message)
         }
         print(json ? inspection.json : inspection.text, terminator: "")
     }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import SyncTransport
 
 /// `syncsim pair --out FILE`: makes a pairing secret file (mode 0600).
@@ -19,7 +20,8 @@ public struct PairCommand: ParsableCommand {
         do {
             try secret.write(to: out, overwrite: force)
         } catch {
-            throw ValidationError("cannot write the pairing secret to \(out): \(error)\(force ? "" : " (use --force to replace an existing file)")")
+            throw CommandFailure(exitCode: Simulation.Exit.runtimeFailure,
+                                 "cannot write the pairing secret to \(out): \(error)\(force || !FileManager.default.fileExists(atPath: out) ? "" : " (use --force to replace an existing file)")")
         }
         print("wrote a pairing secret to \(out) (mode 0600); epoch \(secret.epoch)")
     }

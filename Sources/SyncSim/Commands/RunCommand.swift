@@ -6,7 +6,7 @@ public struct RunCommand: AsyncParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "run",
         abstract: "Run a scenario, check the invariants, print a report.",
-        discussion: "Exit status: 0 when every invariant holds, 1 when one fails (the report prints the replay command), 2 for a bad scenario file.")
+        discussion: "Exit status: 0 when every invariant holds, 1 when one fails (the report prints the replay command), 2 for a bad scenario file, 3 when the simulator could not run it.")
 
     public typealias Transport = SimTransport
 
