@@ -46,9 +46,8 @@ extension SyncSimCommands {
             root.exit(withError: error)
         }
         var command = parsed
-        let name = ([root.configuration.commandName ?? "syncsim"]
-            + [type(of: parsed).configuration.commandName].compactMap { $0 }.filter { $0 != root.configuration.commandName })
-            .joined(separator: " ")
+        let subcommand = ObjectIdentifier(type(of: parsed)) == ObjectIdentifier(root) ? nil : type(of: parsed).configuration.commandName
+        let name = [root.configuration.commandName ?? "syncsim", subcommand].compactMap { $0 }.joined(separator: " ")
         do {
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()
