@@ -43,6 +43,8 @@ package final class MailboxReplicator {
     private var postedThrough: Int64?
     /// Set when the peer refused our messages: posting stops until restart.
     package private(set) var stalled: SyncError?
+    /// Called with each message this end posts (the simulator's invariant checker reads them).
+    package var onPost: ((QueuedMessage) -> Void)?
     /// Whether the last round failed to post because the peer's spool was full (reported once).
     private var reportedFull = false
 
@@ -112,8 +114,9 @@ package final class MailboxReplicator {
                     report.entriesApplied += plan.applied
                     // Acknowledged before the message is taken: if this process dies in between,
                     // the batch comes again, applies nothing, and is acknowledged again.
-                    try mailbox.post(QueuedMessage.ack(header, after: after, through: through, applied: plan.applied,
-                                                       rejected: plan.rejected).frame(), reserve: true)
+                    let ack = QueuedMessage.ack(header, after: after, through: through, applied: plan.applied, rejected: plan.rejected)
+                    try mailbox.post(ack.frame(), reserve: true)
+                    onPost?(ack)
                     report.messagesPosted += 1
                 case .ack(_, let after, let through, _, let rejected):
                     let cursor = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)?.cursor ?? 0
@@ -258,7 +261,9 @@ package final class MailboxReplicator {
                 }
                 continue
             }
-            try mailbox.post(QueuedMessage.batch(header, after: rangeStart, through: scanned, entries: filtered).frame())
+            let batch = QueuedMessage.batch(header, after: rangeStart, through: scanned, entries: filtered)
+            try mailbox.post(batch.frame())
+            onPost?(batch)
             reportedFull = false
             report.messagesPosted += 1
             report.entriesPosted += filtered.count

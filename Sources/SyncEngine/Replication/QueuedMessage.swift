@@ -3,37 +3,37 @@ import SyncTransport
 /// What every queued message carries so that the receiver validates it on
 /// its own, without a live handshake: who sent it, under which pairing, in
 /// which protocol version, with which key registry.
-struct QueuedHeader: Sendable, Equatable {
-    var protocolVersion: UInt16
-    var node: UInt32
-    var role: DeviceRole
-    var pairingEpoch: String
-    var registryFingerprint: [UInt8]
+package struct QueuedHeader: Sendable, Equatable {
+    package var protocolVersion: UInt16
+    package var node: UInt32
+    package var role: DeviceRole
+    package var pairingEpoch: String
+    package var registryFingerprint: [UInt8]
 }
 
 /// The messages of queued delivery (through a `Mailbox`), frame types
 /// `0x11...0x13`. A batch names the range of the sender's change stream it
 /// covers, `(after, through]`; its acknowledgement names it back, so the
 /// sender's cursor for the peer moves only over contiguous, applied ranges.
-enum QueuedMessage: Sendable, Equatable {
+package enum QueuedMessage: Sendable, Equatable {
     case batch(QueuedHeader, after: Int64, through: Int64, entries: [WireEntry])
     case ack(QueuedHeader, after: Int64, through: Int64, applied: Int, rejected: [SyncMessage.Rejection])
     /// A message of ours the peer refused (another registry, protocol or pairing).
     case refusal(QueuedHeader, code: String, message: String)
 
-    enum MessageType: UInt8 {
+    package enum MessageType: UInt8 {
         case batch = 0x11, ack = 0x12, refusal = 0x13
     }
 
     static let payloadSchema: UInt8 = 1
 
-    var header: QueuedHeader {
+    package var header: QueuedHeader {
         switch self {
         case .batch(let h, _, _, _), .ack(let h, _, _, _, _), .refusal(let h, _, _): h
         }
     }
 
-    func frame() -> Frame {
+    package func frame() -> Frame {
         var w = ByteWriter()
         w.writeUInt8(Self.payloadSchema)
         let h = header
@@ -69,7 +69,7 @@ enum QueuedMessage: Sendable, Equatable {
     }
 
     /// Decodes a queued message; anything else throws `.malformedMessage`.
-    init(frame: Frame) throws {
+    package init(frame: Frame) throws {
         guard let type = MessageType(rawValue: frame.type) else {
             throw SyncError(.malformedMessage, "frame type \(frame.type) is not a queued message")
         }
