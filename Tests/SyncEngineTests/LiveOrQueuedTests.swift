@@ -33,7 +33,7 @@ import Testing
         try await waitFor("the watch to be reachable") { watch.isReachable && phone.isReachable }
         try await pair.phone.set(1, for: TestKeys.steps)
         try await eventually(pair.watch, "steps 1 on the watch") { try pair.watch.storedValue(for: TestKeys.steps) == 1 }
-        try await phone.waitUntilIdle(timeout: .seconds(10))
+        try await phone.waitUntilIdle(timeout: waitLimit)
         try await Task.sleep(for: .milliseconds(200))  // rounds of queued delivery ran meanwhile: they must post nothing
         #expect(postedSequence(phoneBox) == nil)
 
@@ -62,7 +62,7 @@ import Testing
         #expect(postedBefore != nil)
         try await pair.phone.set(3, for: TestKeys.steps)
         try await eventually(pair.watch, "steps 3 on the watch") { try pair.watch.storedValue(for: TestKeys.steps) == 3 }
-        try await phone.waitUntilIdle(timeout: .seconds(10))
+        try await phone.waitUntilIdle(timeout: waitLimit)
         try await Task.sleep(for: .milliseconds(200))
         #expect(try phoneBox.outgoingCount() == 0)
         #expect(postedSequence(phoneBox) == postedBefore)
@@ -87,10 +87,10 @@ func postedSequence(_ mailbox: Mailbox) -> String? {
     try? String(contentsOfFile: mailbox.outboxPath + "/sender.state", encoding: .utf8)
 }
 
-/// Polls `condition` every 20 ms until it holds; throws after 20 s.
+/// Polls `condition` every 20 ms until it holds; throws after `waitLimit`.
 func waitFor(_ what: String, _ condition: @Sendable () throws -> Bool) async throws {
     let clock = ContinuousClock()
-    let deadline = clock.now + .seconds(20)
+    let deadline = clock.now + waitLimit
     while clock.now < deadline {
         if try condition() { return }
         try await Task.sleep(for: .milliseconds(20))

@@ -1,5 +1,6 @@
 import Foundation
 import SyncTransport
+@_spi(Testing) @testable import SyncSim
 import Testing
 
 /// `syncsim node --mailbox DIR`: two node processes sharing a mailbox
@@ -123,5 +124,26 @@ import Testing
         #expect(pending == 0)
         try await quit(offline, "the watch node to quit")
         try await quit(phone, "the phone node to quit")
+    }
+}
+
+/// `syncsim node --mailbox DIR`'s arguments.
+@Suite struct NodeMailboxArgumentTests {
+    let base = ["--role", "watch", "--db", "w.sqlite", "--keys", "k.json", "--secret-file", "a"]
+
+    @Test func aMailboxGoesWithOrWithoutTCPAndServesOnePairing() throws {
+        #expect(try NodeCommand.parse(base + ["--mailbox", "box"]).mailbox == "box")
+        _ = try NodeCommand.parse(base + ["--mailbox", "box", "--connect", "127.0.0.1:7000"])
+        _ = try NodeCommand.parse(["--role", "phone", "--db", "p.sqlite", "--keys", "k.json", "--secret-file", "a",
+                                   "--mailbox", "box", "--listen", "127.0.0.1:0"])
+        // Neither TCP nor a mailbox: nothing to sync over.
+        #expect(throws: (any Error).self) { _ = try NodeCommand.parse(base) }
+        do {
+            _ = try NodeCommand.parse(["--role", "phone", "--db", "p.sqlite", "--keys", "k.json", "--secret-file", "a", "--secret-file", "b",
+                                       "--mailbox", "box", "--listen", "127.0.0.1:0"])
+            Issue.record("two pairings with one mailbox were accepted")
+        } catch {
+            #expect(NodeCommand.message(for: error).contains("--mailbox serves one pairing"), "\(NodeCommand.message(for: error))")
+        }
     }
 }
