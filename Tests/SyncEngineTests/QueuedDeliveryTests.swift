@@ -33,6 +33,8 @@ import Testing
         try await pair.phone.set(5, for: TestKeys.steps)
         try await pair.phone.set("imperial", for: TestKeys.units)
         try await pair.phone.set("phone secret", for: TestKeys.token)  // phoneOnly: never leaves the phone
+        // No peer known yet: what any peer would get is pending (it was 0: local changes were taken as the unknown peer's).
+        #expect(try pair.phone.pendingSummary().automatic == 2)
         let posted = try phone.deliverQueued(through: phoneBox)
         #expect(posted.messagesPosted == 1)
         #expect(try Set(queuedKeys(phoneBox)) == ["health:daily:steps", "units"])
