@@ -190,4 +190,24 @@ import Testing
         #expect(try pair.watch.storedValue(for: TestKeys.units) == "x")
         #expect(try pair.watch.storedValue(for: TestKeys.steps) == 1)
     }
+
+    @Test func aLargeValueTravelsWholeInOneMessage() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let (phone, phoneBox, watch, watchBox) = try peers(pair, directory: folder.path)
+        let big = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 7) })
+        try await pair.phone.set(big, for: TestKeys.blob)  // over the automatic limit: deferred until sync()
+        try await pair.phone.set(2, for: TestKeys.steps)
+        try phone.deliverQueued(through: phoneBox)
+        try watch.deliverQueued(through: watchBox)
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == 2)
+        #expect(try pair.watch.storedValue(for: TestKeys.blob) == nil)
+        try phone.sync()
+        let posted = try phone.deliverQueued(through: phoneBox)
+        #expect(posted.entriesPosted == 1)
+        try watch.deliverQueued(through: watchBox)
+        #expect(try pair.watch.storedValue(for: TestKeys.blob) == big)
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try pair.phone.pendingSummary(for: pair.watch.nodeID).total == 0)
+    }
 }
