@@ -241,13 +241,14 @@ public final class Mailbox: Sendable {
     }
 
     /// Records `message` as delivered (durably: it is never delivered again)
-    /// and removes its file.
+    /// and removes its file. The file goes first: a reader that dies in
+    /// between leaves no copy behind to be mistaken for a replay.
     public func accept(_ message: MailboxMessage) throws {
+        MailboxFiles.remove(inboxPath + "/" + message.fileName)
+        try MailboxFiles.syncDirectory(inboxPath)
         if message.sequence > acceptedSequence {
             try MailboxFiles.writeNumber(message.sequence, to: inboxPath + "/receiver.state")
         }
-        MailboxFiles.remove(inboxPath + "/" + message.fileName)
-        try MailboxFiles.syncDirectory(inboxPath)
     }
 
     /// Refuses an authenticated message the layer above cannot use (another
