@@ -62,6 +62,12 @@ public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let decompressionFailed = Code("decompression-failed")
         public static let authenticationFailed = Code("authentication-failed")
         public static let badSecretFile = Code("bad-secret-file")
+        /// A mailbox spool is full (`MailboxLimits`); the peer must read it first.
+        public static let mailboxFull = Code("mailbox-full")
+        /// A mailbox's files could not be created, read, written or moved.
+        public static let mailboxIO = Code("mailbox-io")
+        /// A mailbox message at or below the last accepted sequence: a replay.
+        public static let replayedMessage = Code("replayed-message")
     }
 
     public let code: Code

@@ -20,12 +20,18 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
         public static let timeout = Code("timeout")
         public static let connectFailed = Code("connect-failed")
         public static let badSecretFile = Code("bad-secret-file")
+        /// A mailbox spool holds as many messages or bytes as `MailboxLimits` allow.
+        public static let mailboxFull = Code("mailbox-full")
+        /// A mailbox's files could not be created, read, written or moved.
+        public static let mailboxIO = Code("mailbox-io")
+        /// A mailbox message at or below the last accepted sequence: a replay.
+        public static let replayedMessage = Code("replayed-message")
 
         /// Every code this build defines.
         static let all: [Code] = [
             .closed, .truncatedFrame, .oversizedFrame, .badMagic, .unsupportedVersion, .checksumMismatch,
             .decompressionFailed, .authenticationFailed, .decryptionFailed, .protocolViolation, .timeout,
-            .connectFailed, .badSecretFile,
+            .connectFailed, .badSecretFile, .mailboxFull, .mailboxIO, .replayedMessage,
         ]
     }
 

@@ -203,6 +203,10 @@ package final class InMemoryReplicationPort: ReplicationPort {
         throw SyncError(.protocolViolation, "the in-memory port does not take re-baseline notices")
     }
 
+    package func queuedPeer(role: DeviceRole, epoch: String) throws -> PeerRecord? {
+        peers.values.filter { $0.role == role && $0.epoch == epoch }.map(\.record).max { $0.node < $1.node }
+    }
+
     package func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord {
         if let known = peers[node], known.epoch == epoch {
             peers[node]!.role = role

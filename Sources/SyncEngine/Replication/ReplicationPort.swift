@@ -56,6 +56,9 @@ package protocol ReplicationPort: AnyObject {
     /// Records the peer of a new session and returns what is known of it; a
     /// new peer (or one under another pairing epoch) starts at cursor 0.
     func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord
+    /// The peer of `role` under pairing `epoch` this store saw last (its node
+    /// and cursor), if any: whom queued delivery through a mailbox writes to.
+    func queuedPeer(role: DeviceRole, epoch: String) throws -> PeerRecord?
     /// `peer` durably applied every change up to `sequence`: its cursor moves there (never back).
     func acknowledge(peer: UInt32, through sequence: Int64) throws
     /// Remembers the keys `peer` declares differently.
@@ -179,6 +182,10 @@ package final class SQLiteReplicationPort: ReplicationPort {
 
     package func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord {
         try store.recordPeer(node: node, role: role, epoch: epoch)
+    }
+
+    package func queuedPeer(role: DeviceRole, epoch: String) throws -> PeerRecord? {
+        try store.queuedPeer(role: role, epoch: epoch)
     }
 
     package func acknowledge(peer: UInt32, through sequence: Int64) throws { try store.acknowledge(peer: peer, through: sequence) }

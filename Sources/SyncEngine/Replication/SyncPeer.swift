@@ -22,6 +22,10 @@ public final class SyncPeer: Sendable {
     /// Bumped when a session applied entries that the other sessions must send
     /// (only while there are several): their idea of "idle" is then stale.
     private let forwarded = Atomic<Int>(0)
+    /// Publishes `isReachable` each time it changes (`reachabilityChanges()`).
+    let reachabilityHub = Broadcaster<Bool>()
+    /// Queued delivery's state per mailbox (`SyncPeer+Mailbox`).
+    let queuedDrivers = Mutex<[ObjectIdentifier: MailboxReplicator]>([:])
 
     private struct Session {
         var connected = false
@@ -35,6 +39,8 @@ public final class SyncPeer: Sendable {
         var nextSession = 0
         /// Whether the last published aggregate state was idle.
         var idle = false
+        /// Whether the last published reachability was reachable.
+        var reachable = false
     }
 
     private enum Input: Sendable {
@@ -201,15 +207,18 @@ public final class SyncPeer: Sendable {
     /// aggregate: idle when every session is established with nothing pending
     /// or in flight.
     private func updateState(_ session: Int, _ new: Session?) {
-        let (changed, idle) = state.withLock { state -> (Bool, Bool) in
+        let (changed, idle, reachability) = state.withLock { state -> (Bool, Bool, Bool?) in
             let old = state.sessions[session]
             state.sessions[session] = new
             let idle = !state.sessions.isEmpty && state.sessions.values.allSatisfy(\.idle)
             let generationMoved = new.map { $0.idle && $0.generation != old?.generation } ?? false
             let changed = idle != state.idle || (idle && generationMoved)
             state.idle = idle
-            return (changed, idle)
+            let reachable = state.sessions.values.contains { $0.connected }
+            defer { state.reachable = reachable }
+            return (changed, idle, reachable != state.reachable ? reachable : nil)
         }
+        if let reachability { reachabilityHub.publish(reachability) }
         if changed {
             idleChanges.publish(idle)
             if idle { store.emit(.idle) }

@@ -246,7 +246,8 @@ extension SyncStore {
     public func pendingSummary() throws -> PendingSummary {
         try checkOpen()
         let peers = try knownPeers()
-        guard !peers.isEmpty else { return try pendingSummary(cursor: 0, excluding: 0) }
+        // No peer yet: every change is pending (local changes have origin 0, so exclude no real node).
+        guard !peers.isEmpty else { return try pendingSummary(cursor: 0, excluding: UInt32.max) }
         return try peers.map { try pendingSummary(cursor: $0.cursor, excluding: $0.node) }.max { $0.total < $1.total }!
     }
 

@@ -6,6 +6,9 @@ public enum Invariant: String, Sendable, CaseIterable, Codable {
     case placement
     case direction
     case largeValuesManual = "large-values-manual"
+    /// Scenarios with a mailbox: nothing is refused, and once both ends ran
+    /// their rounds to quiescence neither spool holds a message.
+    case queuedDelivery = "queued-delivery"
 }
 
 /// The outcome of one invariant over a run.

@@ -65,6 +65,26 @@ struct InvariantChecker {
         }
     }
 
+    /// Inspects one message `sender` posted to a mailbox (queued delivery):
+    /// the same placement, direction and large-value rules as a frame.
+    mutating func observeQueued(_ message: QueuedMessage, from sender: DeviceRole, senderID: UInt32, model: WriteModel, at time: Int64) {
+        log.checked(.placement)
+        log.checked(.direction)
+        switch message {
+        case .batch(_, _, _, let entries):
+            for entry in entries {
+                checkEntryKey(entry.key, from: sender, time: time, what: "queued batch entry")
+                if !entry.deleted, let value = entry.value, value.count > SyncPolicy.automaticLimit {
+                    checkLarge(entry.key, version: entry.version, from: sender, senderID: senderID, model: model, time: time, visible: nil)
+                }
+            }
+        case .ack(_, _, _, _, let rejected):
+            for rejection in rejected { checkEntryKey(rejection.key, from: sender, time: time, what: "queued ack rejection", directional: false) }
+        case .refusal(_, let code, let text):
+            log.violate(.queuedDelivery, "t=\(time) \(sender) refused a queued message: \(code): \(text)")
+        }
+    }
+
     /// `valueFrom` is the device whose value the message is about: the sender,
     /// except for resume notes about values the sender is receiving.
     private mutating func checkEntryKey(_ key: String, from sender: DeviceRole, time: Int64, what: String, directional: Bool = true,

@@ -15,6 +15,7 @@ public struct FuzzCommand: AsyncParsableCommand {
     @Option(help: "Where failure files go.") var outDir: String = "."
     @Option(help: "The most watches per scenario (1...3); each scenario gets 1 to this many.") var watches: Int = Scenario.maxWatches
     @Flag(help: "No power cuts inside SQLite transactions.") var noPowerCuts = false
+    @Flag(help: "No queued delivery through a mailbox (and no node-down periods it brings).") var noMailbox = false
     @Option(name: .customLong("inject-fault"), help: .hidden) var injectFault: [String] = []
 
     public init() {}
@@ -41,6 +42,7 @@ public struct FuzzCommand: AsyncParsableCommand {
         fuzzer.outDir = outDir
         fuzzer.maxWatches = watches
         fuzzer.powerCuts = !noPowerCuts
+        fuzzer.mailbox = !noMailbox
         let start = ContinuousClock.now
         let bar = ProgressBar()
         let (completed, failure) = await fuzzer.run { done, total in bar.show(done, total, since: start) }

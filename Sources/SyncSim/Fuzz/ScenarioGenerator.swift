@@ -4,8 +4,9 @@ import SyncTransport
 /// Makes random scenarios from a seed: mixed keys over every availability
 /// and policy, small values mostly and values around the 100 KB boundary
 /// now and then, random faults, partitions, crashes and restarts, skew;
-/// one to three watches, each with its own link, and power cuts that land
-/// inside SQLite transactions.
+/// one to three watches, each with its own link, power cuts that land
+/// inside SQLite transactions, and queued delivery through a mailbox with a
+/// node not running for a while.
 public struct ScenarioGenerator: Sendable {
     /// Timeline steps per scenario.
     public var ops: Int
@@ -14,11 +15,16 @@ public struct ScenarioGenerator: Sendable {
     public var maxWatches: Int
     /// Whether scenarios get `powerCut` steps.
     public var powerCuts: Bool
+    /// Whether scenarios may get a mailbox (`"mailbox": true`, about 4 in 10)
+    /// and, with it, a period where one node is not running while the other
+    /// writes and queues.
+    public var mailbox: Bool
 
-    public init(ops: Int = 100, maxWatches: Int = Scenario.maxWatches, powerCuts: Bool = true) {
+    public init(ops: Int = 100, maxWatches: Int = Scenario.maxWatches, powerCuts: Bool = true, mailbox: Bool = true) {
         self.ops = ops
         self.maxWatches = min(max(1, maxWatches), Scenario.maxWatches)
         self.powerCuts = powerCuts
+        self.mailbox = mailbox
     }
 
     /// The scenario for `seed`.
@@ -99,12 +105,24 @@ public struct ScenarioGenerator: Sendable {
             }
             steps.append(Scenario.Step(at: at, action))
         }
+        // Queued delivery comes from a stream of its own: a scenario without a mailbox is the one this seed always gave.
+        var m = SeededRandom(seed: seed ^ 0x3A11_B0C5_0F_16)
+        let queued = mailbox && m.nextBool(probability: 0.4)
+        if queued, !steps.isEmpty {
+            // A period where one node is not running while the other goes on writing and queueing.
+            let down: ScenarioNode = m.nextBool(probability: 0.5) ? .phone : watches[m.nextInt(in: 0...(watchCount - 1))]
+            let first = m.nextInt(in: 0...(steps.count - 1))
+            let last = min(steps.count - 1, first + m.nextInt(in: 5...30))
+            let restart = Scenario.Step(at: steps[last].at, .restart(node: down))
+            steps.insert(restart, at: last + 1)
+            steps.insert(Scenario.Step(at: steps[first].at, .crash(node: down)), at: first)
+        }
         var faults = LinkFaults()
         if r.nextBool(probability: 0.5) {
             faults = LinkFaults(latencyMs: r.nextInt(in: 1...50), jitterMs: r.nextInt(in: 0...20), lossRate: Double(r.nextInt(in: 0...20)) / 100,
                                 duplicateRate: Double(r.nextInt(in: 0...10)) / 100, reorderRate: Double(r.nextInt(in: 0...20)) / 100)
         }
         return Scenario(description: "fuzz scenario from seed \(seed) (\(ops) ops, \(watchCount) watch\(watchCount == 1 ? "" : "es"))",
-                        seed: seed, keys: keys, faults: faults, settleLimitMs: 300_000, watches: watchCount, timeline: steps)
+                        seed: seed, keys: keys, faults: faults, settleLimitMs: 300_000, watches: watchCount, mailbox: queued, timeline: steps)
     }
 }

@@ -30,12 +30,20 @@ public struct NodeCommand: AsyncParsableCommand {
     @Option(help: "Listen on HOST:PORT (port 0 picks a free port).") var listen: String?
     @Option(help: "Connect to HOST:PORT, reconnecting with backoff.") var connect: String?
     @Option(name: .customLong("key-file"), help: "Master key file for encrypted keys (default: DB.key, created 0600).") var keyFile: String?
+    @Option(
+        help: ArgumentHelp(
+            "Queued delivery through this directory, shared by both nodes of the pairing.",
+            discussion: "With or without --listen/--connect: changes go live over TCP while connected and through the mailbox otherwise (DIR/phone-to-watch and DIR/watch-to-phone). Takes exactly one --secret-file."))
+    var mailbox: String?
 
     public init() {}
 
     public func validate() throws {
-        guard (listen == nil) != (connect == nil) else {
-            throw ValidationError("give exactly one of --listen HOST:PORT or --connect HOST:PORT")
+        guard (listen == nil) != (connect == nil) || (mailbox != nil && listen == nil && connect == nil) else {
+            throw ValidationError("give exactly one of --listen HOST:PORT or --connect HOST:PORT (or only --mailbox DIR)")
+        }
+        if mailbox != nil, secretFiles.count > 1 {
+            throw ValidationError("--mailbox serves one pairing: give exactly one --secret-file (got \(secretFiles.count))")
         }
         if let address = listen ?? connect, NodeCommand.split(address) == nil {
             throw ValidationError("'\(address)' is not HOST:PORT")
@@ -78,6 +86,13 @@ public struct NodeCommand: AsyncParsableCommand {
         var tcpConfiguration = try TCPConfiguration(secrets: secrets)
         tcpConfiguration.logger = Logger(label: "syncsim.node.tcp") { _ in StreamLogHandler.standardError(label: "syncsim.node.tcp") }
         let tcp = tcpConfiguration
+        let queued: Mailbox?
+        do {
+            queued = try mailbox.map { try Mailbox(directory: $0, role: role == .phone ? .phone : .watch, secret: secrets[0]) }
+        } catch {
+            output.write(["event": "error", "error": "\(error)"])
+            throw ExitCode(2)
+        }
 
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await NodeCommand.forwardEvents(store: store, output: output) }
@@ -94,7 +109,10 @@ public struct NodeCommand: AsyncParsableCommand {
             } else if let connect, let (host, port) = NodeCommand.split(connect) {
                 group.addTask { await peer.maintainConnection(host: host, port: port, configuration: tcp) }
             }
-            let console = NodeConsole(store: store, peer: peer, output: output)
+            if let queued {
+                group.addTask { await peer.runQueued(through: queued, pollInterval: .milliseconds(100)) }
+            }
+            let console = NodeConsole(store: store, peer: peer, output: output, mailbox: queued)
             await console.run()
             store.close()
             group.cancelAll()

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import SyncEngine
+import SyncTransport
 
 /// Writes one JSON object per line to stdout, never interleaved.
 final class JSONLineWriter: Sendable {
@@ -19,6 +20,8 @@ struct NodeConsole {
     let store: SyncStore
     let peer: SyncPeer
     let output: JSONLineWriter
+    /// The mailbox of queued delivery (`--mailbox`), if any.
+    var mailbox: Mailbox? = nil
 
     func run() async {
         let input = NodeConsole.standardInputLines()
@@ -87,14 +90,20 @@ struct NodeConsole {
         let counters = store.syncCounters
         let pending = try store.pendingSummary()
         let cache = store.cacheStatistics
-        return [
+        var status: [String: Any] = [
             "ok": true, "role": store.role.rawValue, "node": String(store.nodeID, radix: 16), "connected": peer.isConnected,
+            "reachable": peer.isReachable,
             "entries": try store.allEntryInfo().filter { !$0.isDeleted }.count,
             "sent": counters.entriesSent, "received": counters.entriesReceived, "conflicts": counters.conflicts,
             "deferred": counters.deferred, "bytesSent": counters.bytesSent, "bytesReceived": counters.bytesReceived,
             "pending": ["automatic": pending.automatic, "manualReleased": pending.manualReleased, "manualWaiting": pending.manualWaiting],
             "cache": ["hits": cache.hits, "misses": cache.misses, "skippedWrites": cache.skippedWrites],
         ]
+        if let mailbox {
+            status["mailbox"] = ["outgoing": try mailbox.outgoingCount(), "incoming": try mailbox.incomingCount(),
+                                 "refused": try mailbox.refusedFiles().count]
+        }
+        return status
     }
 
     static func json(_ event: SyncEvent) -> [String: Any] {

@@ -113,6 +113,8 @@ protocol ScenarioLink: AnyObject {
     func willSync(on node: SimNode)
     /// Replaces the faults of the links of `watches`; a partition stays as it is.
     func setFaults(_ faults: LinkFaults, watches: [SimNode])
+    /// The pairing epoch of the watch's pairing with the phone (its sessions' and its mailbox's).
+    func pairingEpoch(of watch: SimNode) -> String
     /// Whether the watch's link to the phone is partitioned.
     func isPartitioned(_ watch: SimNode) -> Bool
     func setPartitioned(_ partitioned: Bool, watches: [SimNode]) async

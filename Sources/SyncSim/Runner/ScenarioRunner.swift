@@ -15,10 +15,13 @@ final class ScenarioRunner<Link: ScenarioLink> {
     var checkpoints = 0
     var powerCuts = 0
     var stepsRun = 0
+    /// Queued delivery, in scenarios with `"mailbox": true`.
+    let mailboxes: ScenarioMailboxes?
 
     init(scenario: Scenario, options: RunOptions = RunOptions()) throws {
         state = try RunState(scenario: scenario, options: options, folderPrefix: Link.folderPrefix)
         link = Link(state: state)
+        mailboxes = scenario.mailbox ? ScenarioMailboxes(state: state) : nil
         valueRandom = SeededRandom(seed: state.seed ^ 0x5EED_5EED_5EED_5EED)
     }
 
@@ -34,6 +37,11 @@ final class ScenarioRunner<Link: ScenarioLink> {
                 await Task.yield()  // a simulated run computes without suspending: let other tasks (and runs) have the threads
                 await link.advance(to: step.at)
                 await reapPowerCuts()
+                if let mailboxes {
+                    mailboxes.now = step.at
+                    mailboxes.rounds(link: link)
+                    await reapPowerCuts()
+                }
                 try await apply(step)
                 stepsRun += 1
             }
@@ -43,7 +51,15 @@ final class ScenarioRunner<Link: ScenarioLink> {
             for node in state.nodes where node.isUp { node.disarmPowerCut() }
             await link.setPartitioned(false, watches: Array(state.watches))
             for node in state.nodes where !node.isUp { try await restart(node) }
-            let converged = await link.settle(limitMs: state.scenario.settleLimitMs, watches: Array(state.watches))
+            var converged = await link.settle(limitMs: state.scenario.settleLimitMs, watches: Array(state.watches))
+            if let mailboxes {
+                mailboxes.now = link.elapsedMs
+                // What arrived queued may have to go on live to the other watches, and back.
+                for _ in 0..<5 where mailboxes.rounds(link: link) {
+                    converged = await link.settle(limitMs: state.scenario.settleLimitMs, watches: Array(state.watches)) && converged
+                }
+                mailboxes.check(label: "end", link: link)
+            }
             if !converged { state.checker.log.violate(.convergence, link.unsettledAtEnd(limitMs: state.scenario.settleLimitMs)) }
             await reapPowerCuts()
             try checkState(label: "end", connected: Array(state.watches))
@@ -125,14 +141,34 @@ final class ScenarioRunner<Link: ScenarioLink> {
             var settled: [SimNode] = []
             if !reachable.isEmpty {
                 let limit = state.options.checkpointLimitMs
-                let idle = await link.settle(limitMs: limit, watches: reachable)
+                var idle = await link.settle(limitMs: limit, watches: reachable)
                 await reapPowerCuts()
+                if let mailboxes {
+                    for _ in 0..<5 where mailboxes.rounds(link: link) {
+                        idle = await link.settle(limitMs: limit, watches: reachable) && idle
+                        await reapPowerCuts()
+                    }
+                }
                 if !state.phone.isUp || !reachable.allSatisfy(\.isUp) {
                     settled = []  // a power cut fired while settling: the nodes left are checked alone
                 } else if idle {
                     settled = reachable
                 } else {
                     state.checker.log.violate(.convergence, "checkpoint at t=\(step.at): not idle within \(link.describeLimit(ms: limit))")
+                }
+            }
+            if let mailboxes, state.phone.isUp {
+                // Queued delivery reaches the watches that run behind a partition too.
+                let queued = state.watches.filter { $0.isUp && link.isPartitioned($0) }
+                if !queued.isEmpty {
+                    for _ in 0..<5 where mailboxes.rounds(link: link) {
+                        if !settled.isEmpty { _ = await link.settle(limitMs: state.options.checkpointLimitMs, watches: settled) }
+                        await reapPowerCuts()
+                    }
+                }
+                mailboxes.check(label: "checkpoint t=\(step.at)", link: link)
+                if state.phone.isUp, reachable.allSatisfy(\.isUp), reachable.isEmpty || !settled.isEmpty {
+                    settled += queued.filter(\.isUp)
                 }
             }
             try checkState(label: "checkpoint t=\(step.at)", connected: settled)
@@ -240,7 +276,8 @@ final class ScenarioRunner<Link: ScenarioLink> {
         return SimReport(scenario: name, description: state.scenario.description, seed: state.seed, transport: transport.rawValue,
                          steps: stepsRun, checkpoints: checkpoints, virtualTimeMs: link.elapsedMs, converged: converged,
                          sessions: link.sessions, sessionFailures: link.sessionFailures, nodes: nodes,
-                         invariants: state.checker.log.ordered, replay: replay,
+                         invariants: state.checker.log.ordered.filter { state.scenario.mailbox || $0.name != Invariant.queuedDelivery.rawValue },
+                         replay: replay,
                          powerCuts: state.nodes.contains { $0.crashVFS != nil } ? powerCuts : nil,
                          tombstonePurge: state.scenario.showsTombstonePurge ? try state.nodes.map(SimReport.Purge.measure) : nil)
     }

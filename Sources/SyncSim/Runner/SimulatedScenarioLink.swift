@@ -80,6 +80,7 @@ final class SimulatedScenarioLink: ScenarioLink {
     }
 
     func isPartitioned(_ watch: SimNode) -> Bool { pair(watch).link.faults.partitioned }
+    func pairingEpoch(of watch: SimNode) -> String { pair(watch).pairingEpoch }
 
     func setPartitioned(_ partitioned: Bool, watches: [SimNode]) async {
         for watch in watches { pair(watch).link.faults.partitioned = partitioned }

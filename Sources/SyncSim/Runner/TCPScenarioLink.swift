@@ -56,6 +56,7 @@ final class TCPScenarioLink: ScenarioLink {
     func setFaults(_ faults: LinkFaults, watches: [SimNode]) {}
 
     func isPartitioned(_ watch: SimNode) -> Bool { shared.isPartitioned(watch.name) }
+    func pairingEpoch(of watch: SimNode) -> String { secret(watch.name).epoch }
 
     func setPartitioned(_ partitioned: Bool, watches: [SimNode]) async {
         for watch in watches {

@@ -5,7 +5,7 @@ import SyncTransport
 /// A scenario file (format: `Fixtures/scenarios/README.md`), decoded and validated.
 struct ScenarioDocument: Decodable {
     static let fileKey = CodingUserInfoKey(rawValue: "syncsim.scenarioFile")!
-    static let fields = ["description", "seed", "keys", "keysFile", "faults", "settleLimitMs", "watches", "tombstoneRetentionMs", "peerHorizonMs", "timeline"]
+    static let fields = ["description", "seed", "keys", "keysFile", "faults", "settleLimitMs", "watches", "tombstoneRetentionMs", "peerHorizonMs", "mailbox", "timeline"]
 
     var scenario: Scenario
 
@@ -38,12 +38,14 @@ struct ScenarioDocument: Decodable {
         let watches = Int(try root.integer("watches", required: false, range: 1...Int64(Scenario.maxWatches)) ?? 1)
         let retention = try root.integer("tombstoneRetentionMs", required: false, range: 0...Scenario.maxStoreDurationMs)
         let horizon = try root.integer("peerHorizonMs", required: false, range: 1_000...Scenario.maxStoreDurationMs)
+        let mailbox = try root.bool("mailbox") ?? false
         guard let items = try root.elements("timeline", of: "steps") else { throw root.fail("timeline", "is required") }
         let steps = try items.map { try StepCoding.step(from: $0, registry: registry, watches: watches) }
         // Stable: steps at the same time keep file order.
         let ordered = steps.enumerated().sorted { ($0.element.at, $0.offset) < ($1.element.at, $1.offset) }.map(\.element)
         scenario = Scenario(description: description, seed: UInt64(seed), keys: keys, keysFile: keysFile, faults: faults,
-                            settleLimitMs: settle, watches: watches, tombstoneRetentionMs: retention, peerHorizonMs: horizon, timeline: ordered)
+                            settleLimitMs: settle, watches: watches, tombstoneRetentionMs: retention, peerHorizonMs: horizon,
+                            mailbox: mailbox, timeline: ordered)
     }
 }
 
@@ -249,6 +251,7 @@ extension Scenario: Encodable {
         if watches != 1 { try c.encode(watches, forKey: FieldKey("watches")) }
         try c.encodeIfPresent(tombstoneRetentionMs, forKey: FieldKey("tombstoneRetentionMs"))
         try c.encodeIfPresent(peerHorizonMs, forKey: FieldKey("peerHorizonMs"))
+        if mailbox { try c.encode(true, forKey: FieldKey("mailbox")) }
         try c.encode(timeline, forKey: FieldKey("timeline"))
     }
 }

@@ -49,10 +49,15 @@ public struct Scenario: Sendable, Equatable {
     public var tombstoneRetentionMs: Int64?
     /// Every node's `StoreOptions.peerHorizon` in milliseconds (nil: the engine's default).
     public var peerHorizonMs: Int64?
+    /// Queued delivery: each watch's pairing also has a mailbox directory. While
+    /// a link is partitioned or a node is not running, the nodes that run go on
+    /// posting and reading through it (live over the link otherwise).
+    public var mailbox: Bool
 
     public init(description: String, seed: UInt64, keys: [KeyDescriptor], keysFile: String? = nil, faults: LinkFaults = .init(),
                 settleLimitMs: Int64 = 600_000, watches: Int = 1, tombstoneRetentionMs: Int64? = nil, peerHorizonMs: Int64? = nil,
-                timeline: [Step]) {
+                mailbox: Bool = false, timeline: [Step]) {
+        self.mailbox = mailbox
         self.watches = watches
         self.tombstoneRetentionMs = tombstoneRetentionMs
         self.peerHorizonMs = peerHorizonMs

@@ -1,0 +1,288 @@
+import Logging
+import SyncTransport
+
+/// What one round of queued delivery did (`SyncPeer.deliverQueued(through:)`).
+public struct QueuedDeliveryReport: Sendable, Equatable {
+    /// Messages read from the peer (batches, acknowledgements, refusals).
+    public var messagesRead = 0
+    /// Entries from the peer that changed this store.
+    public var entriesApplied = 0
+    /// Messages this end posted (batches, acknowledgements, refusals).
+    public var messagesPosted = 0
+    /// Entries this end posted for the peer.
+    public var entriesPosted = 0
+    /// The peer's cursor moved (an acknowledgement of our changes arrived).
+    public var acknowledged = false
+    /// Files or messages refused, with their codes (also reported as `.error` events).
+    public var refused: [SyncError] = []
+
+    public init() {}
+}
+
+/// Queued delivery through a `Mailbox`, step-driven like `ReplicationEndpoint`:
+/// each `exchange` reads what the peer queued (applying batches through the
+/// same `ApplyPlanner` and port as a live session, acknowledging them durably),
+/// then posts this store's changes after what is already posted.
+///
+/// The peer's cursor is the truth of what is pending: posting starts after it
+/// (or after what waits in the outbox), an acknowledgement moves it only when
+/// its range starts at or before it, and when the outbox is empty while the
+/// cursor lags (a message was refused or lost) posting starts over from the
+/// cursor. Applying is idempotent by version: a message delivered twice
+/// applies nothing the second time.
+///
+/// Not thread-safe: one task (or lock) owns it.
+package final class MailboxReplicator {
+    package let port: any ReplicationPort
+    package let reporter: any ReplicationReporter
+    package let configuration: ReplicationConfiguration
+    package let mailbox: Mailbox
+    /// The peer's node, once known (from the store, or its first message).
+    package private(set) var peerNode: UInt32?
+    /// The stream position posted through (nil: not decided since start).
+    private var postedThrough: Int64?
+    /// Set when the peer refused our messages: posting stops until restart.
+    package private(set) var stalled: SyncError?
+    /// Called with each message this end posts (the simulator's invariant checker reads them).
+    package var onPost: ((QueuedMessage) -> Void)?
+    /// Whether the last round failed to post because the peer's spool was full (reported once).
+    private var reportedFull = false
+
+    package init(port: any ReplicationPort, reporter: any ReplicationReporter, configuration: ReplicationConfiguration, mailbox: Mailbox) {
+        self.port = port
+        self.reporter = reporter
+        self.configuration = configuration
+        self.mailbox = mailbox
+    }
+
+    private var header: QueuedHeader {
+        QueuedHeader(protocolVersion: configuration.protocolRange.upperBound, node: port.nodeID, role: port.role,
+                     pairingEpoch: configuration.pairingEpoch, registryFingerprint: port.registry.fingerprint(for: port.role))
+    }
+
+    /// One round: reads and applies (or acknowledges) everything the peer
+    /// queued, then, when `sendsPending`, posts what is pending for it.
+    /// Never throws: failures are reported as `.error` events and in the report.
+    package func exchange(sendsPending: Bool) -> QueuedDeliveryReport {
+        var report = QueuedDeliveryReport()
+        do {
+            if peerNode == nil { peerNode = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)?.node }
+            let outboxWasEmpty = try mailbox.outgoingCount() == 0
+            try receive(into: &report)
+            if sendsPending { try post(outboxWasEmpty: outboxWasEmpty, into: &report) }
+        } catch let error as SyncError {
+            emit(.error(error))
+        } catch let error as TransportError {
+            if error.code == .mailboxFull {
+                if !reportedFull { emit(.error(SyncError(error, context: "queued delivery waits for the peer to read"))) }
+                reportedFull = true
+            } else {
+                emit(.error(SyncError(error, context: "queued delivery")))
+            }
+        } catch {
+            emit(.error(SyncError(.mailboxIO, "queued delivery: \(error)")))
+        }
+        return report
+    }
+
+    // MARK: receiving
+
+    private func receive(into report: inout QueuedDeliveryReport) throws {
+        while let delivery = try mailbox.next() {
+            switch delivery {
+            case .refused(let file, let error):
+                let refusal = SyncError(error, context: "the mailbox refused \(file) (kept in \(mailbox.inboxPath)/refused)")
+                report.refused.append(refusal)
+                emit(.error(refusal))
+            case .message(let message):
+                report.messagesRead += 1
+                let decoded: QueuedMessage
+                do {
+                    decoded = try QueuedMessage(frame: message.frame)
+                } catch let error as SyncError {
+                    try setAside(message, error, into: &report)
+                    continue
+                }
+                if let problem = validate(decoded.header, isRefusal: { if case .refusal = decoded { true } else { false } }()) {
+                    try setAside(message, problem, into: &report)
+                    continue
+                }
+                let peer = try learn(decoded.header)
+                switch decoded {
+                case .batch(_, let after, let through, let entries):
+                    let plan = try apply(entries, from: peer)
+                    report.entriesApplied += plan.applied
+                    // Acknowledged before the message is taken: if this process dies in between,
+                    // the batch comes again, applies nothing, and is acknowledged again.
+                    let ack = QueuedMessage.ack(header, after: after, through: through, applied: plan.applied, rejected: plan.rejected)
+                    try mailbox.post(ack.frame(), reserve: true)
+                    onPost?(ack)
+                    report.messagesPosted += 1
+                case .ack(_, let after, let through, _, let rejected):
+                    let cursor = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)?.cursor ?? 0
+                    if after <= cursor, through > cursor {
+                        try port.acknowledge(peer: peer.node, through: through)
+                        report.acknowledged = true
+                    }
+                    if !rejected.isEmpty {
+                        emit(.error(SyncError(.protocolViolation, "the peer refused \(rejected.count) entries: \(rejected.map { "\($0.key) (\($0.code))" }.joined(separator: ", "))")))
+                    }
+                case .refusal(_, let code, let text):
+                    let error = SyncError(SyncError.Code(PeerText.escaped(code, maxLength: 64)),
+                                          "the peer refused our queued messages: \(PeerText.escaped(text))")
+                    stalled = error
+                    report.refused.append(error)
+                    emit(.error(error))
+                }
+                try mailbox.accept(message)
+            }
+        }
+    }
+
+    /// Why a message with `header` cannot be used here, if it cannot.
+    /// A refusal is read whatever the peer's protocol or registry (they are often why it refused).
+    private func validate(_ header: QueuedHeader, isRefusal: Bool) -> SyncError? {
+        if header.role != port.role.counterpart {
+            return SyncError(.protocolViolation, "a queued message from a \(header.role) reached a \(port.role)")
+        }
+        if header.pairingEpoch != configuration.pairingEpoch {
+            return SyncError(.pairingMismatch, "a queued message of pairing \(PeerText.escaped(header.pairingEpoch, maxLength: 64)) reached pairing \(configuration.pairingEpoch)")
+        }
+        if isRefusal { return nil }
+        if !configuration.protocolRange.contains(header.protocolVersion) {
+            return SyncError(.unsupportedVersion,
+                             "a queued message speaks protocol \(header.protocolVersion); this build speaks \(configuration.protocolRange.lowerBound)...\(configuration.protocolRange.upperBound)")
+        }
+        if header.registryFingerprint != port.registry.fingerprint(for: port.role) {
+            return SyncError(.keyDeclarationMismatch,
+                             "a queued message was written with another key registry (its declarations differ from this device's); update both apps to the same registry")
+        }
+        return nil
+    }
+
+    /// Keeps a message that cannot be used aside, tells the peer (best effort), reports it.
+    private func setAside(_ message: MailboxMessage, _ error: SyncError, into report: inout QueuedDeliveryReport) throws {
+        try mailbox.setAside(message, because: error.description)
+        report.refused.append(error)
+        emit(.error(error))
+        if message.frame.type != QueuedMessage.MessageType.refusal.rawValue {
+            _ = try? mailbox.post(QueuedMessage.refusal(header, code: error.code.rawValue, message: error.message).frame(), reserve: true)
+        }
+    }
+
+    /// The peer a valid message came from, recorded (a new node, or the first message, starts its cursor over).
+    private func learn(_ header: QueuedHeader) throws -> PeerRecord {
+        if header.node != peerNode { postedThrough = nil }
+        peerNode = header.node
+        if let known = try port.queuedPeer(role: header.role, epoch: header.pairingEpoch), known.node == header.node {
+            return known
+        }
+        return try port.recordPeer(node: header.node, role: header.role, epoch: header.pairingEpoch)
+    }
+
+    private func apply(_ entries: [WireEntry], from peer: PeerRecord) throws -> ApplyPlan {
+        let context = ApplyPlanner.Context(peerRole: port.role.counterpart, mismatched: [], versionBound: port.versionBound(),
+                                           now: port.nowMilliseconds(), maxValueSize: port.maxValueSize,
+                                           lastArrivalWins: configuration.testingFaults.lastArrivalWins)
+        let registry = port.registry
+        var plan = ApplyPlan()
+        let outcome = try port.apply(entries, from: peer.node, completing: nil, durable: true) { local in
+            plan = ApplyPlanner.plan(entries, local: local, registry: registry, context: context)
+            return plan
+        }
+        var delta = SyncCounters()
+        delta.batchesReceived = 1
+        delta.entriesReceived = entries.count
+        delta.entriesIgnored = plan.ignored
+        delta.entriesRejected = plan.rejected.count
+        delta.conflicts = outcome.conflicts.count
+        delta.versionsRefused = plan.versionRefusals.count
+        reporter.count(delta)
+        for refusal in plan.versionRefusals { emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds)) }
+        emit(.received(entries: entries.count, applied: plan.applied))
+        for conflict in outcome.conflicts { emit(.conflictResolved(key: conflict.key, winner: conflict.winner, rule: conflict.rule)) }
+        return plan
+    }
+
+    // MARK: posting
+
+    /// Stands for a peer not met yet: nothing in the store came from it, and it has no cursor.
+    static let unknownPeer = UInt32.max
+
+    private func post(outboxWasEmpty: Bool, into report: inout QueuedDeliveryReport) throws {
+        guard stalled == nil else { return }
+        // A peer not met yet gets everything (its cursor is 0); its first acknowledgement records it.
+        let record = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)
+            .flatMap { known in peerNode == nil || peerNode == known.node ? known : nil }
+        if let record { peerNode = record.node }
+        let node = record?.node ?? Self.unknownPeer
+        var cursor = record?.cursor ?? 0
+        if postedThrough == nil {
+            // After a restart: what still waits in the outbox was posted already.
+            postedThrough = try mailbox.outgoingMessages().compactMap { message -> Int64? in
+                guard case .batch(let header, _, let through, _)? = try? QueuedMessage(frame: message.frame),
+                      header.node == port.nodeID else { return nil }
+                return through
+            }.max()
+        }
+        var posted = max(postedThrough ?? cursor, cursor)
+        if outboxWasEmpty, posted > cursor {
+            // Everything posted was taken and its acknowledgements read, yet the cursor lags:
+            // some were refused or lost. Post again from the cursor (applying twice changes nothing).
+            posted = cursor
+        }
+        postedThrough = posted
+        var rangeStart = posted
+        while true {
+            let (rows, scanned) = try port.pendingRows(for: node, after: posted, maxEntries: configuration.maxBatchEntries,
+                                                       maxBytes: configuration.maxBatchBytes) { key, _ in excluded(key) }
+            guard scanned > posted else { break }
+            var entries: [WireEntry] = []
+            for row in rows {
+                if row.isLarge {
+                    guard let value = try port.largeValue(key: row.key, seq: row.seq) else { continue }  // changed since: a later row carries it
+                    var entry = row.entry
+                    entry.value = value
+                    entries.append(entry)
+                } else {
+                    entries.append(row.entry)
+                }
+            }
+            var filtered = entries
+            if configuration.testingFaults.skipTombstones { filtered.removeAll { $0.deleted } }
+            if filtered.isEmpty {
+                posted = scanned
+                if rangeStart == cursor, record != nil {
+                    // Nothing for this peer in the range and nothing before it in flight: it is passed over.
+                    try port.acknowledge(peer: node, through: scanned)
+                    cursor = scanned
+                    rangeStart = scanned
+                    postedThrough = scanned
+                }
+                continue
+            }
+            let batch = QueuedMessage.batch(header, after: rangeStart, through: scanned, entries: filtered)
+            try mailbox.post(batch.frame())
+            onPost?(batch)
+            reportedFull = false
+            report.messagesPosted += 1
+            report.entriesPosted += filtered.count
+            var delta = SyncCounters()
+            delta.batchesSent = 1
+            delta.entriesSent = filtered.count
+            reporter.count(delta)
+            posted = scanned
+            rangeStart = scanned
+            postedThrough = scanned
+        }
+    }
+
+    private func excluded(_ key: String) -> Bool {
+        guard let descriptor = port.registry.descriptor(forEntry: key) else { return true }
+        return !descriptor.replicates(from: port.role)
+    }
+
+    private func emit(_ event: SyncEvent) {
+        reporter.report(event, peer: peerNode)
+    }
+}

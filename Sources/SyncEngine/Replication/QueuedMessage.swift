@@ -1,0 +1,114 @@
+import SyncTransport
+
+/// What every queued message carries so that the receiver validates it on
+/// its own, without a live handshake: who sent it, under which pairing, in
+/// which protocol version, with which key registry.
+package struct QueuedHeader: Sendable, Equatable {
+    package var protocolVersion: UInt16
+    package var node: UInt32
+    package var role: DeviceRole
+    package var pairingEpoch: String
+    package var registryFingerprint: [UInt8]
+}
+
+/// The messages of queued delivery (through a `Mailbox`), frame types
+/// `0x11...0x13`. A batch names the range of the sender's change stream it
+/// covers, `(after, through]`; its acknowledgement names it back, so the
+/// sender's cursor for the peer moves only over contiguous, applied ranges.
+package enum QueuedMessage: Sendable, Equatable {
+    case batch(QueuedHeader, after: Int64, through: Int64, entries: [WireEntry])
+    case ack(QueuedHeader, after: Int64, through: Int64, applied: Int, rejected: [SyncMessage.Rejection])
+    /// A message of ours the peer refused (another registry, protocol or pairing).
+    case refusal(QueuedHeader, code: String, message: String)
+
+    package enum MessageType: UInt8 {
+        case batch = 0x11, ack = 0x12, refusal = 0x13
+    }
+
+    static let payloadSchema: UInt8 = 1
+
+    package var header: QueuedHeader {
+        switch self {
+        case .batch(let h, _, _, _), .ack(let h, _, _, _, _), .refusal(let h, _, _): h
+        }
+    }
+
+    package func frame() -> Frame {
+        var w = ByteWriter()
+        w.writeUInt8(Self.payloadSchema)
+        let h = header
+        w.writeUInt16(h.protocolVersion)
+        w.writeUInt32(h.node)
+        w.writeUInt8(h.role == .phone ? 0 : 1)
+        w.writeString(h.pairingEpoch)
+        w.writeBytes(h.registryFingerprint)
+        let type: MessageType
+        switch self {
+        case .batch(_, let after, let through, let entries):
+            type = .batch
+            w.writeUInt64(UInt64(bitPattern: after))
+            w.writeUInt64(UInt64(bitPattern: through))
+            w.writeVarInt(UInt64(entries.count))
+            for entry in entries { w.write(entry) }
+        case .ack(_, let after, let through, let applied, let rejected):
+            type = .ack
+            w.writeUInt64(UInt64(bitPattern: after))
+            w.writeUInt64(UInt64(bitPattern: through))
+            w.writeVarInt(UInt64(applied))
+            w.writeVarInt(UInt64(rejected.count))
+            for r in rejected {
+                w.writeString(r.key)
+                w.writeString(r.code)
+            }
+        case .refusal(_, let code, let message):
+            type = .refusal
+            w.writeString(code)
+            w.writeString(message)
+        }
+        return Frame(type: type.rawValue, payload: w.bytes)
+    }
+
+    /// Decodes a queued message; anything else throws `.malformedMessage`.
+    package init(frame: Frame) throws {
+        guard let type = MessageType(rawValue: frame.type) else {
+            throw SyncError(.malformedMessage, "frame type \(frame.type) is not a queued message")
+        }
+        var r = ByteReader(frame.payload)
+        do {
+            let schema = try r.readUInt8()
+            guard schema == Self.payloadSchema else {
+                throw SyncError(.malformedMessage, "queued payload schema \(schema) is not supported (this build speaks \(Self.payloadSchema))")
+            }
+            let version = try r.readUInt16()
+            let node = try r.readUInt32()
+            let roleByte = try r.readUInt8()
+            guard roleByte <= 1 else { throw SyncError(.malformedMessage, "a queued message names an unknown role \(roleByte)") }
+            let header = QueuedHeader(protocolVersion: version, node: node, role: roleByte == 0 ? .phone : .watch,
+                                      pairingEpoch: try r.readString(maxLength: 256), registryFingerprint: try r.readBytes(maxLength: 64))
+            switch type {
+            case .batch:
+                let after = Int64(bitPattern: try r.readUInt64()), through = Int64(bitPattern: try r.readUInt64())
+                guard after >= 0, through > after else { throw SyncError(.malformedMessage, "a queued batch covers an empty range \(after)...\(through)") }
+                var entries: [WireEntry] = []
+                for _ in 0..<(try r.readCount()) { entries.append(try r.readEntry()) }
+                self = .batch(header, after: after, through: through, entries: entries)
+            case .ack:
+                let after = Int64(bitPattern: try r.readUInt64()), through = Int64(bitPattern: try r.readUInt64())
+                guard after >= 0, through > after else { throw SyncError(.malformedMessage, "a queued acknowledgement covers an empty range \(after)...\(through)") }
+                let applied = Int(try r.readVarInt() & 0xFFFF_FFFF)
+                var rejected: [SyncMessage.Rejection] = []
+                for _ in 0..<(try r.readCount()) {
+                    rejected.append(SyncMessage.Rejection(key: try r.readString(maxLength: SyncMessage.maxNameLength), code: try r.readString(maxLength: 128)))
+                }
+                self = .ack(header, after: after, through: through, applied: applied, rejected: rejected)
+            case .refusal:
+                self = .refusal(header, code: try r.readString(maxLength: 128), message: try r.readString(maxLength: 4096))
+            }
+            guard r.isAtEnd else { throw SyncError(.malformedMessage, "a queued \(type) message has \(r.remaining) trailing bytes") }
+        } catch let error as SyncError {
+            throw error
+        } catch {
+            throw SyncError(.malformedMessage, "malformed queued \(type) message: \(error)")
+        }
+    }
+}

@@ -1,0 +1,92 @@
+import SyncTransport
+
+/// Live when reachable, queued when not (as an app does with WatchConnectivity's
+/// `sendMessage` and `transferUserInfo`): while a session with the peer is
+/// established the changes go over it; otherwise they are posted to a
+/// `Mailbox` and delivered when the peer next reads it.
+///
+/// ```swift
+/// let mailbox = try Mailbox(directory: sharedFolder, role: .watch, secret: secret)
+/// async let queued: Void = peer.runQueued(through: mailbox)        // until cancelled
+/// async let live: Void = peer.maintainConnection(host: host, port: port, configuration: tcp)
+/// for await reachable in peer.reachabilityChanges() { print(reachable ? "live" : "queued") }
+/// ```
+extension SyncPeer {
+    /// Whether a live session with a peer is established right now: changes
+    /// go over it, not through the mailbox.
+    public var isReachable: Bool { isConnected }
+
+    /// `isReachable` each time it changes, from now on (the current value is
+    /// not repeated first: read `isReachable`).
+    public func reachabilityChanges() -> AsyncStream<Bool> {
+        reachabilityHub.subscribe(bufferingNewest: 100)
+    }
+
+    /// One round of queued delivery through `mailbox`: reads and applies what
+    /// the peer queued, acknowledges it, reads the peer's acknowledgements
+    /// (which move its cursor, so `pendingSummary` shrinks), then posts this
+    /// store's pending changes for the peer, unless a live session with it is
+    /// up. Failures (a full spool, refused files) are `.error` events and in
+    /// the report, never thrown; throws `replication-locked` when another
+    /// process replicates the store.
+    @discardableResult
+    public func deliverQueued(through mailbox: Mailbox) throws -> QueuedDeliveryReport {
+        guard ReplicationLock.acquire(storePath: store.path) else { throw SyncPeer.lockedError(store.path) }
+        defer { ReplicationLock.release(storePath: store.path) }
+        var configuration = self.configuration
+        configuration.pairingEpoch = mailbox.pairingEpoch
+        let key = ObjectIdentifier(mailbox)
+        let connected = Set(connectedPeers)
+        let store = self.store
+        return queuedDrivers.withLock { drivers in
+            let driver = drivers[key] ?? MailboxReplicator(port: SQLiteReplicationPort(store), reporter: StoreReporter(store),
+                                                           configuration: configuration, mailbox: mailbox)
+            drivers[key] = driver
+            let live = driver.peerNode.map(connected.contains) ?? !connected.isEmpty
+            return driver.exchange(sendsPending: !live)
+        }
+    }
+
+    /// Runs queued delivery through `mailbox` until the task is cancelled: a
+    /// round (`deliverQueued(through:)`) at once, after every local write or
+    /// `sync()`, and every `pollInterval` (to read what the peer posted), and
+    /// when the live session ends (what it had not sent is queued).
+    public func runQueued(through mailbox: Mailbox, pollInterval: Duration = .milliseconds(250)) async {
+        let writes = store.localWrites.subscribe(bufferingNewest: 1)
+        let reachability = reachabilityChanges()
+        let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await _ in writes { wake.yield() }
+            }
+            group.addTask {
+                for await _ in reachability { wake.yield() }
+            }
+            group.addTask {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: pollInterval)
+                    wake.yield()
+                }
+                wake.finish()
+            }
+            var reportedLock = false
+            do {
+                try deliverQueued(through: mailbox)
+            } catch {
+                store.emit(.error(error as? SyncError ?? SyncError(.mailboxIO, "\(error)")))
+                reportedLock = true
+            }
+            for await _ in wakeups {
+                if Task.isCancelled { break }
+                do {
+                    try deliverQueued(through: mailbox)
+                    reportedLock = false
+                } catch {
+                    if !reportedLock { store.emit(.error(error as? SyncError ?? SyncError(.mailboxIO, "\(error)"))) }
+                    reportedLock = true
+                }
+            }
+            group.cancelAll()
+        }
+    }
+}

@@ -1,0 +1,15 @@
+extension SyncStore {
+    /// The peer of `role` under pairing `epoch` seen last, with its cursor.
+    func queuedPeer(role: DeviceRole, epoch: String) throws -> PeerRecord? {
+        let node = try database.read { conn -> Int64? in
+            let stmt = try conn.statement(
+                "SELECT peer_node FROM sync_peers WHERE peer_role = ?1 AND epoch = ?2 ORDER BY last_seen DESC, peer_node LIMIT 1")
+            stmt.bind(1, role.rawValue)
+            stmt.bind(2, epoch)
+            defer { stmt.reset() }
+            return try stmt.step() ? stmt.int64(0) : nil
+        }
+        guard let node else { return nil }
+        return try database.read { conn in try SyncStore.peerRecord(conn, node: UInt32(truncatingIfNeeded: node)) }
+    }
+}

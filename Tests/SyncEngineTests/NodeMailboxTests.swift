@@ -1,0 +1,149 @@
+import Foundation
+import SyncTransport
+@_spi(Testing) @testable import SyncSim
+import Testing
+
+/// `syncsim node --mailbox DIR`: two node processes sharing a mailbox
+/// directory, one of them down while the other writes.
+@Suite(.timeLimit(.minutes(3))) struct NodeMailboxTests {
+    static let keys = """
+        {"keys":[
+          {"name":"health:steps","availability":"all","policy":"automaticSmall","security":"none"},
+          {"name":"phone:token","availability":"phoneOnly","policy":"automaticSmall","security":"none"}
+        ]}
+        """
+
+    struct Setup {
+        let folder = TempFolder()
+        let keys: String
+        let secret: String
+        var mailbox: String { folder.file("mailbox") }
+
+        init() throws {
+            keys = folder.file("keys.json")
+            try Data(NodeMailboxTests.keys.utf8).write(to: URL(fileURLWithPath: keys))
+            secret = folder.file("pair.secret")
+            try PairingSecret.generate().write(to: secret)
+        }
+
+        func node(_ role: String, _ extra: [String] = []) throws -> NodeProcess {
+            try NodeProcess(["--role", role, "--db", folder.file("\(role).sqlite"), "--keys", keys, "--secret-file", secret,
+                             "--mailbox", mailbox] + extra)
+        }
+    }
+
+    func quit(_ node: NodeProcess, _ what: String) async throws {
+        node.send("quit")
+        #expect(try await exitStatus(of: node.process, what) == 0)
+    }
+
+    @Test func changesWrittenWhileTheOtherNodeIsDownArriveThroughTheMailbox() async throws {
+        let setup = try Setup()
+        // Only the phone runs: it writes, the change waits in the mailbox.
+        let phone = try setup.node("phone")
+        defer { phone.stop() }
+        phone.send("put health:steps 41")
+        #expect(try await phone.reply("put health:steps")["ok"] as? Bool == true)
+        phone.send("put phone:token \"never on the watch\"")
+        #expect(try await phone.reply("put phone:token")["ok"] as? Bool == true)
+        try await waitFor("the phone to queue its change") {
+            ((try? FileManager.default.contentsOfDirectory(atPath: setup.mailbox + "/phone-to-watch")) ?? []).contains { $0.hasSuffix(".msg") }
+        }
+        phone.send("status")
+        let before = try await phone.reply("status")
+        #expect((before["pending"] as? [String: Any])?["automatic"] as? Int == 1)  // the watch was never met: everything is pending
+        #expect((before["mailbox"] as? [String: Any])?["outgoing"] as? Int == 1)
+        #expect(before["reachable"] as? Bool == false)
+        try await quit(phone, "the phone node to quit")
+
+        // The watch starts while the phone is down: the change arrives; the watch writes back.
+        let watch = try setup.node("watch")
+        defer { watch.stop() }
+        try await watch.next("health:steps to change on the watch") { $0["event"] as? String == "change" && $0["key"] as? String == "health:steps" }
+        watch.send("get health:steps")
+        #expect(try await watch.reply("get health:steps")["value"] as? Int == 41)
+        watch.send("get phone:token")
+        #expect(try await watch.reply("get phone:token")["present"] as? Bool == false)
+        watch.send("put health:steps 42")
+        #expect(try await watch.reply("put health:steps on the watch")["ok"] as? Bool == true)
+        try await waitFor("the watch to queue its change") {
+            ((try? FileManager.default.contentsOfDirectory(atPath: setup.mailbox + "/watch-to-phone")) ?? []).filter { $0.hasSuffix(".msg") }.count >= 2
+        }
+        try await quit(watch, "the watch node to quit")
+
+        // The phone comes back: the watch's change and its acknowledgement arrive; nothing is pending any more.
+        let again = try setup.node("phone")
+        defer { again.stop() }
+        try await again.next("health:steps to change on the phone") { $0["event"] as? String == "change" && $0["key"] as? String == "health:steps" }
+        again.send("get health:steps")
+        #expect(try await again.reply("get health:steps")["value"] as? Int == 42)
+        again.send("status")
+        let after = try await again.reply("status")
+        #expect((after["pending"] as? [String: Any])?["automatic"] as? Int == 0)
+        #expect((after["mailbox"] as? [String: Any])?["refused"] as? Int == 0)
+        try await quit(again, "the restarted phone node to quit")
+    }
+
+    @Test func aListeningPhoneQueuesWhileItsWatchIsDown() async throws {
+        let setup = try Setup()
+        let phone = try setup.node("phone", ["--listen", "127.0.0.1:0"])
+        defer { phone.stop() }
+        let listening = try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
+        let port = try #require(listening["port"] as? Int)
+        let watch = try setup.node("watch", ["--connect", "127.0.0.1:\(port)"])
+        defer { watch.stop() }
+        try await watch.next("the watch to connect") { $0["event"] as? String == "connected" }
+        phone.send("put health:steps 1")
+        #expect(try await phone.reply("put health:steps")["ok"] as? Bool == true)
+        try await watch.next("steps over the live link") { $0["event"] as? String == "change" && $0["key"] as? String == "health:steps" }
+        watch.send("status")
+        #expect(try await watch.reply("status")["reachable"] as? Bool == true)
+
+        // The watch dies; the phone goes on writing, its changes are queued.
+        watch.stop()
+        try await phone.next("the phone to see the watch go") { $0["event"] as? String == "disconnected" }
+        phone.send("put health:steps 2")
+        #expect(try await phone.reply("put health:steps 2")["ok"] as? Bool == true)
+
+        // The watch comes back without TCP: the mailbox brings the change.
+        let offline = try setup.node("watch")
+        defer { offline.stop() }
+        try await offline.next("steps through the mailbox") { $0["event"] as? String == "change" && $0["key"] as? String == "health:steps" }
+        offline.send("get health:steps")
+        #expect(try await offline.reply("get health:steps")["value"] as? Int == 2)
+        offline.send("status")
+        let status = try await offline.reply("status")
+        #expect(status["reachable"] as? Bool == false)
+        // The phone reads the acknowledgement: nothing pending for the watch.
+        var pending = -1
+        for _ in 0..<100 where pending != 0 {
+            phone.send("status")
+            pending = (try await phone.reply("status")["pending"] as? [String: Any])?["automatic"] as? Int ?? -1
+            if pending != 0 { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(pending == 0)
+        try await quit(offline, "the watch node to quit")
+        try await quit(phone, "the phone node to quit")
+    }
+}
+
+/// `syncsim node --mailbox DIR`'s arguments.
+@Suite struct NodeMailboxArgumentTests {
+    let base = ["--role", "watch", "--db", "w.sqlite", "--keys", "k.json", "--secret-file", "a"]
+
+    @Test func aMailboxGoesWithOrWithoutTCPAndServesOnePairing() throws {
+        #expect(try NodeCommand.parse(base + ["--mailbox", "box"]).mailbox == "box")
+        _ = try NodeCommand.parse(base + ["--mailbox", "box", "--connect", "127.0.0.1:7000"])
+        _ = try NodeCommand.parse(["--role", "phone", "--db", "p.sqlite", "--keys", "k.json", "--secret-file", "a",
+                                   "--mailbox", "box", "--listen", "127.0.0.1:0"])
+        // Neither TCP nor a mailbox: nothing to sync over.
+        #expect(throws: (any Error).self) { _ = try NodeCommand.parse(base) }
+        do {
+            _ = try NodeCommand.parse(["--role", "phone", "--db", "p.sqlite", "--keys", "k.json", "--secret-file", "a", "--secret-file", "b",
+                                       "--mailbox", "box", "--listen", "127.0.0.1:0"])
+            Issue.record("two pairings with one mailbox were accepted")
+        } catch {
+            #expect(NodeCommand.message(for: error).contains("--mailbox serves one pairing"), "\(NodeCommand.message(for: error))")
+        }
+    }
+}

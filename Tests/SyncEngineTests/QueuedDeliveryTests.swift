@@ -1,0 +1,213 @@
+import Foundation
+@_spi(Benchmarks) @testable import SyncEngine
+@testable import SyncTransport
+import Testing
+
+/// Queued delivery between two stores through a mailbox directory: each side
+/// runs rounds (`deliverQueued`) only while "running"; the other may be down.
+@Suite struct QueuedDeliveryTests {
+    let secret = PairingSecret.generate()
+
+    func peers(_ pair: Pair, directory: String, limits: MailboxLimits = .default) throws
+        -> (phone: SyncPeer, phoneBox: Mailbox, watch: SyncPeer, watchBox: Mailbox) {
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        return (SyncPeer(store: pair.phone, configuration: config),
+                try Mailbox(directory: directory, role: .phone, secret: secret, limits: limits),
+                SyncPeer(store: pair.watch, configuration: config),
+                try Mailbox(directory: directory, role: .watch, secret: secret, limits: limits))
+    }
+
+    /// The entries of the batches waiting in `mailbox`'s outbox.
+    func queuedKeys(_ mailbox: Mailbox) throws -> [String] {
+        try mailbox.outgoingMessages().flatMap { message -> [String] in
+            guard case .batch(_, _, _, let entries) = try QueuedMessage(frame: message.frame) else { return [] }
+            return entries.map(\.key)
+        }
+    }
+
+    @Test func changesWrittenWhileThePeerIsDownArriveWhenItReadsAndAcknowledgementsMoveTheCursor() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let (phone, phoneBox, watch, watchBox) = try peers(pair, directory: folder.path)
+        // The watch is not running: the phone writes and queues.
+        try await pair.phone.set(5, for: TestKeys.steps)
+        try await pair.phone.set("imperial", for: TestKeys.units)
+        try await pair.phone.set("phone secret", for: TestKeys.token)  // phoneOnly: never leaves the phone
+        // No peer known yet: what any peer would get is pending (it was 0: local changes were taken as the unknown peer's).
+        #expect(try pair.phone.pendingSummary().automatic == 2)
+        let posted = try phone.deliverQueued(through: phoneBox)
+        #expect(posted.messagesPosted == 1)
+        #expect(try Set(queuedKeys(phoneBox)) == ["health:daily:steps", "units"])
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == nil)
+
+        // The watch starts and reads: the changes arrive, the acknowledgement goes back.
+        let read = try watch.deliverQueued(through: watchBox)
+        #expect(read.entriesApplied == 2)
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == 5)
+        #expect(try pair.watch.storedValue(for: TestKeys.units) == "imperial")
+        #expect(try pair.watch.storedValue(for: TestKeys.token) == nil)
+        #expect(try phoneBox.outgoingCount() == 0)
+
+        // Until the phone reads the acknowledgement, the changes stay pending for the watch.
+        let watchNode = pair.watch.nodeID
+        #expect(try pair.phone.pendingSummary(for: watchNode).automatic == 2)
+        let acknowledged = try phone.deliverQueued(through: phoneBox)
+        #expect(acknowledged.acknowledged)
+        #expect(try pair.phone.pendingSummary(for: watchNode).automatic == 0)
+        #expect(try pair.phone.pendingSummary().automatic == 0)
+
+        // The other way too, while the phone is down; nothing is posted twice.
+        try await pair.watch.set("analog", for: TestKeys.watchFace)
+        try await pair.watch.set(9, for: TestKeys.steps)
+        try watch.deliverQueued(through: watchBox)
+        try watch.deliverQueued(through: watchBox)
+        #expect(try watchBox.outgoingCount() == 1)
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try pair.phone.storedValue(for: TestKeys.steps) == 9)
+        #expect(try pair.phone.storedValue(for: TestKeys.watchFace) == nil)  // watchOnly: never leaves the watch
+        try watch.deliverQueued(through: watchBox)
+        #expect(try pair.watch.pendingSummary(for: pair.phone.nodeID).total == 0)
+        // Entries that came from the peer are never posted back to it.
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try phoneBox.outgoingCount() == 0)
+    }
+
+    @Test func aRedeliveredBatchAppliesNothingTwice() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let (phone, phoneBox, watch, watchBox) = try peers(pair, directory: folder.path)
+        try await pair.phone.set(["a", "b"], for: TestKeys.tags)
+        try await pair.phone.set(3, for: TestKeys.steps)
+        try phone.deliverQueued(through: phoneBox)
+        let spool = Mailbox.spool(folder.path, from: .phone)
+        let file = spool + "/00000000000000000001.msg"
+        let copy = try Data(contentsOf: URL(fileURLWithPath: file))
+
+        let changes = pair.watch.changes()
+        #expect(try watch.deliverQueued(through: watchBox).entriesApplied == 2)
+        // The watch died after applying, before it recorded the message as taken: it comes again.
+        try copy.write(to: URL(fileURLWithPath: file))
+        try Data("0\n".utf8).write(to: URL(fileURLWithPath: spool + "/receiver.state"))
+        let again = try watch.deliverQueued(through: watchBox)
+        #expect(again.messagesRead == 1)
+        #expect(again.entriesApplied == 0)
+        #expect(again.refused.isEmpty)
+        #expect(try pair.watch.storedValue(for: TestKeys.tags) == ["a", "b"])
+        // Two changes (one per key), not four.
+        var seen: [String] = []
+        for await change in changes {
+            seen.append(change.key)
+            if seen.count == 2 { break }
+        }
+        #expect(Set(seen) == ["tags", "health:daily:steps"])
+        #expect(pair.watch.syncCounters.entriesReceived == 4)
+        // Both acknowledgements reach the phone; the cursor moves once.
+        let acks = try phone.deliverQueued(through: phoneBox)
+        #expect(acks.messagesRead == 2)
+        #expect(try pair.phone.pendingSummary(for: pair.watch.nodeID).total == 0)
+    }
+
+    @Test func aRefusedOrLostBatchIsPostedAgainFromTheCursor() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let (phone, phoneBox, watch, watchBox) = try peers(pair, directory: folder.path)
+        // The peers know each other first.
+        try await pair.watch.set("x", for: TestKeys.watchFace)
+        try watch.deliverQueued(through: watchBox)
+        try phone.deliverQueued(through: phoneBox)
+        try watch.deliverQueued(through: watchBox)
+
+        try await pair.phone.set(1, for: TestKeys.steps)
+        try phone.deliverQueued(through: phoneBox)
+        try await pair.phone.set("metric!", for: TestKeys.units)
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try phoneBox.outgoingCount() == 2)
+        // The first message is lost (deleted from the spool).
+        let first = try phoneBox.outgoingMessages()[0]
+        try FileManager.default.removeItem(atPath: phoneBox.outboxPath + "/" + first.fileName)
+        try watch.deliverQueued(through: watchBox)
+        #expect(try pair.watch.storedValue(for: TestKeys.units) == "metric!")
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == nil)
+        // The acknowledgement of the second does not move the cursor over the first's range;
+        // the outbox is empty and the cursor lags: everything after it is posted again, once.
+        let again = try phone.deliverQueued(through: phoneBox)
+        #expect(!again.acknowledged)
+        #expect(again.entriesPosted == 2)
+        #expect(try pair.phone.pendingSummary(for: pair.watch.nodeID).automatic == 2)
+        #expect(try phone.deliverQueued(through: phoneBox).entriesPosted == 0)
+        try watch.deliverQueued(through: watchBox)
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == 1)
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try pair.phone.pendingSummary(for: pair.watch.nodeID).total == 0)
+    }
+
+    @Test func aMessageWrittenWithAnotherRegistryIsRefusedKeptAndStopsTheSender() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let phone = SyncPeer(store: pair.phone, configuration: config)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
+        // A watch whose registry declares steps differently.
+        let otherKeys: [any KeyDeclaration] = [Key<Int>("steps", in: Namespace("health").child("daily"), default: 0, availability: .all, policy: .manual)]
+        let otherWatch = try SyncStore(path: pair.folder.file("other.sqlite"), role: .watch, registry: KeyRegistry(otherKeys),
+                                       options: StoreOptions(clock: pair.watchClock))
+        let watch = SyncPeer(store: otherWatch, configuration: config)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        try await pair.phone.set(4, for: TestKeys.steps)
+        try phone.deliverQueued(through: phoneBox)
+        let events = otherWatch.events()
+        let report = try watch.deliverQueued(through: watchBox)
+        #expect(report.refused.map(\.code) == [.keyDeclarationMismatch])
+        #expect(report.entriesApplied == 0)
+        #expect(try watchBox.refusedFiles() == ["00000000000000000001.msg"])
+        let error = try await first(of: events, "the refusal's error event") { if case .error = $0 { true } else { false } }
+        guard case .error(let refusal) = error else { return }
+        #expect(refusal.code == .keyDeclarationMismatch)
+        // The phone learns it was refused and stops posting.
+        let refused = try phone.deliverQueued(through: phoneBox)
+        #expect(refused.refused.map(\.code) == [.keyDeclarationMismatch])
+        try await pair.phone.set(5, for: TestKeys.steps)
+        #expect(try phone.deliverQueued(through: phoneBox).messagesPosted == 0)
+    }
+
+    @Test func aFullSpoolIsAnErrorEventAndNothingIsLost() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let limits = MailboxLimits(maxMessages: 1, maxBytes: 1 << 20, maxMessageBytes: 1 << 20, acknowledgementReserve: 4)
+        let (phone, phoneBox, watch, watchBox) = try peers(pair, directory: folder.path, limits: limits)
+        let events = pair.phone.events()
+        try await pair.phone.set(1, for: TestKeys.steps)
+        try phone.deliverQueued(through: phoneBox)
+        try await pair.phone.set("x", for: TestKeys.units)
+        let full = try phone.deliverQueued(through: phoneBox)
+        #expect(full.messagesPosted == 0)
+        let error = try await first(of: events, "the mailbox-full event") { if case .error = $0 { true } else { false } }
+        guard case .error(let failure) = error else { return }
+        #expect(failure.code == .mailboxFull)
+        try watch.deliverQueued(through: watchBox)
+        try phone.deliverQueued(through: phoneBox)
+        try watch.deliverQueued(through: watchBox)
+        #expect(try pair.watch.storedValue(for: TestKeys.units) == "x")
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == 1)
+    }
+
+    @Test func aLargeValueTravelsWholeInOneMessage() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let (phone, phoneBox, watch, watchBox) = try peers(pair, directory: folder.path)
+        let big = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 7) })
+        try await pair.phone.set(big, for: TestKeys.blob)  // over the automatic limit: deferred until sync()
+        try await pair.phone.set(2, for: TestKeys.steps)
+        try phone.deliverQueued(through: phoneBox)
+        try watch.deliverQueued(through: watchBox)
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == 2)
+        #expect(try pair.watch.storedValue(for: TestKeys.blob) == nil)
+        try phone.sync()
+        let posted = try phone.deliverQueued(through: phoneBox)
+        #expect(posted.entriesPosted == 1)
+        try watch.deliverQueued(through: watchBox)
+        #expect(try pair.watch.storedValue(for: TestKeys.blob) == big)
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try pair.phone.pendingSummary(for: pair.watch.nodeID).total == 0)
+    }
+}

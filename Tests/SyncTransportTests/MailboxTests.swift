@@ -1,0 +1,186 @@
+import Foundation
+import Testing
+@testable import SyncTransport
+
+@Suite struct MailboxTests {
+    private func frame(_ text: String, type: UInt8 = 0x10) -> Frame { Frame(type: type, payload: Array(text.utf8)) }
+
+    private func drain(_ mailbox: Mailbox) throws -> (messages: [MailboxMessage], refused: [TransportError]) {
+        var messages: [MailboxMessage] = []
+        var refused: [TransportError] = []
+        while let delivery = try mailbox.next() {
+            switch delivery {
+            case .message(let message):
+                messages.append(message)
+                try mailbox.accept(message)
+            case .refused(_, let error):
+                refused.append(error)
+            }
+        }
+        return (messages, refused)
+    }
+
+    @Test func deliversInOrderWhileEitherSideIsDown() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        // The watch is not running: the phone posts, then goes away.
+        do {
+            let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+            for text in ["one", "two", "three"] { try phone.post(frame(text)) }
+            #expect(try phone.outgoingCount() == 3)
+        }
+        #expect(FileManager.default.fileExists(atPath: directory + "/phone-to-watch/00000000000000000001.msg"))
+        // The watch starts later (the phone is down now) and reads them in order.
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        let first = try drain(watch)
+        #expect(first.messages.map { String(decoding: $0.frame.payload, as: UTF8.self) } == ["one", "two", "three"])
+        #expect(first.messages.map(\.sequence) == [1, 2, 3])
+        #expect(first.refused.isEmpty)
+        #expect(watch.acceptedSequence == 3)
+        try watch.post(frame("reply"))
+        // The phone restarts: its sequence goes on (never reused), it reads the reply.
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        #expect(try phone.post(frame("four")) == 4)
+        #expect(try drain(phone).messages.map { String(decoding: $0.frame.payload, as: UTF8.self) } == ["reply"])
+        let second = try drain(watch)
+        #expect(second.messages.map(\.sequence) == [4])
+    }
+
+    @Test func aMessageStaysAtTheFrontUntilAccepted() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        try phone.post(frame("a"))
+        try phone.post(frame("b"))
+        guard case .message(let first)? = try watch.next() else { Issue.record("no message"); return }
+        // Not accepted (say the process died while applying it): delivered again.
+        guard case .message(let again)? = try Mailbox(directory: directory, role: .watch, secret: secret).next() else {
+            Issue.record("no message"); return
+        }
+        #expect(again == first)
+        try watch.accept(first)
+        guard case .message(let second)? = try watch.next() else { Issue.record("no message"); return }
+        #expect(second.frame == frame("b"))
+    }
+
+    @Test func aLeftoverTemporaryFileIsNeverDelivered() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        try phone.post(frame("complete"))
+        let spool = directory + "/phone-to-watch"
+        let whole = try Data(contentsOf: URL(fileURLWithPath: spool + "/00000000000000000001.msg"))
+        // A writer that died before its rename leaves a temporary file, whole or torn.
+        try whole.write(to: URL(fileURLWithPath: spool + "/.tmp-00000000000000000002.msg-77"))
+        try whole.prefix(20).write(to: URL(fileURLWithPath: spool + "/.tmp-00000000000000000003.msg-78"))
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        let drained = try drain(watch)
+        #expect(drained.messages.map(\.frame) == [frame("complete")])
+        #expect(drained.refused.isEmpty)
+        #expect(try watch.next() == nil)
+        #expect(try phone.outgoingCount() == 0)
+    }
+
+    @Test func aReplayedMessageIsRefusedAndKeptAside() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        try phone.post(frame("pay once"))
+        let path = directory + "/phone-to-watch/00000000000000000001.msg"
+        let copy = try Data(contentsOf: URL(fileURLWithPath: path))
+        #expect(try drain(watch).messages.count == 1)
+        // The same file put back: at or below the accepted sequence.
+        try copy.write(to: URL(fileURLWithPath: path))
+        let replayed = try drain(watch)
+        #expect(replayed.messages.isEmpty)
+        #expect(replayed.refused.map(\.code) == [.replayedMessage])
+        #expect(try watch.refusedFiles() == ["00000000000000000001.msg"])
+        let reason = try String(contentsOfFile: directory + "/phone-to-watch/refused/00000000000000000001.msg.reason", encoding: .utf8)
+        #expect(reason.hasPrefix("replayed-message"))
+        // Also after the watch restarts (the accepted sequence is on disk).
+        try copy.write(to: URL(fileURLWithPath: path))
+        let restarted = try Mailbox(directory: directory, role: .watch, secret: secret)
+        #expect(try drain(restarted).refused.map(\.code) == [.replayedMessage])
+    }
+
+    @Test func messagesOfAnotherPairingOrAlteredAreRefusedAndKept() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let stranger = try Mailbox(directory: directory, role: .phone, secret: PairingSecret.generate())
+        try stranger.post(frame("from another pairing"))
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        #expect(try phone.post(frame("tampered")) == 2)
+        #expect(try phone.post(frame("renamed")) == 3)
+        #expect(try phone.post(frame("good")) == 4)
+        let spool = directory + "/phone-to-watch/"
+        var tampered = try [UInt8](Data(contentsOf: URL(fileURLWithPath: spool + "00000000000000000002.msg")))
+        tampered[tampered.count - 1] ^= 0x01
+        try Data(tampered).write(to: URL(fileURLWithPath: spool + "00000000000000000002.msg"))
+        try FileManager.default.moveItem(atPath: spool + "00000000000000000003.msg", toPath: spool + "00000000000000000005.msg")
+        // The watch reads with the right secret: the good one arrives, the others are kept aside with their reasons.
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        let drained = try drain(watch)
+        #expect(drained.messages.map(\.frame) == [frame("good")])
+        #expect(drained.refused.map(\.code) == [.authenticationFailed, .checksumMismatch, .authenticationFailed])
+        #expect(drained.refused.first?.message.contains("another pairing") == true)
+        #expect(try watch.refusedFiles() == ["00000000000000000001.msg", "00000000000000000002.msg", "00000000000000000005.msg"])
+        // A message from the watch's own direction is refused by the phone too (sealed for the other way).
+        let watchSpool = directory + "/watch-to-phone/"
+        let wrongWay = try phone.post(frame("wrong way"))
+        try FileManager.default.moveItem(atPath: spool + Mailbox.fileName(wrongWay), toPath: watchSpool + "00000000000000000001.msg")
+        #expect(try drain(phone).refused.map(\.code) == [.authenticationFailed])
+    }
+
+    @Test func anAlteredSealIsRefused() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        try phone.post(frame(String(repeating: "x", count: 40)))
+        let path = directory + "/phone-to-watch/00000000000000000001.msg"
+        var bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path)))
+        // Flip a payload byte and fix the envelope's CRC, so only the seal can notice.
+        let envelopeStart = Mailbox.headerSize
+        bytes[bytes.count - 1] ^= 0x01
+        let payload = Array(bytes[(envelopeStart + FrameEnvelope.headerSize)...])
+        let crc = Checksum.crc32(payload)
+        bytes[envelopeStart + 9] = UInt8(crc >> 24)
+        bytes[envelopeStart + 10] = UInt8(truncatingIfNeeded: crc >> 16)
+        bytes[envelopeStart + 11] = UInt8(truncatingIfNeeded: crc >> 8)
+        bytes[envelopeStart + 12] = UInt8(truncatingIfNeeded: crc)
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        #expect(try drain(watch).refused.map(\.code) == [.decryptionFailed])
+        #expect(try watch.refusedFiles() == ["00000000000000000001.msg"])
+    }
+
+    @Test func aFullSpoolRefusesWithAClearError() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let limits = MailboxLimits(maxMessages: 2, maxBytes: 1 << 20, maxMessageBytes: 4096, acknowledgementReserve: 1)
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret, limits: limits)
+        try phone.post(frame("1"))
+        try phone.post(frame("2"))
+        let full = expectCode(.mailboxFull) { try phone.post(frame("3")) }
+        #expect(full?.message.contains("phone-to-watch mailbox holds 2 messages") == true)
+        #expect(try phone.outgoingCount() == 2)
+        // An acknowledgement may use the reserve, once.
+        try phone.post(frame("ack"), reserve: true)
+        expectCode(.mailboxFull) { try phone.post(frame("ack 2"), reserve: true) }
+        // A message over the per-message bound is refused on its own.
+        expectCode(.oversizedFrame) {
+            try phone.post(Frame(type: 0x10, payload: (0..<8000).map { _ in UInt8.random(in: 0...255) }))
+        }
+        // Once the watch reads, there is room again; nothing was lost or posted twice.
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret, limits: limits)
+        #expect(try drain(watch).messages.map(\.frame) == [frame("1"), frame("2"), frame("ack")])
+        try phone.post(frame("3"))
+        #expect(try drain(watch).messages.map(\.frame) == [frame("3")])
+        // The byte bound too.
+        let small = MailboxLimits(maxMessages: 100, maxBytes: 300, maxMessageBytes: 4096, acknowledgementReserve: 0)
+        let bytesBound = try Mailbox(directory: try temporaryDirectory(), role: .watch, secret: secret, limits: small)
+        try bytesBound.post(frame(String(repeating: "a", count: 100)))
+        expectCode(.mailboxFull) { try bytesBound.post(frame(String(repeating: "b", count: 200))) }
+    }
+}
