@@ -34,6 +34,9 @@ package protocol ReplicationPort: AnyObject {
     func rows(declaredBy names: Set<String>, for peer: UInt32, maxEntries: Int) throws -> [OutboundRow]
     /// How many changes wait for `peer` after its cursor (for progress events).
     func pendingCount(for peer: UInt32) throws -> Int
+    /// Releases the manual lane (and deferred values) for sending, as `sync()`
+    /// does, for a peer that asked; returns how many entries that released.
+    func releaseManualChanges() throws -> Int
     /// The full value of a large entry, if the key is still at change `seq`.
     func largeValue(key: String, seq: Int64) throws -> [UInt8]?
     /// The version stored for `key`, if any.
@@ -115,7 +118,7 @@ package final class StoreReporter: ReplicationReporter {
 
     package func report(_ event: SyncEvent, peer: UInt32?) { store.emit(event, peer: peer) }
     package func count(_ delta: SyncCounters) { store.counters.withLock { $0.add(delta) } }
-    package var wantsProgress: Bool { store.eventHub.hasSubscribers }
+    package var wantsProgress: Bool { store.eventHub.hasSubscribers || store.peerEventHub.hasSubscribers }
     package var logger: Logger { store.logger }
 }
 
@@ -166,6 +169,8 @@ package final class SQLiteReplicationPort: ReplicationPort {
         let pending = try store.pendingSummary(for: peer)
         return pending.automatic + pending.manualReleased
     }
+
+    package func releaseManualChanges() throws -> Int { try store.requestManualSync() }
 
     package func largeValue(key: String, seq: Int64) throws -> [UInt8]? { try store.largeValue(key: key, seq: seq) }
     package func localVersion(forKey key: String) throws -> HLCTimestamp? { try store.entryInfo(forKey: key)?.version }
