@@ -121,7 +121,7 @@ func withConfiguredPeers(_ pair: Pair, over kind: LinkKind, phone phoneConfigura
         #expect(SyncMessage.MessageType.manualRequest.rawValue == 9)
         #expect(SyncMessage.MessageType.manualReply.rawValue == 10)
         #expect(throws: SyncError.self) {
-            _ = try SyncMessage(frame: SyncMessage.manualReply(.init(id: 1, accepted: false, released: 3)).frame())
+            _ = try SyncMessage(frame: SyncMessage.manualReply(.init(id: 1, accepted: false, released: 3, replyID: 2)).frame())
         }
     }
 }

@@ -35,7 +35,7 @@ import Testing
         ("engine-rebaseline", .rebaseline(.init(id: 300, purgedThrough: v.packed))),
         ("engine-caught-up", .caughtUp(.init(id: 301))),
         ("engine-manual-request", .manualRequest(.init(id: 302))),
-        ("engine-manual-reply", .manualReply(.init(id: 302, accepted: true, released: 12))),
+        ("engine-manual-reply", .manualReply(.init(id: 302, accepted: true, released: 12, replyID: 40))),
     ]
 
     @Test func goldenFramesDecode() throws {

@@ -102,7 +102,6 @@ package final class ReplicationEndpoint {
                 guard session.isEstablished, let peer = session.knownPeer else {
                     return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
-                session.peerSentData(id: nil)
                 count { $0.bytesReceived += frame.payload.count }
                 for reply in try receiveChunk(chunk, peer: peer) {
                     if reply.restsOnCommit { try acknowledgeDurably(reply.frame, into: &out) } else { out.append(reply.frame) }
@@ -136,7 +135,8 @@ package final class ReplicationEndpoint {
                 let released = accepted ? try port.releaseManualChanges() : 0
                 // What was released goes out after the answer; a caught-up notice follows it again.
                 if released > 0 { session.retractCaughtUp() }
-                out.append(SyncMessage.manualReply(.init(id: request.id, accepted: accepted, released: released)).frame())
+                out.append(SyncMessage.manualReply(.init(id: request.id, accepted: accepted, released: released,
+                                                         replyID: session.takeMessageID())).frame())
                 emit(.manualRequestReceived(accepted: accepted, released: released))
                 if !accepted {
                     reporter.logger.info("declined the peer's request for the manual changes", metadata: ["peer": "\(String(peer.node, radix: 16))"])
@@ -144,7 +144,7 @@ package final class ReplicationEndpoint {
             case .manualReply(let reply):
                 guard session.isEstablished else { return perform(session.receivedDataBeforeHandshake(now: now), now: now) }
                 // Released changes follow: the peer has more until it says it caught up again.
-                if reply.released > 0 { session.peerSentData(id: nil) }
+                if reply.released > 0 { session.peerSentData(id: reply.replyID) }
                 emit(.manualRequestAnswered(accepted: reply.accepted, released: reply.released))
             case .error(let error):
                 // The peer's words, escaped and bounded: they end up in logs and events.
@@ -344,7 +344,7 @@ package final class ReplicationEndpoint {
     /// arrive before this side is idle.
     package var isIdle: Bool {
         guard session.isEstablished, failure == nil, session.isQuiet, session.stream.transfer == nil, session.stream.repairRows.isEmpty,
-              session.peerHasNothingMore, let peer = session.knownPeer else { return false }
+              session.peerHasNothingMore, !receivingTransfer, let peer = session.knownPeer else { return false }
         let rows = try? port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
         return rows?.rows.isEmpty ?? false
     }
@@ -370,6 +370,8 @@ package final class ReplicationEndpoint {
 
     /// Entries from the peer that changed this store, in this session so far.
     package private(set) var entriesApplied = 0
+    /// A large value from the peer is partly received (more chunks will come).
+    private var receivingTransfer = false
 
     /// Publishes `event` as concerning this session's peer.
     private func emit(_ event: SyncEvent) {
@@ -585,6 +587,7 @@ package final class ReplicationEndpoint {
             return [ack(complete: true)]
         }
         if let local = try port.localVersion(forKey: entry.key), local >= entry.version {
+            receivingTransfer = false
             try port.discardStagedChunks(key: entry.key, through: local)
             return [ack(complete: true, restsOnCommit: true)]  // the acknowledgement rests on that commit
         }
@@ -595,7 +598,11 @@ package final class ReplicationEndpoint {
         count { $0.chunksReceived += 1 }
         emit(.chunk(key: entry.key, index: chunk.index, count: chunk.count, outgoing: false))
         let staged = try port.stageChunk(chunk)
-        guard staged >= chunk.count else { return [ack(complete: false)] }
+        guard staged >= chunk.count else {
+            receivingTransfer = true
+            return [ack(complete: false)]
+        }
+        receivingTransfer = false
         let bytes = try port.assembleChunks(key: entry.key, version: entry.version)
         guard bytes.count == chunk.totalSize, Checksum.crc32(bytes) == chunk.totalChecksum else {
             // Drops the staged chunks (nothing to apply, nothing acknowledged).

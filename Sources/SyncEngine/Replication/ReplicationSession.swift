@@ -68,12 +68,16 @@ struct ReplicationSession {
         var stream = StreamProgress()
         /// Our caught-up notice while it waits for its acknowledgement.
         var caughtUpNotice: CaughtUpNotice?
-        /// A caught-up notice went out since this side last sent data.
+        /// A caught-up notice went out since this side last sent data (the last one at `lastCaughtUpAt`).
         var announcedCaughtUp = false
+        var lastCaughtUpAt: Int64 = 0
         /// The peer said it has nothing more for us (and sent no data since).
         var peerCaughtUp = false
-        /// The highest batch or notice id the peer sent data with.
+        /// The highest id the peer sent data with (a batch, a re-baseline
+        /// notice, a manual reply), and the id of its caught-up notice that
+        /// counts: data numbered before it is a late duplicate.
         var peerDataID: UInt64 = 0
+        var peerCaughtUpID: UInt64 = 0
     }
 
     /// A caught-up notice sent and not yet acknowledged (retransmitted like a batch).
@@ -214,6 +218,10 @@ struct ReplicationSession {
             if !isEstablished || !hello.isReply {
                 state = .established(Established(peer: validated))
                 actions.append(.established(validated))
+            } else {
+                // The peer (re)established on a hello of ours (perhaps a late duplicate) and forgot
+                // our caught-up notice: it gets a new one once we are caught up.
+                withEstablished(ReplicationSession.sendsData)
             }
             return actions
         }
@@ -270,15 +278,21 @@ struct ReplicationSession {
     }
 
     /// A caught-up notice, when the peer speaks protocol 2 and none went out
-    /// since this side last sent data. Call it only when nothing is pending
-    /// or in flight.
+    /// since this side last sent data. Over a lossy transport (`retransmits`)
+    /// an acknowledged notice is also renewed now and then (every
+    /// `maxBackoffAttempts` retransmit intervals): a late duplicate from an
+    /// earlier session of this side may have made the peer doubt it. Call it
+    /// only when nothing is pending or in flight.
     mutating func announceCaughtUp(now: Int64) -> SyncMessage? {
-        guard let established, !established.announcedCaughtUp,
-              established.peer.protocolVersion >= ReplicationSession.caughtUpProtocol else { return nil }
+        guard let established, established.peer.protocolVersion >= ReplicationSession.caughtUpProtocol else { return nil }
+        let renew = retransmits && established.caughtUpNotice == nil
+            && now - established.lastCaughtUpAt >= retransmitInterval * Int64(maxBackoffAttempts)
+        guard !established.announcedCaughtUp || renew else { return nil }
         let id = nextBatchID
         nextBatchID += 1
         withEstablished {
             $0.announcedCaughtUp = true
+            $0.lastCaughtUpAt = now
             $0.caughtUpNotice = CaughtUpNotice(id: id, sentAt: now, attempts: 1)
         }
         return .caughtUp(.init(id: id))
@@ -299,18 +313,22 @@ struct ReplicationSession {
         withEstablished(ReplicationSession.sendsData)
     }
 
-    /// The peer sent data (a batch or notice numbered `id`, or a chunk): it may have more.
-    mutating func peerSentData(id: UInt64?) {
+    /// The peer sent data numbered `id` (a batch, a re-baseline notice, a
+    /// manual reply that released changes): it may have more, unless the data
+    /// is a late duplicate from before its last caught-up notice.
+    mutating func peerSentData(id: UInt64) {
         withEstablished {
-            $0.peerCaughtUp = false
-            if let id { $0.peerDataID = max($0.peerDataID, id) }
+            if id > $0.peerCaughtUpID { $0.peerCaughtUp = false }
+            $0.peerDataID = max($0.peerDataID, id)
         }
     }
 
     /// The peer says it has nothing more, unless data numbered after the notice already came.
     mutating func receiveCaughtUp(id: UInt64) {
         withEstablished {
-            if id > $0.peerDataID { $0.peerCaughtUp = true }
+            guard id > $0.peerDataID, id > $0.peerCaughtUpID else { return }
+            $0.peerCaughtUp = true
+            $0.peerCaughtUpID = id
         }
     }
 

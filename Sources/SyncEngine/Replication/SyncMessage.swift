@@ -113,11 +113,14 @@ public enum SyncMessage: Sendable, Equatable {
 
     /// The answer to a `manualRequest`: whether the receiver released its
     /// manual changes (its `ReplicationConfiguration.answersManualRequests`),
-    /// and how many entries that released (they follow as batches). Protocol 2.
+    /// and how many entries that released (they follow as batches).
+    /// `replyID` is numbered with the answering side's batches and notices
+    /// (released changes come after its earlier caught-up notice). Protocol 2.
     public struct ManualReply: Sendable, Equatable {
         public var id: UInt64
         public var accepted: Bool
         public var released: Int
+        public var replyID: UInt64
     }
 
     case hello(Hello)
@@ -215,6 +218,7 @@ extension SyncMessage {
             w.writeVarInt(m.id)
             w.writeUInt8(m.accepted ? 1 : 0)
             w.writeVarInt(UInt64(m.released))
+            w.writeVarInt(m.replyID)
         }
         return Frame(type: type.rawValue, payload: w.bytes)
     }
@@ -297,7 +301,7 @@ extension SyncMessage {
                 guard accepted == 1 || released == 0 else {
                     throw SyncError(.malformedMessage, "a declined manual request cannot have released \(released) entries")
                 }
-                self = .manualReply(ManualReply(id: id, accepted: accepted == 1, released: released))
+                self = .manualReply(ManualReply(id: id, accepted: accepted == 1, released: released, replyID: try r.readVarInt()))
             }
             guard r.isAtEnd else { throw SyncError(.malformedMessage, "\(type) message has \(r.remaining) trailing bytes") }
         } catch let error as SyncError {
