@@ -277,7 +277,7 @@ package final class ReplicationEndpoint {
 
     /// A sync round begins with its first batch (stream read up to `scan`
     /// before it): when someone listens for progress, it counts the batches
-    /// that the changes pending now make (a read of each), and ends once it
+    /// that the changes pending now make (a scan of keys and sizes), and ends once it
     /// sent them; changes committed meanwhile go to the next round. The total
     /// stays fixed (0 when nobody listened as the round began).
     private func beginRoundIfNeeded(from scan: Int64, peer: ReplicationSession.Peer) throws {
@@ -298,17 +298,10 @@ package final class ReplicationEndpoint {
                 batches += 1
             }
         }
-        var position = scan
-        while true {
-            let (fetched, scanned) = try port.pendingRows(for: peer.node, after: position, maxEntries: configuration.maxBatchEntries,
-                                                           maxBytes: configuration.maxBatchBytes) { key, _ in excluded(key) }
-            guard scanned > position else { break }
-            var rows = fetched
-            position = scanned
-            if configuration.testingFaults.skipTombstones { rows.removeAll { $0.entry.deleted } }
-            if rows.isEmpty || (rows.count == 1 && rows[0].isLarge) { continue }
-            batches += 1
-        }
+        let (stream, position) = try port.pendingBatches(for: peer.node, after: scan, maxEntries: configuration.maxBatchEntries,
+                                                         maxBytes: configuration.maxBatchBytes,
+                                                         dropsDeletes: configuration.testingFaults.skipTombstones) { key, _ in excluded(key) }
+        batches += stream
         session.stream.batchTotal = batches
         session.stream.roundEnd = position
     }

@@ -29,6 +29,10 @@ package protocol ReplicationPort: AnyObject {
     /// sequence the scan reached (past the rows `skip` passed over).
     func pendingRows(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int,
                      skip: (String, Int64) -> Bool) throws -> (rows: [OutboundRow], scannedThrough: Int64)
+    /// How many batches the pending changes make, as `pendingRows` would
+    /// read them, and the position that reaches (`PendingBatchCount.swift`).
+    func pendingBatches(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int, dropsDeletes: Bool,
+                        skip: (String, Int64) -> Bool) throws -> (batches: Int, through: Int64)
     /// Every change in the stream of the keys `names` declares, whatever the
     /// cursor (never one that came from `peer`).
     func rows(declaredBy names: Set<String>, for peer: UInt32, maxEntries: Int) throws -> [OutboundRow]
@@ -159,6 +163,11 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func pendingRows(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int,
                              skip: (String, Int64) -> Bool) throws -> (rows: [OutboundRow], scannedThrough: Int64) {
         try store.pendingRows(for: peer, after: cursor, maxEntries: maxEntries, maxBytes: maxBytes, skip: skip)
+    }
+
+    package func pendingBatches(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int, dropsDeletes: Bool,
+                                skip: (String, Int64) -> Bool) throws -> (batches: Int, through: Int64) {
+        try store.pendingBatchCount(for: peer, after: cursor, maxEntries: maxEntries, maxBytes: maxBytes, dropsDeletes: dropsDeletes, skip: skip)
     }
 
     package func rows(declaredBy names: Set<String>, for peer: UInt32, maxEntries: Int) throws -> [OutboundRow] {
