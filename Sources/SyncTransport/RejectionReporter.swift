@@ -65,7 +65,7 @@ final class RejectionReporter: Sendable {
     private struct State {
         var bucket: TokenBucket
         var suppressed = 0
-        var lastSuppressed: TransportError?
+        var lastSuppressed: TCPListener.Rejection?
         var flushScheduled = false
         var flush: Task<Void, Never>?
         var finished = false
@@ -85,8 +85,8 @@ final class RejectionReporter: Sendable {
         state = Mutex(State(bucket: TokenBucket(limit: limit, now: .now)))
     }
 
-    /// Reports a rejection now, or counts it for a later report.
-    func report(_ reason: TransportError) {
+    /// Reports a rejection of the peer at `peer` (an address) now, or counts it for a later report.
+    func report(_ reason: TransportError, peer: String? = nil) {
         enum Decision { case publish(TCPListener.Rejection), schedule(ContinuousClock.Instant), count }
         let decision = state.withLock { state -> Decision in
             guard !state.finished else { return .count }
@@ -96,10 +96,10 @@ final class RejectionReporter: Sendable {
                     state.suppressed = 0
                     state.lastSuppressed = nil
                 }
-                return .publish(TCPListener.Rejection(reason: reason, suppressed: state.suppressed))
+                return .publish(TCPListener.Rejection(reason: reason, suppressed: state.suppressed, peer: peer))
             }
             state.suppressed += 1
-            state.lastSuppressed = reason
+            state.lastSuppressed = TCPListener.Rejection(reason: reason, suppressed: 0, peer: peer)
             guard !state.flushScheduled else { return .count }
             state.flushScheduled = true
             return .schedule(state.bucket.nextToken(now: now))
@@ -130,8 +130,9 @@ final class RejectionReporter: Sendable {
 
     /// The last counted rejection, standing for itself and the others counted.
     private static func summary(_ state: State) -> TCPListener.Rejection? {
-        guard let last = state.lastSuppressed, state.suppressed > 0 else { return nil }
-        return TCPListener.Rejection(reason: last, suppressed: state.suppressed - 1)
+        guard var last = state.lastSuppressed, state.suppressed > 0 else { return nil }
+        last.suppressed = state.suppressed - 1
+        return last
     }
 
     private func scheduleFlush(at when: ContinuousClock.Instant) {
@@ -165,7 +166,8 @@ final class RejectionReporter: Sendable {
     }
 
     private func publish(_ rejection: TCPListener.Rejection) {
-        var metadata: Logger.Metadata = ["reason": "\(rejection.reason)"]
+        var metadata: Logger.Metadata = ["reason": "\(rejection.reason)", "code": "\(rejection.reason.code)"]
+        if let peer = rejection.peer { metadata["peer"] = "\(peer)" }
         if rejection.suppressed > 0 { metadata["suppressed"] = "\(rejection.suppressed)" }
         logger.warning("rejected the peer during the handshake", metadata: metadata)
         rejectionSink.yield(rejection.reason)

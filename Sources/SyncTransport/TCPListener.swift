@@ -8,7 +8,8 @@ import Synchronization
 ///
 /// A peer that fails the handshake (wrong secret, unknown pairing, no common
 /// version, garbage, timeout) is closed and never appears in `connections`;
-/// the reason is logged and reported on `rejections` and `rejectionReports`,
+/// the reason and the peer's address are logged (a warning to
+/// `TCPConfiguration.logger`) and reported on `rejections` and `rejectionReports`,
 /// at most `TCPConfiguration.rejectionReportLimit` at a time (a flood of
 /// strangers is summed up with a count, never logged line by line).
 ///
@@ -36,10 +37,13 @@ public final class TCPListener: Service, Sendable {
         /// Rejections not reported on their own since the previous report.
         /// Each report stands for `1 + suppressed` rejected peers.
         public var suppressed: Int
+        /// The rejected peer's address, such as `tcp:127.0.0.1:4321` (nil when unknown).
+        public var peer: String?
 
-        public init(reason: TransportError, suppressed: Int) {
+        public init(reason: TransportError, suppressed: Int, peer: String? = nil) {
             self.reason = reason
             self.suppressed = suppressed
+            self.peer = peer
         }
 
         public var description: String {
@@ -194,6 +198,7 @@ public final class TCPListener: Service, Sendable {
             try await withThrowingDiscardingTaskGroup { group in
                 for try await accepted in inbound {
                     guard let child = children.take(accepted) else { continue }
+                    let peer = TCPTransport.describePeer(child.asyncChannel.channel)
                     group.addTask {
                         do {
                             let connection = try await TCPTransport.establish(
@@ -203,7 +208,7 @@ public final class TCPListener: Service, Sendable {
                             }
                         } catch {
                             // Not a rejection when we closed it ourselves.
-                            if !Task.isCancelled { reporter.report(TCPConnection.transportError(error)) }
+                            if !Task.isCancelled { reporter.report(TCPConnection.transportError(error), peer: peer) }
                         }
                     }
                 }

@@ -12,6 +12,7 @@ import Testing
         .chunk(key: "big", index: 0, count: 2, outgoing: true), .conflictResolved(key: "tags", winner: .merged, rule: .resolver),
         .deferred(key: "big", size: 200_000), .versionRefused(key: "k", aheadMilliseconds: 5_000_000), .idle,
         .error(SyncError(.timeout, "late")),
+        .manualRequestReceived(accepted: true, released: 2), .manualRequestAnswered(accepted: false, released: 0),
     ]
 
     @Test(arguments: events)
@@ -23,5 +24,12 @@ import Testing
     @Test func aConflictNamesItsWinnerAndRuleAsStrings() throws {
         let object = NodeConsole.json(.conflictResolved(key: "tags", winner: .remote, rule: .lastWriterWins))
         #expect(object["winner"] as? String == "remote" && object["rule"] as? String == "last-writer-wins")
+    }
+
+    @Test func manualRequestEventsSayWhetherAcceptedAndHowManyWereReleased() throws {
+        let received = NodeConsole.json(.manualRequestReceived(accepted: true, released: 2))
+        #expect(received["event"] as? String == "manual-request-received" && received["accepted"] as? Bool == true && received["released"] as? Int == 2)
+        let answered = NodeConsole.json(.manualRequestAnswered(accepted: false, released: 0))
+        #expect(answered["event"] as? String == "manual-request-answered" && answered["accepted"] as? Bool == false)
     }
 }

@@ -326,6 +326,16 @@ final class SessionFuzzer {
             default: ack.index += 1
             }
             return SyncMessage.chunkAck(ack).frame()
+        case .caughtUp(var notice):
+            notice.id = [0, UInt64.max, notice.id &+ 1, random.next()][Int(random.next(below: 4))]
+            return SyncMessage.caughtUp(notice).frame()
+        case .manualRequest(var request):
+            request.id = [0, UInt64.max, random.next()][Int(random.next(below: 3))]
+            return SyncMessage.manualRequest(request).frame()
+        case .manualReply(var reply):
+            reply.released = Int(UInt32.max)
+            reply.accepted = random.nextBool(probability: 0.5)
+            return SyncMessage.manualReply(reply).frame()
         case .hello, .error, .rebaseline:
             return nil
         }

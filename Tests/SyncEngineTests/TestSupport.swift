@@ -112,9 +112,11 @@ extension SyncMessage {
     var asChunkAck: ChunkAck? { if case .chunkAck(let ack) = self { ack } else { nil } }
 }
 
-/// A log handler that yields each line ("level message") to a stream.
+/// A log handler that yields each line ("level message", then its metadata
+/// as ` key=value` sorted by key when `includesMetadata`) to a stream.
 struct StreamLogHandler: LogHandler {
     let sink: AsyncStream<String>.Continuation
+    var includesMetadata = false
     var metadata: Logger.Metadata = [:]
     var logLevel: Logger.Level = .trace
 
@@ -123,6 +125,13 @@ struct StreamLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
-    func log(event: LogEvent) { sink.yield("\(event.level) \(event.message)") }
+    func log(event: LogEvent) {
+        var line = "\(event.level) \(event.message)"
+        if includesMetadata {
+            let all = metadata.merging(event.metadata ?? [:]) { _, new in new }
+            for (key, value) in all.sorted(by: { $0.key < $1.key }) { line += " \(key)=\(value)" }
+        }
+        sink.yield(line)
+    }
 }
 

@@ -33,6 +33,9 @@ import Testing
         ("engine-chunk-ack", .chunkAck(.init(key: "photo", version: v, index: 0, complete: false))),
         ("engine-error", .error(.init(code: "handshake-failed", message: "a phone pairs only with a watch, but the peer is also a phone"))),
         ("engine-rebaseline", .rebaseline(.init(id: 300, purgedThrough: v.packed))),
+        ("engine-caught-up", .caughtUp(.init(id: 301))),
+        ("engine-manual-request", .manualRequest(.init(id: 302))),
+        ("engine-manual-reply", .manualReply(.init(id: 302, accepted: true, released: 12, replyID: 40))),
     ]
 
     @Test func goldenFramesDecode() throws {

@@ -84,10 +84,16 @@ package final class InMemoryReplicationPort: ReplicationPort {
 
     /// Releases the manual lane for sending (new sequence numbers, after every cursor).
     package func requestManualSync() {
-        for key in rows.values.filter({ $0.lane == .manual }).sorted(by: { $0.seq < $1.seq }).map(\.key) {
+        _ = releaseManualChanges()
+    }
+
+    package func releaseManualChanges() -> Int {
+        let keys = rows.values.filter({ $0.lane == .manual }).sorted(by: { $0.seq < $1.seq }).map(\.key)
+        for key in keys {
             rows[key]!.lane = .released
             rows[key]!.seq = takeSeq()
         }
+        return keys.count
     }
 
     /// The stored state of `key`.

@@ -3,8 +3,11 @@ public struct ReplicationConfiguration: Sendable {
     /// Identifies the pairing; both peers must agree. Derived from the pairing
     /// secret on TCP (`PairingSecret.epoch`). A new epoch re-baselines.
     public var pairingEpoch: String
-    /// The session protocol versions this build speaks.
-    public var protocolRange: ClosedRange<UInt16> = 1...1
+    /// The session protocol versions this build speaks. A session uses the
+    /// highest both peers speak: 1 is the first release; 2 adds caught-up
+    /// notices (a side is idle only once the peer has nothing more for it)
+    /// and manual requests (`SyncPeer.requestManualChanges()`).
+    public var protocolRange: ClosedRange<UInt16> = 1...2
     /// Entries per batch message at most (one transaction on each side).
     public var maxBatchEntries = 2048
     /// Value bytes per batch message at most (before compression).
@@ -16,6 +19,13 @@ public struct ReplicationConfiguration: Sendable {
     /// Frames read from the connection ahead of the session: the peer's whole
     /// window (its batches or chunks), plus as many acknowledgements of ours.
     var readAheadFrames: Int { 2 * max(1, window) }
+    /// Whether this device releases its manual changes when the peer (a node
+    /// id) asks for them (`SyncPeer.requestManualChanges()`), as its own
+    /// `sync()` would. Allowed by default: the manual lane saves traffic, it
+    /// does not hide anything from the paired peer, which gets those changes
+    /// at this device's next `sync()` anyway. Return false to decline (the
+    /// peer gets a declined answer; nothing is released).
+    public var answersManualRequests: @Sendable (_ peer: UInt32) -> Bool = { _ in true }
     public var helloRetryMilliseconds: Int64 = 1_000
     public var retransmitMilliseconds: Int64 = 2_000
 

@@ -83,6 +83,7 @@ package final class ReplicationEndpoint {
                 guard session.isEstablished, let peer = session.knownPeer else {
                     return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
+                session.peerSentData(id: batch.id)
                 let plan = try apply(batch.entries, from: peer, completing: nil, reportsConflicts: true)
                 count {
                     $0.batchesReceived += 1
@@ -117,8 +118,34 @@ package final class ReplicationEndpoint {
                 guard session.isEstablished, let peer = session.knownPeer else {
                     return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
+                session.peerSentData(id: notice.id)
                 let removed = try port.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys)
                 try acknowledgeDurably(SyncMessage.ack(.init(batchID: notice.id, applied: removed, rejected: [])).frame(), into: &out)
+            case .caughtUp(let notice):
+                guard session.isEstablished else {
+                    return perform(session.receivedDataBeforeHandshake(now: now), now: now)
+                }
+                session.receiveCaughtUp(id: notice.id)
+                out.append(SyncMessage.ack(.init(batchID: notice.id, applied: 0, rejected: [])).frame())
+            case .manualRequest(let request):
+                guard session.isEstablished, let peer = session.knownPeer else {
+                    return perform(session.receivedDataBeforeHandshake(now: now), now: now)
+                }
+                let accepted = configuration.answersManualRequests(peer.node)
+                let released = accepted ? try port.releaseManualChanges() : 0
+                // What was released goes out after the answer; a caught-up notice follows it again.
+                if released > 0 { session.retractCaughtUp() }
+                out.append(SyncMessage.manualReply(.init(id: request.id, accepted: accepted, released: released,
+                                                         replyID: session.takeMessageID())).frame())
+                emit(.manualRequestReceived(accepted: accepted, released: released))
+                if !accepted {
+                    reporter.logger.info("declined the peer's request for the manual changes", metadata: ["peer": "\(String(peer.node, radix: 16))"])
+                }
+            case .manualReply(let reply):
+                guard session.isEstablished else { return perform(session.receivedDataBeforeHandshake(now: now), now: now) }
+                // Released changes follow: the peer has more until it says it caught up again.
+                if reply.released > 0 { session.peerSentData(id: reply.replyID) }
+                emit(.manualRequestAnswered(accepted: reply.accepted, released: reply.released))
             case .error(let error):
                 // The peer's words, escaped and bounded: they end up in logs and events.
                 let reported = SyncError(SyncError.Code(PeerText.escaped(error.code, maxLength: 64)),
@@ -134,6 +161,23 @@ package final class ReplicationEndpoint {
             return out + fail(SyncError(.database, "\(error)"), notifyPeer: true)
         }
         return out + pump(now: now)
+    }
+
+    /// Asks the peer for its manual changes (it may decline; either way a
+    /// `manualRequestAnswered` event follows its answer). Nothing is sent
+    /// before the session is established, and a protocol-1 peer, which does
+    /// not know the request, is never asked: both are an `.error` event
+    /// (`not-connected`, `unsupported-version`). Not retransmitted.
+    package func requestManualChanges(now: Int64) -> [Frame] {
+        guard failure == nil, session.isEstablished else {
+            emit(.error(SyncError(.notConnected, "cannot ask the peer for its manual changes: no session is established")))
+            return []
+        }
+        guard session.peerSpeaksProtocol2 else {
+            emit(.error(SyncError(.unsupportedVersion, "the peer's app is too old to be asked for its manual changes (protocol 1); update it")))
+            return []
+        }
+        return [SyncMessage.manualRequest(.init(id: session.takeMessageID())).frame()]
     }
 
     /// Retransmits what timed out, then sends what is pending.
@@ -166,6 +210,7 @@ package final class ReplicationEndpoint {
                         try startTransfer(rows[0], upper: nil)
                     } else {
                         let batch = Array(rows.prefix { !$0.isLarge })
+                        try beginRoundIfNeeded(from: session.stream.scan, peer: peer)
                         session.stream.repairRows.removeFirst(batch.count)
                         let (id, frame) = sendBatch(batch, now: now)
                         session.stream.repairBatches.insert(id)
@@ -175,7 +220,15 @@ package final class ReplicationEndpoint {
                 }
                 let (fetched, scanned) = try port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: configuration.maxBatchEntries,
                                                                maxBytes: configuration.maxBatchBytes) { key, _ in excluded(key) }
-                guard scanned > session.stream.scan else { break }
+                let before = session.stream.scan
+                guard scanned > before else {
+                    endRound()
+                    // Nothing more to read: once nothing is in flight either, tell the peer (protocol 2).
+                    if session.isQuiet, session.stream.transfer == nil, let notice = session.announceCaughtUp(now: now) {
+                        out.append(notice.frame())
+                    }
+                    break
+                }
                 session.stream.read(through: scanned)
                 var rows = fetched
                 if configuration.testingFaults.skipTombstones {
@@ -185,15 +238,19 @@ package final class ReplicationEndpoint {
                 if rows.isEmpty {
                     // Only changes this peer does not get: passed over, nothing to wait for.
                     try complete(upper: scanned)
+                    endRoundIfReached(scanned)
                     continue
                 }
                 if rows.count == 1, rows[0].isLarge {
                     try startTransfer(rows[0], upper: scanned)
+                    endRoundIfReached(scanned)
                     continue
                 }
+                try beginRoundIfNeeded(from: before, peer: peer)
                 let (id, frame) = sendBatch(rows, now: now)
                 session.stream.batchRanges[id] = scanned
                 out.append(frame)
+                endRoundIfReached(scanned)
             }
         } catch let error as SyncError {
             return out + fail(error, notifyPeer: true)
@@ -208,7 +265,7 @@ package final class ReplicationEndpoint {
         guard case .batch(let batch) = message else { preconditionFailure("sendBatch returns a batch") }
         let frame = message.frame()
         session.stream.batchNumber += 1
-        session.stream.batchTotal = max(session.stream.batchTotal, session.stream.batchNumber)
+        if session.stream.batchTotal > 0 { session.stream.batchTotal = max(session.stream.batchTotal, session.stream.batchNumber) }
         count {
             $0.batchesSent += 1
             $0.entriesSent += rows.count
@@ -216,6 +273,47 @@ package final class ReplicationEndpoint {
         }
         emit(.batchSent(number: session.stream.batchNumber, total: session.stream.batchTotal, entries: rows.count))
         return (batch.id, frame)
+    }
+
+    /// A sync round begins with its first batch (stream read up to `scan`
+    /// before it): when someone listens for progress, it counts the batches
+    /// that the changes pending now make (a scan of keys and sizes), and ends once it
+    /// sent them; changes committed meanwhile go to the next round. The total
+    /// stays fixed (0 when nobody listened as the round began).
+    private func beginRoundIfNeeded(from scan: Int64, peer: ReplicationSession.Peer) throws {
+        guard !session.stream.inRound else { return }
+        session.stream.inRound = true
+        session.stream.batchNumber = 0
+        session.stream.batchTotal = 0
+        session.stream.roundEnd = nil
+        guard reporter.wantsProgress else { return }
+        var batches = 0
+        var repair = session.stream.repairRows[...]
+        while let first = repair.first {
+            if first.isLarge {
+                repair = repair.dropFirst()
+            } else {
+                let size = repair.prefix(configuration.maxBatchEntries).prefix { !$0.isLarge }.count
+                repair = repair.dropFirst(size)
+                batches += 1
+            }
+        }
+        let (stream, position) = try port.pendingBatches(for: peer.node, after: scan, maxEntries: configuration.maxBatchEntries,
+                                                         maxBytes: configuration.maxBatchBytes,
+                                                         dropsDeletes: configuration.testingFaults.skipTombstones) { key, _ in excluded(key) }
+        batches += stream
+        session.stream.batchTotal = batches
+        session.stream.roundEnd = position
+    }
+
+    /// The round ends once the stream was read through its end.
+    private func endRoundIfReached(_ scanned: Int64) {
+        if let end = session.stream.roundEnd, scanned >= end { endRound() }
+    }
+
+    private func endRound() {
+        session.stream.inRound = false
+        session.stream.roundEnd = nil
     }
 
     /// The range ending at `upper` was acknowledged: the cursor moves over
@@ -233,10 +331,13 @@ package final class ReplicationEndpoint {
         try port.setMismatchedKeys(peer.mismatchedKeys, for: peer.node)
     }
 
-    /// True when established and nothing is in flight or waiting to be sent.
+    /// True when established, nothing is in flight or waiting to be sent, and
+    /// the peer has nothing more for us: it said so (a caught-up notice,
+    /// protocol 2) after the last data it sent, so entries it still resends
+    /// arrive before this side is idle.
     package var isIdle: Bool {
         guard session.isEstablished, failure == nil, session.isQuiet, session.stream.transfer == nil, session.stream.repairRows.isEmpty,
-              let peer = session.knownPeer else { return false }
+              session.peerHasNothingMore, !receivingTransfer, let peer = session.knownPeer else { return false }
         let rows = try? port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
         return rows?.rows.isEmpty ?? false
     }
@@ -262,6 +363,8 @@ package final class ReplicationEndpoint {
 
     /// Entries from the peer that changed this store, in this session so far.
     package private(set) var entriesApplied = 0
+    /// A large value from the peer is partly received (more chunks will come).
+    private var receivingTransfer = false
 
     /// Publishes `event` as concerning this session's peer.
     private func emit(_ event: SyncEvent) {
@@ -356,14 +459,6 @@ package final class ReplicationEndpoint {
                     if !session.stream.repairedNames.isEmpty {
                         session.stream.repairRows = try port.rows(declaredBy: session.stream.repairedNames, for: peer.node, maxEntries: Int.max).filter { !excluded($0.key) }
                         try finishRepairIfDone()
-                    }
-                    // The total is only for `batchSent` progress events, and counting reads every
-                    // pending row (4 % of a 100,000-entry initial sync): only when someone listens.
-                    if reporter.wantsProgress {
-                        let pending = try port.pendingCount(for: peer.node)
-                        session.stream.batchTotal = max(1, (pending + configuration.maxBatchEntries - 1) / configuration.maxBatchEntries)
-                    } else {
-                        session.stream.batchTotal = 0
                     }
                 } catch let error as SyncError {
                     return out + fail(error, notifyPeer: true)
@@ -485,6 +580,7 @@ package final class ReplicationEndpoint {
             return [ack(complete: true)]
         }
         if let local = try port.localVersion(forKey: entry.key), local >= entry.version {
+            receivingTransfer = false
             try port.discardStagedChunks(key: entry.key, through: local)
             return [ack(complete: true, restsOnCommit: true)]  // the acknowledgement rests on that commit
         }
@@ -495,7 +591,11 @@ package final class ReplicationEndpoint {
         count { $0.chunksReceived += 1 }
         emit(.chunk(key: entry.key, index: chunk.index, count: chunk.count, outgoing: false))
         let staged = try port.stageChunk(chunk)
-        guard staged >= chunk.count else { return [ack(complete: false)] }
+        guard staged >= chunk.count else {
+            receivingTransfer = true
+            return [ack(complete: false)]
+        }
+        receivingTransfer = false
         let bytes = try port.assembleChunks(key: entry.key, version: entry.version)
         guard bytes.count == chunk.totalSize, Checksum.crc32(bytes) == chunk.totalChecksum else {
             // Drops the staged chunks (nothing to apply, nothing acknowledged).

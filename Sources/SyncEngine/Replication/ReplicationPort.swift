@@ -29,11 +29,18 @@ package protocol ReplicationPort: AnyObject {
     /// sequence the scan reached (past the rows `skip` passed over).
     func pendingRows(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int,
                      skip: (String, Int64) -> Bool) throws -> (rows: [OutboundRow], scannedThrough: Int64)
+    /// How many batches the pending changes make, as `pendingRows` would
+    /// read them, and the position that reaches (`PendingBatchCount.swift`).
+    func pendingBatches(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int, dropsDeletes: Bool,
+                        skip: (String, Int64) -> Bool) throws -> (batches: Int, through: Int64)
     /// Every change in the stream of the keys `names` declares, whatever the
     /// cursor (never one that came from `peer`).
     func rows(declaredBy names: Set<String>, for peer: UInt32, maxEntries: Int) throws -> [OutboundRow]
     /// How many changes wait for `peer` after its cursor (for progress events).
     func pendingCount(for peer: UInt32) throws -> Int
+    /// Releases the manual lane (and deferred values) for sending, as `sync()`
+    /// does, for a peer that asked; returns how many entries that released.
+    func releaseManualChanges() throws -> Int
     /// The full value of a large entry, if the key is still at change `seq`.
     func largeValue(key: String, seq: Int64) throws -> [UInt8]?
     /// The version stored for `key`, if any.
@@ -118,7 +125,7 @@ package final class StoreReporter: ReplicationReporter {
 
     package func report(_ event: SyncEvent, peer: UInt32?) { store.emit(event, peer: peer) }
     package func count(_ delta: SyncCounters) { store.counters.withLock { $0.add(delta) } }
-    package var wantsProgress: Bool { store.eventHub.hasSubscribers }
+    package var wantsProgress: Bool { store.eventHub.hasSubscribers || store.peerEventHub.hasSubscribers }
     package var logger: Logger { store.logger }
 }
 
@@ -161,6 +168,11 @@ package final class SQLiteReplicationPort: ReplicationPort {
         try store.pendingRows(for: peer, after: cursor, maxEntries: maxEntries, maxBytes: maxBytes, skip: skip)
     }
 
+    package func pendingBatches(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int, dropsDeletes: Bool,
+                                skip: (String, Int64) -> Bool) throws -> (batches: Int, through: Int64) {
+        try store.pendingBatchCount(for: peer, after: cursor, maxEntries: maxEntries, maxBytes: maxBytes, dropsDeletes: dropsDeletes, skip: skip)
+    }
+
     package func rows(declaredBy names: Set<String>, for peer: UInt32, maxEntries: Int) throws -> [OutboundRow] {
         try store.rows(declaredBy: names, for: peer, maxEntries: maxEntries)
     }
@@ -169,6 +181,8 @@ package final class SQLiteReplicationPort: ReplicationPort {
         let pending = try store.pendingSummary(for: peer)
         return pending.automatic + pending.manualReleased
     }
+
+    package func releaseManualChanges() throws -> Int { try store.requestManualSync() }
 
     package func largeValue(key: String, seq: Int64) throws -> [UInt8]? { try store.largeValue(key: key, seq: seq) }
     package func localVersion(forKey key: String) throws -> HLCTimestamp? { try store.entryInfo(forKey: key)?.version }

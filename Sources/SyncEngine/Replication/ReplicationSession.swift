@@ -66,7 +66,29 @@ struct ReplicationSession {
         var chunkKeys: [String: UInt64] = [:]
         /// What this session read of the stream and what the peer acknowledged.
         var stream = StreamProgress()
+        /// Our caught-up notice while it waits for its acknowledgement.
+        var caughtUpNotice: CaughtUpNotice?
+        /// A caught-up notice went out since this side last sent data (the last one at `lastCaughtUpAt`).
+        var announcedCaughtUp = false
+        var lastCaughtUpAt: Int64 = 0
+        /// The peer said it has nothing more for us (and sent no data since).
+        var peerCaughtUp = false
+        /// The highest id the peer sent data with (a batch, a re-baseline
+        /// notice, a manual reply), and the id of its caught-up notice that
+        /// counts: data numbered before it is a late duplicate.
+        var peerDataID: UInt64 = 0
+        var peerCaughtUpID: UInt64 = 0
     }
+
+    /// A caught-up notice sent and not yet acknowledged (retransmitted like a batch).
+    struct CaughtUpNotice: Sendable {
+        var id: UInt64
+        var sentAt: Int64
+        var attempts: Int
+    }
+
+    /// The first protocol version with caught-up notices.
+    static let caughtUpProtocol: UInt16 = 2
 
     enum State: Sendable {
         /// Not started.
@@ -133,6 +155,13 @@ struct ReplicationSession {
         return inFlight.count < window && !inFlight.values.contains { $0.payload == .rebaseline }
     }
     var isQuiet: Bool { established?.inFlight.isEmpty ?? true }
+    /// Whether the peer has nothing more for us, as far as we know: it said
+    /// so (protocol 2) and sent nothing since. A protocol-1 peer never says,
+    /// so it counts as having nothing more.
+    var peerHasNothingMore: Bool {
+        guard let established else { return false }
+        return established.peer.protocolVersion < ReplicationSession.caughtUpProtocol || established.peerCaughtUp
+    }
     var inFlight: [UInt64: InFlight] { established?.inFlight ?? [:] }
     private var isOver: Bool {
         switch state {
@@ -189,6 +218,10 @@ struct ReplicationSession {
             if !isEstablished || !hello.isReply {
                 state = .established(Established(peer: validated))
                 actions.append(.established(validated))
+            } else {
+                // The peer (re)established on a hello of ours (perhaps a late duplicate) and forgot
+                // our caught-up notice: it gets a new one once we are caught up.
+                withEstablished(ReplicationSession.sendsData)
             }
             return actions
         }
@@ -203,6 +236,7 @@ struct ReplicationSession {
 
     /// Registers an outgoing batch (tracked while established); returns the message to send.
     mutating func sendBatch(entries: [WireEntry], items: [BatchItem], now: Int64) -> SyncMessage {
+        withEstablished(ReplicationSession.sendsData)
         let id = nextBatchID
         nextBatchID += 1
         let message = SyncMessage.batch(.init(id: id, entries: entries))
@@ -214,6 +248,7 @@ struct ReplicationSession {
     /// Registers an outgoing re-baseline notice (acknowledged like a batch,
     /// retransmitted like one); returns the message to send.
     mutating func sendRebaseline(purgedThrough: Int64, now: Int64) -> SyncMessage {
+        withEstablished(ReplicationSession.sendsData)
         let id = nextBatchID
         nextBatchID += 1
         let message = SyncMessage.rebaseline(.init(id: id, purgedThrough: purgedThrough))
@@ -222,6 +257,7 @@ struct ReplicationSession {
     }
 
     mutating func sendChunk(_ chunk: SyncMessage.Chunk, seq: Int64, now: Int64) -> SyncMessage {
+        withEstablished(ReplicationSession.sendsData)
         let id = nextBatchID
         nextBatchID += 1
         let message = SyncMessage.chunk(chunk)
@@ -235,11 +271,76 @@ struct ReplicationSession {
         return message
     }
 
+    /// Data goes out: a caught-up notice sent before it no longer holds.
+    private static func sendsData(_ established: inout Established) {
+        established.announcedCaughtUp = false
+        established.caughtUpNotice = nil
+    }
+
+    /// A caught-up notice, when the peer speaks protocol 2 and none went out
+    /// since this side last sent data. Over a lossy transport (`retransmits`)
+    /// an acknowledged notice is also renewed now and then (every
+    /// `maxBackoffAttempts` retransmit intervals): a late duplicate from an
+    /// earlier session of this side may have made the peer doubt it. Call it
+    /// only when nothing is pending or in flight.
+    mutating func announceCaughtUp(now: Int64) -> SyncMessage? {
+        guard let established, established.peer.protocolVersion >= ReplicationSession.caughtUpProtocol else { return nil }
+        let renew = retransmits && established.caughtUpNotice == nil
+            && now - established.lastCaughtUpAt >= retransmitInterval * Int64(maxBackoffAttempts)
+        guard !established.announcedCaughtUp || renew else { return nil }
+        let id = nextBatchID
+        nextBatchID += 1
+        withEstablished {
+            $0.announcedCaughtUp = true
+            $0.lastCaughtUpAt = now
+            $0.caughtUpNotice = CaughtUpNotice(id: id, sentAt: now, attempts: 1)
+        }
+        return .caughtUp(.init(id: id))
+    }
+
+    /// Whether the established peer speaks protocol 2 (caught-up notices, manual requests).
+    var peerSpeaksProtocol2: Bool { (established?.peer.protocolVersion ?? 0) >= ReplicationSession.caughtUpProtocol }
+
+    /// A fresh id for a message that is not tracked in the window (a manual request).
+    mutating func takeMessageID() -> UInt64 {
+        defer { nextBatchID += 1 }
+        return nextBatchID
+    }
+
+    /// Something may be pending for the peer that a caught-up notice already
+    /// denied (manual changes were released): send a new notice once caught up again.
+    mutating func retractCaughtUp() {
+        withEstablished(ReplicationSession.sendsData)
+    }
+
+    /// The peer sent data numbered `id` (a batch, a re-baseline notice, a
+    /// manual reply that released changes): it may have more, unless the data
+    /// is a late duplicate from before its last caught-up notice.
+    mutating func peerSentData(id: UInt64) {
+        withEstablished {
+            if id > $0.peerCaughtUpID { $0.peerCaughtUp = false }
+            $0.peerDataID = max($0.peerDataID, id)
+        }
+    }
+
+    /// The peer says it has nothing more, unless data numbered after the notice already came.
+    mutating func receiveCaughtUp(id: UInt64) {
+        withEstablished {
+            guard id > $0.peerDataID, id > $0.peerCaughtUpID else { return }
+            $0.peerCaughtUp = true
+            $0.peerCaughtUpID = id
+        }
+    }
+
     private func chunkKey(_ key: String, _ version: HLCTimestamp, _ index: Int) -> String { "\(key)\u{0}\(version)\u{0}\(index)" }
 
     /// A batch ack: the payload it acknowledges, once (duplicates return nil).
     mutating func acknowledgeBatch(_ id: UInt64) -> Payload? {
         withEstablished { established in
+            if established.caughtUpNotice?.id == id {
+                established.caughtUpNotice = nil
+                return nil
+            }
             guard let flight = established.inFlight.removeValue(forKey: id) else { return nil }
             ReplicationSession.retransmitSoon(&established, sentBefore: flight.sentAt)
             return flight.payload
@@ -284,6 +385,11 @@ struct ReplicationSession {
                     established.inFlight[id]!.attempts += 1
                     established.inFlight[id]!.dueNow = false
                     actions.append(.send(flight.message))
+                }
+                if let notice = established.caughtUpNotice, now - notice.sentAt >= interval * Int64(min(notice.attempts, cap)) {
+                    established.caughtUpNotice!.sentAt = now
+                    established.caughtUpNotice!.attempts += 1
+                    actions.append(.send(.caughtUp(.init(id: notice.id))))
                 }
                 return actions
             } ?? []
@@ -382,9 +488,13 @@ struct StreamProgress: Sendable {
     var repairBatches: Set<UInt64> = []
     var repairedNames: Set<String> = []
     var transfer: Transfer?
-    /// Batches sent in this session, and about how many it will send (progress events).
+    /// The sync round under way (progress events): batches sent in it, how
+    /// many it sends (counted when it began, 0 when nobody listened then), and
+    /// the stream position it ends at (changes after it go to the next round).
     var batchNumber = 0
     var batchTotal = 0
+    var inRound = false
+    var roundEnd: Int64?
 
     init(cursor: Int64 = 0) {
         self.cursor = cursor

@@ -5,9 +5,12 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
     case disconnected(reason: String)
     /// Keys declared differently by the peer: they do not sync until fixed.
     case keyMismatch(keys: [String])
-    /// Batch `number` of about `total` for this session was sent. `total` is
-    /// counted when the session starts if `events()` has a subscriber then
-    /// (otherwise it grows with `number`).
+    /// Batch `number` of `total` of a sync round was sent. A round begins
+    /// with the first batch after the peer had everything and sends what was
+    /// pending then; `total` is counted then and stays fixed (changes committed
+    /// during the round fill its last batch if there is room, the rest go to
+    /// the next round, which counts from 1 again). `total`
+    /// is 0 when `events()` had no subscriber as the round began (not counted).
     case batchSent(number: Int, total: Int, entries: Int)
     /// Entries from the peer were applied (`applied` changed something).
     case received(entries: Int, applied: Int)
@@ -20,7 +23,17 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
     /// device's clock (`StoreOptions.maxRemoteClockAhead`; `aheadMilliseconds`
     /// says by how much) or malformed (`aheadMilliseconds` 0). Nothing changed.
     case versionRefused(key: String, aheadMilliseconds: Int64)
-    /// Nothing is pending or in flight.
+    /// The peer asked for this device's manual changes
+    /// (`SyncPeer.requestManualChanges()`): `accepted` when
+    /// `ReplicationConfiguration.answersManualRequests` allowed it, and how
+    /// many entries that released for sending.
+    case manualRequestReceived(accepted: Bool, released: Int)
+    /// The peer answered this device's request for its manual changes: it
+    /// released `released` entries (they follow), or it declined.
+    case manualRequestAnswered(accepted: Bool, released: Int)
+    /// Nothing is pending or in flight either way: this side sent everything
+    /// and the peer said it has nothing more (with a protocol-1 peer, which
+    /// cannot say, only this side's part).
     case idle
     case error(SyncError)
 
@@ -29,12 +42,16 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
         case .connected(let node, let role): "connected to \(role) \(String(node, radix: 16))"
         case .disconnected(let reason): "disconnected: \(reason)"
         case .keyMismatch(let keys): "keys declared differently on the peer: \(keys.joined(separator: ", "))"
-        case .batchSent(let n, let m, let entries): "batch \(n) of \(m) sent (\(entries) entries)"
+        case .batchSent(let n, let m, let entries): m > 0 ? "batch \(n) of \(m) sent (\(entries) entries)" : "batch \(n) sent (\(entries) entries)"
         case .received(let entries, let applied): "received \(entries) entries, \(applied) applied"
         case .chunk(let key, let index, let count, let outgoing): "\(outgoing ? "sent" : "received") chunk \(index + 1)/\(count) of \(key)"
         case .conflictResolved(let key, let winner, let rule): "conflict on \(key): \(winner) wins by \(rule)"
         case .deferred(let key, let size): "\(key) (\(size) bytes) deferred to the next manual sync"
         case .versionRefused(let key, let ahead): "refused \(key): its version is \(ahead) ms ahead of this device's clock or malformed"
+        case .manualRequestReceived(let accepted, let released):
+            accepted ? "the peer asked for the manual changes: \(released) released" : "the peer asked for the manual changes: declined"
+        case .manualRequestAnswered(let accepted, let released):
+            accepted ? "the peer released \(released) manual changes" : "the peer declined to release its manual changes"
         case .idle: "idle"
         case .error(let error): "error: \(error)"
         }

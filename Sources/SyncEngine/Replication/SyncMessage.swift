@@ -96,6 +96,33 @@ public enum SyncMessage: Sendable, Equatable {
         public var purgedThrough: Int64
     }
 
+    /// A sender's word that it has nothing more for the receiver (nothing
+    /// pending, everything acknowledged): the receiver is idle only once it
+    /// has it. Acknowledged with an `ack` of `id`; `id` is numbered with the
+    /// sender's batches, so a late notice older than a batch is ignored.
+    /// Protocol 2: sent only when both peers speak it.
+    public struct CaughtUp: Sendable, Equatable {
+        public var id: UInt64
+    }
+
+    /// A request for the receiver's manual changes (`SyncPeer.requestManualChanges()`),
+    /// answered with a `manualReply` of the same `id`. Protocol 2.
+    public struct ManualRequest: Sendable, Equatable {
+        public var id: UInt64
+    }
+
+    /// The answer to a `manualRequest`: whether the receiver released its
+    /// manual changes (its `ReplicationConfiguration.answersManualRequests`),
+    /// and how many entries that released (they follow as batches).
+    /// `replyID` is numbered with the answering side's batches and notices
+    /// (released changes come after its earlier caught-up notice). Protocol 2.
+    public struct ManualReply: Sendable, Equatable {
+        public var id: UInt64
+        public var accepted: Bool
+        public var released: Int
+        public var replyID: UInt64
+    }
+
     case hello(Hello)
     case batch(Batch)
     case ack(Ack)
@@ -103,10 +130,13 @@ public enum SyncMessage: Sendable, Equatable {
     case chunkAck(ChunkAck)
     case error(ErrorMessage)
     case rebaseline(Rebaseline)
+    case caughtUp(CaughtUp)
+    case manualRequest(ManualRequest)
+    case manualReply(ManualReply)
 
     /// Frame type numbers of the engine's messages.
     public enum MessageType: UInt8, Sendable {
-        case hello = 1, batch = 2, ack = 3, chunk = 4, chunkAck = 5, error = 6, rebaseline = 7
+        case hello = 1, batch = 2, ack = 3, chunk = 4, chunkAck = 5, error = 6, rebaseline = 7, caughtUp = 8, manualRequest = 9, manualReply = 10
     }
 
     /// The payload schema version written as each payload's first byte.
@@ -177,6 +207,18 @@ extension SyncMessage {
             type = .rebaseline
             w.writeVarInt(r.id)
             w.writeUInt64(UInt64(bitPattern: r.purgedThrough))
+        case .caughtUp(let c):
+            type = .caughtUp
+            w.writeVarInt(c.id)
+        case .manualRequest(let m):
+            type = .manualRequest
+            w.writeVarInt(m.id)
+        case .manualReply(let m):
+            type = .manualReply
+            w.writeVarInt(m.id)
+            w.writeUInt8(m.accepted ? 1 : 0)
+            w.writeVarInt(UInt64(m.released))
+            w.writeVarInt(m.replyID)
         }
         return Frame(type: type.rawValue, payload: w.bytes)
     }
@@ -247,6 +289,19 @@ extension SyncMessage {
                     throw SyncError(.malformedMessage, "a re-baseline notice carries the version \(purgedThrough), out of range")
                 }
                 self = .rebaseline(Rebaseline(id: id, purgedThrough: purgedThrough))
+            case .caughtUp:
+                self = .caughtUp(CaughtUp(id: try r.readVarInt()))
+            case .manualRequest:
+                self = .manualRequest(ManualRequest(id: try r.readVarInt()))
+            case .manualReply:
+                let id = try r.readVarInt()
+                let accepted = try r.readUInt8()
+                guard accepted <= 1 else { throw SyncError(.malformedMessage, "a manual reply's accepted flag is \(accepted)") }
+                let released = Int(try r.readVarInt() & 0xFFFF_FFFF)
+                guard accepted == 1 || released == 0 else {
+                    throw SyncError(.malformedMessage, "a declined manual request cannot have released \(released) entries")
+                }
+                self = .manualReply(ManualReply(id: id, accepted: accepted == 1, released: released, replyID: try r.readVarInt()))
             }
             guard r.isAtEnd else { throw SyncError(.malformedMessage, "\(type) message has \(r.remaining) trailing bytes") }
         } catch let error as SyncError {

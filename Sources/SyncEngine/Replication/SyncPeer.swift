@@ -36,6 +36,8 @@ public final class SyncPeer: Sendable {
 
     private struct State {
         var sessions: [Int: Session] = [:]
+        /// Each running session's inputs, for requests from the app.
+        var inputs: [Int: AsyncStream<Input>.Continuation] = [:]
         var nextSession = 0
         /// Whether the last published aggregate state was idle.
         var idle = false
@@ -48,6 +50,7 @@ public final class SyncPeer: Sendable {
         case closed(String)
         case localChange
         case tick
+        case requestManual
     }
 
     public init(store: SyncStore, configuration: ReplicationConfiguration, clock: any PhysicalClock = SystemClock(),
@@ -72,9 +75,37 @@ public final class SyncPeer: Sendable {
         store.localGeneration.load(ordering: .sequentiallyConsistent) &+ forwarded.load(ordering: .sequentiallyConsistent)
     }
 
-    /// Releases manual and deferred changes for sending; returns how many entries that queues.
+    /// Releases this device's manual and deferred changes for sending (to
+    /// every peer); returns how many entries that queues. It never brings the
+    /// peer's manual changes: those wait for the peer's own `sync()`, or ask
+    /// for them with `sync(includingPeer: true)` / `requestManualChanges()`.
     @discardableResult
     public func sync() throws -> Int { try store.requestManualSync() }
+
+    /// `sync()`, and with `includingPeer` also asks every connected peer for
+    /// its manual changes (`requestManualChanges()`). Returns how many entries
+    /// this device released.
+    @discardableResult
+    public func sync(includingPeer: Bool) throws -> Int {
+        let released = try sync()
+        if includingPeer { requestManualChanges() }
+        return released
+    }
+
+    /// Asks every peer with a running session for its manual changes: the
+    /// peer releases them as its own `sync()` would, unless its
+    /// `ReplicationConfiguration.answersManualRequests` declines. Its answer
+    /// is a `manualRequestAnswered` event here (and a `manualRequestReceived`
+    /// event there); the changes follow as usual. A peer of protocol 1 (an
+    /// older app) is never asked: an `.error` event (`unsupported-version`)
+    /// says so. Returns how many established sessions the request went to
+    /// (0 when none is).
+    @discardableResult
+    public func requestManualChanges() -> Int {
+        let inputs = state.withLock { state in state.inputs.filter { state.sessions[$0.key]?.connected == true }.map(\.value) }
+        for input in inputs { input.yield(.requestManual) }
+        return inputs.count
+    }
 
     /// Runs one session over `connection` until it closes or fails. Returns the
     /// reason it ended; never throws for network trouble (reconnecting is the caller's loop).
@@ -93,6 +124,7 @@ public final class SyncPeer: Sendable {
             return state.nextSession
         }
         let (inputs, continuation) = AsyncStream.makeStream(of: Input.self, bufferingPolicy: .unbounded)
+        state.withLock { $0.inputs[session] = continuation }
         let gate = ReadAheadGate(credits: configuration.readAheadFrames)
         let writes = store.localWrites.subscribe(bufferingNewest: 1)
         let interval = tickInterval
@@ -183,6 +215,7 @@ public final class SyncPeer: Sendable {
                     await gate.release()
                 case .tick: frames = endpoint.tick(now: now)
                 case .localChange: frames = endpoint.pump(now: now)
+                case .requestManual: frames = endpoint.requestManualChanges(now: now)
                 case .closed(let why):
                     return why
                 }
@@ -210,6 +243,7 @@ public final class SyncPeer: Sendable {
         let (changed, idle, reachability) = state.withLock { state -> (Bool, Bool, Bool?) in
             let old = state.sessions[session]
             state.sessions[session] = new
+            if new == nil { state.inputs[session] = nil }
             let idle = !state.sessions.isEmpty && state.sessions.values.allSatisfy(\.idle)
             let generationMoved = new.map { $0.idle && $0.generation != old?.generation } ?? false
             let changed = idle != state.idle || (idle && generationMoved)

@@ -11,11 +11,11 @@ public struct NodeCommand: AsyncParsableCommand {
         commandName: "node",
         abstract: "Run one peer (phone or watch) in this process, driven by commands on stdin.",
         discussion: """
-            Commands, one per line: put KEY JSON | get KEY | delete KEY | sync | status | wait-idle SECONDS | quit
+            Commands, one per line: put KEY JSON | get KEY | delete KEY | sync | request-manual | status | wait-idle SECONDS | quit
             Every command is answered with one JSON line: {"ok":true,...} or {"ok":false,"error":"..."}.
             Events are JSON lines too, the first {"event":"listening","port":N} when listening.
-            {"event":"rejected","error":"...","suppressed":N}: a peer failed the handshake (rate limited:
-            it stands for this rejection and N others not reported on their own).
+            {"event":"rejected","error":"...","suppressed":N,"peer":"tcp:HOST:PORT"}: a peer failed the handshake
+            (rate limited: it stands for this rejection and N others not reported on their own).
             """)
 
     @Option(help: "phone or watch.") var role: DeviceRole
@@ -103,7 +103,9 @@ public struct NodeCommand: AsyncParsableCommand {
                 group.addTask {
                     // Rate limited: each event stands for one rejection and `suppressed` others not reported on their own.
                     for await rejection in listener.rejectionReports {
-                        output.write(["event": "rejected", "error": "\(rejection.reason)", "suppressed": rejection.suppressed])
+                        var event: [String: Any] = ["event": "rejected", "error": "\(rejection.reason)", "suppressed": rejection.suppressed]
+                        if let address = rejection.peer { event["peer"] = address }
+                        output.write(event)
                     }
                 }
             } else if let connect, let (host, port) = NodeCommand.split(connect) {

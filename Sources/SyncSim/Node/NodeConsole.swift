@@ -70,6 +70,9 @@ struct NodeConsole {
                 return ["ok": true, "key": parts[1]]
             case ("sync", 1):
                 return ["ok": true, "queued": try peer.sync()]
+            case ("request-manual", 1):
+                // Asks the peer for its manual changes; its answer is a manual-request-answered event.
+                return ["ok": true, "asked": peer.requestManualChanges()]
             case ("status", 1):
                 return try status()
             case ("wait-idle", 2):
@@ -77,7 +80,7 @@ struct NodeConsole {
                 try await peer.waitUntilIdle(timeout: .milliseconds(Int(seconds * 1000)))
                 return ["ok": true, "idle": true]
             default:
-                return ["ok": false, "error": "unknown command '\(line.prefix(40))'; use put KEY JSON | get KEY | delete KEY | sync | status | wait-idle SECONDS | quit"]
+                return ["ok": false, "error": "unknown command '\(line.prefix(40))'; use put KEY JSON | get KEY | delete KEY | sync | request-manual | status | wait-idle SECONDS | quit"]
             }
         } catch let error as SyncError {
             return ["ok": false, "error": error.description, "code": error.code.rawValue]
@@ -117,6 +120,8 @@ struct NodeConsole {
         case .conflictResolved(let key, let winner, let rule): ["event": "conflict", "key": key, "winner": winner.rawValue, "rule": rule.rawValue]
         case .deferred(let key, let size): ["event": "deferred", "key": key, "size": size]
         case .versionRefused(let key, let ahead): ["event": "version-refused", "key": key, "aheadMs": ahead]
+        case .manualRequestReceived(let accepted, let released): ["event": "manual-request-received", "accepted": accepted, "released": released]
+        case .manualRequestAnswered(let accepted, let released): ["event": "manual-request-answered", "accepted": accepted, "released": released]
         case .idle: ["event": "idle"]
         case .error(let error): ["event": "error", "error": error.description]
         }

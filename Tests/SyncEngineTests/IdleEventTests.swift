@@ -1,0 +1,144 @@
+import Foundation
+import Logging
+import Synchronization
+@_spi(Benchmarks) @testable import SyncEngine
+@_spi(Benchmarks) import SyncTransport
+import Testing
+
+/// A connection that holds back the batches it sends until `release()`
+/// (the rest goes through): the peer sees a batch arrive late, as a resend does.
+final class BatchHoldingConnection: FrameConnection {
+    private let base: InMemoryConnection
+    private let held = Mutex<(holding: Bool, frames: [Frame])>((true, []))
+
+    init(_ base: InMemoryConnection) { self.base = base }
+
+    var inbound: AsyncThrowingStream<Frame, any Error> { base.inbound }
+    var peerDescription: String { base.peerDescription }
+    var statistics: ConnectionStatistics { base.statistics }
+    var deliversEveryFrame: Bool { true }
+
+    func send(_ frame: Frame) async throws {
+        let holds = held.withLock { state -> Bool in
+            guard state.holding, frame.type == SyncMessage.MessageType.batch.rawValue else { return false }
+            state.frames.append(frame)
+            return true
+        }
+        if !holds { try await base.send(frame) }
+    }
+
+    /// Sends what was held, in order, and stops holding.
+    func release() async throws {
+        let frames = held.withLock { state -> [Frame] in
+            state.holding = false
+            defer { state.frames = [] }
+            return state.frames
+        }
+        for frame in frames { try await base.send(frame) }
+    }
+
+    func close() async { await base.close() }
+}
+
+@Suite(.timeLimit(.minutes(2))) struct IdleEventTests {
+    /// The phone's first batch is lost and resent after the retransmit
+    /// interval: the watch, which has nothing to send, is idle only once the
+    /// resent entries arrived and the phone said it has nothing more.
+    @Test func idleComesOnlyAfterThePeersResentEntries() async throws {
+        let pair = try Pair()
+        for day in 1...3 { try await pair.phone.set(day * 100, for: TestKeys.daily["2026-11-\(day)"]) }
+        let link = Link(pair.phone, pair.watch)
+        let phone = link.a, watch = link.b
+        var now: Int64 = 1_000
+        let phoneHello = phone.start(now: now), watchHello = watch.start(now: now)
+        var toPhone: [Frame] = []
+        var toWatch: [Frame] = []
+        for frame in phoneHello { toPhone += watch.receive(frame, now: now) }
+        for frame in watchHello { toWatch += phone.receive(frame, now: now) }
+        // The link loses the phone's batch; everything else arrives.
+        let lost = toWatch.filter { $0.type == SyncMessage.MessageType.batch.rawValue }
+        #expect(lost.count == 1)
+        toWatch.removeAll { $0.type == SyncMessage.MessageType.batch.rawValue }
+        while !(toPhone.isEmpty && toWatch.isEmpty) {
+            let (p, w) = (toPhone, toWatch)
+            (toPhone, toWatch) = ([], [])
+            for frame in p { toWatch += phone.receive(frame, now: now) }
+            for frame in w { toPhone += watch.receive(frame, now: now) }
+        }
+        #expect(watch.isEstablished && phone.isEstablished)
+        #expect(try pair.watch.storedValue(for: TestKeys.daily["2026-11-1"]) == nil)
+        #expect(!watch.isIdle, "the phone still has entries for the watch")
+        #expect(!phone.isIdle)
+
+        // The retransmit: the same entries again.
+        now += ReplicationConfiguration().retransmitMilliseconds
+        let resent = phone.tick(now: now)
+        #expect(resent.map(\.payload) == lost.map(\.payload))
+        for frame in resent { toPhone += watch.receive(frame, now: now) }
+        #expect(try pair.watch.storedValue(for: TestKeys.daily["2026-11-3"]) == 300)
+        #expect(!watch.isIdle, "the phone has not yet said it has nothing more")
+        while !(toPhone.isEmpty && toWatch.isEmpty) {
+            let (p, w) = (toPhone, toWatch)
+            (toPhone, toWatch) = ([], [])
+            for frame in p { toWatch += phone.receive(frame, now: now) }
+            for frame in w { toPhone += watch.receive(frame, now: now) }
+        }
+        #expect(watch.isIdle && phone.isIdle)
+    }
+
+    /// Over a running session: the watch's `idle` event comes after the
+    /// entries the phone sent late, never before.
+    @Test func theWatchsIdleEventFollowsTheEntriesItWaitedFor() async throws {
+        let pair = try Pair()
+        for day in 1...3 { try await pair.phone.set(day, for: TestKeys.daily["2026-11-\(day)"]) }
+        let watchEvents = pair.watch.events()
+        let config = ReplicationConfiguration(pairingEpoch: "idle")
+        let phonePeer = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(20))
+        let watchPeer = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(20))
+        let (a, b) = InMemoryConnection.makePair()
+        let phoneSide = BatchHoldingConnection(a)
+        let tasks = [Task { await phonePeer.run(over: phoneSide) }, Task { await watchPeer.run(over: b) }]
+        let outcome = await Result {
+            try await first(of: watchEvents, "the watch's connected event") { if case .connected = $0 { true } else { false } }
+            try await Task.sleep(for: .milliseconds(300))  // ticks pass while the phone's batch is held back
+            try await phoneSide.release()
+            let event = try await first(of: watchEvents, "the watch's first received or idle event") {
+                switch $0 {
+                case .idle, .received: true
+                default: false
+                }
+            }
+            #expect(event == .received(entries: 3, applied: 3), "idle came before the phone's entries: \(event)")
+            try await first(of: watchEvents, "the watch's idle event") { $0 == .idle }
+            try await watchPeer.waitUntilIdle(timeout: .seconds(10))
+        }
+        await a.close()
+        try await withDeadline("both peers to stop") { for task in tasks { _ = await task.value } }
+        try outcome.get()
+        #expect(try pair.watch.storedValue(for: TestKeys.daily["2026-11-3"]) == 3)
+    }
+
+    /// A protocol-1 peer sends no caught-up notice: the session still becomes
+    /// idle (as before), and no protocol-2 message goes to that peer.
+    @Test func aProtocolOnePeerGetsNoNoticeAndStillGoesIdle() throws {
+        let pair = try Pair()
+        var old = ReplicationConfiguration(pairingEpoch: "test")
+        old.protocolRange = 1...1
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: "test"))
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: old)
+        var toPhone: [Frame] = [], toWatch: [Frame] = []
+        for frame in phone.start(now: 0) { toPhone += watch.receive(frame, now: 0) }
+        for frame in watch.start(now: 0) { toWatch += phone.receive(frame, now: 0) }
+        var sentToOld: [Frame] = []
+        while !(toPhone.isEmpty && toWatch.isEmpty) {
+            let (p, w) = (toPhone, toWatch)
+            (toPhone, toWatch) = ([], [])
+            for frame in p { toWatch += phone.receive(frame, now: 0) }
+            sentToOld += w
+            for frame in w { toPhone += watch.receive(frame, now: 0) }
+        }
+        #expect(phone.isIdle && watch.isIdle)
+        #expect(watch.failure == nil && phone.failure == nil)
+        #expect(sentToOld.allSatisfy { $0.type <= SyncMessage.MessageType.rebaseline.rawValue })
+    }
+}
