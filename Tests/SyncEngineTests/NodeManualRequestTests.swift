@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SyncTransport
 import Testing
 
@@ -30,11 +31,20 @@ import Testing
 
         watch.send("request-manual")
         #expect(try await watch.reply("request-manual")["asked"] as? Int == 1)
-        let answered = try await watch.next("the watch's manual-request-answered event") { $0["event"] as? String == "manual-request-answered" }
-        #expect(answered["accepted"] as? Bool == true && answered["released"] as? Int == 1)
+        // The change may be printed before or after the answer: wait for both.
+        let watchSaw = Mutex<(answeredWithOne: Bool?, changed: Bool)>((nil, false))
+        try await watch.next("the watch's manual-request-answered event and profile:name's change") { event in
+            watchSaw.withLock { seen in
+                if event["event"] as? String == "manual-request-answered" {
+                    seen.answeredWithOne = event["accepted"] as? Bool == true && event["released"] as? Int == 1
+                }
+                if event["event"] as? String == "change" && event["key"] as? String == "profile:name" { seen.changed = true }
+                return seen.answeredWithOne != nil && seen.changed
+            }
+        }
+        #expect(watchSaw.withLock { $0.answeredWithOne } == true)
         let received = try await phone.next("the phone's manual-request-received event") { $0["event"] as? String == "manual-request-received" }
         #expect(received["accepted"] as? Bool == true && received["released"] as? Int == 1)
-        try await watch.next("profile:name to change on the watch") { $0["event"] as? String == "change" && $0["key"] as? String == "profile:name" }
         watch.send("get profile:name")
         #expect(try await watch.reply("get profile:name")["value"] as? String == "Ada")
         phone.send("quit")
