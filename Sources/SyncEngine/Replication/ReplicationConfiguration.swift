@@ -3,8 +3,11 @@ public struct ReplicationConfiguration: Sendable {
     /// Identifies the pairing; both peers must agree. Derived from the pairing
     /// secret on TCP (`PairingSecret.epoch`). A new epoch re-baselines.
     public var pairingEpoch: String
-    /// The session protocol versions this build speaks.
-    public var protocolRange: ClosedRange<UInt16> = 1...1
+    /// The session protocol versions this build speaks; a session uses the
+    /// highest both peers announce. 2 sends batches as columns (smaller once
+    /// deflated); `1...1` makes a node speak only protocol 1, as builds
+    /// before it did.
+    public var protocolRange: ClosedRange<UInt16> = 1...SyncMessage.highestProtocolVersion
     /// Entries per batch message at most (one transaction on each side).
     public var maxBatchEntries = 2048
     /// Value bytes per batch message at most (before compression).
