@@ -174,6 +174,30 @@ import Testing
         ("trailing-bytes", oneEntry() + [0]),
     ]
 
+    /// What each malformed case's error says: refused for the reason it was built for.
+    static let reasons: [String: String] = [
+        "too-many-entries": "announces 1000000 entries",
+        "count-beyond-payload": "announces 40 entries",
+        "column-longer-than-payload": "the encodings column of a columnar batch announces 6 bytes",
+        "column-left-over-bytes": "the encoding indexes column of a columnar batch has 1 bytes left over",
+        "flags-column-short": "the flags column of a columnar batch has 0 bytes for 1 entries",
+        "undefined-flags": "undefined flags 8",
+        "undefined-base-kind": "undefined flags 6",
+        "prefix-longer-than-previous-key": "shares 3 bytes with a previous key of 0",
+        "key-over-limit": "a key of 1100 bytes",
+        "key-not-utf8": "not valid UTF-8",
+        "version-delta-overflow": "the version of entry 1 of a columnar batch is out of range",
+        "version-negative": "the version of entry 0 of a columnar batch is out of range",
+        "base-delta-overflow": "the base of entry 0 of a columnar batch is out of range",
+        "base-missing": "the base columns are exhausted",
+        "node-index-out-of-range": "names node 1 of 1",
+        "node-table-too-long": "the nodes column of a columnar batch has 127 items",
+        "encoding-index-out-of-range": "names encoding 3 of 1",
+        "value-longer-than-column": "value 0 of a columnar batch announces 5 bytes",
+        "values-left-over": "add up to 1 bytes, the column holds 2",
+        "trailing-bytes": "1 trailing bytes",
+    ]
+
     @Test func theValidBaseOfTheMalformedCasesDecodes() throws {
         let message = try SyncMessage(frame: Frame(type: 2, payload: Self.oneEntry()))
         #expect(message == .batch(.init(id: 7, entries: [WireEntry(key: "ab", version: HLCTimestamp(packed: 5, node: 9), base: .zero,
@@ -188,6 +212,7 @@ import Testing
                 Issue.record("\(name) was accepted")
             } catch let error as SyncError {
                 #expect(error.code == .malformedMessage, "\(name): \(error)")
+                #expect(error.message.contains(Self.reasons[name] ?? "?"), "\(name): \(error.message)")
             }
         }
     }

@@ -131,8 +131,11 @@ enum ColumnarBatch {
         }
         let n = Int(count)
         func column(_ name: String) throws -> ByteReader {
-            let bytes = try r.readBytes(maxLength: r.remaining)
-            return ByteReader(bytes)
+            let length = try r.readVarInt()
+            guard length <= UInt64(r.remaining) else {
+                throw SyncError(.malformedMessage, "the \(name) column of a columnar batch announces \(length) bytes, only \(r.remaining) remain")
+            }
+            return ByteReader(try r.readRaw(count: Int(length)))
         }
         func finish(_ reader: ByteReader, _ name: String) throws {
             guard reader.isAtEnd else {
@@ -188,10 +191,11 @@ enum ColumnarBatch {
         }
         try finish(keyColumn, "keys")
 
-        let flagColumn = try r.readBytes(maxLength: n)
-        guard flagColumn.count == n else {
-            throw SyncError(.malformedMessage, "the flags column of a columnar batch has \(flagColumn.count) bytes for \(n) entries")
+        var flagReader = try column("flags")
+        guard flagReader.remaining == n else {
+            throw SyncError(.malformedMessage, "the flags column of a columnar batch has \(flagReader.remaining) bytes for \(n) entries")
         }
+        let flagColumn = try flagReader.readRaw(count: n)
         for (i, flag) in flagColumn.enumerated() where flag & ~0b111 != 0 || flag >> 1 > baseIsSent {
             throw SyncError(.malformedMessage, "entry \(i) of a columnar batch has undefined flags \(flag)")
         }
@@ -214,7 +218,7 @@ enum ColumnarBatch {
         func add(_ previous: Int64, _ delta: UInt64, _ i: Int, _ what: String) throws -> Int64 {
             let (sum, overflow) = previous.addingReportingOverflow(unzigzag(delta))
             guard !overflow, sum >= 0 else {
-                throw SyncError(.malformedMessage, "the \(what) of entry \(i) of a columnar batch is out of range (its delta overflows)")
+                throw SyncError(.malformedMessage, "the \(what) of entry \(i) of a columnar batch is out of range (its delta overflows or goes below zero)")
             }
             return sum
         }
@@ -255,6 +259,9 @@ enum ColumnarBatch {
             case baseIsZero: base = .zero
             case baseIsVersion: base = version
             default:
+                guard !baseTimes.isAtEnd, !baseNodes.isAtEnd else {
+                    throw SyncError(.malformedMessage, "entry \(i) of a columnar batch has a base to read, but the base columns are exhausted")
+                }
                 let basePacked = try add(previousBase ?? packed, try baseTimes.readVarInt(), i, "base")
                 previousBase = basePacked
                 base = HLCTimestamp(packed: basePacked, node: try node(&baseNodes, i))
