@@ -239,8 +239,17 @@ import Testing
     }
 
     /// Seeded mutations of columnar batches: only `SyncError`s, never a trap;
-    /// what decodes encodes again.
-    @Test func mutatedColumnarBatchesNeverTrap() throws {
+    /// what decodes encodes again. Some go into a live session of a watch
+    /// that speaks only protocol 1: it refuses them and its store is unchanged.
+    @Test func mutatedColumnarBatchesNeverTrap() async throws {
+        let pair = try Pair()
+        try await pair.watch.set(99, for: TestKeys.steps)
+        var protocolOne = ReplicationConfiguration(pairingEpoch: "fuzz")
+        protocolOne.protocolRange = 1...1
+        // A first session syncs the watch's value; from then on sessions only hand over mutated batches.
+        _ = WireVersionTests.exchange(ReplicationEndpoint(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: "fuzz")),
+                                      ReplicationEndpoint(store: pair.watch, configuration: protocolOne), start: true)
+        let before = try pair.watch.allEntryInfo()
         let seed = UInt64(ProcessInfo.processInfo.environment["SYNCENGINE_FUZZ_SEED"] ?? "") ?? 20_261_123
         print("columnar batch fuzz seed: \(seed)")
         var random = SeededRandom(seed: seed)
@@ -267,7 +276,16 @@ import Testing
             } catch let error as SyncError {
                 #expect(error.code == .malformedMessage)
             }
+            if i % 100 == 0, frame.payload.first == ColumnarBatch.payloadSchema {
+                let phone = ReplicationEndpoint(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: "fuzz"))
+                let watch = ReplicationEndpoint(store: pair.watch, configuration: protocolOne)
+                _ = WireVersionTests.exchange(phone, watch, start: true)
+                #expect(watch.isEstablished)
+                _ = watch.receive(frame, now: 1_000)
+                #expect(watch.failure != nil, "a columnar batch in a protocol-1 session")
+            }
         }
         #expect(decoded < 30_000)
+        #expect(try pair.watch.allEntryInfo() == before)
     }
 }
