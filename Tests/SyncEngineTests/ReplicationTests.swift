@@ -34,10 +34,12 @@ import Testing
         for key in written {
             let expected = key.descriptor.replicates(from: writer)
             #expect(try readerStore.storedValue(for: key) == (expected ? "value-of-\(key.name)" : nil), "\(key.name)")
+            if expected { #expect(link.entryKeys.contains(key.descriptor.name), "\(key.name) was sent") }
             if !expected {
                 #expect(!bytes.contains(subsequence: Array("value-of-\(key.name)".utf8)), "value of \(key.name) leaked")
                 if key.descriptor.policy == .never || key.descriptor.availability == .phoneOnly || key.descriptor.availability == .watchOnly {
                     #expect(!bytes.contains(subsequence: Array(key.name.utf8)), "name of \(key.name) leaked")
+                    #expect(!link.entryKeys.contains(key.descriptor.name), "entry of \(key.name) sent")
                 }
             }
         }

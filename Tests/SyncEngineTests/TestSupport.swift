@@ -93,6 +93,19 @@ final class Link {
 
     /// All payload bytes that went over the link.
     var allBytes: [UInt8] { frames.flatMap(\.frame.payload) }
+
+    /// The key of every entry that went over the link in a batch or a chunk,
+    /// decoded: protocol 2 codes the prefix a key shares with the one before
+    /// it once, so a key's bytes need not appear whole in `allBytes`.
+    var entryKeys: [String] {
+        frames.compactMap { try? SyncMessage(frame: $0.frame) }.flatMap { message -> [String] in
+            switch message {
+            case .batch(let batch): batch.entries.map(\.key)
+            case .chunk(let chunk): [chunk.entry.key]
+            default: []
+            }
+        }
+    }
 }
 
 extension Array where Element == UInt8 {

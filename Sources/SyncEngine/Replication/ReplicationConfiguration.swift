@@ -3,11 +3,13 @@ public struct ReplicationConfiguration: Sendable {
     /// Identifies the pairing; both peers must agree. Derived from the pairing
     /// secret on TCP (`PairingSecret.epoch`). A new epoch re-baselines.
     public var pairingEpoch: String
-    /// The session protocol versions this build speaks. A session uses the
-    /// highest both peers speak: 1 is the first release; 2 adds caught-up
-    /// notices (a side is idle only once the peer has nothing more for it)
-    /// and manual requests (`SyncPeer.requestManualChanges()`).
-    public var protocolRange: ClosedRange<UInt16> = 1...2
+    /// The session protocol versions this build speaks; a session uses the
+    /// highest both peers announce. 1 is the first release; 2 sends batches as
+    /// columns (smaller once deflated) and adds caught-up notices (a side is
+    /// idle only once the peer has nothing more for it) and manual requests
+    /// (`SyncPeer.requestManualChanges()`). `1...1` makes a node speak only
+    /// protocol 1, as builds before it did.
+    public var protocolRange: ClosedRange<UInt16> = 1...SyncMessage.highestProtocolVersion
     /// Entries per batch message at most (one transaction on each side).
     public var maxBatchEntries = 2048
     /// Value bytes per batch message at most (before compression).

@@ -83,6 +83,9 @@ package final class ReplicationEndpoint {
                 guard session.isEstablished, let peer = session.knownPeer else {
                     return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
+                if let schema = SyncMessage.payloadSchema(of: frame), schema > SyncMessage.payloadSchema, peer.protocolVersion < 2 {
+                    return fail(SyncError(.protocolViolation, "the peer sent a columnar batch (payload schema \(schema)) in a session that negotiated protocol \(peer.protocolVersion)"), notifyPeer: true)
+                }
                 session.peerSentData(id: batch.id)
                 let plan = try apply(batch.entries, from: peer, completing: nil, reportsConflicts: true)
                 count {
@@ -263,7 +266,7 @@ package final class ReplicationEndpoint {
     private func sendBatch(_ rows: [OutboundRow], now: Int64) -> (id: UInt64, frame: Frame) {
         let message = session.sendBatch(entries: rows.map(\.entry), items: rows.map { .init(key: $0.key, seq: $0.seq) }, now: now)
         guard case .batch(let batch) = message else { preconditionFailure("sendBatch returns a batch") }
-        let frame = message.frame()
+        let frame = encoded(message)
         session.stream.batchNumber += 1
         if session.stream.batchTotal > 0 { session.stream.batchTotal = max(session.stream.batchTotal, session.stream.batchNumber) }
         count {
@@ -430,6 +433,11 @@ package final class ReplicationEndpoint {
 
     // MARK: helpers
 
+    /// `message` as a frame of the session's negotiated protocol (1 before the handshake).
+    private func encoded(_ message: SyncMessage) -> Frame {
+        message.frame(protocolVersion: session.knownPeer?.protocolVersion ?? 1)
+    }
+
     private func excluded(_ key: String) -> Bool {
         guard let descriptor = port.registry.descriptor(forEntry: key) else { return true }
         return !descriptor.replicates(from: port.role) || (session.knownPeer?.mismatchedKeys.contains(descriptor.name) ?? false)
@@ -440,7 +448,7 @@ package final class ReplicationEndpoint {
         for action in actions {
             switch action {
             case .send(let message):
-                out.append(message.frame())
+                out.append(encoded(message))
             case .established(let peer):
                 do {
                     // The established state starts its stream progress afresh: from the recorded cursor.

@@ -32,7 +32,8 @@ public struct PartialTransfer: Sendable, Equatable {
     public var received: Int
 }
 
-/// The session messages of the replication protocol (payload schema 1).
+/// The session messages of the replication protocol (payload schema 1; a
+/// batch of session protocol 2 is columnar, payload schema 2).
 @_spi(Benchmarks)
 public enum SyncMessage: Sendable, Equatable {
     public struct Hello: Sendable, Equatable {
@@ -147,7 +148,25 @@ public enum SyncMessage: Sendable, Equatable {
 }
 
 extension SyncMessage {
-    /// Encodes the message as a transport frame.
+    /// The highest session protocol version this build speaks: 2, whose
+    /// batches are columnar (`ColumnarBatch`, payload schema 2). Every other
+    /// message, and every batch of a session that negotiated 1, is schema 1.
+    public static let highestProtocolVersion: UInt16 = 2
+
+    /// Encodes the message for a session that negotiated `protocolVersion`:
+    /// from 2 on, a batch is columnar (payload schema 2); everything else is
+    /// as `frame()` writes it.
+    public func frame(protocolVersion: UInt16) -> Frame {
+        if protocolVersion >= 2, case .batch(let b) = self, ColumnarBatch.canEncode(b.entries) {
+            return Frame(type: MessageType.batch.rawValue, payload: ColumnarBatch.encode(id: b.id, entries: b.entries))
+        }
+        return frame()
+    }
+
+    /// The payload schema a frame announces (its first byte), if it has one.
+    public static func payloadSchema(of frame: Frame) -> UInt8? { frame.payload.first }
+
+    /// Encodes the message as a transport frame in payload schema 1 (session protocol 1).
     public func frame() -> Frame {
         var w = ByteWriter()
         w.writeUInt8(SyncMessage.payloadSchema)
@@ -223,8 +242,9 @@ extension SyncMessage {
         return Frame(type: type.rawValue, payload: w.bytes)
     }
 
-    /// Decodes a frame; unknown types, other payload schemas and malformed
-    /// payloads throw `.malformedMessage` (the schema is checked first).
+    /// Decodes a frame of either session protocol (a batch in schema 1 or 2,
+    /// everything else in schema 1); unknown types, other payload schemas and
+    /// malformed payloads throw `.malformedMessage` (the schema is checked first).
     public init(frame: Frame) throws {
         guard let type = MessageType(rawValue: frame.type) else {
             throw SyncError(.malformedMessage, "unknown message type \(frame.type)")
@@ -232,8 +252,12 @@ extension SyncMessage {
         var r = ByteReader(frame.payload)
         do {
             let schema = try r.readUInt8()
+            if schema == ColumnarBatch.payloadSchema, type == .batch {
+                self = .batch(try ColumnarBatch.decode(&r))
+                return
+            }
             guard schema == SyncMessage.payloadSchema else {
-                throw SyncError(.malformedMessage, "payload schema \(schema) is not supported (this build speaks \(SyncMessage.payloadSchema))")
+                throw SyncError(.malformedMessage, "payload schema \(schema) is not supported for a \(type) message (this build speaks \(SyncMessage.payloadSchema), and \(ColumnarBatch.payloadSchema) for batches)")
             }
             switch type {
             case .hello:

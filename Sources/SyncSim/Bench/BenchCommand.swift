@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
 
-/// `syncsim bench [store|sync|memory|fuzz|transport|all] [--quick] [--json]`: figures against the machine's own limits.
+/// `syncsim bench [store|sync|memory|fuzz|transport|all] [--workload random|family] [--quick] [--json]`: figures against the machine's own limits.
 public struct BenchCommand: AsyncParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "bench",
@@ -13,6 +13,9 @@ public struct BenchCommand: AsyncParsableCommand {
 
     @Argument(help: "Which figures: store, sync, memory (1 GB of 100 KB values over TCP), fuzz (simulator scenarios/s), transport (CPU the listener spends per rejected stranger) or all (store, sync, fuzz and transport).")
     var suite: Suite = .all
+
+    @Option(help: "What the sync figures write: random (~200-byte JSON strings) or family (one family of small JSON objects of one shape with a long repeated string).")
+    var workload: BenchWorkload = .random
 
     @Flag(help: "A short smoke run (small counts).")
     var quick = false
@@ -31,7 +34,7 @@ public struct BenchCommand: AsyncParsableCommand {
             figures += try StoreBenchmark(quick: quick).run(progress: progress)
         }
         if suite == .sync || suite == .all {
-            figures += try await SyncBenchmark(quick: quick).run(progress: progress)
+            figures += try await SyncBenchmark(quick: quick, workload: workload).run(progress: progress)
         }
         if suite == .fuzz || suite == .all {
             figures += try await FuzzBenchmark(quick: quick).run(progress: progress)

@@ -6,10 +6,13 @@ import Foundation
 public struct SyncBenchmark: Sendable {
     public var entries: Int
     public var changed: Int
+    /// What the phone writes (`--workload`).
+    public var workload: BenchWorkload
 
-    public init(quick: Bool) {
+    public init(quick: Bool, workload: BenchWorkload = .random) {
         entries = quick ? 2_000 : 100_000
         changed = quick ? 100 : 1_000
+        self.workload = workload
     }
 
     static let family = KeyFamily<String>("bench", default: "", availability: .all, policy: .automaticSmall)
@@ -30,13 +33,14 @@ public struct SyncBenchmark: Sendable {
     public func run(progress: (String) -> Void = { _ in }) async throws -> [BenchFigure] {
         let folder = try BenchClock.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let registry = try KeyRegistry([SyncBenchmark.family])
-        let values = SyncBenchmark.values(count: entries, seed: 42)
-        let encoded = try values.map { try ValueSerializer<String>.json.encode($0) }
+        let registry = try BenchRows.registry()
+        let rows = BenchRows(workload, count: entries)
+        let encoded = try (0..<entries).map { try rows.encoded($0) }
 
-        progress("raw limits: SQLite insert, zlib")
+        progress("workload \(workload); raw limits: SQLite insert, zlib")
         let rawInsertSeconds = try StoreBenchmark(quick: true).fastestRawInsert(path: folder + "/raw.sqlite", values: encoded)
-        let rawPayload = SyncBenchmark.rawKeysAndValues(encoded)
+        let rawPayload = try rows.rawKeysAndValues(0..<entries)
+        let changedDeflated = try Compression.deflate(try rows.rawKeysAndValues(0..<changed, changed: true), level: 6).count
         var deflated: [UInt8] = []
         let deflateSeconds = try BenchClock.seconds { deflated = try Compression.deflate(rawPayload, level: 6) }
         let inflateSeconds = try BenchClock.seconds { _ = try Compression.inflate(deflated, maxOutputSize: rawPayload.count) }
@@ -49,23 +53,32 @@ public struct SyncBenchmark: Sendable {
             for syncs in [false, true] {
                 progress("initial sync of \(entries) entries and incremental sync of \(changed), in memory, acknowledgements \(syncs ? "synced (durable)" : "not synced"), run \(run + 1)")
                 let measured = try inMemorySync(folder: folder + "/\(syncs ? "durable" : "unsynced")-\(run)", registry: registry,
-                                                values: values, syncsBeforeAcknowledging: syncs, codec: codec, progress: progress)
+                                                rows: rows, syncsBeforeAcknowledging: syncs, codec: codec, progress: progress)
                 if syncs { durable.keepFastest(measured) } else { unsynced.keepFastest(measured) }
             }
         }
+        progress("the same in memory in session protocol 1 (row batches, before wire v2), for the wire bytes")
+        let protocolOne = try inMemorySync(folder: folder + "/protocol-1", registry: registry, rows: rows, syncsBeforeAcknowledging: true,
+                                           codec: codec, protocolRange: 1...1, progress: progress)
         let wireBytes = durable.initialBytes, incrementalBytes = durable.incrementalBytes
         let initialSeconds = durable.initialSeconds, incrementalSeconds = durable.incrementalSeconds
-        let incrementalRaw = (0..<changed).reduce(0) { $0 + "bench:k\($1)".utf8.count + encoded[$1].count + 3 }
+        let incrementalRaw = try rows.rawKeysAndValues(0..<changed, changed: true).count
 
         let rawInsertRate = Double(entries) / rawInsertSeconds
         let syncRate = Double(entries) / initialSeconds
-        let tcpBenchmark = TCPSyncBenchmark(entries: entries, changed: changed, latencySamples: entries >= 100_000 ? 1_000 : 50)
+        let tcpBenchmark = TCPSyncBenchmark(entries: entries, changed: changed, latencySamples: entries >= 100_000 ? 1_000 : 50,
+                                            workload: workload)
         let tcp = try await tcpBenchmark.run(progress: progress)
         var unsyncedTCP = tcpBenchmark
         unsyncedTCP.acksSynced = false
         progress("the same over TCP with acknowledgements not synced (before the fix), for comparison")
         let tcpUnsynced = try await unsyncedTCP.run(progress: progress)
-        return tcp + tcpUnsynced + [
+        var protocolOneTCP = tcpBenchmark
+        protocolOneTCP.protocolRange = 1...1
+        progress("the same over TCP in session protocol 1 (before wire v2), for the wire bytes")
+        let tcpProtocolOne = try await protocolOneTCP.run(progress: progress)
+        let tag = workload == .random ? "" : " [\(workload) workload]"
+        return (tcp + tcpUnsynced + tcpProtocolOne).map { $0.tagged(tag) } + [
             BenchFigure(name: "raw SQLite insert (1 WAL tx)", value: rawInsertRate, unit: "rows/s"),
             BenchFigure(name: "raw zlib deflate (level 6)", value: Double(rawPayload.count) / deflateSeconds / 1e6, unit: "MB/s"),
             BenchFigure(name: "raw zlib inflate", value: Double(rawPayload.count) / inflateSeconds / 1e6, unit: "MB/s"),
@@ -73,11 +86,20 @@ public struct SyncBenchmark: Sendable {
                         baseline: rawInsertRate, baselineName: "raw insert rows/s", ratio: syncRate / rawInsertRate),
             BenchFigure(name: "initial sync wire bytes per entry", value: Double(wireBytes) / Double(entries), unit: "bytes"),
             BenchFigure(name: "initial sync wire ÷ zlib(raw key+value)", value: Double(wireBytes) / Double(deflated.count), unit: "×",
-                        target: "≤ 1.2"),
+                        target: "≤ 1.0"),
             BenchFigure(name: "initial sync wire ÷ raw key+value bytes", value: Double(wireBytes) / Double(rawPayload.count), unit: "×"),
             BenchFigure(name: "incremental sync (\(changed) changed)", value: Double(changed) / incrementalSeconds, unit: "entries/s",
                         baseline: rawInsertRate, baselineName: "raw insert rows/s", ratio: Double(changed) / incrementalSeconds / rawInsertRate),
             BenchFigure(name: "incremental wire ÷ raw key+value bytes", value: Double(incrementalBytes) / Double(incrementalRaw), unit: "×"),
+            BenchFigure(name: "incremental wire ÷ zlib(raw key+value)", value: Double(incrementalBytes) / Double(changedDeflated), unit: "×",
+                        target: "≤ 1.05"),
+            BenchFigure(name: "protocol 1 (before): initial sync wire ÷ zlib(raw key+value)", value: Double(protocolOne.initialBytes) / Double(deflated.count),
+                        unit: "×"),
+            BenchFigure(name: "protocol 1 (before): incremental wire ÷ zlib(raw key+value)",
+                        value: Double(protocolOne.incrementalBytes) / Double(changedDeflated), unit: "×"),
+            BenchFigure(name: "protocol 2 ÷ protocol 1: initial sync wire bytes", value: Double(wireBytes) / Double(protocolOne.initialBytes), unit: "×"),
+            BenchFigure(name: "protocol 2 ÷ protocol 1: incremental wire bytes", value: Double(incrementalBytes) / Double(protocolOne.incrementalBytes),
+                        unit: "×"),
             BenchFigure(name: "initial sync in memory, acks not synced (before the fix)", value: Double(entries) / unsynced.initialSeconds,
                         unit: "entries/s", baseline: rawInsertRate, baselineName: "raw insert rows/s",
                         ratio: Double(entries) / unsynced.initialSeconds / rawInsertRate),
@@ -87,7 +109,7 @@ public struct SyncBenchmark: Sendable {
             BenchFigure(name: "durable acks: initial sync time ÷ time with acks not synced", value: initialSeconds / unsynced.initialSeconds, unit: "×"),
             BenchFigure(name: "durable acks: incremental sync time ÷ time with acks not synced", value: incrementalSeconds / unsynced.incrementalSeconds, unit: "×"),
             BenchFigure(name: "durable acks: WAL syncs in the initial sync", value: Double(durable.batches), unit: "fsyncs"),
-        ]
+        ].map { $0.tagged(tag) }
     }
 
     /// Timings of one in-memory initial and incremental sync (the fastest run kept).
@@ -112,8 +134,9 @@ public struct SyncBenchmark: Sendable {
     }
 
     /// A new phone with `entries` values syncs them to a new watch, then `changed` of them change and sync.
-    func inMemorySync(folder: String, registry: KeyRegistry, values: [String], syncsBeforeAcknowledging: Bool,
-                      codec: FrameCodec, progress: (String) -> Void) throws -> InMemorySync {
+    func inMemorySync(folder: String, registry: KeyRegistry, rows: BenchRows, syncsBeforeAcknowledging: Bool,
+                      codec: FrameCodec, protocolRange: ClosedRange<UInt16> = ReplicationConfiguration().protocolRange,
+                      progress: (String) -> Void) throws -> InMemorySync {
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: folder) }
         var watchOptions = StoreOptions()
@@ -124,10 +147,9 @@ public struct SyncBenchmark: Sendable {
             phone.close()
             watch.close()
         }
-        try phone.batchNow { batch in
-            for i in 0..<entries { try batch.set(values[i], for: SyncBenchmark.family["k\(i)"]) }
-        }
-        let config = ReplicationConfiguration(pairingEpoch: "bench")
+        try phone.batchNow { batch in try rows.write(0..<entries, into: &batch) }
+        var config = ReplicationConfiguration(pairingEpoch: "bench")
+        config.protocolRange = protocolRange
         var result = InMemorySync()
         let batchesBefore = watch.syncCounters.batchesReceived
         result.initialSeconds = try BenchClock.seconds {
@@ -135,25 +157,12 @@ public struct SyncBenchmark: Sendable {
                                                              ReplicationEndpoint(store: watch, configuration: config), codec: codec)
         }
         result.batches = watch.syncCounters.batchesReceived - batchesBefore
-        try phone.batchNow { batch in
-            for i in 0..<changed { try batch.set(values[i] + "!", for: SyncBenchmark.family["k\(i)"]) }
-        }
+        try phone.batchNow { batch in try rows.write(0..<changed, changed: true, into: &batch) }
         result.incrementalSeconds = try BenchClock.seconds {
             result.incrementalBytes = try SyncBenchmark.exchange(ReplicationEndpoint(store: phone, configuration: config),
                                                                  ReplicationEndpoint(store: watch, configuration: config), codec: codec)
         }
         return result
-    }
-
-    /// The raw bytes the benchmarks compare the wire with: each key `bench:k<i>` followed by its value.
-    static func rawKeysAndValues(_ encoded: [[UInt8]]) -> [UInt8] {
-        var raw: [UInt8] = []
-        raw.reserveCapacity(encoded.reduce(0) { $0 + $1.count + 12 })
-        for (i, value) in encoded.enumerated() {
-            raw += "bench:k\(i)".utf8
-            raw += value
-        }
-        return raw
     }
 
     /// Runs a session between two endpoints to quiescence; returns envelope bytes moved.

@@ -1,0 +1,136 @@
+import Foundation
+@_spi(Benchmarks) @testable import SyncEngine
+@_spi(Benchmarks) import SyncTransport
+import Testing
+
+/// Session protocol negotiation: two builds of protocol 2 send columnar
+/// batches; a node that speaks only protocol 1 (`protocolRange = 1...1`,
+/// what every earlier build announces) and one of protocol 2 still sync, in
+/// protocol 1; a columnar batch in a protocol-1 session is refused.
+@Suite(.timeLimit(.minutes(3))) struct WireVersionTests {
+    static func configuration(_ range: ClosedRange<UInt16>, epoch: String = "test") -> ReplicationConfiguration {
+        var configuration = ReplicationConfiguration(pairingEpoch: epoch)
+        configuration.protocolRange = range
+        return configuration
+    }
+
+    /// Exchanges frames between two endpoints until nothing more moves; returns every frame, in order.
+    static func exchange(_ a: ReplicationEndpoint, _ b: ReplicationEndpoint, start: Bool) -> [Frame] {
+        var all: [Frame] = []
+        var toB = start ? a.start(now: 1_000) : a.pump(now: 1_000)
+        var toA = start ? b.start(now: 1_000) : b.pump(now: 1_000)
+        var rounds = 0
+        while !(toA.isEmpty && toB.isEmpty), rounds < 10_000 {
+            rounds += 1
+            let sendB = toB, sendA = toA
+            toB = []
+            toA = []
+            for frame in sendB {
+                all.append(frame)
+                toA += b.receive(frame, now: 1_000)
+            }
+            for frame in sendA {
+                all.append(frame)
+                toB += a.receive(frame, now: 1_000)
+            }
+            if toA.isEmpty && toB.isEmpty {
+                toB = a.pump(now: 1_000)
+                toA = b.pump(now: 1_000)
+            }
+        }
+        return all
+    }
+
+    static func batchSchemas(_ frames: [Frame]) -> Set<UInt8> {
+        Set(frames.filter { $0.type == SyncMessage.MessageType.batch.rawValue }.compactMap(\.payload.first))
+    }
+
+    @Test func theDefaultSpeaksProtocolTwo() {
+        #expect(ReplicationConfiguration().protocolRange == 1...2)
+        #expect(SyncMessage.highestProtocolVersion == 2)
+    }
+
+    /// `phoneHighest`, `watchHighest`: the top of each side's protocol range (both start at 1).
+    @Test(arguments: [(UInt16(2), UInt16(2), UInt8(2)), (1, 2, 1), (2, 1, 1), (1, 1, 1)])
+    func batchesUseTheHighestProtocolBothSpeak(phoneHighest: UInt16, watchHighest: UInt16, schema: UInt8) async throws {
+        let phoneRange = 1...phoneHighest, watchRange = 1...watchHighest
+        let pair = try Pair()
+        for i in 0..<50 { try await pair.phone.set(i, for: TestKeys.daily["d\(i)"]) }
+        try await pair.phone.set(5, for: TestKeys.steps)
+        try await pair.watch.set(["w"], for: TestKeys.tags)
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: Self.configuration(phoneRange))
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: Self.configuration(watchRange))
+        var frames = Self.exchange(phone, watch, start: true)
+        #expect(phone.failure == nil && watch.failure == nil)
+        #expect(try pair.watch.storedValue(for: TestKeys.daily["d49"]) == 49)
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == 5)
+        #expect(try pair.phone.storedValue(for: TestKeys.tags) == ["w"])
+        // Changes after the initial sync, both ways, in the same session: bases are sent now.
+        for i in 0..<50 { try await pair.phone.set(i + 100, for: TestKeys.daily["d\(i)"]) }
+        try await pair.watch.remove(TestKeys.steps)
+        frames += Self.exchange(phone, watch, start: false)
+        #expect(phone.failure == nil && watch.failure == nil)
+        #expect(try pair.watch.storedValue(for: TestKeys.daily["d7"]) == 107)
+        #expect(try pair.phone.storedValue(for: TestKeys.steps) == nil)
+        #expect(Self.batchSchemas(frames) == [schema])
+    }
+
+    /// A peer that negotiated protocol 1 and sends a columnar batch anyway
+    /// breaks the protocol: refused, nothing applied.
+    @Test func aColumnarBatchInAProtocolOneSessionIsRefused() async throws {
+        let pair = try Pair()
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: Self.configuration(1...2))
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: Self.configuration(1...1))
+        _ = Self.exchange(phone, watch, start: true)
+        #expect(watch.isEstablished)
+        let entry = WireEntry(key: "health:daily:steps", version: HLCTimestamp(physicalMilliseconds: 1_000, counter: 0, node: pair.phone.nodeID),
+                              base: .zero, deleted: false, encoding: "json", value: Array("8".utf8))
+        let columnar = SyncMessage.batch(.init(id: 900, entries: [entry])).frame(protocolVersion: 2)
+        let reply = watch.receive(columnar, now: 1_000)
+        #expect(watch.failure?.code == .protocolViolation)
+        #expect(reply.compactMap { try? SyncMessage(frame: $0) }.contains { if case .error(let e) = $0 { e.code == "protocol-violation" } else { false } })
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == nil)
+        // The same entry in schema 1 is what that session takes.
+        let v1Watch = ReplicationEndpoint(store: pair.watch, configuration: Self.configuration(1...1))
+        let v2Phone = ReplicationEndpoint(store: pair.phone, configuration: Self.configuration(1...2))
+        _ = Self.exchange(v2Phone, v1Watch, start: true)
+        _ = v1Watch.receive(SyncMessage.batch(.init(id: 901, entries: [entry])).frame(), now: 1_000)
+        #expect(v1Watch.failure == nil)
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == 8)
+    }
+
+    /// A protocol-1-only peer and a protocol-2 peer over real TCP on
+    /// 127.0.0.1 (handshake, encryption, compression), each side being the
+    /// old one in turn: values and deletes cross both ways. (Were a columnar
+    /// batch sent to the old peer, it would end every session with
+    /// `protocol-violation` and nothing would cross.)
+    @Test(arguments: [true, false])
+    func aProtocolOnePeerAndAProtocolTwoPeerSyncOverTCP(watchIsOld: Bool) async throws {
+        let pair = try Pair()
+        for i in 0..<300 { try await pair.phone.set(i, for: TestKeys.daily["d\(i)"]) }
+        try await pair.watch.set(["from the watch"], for: TestKeys.tags)
+        let secret = PairingSecret.generate()
+        let old = Self.configuration(1...1, epoch: secret.epoch), new = Self.configuration(1...2, epoch: secret.epoch)
+        let phone = SyncPeer(store: pair.phone, configuration: watchIsOld ? new : old, tickInterval: .milliseconds(50))
+        let watch = SyncPeer(store: pair.watch, configuration: watchIsOld ? old : new, tickInterval: .milliseconds(50))
+        let tcp = TCPConfiguration(secret: secret)
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
+        let server = Task { await phone.serve(listener) }
+        let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: tcp) }
+        let outcome = await Result {
+            try await eventually(pair.watch, "the phone's 300 values on the watch") { try pair.watch.storedValue(for: TestKeys.daily["d299"]) == 299 }
+            try await eventually(pair.phone, "the watch's tags on the phone") { try pair.phone.storedValue(for: TestKeys.tags) == ["from the watch"] }
+            for i in 0..<300 { try await pair.phone.set(i + 1_000, for: TestKeys.daily["d\(i)"]) }
+            try await pair.watch.remove(TestKeys.tags)
+            try await eventually(pair.watch, "the changed values on the watch") { try pair.watch.storedValue(for: TestKeys.daily["d299"]) == 1_299 }
+            try await eventually(pair.phone, "the watch's delete on the phone") { try pair.phone.storedValue(for: TestKeys.tags) == nil }
+            try await phone.waitUntilIdle(timeout: .seconds(20))
+            for i in 0..<300 { #expect(try pair.watch.storedValue(for: TestKeys.daily["d\(i)"]) == i + 1_000) }
+        }
+        client.cancel()
+        await listener.close()
+        server.cancel()
+        try await withDeadline("the server and the client to stop") { _ = await (server.value, client.value) }
+        try outcome.get()
+    }
+}
