@@ -15,6 +15,10 @@ final class StoreCache: Sendable {
         var slots: [String: Slot] = [:]
         var bytes = 0
         var stats = CacheStatistics()
+        /// Bumped by every change of a slot (a write or an invalidation): a
+        /// slot read from a reader connection is kept only if nothing changed
+        /// since before its read began (it could be older than the change).
+        var epoch: UInt64 = 0
     }
 
     private let state = Mutex(State())
@@ -46,16 +50,34 @@ final class StoreCache: Sendable {
 
     func store(_ key: String, _ slot: Slot) {
         state.withLock { s in
-            if let old = s.slots.removeValue(forKey: key) { s.bytes -= old.bytes?.count ?? 0 }
-            guard (slot.bytes?.count ?? 0) <= maxCachedValueSize else { return }
+            s.epoch &+= 1
+            store(key, slot, in: &s)
+        }
+    }
+
+    /// The epoch to pass to `fill` (read it before the read that fills).
+    var epoch: UInt64 { state.withLock { $0.epoch } }
+
+    /// Keeps `slot`, read from the file, unless a slot changed since `epoch`
+    /// (then the read may predate that change, and the next miss reads again).
+    func fill(_ key: String, _ slot: Slot, readSince epoch: UInt64) {
+        state.withLock { s in
+            guard s.epoch == epoch else { return }
+            store(key, slot, in: &s)
+        }
+    }
+
+    /// A fill does not move the epoch: it only copies what is committed.
+    private func store(_ key: String, _ slot: Slot, in s: inout State) {
+        if let old = s.slots.removeValue(forKey: key) { s.bytes -= old.bytes?.count ?? 0 }
+        guard (slot.bytes?.count ?? 0) <= maxCachedValueSize else { return }
+        s.slots[key] = slot
+        s.bytes += slot.bytes?.count ?? 0
+        if s.bytes > budget || s.slots.count > maxSlots {
+            // Over budget: start again (rare; amortized O(1) per write).
+            s.slots.removeAll(keepingCapacity: true)
             s.slots[key] = slot
-            s.bytes += slot.bytes?.count ?? 0
-            if s.bytes > budget || s.slots.count > maxSlots {
-                // Over budget: start again (rare; amortized O(1) per write).
-                s.slots.removeAll(keepingCapacity: true)
-                s.slots[key] = slot
-                s.bytes = slot.bytes?.count ?? 0
-            }
+            s.bytes = slot.bytes?.count ?? 0
         }
     }
 
@@ -66,12 +88,16 @@ final class StoreCache: Sendable {
     }
 
     func invalidate(_ key: String) {
-        state.withLock { s in s.bytes -= s.slots.removeValue(forKey: key)?.bytes?.count ?? 0 }
+        state.withLock { s in
+            s.epoch &+= 1
+            s.bytes -= s.slots.removeValue(forKey: key)?.bytes?.count ?? 0
+        }
     }
 
     /// Drops `keys`, taking the lock once.
     func invalidate(_ keys: some Sequence<String>) {
         state.withLock { s in
+            s.epoch &+= 1
             guard !s.slots.isEmpty else { return }
             for key in keys { s.bytes -= s.slots.removeValue(forKey: key)?.bytes?.count ?? 0 }
         }
@@ -79,6 +105,7 @@ final class StoreCache: Sendable {
 
     func invalidateAll() {
         state.withLock { s in
+            s.epoch &+= 1
             s.slots.removeAll()
             s.bytes = 0
         }
