@@ -16,6 +16,9 @@ public struct ReplicationConfiguration: Sendable {
     /// Frames read from the connection ahead of the session: the peer's whole
     /// window (its batches or chunks), plus as many acknowledgements of ours.
     var readAheadFrames: Int { 2 * max(1, window) }
+    /// How local commits made in a burst share batches (`SyncPeer`); nil
+    /// sends each commit at once, as far as the window allows.
+    public var burstCoalescing: BurstCoalescing? = BurstCoalescing()
     public var helloRetryMilliseconds: Int64 = 1_000
     public var retransmitMilliseconds: Int64 = 2_000
 

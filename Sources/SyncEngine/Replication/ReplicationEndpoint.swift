@@ -28,6 +28,8 @@ package final class ReplicationEndpoint {
     /// only after its commit was synced.
     package var defersAcknowledgementSync = false
     private var awaitingSync: [Frame] = []
+    /// Local commits held back to join the next batch (`localChange(now:at:)`).
+    private var coalescing = CoalescingState()
 
     /// `retransmits: false` for a transport that delivers every frame while
     /// connected (see `FrameConnection.deliversEveryFrame`).
@@ -142,12 +144,36 @@ package final class ReplicationEndpoint {
         return perform(session.tick(now: now), now: now) + pump(now: now)
     }
 
+    /// A local commit happened (heard of at `instant`, a monotonic time): sends
+    /// it as `pump` does, or holds it back to join the next batch while a
+    /// batch is in flight during a burst (`ReplicationConfiguration.burstCoalescing`).
+    /// Held commits go out with the next `pump` (every acknowledgement,
+    /// `receive` and `tick` pump), or from `releaseHeld` once `heldUntil` passed.
+    package func localChange(now: Int64, at instant: ContinuousClock.Instant) -> [Frame] {
+        guard let policy = configuration.burstCoalescing else { return pump(now: now) }
+        let inFlight = session.isEstablished && !session.isQuiet
+        if coalescing.holds(at: instant, policy: policy, inFlight: inFlight) { return [] }
+        return pump(now: now)
+    }
+
+    /// When held commits go out if nothing sends them first; nil when none is held.
+    package var heldUntil: ContinuousClock.Instant? {
+        configuration.burstCoalescing.flatMap { coalescing.deadline(policy: $0) }
+    }
+
+    /// Sends the held commits if `heldUntil` has passed at `instant`.
+    package func releaseHeld(now: Int64, at instant: ContinuousClock.Instant) -> [Frame] {
+        guard let deadline = heldUntil, instant >= deadline else { return [] }
+        return pump(now: now)
+    }
+
     /// Sends what the peer has not acknowledged, as far as the window allows:
     /// first the changes of keys whose declarations agree again, then the
     /// stream after this session's read position (automatic changes, and
     /// manual ones released by `sync()`).
     package func pump(now: Int64) -> [Frame] {
         guard session.isEstablished, failure == nil, let peer = session.knownPeer else { return [] }
+        coalescing.heldSince = nil  // whatever was held is read now
         var out: [Frame] = []
         do {
             while session.hasCapacity {
