@@ -57,9 +57,12 @@ import Testing
         for i in 1..<50 {
             #expect(try session.commit(i, at: session.at(i * 10)).isEmpty)
         }
-        // The acknowledgement of the first batch sends them, all in one batch.
+        // The acknowledgement of the first batch arrives mid-burst: they go on waiting.
         let acks = first.flatMap { session.watch.receive($0, now: 0) }
-        let next = acks.flatMap { session.phone.receive($0, now: 0) }
+        #expect(acks.flatMap { session.phone.receive($0, now: 0) }.isEmpty)
+        // The burst pauses for `gap` (1 ms after the last commit): all of them go, in one batch.
+        #expect(session.phone.heldUntil == session.at(490 + 1_000))
+        let next = session.phone.releaseHeld(now: 0, at: session.at(1_490))
         #expect(try Self.batchSizes(next) == [49])
         let more = next.flatMap { session.watch.receive($0, now: 0) }.flatMap { session.phone.receive($0, now: 0) }
         #expect(try Self.batchSizes(more).isEmpty)

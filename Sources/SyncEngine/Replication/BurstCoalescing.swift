@@ -5,10 +5,11 @@
 /// it ends a pause of at least `gap` since the commit before it (a single
 /// write, even while an earlier one awaits its acknowledgement). A commit that
 /// follows the previous one within `gap` while a batch is in flight waits to
-/// join the next batch, which goes out when the first of these happens: the
-/// peer acknowledges a batch, the burst pauses for `gap`, or the oldest
-/// waiting commit has waited `maxDelay`. What waited then goes out as usual:
-/// in batches of at most `maxBatchEntries`, as far as the window allows.
+/// join the next batch, which goes out when the burst pauses for `gap` or the
+/// oldest waiting commit has waited `maxDelay` (acknowledgements arriving
+/// meanwhile do not send it: the burst goes on filling it). What waited then
+/// goes out as usual: in batches of at most `maxBatchEntries`, as far as the
+/// window allows.
 public struct BurstCoalescing: Sendable, Equatable {
     /// Commits closer together than this are a burst.
     public var gap: Duration

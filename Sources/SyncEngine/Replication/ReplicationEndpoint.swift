@@ -135,8 +135,12 @@ package final class ReplicationEndpoint {
         } catch {
             return out + fail(SyncError(.database, "\(error)"), notifyPeer: true)
         }
-        return out + pump(now: now)
+        // Commits held back during a burst wait for its pause or `maxDelay`, not for this frame.
+        return out + (holdsLocalChanges ? [] : pump(now: now))
     }
+
+    /// Whether commits of a burst are held back (`localChange(now:at:)`).
+    private var holdsLocalChanges: Bool { configuration.burstCoalescing != nil && coalescing.heldSince != nil }
 
     /// Retransmits what timed out, then sends what is pending.
     package func tick(now: Int64) -> [Frame] {
@@ -147,8 +151,9 @@ package final class ReplicationEndpoint {
     /// A local commit happened (heard of at `instant`, a monotonic time): sends
     /// it as `pump` does, or holds it back to join the next batch while a
     /// batch is in flight during a burst (`ReplicationConfiguration.burstCoalescing`).
-    /// Held commits go out with the next `pump` (every acknowledgement,
-    /// `receive` and `tick` pump), or from `releaseHeld` once `heldUntil` passed.
+    /// Held commits go out from `releaseHeld` once `heldUntil` passed (the
+    /// burst paused, or the oldest waited `maxDelay`), or with the next `tick`
+    /// or explicit `pump`; frames from the peer do not send them.
     package func localChange(now: Int64, at instant: ContinuousClock.Instant) -> [Frame] {
         guard let policy = configuration.burstCoalescing else { return pump(now: now) }
         let inFlight = session.isEstablished && !session.isQuiet
