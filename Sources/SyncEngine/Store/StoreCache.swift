@@ -45,6 +45,18 @@ final class StoreCache: Sendable {
         }
     }
 
+    /// The decoded value cached for `key`, counting a hit; nil (counting
+    /// nothing) when the key has no live value or no decoded one.
+    func decodedHit(_ key: String) -> (any Sendable)? {
+        state.withLock { s in
+            guard let index = s.slots.index(forKey: key) else { return nil }
+            let slot = s.slots.values[index]
+            guard slot.bytes != nil, let decoded = slot.decoded else { return nil }
+            s.stats.hits += 1
+            return decoded
+        }
+    }
+
     /// The slot for `key` without touching the statistics.
     func peek(_ key: String) -> Slot? { state.withLock { $0.slots[key] } }
 
@@ -52,6 +64,15 @@ final class StoreCache: Sendable {
         state.withLock { s in
             s.epoch &+= 1
             store(key, slot, in: &s)
+        }
+    }
+
+    /// Stores several slots, in order, taking the lock once.
+    func store(_ slots: [(String, Slot)]) {
+        guard !slots.isEmpty else { return }
+        state.withLock { s in
+            s.epoch &+= 1
+            for (key, slot) in slots { store(key, slot, in: &s) }
         }
     }
 

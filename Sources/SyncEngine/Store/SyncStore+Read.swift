@@ -21,6 +21,24 @@ extension SyncStore {
         return BackendEntry(bytes: slot.bytes, encoding: slot.encoding, version: slot.version, decoded: slot.decoded)
     }
 
+    /// The value of `key`, or its default when nothing is stored, as
+    /// `KeyValueBackend.value(for:)`; inlined into the caller, so that a read
+    /// answered from the cache is one lookup under one lock and a cast
+    /// specialized for `Value`.
+    @inlinable
+    public func value<Value>(for key: Key<Value>) throws -> Value {
+        if let decoded = cachedDecodedValue(forKey: key.name), let value = decoded as? Value { return value }
+        return try storedValue(for: key) ?? key.defaultValue
+    }
+
+    /// The decoded value the cache holds for `name` (a hit is counted), or
+    /// nil: then `storedValue(for:)` reads (and counts) as usual.
+    @usableFromInline
+    func cachedDecodedValue(forKey name: String) -> (any Sendable)? {
+        if isClosed { return nil }
+        return cache.decodedHit(name)
+    }
+
     /// The cached read path: one cache lookup and a cast when the decoded value is cached.
     public func storedValue<Value>(for key: Key<Value>) throws -> Value? {
         try checkOpen()
