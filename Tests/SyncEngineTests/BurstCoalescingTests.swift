@@ -111,7 +111,20 @@ import Testing
         #expect(session.phone.heldUntil == session.at(3_900 + 500))
     }
 
-    /// A tick (or any frame from the peer) sends held commits too.
+    /// A session loop that hears of commits late judges the burst by when
+    /// they were made (`previousCommit`), not by when it heard of them.
+    @Test func aBurstIsJudgedByCommitTimes() throws {
+        let session = try Session()
+        #expect(try Self.batchSizes(try session.commit(0, at: session.at(0))) == [1])
+        // Heard of 5 ms later, but made 20 µs after the commit before it: part of a burst.
+        try session.pair.phone.setNow(1, for: TestKeys.daily["s1"])
+        #expect(session.phone.localChange(now: 0, at: session.at(5_000), previousCommit: session.at(4_980)).isEmpty)
+        // A commit made meanwhile moves the burst's pause later.
+        #expect(session.phone.releaseHeld(now: 0, at: session.at(6_000), lastCommit: session.at(5_500)).isEmpty)
+        #expect(try Self.batchSizes(session.phone.releaseHeld(now: 0, at: session.at(6_500))) == [1])
+    }
+
+    /// A tick sends held commits too.
     @Test func aTickSendsHeldCommits() throws {
         let session = try Session()
         _ = try session.commit(0, at: session.at(0))

@@ -29,10 +29,12 @@ struct CoalescingState {
     /// When the oldest commit held back arrived; nil when none is held.
     var heldSince: ContinuousClock.Instant?
 
-    /// Whether a commit heard of at `instant` waits, given whether a batch is in flight.
-    mutating func holds(at instant: ContinuousClock.Instant, policy: BurstCoalescing, inFlight: Bool) -> Bool {
-        let inBurst = lastChange.map { instant - $0 < policy.gap } ?? false
-        lastChange = instant
+    /// Whether a commit made at `instant` (the one before it at `previous`;
+    /// nil: the last one this state heard of) waits, given whether a batch is in flight.
+    mutating func holds(at instant: ContinuousClock.Instant, previous: ContinuousClock.Instant? = nil,
+                        policy: BurstCoalescing, inFlight: Bool) -> Bool {
+        let inBurst = (previous ?? lastChange).map { instant - $0 < policy.gap } ?? false
+        lastChange = max(lastChange ?? instant, instant)
         guard inBurst, inFlight else { return false }
         let since = heldSince ?? instant
         guard instant - since < policy.maxDelay else { return false }

@@ -183,10 +183,12 @@ public final class SyncPeer: Sendable {
                     }
                     await gate.release()
                 case .tick: frames = endpoint.tick(now: now)
-                case .localChange: frames = endpoint.localChange(now: now, at: .now)
+                case .localChange:
+                    let commits = store.localCommitInstants
+                    frames = endpoint.localChange(now: now, at: commits.latest ?? .now, previousCommit: commits.previous)
                 case .releaseHeld:
                     releaseTimer = nil
-                    frames = endpoint.releaseHeld(now: now, at: .now)
+                    frames = endpoint.releaseHeld(now: now, at: .now, lastCommit: store.localCommitInstants.latest)
                 case .closed(let why):
                     return why
                 }

@@ -88,6 +88,7 @@ extension SyncStore {
         }
         publishCommitted(outcome.changes)
         if !outcome.changes.isEmpty {
+            noteLocalCommit()
             localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
             localWrites.publish(())
         }
