@@ -63,4 +63,25 @@ import Testing
         }
         #expect(store.cacheStatistics.skippedWrites == stats + 18)
     }
+
+    /// A cached typed read answers from a box of the value's own type once it
+    /// was read; a write replaces it, and every read counts one hit.
+    @Test func cachedTypedReadsFollowWrites() throws {
+        let folder = TempFolder()
+        let store = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: try TestKeys.registry(),
+                                  options: StoreOptions(encryption: .keyFile(path: folder.file("master.key"))))
+        try store.setNow(1, for: TestKeys.steps)
+        store.resetCacheStatistics()
+        #expect(try store.value(for: TestKeys.steps) == 1)   // decoded value, then boxed
+        #expect(store.cache.peek(TestKeys.steps.name)?.typed is CachedValue<Int>)
+        #expect(try store.value(for: TestKeys.steps) == 1)   // from the box
+        try store.setNow(2, for: TestKeys.steps)
+        #expect(store.cache.peek(TestKeys.steps.name)?.typed == nil)
+        #expect(try store.value(for: TestKeys.steps) == 2)
+        #expect(try store.value(for: TestKeys.steps) == 2)
+        try store.removeNow(TestKeys.steps)
+        #expect(try store.value(for: TestKeys.steps) == 0)
+        #expect(store.cacheStatistics.hits == 5)
+        #expect(store.cacheStatistics.misses == 0)
+    }
 }

@@ -9,6 +9,8 @@ final class StoreCache: Sendable {
         var encoding: String
         var version: HLCTimestamp
         var decoded: (any Sendable)?
+        /// The decoded value again, in a box of its own type (`CachedValue`), so a typed read needs no existential cast.
+        var typed: (any AnyObject & Sendable)? = nil
     }
 
     private struct State {
@@ -45,15 +47,32 @@ final class StoreCache: Sendable {
         }
     }
 
-    /// The decoded value cached for `key`, counting a hit; nil (counting
-    /// nothing) when the key has no live value or no decoded one.
-    func decodedHit(_ key: String) -> (any Sendable)? {
+    /// The decoded value cached for `key` and its version, counting a hit;
+    /// nil (counting nothing) when the key has no live value or no decoded one.
+    func decodedHit(_ key: String) -> (value: any Sendable, version: HLCTimestamp)? {
         state.withLock { s in
             guard let index = s.slots.index(forKey: key) else { return nil }
             let slot = s.slots.values[index]
             guard slot.bytes != nil, let decoded = slot.decoded else { return nil }
             s.stats.hits += 1
-            return decoded
+            return (decoded, slot.version)
+        }
+    }
+
+    /// The typed box cached for `key` (`Slot.typed`), counting a hit; nil (counting nothing) when there is none.
+    func typedHit(_ key: String) -> (any AnyObject & Sendable)? {
+        state.withLock { s in
+            guard let index = s.slots.index(forKey: key), let typed = s.slots.values[index].typed else { return nil }
+            s.stats.hits += 1
+            return typed
+        }
+    }
+
+    /// Keeps `box` beside the slot of `key` if it is still at `version`.
+    func rememberTyped(_ key: String, version: HLCTimestamp, box: any AnyObject & Sendable) {
+        state.withLock { s in
+            guard let index = s.slots.index(forKey: key), s.slots.values[index].version == version else { return }
+            s.slots.values[index].typed = box
         }
     }
 

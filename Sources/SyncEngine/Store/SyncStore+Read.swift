@@ -27,16 +27,34 @@ extension SyncStore {
     /// specialized for `Value`.
     @inlinable
     public func value<Value>(for key: Key<Value>) throws -> Value {
-        if let decoded = cachedDecodedValue(forKey: key.name), let value = decoded as? Value { return value }
+        if let box = cachedTypedValue(forKey: key.name), let typed = box as? CachedValue<Value> { return typed.value }
+        if let (decoded, version) = cachedDecodedValue(forKey: key.name), let value = decoded as? Value {
+            rememberTyped(CachedValue(value), forKey: key.name, version: version)
+            return value
+        }
         return try storedValue(for: key) ?? key.defaultValue
     }
 
-    /// The decoded value the cache holds for `name` (a hit is counted), or
-    /// nil: then `storedValue(for:)` reads (and counts) as usual.
+    /// The typed box the cache holds for `name` (a hit is counted), or nil.
     @usableFromInline
-    func cachedDecodedValue(forKey name: String) -> (any Sendable)? {
+    func cachedTypedValue(forKey name: String) -> (any AnyObject & Sendable)? {
         if isClosed { return nil }
-        return cache.decodedHit(name)
+        return cache.typedHit(name)
+    }
+
+    /// The decoded value the cache holds for `name` and its version (a hit
+    /// is counted), or nil: then `storedValue(for:)` reads (and counts) as usual.
+    @usableFromInline
+    func cachedDecodedValue(forKey name: String) -> (any Sendable, HLCTimestamp)? {
+        if isClosed { return nil }
+        guard let hit = cache.decodedHit(name) else { return nil }
+        return (hit.value, hit.version)
+    }
+
+    /// Keeps `box` for the next typed reads of `name`, if its slot is still at `version`.
+    @usableFromInline
+    func rememberTyped(_ box: any AnyObject & Sendable, forKey name: String, version: HLCTimestamp) {
+        cache.rememberTyped(name, version: version, box: box)
     }
 
     /// The cached read path: one cache lookup and a cast when the decoded value is cached.
@@ -194,4 +212,12 @@ public struct EntryInfo: Sendable, Equatable, Codable {
         self.init(key: row.key, encoding: row.encoding, version: row.version, isDeleted: row.deleted, size: row.size,
                   changeSequence: row.changeSeq, lane: row.lane, isPending: isPending, isEncrypted: row.encrypted)
     }
+}
+
+/// A cached decoded value in a box of its own type: a typed read checks the
+/// box's class instead of casting an existential.
+@usableFromInline
+final class CachedValue<Value: Sendable>: Sendable {
+    @usableFromInline let value: Value
+    @usableFromInline init(_ value: Value) { self.value = value }
 }
