@@ -93,7 +93,7 @@ import Testing
     /// Held commits go out once the burst pauses for `gap`, or once the oldest
     /// has waited `maxDelay`, when no acknowledgement came first.
     @Test func heldCommitsGoOutAtTheirDeadline() throws {
-        let session = try Session(coalescing: BurstCoalescing(gap: .microseconds(500), maxDelay: .milliseconds(2)))
+        let session = try Session(coalescing: BurstCoalescing(gap: .microseconds(500), pause: .microseconds(500), maxDelay: .milliseconds(2)))
         #expect(try Self.batchSizes(try session.commit(0, at: session.at(0))) == [1])
         #expect(try session.commit(1, at: session.at(100)).isEmpty)
         #expect(try session.commit(2, at: session.at(400)).isEmpty)
@@ -122,6 +122,19 @@ import Testing
         // A commit made meanwhile moves the burst's pause later.
         #expect(session.phone.releaseHeld(now: 0, at: session.at(6_000), lastCommit: session.at(5_500)).isEmpty)
         #expect(try Self.batchSizes(session.phone.releaseHeld(now: 0, at: session.at(6_500))) == [1])
+    }
+
+    /// Once a burst started, a hiccup shorter than `pause` (a descheduled
+    /// writer) does not end it; a commit after a longer pause goes at once.
+    @Test func aBurstLastsUntilAPause() throws {
+        let session = try Session(coalescing: BurstCoalescing(gap: .microseconds(250), pause: .milliseconds(1), maxDelay: .seconds(60)))
+        #expect(try Self.batchSizes(try session.commit(0, at: session.at(0))) == [1])
+        #expect(try session.commit(1, at: session.at(100)).isEmpty)     // 100 µs: a burst
+        #expect(try session.commit(2, at: session.at(700)).isEmpty)     // 600 µs later: still the burst
+        #expect(session.phone.heldUntil == session.at(1_700))
+        #expect(try Self.batchSizes(try session.commit(3, at: session.at(2_000))) == [3])  // 1.3 ms later: it ended
+        // The next commit 600 µs later is no burst (more than `gap`): at once.
+        #expect(try Self.batchSizes(try session.commit(4, at: session.at(2_600))) == [1])
     }
 
     /// A tick sends held commits too.
