@@ -6,7 +6,7 @@ import Testing
 @Suite struct BenchSmokeTests {
     @Test func storeBenchmarkQuickRun() throws {
         let figures = try StoreBenchmark(quick: true).run()
-        #expect(figures.count == 4)
+        #expect(figures.count == 5)
         #expect(figures.allSatisfy { $0.value > 0 })
     }
 
@@ -52,5 +52,21 @@ import Testing
         let figures = try JSONDecoder().decode([BenchFigure].self, from: data)
         let fuzz = try #require(figures.first { $0.name.hasPrefix("fuzz scenarios/s") })
         #expect(fuzz.unit == "scenarios/s" && fuzz.value > 0)
+    }
+}
+
+/// Round two's benchmarks, `--quick`: they run end to end. Byte counts only, no timing.
+@Suite struct RoundTwoBenchSmokeTests {
+    @Test func burstBenchmarkQuickRun() async throws {
+        let figures = try await BurstBenchmark(quick: true).run()
+        let burst = try #require(figures.first { $0.name.hasPrefix("burst of 100 single-key commits") })
+        #expect(burst.value > 0 && (burst.baseline ?? 0) > 0)
+        #expect(try #require(figures.first { $0.name.hasPrefix("write→visible p99 (TCP") }).value > 0)
+    }
+
+    @Test func readDuringSyncBenchmarkQuickRun() async throws {
+        let figures = try await ReadDuringSyncBenchmark(quick: true).run()
+        let during = try #require(figures.first { $0.name.hasPrefix("cache-miss read p99 during initial sync") })
+        #expect(during.value > 0 && (during.baseline ?? 0) > 0)
     }
 }

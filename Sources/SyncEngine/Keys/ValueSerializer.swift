@@ -33,8 +33,11 @@ extension ValueSerializer where Value: Codable {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let decoder = JSONDecoder()
+        // Strings, integers and booleans are written directly, byte for byte as JSONEncoder writes them.
+        let scalar = JSONScalar.encoder(for: Value.self)
         return ValueSerializer(identifier: "json", encode: { value in
-            [UInt8](try encoder.encode(value))
+            if let scalar { return scalar(value) }
+            return [UInt8](try encoder.encode(value))
         }, decode: { bytes in
             try decoder.decode(Value.self, from: Data(bytes))
         })
@@ -78,5 +81,44 @@ extension ValueSerializer where Value == String {
             }
             return text
         })
+    }
+}
+
+/// JSON for the top-level scalars without `JSONEncoder` (the largest cost of
+/// a typed write of a small value): the same bytes it writes.
+enum JSONScalar {
+    /// A direct encoder when `Value` is `String`, `Int` or `Bool`; nil otherwise.
+    static func encoder<Value>(for type: Value.Type) -> (@Sendable (Value) -> [UInt8])? {
+        if type == String.self { return { string($0 as! String) } }
+        if type == Int.self { return { Array(String($0 as! Int).utf8) } }
+        if type == Bool.self { return { ($0 as! Bool) ? Array("true".utf8) : Array("false".utf8) } }
+        return nil
+    }
+
+    /// A JSON string literal, escaped as `JSONEncoder` escapes it (`/` as `\/`).
+    static func string(_ text: String) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(text.utf8.count + 2)
+        out.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\""))
+            case UInt8(ascii: "\\"): out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\\"))
+            case UInt8(ascii: "/"): out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "/"))
+            case 0x08: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "b"))
+            case 0x0C: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "f"))
+            case 0x0A: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "n"))
+            case 0x0D: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "r"))
+            case 0x09: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "t"))
+            case 0x00..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                out += Array("\\u00".utf8)
+                out.append(hex[Int(byte >> 4)])
+                out.append(hex[Int(byte & 0xF)])
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+        return out
     }
 }

@@ -28,6 +28,9 @@ public struct ReplicationConfiguration: Sendable {
     /// at this device's next `sync()` anyway. Return false to decline (the
     /// peer gets a declined answer; nothing is released).
     public var answersManualRequests: @Sendable (_ peer: UInt32) -> Bool = { _ in true }
+    /// How local commits made in a burst share batches (`SyncPeer`); nil
+    /// sends each commit at once, as far as the window allows.
+    public var burstCoalescing: BurstCoalescing? = BurstCoalescing()
     public var helloRetryMilliseconds: Int64 = 1_000
     public var retransmitMilliseconds: Int64 = 2_000
 

@@ -51,6 +51,8 @@ public final class SyncPeer: Sendable {
         case localChange
         case tick
         case requestManual
+        /// The deadline of commits held back to join a batch (`BurstCoalescing`) may have passed.
+        case releaseHeld
     }
 
     public init(store: SyncStore, configuration: ReplicationConfiguration, clock: any PhysicalClock = SystemClock(),
@@ -179,7 +181,8 @@ public final class SyncPeer: Sendable {
                     }
                 }
             }
-            reason = await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate) { durable in
+            reason = await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate,
+                                       releaseHeld: { continuation.yield(.releaseHeld) }) { durable in
                 awaitingSync.append(durable)
                 ackSignal.yield()
             }
@@ -198,7 +201,11 @@ public final class SyncPeer: Sendable {
     /// Feeds the session's inputs to the endpoint and sends what it answers,
     /// until the connection closes or the session fails; returns why it ended.
     private func sessionLoop(_ endpoint: ReplicationEndpoint, session: Int, inputs: AsyncStream<Input>, connection: any FrameConnection,
-                             gate: ReadAheadGate, acknowledgeWhenDurable: ([Frame]) -> Void) async -> String {
+                             gate: ReadAheadGate, releaseHeld: @escaping @Sendable () -> Void,
+                             acknowledgeWhenDurable: ([Frame]) -> Void) async -> String {
+        // The one timer for held commits, and the deadline it wakes the loop at.
+        var releaseTimer: (task: Task<Void, Never>, deadline: ContinuousClock.Instant)?
+        defer { releaseTimer?.task.cancel() }
         do {
             for frame in endpoint.start(now: clock.nowMilliseconds()) { try await connection.send(frame) }
             for await input in inputs {
@@ -214,12 +221,24 @@ public final class SyncPeer: Sendable {
                     }
                     await gate.release()
                 case .tick: frames = endpoint.tick(now: now)
-                case .localChange: frames = endpoint.pump(now: now)
+                case .localChange:
+                    let commits = store.localCommitInstants
+                    frames = endpoint.localChange(now: now, at: commits.latest ?? .now, previousCommit: commits.previous)
+                case .releaseHeld:
+                    releaseTimer = nil
+                    frames = endpoint.releaseHeld(now: now, at: .now, lastCommit: store.localCommitInstants.latest)
                 case .requestManual: frames = endpoint.requestManualChanges(now: now)
                 case .closed(let why):
                     return why
                 }
                 for frame in frames { try await connection.send(frame) }
+                if let deadline = endpoint.heldUntil, releaseTimer.map({ $0.deadline > deadline }) ?? true {
+                    releaseTimer?.task.cancel()
+                    releaseTimer = (Task {
+                        try? await Task.sleep(until: deadline, tolerance: .microseconds(50), clock: .continuous)
+                        if !Task.isCancelled { releaseHeld() }
+                    }, deadline)
+                }
                 let durable = endpoint.takeFramesAwaitingSync()
                 if !durable.isEmpty { acknowledgeWhenDurable(durable) }
                 if let failure = endpoint.failure { return failure.description }

@@ -19,6 +19,8 @@ final class Database: Sendable {
     /// Bumped after every COMMIT, so a sync knows which commits it covers.
     private let commitGeneration = Atomic<Int>(0)
     private let walSyncer: WALSyncer
+    /// Read-only connections for `readCommitted`; nil reads on the writer.
+    private let readers: ReaderPool?
 
     /// Opens (or creates) the file and checks, before anything is written,
     /// that it is SQLite, that it is a SyncEngine store (`Schema.applicationID`,
@@ -52,6 +54,8 @@ final class Database: Sendable {
         walSyncer = WALSyncer(path: path, vfs: options.vfsName)
         checkpointer = BackgroundCheckpointer(path: path, vfs: options.vfsName, corruption: conn.corruption)
         checkpointer.attach(to: conn.handle)
+        readers = options.readerConnections > 0
+            ? ReaderPool(path: path, vfs: options.vfsName, capacity: options.readerConnections, corruption: conn.corruption) : nil
         self.connection = Mutex(conn)
     }
 
@@ -116,6 +120,16 @@ final class Database: Sendable {
     /// Runs `body` with the connection, outside a transaction.
     func read<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
         try connection.withLock { conn in try body(conn) }
+    }
+
+    /// Runs `body` on a reader connection, outside a transaction: each
+    /// statement sees every commit made before it started, and nothing waits
+    /// for the writer (a batch being applied) or for other readers beyond the
+    /// pool's size. On the writer, as `read`, when the store has no readers
+    /// (`StoreOptions.readerConnections` 0).
+    func readCommitted<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
+        guard let readers else { return try read(body) }
+        return try readers.read(body)
     }
 
     /// Runs `body` in one immediate transaction; everything or nothing.

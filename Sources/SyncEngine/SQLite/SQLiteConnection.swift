@@ -19,7 +19,8 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
     private var statements: [String: OpaquePointer] = [:]
 
     /// Opens `path` through the VFS named `vfs` (SQLite's default when nil).
-    init(path: String, vfs: String? = nil) throws {
+    /// `corruption`: the flag of the database this connection serves (a new one when nil).
+    init(path: String, vfs: String? = nil, corruption: CorruptionFlag? = nil) throws {
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let rc = sqlite3_open_v2(path, &db, flags, vfs)
@@ -30,7 +31,7 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
         }
         handle = db
         self.path = path
-        corruption = CorruptionFlag(path: path)
+        self.corruption = corruption ?? CorruptionFlag(path: path)
         sqlite3_busy_timeout(db, 5_000)
         sqlite3_extended_result_codes(db, 1)
     }

@@ -34,6 +34,12 @@ public struct StoreOptions: Sendable {
     /// written. nil never checks at open. Damage found later, by any
     /// statement, is reported the same way, and the store stops writing.
     public var quickCheckMaxBytes: Int? = 32 << 20
+    /// Read-only connections that serve reads missing the cache (`get`,
+    /// `value(for:)`, `entryInfo`, …) beside the one writer, so that a read
+    /// never waits behind a write transaction, such as a batch from the peer
+    /// being applied and committed. Opened on first use. 0 reads on the
+    /// writer's connection.
+    public var readerConnections = 2
     /// The SQLite VFS to open the file with (a registered name, e.g. a
     /// `CrashVFS`); nil is SQLite's default. For tests and the simulator.
     @_spi(Testing) public var vfsName: String?

@@ -21,6 +21,42 @@ extension SyncStore {
         return BackendEntry(bytes: slot.bytes, encoding: slot.encoding, version: slot.version, decoded: slot.decoded)
     }
 
+    /// The value of `key`, or its default when nothing is stored, as
+    /// `KeyValueBackend.value(for:)`; inlined into the caller, so that a read
+    /// answered from the cache is one lookup under one lock and a cast
+    /// specialized for `Value`.
+    @inlinable
+    public func value<Value>(for key: Key<Value>) throws -> Value {
+        if let box = cachedTypedValue(forKey: key.name), let typed = box as? CachedValue<Value> { return typed.value }
+        if let (decoded, version) = cachedDecodedValue(forKey: key.name), let value = decoded as? Value {
+            rememberTyped(CachedValue(value), forKey: key.name, version: version)
+            return value
+        }
+        return try storedValue(for: key) ?? key.defaultValue
+    }
+
+    /// The typed box the cache holds for `name` (a hit is counted), or nil.
+    @usableFromInline
+    func cachedTypedValue(forKey name: String) -> (any AnyObject & Sendable)? {
+        if isClosed { return nil }
+        return cache.typedHit(name)
+    }
+
+    /// The decoded value the cache holds for `name` and its version (a hit
+    /// is counted), or nil: then `storedValue(for:)` reads (and counts) as usual.
+    @usableFromInline
+    func cachedDecodedValue(forKey name: String) -> (any Sendable, HLCTimestamp)? {
+        if isClosed { return nil }
+        guard let hit = cache.decodedHit(name) else { return nil }
+        return (hit.value, hit.version)
+    }
+
+    /// Keeps `box` for the next typed reads of `name`, if its slot is still at `version`.
+    @usableFromInline
+    func rememberTyped(_ box: any AnyObject & Sendable, forKey name: String, version: HLCTimestamp) {
+        cache.rememberTyped(name, version: version, box: box)
+    }
+
     /// The cached read path: one cache lookup and a cast when the decoded value is cached.
     public func storedValue<Value>(for key: Key<Value>) throws -> Value? {
         try checkOpen()
@@ -37,20 +73,33 @@ extension SyncStore {
         cache.rememberDecoded(key, version: version, value: value)
     }
 
-    /// Reads the row into the cache (under the database lock, so the cache
-    /// never goes back in time); migrates a legacy key on first read.
+    /// Reads the row from a reader connection, never waiting for the writer,
+    /// into the cache (unless the cache changed meanwhile: it never goes back
+    /// in time); migrates a legacy key on first read.
     private func loadSlot(_ key: String, descriptor: KeyDescriptor) throws -> StoreCache.Slot? {
-        let slot = try database.read { conn -> StoreCache.Slot in
+        let epoch = cache.epoch
+        let slot = try readCommitted { conn -> StoreCache.Slot in
             let row = try loadRow(conn, key: key)
-            let slot = StoreCache.Slot(bytes: row?.deleted == false ? row?.value : nil, encoding: row?.encoding ?? descriptor.encoding,
-                                       version: row?.version ?? .zero, decoded: nil)
-            if slot.bytes != nil || descriptor.legacyName == nil { cache.store(key, slot) }
-            return slot
+            return StoreCache.Slot(bytes: row?.deleted == false ? row?.value : nil, encoding: row?.encoding ?? descriptor.encoding,
+                                   version: row?.version ?? .zero, decoded: nil)
         }
+        if slot.bytes != nil || descriptor.legacyName == nil { cache.fill(key, slot, readSince: epoch) }
         if slot.bytes == nil, let legacy = descriptor.legacyName, slot.version == .zero {
             return try migrateLegacy(from: legacy, to: key, descriptor: descriptor)
         }
         return slot
+    }
+
+    /// Runs `body` on a reader connection (`Database.readCommitted`). A value
+    /// file can go between the row read and the file read (a write replacing
+    /// it committed meanwhile and deleted it): such a read is done again on
+    /// the writer, where rows and files change together.
+    func readCommitted<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
+        do {
+            return try database.readCommitted(body)
+        } catch let error as SyncError where error.code == .corruptValueFile && !valueStorage.keepsValuesInRows {
+            return try database.read(body)
+        }
     }
 
     /// Moves the legacy key's value to `key` in one transaction: the new value
@@ -95,7 +144,7 @@ extension SyncStore {
     /// Metadata of one stored entry (no value): version, size, deletion, pending state.
     public func entryInfo(forKey key: String) throws -> EntryInfo? {
         try checkOpen()
-        return try database.read { conn in
+        return try readCommitted { conn in
             guard let row = try loadRow(conn, key: key, valueFile: .skip) else { return nil }
             return EntryInfo(row: row, isPending: isPending(row, peers: try SyncStore.peerRecords(conn)))
         }
@@ -104,7 +153,7 @@ extension SyncStore {
     /// Every stored entry's metadata, ordered by key (no values).
     public func allEntryInfo() throws -> [EntryInfo] {
         try checkOpen()
-        return try database.read { conn in
+        return try readCommitted { conn in
             let peers = try SyncStore.peerRecords(conn)
             let stmt = try conn.statement("""
                 SELECT e.key, e.encoding, e.ver, e.node, e.deleted, e.size, e.change_seq, e.lane, e.origin_peer, e.encrypted
@@ -127,7 +176,7 @@ extension SyncStore {
     /// The stored bytes of an entry (decrypted), for tools like `syncsim`.
     public func rawValue(forKey key: String) throws -> [UInt8]? {
         try checkOpen()
-        return try database.read { conn in
+        return try readCommitted { conn in
             guard let row = try loadRow(conn, key: key), !row.deleted else { return nil }
             return row.value
         }
@@ -163,4 +212,12 @@ public struct EntryInfo: Sendable, Equatable, Codable {
         self.init(key: row.key, encoding: row.encoding, version: row.version, isDeleted: row.deleted, size: row.size,
                   changeSequence: row.changeSeq, lane: row.lane, isPending: isPending, isEncrypted: row.encrypted)
     }
+}
+
+/// A cached decoded value in a box of its own type: a typed read checks the
+/// box's class instead of casting an existential.
+@usableFromInline
+final class CachedValue<Value: Sendable>: Sendable {
+    @usableFromInline let value: Value
+    @usableFromInline init(_ value: Value) { self.value = value }
 }

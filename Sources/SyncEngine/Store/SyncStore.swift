@@ -44,6 +44,8 @@ public final class SyncStore: KeyValueBackend {
     /// Bumped by every local commit and manual-sync request, so a replication
     /// loop can tell whether its idea of "idle" is current.
     let localGeneration = Atomic<Int>(0)
+    /// When the last two local commits were made (burst coalescing tells a burst by them).
+    private let commitInstants = Mutex<(previous: ContinuousClock.Instant?, latest: ContinuousClock.Instant?)>((nil, nil))
     /// When tombstones were last purged (physical milliseconds), to purge after
     /// acknowledgements at most once a minute.
     let purgeState = Mutex<Int64>(0)
@@ -144,6 +146,15 @@ public final class SyncStore: KeyValueBackend {
     }
 
     var isClosed: Bool { closed.load(ordering: .relaxed) }
+
+    /// When the last two local commits were made.
+    var localCommitInstants: (previous: ContinuousClock.Instant?, latest: ContinuousClock.Instant?) { commitInstants.withLock { $0 } }
+
+    /// Records a local commit's time, for burst coalescing.
+    func noteLocalCommit() {
+        let now = ContinuousClock.now
+        commitInstants.withLock { $0 = ($0.latest, now) }
+    }
 
     /// Puts every commit so far on stable storage, before acknowledging what
     /// the peer sent (`applyRemote` does it itself; a chunk of a value this

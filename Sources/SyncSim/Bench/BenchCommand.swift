@@ -1,17 +1,17 @@
 import ArgumentParser
 import Foundation
 
-/// `syncsim bench [store|sync|memory|fuzz|transport|all] [--workload random|family] [--quick] [--json]`: figures against the machine's own limits.
+/// `syncsim bench [store|sync|burst|reads|memory|fuzz|transport|all] [--workload random|family] [--quick] [--json]`: figures against the machine's own limits.
 public struct BenchCommand: AsyncParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "bench",
         abstract: "Measure the engine against the machine's own limits (raw SQLite, raw zlib, raw loopback) in the same run.")
 
     public enum Suite: String, ExpressibleByArgument, CaseIterable, Sendable {
-        case store, sync, memory, fuzz, transport, all
+        case store, sync, burst, reads, memory, fuzz, transport, all
     }
 
-    @Argument(help: "Which figures: store, sync, memory (1 GB of 100 KB values over TCP), fuzz (simulator scenarios/s), transport (CPU the listener spends per rejected stranger) or all (store, sync, fuzz and transport).")
+    @Argument(help: "Which figures: store, sync, burst (wire bytes of a burst of single-key commits, write→visible latency), reads (cache-miss reads during an initial sync), memory (1 GB of 100 KB values over TCP), fuzz (simulator scenarios/s), transport (CPU the listener spends per rejected stranger) or all (every one but memory).")
     var suite: Suite = .all
 
     @Option(help: "What the sync figures write: random (~200-byte JSON strings) or family (one family of small JSON objects of one shape with a long repeated string).")
@@ -35,6 +35,12 @@ public struct BenchCommand: AsyncParsableCommand {
         }
         if suite == .sync || suite == .all {
             figures += try await SyncBenchmark(quick: quick, workload: workload).run(progress: progress)
+        }
+        if suite == .burst || suite == .all {
+            figures += try await BurstBenchmark(quick: quick).run(progress: progress)
+        }
+        if suite == .reads || suite == .all {
+            figures += try await ReadDuringSyncBenchmark(quick: quick).run(progress: progress)
         }
         if suite == .fuzz || suite == .all {
             figures += try await FuzzBenchmark(quick: quick).run(progress: progress)

@@ -1,0 +1,57 @@
+/// How local commits that come in a burst (an app writing samples one by one,
+/// each in its own transaction) share batches instead of each sending its own.
+///
+/// A commit is sent at once when the link is idle (nothing in flight) or when
+/// it ends a pause of at least `gap` since the commit before it (a single
+/// write, even while an earlier one awaits its acknowledgement). A commit that
+/// follows the previous one within `gap` while a batch is in flight starts a
+/// burst, which lasts until a pause of `pause` (a thread descheduled for a
+/// moment does not end it); its commits wait to join the next batch, which
+/// goes out when the burst pauses or the oldest waiting commit has waited
+/// `maxDelay` (acknowledgements arriving
+/// meanwhile do not send it: the burst goes on filling it). What waited then
+/// goes out as usual: in batches of at most `maxBatchEntries`, as far as the
+/// window allows.
+public struct BurstCoalescing: Sendable, Equatable {
+    /// Commits closer together than this start a burst.
+    public var gap: Duration
+    /// A burst ends at a pause between commits of at least this (never less than `gap`).
+    public var pause: Duration
+    /// The longest a commit waits to join a batch.
+    public var maxDelay: Duration
+
+    public init(gap: Duration = .microseconds(250), pause: Duration = .milliseconds(1), maxDelay: Duration = .milliseconds(10)) {
+        self.gap = gap
+        self.pause = max(pause, gap)
+        self.maxDelay = maxDelay
+    }
+}
+
+/// The endpoint's record of the local commits it holds back (`BurstCoalescing`).
+struct CoalescingState {
+    /// When the session loop last heard of a local commit.
+    var lastChange: ContinuousClock.Instant?
+    /// When the oldest commit held back arrived; nil when none is held.
+    var heldSince: ContinuousClock.Instant?
+    /// Whether the commits heard of last are a burst (it lasts until a pause of `pause`).
+    var inBurst = false
+
+    /// Whether a commit made at `instant` (the one before it at `previous`;
+    /// nil: the last one this state heard of) waits, given whether a batch is in flight.
+    mutating func holds(at instant: ContinuousClock.Instant, previous: ContinuousClock.Instant? = nil,
+                        policy: BurstCoalescing, inFlight: Bool) -> Bool {
+        inBurst = (previous ?? lastChange).map { instant - $0 < (inBurst ? policy.pause : policy.gap) } ?? false
+        lastChange = max(lastChange ?? instant, instant)
+        guard inBurst, inFlight else { return false }
+        let since = heldSince ?? instant
+        guard instant - since < policy.maxDelay else { return false }
+        heldSince = since
+        return true
+    }
+
+    /// When the held commits go out if no acknowledgement sends them first.
+    func deadline(policy: BurstCoalescing) -> ContinuousClock.Instant? {
+        guard let heldSince, let lastChange else { return nil }
+        return min(lastChange + policy.pause, heldSince + policy.maxDelay)
+    }
+}

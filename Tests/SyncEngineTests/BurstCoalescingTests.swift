@@ -1,0 +1,147 @@
+import Foundation
+@_spi(Benchmarks) @testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// Local commits in a burst join the next batch while one is in flight
+/// (`BurstCoalescing`); a commit on an idle link, or after a pause, goes at
+/// once. Counted in frames and entries, with the instants given by the test.
+@Suite struct BurstCoalescingTests {
+    /// A phone and a watch endpoint, established, with the stores behind them.
+    struct Session {
+        let pair: Pair
+        let phone: ReplicationEndpoint
+        let watch: ReplicationEndpoint
+        let start = ContinuousClock.now
+
+        init(coalescing: BurstCoalescing? = BurstCoalescing(gap: .milliseconds(1), maxDelay: .seconds(60))) throws {
+            pair = try Pair()
+            var configuration = ReplicationConfiguration(pairingEpoch: "test")
+            configuration.burstCoalescing = coalescing
+            phone = ReplicationEndpoint(store: pair.phone, configuration: configuration)
+            watch = ReplicationEndpoint(store: pair.watch, configuration: configuration)
+            var toWatch = phone.start(now: 0)
+            var toPhone = watch.start(now: 0)
+            while !toWatch.isEmpty || !toPhone.isEmpty {
+                let (a, b) = (toWatch, toPhone)
+                toWatch = b.flatMap { phone.receive($0, now: 0) }
+                toPhone = a.flatMap { watch.receive($0, now: 0) }
+            }
+            #expect(phone.isEstablished && watch.isEstablished)
+        }
+
+        /// `microseconds` after the session started.
+        func at(_ microseconds: Int) -> ContinuousClock.Instant { start + .microseconds(microseconds) }
+
+        /// Commits one sample under its own key, in its own transaction, and tells the phone's endpoint at `instant`.
+        func commit(_ i: Int, at instant: ContinuousClock.Instant) throws -> [Frame] {
+            try pair.phone.setNow(i, for: TestKeys.daily["s\(i)"])
+            return phone.localChange(now: 0, at: instant)
+        }
+    }
+
+    /// The entries of each batch among `frames`.
+    static func batchSizes(_ frames: [Frame]) throws -> [Int] {
+        try frames.compactMap { frame in
+            guard case .batch(let batch) = try SyncMessage(frame: frame) else { return nil }
+            return batch.entries.count
+        }
+    }
+
+    @Test func commitsDuringAnInFlightBatchJoinTheNextBatch() throws {
+        let session = try Session()
+        // The link is idle: the first commit goes at once.
+        let first = try session.commit(0, at: session.at(0))
+        #expect(try Self.batchSizes(first) == [1])
+        // 49 more, 10 µs apart, while that batch is in flight: held.
+        for i in 1..<50 {
+            #expect(try session.commit(i, at: session.at(i * 10)).isEmpty)
+        }
+        // The acknowledgement of the first batch arrives mid-burst: they go on waiting.
+        let acks = first.flatMap { session.watch.receive($0, now: 0) }
+        #expect(acks.flatMap { session.phone.receive($0, now: 0) }.isEmpty)
+        // The burst pauses for `gap` (1 ms after the last commit): all of them go, in one batch.
+        #expect(session.phone.heldUntil == session.at(490 + 1_000))
+        let next = session.phone.releaseHeld(now: 0, at: session.at(1_490))
+        #expect(try Self.batchSizes(next) == [49])
+        let more = next.flatMap { session.watch.receive($0, now: 0) }.flatMap { session.phone.receive($0, now: 0) }
+        #expect(try Self.batchSizes(more).isEmpty)
+        #expect(session.phone.isIdle)
+        #expect(session.pair.phone.syncCounters.batchesSent == 2)
+        #expect(try session.pair.watch.value(for: TestKeys.daily["s49"]) == 49)
+    }
+
+    /// Without coalescing (before this round) every commit sends its own
+    /// batch while the window has room: the same burst takes more batches.
+    @Test func withoutCoalescingEachCommitSendsItsOwnBatch() throws {
+        let session = try Session(coalescing: nil)
+        var sent: [Frame] = []
+        for i in 0..<10 { sent += try session.commit(i, at: session.at(i * 10)) }
+        #expect(try Self.batchSizes(sent) == [1, 1, 1, 1])  // the window: 4 in flight
+    }
+
+    /// A commit after a pause of at least `gap` goes at once, even with a batch
+    /// in flight (the next write of a writer waiting for each to be visible).
+    @Test func aCommitAfterAPauseGoesAtOnce() throws {
+        let session = try Session()
+        #expect(try Self.batchSizes(try session.commit(0, at: session.at(0))) == [1])
+        // 2 ms later (gap 1 ms), the first still unacknowledged.
+        #expect(try Self.batchSizes(try session.commit(1, at: session.at(2_000))) == [1])
+        #expect(session.phone.heldUntil == nil)
+    }
+
+    /// Held commits go out once the burst pauses for `gap`, or once the oldest
+    /// has waited `maxDelay`, when no acknowledgement came first.
+    @Test func heldCommitsGoOutAtTheirDeadline() throws {
+        let session = try Session(coalescing: BurstCoalescing(gap: .microseconds(500), pause: .microseconds(500), maxDelay: .milliseconds(2)))
+        #expect(try Self.batchSizes(try session.commit(0, at: session.at(0))) == [1])
+        #expect(try session.commit(1, at: session.at(100)).isEmpty)
+        #expect(try session.commit(2, at: session.at(400)).isEmpty)
+        // The burst paused: due 500 µs after the last commit.
+        #expect(session.phone.heldUntil == session.at(900))
+        #expect(session.phone.releaseHeld(now: 0, at: session.at(899)).isEmpty)
+        #expect(try Self.batchSizes(session.phone.releaseHeld(now: 0, at: session.at(900))) == [2])
+        #expect(session.phone.heldUntil == nil)
+
+        // A burst that never pauses: held at most `maxDelay` from its first held commit.
+        var sent: [Frame] = []
+        for i in 0..<30 { sent += try session.commit(10 + i, at: session.at(1_000 + i * 100)) }
+        // 1,000 µs follows a pause: sent at once; held from 1,100 µs until the commit at 3,100 µs sends 21.
+        #expect(try Self.batchSizes(sent) == [1, 21])
+        #expect(session.phone.heldUntil == session.at(3_900 + 500))
+    }
+
+    /// A session loop that hears of commits late judges the burst by when
+    /// they were made (`previousCommit`), not by when it heard of them.
+    @Test func aBurstIsJudgedByCommitTimes() throws {
+        let session = try Session()
+        #expect(try Self.batchSizes(try session.commit(0, at: session.at(0))) == [1])
+        // Heard of 5 ms later, but made 20 µs after the commit before it: part of a burst.
+        try session.pair.phone.setNow(1, for: TestKeys.daily["s1"])
+        #expect(session.phone.localChange(now: 0, at: session.at(5_000), previousCommit: session.at(4_980)).isEmpty)
+        // A commit made meanwhile moves the burst's pause later.
+        #expect(session.phone.releaseHeld(now: 0, at: session.at(6_000), lastCommit: session.at(5_500)).isEmpty)
+        #expect(try Self.batchSizes(session.phone.releaseHeld(now: 0, at: session.at(6_500))) == [1])
+    }
+
+    /// Once a burst started, a hiccup shorter than `pause` (a descheduled
+    /// writer) does not end it; a commit after a longer pause goes at once.
+    @Test func aBurstLastsUntilAPause() throws {
+        let session = try Session(coalescing: BurstCoalescing(gap: .microseconds(250), pause: .milliseconds(1), maxDelay: .seconds(60)))
+        #expect(try Self.batchSizes(try session.commit(0, at: session.at(0))) == [1])
+        #expect(try session.commit(1, at: session.at(100)).isEmpty)     // 100 µs: a burst
+        #expect(try session.commit(2, at: session.at(700)).isEmpty)     // 600 µs later: still the burst
+        #expect(session.phone.heldUntil == session.at(1_700))
+        #expect(try Self.batchSizes(try session.commit(3, at: session.at(2_000))) == [3])  // 1.3 ms later: it ended
+        // The next commit 600 µs later is no burst (more than `gap`): at once.
+        #expect(try Self.batchSizes(try session.commit(4, at: session.at(2_600))) == [1])
+    }
+
+    /// A tick sends held commits too.
+    @Test func aTickSendsHeldCommits() throws {
+        let session = try Session()
+        _ = try session.commit(0, at: session.at(0))
+        #expect(try session.commit(1, at: session.at(10)).isEmpty)
+        #expect(try Self.batchSizes(session.phone.tick(now: 1)) == [1])
+    }
+}
