@@ -31,6 +31,15 @@ import Testing
         #expect(try figure("TCP wire bytes ÷ zlib-6(raw key+value), incremental").value > 0.8)
     }
 
+    /// Values over the automatic limit take the chunked path (manual, released
+    /// by `sync()`): the memory benchmark's second half syncs every one of them.
+    @Test func memoryBenchmarkSyncsChunkedValues() async throws {
+        let figures = try await MemoryBenchmark(count: 12, size: 1 << 20).run()
+        let received = try #require(figures.first { $0.name.hasPrefix("entries received by the watch (1 MB values)") })
+        #expect(received.value == 12)
+        #expect(try #require(figures.first { $0.name.hasPrefix("peak resident memory during the sync (1 MB values)") }).value > 0)
+    }
+
     @Test func fuzzBenchmarkQuickRunChecksEveryScenario() async throws {
         let figures = try await FuzzBenchmark(quick: true).run()
         #expect(figures.count == 1)

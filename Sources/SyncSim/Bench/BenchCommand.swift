@@ -11,7 +11,7 @@ public struct BenchCommand: AsyncParsableCommand {
         case store, sync, burst, reads, memory, fuzz, transport, all
     }
 
-    @Argument(help: "Which figures: store, sync, burst (wire bytes of a burst of single-key commits, write→visible latency), reads (cache-miss reads during an initial sync), memory (1 GB of 100 KB values over TCP), fuzz (simulator scenarios/s), transport (CPU the listener spends per rejected stranger) or all (every one but memory).")
+    @Argument(help: "Which figures: store, sync, burst (wire bytes of a burst of single-key commits, write→visible latency), reads (cache-miss reads during an initial sync), memory (1 GB of 100 KB values, then 1 GB of 1 MB values in chunks, over TCP), fuzz (simulator scenarios/s), transport (CPU the listener spends per rejected stranger) or all (every one but memory).")
     var suite: Suite = .all
 
     @Option(help: "What the sync figures write: random (~200-byte JSON strings) or family (one family of small JSON objects of one shape with a long repeated string).")
@@ -50,6 +50,7 @@ public struct BenchCommand: AsyncParsableCommand {
         }
         if suite == .memory {
             figures += try await MemoryBenchmark(count: quick ? 200 : 10_000).run(progress: progress)
+            figures += try await MemoryBenchmark(count: quick ? 20 : 1_000, size: 1 << 20).run(progress: progress)
         }
         if json {
             let encoder = JSONEncoder()
