@@ -38,9 +38,11 @@ public struct MemoryBenchmark: Sendable {
         let watch = try SyncStore(path: folder + "/watch.sqlite", role: .watch, registry: registry)
         progress("writing \(count) × \(size) bytes on the phone")
         var random = SeededRandom(seed: 9)
-        for start in stride(from: 0, to: count, by: 100) {
+        // About 10 MB per transaction, as an app writing large values would.
+        let perBatch = max(1, min(100, 10_000_000 / size))
+        for start in stride(from: 0, to: count, by: perBatch) {
             try phone.batchNow { batch in
-                for i in start..<min(count, start + 100) {
+                for i in start..<min(count, start + perBatch) {
                     var bytes = [UInt8](repeating: 0, count: size)
                     for j in stride(from: 0, to: size, by: 8) { bytes[j] = UInt8(truncatingIfNeeded: random.next()) }
                     try batch.set(Data(bytes), for: family["b\(i)"])
