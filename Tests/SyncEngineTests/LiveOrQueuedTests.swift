@@ -34,7 +34,8 @@ import Testing
         try await pair.phone.set(1, for: TestKeys.steps)
         try await eventually(pair.watch, "steps 1 on the watch") { try pair.watch.storedValue(for: TestKeys.steps) == 1 }
         try await phone.waitUntilIdle(timeout: waitLimit)
-        try await Task.sleep(for: .milliseconds(200))  // rounds of queued delivery ran meanwhile: they must post nothing
+        // Rounds of queued delivery while the live session is up post nothing.
+        for _ in 0..<3 { #expect(try phone.deliverQueued(through: phoneBox).messagesPosted == 0) }
         #expect(postedSequence(phoneBox) == nil)
 
         // The watch goes out of reach: the phone's changes are queued and still arrive.
@@ -63,7 +64,7 @@ import Testing
         try await pair.phone.set(3, for: TestKeys.steps)
         try await eventually(pair.watch, "steps 3 on the watch") { try pair.watch.storedValue(for: TestKeys.steps) == 3 }
         try await phone.waitUntilIdle(timeout: waitLimit)
-        try await Task.sleep(for: .milliseconds(200))
+        for _ in 0..<3 { #expect(try phone.deliverQueued(through: phoneBox).messagesPosted == 0) }
         #expect(try phoneBox.outgoingCount() == 0)
         #expect(postedSequence(phoneBox) == postedBefore)
         #expect(try pair.phone.pendingSummary(for: pair.watch.nodeID).total == 0)

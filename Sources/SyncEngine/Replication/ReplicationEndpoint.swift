@@ -16,7 +16,7 @@ package final class ReplicationEndpoint {
     package let reporter: any ReplicationReporter
     package let configuration: ReplicationConfiguration
     /// The protocol state: handshake, window, retransmits.
-    private var session: ReplicationSession
+    var session: ReplicationSession
     /// Why the session ended, once it has failed.
     package var failure: SyncError? { session.failure }
     private var failureReported = false
@@ -358,7 +358,7 @@ package final class ReplicationEndpoint {
 
     /// The range ending at `upper` was acknowledged: the cursor moves over
     /// every acknowledged range at the front, and is recorded.
-    private func complete(upper: Int64) throws {
+    func complete(upper: Int64) throws {
         if let reached = session.stream.complete(upper: upper), let peer = session.knownPeer {
             try port.acknowledge(peer: peer.node, through: reached)
         }
@@ -404,15 +404,15 @@ package final class ReplicationEndpoint {
     /// Entries from the peer that changed this store, in this session so far.
     package private(set) var entriesApplied = 0
     /// A large value from the peer is partly received (more chunks will come).
-    private var receivingTransfer = false
+    var receivingTransfer = false
 
     /// Publishes `event` as concerning this session's peer.
-    private func emit(_ event: SyncEvent) {
+    func emit(_ event: SyncEvent) {
         reporter.report(event, peer: session.knownPeer?.node)
     }
 
     /// Reports counter increments (`update` applied to zeros).
-    private func count(_ update: (inout SyncCounters) -> Void) {
+    func count(_ update: (inout SyncCounters) -> Void) {
         var delta = SyncCounters()
         update(&delta)
         reporter.count(delta)
@@ -421,7 +421,7 @@ package final class ReplicationEndpoint {
     /// Decides what `entries` from `peer` do (`ApplyPlanner`, against the
     /// stored state the port reads in its transaction), has the port execute
     /// that plan, and reports it. Returns the plan, for the acknowledgement.
-    private func apply(_ entries: [WireEntry], from peer: ReplicationSession.Peer, completing: ChunkedVersion?,
+    func apply(_ entries: [WireEntry], from peer: ReplicationSession.Peer, completing: ChunkedVersion?,
                        reportsConflicts: Bool) throws -> ApplyPlan {
         let now = port.nowMilliseconds()
         let context = ApplyPlanner.Context(peerRole: peer.role, mismatched: peer.mismatchedKeys, versionBound: port.versionBound(),
@@ -532,125 +532,5 @@ package final class ReplicationEndpoint {
         emit(.error(error))
         reporter.logger.error("replication session failed", metadata: ["code": "\(error.code)"])
         return notifyPeer ? [SyncMessage.error(.init(code: error.code.rawValue, message: error.message)).frame()] : []
-    }
-
-    /// Starts sending a large value in chunks; `upper` is the stream position
-    /// its range ends at (nil for a repair). A value changed since it was read
-    /// is not sent (its newer change comes later in the stream).
-    private func startTransfer(_ row: OutboundRow, upper: Int64?) throws {
-        guard let bytes = try port.largeValue(key: row.key, seq: row.seq) else {
-            if let upper { try complete(upper: upper) }
-            return
-        }
-        let count = (bytes.count + configuration.chunkSize - 1) / configuration.chunkSize
-        var start = 0
-        if let partial = session.knownPeer?.partialTransfers.first(where: { $0.key == row.key && $0.version == row.entry.version }) {
-            start = min(partial.received, count - 1)
-        }
-        session.stream.transferRanges[StreamProgress.TransferID(key: row.key, seq: row.seq)] = .some(upper)
-        session.stream.transfer = StreamProgress.Transfer(upper: upper, key: row.key, seq: row.seq, entry: row.entry, bytes: bytes, count: count, next: start, checksum: Checksum.crc32(bytes))
-    }
-
-    private func sendChunk(_ t: inout StreamProgress.Transfer, now: Int64) -> Frame {
-        let low = t.next * configuration.chunkSize
-        let slice = Array(t.bytes[low..<min(t.bytes.count, low + configuration.chunkSize)])
-        var entry = t.entry
-        entry.value = nil
-        entry.deleted = false
-        let chunk = SyncMessage.Chunk(entry: WireEntry(key: entry.key, version: entry.version, base: entry.base, deleted: false, encoding: entry.encoding, value: []),
-                                      totalSize: t.bytes.count, totalChecksum: t.checksum, index: t.next, count: t.count,
-                                      checksum: Checksum.crc32(slice), bytes: slice)
-        let frame = session.sendChunk(chunk, seq: t.seq, now: now).frame()
-        count {
-            $0.chunksSent += 1
-            $0.bytesSent += frame.payload.count
-        }
-        emit(.chunk(key: t.key, index: t.next, count: t.count, outgoing: true))
-        t.next += 1
-        return frame
-    }
-
-    /// What is inconsistent in a chunk's fields, if anything. The sender cuts
-    /// a value of `totalSize` bytes into `count` chunks of one size `c` (the
-    /// last one shorter), so `c * (count - 1) < totalSize <= c * count`.
-    static func chunkProblem(_ chunk: SyncMessage.Chunk) -> String? {
-        let total = chunk.totalSize, count = chunk.count, size = chunk.bytes.count
-        if chunk.entry.deleted { return "a chunk cannot carry a delete" }
-        if !(chunk.entry.value ?? []).isEmpty { return "a chunk's entry must not carry an inline value" }
-        guard total >= 1 else { return "the announced total size is 0" }
-        guard count >= 1, count <= total else { return "\(count) chunks cannot hold \(total) bytes" }
-        guard chunk.index >= 0, chunk.index < count else { return "index out of range" }
-        guard size >= 1, size <= total else { return "a chunk of \(size) bytes for a value of \(total) bytes" }
-        if chunk.index < count - 1 {
-            let (all, overflowAll) = size.multipliedReportingOverflow(by: count)
-            let (before, overflowBefore) = size.multipliedReportingOverflow(by: count - 1)
-            guard !overflowAll, !overflowBefore, before < total, total <= all else {
-                return "\(count) chunks of \(size) bytes do not make a value of \(total) bytes"
-            }
-        } else if size > total - (count - 1) {
-            return "the last chunk (\(size) bytes) leaves no room for the \(count - 1) before it in \(total) bytes"
-        }
-        return nil
-    }
-
-    /// A chunk acknowledgement, and whether it acknowledges a commit (then it
-    /// goes out only once that commit is on stable storage).
-    private struct ChunkReply {
-        var frame: Frame
-        var restsOnCommit: Bool
-    }
-
-    private func receiveChunk(_ chunk: SyncMessage.Chunk, peer: ReplicationSession.Peer) throws -> [ChunkReply] {
-        let entry = chunk.entry
-        func ack(complete: Bool, restsOnCommit: Bool = false) -> ChunkReply {
-            ChunkReply(frame: SyncMessage.chunkAck(.init(key: entry.key, version: entry.version, index: chunk.index, complete: complete)).frame(),
-                       restsOnCommit: restsOnCommit)
-        }
-        guard let descriptor = port.registry.descriptor(forEntry: entry.key), descriptor.replicates(from: peer.role),
-              !peer.mismatchedKeys.contains(descriptor.name), descriptor.encoding == entry.encoding,
-              chunk.totalSize <= port.maxValueSize else {
-            count { $0.entriesRejected += 1 }
-            return [ack(complete: true)]
-        }
-        if let problem = ReplicationEndpoint.chunkProblem(chunk) {
-            throw SyncError(.malformedMessage, "chunk \(chunk.index) of \(entry.key): \(problem)")
-        }
-        let now = port.nowMilliseconds()
-        if let refusal = SyncStore.versionRefusal(entry, bound: port.versionBound(), now: now) {
-            count {
-                $0.entriesRejected += 1
-                $0.versionsRefused += 1
-            }
-            emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds))
-            return [ack(complete: true)]
-        }
-        if let local = try port.localVersion(forKey: entry.key), local >= entry.version {
-            receivingTransfer = false
-            try port.discardStagedChunks(key: entry.key, through: local)
-            return [ack(complete: true, restsOnCommit: true)]  // the acknowledgement rests on that commit
-        }
-        guard Checksum.crc32(chunk.bytes) == chunk.checksum else {
-            emit(.error(SyncError(.malformedMessage, "chunk \(chunk.index) of \(entry.key) failed its checksum; waiting for a resend")))
-            return []
-        }
-        count { $0.chunksReceived += 1 }
-        emit(.chunk(key: entry.key, index: chunk.index, count: chunk.count, outgoing: false))
-        let staged = try port.stageChunk(chunk)
-        guard staged >= chunk.count else {
-            receivingTransfer = true
-            return [ack(complete: false)]
-        }
-        receivingTransfer = false
-        let bytes = try port.assembleChunks(key: entry.key, version: entry.version)
-        guard bytes.count == chunk.totalSize, Checksum.crc32(bytes) == chunk.totalChecksum else {
-            // Drops the staged chunks (nothing to apply, nothing acknowledged).
-            _ = try port.apply([], from: peer.node, completing: ChunkedVersion(key: entry.key, version: entry.version), durable: false) { _ in ApplyPlan() }
-            emit(.error(SyncError(.malformedMessage, "the chunks of \(entry.key) did not add up to the announced value; it will be sent again")))
-            return []
-        }
-        var complete = entry
-        complete.value = bytes
-        _ = try apply([complete], from: peer, completing: ChunkedVersion(key: entry.key, version: entry.version), reportsConflicts: false)
-        return [ack(complete: true, restsOnCommit: true)]
     }
 }

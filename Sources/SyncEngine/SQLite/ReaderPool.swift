@@ -22,7 +22,7 @@ final class ReaderPool: Sendable {
     /// Counts free places: idle connections plus ones not opened yet.
     private let places: DispatchSemaphore
 
-    private struct IdleConnections: @unchecked Sendable {  // reason: a connection in here is used by no thread
+    private struct IdleConnections {
         var connections: [SQLiteConnection] = []
         var opened = 0
     }
