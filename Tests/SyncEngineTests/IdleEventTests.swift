@@ -10,18 +10,25 @@ import Testing
 final class BatchHoldingConnection: FrameConnection {
     private let base: InMemoryConnection
     private let held = Mutex<(holding: Bool, frames: [Frame])>((true, []))
+    private let heldSink: AsyncStream<Int>.Continuation
+    /// How many batches are held, after each one is held back.
+    let heldCounts: AsyncStream<Int>
 
-    init(_ base: InMemoryConnection) { self.base = base }
+    init(_ base: InMemoryConnection) {
+        self.base = base
+        (heldCounts, heldSink) = AsyncStream.makeStream(of: Int.self)
+    }
 
     var inbound: AsyncThrowingStream<Frame, any Error> { base.inbound }
     var peerDescription: String { base.peerDescription }
     var statistics: ConnectionStatistics { base.statistics }
-    var deliversEveryFrame: Bool { true }
+    var deliversEveryFrame: Bool { false }  // the session retransmits the held batch: time passes in ticks
 
     func send(_ frame: Frame) async throws {
         let holds = held.withLock { state -> Bool in
             guard state.holding, frame.type == SyncMessage.MessageType.batch.rawValue else { return false }
             state.frames.append(frame)
+            heldSink.yield(state.frames.count)
             return true
         }
         if !holds { try await base.send(frame) }
@@ -92,7 +99,8 @@ final class BatchHoldingConnection: FrameConnection {
         let pair = try Pair()
         for day in 1...3 { try await pair.phone.set(day, for: TestKeys.daily["2026-11-\(day)"]) }
         let watchEvents = pair.watch.events()
-        let config = ReplicationConfiguration(pairingEpoch: "idle")
+        var config = ReplicationConfiguration(pairingEpoch: "idle")
+        config.retransmitMilliseconds = 100
         let phonePeer = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(20))
         let watchPeer = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(20))
         let (a, b) = InMemoryConnection.makePair()
@@ -100,7 +108,8 @@ final class BatchHoldingConnection: FrameConnection {
         let tasks = [Task { await phonePeer.run(over: phoneSide) }, Task { await watchPeer.run(over: b) }]
         let outcome = await Result {
             try await first(of: watchEvents, "the watch's connected event") { if case .connected = $0 { true } else { false } }
-            try await Task.sleep(for: .milliseconds(300))  // ticks pass while the phone's batch is held back
+            // Ticks pass while the phone's batch is held back: it is sent, then resent after a retransmit interval.
+            try await first(of: phoneSide.heldCounts, "the phone's batch held back and resent") { $0 >= 2 }
             try await phoneSide.release()
             let event = try await first(of: watchEvents, "the watch's first received or idle event") {
                 switch $0 {
