@@ -55,7 +55,10 @@ extension SyncSimCommands {
                 try command.run()
             }
         } catch {
-            guard let failure = runtimeFailure(error, command: name) else { root.exit(withError: error) }
+            // ArgumentParser's own errors (a help request runs `help`, which throws one) are its to print.
+            guard root.exitCode(for: error) == .failure, let failure = runtimeFailure(error, command: name) else {
+                root.exit(withError: error)
+            }
             FileHandle.standardError.write(Data((failure.line + "\n").utf8))
             exit(failure.exitCode)
         }

@@ -77,6 +77,15 @@ import Testing
         #expect(fault.stderr.contains("Usage: syncsim fuzz"), "\(fault.stderr)")
     }
 
+    @Test func helpPrintsTheUsageAndExitsZero() async throws {
+        for arguments in [["--help"], ["bench", "--help"], ["help", "node"], ["run", "-h"]] {
+            let help = try await syncsim(arguments)
+            #expect(help.status == 0, "\(arguments): \(help.stderr)")
+            #expect(help.stdout.contains("USAGE: syncsim"), "\(arguments): \(help.stdout)")
+            #expect(!help.stderr.contains("error"), "\(arguments): \(help.stderr)")
+        }
+    }
+
     @Test func anErrorBecomesOneLineWithItsCode() throws {
         #expect(SyncSimCommands.runtimeFailure(ValidationError("bad option"), command: "syncsim x") == nil)
         #expect(SyncSimCommands.runtimeFailure(ExitCode(1), command: "syncsim x") == nil)
