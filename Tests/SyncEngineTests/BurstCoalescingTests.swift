@@ -71,6 +71,22 @@ import Testing
         #expect(try session.pair.watch.value(for: TestKeys.daily["s49"]) == 49)
     }
 
+    /// The acknowledgement of the batch in flight empties the window; the
+    /// burst's next commits still join the held ones instead of going alone.
+    @Test func aBurstKeepsFillingItsBatchAfterTheWindowEmpties() throws {
+        let session = try Session()
+        let first = try session.commit(0, at: session.at(0))
+        #expect(try Self.batchSizes(first) == [1])
+        for i in 1..<20 { #expect(try session.commit(i, at: session.at(i * 10)).isEmpty) }
+        let acks = first.flatMap { session.watch.receive($0, now: 0) }
+        #expect(acks.flatMap { session.phone.receive($0, now: 0) }.isEmpty)
+        // Nothing is in flight now, but the burst goes on: its commits are held with the others.
+        for i in 20..<40 { #expect(try session.commit(i, at: session.at(i * 10)).isEmpty, "commit \(i) went alone") }
+        let next = session.phone.releaseHeld(now: 0, at: session.at(390 + 1_000))
+        #expect(try Self.batchSizes(next) == [39])
+        #expect(session.pair.phone.syncCounters.batchesSent == 2)
+    }
+
     /// Without coalescing (before this round) every commit sends its own
     /// batch while the window has room: the same burst takes more batches.
     @Test func withoutCoalescingEachCommitSendsItsOwnBatch() throws {

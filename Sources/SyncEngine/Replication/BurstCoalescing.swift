@@ -8,8 +8,8 @@
 /// burst, which lasts until a pause of `pause` (a thread descheduled for a
 /// moment does not end it); its commits wait to join the next batch, which
 /// goes out when the burst pauses or the oldest waiting commit has waited
-/// `maxDelay` (acknowledgements arriving
-/// meanwhile do not send it: the burst goes on filling it). What waited then
+/// `maxDelay` (acknowledgements arriving meanwhile do not send it, and the
+/// burst's later commits join it even once nothing is in flight). What waited then
 /// goes out as usual: in batches of at most `maxBatchEntries`, as far as the
 /// window allows.
 public struct BurstCoalescing: Sendable, Equatable {
@@ -42,7 +42,9 @@ struct CoalescingState {
                         policy: BurstCoalescing, inFlight: Bool) -> Bool {
         inBurst = (previous ?? lastChange).map { instant - $0 < (inBurst ? policy.pause : policy.gap) } ?? false
         lastChange = max(lastChange ?? instant, instant)
-        guard inBurst, inFlight else { return false }
+        // Once commits are held, the burst goes on filling the next batch even
+        // if the acknowledgements emptied the window meanwhile.
+        guard inBurst, inFlight || heldSince != nil else { return false }
         let since = heldSince ?? instant
         guard instant - since < policy.maxDelay else { return false }
         heldSince = since
