@@ -128,7 +128,13 @@ public final class SyncPeer: Sendable {
         let (inputs, continuation) = AsyncStream.makeStream(of: Input.self, bufferingPolicy: .unbounded)
         state.withLock { $0.inputs[session] = continuation }
         let gate = ReadAheadGate(credits: configuration.readAheadFrames)
-        let writes = store.localWrites.subscribe(bufferingNewest: 1)
+        // Local commits wake the session loop straight from the committing thread (no
+        // task between them), one signal at a time: the loop clears it before it reads.
+        let localChangeSignalled = LocalChangeSignal()
+        let localWrites = store.localWrites.observe(where: { localChangeSignalled.concerns(origin: $0) }) { _ in
+            if localChangeSignalled.raise() { continuation.yield(.localChange) }
+        }
+        defer { localWrites.cancel() }
         let interval = tickInterval
         // Acknowledgements go out once their commits are on stable storage. The fsync runs
         // beside the session loop (group commit), which goes on applying what arrives meanwhile.
@@ -160,9 +166,6 @@ public final class SyncPeer: Sendable {
                 }
             }
             group.addTask {
-                for await _ in writes { continuation.yield(.localChange) }
-            }
-            group.addTask {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: interval)
                     continuation.yield(.tick)
@@ -182,13 +185,14 @@ public final class SyncPeer: Sendable {
                 }
             }
             reason = await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate,
+                                       localChangeSignalled: localChangeSignalled,
                                        releaseHeld: { continuation.yield(.releaseHeld) }) { durable in
                 awaitingSync.append(durable)
                 ackSignal.yield()
             }
             await connection.close()
             ackSignal.finish()
-            await gate.open()
+            gate.open()
             group.cancelAll()
         }
         endpoint.connectionLost()
@@ -201,7 +205,7 @@ public final class SyncPeer: Sendable {
     /// Feeds the session's inputs to the endpoint and sends what it answers,
     /// until the connection closes or the session fails; returns why it ended.
     private func sessionLoop(_ endpoint: ReplicationEndpoint, session: Int, inputs: AsyncStream<Input>, connection: any FrameConnection,
-                             gate: ReadAheadGate, releaseHeld: @escaping @Sendable () -> Void,
+                             gate: ReadAheadGate, localChangeSignalled: LocalChangeSignal, releaseHeld: @escaping @Sendable () -> Void,
                              acknowledgeWhenDurable: ([Frame]) -> Void) async -> String {
         // The one timer for held commits, and the deadline it wakes the loop at.
         var releaseTimer: (task: Task<Void, Never>, deadline: ContinuousClock.Instant)?
@@ -219,9 +223,10 @@ public final class SyncPeer: Sendable {
                     if endpoint.entriesApplied > appliedBefore, state.withLock({ $0.sessions.count > 1 }) {
                         forwarded.add(1, ordering: .sequentiallyConsistent)
                     }
-                    await gate.release()
+                    gate.release()
                 case .tick: frames = endpoint.tick(now: now)
                 case .localChange:
+                    localChangeSignalled.lower()  // before reading: a commit from now on signals again
                     let commits = store.localCommitInstants
                     frames = endpoint.localChange(now: now, at: commits.latest ?? .now, previousCommit: commits.previous)
                 case .releaseHeld:
@@ -242,6 +247,7 @@ public final class SyncPeer: Sendable {
                 let durable = endpoint.takeFramesAwaitingSync()
                 if !durable.isEmpty { acknowledgeWhenDurable(durable) }
                 if let failure = endpoint.failure { return failure.description }
+                if let peer = endpoint.peerNode { localChangeSignalled.sessionPeer = peer }
                 updateState(session, Session(connected: endpoint.isEstablished, idle: endpoint.isIdle, generation: generation,
                                              peerNode: endpoint.peerNode))
             }
@@ -322,4 +328,26 @@ private final class FramesAwaitingSync: Sendable {
             return queued
         }
     }
+}
+
+/// Whether a local commit's wake-up is already queued for the session loop.
+final class LocalChangeSignal: Sendable {
+    private let raised = Atomic<Bool>(false)
+    private let peer = Atomic<UInt32>(SyncStore.thisDevice)
+
+    /// The session's peer once known: what this session applied from it needs
+    /// no wake-up (the loop sends what follows a received frame itself).
+    var sessionPeer: UInt32 {
+        get { peer.load(ordering: .relaxed) }
+        set { peer.store(newValue, ordering: .relaxed) }
+    }
+
+    /// Whether a commit from `origin` (`SyncStore.thisDevice` or a peer) may have something for this session.
+    func concerns(origin: UInt32) -> Bool { origin == SyncStore.thisDevice || origin != sessionPeer }
+
+    /// Marks a commit; true when the loop must be woken (no wake-up was pending).
+    func raise() -> Bool { !raised.exchange(true, ordering: .acquiringAndReleasing) }
+
+    /// The loop took the wake-up: the next commit wakes it again.
+    func lower() { raised.store(false, ordering: .releasing) }
 }

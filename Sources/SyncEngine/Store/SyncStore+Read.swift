@@ -136,7 +136,7 @@ extension SyncStore {
         if let slot, slot.bytes != nil {
             publishCommitted([StoreChange(key: key, kind: .set, origin: .local, version: slot.version)])
             localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
-            localWrites.publish(())
+            localWrites.publish(SyncStore.thisDevice)
         }
         return slot
     }

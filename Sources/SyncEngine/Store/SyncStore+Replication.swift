@@ -154,7 +154,7 @@ extension SyncStore {
         publishCommitted(outcome.changes)
         if !outcome.changes.isEmpty {
             // Sessions with the other peers have something new to send.
-            localWrites.publish(())
+            localWrites.publish(peer)
         }
         // The caller acknowledges this commit and the peer then forgets the entries: on stable
         // storage first. After publishing: observers need no fsync to see the values.

@@ -190,6 +190,6 @@ extension SyncStore: TransactionObserver {
         publishCommitted(changes)
         // Wake a replication loop in this process: the other process's writes may need sending.
         localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
-        localWrites.publish(())
+        localWrites.publish(SyncStore.thisDevice)
     }
 }

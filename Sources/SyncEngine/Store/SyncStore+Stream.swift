@@ -49,7 +49,7 @@ extension SyncStore {
             return keys.count
         }
         localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
-        localWrites.publish(())
+        localWrites.publish(SyncStore.thisDevice)
         return count
     }
 

@@ -90,7 +90,7 @@ extension SyncStore {
         if !outcome.changes.isEmpty {
             noteLocalCommit()
             localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
-            localWrites.publish(())
+            localWrites.publish(SyncStore.thisDevice)
         }
         return outcome.changes
     }

@@ -35,7 +35,11 @@ public final class SyncStore: KeyValueBackend {
     let changeHub = Broadcaster<StoreChange>()
     let eventHub = Broadcaster<SyncEvent>()
     let peerEventHub = Broadcaster<PeerEvent>()
-    let localWrites = Broadcaster<Void>()
+    /// Commits that may have something to send, by the peer they came from
+    /// (`thisDevice` for this device's own writes): sessions with other peers wake.
+    let localWrites = Broadcaster<UInt32>()
+    /// The origin of a local commit in `localWrites` (no peer has node 0).
+    static let thisDevice: UInt32 = 0
     let counters = Mutex(SyncCounters())
     let hooks = Mutex(CommitHooks())
     /// The next change sequence number; only touched inside write transactions.
