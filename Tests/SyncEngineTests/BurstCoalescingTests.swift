@@ -87,6 +87,43 @@ import Testing
         #expect(session.pair.phone.syncCounters.batchesSent == 2)
     }
 
+    /// A commit that lands right after the stream was read is a new local
+    /// change: it waits to join the next batch instead of going at once in a
+    /// batch of its own behind the one just read (the pump read the stream until empty).
+    @Test func aCommitLandingDuringTheReadJoinsTheNextBatch() throws {
+        let pair = try Pair()
+        var configuration = ReplicationConfiguration(pairingEpoch: "test")
+        configuration.burstCoalescing = BurstCoalescing(gap: .milliseconds(1), maxDelay: .seconds(60))
+        let port = SQLiteReplicationPort(pair.phone)
+        let phone = ReplicationEndpoint(port: port, reporter: StoreReporter(pair.phone), configuration: configuration)
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: configuration)
+        var toWatch = phone.start(now: 0)
+        var toPhone = watch.start(now: 0)
+        while !toWatch.isEmpty || !toPhone.isEmpty {
+            let (a, b) = (toWatch, toPhone)
+            toWatch = b.flatMap { phone.receive($0, now: 0) }
+            toPhone = a.flatMap { watch.receive($0, now: 0) }
+        }
+        let start = ContinuousClock.now
+        try pair.phone.setNow(0, for: TestKeys.daily["s0"])
+        var landed = false
+        port.afterStreamRead = {
+            guard !landed else { return }
+            landed = true
+            try pair.phone.setNow(1, for: TestKeys.daily["s1"])
+        }
+        let first = phone.localChange(now: 0, at: start)
+        #expect(try Self.batchSizes(first) == [1])
+        // The loop hears of that commit 10 µs later, with the first batch in flight: held, then it goes with the next.
+        #expect(phone.localChange(now: 0, at: start + .microseconds(10)).isEmpty)
+        #expect(try pair.phone.value(for: TestKeys.daily["s1"]) == 1)
+        try pair.phone.setNow(2, for: TestKeys.daily["s2"])
+        #expect(phone.localChange(now: 0, at: start + .microseconds(20)).isEmpty)
+        let next = phone.releaseHeld(now: 0, at: start + .microseconds(20) + .milliseconds(1))
+        #expect(try Self.batchSizes(next) == [2])
+        #expect(pair.phone.syncCounters.batchesSent == 2)
+    }
+
     /// Without coalescing (before this round) every commit sends its own
     /// batch while the window has room: the same burst takes more batches.
     @Test func withoutCoalescingEachCommitSendsItsOwnBatch() throws {

@@ -291,6 +291,11 @@ package final class ReplicationEndpoint {
                 session.stream.batchRanges[id] = scanned
                 out.append(frame)
                 endRoundIfReached(scanned)
+                // With burst coalescing, a batch short of its limits took every change committed
+                // when it was read: later commits are new local changes, which go as those rules say
+                // (each wakes the loop), instead of at once in a batch of their own.
+                if configuration.burstCoalescing != nil, rows.count < configuration.maxBatchEntries,
+                   frame.payload.count < configuration.maxBatchBytes / 2 { break }
             }
         } catch let error as SyncError {
             return out + fail(error, notifyPeer: true)

@@ -154,6 +154,9 @@ extension SyncCounters {
 package final class SQLiteReplicationPort: ReplicationPort {
     package let store: SyncStore
 
+    /// Runs after each read of the stream (tests: a commit landing right after a read).
+    package var afterStreamRead: (() throws -> Void)?
+
     package init(_ store: SyncStore) { self.store = store }
 
     package var nodeID: UInt32 { store.nodeID }
@@ -165,7 +168,9 @@ package final class SQLiteReplicationPort: ReplicationPort {
 
     package func pendingRows(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int,
                              skip: (String, Int64) -> Bool) throws -> (rows: [OutboundRow], scannedThrough: Int64) {
-        try store.pendingRows(for: peer, after: cursor, maxEntries: maxEntries, maxBytes: maxBytes, skip: skip)
+        let read = try store.pendingRows(for: peer, after: cursor, maxEntries: maxEntries, maxBytes: maxBytes, skip: skip)
+        try afterStreamRead?()
+        return read
     }
 
     package func pendingBatches(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int, dropsDeletes: Bool,
