@@ -16,8 +16,13 @@ public struct ReplicationConfiguration: Sendable {
     public var maxBatchBytes = 512 * 1024
     /// Size of one chunk of a large value.
     public var chunkSize = 64 * 1024
-    /// Messages in flight without an acknowledgement (backpressure).
-    public var window = 4
+    /// Messages in flight without an acknowledgement (backpressure). Many
+    /// small batches may be in flight (single writes, each waiting for the
+    /// peer's fsync before its acknowledgement); large ones are bounded by `maxBytesInFlight`.
+    public var window = 16
+    /// Value and key bytes in flight without an acknowledgement at most: four
+    /// full batches (`maxBatchBytes`); chunks (64 KB) are bounded by `window`. A message always goes when nothing is in flight.
+    public var maxBytesInFlight = 2 * 1024 * 1024
     /// Frames read from the connection ahead of the session: the peer's whole
     /// window (its batches or chunks), plus as many acknowledgements of ours.
     var readAheadFrames: Int { 2 * max(1, window) }

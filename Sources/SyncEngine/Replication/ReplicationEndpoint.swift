@@ -50,6 +50,7 @@ package final class ReplicationEndpoint {
             fingerprint: port.registry.fingerprint(for: port.role))
         session = ReplicationSession(identity: identity, helloRetryInterval: configuration.helloRetryMilliseconds,
                                       retransmitInterval: configuration.retransmitMilliseconds, window: configuration.window)
+        session.maxBytesInFlight = configuration.maxBytesInFlight
         session.retransmits = retransmits
     }
 

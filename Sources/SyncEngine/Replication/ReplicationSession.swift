@@ -54,6 +54,8 @@ struct ReplicationSession {
         var payload: Payload
         var sentAt: Int64
         var attempts: Int
+        /// Value and key bytes it carries, counted against `maxBytesInFlight`.
+        var bytes = 0
         /// Set by a fast retransmit: resend at the next tick.
         var dueNow = false
     }
@@ -113,6 +115,8 @@ struct ReplicationSession {
     var helloRetryInterval: Int64
     var retransmitInterval: Int64
     var window: Int
+    /// Value and key bytes in flight at most (a message always goes when nothing is in flight).
+    var maxBytesInFlight = Int.max
     /// The longest wait between retransmissions, in `retransmitInterval`s.
     var maxBackoffAttempts = 4
     /// False over a transport that delivers every frame while connected:
@@ -152,7 +156,8 @@ struct ReplicationSession {
     /// baseline arrives.
     var hasCapacity: Bool {
         guard let inFlight = established?.inFlight else { return false }
-        return inFlight.count < window && !inFlight.values.contains { $0.payload == .rebaseline }
+        guard inFlight.count < window, !inFlight.values.contains(where: { $0.payload == .rebaseline }) else { return false }
+        return inFlight.isEmpty || inFlight.values.reduce(0, { $0 + $1.bytes }) < maxBytesInFlight
     }
     var isQuiet: Bool { established?.inFlight.isEmpty ?? true }
     /// Whether the peer has nothing more for us, as far as we know: it said
@@ -240,7 +245,8 @@ struct ReplicationSession {
         let id = nextBatchID
         nextBatchID += 1
         let message = SyncMessage.batch(.init(id: id, entries: entries))
-        withEstablished { $0.inFlight[id] = InFlight(message: message, payload: .batch(items), sentAt: now, attempts: 1) }
+        let bytes = entries.reduce(0) { $0 + ($1.value?.count ?? 0) + $1.key.utf8.count }
+        withEstablished { $0.inFlight[id] = InFlight(message: message, payload: .batch(items), sentAt: now, attempts: 1, bytes: bytes) }
         return message
     }
 
@@ -265,7 +271,7 @@ struct ReplicationSession {
         withEstablished {
             $0.inFlight[id] = InFlight(message: message, payload: .chunk(key: chunk.entry.key, seq: seq, version: chunk.entry.version,
                                                                           index: chunk.index, isLast: chunk.index == chunk.count - 1),
-                                       sentAt: now, attempts: 1)
+                                       sentAt: now, attempts: 1, bytes: chunk.bytes.count)
             $0.chunkKeys[key] = id
         }
         return message
