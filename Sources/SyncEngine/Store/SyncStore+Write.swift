@@ -11,67 +11,82 @@ extension SyncStore {
     @discardableResult
     func commitLocal(_ writes: [BackendWrite]) throws -> [StoreChange] {
         try checkOpen()
-        let operations = try writes.map { write in
-            (write, try registry.checkedWrite(write.key, bytes: write.bytes, role: role, maxValueSize: options.maxValueSize, known: write.descriptor))
+        guard !writes.isEmpty else { return [] }
+        var descriptors: [KeyDescriptor] = []
+        descriptors.reserveCapacity(writes.count)
+        for write in writes {
+            descriptors.append(try registry.checkedWrite(write.key, bytes: write.bytes, role: role, maxValueSize: options.maxValueSize, known: write.descriptor))
         }
-        guard !operations.isEmpty else { return [] }
         struct Outcome {
             var changes: [StoreChange] = []
-            var slots: [(String, StoreCache.Slot)] = []
+            /// The rows written, and the decoded value of each (for the cache).
+            var rows: [StoredRow] = []
+            var decoded: [(any Sendable)?] = []
             var deferred: [(String, Int)] = []
             var skipped = 0
         }
+        let grouped = writes.count >= SyncStore.groupedWriteThreshold
         let now = physicalClock.nowMilliseconds()
         let outcome = try database.write({ conn -> Outcome in
             var outcome = Outcome()
-            var inTransaction: [String: (version: HLCTimestamp, bytes: [UInt8]?)] = [:]
-            // Keys the cache does not know, read 128 per statement when the batch is large
+            outcome.rows.reserveCapacity(writes.count)
+            outcome.decoded.reserveCapacity(writes.count)
+            outcome.changes.reserveCapacity(writes.count)
+            // What the cache knows of each key (one lock per group of keys), then the
+            // keys it does not know read 128 per statement when the batch is large
             // (a single write reads its one row as before).
+            let cached = cache.peekStates(count: writes.count) { writes[$0].key }
             var stored: [String: StoredRow] = [:]
-            if operations.count >= SyncStore.groupedWriteThreshold {
+            if grouped {
                 var missing: [String] = []
                 var seen = Set<String>()
-                for (op, _) in operations where cache.peek(op.key) == nil && seen.insert(op.key).inserted { missing.append(op.key) }
+                for (i, write) in writes.enumerated() where cached[i] == nil && seen.insert(write.key).inserted { missing.append(write.key) }
                 stored = try loadRows(conn, keys: missing, valueFile: .ifReadable)
             }
-            var rows: [StoredRow] = []
+            // The row each key got earlier in this transaction (a key written twice).
+            var written: [String: Int] = [:]
+            written.reserveCapacity(writes.count)
+            var repeated = false
             var encrypted = Set<String>()
-            rows.reserveCapacity(operations.count)
-            for (op, descriptor) in operations {
+            for (i, op) in writes.enumerated() {
+                let descriptor = descriptors[i]
                 let current: (version: HLCTimestamp, bytes: [UInt8]?)?
-                if let seen = inTransaction[op.key] {
-                    current = seen
-                } else if let slot = cache.peek(op.key) {
-                    current = (slot.version, slot.bytes)
-                } else if let row = operations.count >= SyncStore.groupedWriteThreshold ? stored[op.key]
-                            : try loadRow(conn, key: op.key, valueFile: .ifReadable) {
+                let earlier = written.updateValue(outcome.rows.count, forKey: op.key)
+                if let earlier {
+                    repeated = true
+                    current = (outcome.rows[earlier].version, outcome.rows[earlier].value)
+                } else if let state = cached[i] {
+                    current = state
+                } else if let row = grouped ? (stored.isEmpty ? nil : stored[op.key]) : try loadRow(conn, key: op.key, valueFile: .ifReadable) {
                     // A value whose file is damaged reads as [] here, so that writing or removing the key repairs it.
                     current = (row.version, row.deleted ? nil : (row.value ?? []))
                 } else {
                     current = nil
                 }
-                if let bytes = op.bytes, let existing = current?.bytes, existing == bytes {
-                    outcome.skipped += 1
+                let unchanged = op.bytes.map { bytes in current?.bytes.map { $0 == bytes } ?? false } ?? (current?.bytes == nil)
+                if unchanged {
+                    // No row: the key keeps the row it had before this write (if any).
+                    if let earlier { written[op.key] = earlier } else { written.removeValue(forKey: op.key) }
+                    if op.bytes != nil { outcome.skipped += 1 }
                     continue
                 }
-                if op.bytes == nil && current?.bytes == nil { continue }
                 let version = try clock.now()
                 let size = op.bytes?.count ?? 0
                 let lane = lane(for: descriptor, size: size, deleted: op.bytes == nil)
-                rows.append(StoredRow(key: op.key, value: op.bytes, encoding: descriptor.encoding, version: version,
-                                      base: current?.version ?? .zero, deleted: op.bytes == nil, encrypted: false, size: size,
-                                      changeSeq: takeSeq(), lane: lane))
+                outcome.rows.append(StoredRow(key: op.key, value: op.bytes, encoding: descriptor.encoding, version: version,
+                                              base: current?.version ?? .zero, deleted: op.bytes == nil, encrypted: false, size: size,
+                                              changeSeq: takeSeq(), lane: lane))
+                outcome.decoded.append(op.decoded)
                 if descriptor.security == .encrypted { encrypted.insert(op.key) }
-                inTransaction[op.key] = (version, op.bytes)
                 outcome.changes.append(StoreChange(key: op.key, kind: op.bytes == nil ? .removed : .set, origin: .local, version: version))
-                outcome.slots.append((op.key, StoreCache.Slot(bytes: op.bytes, encoding: descriptor.encoding, version: version, decoded: op.decoded)))
                 if lane == .manual && descriptor.policy == .automaticSmall { outcome.deferred.append((op.key, size)) }
             }
-            if rows.count == 1 {
-                try saveRow(conn, rows[0], encrypt: !encrypted.isEmpty, writtenAt: now)
-            } else {
+            if outcome.rows.count == 1 {
+                try saveRow(conn, outcome.rows[0], encrypt: !encrypted.isEmpty, writtenAt: now)
+            } else if !outcome.rows.isEmpty {
                 // Several rows per INSERT (row by row for a store that keeps values in files).
-                try saveRows(conn, rows, encrypt: { !encrypted.isEmpty && encrypted.contains($0.key) }, writtenAt: now)
+                try saveRows(conn, outcome.rows, encrypt: { !encrypted.isEmpty && encrypted.contains($0.key) }, writtenAt: now,
+                             distinctKeys: !repeated, changes: outcome.changes)
             }
             let willCommit = hooks.withLock { $0.willCommit }
             if !outcome.changes.isEmpty {
@@ -79,7 +94,7 @@ extension SyncStore {
             }
             return outcome
         }, onCommit: { outcome in
-            cache.store(outcome.slots)
+            cache.store(outcome.rows, decoded: outcome.decoded)
         })
         for _ in 0..<outcome.skipped { cache.countSkippedWrite() }
         if !outcome.deferred.isEmpty {
