@@ -169,10 +169,13 @@ final class StoreCache: Sendable {
     /// A fill does not move the epoch: it only copies what is committed.
     private func store(_ key: String, _ slot: Slot, in s: inout State) {
         if !s.typed.isEmpty { s.typed.removeValue(forKey: key) }
-        if let old = s.slots.removeValue(forKey: key) { s.bytes -= old.bytes?.count ?? 0 }
-        guard (slot.bytes?.count ?? 0) <= maxCachedValueSize else { return }
-        s.slots[key] = slot
-        s.bytes += slot.bytes?.count ?? 0
+        let size = slot.bytes?.count ?? 0
+        guard size <= maxCachedValueSize else {
+            if let old = s.slots.removeValue(forKey: key) { s.bytes -= old.bytes?.count ?? 0 }
+            return
+        }
+        if let old = s.slots.updateValue(slot, forKey: key) { s.bytes -= old.bytes?.count ?? 0 }
+        s.bytes += size
         if s.bytes > budget || s.slots.count > maxSlots {
             // Over budget: start again (rare; amortized O(1) per write).
             s.slots.removeAll(keepingCapacity: true)

@@ -253,6 +253,14 @@ extension SyncStore {
         return (limit << 16) | 0xFFFF
     }
 
+    /// `count` consecutive change sequence numbers; returns the first.
+    func takeSeqs(_ count: Int) -> Int64 {
+        nextSeq.withLock { seq in
+            defer { seq += Int64(count) }
+            return seq
+        }
+    }
+
     func takeSeq() -> Int64 {
         nextSeq.withLock { seq in
             defer { seq += 1 }

@@ -38,15 +38,17 @@ extension SyncStore {
             let cached = cache.peekStates(count: writes.count) { writes[$0].key }
             var stored: [String: StoredRow] = [:]
             if grouped {
+                // A key written twice may be read twice: harmless, and cheaper than a set.
                 var missing: [String] = []
-                var seen = Set<String>()
-                for (i, write) in writes.enumerated() where cached[i] == nil && seen.insert(write.key).inserted { missing.append(write.key) }
+                for (i, write) in writes.enumerated() where cached[i] == nil { missing.append(write.key) }
                 stored = try loadRows(conn, keys: missing, valueFile: .ifReadable)
             }
             // The row each key got earlier in this transaction (a key written twice).
             var written: [String: Int] = [:]
             written.reserveCapacity(writes.count)
             var repeated = false
+            // Rows whose base is the version an earlier row of this transaction gets (row, earlier row).
+            var baseFromEarlier: [(Int, Int)] = []
             var encrypted = Set<String>()
             for (i, op) in writes.enumerated() {
                 let descriptor = descriptors[i]
@@ -54,7 +56,7 @@ extension SyncStore {
                 let earlier = written.updateValue(outcome.rows.count, forKey: op.key)
                 if let earlier {
                     repeated = true
-                    current = (outcome.rows[earlier].version, outcome.rows[earlier].value)
+                    current = (.zero, outcome.rows[earlier].value)
                 } else if let state = cached[i] {
                     current = state
                 } else if let row = grouped ? (stored.isEmpty ? nil : stored[op.key]) : try loadRow(conn, key: op.key, valueFile: .ifReadable) {
@@ -70,16 +72,30 @@ extension SyncStore {
                     if op.bytes != nil { outcome.skipped += 1 }
                     continue
                 }
-                let version = try clock.now()
                 let size = op.bytes?.count ?? 0
                 let lane = lane(for: descriptor, size: size, deleted: op.bytes == nil)
-                outcome.rows.append(StoredRow(key: op.key, value: op.bytes, encoding: descriptor.encoding, version: version,
+                if let earlier { baseFromEarlier.append((outcome.rows.count, earlier)) }
+                // Version and change sequence are given below, to all rows at once.
+                outcome.rows.append(StoredRow(key: op.key, value: op.bytes, encoding: descriptor.encoding, version: .zero,
                                               base: current?.version ?? .zero, deleted: op.bytes == nil, encrypted: false, size: size,
-                                              changeSeq: takeSeq(), lane: lane))
+                                              changeSeq: 0, lane: lane))
                 outcome.decoded.append(op.decoded)
                 if descriptor.security == .encrypted { encrypted.insert(op.key) }
-                outcome.changes.append(StoreChange(key: op.key, kind: op.bytes == nil ? .removed : .set, origin: .local, version: version))
                 if lane == .manual && descriptor.policy == .automaticSmall { outcome.deferred.append((op.key, size)) }
+            }
+            if !outcome.rows.isEmpty {
+                // Consecutive versions and sequence numbers, in the order of the writes
+                // (what one `clock.now()` and `takeSeq()` per row would give within a millisecond).
+                let firstVersion = try clock.reserve(outcome.rows.count)
+                let firstSeq = takeSeqs(outcome.rows.count)
+                for i in outcome.rows.indices {
+                    let version = HLCTimestamp(packed: firstVersion + Int64(i), node: clock.node)
+                    outcome.rows[i].version = version
+                    outcome.rows[i].changeSeq = firstSeq + Int64(i)
+                    outcome.changes.append(StoreChange(key: outcome.rows[i].key, kind: outcome.rows[i].deleted ? .removed : .set,
+                                                       origin: .local, version: version))
+                }
+                for (row, earlier) in baseFromEarlier { outcome.rows[row].base = outcome.rows[earlier].version }
             }
             if outcome.rows.count == 1 {
                 try saveRow(conn, outcome.rows[0], encrypt: !encrypted.isEmpty, writtenAt: now)
