@@ -112,12 +112,25 @@ final class StoreCache: Sendable {
         }
     }
 
+    /// Rows of one transaction from which the cache keeps only the keys it
+    /// already holds (a bulk write): filling it with a bulk import would push
+    /// out what the app reads; the other keys are read on first use.
+    static let bulkRows = 4_096
+
     /// Stores a slot for each written row (its decoded value beside it), in
-    /// order, taking the lock once and growing the table once.
+    /// order, taking the lock once and growing the table once. Of `bulkRows`
+    /// rows or more, only keys the cache holds are updated.
     func store(_ rows: [StoredRow], decoded: [(any Sendable)?]) {
         guard !rows.isEmpty else { return }
         state.withLock { s in
             s.epoch &+= 1
+            if rows.count >= StoreCache.bulkRows {
+                guard !s.slots.isEmpty else { return }
+                for (row, value) in zip(rows, decoded) where s.slots.index(forKey: row.key) != nil {
+                    store(row.key, Slot(bytes: row.value, encoding: row.encoding, version: row.version, decoded: value), in: &s)
+                }
+                return
+            }
             let wanted = min(maxSlots, s.slots.count + rows.count)
             if wanted > s.slots.capacity { s.slots.reserveCapacity(wanted) }
             for (row, value) in zip(rows, decoded) {

@@ -40,7 +40,7 @@ extension SyncStore {
             if grouped {
                 // A key written twice may be read twice: harmless, and cheaper than a set.
                 var missing: [String] = []
-                for (i, write) in writes.enumerated() where cached[i] == nil { missing.append(write.key) }
+                for i in writes.indices where cached[i] == nil { missing.append(writes[i].key) }
                 stored = try loadRows(conn, keys: missing, valueFile: .ifReadable)
             }
             // The row each key got earlier in this transaction (a key written twice).
@@ -50,38 +50,40 @@ extension SyncStore {
             // Rows whose base is the version an earlier row of this transaction gets (row, earlier row).
             var baseFromEarlier: [(Int, Int)] = []
             var encrypted = Set<String>()
-            for (i, op) in writes.enumerated() {
-                let descriptor = descriptors[i]
+            for i in writes.indices {
+                // Fields, not whole writes: no copy of each write and its declaration.
+                let key = writes[i].key
+                let bytes = writes[i].bytes
                 let current: (version: HLCTimestamp, bytes: [UInt8]?)?
-                let earlier = written.updateValue(outcome.rows.count, forKey: op.key)
+                let earlier = written.updateValue(outcome.rows.count, forKey: key)
                 if let earlier {
                     repeated = true
                     current = (.zero, outcome.rows[earlier].value)
                 } else if let state = cached[i] {
                     current = state
-                } else if let row = grouped ? (stored.isEmpty ? nil : stored[op.key]) : try loadRow(conn, key: op.key, valueFile: .ifReadable) {
+                } else if let row = grouped ? (stored.isEmpty ? nil : stored[key]) : try loadRow(conn, key: key, valueFile: .ifReadable) {
                     // A value whose file is damaged reads as [] here, so that writing or removing the key repairs it.
                     current = (row.version, row.deleted ? nil : (row.value ?? []))
                 } else {
                     current = nil
                 }
-                let unchanged = op.bytes.map { bytes in current?.bytes.map { $0 == bytes } ?? false } ?? (current?.bytes == nil)
+                let unchanged = bytes.map { new in current?.bytes.map { $0 == new } ?? false } ?? (current?.bytes == nil)
                 if unchanged {
                     // No row: the key keeps the row it had before this write (if any).
-                    if let earlier { written[op.key] = earlier } else { written.removeValue(forKey: op.key) }
-                    if op.bytes != nil { outcome.skipped += 1 }
+                    if let earlier { written[key] = earlier } else { written.removeValue(forKey: key) }
+                    if bytes != nil { outcome.skipped += 1 }
                     continue
                 }
-                let size = op.bytes?.count ?? 0
-                let lane = lane(for: descriptor, size: size, deleted: op.bytes == nil)
+                let size = bytes?.count ?? 0
+                let lane = lane(for: descriptors[i], size: size, deleted: bytes == nil)
                 if let earlier { baseFromEarlier.append((outcome.rows.count, earlier)) }
                 // Version and change sequence are given below, to all rows at once.
-                outcome.rows.append(StoredRow(key: op.key, value: op.bytes, encoding: descriptor.encoding, version: .zero,
-                                              base: current?.version ?? .zero, deleted: op.bytes == nil, encrypted: false, size: size,
+                outcome.rows.append(StoredRow(key: key, value: bytes, encoding: descriptors[i].encoding, version: .zero,
+                                              base: current?.version ?? .zero, deleted: bytes == nil, encrypted: false, size: size,
                                               changeSeq: 0, lane: lane))
-                outcome.decoded.append(op.decoded)
-                if descriptor.security == .encrypted { encrypted.insert(op.key) }
-                if lane == .manual && descriptor.policy == .automaticSmall { outcome.deferred.append((op.key, size)) }
+                outcome.decoded.append(writes[i].decoded)
+                if descriptors[i].security == .encrypted { encrypted.insert(key) }
+                if lane == .manual && descriptors[i].policy == .automaticSmall { outcome.deferred.append((key, size)) }
             }
             if !outcome.rows.isEmpty {
                 // Consecutive versions and sequence numbers, in the order of the writes
