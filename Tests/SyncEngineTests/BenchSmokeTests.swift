@@ -6,8 +6,12 @@ import Testing
 @Suite struct BenchSmokeTests {
     @Test func storeBenchmarkQuickRun() throws {
         let figures = try StoreBenchmark(quick: true).run()
-        #expect(figures.count == 5)
+        #expect(figures.count == 7)
         #expect(figures.allSatisfy { $0.value > 0 })
+        // The figures that bound the typed writes are there, measured against the same raw insert.
+        let layout = try #require(figures.first { $0.name.hasPrefix("raw SQLite insert into the store's table layout") })
+        let collecting = try #require(figures.first { $0.name.hasPrefix("collecting") })
+        #expect(layout.baseline == collecting.baseline && (layout.baseline ?? 0) > 0)
     }
 
     @Test func syncBenchmarkQuickRun() async throws {

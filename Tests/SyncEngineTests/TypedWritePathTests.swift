@@ -73,10 +73,10 @@ import Testing
         try store.setNow(1, for: TestKeys.steps)
         store.resetCacheStatistics()
         #expect(try store.value(for: TestKeys.steps) == 1)   // decoded value, then boxed
-        #expect(store.cache.peek(TestKeys.steps.name)?.typed is CachedValue<Int>)
+        #expect(store.cache.typedBox(TestKeys.steps.name) is CachedValue<Int>)
         #expect(try store.value(for: TestKeys.steps) == 1)   // from the box
         try store.setNow(2, for: TestKeys.steps)
-        #expect(store.cache.peek(TestKeys.steps.name)?.typed == nil)
+        #expect(store.cache.typedBox(TestKeys.steps.name) == nil)
         #expect(try store.value(for: TestKeys.steps) == 2)
         #expect(try store.value(for: TestKeys.steps) == 2)
         try store.removeNow(TestKeys.steps)

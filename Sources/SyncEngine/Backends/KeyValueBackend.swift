@@ -143,10 +143,23 @@ public struct WriteBatch: Sendable {
     let registry: KeyRegistry
     var writes: [BackendWrite] = []
 
-    /// Adds a write of `value` under `key`.
+    /// Adds a write of `value` under `key`. Inlined into the caller, so that
+    /// encoding runs specialized for `Value` (no generic metadata look-ups).
+    @inlinable
     public mutating func set<Value>(_ value: Value, for key: Key<Value>) throws {
-        let descriptor = try registry.governingDescriptor(for: key.name, declared: key.descriptor)
-        writes.append(BackendWrite(key: key.name, descriptor: descriptor, bytes: try key.serializer.encode(value), decoded: value))
+        let descriptor = try governingDescriptor(for: key.name, declared: key.descriptor)
+        append(key.name, descriptor: descriptor, bytes: try key.serializer.encode(value), decoded: value)
+    }
+
+    /// The registered declaration of `name`, checked against `declared`.
+    @usableFromInline
+    func governingDescriptor(for name: String, declared: KeyDescriptor) throws -> KeyDescriptor {
+        try registry.governingDescriptor(for: name, declared: declared)
+    }
+
+    @usableFromInline
+    mutating func append(_ name: String, descriptor: KeyDescriptor, bytes: [UInt8], decoded: any Sendable) {
+        writes.append(BackendWrite(key: name, descriptor: descriptor, bytes: bytes, decoded: decoded))
     }
 
     /// Adds a removal of `key` (a tombstone that replicates).

@@ -73,6 +73,37 @@ public final class HybridLogicalClock: Sendable {
         return HLCTimestamp(packed: packed, node: node)
     }
 
+    /// `count` new timestamps for local events at once, each greater than every
+    /// earlier one: the packed times `first ..< first + count` (what `count`
+    /// calls of `now()` within one millisecond return). Throws
+    /// `clock-out-of-range` as `now()` does.
+    public func reserve(_ count: Int) throws -> Int64 {
+        precondition(count > 0, "reserve at least one timestamp")
+        let milliseconds = physical.nowMilliseconds()
+        guard (0...HLCTimestamp.maxPhysicalMilliseconds).contains(milliseconds) else {
+            throw SyncError(.clockOutOfRange, "the wall clock reads \(milliseconds) ms since 1970, outside the range versions can hold (0...\(HLCTimestamp.maxPhysicalMilliseconds)); set the device clock")
+        }
+        let wall = milliseconds << 16
+        return try last.withLock { last -> Int64 in
+            let first: Int64
+            if wall > last {
+                first = wall
+            } else {
+                let (next, overflow) = last.addingReportingOverflow(1)
+                guard !overflow else { throw HybridLogicalClock.exhausted }
+                first = next
+            }
+            let (end, overflow) = first.addingReportingOverflow(Int64(count - 1))
+            guard !overflow, end <= HLCTimestamp.maxPacked else { throw HybridLogicalClock.exhausted }
+            last = end
+            return first
+        }
+    }
+
+    private static var exhausted: SyncError {
+        SyncError(.clockOutOfRange, "the clock has reached the largest version it can issue; a version far in the future was observed — see StoreOptions.maxRemoteClockAhead")
+    }
+
     /// Folds in a timestamp seen from the peer, so later local events order
     /// after it. A timestamp beyond `HLCTimestamp.maxPacked` is ignored.
     public func observe(_ remote: HLCTimestamp) {

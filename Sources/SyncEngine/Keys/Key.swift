@@ -48,6 +48,7 @@ public struct Key<Value: Codable & Sendable>: KeyDeclaration {
             defaultValue: defaultValue, serializer: serializer, resolver: resolver)
     }
 
+    @usableFromInline
     init(descriptor: KeyDescriptor, defaultValue: Value, serializer: ValueSerializer<Value>, resolver: ConflictResolver<Value>?) {
         self.descriptor = descriptor
         self.defaultValue = defaultValue
@@ -81,7 +82,8 @@ public struct KeyFamily<Value: Codable & Sendable>: KeyDeclaration {
         self.resolver = resolver
     }
 
-    /// The member key `<family>:<id>`.
+    /// The member key `<family>:<id>`. Inlined into the caller (specialized for `Value`).
+    @inlinable
     public subscript(id: String) -> Key<Value> {
         var member = descriptor
         member.name = "\(descriptor.name):\(id)"

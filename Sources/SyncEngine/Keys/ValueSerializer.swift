@@ -97,10 +97,27 @@ enum JSONScalar {
 
     /// A JSON string literal, escaped as `JSONEncoder` escapes it (`/` as `\/`).
     static func string(_ text: String) -> [UInt8] {
+        var text = text
+        return text.withUTF8 { utf8 in
+            // Most strings need no escape: one copy between the quotes.
+            guard utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 == UInt8(ascii: "/") }) else {
+                return [UInt8](unsafeUninitializedCapacity: utf8.count + 2) { buffer, count in
+                    buffer[0] = UInt8(ascii: "\"")
+                    if let source = utf8.baseAddress { (buffer.baseAddress! + 1).initialize(from: source, count: utf8.count) }
+                    buffer[utf8.count + 1] = UInt8(ascii: "\"")
+                    count = utf8.count + 2
+                }
+            }
+            return escaped(utf8)
+        }
+    }
+
+    /// `string(_:)` for text with bytes to escape.
+    private static func escaped(_ utf8: UnsafeBufferPointer<UInt8>) -> [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(text.utf8.count + 2)
+        out.reserveCapacity(utf8.count + 2)
         out.append(UInt8(ascii: "\""))
-        for byte in text.utf8 {
+        for byte in utf8 {
             switch byte {
             case UInt8(ascii: "\""): out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\""))
             case UInt8(ascii: "\\"): out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\\"))

@@ -2,6 +2,11 @@ import Synchronization
 
 /// Read-through, write-through cache of entries, with cached absence and
 /// statistics. Holds plaintext bytes and the last decoded value.
+///
+/// `@usableFromInline` with an inlinable typed lookup (`typedValue`), so that
+/// a cached typed read compiles, in the app, into one dictionary lookup under
+/// one lock specialized for the value's type.
+@usableFromInline
 final class StoreCache: Sendable {
     struct Slot {
         /// Plaintext bytes, nil when the key has no live value (absent or deleted).
@@ -9,21 +14,25 @@ final class StoreCache: Sendable {
         var encoding: String
         var version: HLCTimestamp
         var decoded: (any Sendable)?
-        /// The decoded value again, in a box of its own type (`CachedValue`), so a typed read needs no existential cast.
-        var typed: (any AnyObject & Sendable)? = nil
     }
 
-    private struct State {
+    @usableFromInline
+    struct State {
         var slots: [String: Slot] = [:]
+        /// The decoded value of a slot again, in a box of its own type
+        /// (`CachedValue`), so a typed read needs no existential cast. A box is
+        /// here only while its slot holds the version it was made from: every
+        /// change of a slot drops it.
+        @usableFromInline var typed: [String: AnyCachedValue] = [:]
         var bytes = 0
-        var stats = CacheStatistics()
+        @usableFromInline var stats = CacheStatistics()
         /// Bumped by every change of a slot (a write or an invalidation): a
         /// slot read from a reader connection is kept only if nothing changed
         /// since before its read began (it could be older than the change).
         var epoch: UInt64 = 0
     }
 
-    private let state = Mutex(State())
+    @usableFromInline let state = Mutex(State())
     /// Values larger than this are read from disk each time.
     let maxCachedValueSize: Int
     /// Total cached bytes before the cache starts again.
@@ -59,20 +68,28 @@ final class StoreCache: Sendable {
         }
     }
 
-    /// The typed box cached for `key` (`Slot.typed`), counting a hit; nil (counting nothing) when there is none.
-    func typedHit(_ key: String) -> (any AnyObject & Sendable)? {
-        state.withLock { s in
-            guard let index = s.slots.index(forKey: key), let typed = s.slots.values[index].typed else { return nil }
+    /// The value of `type` cached for `key` in its typed box, counting a hit;
+    /// nil (counting nothing) when there is no box or it holds another type.
+    /// Compares the box's class instead of casting, and copies nothing else.
+    @inlinable
+    func typedValue<Value: Sendable>(_ key: String, as type: Value.Type) -> Value? {
+        state.withLock { s -> Value? in
+            guard let index = s.typed.index(forKey: key) else { return nil }
+            let box = s.typed.values[index]
+            guard ObjectIdentifier(Swift.type(of: box)) == ObjectIdentifier(CachedValue<Value>.self) else { return nil }
             s.stats.hits += 1
-            return typed
+            return unsafeDowncast(box, to: CachedValue<Value>.self).value
         }
     }
 
+    /// The typed box kept for `key`, if any (for tests).
+    func typedBox(_ key: String) -> AnyCachedValue? { state.withLock { $0.typed[key] } }
+
     /// Keeps `box` beside the slot of `key` if it is still at `version`.
-    func rememberTyped(_ key: String, version: HLCTimestamp, box: any AnyObject & Sendable) {
+    func rememberTyped(_ key: String, version: HLCTimestamp, box: AnyCachedValue) {
         state.withLock { s in
             guard let index = s.slots.index(forKey: key), s.slots.values[index].version == version else { return }
-            s.slots.values[index].typed = box
+            s.typed[key] = box
         }
     }
 
@@ -95,6 +112,61 @@ final class StoreCache: Sendable {
         }
     }
 
+    /// Rows of one transaction from which the cache keeps only the keys it
+    /// already holds (a bulk write): filling it with a bulk import would push
+    /// out what the app reads; the other keys are read on first use.
+    static let bulkRows = 4_096
+
+    /// Stores a slot for each written row (its decoded value beside it), in
+    /// order, taking the lock once and growing the table once. Of `bulkRows`
+    /// rows or more, only keys the cache holds are updated.
+    func store(_ rows: [StoredRow], decoded: [(any Sendable)?]) {
+        guard !rows.isEmpty else { return }
+        state.withLock { s in
+            s.epoch &+= 1
+            if rows.count >= StoreCache.bulkRows {
+                guard !s.slots.isEmpty else { return }
+                for (row, value) in zip(rows, decoded) where s.slots.index(forKey: row.key) != nil {
+                    store(row.key, Slot(bytes: row.value, encoding: row.encoding, version: row.version, decoded: value), in: &s)
+                }
+                return
+            }
+            let wanted = min(maxSlots, s.slots.count + rows.count)
+            if wanted > s.slots.capacity { s.slots.reserveCapacity(wanted) }
+            for (row, value) in zip(rows, decoded) {
+                store(row.key, Slot(bytes: row.value, encoding: row.encoding, version: row.version, decoded: value), in: &s)
+            }
+        }
+    }
+
+    /// The version and bytes cached for each of `count` keys (`key(i)`), in
+    /// order, nil for a key the cache does not know; statistics untouched.
+    /// Takes the lock once per 1,024 keys, so readers never wait long.
+    func peekStates(count: Int, key: (Int) -> String) -> [(version: HLCTimestamp, bytes: [UInt8]?)?] {
+        var states: [(version: HLCTimestamp, bytes: [UInt8]?)?] = []
+        states.reserveCapacity(count)
+        var start = 0
+        while start < count {
+            let end = min(count, start + 1024)
+            state.withLock { s in
+                guard !s.slots.isEmpty else {
+                    states.append(contentsOf: repeatElement(nil, count: end - start))
+                    return
+                }
+                for i in start..<end {
+                    if let index = s.slots.index(forKey: key(i)) {
+                        let slot = s.slots.values[index]
+                        states.append((slot.version, slot.bytes))
+                    } else {
+                        states.append(nil)
+                    }
+                }
+            }
+            start = end
+        }
+        return states
+    }
+
     /// The epoch to pass to `fill` (read it before the read that fills).
     var epoch: UInt64 { state.withLock { $0.epoch } }
 
@@ -109,13 +181,18 @@ final class StoreCache: Sendable {
 
     /// A fill does not move the epoch: it only copies what is committed.
     private func store(_ key: String, _ slot: Slot, in s: inout State) {
-        if let old = s.slots.removeValue(forKey: key) { s.bytes -= old.bytes?.count ?? 0 }
-        guard (slot.bytes?.count ?? 0) <= maxCachedValueSize else { return }
-        s.slots[key] = slot
-        s.bytes += slot.bytes?.count ?? 0
+        if !s.typed.isEmpty { s.typed.removeValue(forKey: key) }
+        let size = slot.bytes?.count ?? 0
+        guard size <= maxCachedValueSize else {
+            if let old = s.slots.removeValue(forKey: key) { s.bytes -= old.bytes?.count ?? 0 }
+            return
+        }
+        if let old = s.slots.updateValue(slot, forKey: key) { s.bytes -= old.bytes?.count ?? 0 }
+        s.bytes += size
         if s.bytes > budget || s.slots.count > maxSlots {
             // Over budget: start again (rare; amortized O(1) per write).
             s.slots.removeAll(keepingCapacity: true)
+            s.typed.removeAll()
             s.slots[key] = slot
             s.bytes = slot.bytes?.count ?? 0
         }
@@ -130,6 +207,7 @@ final class StoreCache: Sendable {
     func invalidate(_ key: String) {
         state.withLock { s in
             s.epoch &+= 1
+            s.typed.removeValue(forKey: key)
             s.bytes -= s.slots.removeValue(forKey: key)?.bytes?.count ?? 0
         }
     }
@@ -139,7 +217,10 @@ final class StoreCache: Sendable {
         state.withLock { s in
             s.epoch &+= 1
             guard !s.slots.isEmpty else { return }
-            for key in keys { s.bytes -= s.slots.removeValue(forKey: key)?.bytes?.count ?? 0 }
+            for key in keys {
+                s.typed.removeValue(forKey: key)
+                s.bytes -= s.slots.removeValue(forKey: key)?.bytes?.count ?? 0
+            }
         }
     }
 
@@ -147,6 +228,7 @@ final class StoreCache: Sendable {
         state.withLock { s in
             s.epoch &+= 1
             s.slots.removeAll()
+            s.typed.removeAll()
             s.bytes = 0
         }
     }

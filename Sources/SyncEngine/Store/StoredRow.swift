@@ -106,22 +106,42 @@ extension SyncStore {
     /// `encrypt` names), several rows per `INSERT`: the one
     /// other place values are written, for applying a batch from the peer.
     /// A store that keeps values in files writes row by row through `saveRow`.
-    func saveRows(_ conn: SQLiteConnection, _ rows: [StoredRow], encrypt: (StoredRow) -> Bool, writtenAt: Int64) throws {
+    ///
+    /// `distinctKeys`: the caller knows no key occurs twice in `rows` (then no
+    /// run is checked for repeats). `changes`: the rows' changes as `logWrite`
+    /// would make them (the caller made them already), logged in one step.
+    func saveRows(_ conn: SQLiteConnection, _ rows: [StoredRow], encrypt: (StoredRow) -> Bool, writtenAt: Int64,
+                  distinctKeys: Bool = false, changes: [StoreChange]? = nil) throws {
         guard valueStorage.keepsValuesInRows else {
             for row in rows { try saveRow(conn, row, encrypt: encrypt(row), writtenAt: writtenAt) }
             return
         }
         var start = 0
         var keys = Set<String>()
+        // One prepared statement per group size, reused without a lookup by its SQL.
+        var statements = [Statement?](repeating: nil, count: SyncStore.saveRowsSQL.count)
         while start < rows.count {
             // A run without a repeated key, so one statement never writes a key twice.
             var end = start
-            keys.removeAll(keepingCapacity: true)
-            while end < rows.count, end - start < SyncStore.saveRowsGroup, keys.insert(rows[end].key).inserted { end += 1 }
+            if distinctKeys {
+                end = min(rows.count, start + SyncStore.saveRowsGroup)
+            } else {
+                keys.removeAll(keepingCapacity: true)
+                while end < rows.count, end - start < SyncStore.saveRowsGroup, keys.insert(rows[end].key).inserted { end += 1 }
+            }
             while start < end {
                 var count = SyncStore.saveRowsGroup
                 while count > end - start { count /= 2 }
-                let stmt = try conn.statement(SyncStore.saveRowsSQL[count.trailingZeroBitCount])
+                let power = count.trailingZeroBitCount
+                let stmt: Statement
+                if let reused = statements[power] {
+                    // Every parameter is bound again below: no need to clear them.
+                    reused.reset()
+                    stmt = reused
+                } else {
+                    stmt = try conn.statement(SyncStore.saveRowsSQL[power])
+                    statements[power] = stmt
+                }
                 for (offset, row) in rows[start..<start + count].enumerated() {
                     let encrypted = encrypt(row) && row.value != nil
                     var stored = row.value
@@ -151,7 +171,11 @@ extension SyncStore {
                 start += count
             }
         }
-        for row in rows { logWrite(row) }
+        if let changes {
+            logWrites(changes)
+        } else {
+            for row in rows { logWrite(row) }
+        }
     }
 
     /// Rows per statement of `saveRows` (a power of two).
@@ -227,6 +251,14 @@ extension SyncStore {
         if overflow || limit > HLCTimestamp.maxPhysicalMilliseconds { return HLCTimestamp.maxPacked }
         if limit < 0 { return 0 }
         return (limit << 16) | 0xFFFF
+    }
+
+    /// `count` consecutive change sequence numbers; returns the first.
+    func takeSeqs(_ count: Int) -> Int64 {
+        nextSeq.withLock { seq in
+            defer { seq += Int64(count) }
+            return seq
+        }
     }
 
     func takeSeq() -> Int64 {

@@ -1,3 +1,5 @@
+import Synchronization
+
 extension SyncStore {
     /// The entry under `key` through the cache; on a miss the row is read
     /// (and a legacy key migrated) after checking `declared` against the registry.
@@ -27,19 +29,12 @@ extension SyncStore {
     /// specialized for `Value`.
     @inlinable
     public func value<Value>(for key: Key<Value>) throws -> Value {
-        if let box = cachedTypedValue(forKey: key.name), let typed = box as? CachedValue<Value> { return typed.value }
+        if !closed.load(ordering: .relaxed), let value = cache.typedValue(key.name, as: Value.self) { return value }
         if let (decoded, version) = cachedDecodedValue(forKey: key.name), let value = decoded as? Value {
             rememberTyped(CachedValue(value), forKey: key.name, version: version)
             return value
         }
         return try storedValue(for: key) ?? key.defaultValue
-    }
-
-    /// The typed box the cache holds for `name` (a hit is counted), or nil.
-    @usableFromInline
-    func cachedTypedValue(forKey name: String) -> (any AnyObject & Sendable)? {
-        if isClosed { return nil }
-        return cache.typedHit(name)
     }
 
     /// The decoded value the cache holds for `name` and its version (a hit
@@ -53,7 +48,7 @@ extension SyncStore {
 
     /// Keeps `box` for the next typed reads of `name`, if its slot is still at `version`.
     @usableFromInline
-    func rememberTyped(_ box: any AnyObject & Sendable, forKey name: String, version: HLCTimestamp) {
+    func rememberTyped(_ box: AnyCachedValue, forKey name: String, version: HLCTimestamp) {
         cache.rememberTyped(name, version: version, box: box)
     }
 
@@ -214,10 +209,17 @@ public struct EntryInfo: Sendable, Equatable, Codable {
     }
 }
 
+/// What the cache keeps typed boxes as: a typed read compares the box's class
+/// with `CachedValue<Value>` and then downcasts without a check.
+@usableFromInline
+class AnyCachedValue: @unchecked Sendable {  // reason: no state; its one subclass holds an immutable Sendable value
+    @usableFromInline init() {}
+}
+
 /// A cached decoded value in a box of its own type: a typed read checks the
 /// box's class instead of casting an existential.
 @usableFromInline
-final class CachedValue<Value: Sendable>: Sendable {
+final class CachedValue<Value: Sendable>: AnyCachedValue, @unchecked Sendable {  // reason: `value` is immutable and Sendable
     @usableFromInline let value: Value
     @usableFromInline init(_ value: Value) { self.value = value }
 }

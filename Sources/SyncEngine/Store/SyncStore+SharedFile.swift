@@ -83,6 +83,11 @@ extension SyncStore: TransactionObserver {
         shared.withLock { $0.transactionChanges.append(change) }
     }
 
+    /// Notes the changes of rows written in the open transaction (each as `logWrite` makes it), in one step.
+    func logWrites(_ changes: [StoreChange]) {
+        shared.withLock { $0.transactionChanges.append(contentsOf: changes) }
+    }
+
     /// Looks for commits of other processes to this file now (it also happens on
     /// a timer and before every write): invalidates the cache for the keys they
     /// changed and tells observers.

@@ -11,67 +11,100 @@ extension SyncStore {
     @discardableResult
     func commitLocal(_ writes: [BackendWrite]) throws -> [StoreChange] {
         try checkOpen()
-        let operations = try writes.map { write in
-            (write, try registry.checkedWrite(write.key, bytes: write.bytes, role: role, maxValueSize: options.maxValueSize, known: write.descriptor))
+        guard !writes.isEmpty else { return [] }
+        var descriptors: [KeyDescriptor] = []
+        descriptors.reserveCapacity(writes.count)
+        for write in writes {
+            descriptors.append(try registry.checkedWrite(write.key, bytes: write.bytes, role: role, maxValueSize: options.maxValueSize, known: write.descriptor))
         }
-        guard !operations.isEmpty else { return [] }
         struct Outcome {
             var changes: [StoreChange] = []
-            var slots: [(String, StoreCache.Slot)] = []
+            /// The rows written, and the decoded value of each (for the cache).
+            var rows: [StoredRow] = []
+            var decoded: [(any Sendable)?] = []
             var deferred: [(String, Int)] = []
             var skipped = 0
         }
+        let grouped = writes.count >= SyncStore.groupedWriteThreshold
         let now = physicalClock.nowMilliseconds()
         let outcome = try database.write({ conn -> Outcome in
             var outcome = Outcome()
-            var inTransaction: [String: (version: HLCTimestamp, bytes: [UInt8]?)] = [:]
-            // Keys the cache does not know, read 128 per statement when the batch is large
+            outcome.rows.reserveCapacity(writes.count)
+            outcome.decoded.reserveCapacity(writes.count)
+            outcome.changes.reserveCapacity(writes.count)
+            // What the cache knows of each key (one lock per group of keys), then the
+            // keys it does not know read 128 per statement when the batch is large
             // (a single write reads its one row as before).
+            let cached = cache.peekStates(count: writes.count) { writes[$0].key }
             var stored: [String: StoredRow] = [:]
-            if operations.count >= SyncStore.groupedWriteThreshold {
+            if grouped {
+                // A key written twice may be read twice: harmless, and cheaper than a set.
                 var missing: [String] = []
-                var seen = Set<String>()
-                for (op, _) in operations where cache.peek(op.key) == nil && seen.insert(op.key).inserted { missing.append(op.key) }
+                for i in writes.indices where cached[i] == nil { missing.append(writes[i].key) }
                 stored = try loadRows(conn, keys: missing, valueFile: .ifReadable)
             }
-            var rows: [StoredRow] = []
+            // The row each key got earlier in this transaction (a key written twice).
+            var written: [String: Int] = [:]
+            written.reserveCapacity(writes.count)
+            var repeated = false
+            // Rows whose base is the version an earlier row of this transaction gets (row, earlier row).
+            var baseFromEarlier: [(Int, Int)] = []
             var encrypted = Set<String>()
-            rows.reserveCapacity(operations.count)
-            for (op, descriptor) in operations {
+            for i in writes.indices {
+                // Fields, not whole writes: no copy of each write and its declaration.
+                let key = writes[i].key
+                let bytes = writes[i].bytes
                 let current: (version: HLCTimestamp, bytes: [UInt8]?)?
-                if let seen = inTransaction[op.key] {
-                    current = seen
-                } else if let slot = cache.peek(op.key) {
-                    current = (slot.version, slot.bytes)
-                } else if let row = operations.count >= SyncStore.groupedWriteThreshold ? stored[op.key]
-                            : try loadRow(conn, key: op.key, valueFile: .ifReadable) {
+                let earlier = written.updateValue(outcome.rows.count, forKey: key)
+                if let earlier {
+                    repeated = true
+                    current = (.zero, outcome.rows[earlier].value)
+                } else if let state = cached[i] {
+                    current = state
+                } else if let row = grouped ? (stored.isEmpty ? nil : stored[key]) : try loadRow(conn, key: key, valueFile: .ifReadable) {
                     // A value whose file is damaged reads as [] here, so that writing or removing the key repairs it.
                     current = (row.version, row.deleted ? nil : (row.value ?? []))
                 } else {
                     current = nil
                 }
-                if let bytes = op.bytes, let existing = current?.bytes, existing == bytes {
-                    outcome.skipped += 1
+                let unchanged = bytes.map { new in current?.bytes.map { $0 == new } ?? false } ?? (current?.bytes == nil)
+                if unchanged {
+                    // No row: the key keeps the row it had before this write (if any).
+                    if let earlier { written[key] = earlier } else { written.removeValue(forKey: key) }
+                    if bytes != nil { outcome.skipped += 1 }
                     continue
                 }
-                if op.bytes == nil && current?.bytes == nil { continue }
-                let version = try clock.now()
-                let size = op.bytes?.count ?? 0
-                let lane = lane(for: descriptor, size: size, deleted: op.bytes == nil)
-                rows.append(StoredRow(key: op.key, value: op.bytes, encoding: descriptor.encoding, version: version,
-                                      base: current?.version ?? .zero, deleted: op.bytes == nil, encrypted: false, size: size,
-                                      changeSeq: takeSeq(), lane: lane))
-                if descriptor.security == .encrypted { encrypted.insert(op.key) }
-                inTransaction[op.key] = (version, op.bytes)
-                outcome.changes.append(StoreChange(key: op.key, kind: op.bytes == nil ? .removed : .set, origin: .local, version: version))
-                outcome.slots.append((op.key, StoreCache.Slot(bytes: op.bytes, encoding: descriptor.encoding, version: version, decoded: op.decoded)))
-                if lane == .manual && descriptor.policy == .automaticSmall { outcome.deferred.append((op.key, size)) }
+                let size = bytes?.count ?? 0
+                let lane = lane(for: descriptors[i], size: size, deleted: bytes == nil)
+                if let earlier { baseFromEarlier.append((outcome.rows.count, earlier)) }
+                // Version and change sequence are given below, to all rows at once.
+                outcome.rows.append(StoredRow(key: key, value: bytes, encoding: descriptors[i].encoding, version: .zero,
+                                              base: current?.version ?? .zero, deleted: bytes == nil, encrypted: false, size: size,
+                                              changeSeq: 0, lane: lane))
+                outcome.decoded.append(writes[i].decoded)
+                if descriptors[i].security == .encrypted { encrypted.insert(key) }
+                if lane == .manual && descriptors[i].policy == .automaticSmall { outcome.deferred.append((key, size)) }
             }
-            if rows.count == 1 {
-                try saveRow(conn, rows[0], encrypt: !encrypted.isEmpty, writtenAt: now)
-            } else {
+            if !outcome.rows.isEmpty {
+                // Consecutive versions and sequence numbers, in the order of the writes
+                // (what one `clock.now()` and `takeSeq()` per row would give within a millisecond).
+                let firstVersion = try clock.reserve(outcome.rows.count)
+                let firstSeq = takeSeqs(outcome.rows.count)
+                for i in outcome.rows.indices {
+                    let version = HLCTimestamp(packed: firstVersion + Int64(i), node: clock.node)
+                    outcome.rows[i].version = version
+                    outcome.rows[i].changeSeq = firstSeq + Int64(i)
+                    outcome.changes.append(StoreChange(key: outcome.rows[i].key, kind: outcome.rows[i].deleted ? .removed : .set,
+                                                       origin: .local, version: version))
+                }
+                for (row, earlier) in baseFromEarlier { outcome.rows[row].base = outcome.rows[earlier].version }
+            }
+            if outcome.rows.count == 1 {
+                try saveRow(conn, outcome.rows[0], encrypt: !encrypted.isEmpty, writtenAt: now)
+            } else if !outcome.rows.isEmpty {
                 // Several rows per INSERT (row by row for a store that keeps values in files).
-                try saveRows(conn, rows, encrypt: { !encrypted.isEmpty && encrypted.contains($0.key) }, writtenAt: now)
+                try saveRows(conn, outcome.rows, encrypt: { !encrypted.isEmpty && encrypted.contains($0.key) }, writtenAt: now,
+                             distinctKeys: !repeated, changes: outcome.changes)
             }
             let willCommit = hooks.withLock { $0.willCommit }
             if !outcome.changes.isEmpty {
@@ -79,7 +112,7 @@ extension SyncStore {
             }
             return outcome
         }, onCommit: { outcome in
-            cache.store(outcome.slots)
+            cache.store(outcome.rows, decoded: outcome.decoded)
         })
         for _ in 0..<outcome.skipped { cache.countSkippedWrite() }
         if !outcome.deferred.isEmpty {

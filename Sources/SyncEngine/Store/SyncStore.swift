@@ -22,7 +22,7 @@ public final class SyncStore: KeyValueBackend {
     let database: Database
     let clock: HybridLogicalClock
     let physicalClock: any PhysicalClock
-    let cache: StoreCache
+    @usableFromInline let cache: StoreCache
     let cipher: AtRestCipher?
     /// Where values live when the store keeps them in files (`FileValueStore`).
     /// Where the values' bytes live: the rows, or a file per value (`FileValueStore`).
@@ -44,7 +44,8 @@ public final class SyncStore: KeyValueBackend {
     let hooks = Mutex(CommitHooks())
     /// The next change sequence number; only touched inside write transactions.
     let nextSeq: Mutex<Int64>
-    private let closed = Atomic<Bool>(false)
+    /// Set by `close()`; read inline by the cached typed read (`value(for:)`).
+    @usableFromInline let closed = Atomic<Bool>(false)
     /// Bumped by every local commit and manual-sync request, so a replication
     /// loop can tell whether its idea of "idle" is current.
     let localGeneration = Atomic<Int>(0)
