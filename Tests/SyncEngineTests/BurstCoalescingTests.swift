@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 @_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
 import Testing
@@ -122,6 +123,22 @@ import Testing
         let next = phone.releaseHeld(now: 0, at: start + .microseconds(20) + .milliseconds(1))
         #expect(try Self.batchSizes(next) == [2])
         #expect(pair.phone.syncCounters.batchesSent == 2)
+    }
+
+    /// A commit's instant is taken when it commits, not once its observers
+    /// were told: a writer descheduled in between would otherwise make its
+    /// next commit look close behind it (a burst) and be held back.
+    @Test func aCommitIsTimedWhenItCommits() throws {
+        let pair = try Pair()
+        let seen = Mutex<[ContinuousClock.Instant?]>([])
+        let observation = pair.phone.observeChanges(matching: .all) { _ in
+            seen.withLock { $0.append(pair.phone.localCommitInstants.latest) }
+        }
+        defer { observation.cancel() }
+        let before = ContinuousClock.now
+        try pair.phone.setNow(1, for: TestKeys.daily["a"])
+        let during = try #require(seen.withLock { $0 }.first)
+        #expect(during.map { $0 >= before } == true, "the commit was not timed before its observers ran")
     }
 
     /// Without coalescing (before this round) every commit sends its own

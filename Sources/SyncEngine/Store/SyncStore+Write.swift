@@ -112,6 +112,9 @@ extension SyncStore {
             }
             return outcome
         }, onCommit: { outcome in
+            // When the commit was made, not when its observers were told: a thread descheduled
+            // in between must not make the next commit look like part of a burst.
+            if !outcome.changes.isEmpty { noteLocalCommit() }
             cache.store(outcome.rows, decoded: outcome.decoded)
         })
         for _ in 0..<outcome.skipped { cache.countSkippedWrite() }
@@ -121,7 +124,6 @@ extension SyncStore {
         }
         publishCommitted(outcome.changes)
         if !outcome.changes.isEmpty {
-            noteLocalCommit()
             localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
             localWrites.publish(SyncStore.thisDevice)
         }
