@@ -21,13 +21,7 @@ import Testing
             configuration.burstCoalescing = coalescing
             phone = ReplicationEndpoint(store: pair.phone, configuration: configuration)
             watch = ReplicationEndpoint(store: pair.watch, configuration: configuration)
-            var toWatch = phone.start(now: 0)
-            var toPhone = watch.start(now: 0)
-            while !toWatch.isEmpty || !toPhone.isEmpty {
-                let (a, b) = (toWatch, toPhone)
-                toWatch = b.flatMap { phone.receive($0, now: 0) }
-                toPhone = a.flatMap { watch.receive($0, now: 0) }
-            }
+            establish(phone, watch)
             #expect(phone.isEstablished && watch.isEstablished)
         }
 
@@ -98,13 +92,7 @@ import Testing
         let port = SQLiteReplicationPort(pair.phone)
         let phone = ReplicationEndpoint(port: port, reporter: StoreReporter(pair.phone), configuration: configuration)
         let watch = ReplicationEndpoint(store: pair.watch, configuration: configuration)
-        var toWatch = phone.start(now: 0)
-        var toPhone = watch.start(now: 0)
-        while !toWatch.isEmpty || !toPhone.isEmpty {
-            let (a, b) = (toWatch, toPhone)
-            toWatch = b.flatMap { phone.receive($0, now: 0) }
-            toPhone = a.flatMap { watch.receive($0, now: 0) }
-        }
+        establish(phone, watch)
         let start = ContinuousClock.now
         try pair.phone.setNow(0, for: TestKeys.daily["s0"])
         var landed = false

@@ -10,13 +10,7 @@ import Testing
     static func established(_ pair: Pair, _ configuration: ReplicationConfiguration) -> ReplicationEndpoint {
         let phone = ReplicationEndpoint(store: pair.phone, configuration: configuration)
         let watch = ReplicationEndpoint(store: pair.watch, configuration: configuration)
-        var toWatch = phone.start(now: 0)
-        var toPhone = watch.start(now: 0)
-        while !toWatch.isEmpty || !toPhone.isEmpty {
-            let (a, b) = (toWatch, toPhone)
-            toWatch = b.flatMap { phone.receive($0, now: 0) }
-            toPhone = a.flatMap { watch.receive($0, now: 0) }
-        }
+        establish(phone, watch)
         return phone
     }
 

@@ -15,15 +15,9 @@ import Testing
         let configuration = ReplicationConfiguration(pairingEpoch: "test")
         let phone = ReplicationEndpoint(store: pair.phone, configuration: configuration)
         let watch = ReplicationEndpoint(store: pair.watch, configuration: configuration)
-        var toWatch = phone.start(now: 0)
-        var toPhone = watch.start(now: 0)
+        establish(phone, watch)
         try pair.phone.setNow(7, for: TestKeys.daily["a"])
-        toWatch += phone.pump(now: 0)
-        while !toWatch.isEmpty || !toPhone.isEmpty {
-            let (a, b) = (toWatch, toPhone)
-            toWatch = b.flatMap { phone.receive($0, now: 0) }
-            toPhone = a.flatMap { watch.receive($0, now: 0) }
-        }
+        settle(phone, watch, toWatch: phone.pump(now: 0))
         #expect(try pair.watch.value(for: TestKeys.daily["a"]) == 7)
         // The applied batch names the phone; the watch's own write names this device.
         try pair.watch.setNow(8, for: TestKeys.daily["b"])

@@ -148,3 +148,19 @@ struct StreamLogHandler: LogHandler {
     }
 }
 
+
+/// Delivers `toWatch` and `toPhone`, then each side's answers, until neither
+/// endpoint has anything more to send (all at time 0).
+func settle(_ phone: ReplicationEndpoint, _ watch: ReplicationEndpoint, toWatch: [Frame], toPhone: [Frame] = []) {
+    var (toWatch, toPhone) = (toWatch, toPhone)
+    while !toWatch.isEmpty || !toPhone.isEmpty {
+        let (a, b) = (toWatch, toPhone)
+        toWatch = b.flatMap { phone.receive($0, now: 0) }
+        toPhone = a.flatMap { watch.receive($0, now: 0) }
+    }
+}
+
+/// Starts both endpoints and runs their handshake to the end.
+func establish(_ phone: ReplicationEndpoint, _ watch: ReplicationEndpoint) {
+    settle(phone, watch, toWatch: phone.start(now: 0), toPhone: watch.start(now: 0))
+}
