@@ -18,11 +18,7 @@ import Testing
         let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
         let tcp = TCPConfiguration(secret: secret)
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
-        let reachability = watch.reachabilityChanges()
-        let seen = Mutex<[Bool]>([])
-        let recorder = Task {
-            for await reachable in reachability { seen.withLock { $0.append(reachable) } }
-        }
+        let watchReachability = watch.reachabilityChanges()
         let serving = Task { await phone.serve(listener) }
         let phoneQueued = Task { await phone.runQueued(through: phoneBox, pollInterval: .milliseconds(50)) }
         let watchQueued = Task { await watch.runQueued(through: watchBox, pollInterval: .milliseconds(50)) }
@@ -30,7 +26,7 @@ import Testing
         var dialing = Task { await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: tcp) }
 
         // Live: the change goes over TCP, nothing through the mailbox.
-        try await waitFor("the watch to be reachable") { watch.isReachable && phone.isReachable }
+        try await reachability(of: [watch, phone], becomes: true, "the watch to be reachable")
         try await pair.phone.set(1, for: TestKeys.steps)
         try await eventually(pair.watch, "steps 1 on the watch") { try pair.watch.storedValue(for: TestKeys.steps) == 1 }
         try await phone.waitUntilIdle(timeout: waitLimit)
@@ -41,7 +37,7 @@ import Testing
         // The watch goes out of reach: the phone's changes are queued and still arrive.
         dialing.cancel()
         _ = await dialing.value
-        try await waitFor("both sides to see the link down") { !watch.isReachable && !phone.isReachable }
+        try await reachability(of: [watch, phone], becomes: false, "both sides to see the link down")
         try await pair.phone.set(2, for: TestKeys.steps)
         try await pair.phone.set("imperial", for: TestKeys.units)
         try await pair.watch.set(["from the watch"], for: TestKeys.tags)
@@ -51,14 +47,17 @@ import Testing
         try await eventually(pair.phone, "the watch's queued tags on the phone") { try pair.phone.storedValue(for: TestKeys.tags) == ["from the watch"] }
         #expect(watchBox.acceptedSequence > 0)
         #expect(!watch.isReachable)
-        try await waitFor("the queued acknowledgements to move the cursors") {
+        // Each acknowledgement read from the mailbox is a queuedDelivery event of the store whose cursor it moves.
+        try await until(pair.phone.events(), "the watch's queued acknowledgement to move the phone's cursor") {
             (try? pair.phone.pendingSummary(for: pair.watch.nodeID).total) == 0
-                && (try? pair.watch.pendingSummary(for: pair.phone.nodeID).total) == 0
+        }
+        try await until(pair.watch.events(), "the phone's queued acknowledgement to move the watch's cursor") {
+            (try? pair.watch.pendingSummary(for: pair.phone.nodeID).total) == 0
         }
 
         // Back in reach: live again, and the change goes over TCP.
         dialing = Task { await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: tcp) }
-        try await waitFor("the watch to be reachable again") { watch.isReachable && phone.isReachable }
+        try await reachability(of: [watch, phone], becomes: true, "the watch to be reachable again")
         let postedBefore = postedSequence(phoneBox)
         #expect(postedBefore != nil)
         try await pair.phone.set(3, for: TestKeys.steps)
@@ -71,7 +70,15 @@ import Testing
 
         dialing.cancel()
         _ = await dialing.value
-        try await waitFor("the last reachability change") { seen.withLock { $0 } == [true, false, true, false] }
+        let seen = try await withDeadline("the watch's reachability changes") {
+            var seen: [Bool] = []
+            for await reachable in watchReachability {
+                seen.append(reachable)
+                if seen.count == 4 { break }
+            }
+            return seen
+        }
+        #expect(seen == [true, false, true, false])
         phoneQueued.cancel()
         watchQueued.cancel()
         serving.cancel()
@@ -79,7 +86,6 @@ import Testing
         _ = await phoneQueued.value
         _ = await watchQueued.value
         _ = await serving.value
-        recorder.cancel()
     }
 }
 
@@ -88,14 +94,19 @@ func postedSequence(_ mailbox: Mailbox) -> String? {
     try? String(contentsOfFile: mailbox.outboxPath + "/sender.state", encoding: .utf8)
 }
 
-/// Polls `condition` every 20 ms until it holds; throws after `waitLimit`.
-func waitFor(_ what: String, _ condition: @Sendable () throws -> Bool) async throws {
-    let clock = ContinuousClock()
-    let deadline = clock.now + waitLimit
-    while clock.now < deadline {
-        if try condition() { return }
-        try await Task.sleep(for: .milliseconds(20))
+/// Returns once every peer's `isReachable` is `expected`, waiting for its
+/// reachability changes (subscribed before it is checked), never polling.
+func reachability(of peers: [SyncPeer], becomes expected: Bool, _ what: String) async throws {
+    for peer in peers {
+        let changes = peer.reachabilityChanges()
+        if peer.isReachable == expected { continue }
+        _ = try await first(of: changes, what) { $0 == expected }
     }
-    Issue.record("timed out waiting for \(what)")
-    throw SyncError(.timeout, "timed out waiting for \(what)")
+}
+
+/// Returns once `condition` holds: checked now, then after each element of
+/// `stream` (subscribe before the check, so nothing slips between).
+func until<T: Sendable>(_ stream: AsyncStream<T>, _ what: String, _ condition: @escaping @Sendable () -> Bool) async throws {
+    if condition() { return }
+    _ = try await first(of: stream, what) { _ in condition() }
 }

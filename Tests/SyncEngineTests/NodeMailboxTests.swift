@@ -32,6 +32,18 @@ import Testing
         }
     }
 
+    /// The reply to the command just sent and the first line matching `event`, in whichever order the node prints them.
+    func replyAndEvent(_ node: NodeProcess, _ what: String,
+                       event: @escaping @Sendable ([String: Any]) -> Bool) async throws -> ([String: Any], [String: Any]) {
+        var reply: [String: Any]?
+        var seen: [String: Any]?
+        while reply == nil || seen == nil {
+            let line = try await node.next(what) { $0["ok"] != nil || event($0) }
+            if line["ok"] != nil { reply = line } else { seen = line }
+        }
+        return (reply!, seen!)
+    }
+
     func quit(_ node: NodeProcess, _ what: String) async throws {
         node.send("quit")
         #expect(try await exitStatus(of: node.process, what) == 0)
@@ -42,13 +54,16 @@ import Testing
         // Only the phone runs: it writes, the change waits in the mailbox.
         let phone = try setup.node("phone")
         defer { phone.stop() }
-        phone.send("put health:steps 41")
-        #expect(try await phone.reply("put health:steps")["ok"] as? Bool == true)
         phone.send("put phone:token \"never on the watch\"")
         #expect(try await phone.reply("put phone:token")["ok"] as? Bool == true)
-        try await waitFor("the phone to queue its change") {
-            ((try? FileManager.default.contentsOfDirectory(atPath: setup.mailbox + "/phone-to-watch")) ?? []).contains { $0.hasSuffix(".msg") }
+        phone.send("put health:steps 41")
+        // The reply and the queued round's event, in whichever order they come.
+        let (put, posted) = try await replyAndEvent(phone, "put health:steps and its queued round") {
+            $0["event"] as? String == "queued" && ($0["posted"] as? Int ?? 0) > 0
         }
+        #expect(put["ok"] as? Bool == true)
+        #expect(posted["read"] as? Int == 0)
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: setup.mailbox + "/phone-to-watch")) ?? []).contains { $0.hasSuffix(".msg") })
         phone.send("status")
         let before = try await phone.reply("status")
         #expect((before["pending"] as? [String: Any])?["automatic"] as? Int == 1)  // the watch was never met: everything is pending
@@ -66,10 +81,9 @@ import Testing
         #expect(try await watch.reply("get phone:token")["present"] as? Bool == false)
         watch.send("put health:steps 42")
         #expect(try await watch.reply("put health:steps on the watch")["ok"] as? Bool == true)
-        try await waitFor("the watch to queue its change") {
-            ((try? FileManager.default.contentsOfDirectory(atPath: setup.mailbox + "/watch-to-phone")) ?? []).filter { $0.hasSuffix(".msg") }.count >= 2
-        }
+        // Quitting right away: the node's last queued round posts the change (and the acknowledgement).
         try await quit(watch, "the watch node to quit")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: setup.mailbox + "/watch-to-phone")) ?? []).filter { $0.hasSuffix(".msg") }.count >= 2)
 
         // The phone comes back: the watch's change and its acknowledgement arrive; nothing is pending any more.
         let again = try setup.node("phone")
@@ -115,13 +129,9 @@ import Testing
         let status = try await offline.reply("status")
         #expect(status["reachable"] as? Bool == false)
         // The phone reads the acknowledgement: nothing pending for the watch.
-        var pending = -1
-        for _ in 0..<100 where pending != 0 {
-            phone.send("status")
-            pending = (try await phone.reply("status")["pending"] as? [String: Any])?["automatic"] as? Int ?? -1
-            if pending != 0 { try await Task.sleep(for: .milliseconds(100)) }
-        }
-        #expect(pending == 0)
+        try await phone.next("the phone to read the watch's acknowledgement") { $0["event"] as? String == "queued" && $0["acknowledged"] as? Bool == true }
+        phone.send("status")
+        #expect((try await phone.reply("status")["pending"] as? [String: Any])?["automatic"] as? Int == 0)
         try await quit(offline, "the watch node to quit")
         try await quit(phone, "the phone node to quit")
     }

@@ -35,6 +35,11 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
     /// and the peer said it has nothing more (with a protocol-1 peer, which
     /// cannot say, only this side's part).
     case idle
+    /// A round of queued delivery (`SyncPeer.deliverQueued(through:)`) did
+    /// something: it read `read` messages from the peer (applying
+    /// `applied` entries), posted `posted` (on stable storage in the mailbox
+    /// by now), and `acknowledged` when the peer's acknowledgement moved its cursor.
+    case queuedDelivery(read: Int, applied: Int, posted: Int, acknowledged: Bool)
     case error(SyncError)
 
     public var description: String {
@@ -53,6 +58,8 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
         case .manualRequestAnswered(let accepted, let released):
             accepted ? "the peer released \(released) manual changes" : "the peer declined to release its manual changes"
         case .idle: "idle"
+        case .queuedDelivery(let read, let applied, let posted, let acknowledged):
+            "queued delivery: read \(read) (\(applied) applied), posted \(posted)\(acknowledged ? ", acknowledged" : "")"
         case .error(let error): "error: \(error)"
         }
     }

@@ -38,19 +38,25 @@ extension SyncPeer {
         let key = ObjectIdentifier(mailbox)
         let connected = Set(connectedPeers)
         let store = self.store
-        return queuedDrivers.withLock { drivers in
+        let report = queuedDrivers.withLock { drivers in
             let driver = drivers[key] ?? MailboxReplicator(port: SQLiteReplicationPort(store), reporter: StoreReporter(store),
                                                            configuration: configuration, mailbox: mailbox)
             drivers[key] = driver
             let live = driver.peerNode.map(connected.contains) ?? !connected.isEmpty
             return driver.exchange(sendsPending: !live)
         }
+        if report.messagesRead > 0 || report.messagesPosted > 0 || report.acknowledged {
+            store.emit(.queuedDelivery(read: report.messagesRead, applied: report.entriesApplied, posted: report.messagesPosted,
+                                       acknowledged: report.acknowledged))
+        }
+        return report
     }
 
     /// Runs queued delivery through `mailbox` until the task is cancelled: a
     /// round (`deliverQueued(through:)`) at once, after every local write or
     /// `sync()`, and every `pollInterval` (to read what the peer posted), and
-    /// when the live session ends (what it had not sent is queued).
+    /// when the live session ends (what it had not sent is queued). Once
+    /// cancelled, a last round posts what was committed until then.
     public func runQueued(through mailbox: Mailbox, pollInterval: Duration = .milliseconds(250)) async {
         let writes = store.localWrites.subscribe(bufferingNewest: 1)
         let reachability = reachabilityChanges()
@@ -87,6 +93,14 @@ extension SyncPeer {
                 }
             }
             group.cancelAll()
+        }
+        // Writes made just before the end (an app going to the background) are not left behind.
+        if !store.isClosed {
+            do {
+                try deliverQueued(through: mailbox)
+            } catch {
+                store.emit(.error(error as? SyncError ?? SyncError(.mailboxIO, "\(error)")))
+            }
         }
     }
 }

@@ -111,11 +111,12 @@ public struct NodeCommand: AsyncParsableCommand {
             } else if let connect, let (host, port) = NodeCommand.split(connect) {
                 group.addTask { await peer.maintainConnection(host: host, port: port, configuration: tcp) }
             }
-            if let queued {
-                group.addTask { await peer.runQueued(through: queued, pollInterval: .milliseconds(100)) }
-            }
+            // Outside the group: on quit it ends first, its last round posting what was written until then.
+            let queuedDelivery = queued.map { mailbox in Task { await peer.runQueued(through: mailbox, pollInterval: .milliseconds(100)) } }
             let console = NodeConsole(store: store, peer: peer, output: output, mailbox: queued)
             await console.run()
+            queuedDelivery?.cancel()
+            await queuedDelivery?.value
             store.close()
             group.cancelAll()
         }

@@ -123,6 +123,8 @@ struct NodeConsole {
         case .manualRequestReceived(let accepted, let released): ["event": "manual-request-received", "accepted": accepted, "released": released]
         case .manualRequestAnswered(let accepted, let released): ["event": "manual-request-answered", "accepted": accepted, "released": released]
         case .idle: ["event": "idle"]
+        case .queuedDelivery(let read, let applied, let posted, let acknowledged):
+            ["event": "queued", "read": read, "applied": applied, "posted": posted, "acknowledged": acknowledged]
         case .error(let error): ["event": "error", "error": error.description]
         }
     }
