@@ -212,14 +212,12 @@ public struct EntryInfo: Sendable, Equatable, Codable {
 /// What the cache keeps typed boxes as: a typed read compares the box's class
 /// with `CachedValue<Value>` and then downcasts without a check.
 @usableFromInline
-class AnyCachedValue: @unchecked Sendable {  // reason: no state; its one subclass holds an immutable Sendable value
-    @usableFromInline init() {}
-}
+typealias AnyCachedValue = AnyObject & Sendable
 
 /// A cached decoded value in a box of its own type: a typed read checks the
 /// box's class instead of casting an existential.
 @usableFromInline
-final class CachedValue<Value: Sendable>: AnyCachedValue, @unchecked Sendable {  // reason: `value` is immutable and Sendable
+final class CachedValue<Value: Sendable>: Sendable {
     @usableFromInline let value: Value
     @usableFromInline init(_ value: Value) { self.value = value }
 }
