@@ -44,6 +44,32 @@ import Testing
         #expect(try #require(figures.first { $0.name.hasPrefix("peak resident memory during the sync (1 MB values)") }).value > 0)
     }
 
+    /// `syncsim bench memory` runs each value size in a process of its own
+    /// (`--memory-values`), so the 1 MB figures do not carry the heap the
+    /// allocator kept from the 100 KB gigabyte; the parent prints both.
+    @Test func memoryBenchmarkRunsEachValueSizeInItsOwnProcess() async throws {
+        func figures(_ arguments: [String]) async throws -> [BenchFigure] {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: syncsimBinary())
+            process.arguments = ["bench", "memory", "--quick", "--json"] + arguments
+            let stdout = Pipe()
+            process.standardOutput = stdout
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            let data = try await output(of: stdout, "syncsim bench memory's output")
+            #expect(try await exitStatus(of: process, "syncsim bench memory to exit") == 0)
+            return try JSONDecoder().decode([BenchFigure].self, from: data)
+        }
+        let child = try await figures(["--memory-values", "1m"])
+        #expect(child.map(\.name).allSatisfy { $0.contains("1 MB") }, "\(child.map(\.name))")
+        #expect(child.first { $0.name.hasPrefix("entries received by the watch") }?.value == 20)
+        let both = try await figures([])
+        #expect(both.count == 8)
+        #expect(both.first { $0.name == "entries received by the watch (100 KB values)" }?.value == 200)
+        #expect(both.first { $0.name == "entries received by the watch (1 MB values)" }?.value == 20)
+    }
+
     @Test func fuzzBenchmarkQuickRunChecksEveryScenario() async throws {
         let figures = try await FuzzBenchmark(quick: true).run()
         #expect(figures.count == 1)

@@ -23,6 +23,15 @@ public struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON instead of a table.")
     var json = false
 
+    /// `memory` runs each value size in a child process of its own (this
+    /// option, then `--json`), so one size's peak does not include the heap
+    /// the allocator kept from the other's gigabyte.
+    @Option(name: .customLong("memory-values"), help: .hidden)
+    var memoryValues: MemoryBenchmark.ValueSize?
+
+    @Flag(name: .customLong("same-process"), help: "With memory: run both value sizes in this process, one after the other (before, each ran so; the second then also holds what the allocator kept from the first).")
+    var sameProcess = false
+
     public init() {}
 
     public func run() async throws {
@@ -49,8 +58,17 @@ public struct BenchCommand: AsyncParsableCommand {
             figures += try await RejectionBenchmark(quick: quick).run(progress: progress)
         }
         if suite == .memory {
-            figures += try await MemoryBenchmark(count: quick ? 200 : 10_000).run(progress: progress)
-            figures += try await MemoryBenchmark(count: quick ? 20 : 1_000, size: 1 << 20).run(progress: progress)
+            if let memoryValues {
+                figures += try await MemoryBenchmark(memoryValues, quick: quick).run(progress: progress)
+            } else if sameProcess {
+                for size in MemoryBenchmark.ValueSize.allCases {
+                    figures += try await MemoryBenchmark(size, quick: quick).run(progress: progress)
+                }
+            } else {
+                for size in MemoryBenchmark.ValueSize.allCases {
+                    figures += try MemoryBenchmark.runInChildProcess(size, quick: quick)
+                }
+            }
         }
         if json {
             let encoder = JSONEncoder()

@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 import SyncEngine
 import SyncTransport
@@ -6,7 +7,16 @@ import SyncTransport
 /// automatic; or 1,000 × 1 MB, manual values that travel in chunks after
 /// `sync()`) from a phone to an empty watch over TCP on 127.0.0.1. The peak is
 /// reset (Linux `clear_refs`) after the phone's writes, so it covers the sync.
+/// `syncsim bench memory` runs each value size in a fresh process of its own.
 public struct MemoryBenchmark: Sendable {
+    /// The two runs of `bench memory`: 1 GB each.
+    public enum ValueSize: String, CaseIterable, Sendable, ExpressibleByArgument {
+        /// 10,000 × 100 KB, automatic.
+        case kb100 = "100k"
+        /// 1,000 × 1 MB, manual, in chunks.
+        case mb1 = "1m"
+    }
+
     var count: Int
     var size = SyncPolicy.automaticLimit
 
@@ -14,6 +24,36 @@ public struct MemoryBenchmark: Sendable {
     public init(count: Int, size: Int = SyncPolicy.automaticLimit) {
         self.count = count
         self.size = size
+    }
+
+    /// The run for `values` (a fiftieth of the values with `quick`).
+    public init(_ values: ValueSize, quick: Bool) {
+        switch values {
+        case .kb100: self.init(count: quick ? 200 : 10_000)
+        case .mb1: self.init(count: quick ? 20 : 1_000, size: 1 << 20)
+        }
+    }
+
+    /// Runs `values` in a new process of this executable (`bench memory
+    /// --memory-values … --json`), its progress on this standard error, and
+    /// returns its figures: the process starts with nothing allocated, so
+    /// its peak is what syncing that gigabyte costs.
+    static func runInChildProcess(_ values: ValueSize, quick: Bool) throws -> [BenchFigure] {
+        guard let executable = Bundle.main.executableURL else {
+            throw CommandFailure(exitCode: Simulation.Exit.runtimeFailure, "cannot find this executable to run the memory benchmark in a process of its own; use --same-process")
+        }
+        let child = Process()
+        child.executableURL = executable
+        child.arguments = ["bench", "memory", "--memory-values", values.rawValue, "--json"] + (quick ? ["--quick"] : [])
+        let output = Pipe()
+        child.standardOutput = output
+        try child.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        child.waitUntilExit()
+        guard child.terminationStatus == 0 else {
+            throw CommandFailure(exitCode: Simulation.Exit.runtimeFailure, "the memory benchmark for \(values.rawValue) values failed in its own process (exit \(child.terminationStatus))")
+        }
+        return try JSONDecoder().decode([BenchFigure].self, from: data)
     }
 
     /// Values over the automatic limit are manual: they go in chunks, released by `sync()`.
