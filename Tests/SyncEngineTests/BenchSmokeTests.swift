@@ -70,6 +70,41 @@ import Testing
         #expect(both.first { $0.name == "entries received by the watch (1 MB values)" }?.value == 20)
     }
 
+    /// `--runs N` prints each figure's median over the runs: value, baseline
+    /// and ratio each their own median (a ratio stays one taken within a run).
+    @Test func mediansOfRunsTakeEachPartOnItsOwn() {
+        let runs: [[BenchFigure]] = [
+            [BenchFigure(name: "a", value: 3, unit: "×", baseline: 10, baselineName: "raw", ratio: 0.3, target: "≤ 2"),
+             BenchFigure(name: "b", value: 1, unit: "µs")],
+            [BenchFigure(name: "a", value: 1, unit: "×", baseline: 30, baselineName: "raw", ratio: 0.9, target: "≤ 2")],
+            [BenchFigure(name: "a", value: 2, unit: "×", baseline: 20, baselineName: "raw", ratio: 0.1, target: "≤ 2"),
+             BenchFigure(name: "b", value: 4, unit: "µs")],
+        ]
+        #expect(BenchFigure.medians(of: runs) == [
+            BenchFigure(name: "a", value: 2, unit: "×", baseline: 20, baselineName: "raw", ratio: 0.3, target: "≤ 2"),
+            BenchFigure(name: "b", value: 2.5, unit: "µs"),
+        ])
+        #expect(BenchFigure.medians(of: [runs[0]]) == runs[0])
+    }
+
+    /// `syncsim bench fuzz --quick --runs 2 --json`: one row, the median of two runs.
+    @Test func runsOptionPrintsOneMedianRowPerFigure() async throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: syncsimBinary())
+        process.arguments = ["bench", "fuzz", "--quick", "--runs", "2", "--json"]
+        let stdout = Pipe(), stderr = Pipe()
+        process.standardOutput = stdout
+        process.standardError = stderr
+        try process.run()
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        let data = try await output(of: stdout, "syncsim bench fuzz --runs 2's output")
+        #expect(try await exitStatus(of: process, "syncsim bench fuzz --runs 2 to exit") == 0)
+        let figures = try JSONDecoder().decode([BenchFigure].self, from: data)
+        #expect(figures.count == 1 && figures[0].name.hasPrefix("fuzz scenarios/s") && figures[0].value > 0)
+        let progress = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(progress.contains("run 2 of 2") && progress.contains("median of 2 runs"), "\(progress)")
+    }
+
     @Test func fuzzBenchmarkQuickRunChecksEveryScenario() async throws {
         let figures = try await FuzzBenchmark(quick: true).run()
         #expect(figures.count == 1)

@@ -63,6 +63,32 @@ public struct BenchFigure: Sendable, Codable, Equatable {
     /// One table line.
     public var line: String { line(nameWidth: 44) }
 
+    /// Each figure of `runs` (the same suite run again and again) as the
+    /// median of its runs: value, baseline and ratio each their own median,
+    /// so a ratio is still one taken within a run. In the order of the first
+    /// run; a figure missing from some runs is the median of those it is in.
+    public static func medians(of runs: [[BenchFigure]]) -> [BenchFigure] {
+        func median(_ values: [Double]) -> Double? {
+            guard !values.isEmpty else { return nil }
+            let sorted = values.sorted()
+            let middle = sorted.count / 2
+            return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+        }
+        var names: [String] = []
+        var byName: [String: [BenchFigure]] = [:]
+        for figure in runs.joined() {
+            if byName[figure.name] == nil { names.append(figure.name) }
+            byName[figure.name, default: []].append(figure)
+        }
+        return names.map { name in
+            let figures = byName[name]!
+            let first = figures[0]
+            return BenchFigure(name: name, value: median(figures.map(\.value))!, unit: first.unit,
+                               baseline: median(figures.compactMap(\.baseline)), baselineName: first.baselineName,
+                               ratio: median(figures.compactMap(\.ratio)), target: first.target)
+        }
+    }
+
     /// One table line with the name padded to `nameWidth` (never cut).
     /// Small values (ratios, bytes per entry) keep three decimals.
     public func line(nameWidth: Int) -> String {

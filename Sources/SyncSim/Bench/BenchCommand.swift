@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
 
-/// `syncsim bench [store|sync|burst|reads|memory|fuzz|transport|all] [--workload random|family] [--quick] [--json]`: figures against the machine's own limits.
+/// `syncsim bench [store|sync|burst|reads|memory|fuzz|transport|all] [--workload random|family] [--quick] [--json] [--runs N]`: figures against the machine's own limits.
 public struct BenchCommand: AsyncParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "bench",
@@ -23,6 +23,9 @@ public struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON instead of a table.")
     var json = false
 
+    @Option(help: "Run the figures this many times and print each one's median (value, baseline and ratio each the median of its runs).")
+    var runs = 1
+
     /// `memory` runs each value size in a child process of its own (this
     /// option, then `--json`), so one size's peak does not include the heap
     /// the allocator kept from the other's gigabyte.
@@ -34,11 +37,27 @@ public struct BenchCommand: AsyncParsableCommand {
 
     public init() {}
 
+    public func validate() throws {
+        guard runs >= 1 else { throw ValidationError("--runs must be at least 1, not \(runs)") }
+    }
+
     public func run() async throws {
-        var figures: [BenchFigure] = []
         let progress: (String) -> Void = { message in
             FileHandle.standardError.write(Data("  … \(message)\n".utf8))
         }
+        var figuresOfEachRun: [[BenchFigure]] = []
+        for run in 0..<runs {
+            if runs > 1 { progress("run \(run + 1) of \(runs)") }
+            figuresOfEachRun.append(try await figures(progress: progress))
+        }
+        let figures = runs == 1 ? figuresOfEachRun[0] : BenchFigure.medians(of: figuresOfEachRun)
+        if runs > 1 { progress("each figure below is the median of \(runs) runs") }
+        try printFigures(figures)
+    }
+
+    /// One run of the chosen suite.
+    private func figures(progress: @escaping (String) -> Void) async throws -> [BenchFigure] {
+        var figures: [BenchFigure] = []
         if suite == .store || suite == .all {
             figures += try StoreBenchmark(quick: quick).run(progress: progress)
         }
@@ -70,6 +89,10 @@ public struct BenchCommand: AsyncParsableCommand {
                 }
             }
         }
+        return figures
+    }
+
+    private func printFigures(_ figures: [BenchFigure]) throws {
         if json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
