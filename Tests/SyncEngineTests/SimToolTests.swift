@@ -77,12 +77,14 @@ import Testing
         let process = Process()
         process.executableURL = URL(fileURLWithPath: syncsimBinary())
         process.arguments = ["fuzz", "--runs", "200", "--seed", "500", "--inject-fault", "skip-tombstones", "--out-dir", folder.path]
-        let output = Pipe()
-        process.standardOutput = output
+        let stdout = Pipe()
+        process.standardOutput = stdout
         process.standardError = FileHandle.nullDevice
         try process.run()
-        let text = try await all(of: lines(of: output), "the fuzz output").joined(separator: "\n")
-        #expect(try await exitStatus(of: process, "syncsim fuzz with a fault") == 1)
+        // Alone this takes under 2 s; in the parallel suite on two cores the body and its
+        // awaits wait their turn for tens of seconds (one CI run passed 60 s), hence 150 s.
+        let text = String(decoding: try await output(of: stdout, "the fuzz output", within: .seconds(150)), as: UTF8.self)
+        #expect(try await exitStatus(of: process, "syncsim fuzz with a fault", within: .seconds(150)) == 1)
         let failureFile = try #require(try FileManager.default.contentsOfDirectory(atPath: folder.path)
             .first { $0.hasPrefix("fuzz-failure-") && !$0.hasSuffix("-min.json") }, "no failure file in \(folder.path)")
         let seed = failureFile.dropFirst("fuzz-failure-".count).dropLast(".json".count)
