@@ -25,6 +25,39 @@ import Testing
         }
     }
 
+    /// Every queued message decodes to itself; cut, extended or with a bad
+    /// field it throws `malformed-message` (never traps).
+    @Test func queuedMessagesRoundTripAndMalformedOnesAreRefused() throws {
+        let header = QueuedHeader(protocolVersion: 2, node: 0x1001, role: .phone, pairingEpoch: "epoch", registryFingerprint: [1, 2, 3])
+        let version = HLCTimestamp(packed: 1 << 30, node: 0x1001)
+        let messages: [QueuedMessage] = [
+            .batch(header, after: 0, through: 3, entries: [
+                WireEntry(key: "health:daily:steps", version: version, base: .zero, deleted: false, encoding: "json", value: Array("12".utf8)),
+                WireEntry(key: "units", version: version, base: version, deleted: true, encoding: "json", value: nil),
+            ]),
+            .ack(header, after: 0, through: 3, applied: 1, rejected: [SyncMessage.Rejection(key: "units", code: "unknown-key")]),
+            .refusal(header, code: "key-declaration-mismatch", message: "another registry"),
+            .rebaseline(header, purgedThrough: version.packed),
+        ]
+        for message in messages {
+            let frame = message.frame()
+            #expect(try QueuedMessage(frame: frame) == message)
+            for cut in 0..<frame.payload.count {
+                #expect(throws: SyncError.self) { _ = try QueuedMessage(frame: Frame(type: frame.type, payload: Array(frame.payload[..<cut]))) }
+            }
+            #expect(throws: SyncError.self) { _ = try QueuedMessage(frame: Frame(type: frame.type, payload: frame.payload + [0])) }
+        }
+        var noPurge = QueuedMessage.rebaseline(header, purgedThrough: 1).frame()
+        noPurge.payload.replaceSubrange((noPurge.payload.count - 8)..., with: [UInt8](repeating: 0, count: 8))
+        do {
+            _ = try QueuedMessage(frame: noPurge)
+            Issue.record("a re-baseline notice without a purged version decoded")
+        } catch let error as SyncError {
+            #expect(error.code == .malformedMessage && error.message.contains("re-baseline"), "\(error)")
+        }
+        #expect(throws: SyncError.self) { _ = try QueuedMessage(frame: Frame(type: 0x15, payload: [1])) }
+    }
+
     @Test func changesWrittenWhileThePeerIsDownArriveWhenItReadsAndAcknowledgementsMoveTheCursor() async throws {
         let pair = try Pair()
         let folder = TempFolder()

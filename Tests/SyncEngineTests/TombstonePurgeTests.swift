@@ -406,4 +406,78 @@ private final class Neighbourhood {
         #expect(phone.failure?.code == .protocolViolation)
         #expect(reply.map(\.type) == [SyncMessage.MessageType.error.rawValue])
     }
+
+    /// The same return through the mailbox only (the watch never connects
+    /// live): the phone posts a re-baseline notice ahead of the baseline, so
+    /// the purged delete stays gone there too, and what the watch wrote
+    /// offline still arrives.
+    @Test func returningWatchThroughTheMailboxIsRebaselined() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"])
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.watches[0].set(30, for: TestKeys.daily["mine-alive"])
+        home.sync(0)
+        home.sync(1)
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(1)
+        home.advance(days: 91)
+        home.sync(1)
+        _ = try home.phone.purgeTombstones()
+        #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == 1)
+        try await home.watches[0].set(7, for: TestKeys.daily["offline"])
+        let changes = home.watches[0].changes(matching: .key(TestKeys.steps.name))
+
+        let folder = TempFolder()
+        let config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
+        let phone = SyncPeer(store: home.phone, configuration: config)
+        let watch = SyncPeer(store: home.watches[0], configuration: config)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing)
+        try phone.deliverQueued(through: phoneBox)
+        let posted = try phoneBox.outgoingMessages().map { try QueuedMessage(frame: $0.frame) }
+        if case .rebaseline(_, let purgedThrough)? = posted.first {
+            #expect(purgedThrough == (try home.phone.purgedThrough()))
+        } else {
+            Issue.record("the phone's first queued message for the returning watch is not a re-baseline notice: \(posted.map { $0.frame().type })")
+        }
+        for _ in 0..<3 {
+            try watch.deliverQueued(through: watchBox)
+            try phone.deliverQueued(through: phoneBox)
+        }
+        for store in [home.phone, home.watches[0]] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
+            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+            #expect(try store.storedValue(for: TestKeys.daily["offline"]) == 7)
+        }
+        let removal = try await first(of: changes, "watch 0's removal of steps") { $0.kind == .removed }
+        #expect(removal.origin == .remote)
+        #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
+        // The rounds after the baseline post no second notice.
+        #expect(try phoneBox.outgoingMessages().allSatisfy {
+            if case .rebaseline = try QueuedMessage(frame: $0.frame) { false } else { true }
+        })
+    }
+
+    /// A queued re-baseline notice that reaches a phone is refused and kept
+    /// aside, and the phone's entries stay.
+    @Test func aPhoneRefusesAQueuedRebaselineNotice() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try Neighbourhood(watches: 1, epochs: [pairing.epoch])
+        try await home.phone.set(1, for: TestKeys.steps)
+        let folder = TempFolder()
+        let config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
+        let phone = SyncPeer(store: home.phone, configuration: config)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing)
+        let header = QueuedHeader(protocolVersion: config.protocolRange.upperBound, node: home.watches[0].nodeID, role: .watch,
+                                  pairingEpoch: pairing.epoch, registryFingerprint: home.registry.fingerprint(for: .watch))
+        try watchBox.post(QueuedMessage.rebaseline(header, purgedThrough: Int64.max / 2).frame())
+        let report = try phone.deliverQueued(through: phoneBox)
+        #expect(report.refused.map(\.code) == [.protocolViolation])
+        #expect(try home.phone.storedValue(for: TestKeys.steps) == 1)
+        #expect(try phoneBox.refusedFiles().count == 1)
+    }
+
 }

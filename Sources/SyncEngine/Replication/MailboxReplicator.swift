@@ -47,6 +47,8 @@ package final class MailboxReplicator {
     package var onPost: ((QueuedMessage) -> Void)?
     /// Whether the last round failed to post because the peer's spool was full (reported once).
     private var reportedFull = false
+    /// A re-baseline notice was posted ahead of the baseline now being posted (from cursor 0).
+    private var rebaselinePosted = false
 
     package init(port: any ReplicationPort, reporter: any ReplicationReporter, configuration: ReplicationConfiguration, mailbox: Mailbox) {
         self.port = port
@@ -107,6 +109,11 @@ package final class MailboxReplicator {
                     try setAside(message, problem, into: &report)
                     continue
                 }
+                if case .rebaseline = decoded, port.role != .watch {
+                    try setAside(message, SyncError(.protocolViolation, "a queued re-baseline notice reached a \(port.role); only a phone sends them to its watches"),
+                                 into: &report)
+                    continue
+                }
                 let peer = try learn(decoded.header)
                 switch decoded {
                 case .batch(_, let after, let through, let entries):
@@ -133,6 +140,11 @@ package final class MailboxReplicator {
                     stalled = error
                     report.refused.append(error)
                     emit(.error(error))
+                case .rebaseline(_, let purgedThrough):
+                    // On stable storage before the notice is taken: a notice lost to a power cut
+                    // after `accept` would leave the purged deletes undone here for good.
+                    _ = try port.applyRebaseline(purgedThrough: purgedThrough, from: peer.node, mismatched: [])
+                    try port.syncCommitted()
                 }
                 try mailbox.accept(message)
             }
@@ -172,7 +184,10 @@ package final class MailboxReplicator {
 
     /// The peer a valid message came from, recorded (a new node, or the first message, starts its cursor over).
     private func learn(_ header: QueuedHeader) throws -> PeerRecord {
-        if header.node != peerNode { postedThrough = nil }
+        if header.node != peerNode {
+            postedThrough = nil
+            rebaselinePosted = false
+        }
         peerNode = header.node
         if let known = try port.queuedPeer(role: header.role, epoch: header.pairingEpoch), known.node == header.node {
             return known
@@ -230,8 +245,19 @@ package final class MailboxReplicator {
             // Everything posted was taken and its acknowledgements read, yet the cursor lags:
             // some were refused or lost. Post again from the cursor (applying twice changes nothing).
             posted = cursor
+            rebaselinePosted = false
         }
         postedThrough = posted
+        if posted == 0, !rebaselinePosted, let purged = try port.rebaselineNotice(for: node, cursor: cursor) {
+            // A watch the phone has no cursor for, after tombstones were purged (a forgotten
+            // watch returning through the mailbox): the notice goes ahead of its baseline, and
+            // the mailbox delivers in order. Applying it twice removes nothing the baseline brought.
+            let notice = QueuedMessage.rebaseline(header, purgedThrough: purged)
+            try mailbox.post(notice.frame())
+            onPost?(notice)
+            report.messagesPosted += 1
+            rebaselinePosted = true
+        }
         var rangeStart = posted
         while true {
             let (rows, scanned) = try port.pendingRows(for: node, after: posted, maxEntries: configuration.maxBatchEntries,

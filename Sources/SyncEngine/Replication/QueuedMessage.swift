@@ -12,24 +12,29 @@ package struct QueuedHeader: Sendable, Equatable {
 }
 
 /// The messages of queued delivery (through a `Mailbox`), frame types
-/// `0x11...0x13`. A batch names the range of the sender's change stream it
+/// `0x11...0x14`. A batch names the range of the sender's change stream it
 /// covers, `(after, through]`; its acknowledgement names it back, so the
 /// sender's cursor for the peer moves only over contiguous, applied ranges.
+/// A re-baseline notice goes from a phone ahead of the baseline it posts for
+/// a watch it has no cursor for, once it has purged tombstones.
 package enum QueuedMessage: Sendable, Equatable {
     case batch(QueuedHeader, after: Int64, through: Int64, entries: [WireEntry])
     case ack(QueuedHeader, after: Int64, through: Int64, applied: Int, rejected: [SyncMessage.Rejection])
     /// A message of ours the peer refused (another registry, protocol or pairing).
     case refusal(QueuedHeader, code: String, message: String)
+    /// The phone purged tombstones up to `purgedThrough` (a packed version):
+    /// the watch removes what the phone already knew up to it, before the baseline.
+    case rebaseline(QueuedHeader, purgedThrough: Int64)
 
     package enum MessageType: UInt8 {
-        case batch = 0x11, ack = 0x12, refusal = 0x13
+        case batch = 0x11, ack = 0x12, refusal = 0x13, rebaseline = 0x14
     }
 
     static let payloadSchema: UInt8 = 1
 
     package var header: QueuedHeader {
         switch self {
-        case .batch(let h, _, _, _), .ack(let h, _, _, _, _), .refusal(let h, _, _): h
+        case .batch(let h, _, _, _), .ack(let h, _, _, _, _), .refusal(let h, _, _), .rebaseline(let h, _): h
         }
     }
 
@@ -64,6 +69,9 @@ package enum QueuedMessage: Sendable, Equatable {
             type = .refusal
             w.writeString(code)
             w.writeString(message)
+        case .rebaseline(_, let purgedThrough):
+            type = .rebaseline
+            w.writeUInt64(UInt64(bitPattern: purgedThrough))
         }
         return Frame(type: type.rawValue, payload: w.bytes)
     }
@@ -103,6 +111,10 @@ package enum QueuedMessage: Sendable, Equatable {
                 self = .ack(header, after: after, through: through, applied: applied, rejected: rejected)
             case .refusal:
                 self = .refusal(header, code: try r.readString(maxLength: 128), message: try r.readString(maxLength: 4096))
+            case .rebaseline:
+                let purgedThrough = Int64(bitPattern: try r.readUInt64())
+                guard purgedThrough > 0 else { throw SyncError(.malformedMessage, "a queued re-baseline notice names no purged version (\(purgedThrough))") }
+                self = .rebaseline(header, purgedThrough: purgedThrough)
             }
             guard r.isAtEnd else { throw SyncError(.malformedMessage, "a queued \(type) message has \(r.remaining) trailing bytes") }
         } catch let error as SyncError {

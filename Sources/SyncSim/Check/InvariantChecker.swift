@@ -82,6 +82,8 @@ struct InvariantChecker {
             for rejection in rejected { checkEntryKey(rejection.key, from: sender, time: time, what: "queued ack rejection", directional: false) }
         case .refusal(_, let code, let text):
             log.violate(.queuedDelivery, "t=\(time) \(sender) refused a queued message: \(code): \(text)")
+        case .rebaseline:
+            if sender != .phone { log.violate(.direction, "t=\(time) a \(sender) posted a re-baseline notice; only a phone sends them") }
         }
     }
 
