@@ -49,17 +49,7 @@ import Testing
     /// allocator kept from the 100 KB gigabyte; the parent prints both.
     @Test func memoryBenchmarkRunsEachValueSizeInItsOwnProcess() async throws {
         func figures(_ arguments: [String]) async throws -> [BenchFigure] {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: syncsimBinary())
-            process.arguments = ["bench", "memory", "--quick", "--json"] + arguments
-            let stdout = Pipe()
-            process.standardOutput = stdout
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
-            let data = try await output(of: stdout, "syncsim bench memory's output")
-            #expect(try await exitStatus(of: process, "syncsim bench memory to exit") == 0)
-            return try JSONDecoder().decode([BenchFigure].self, from: data)
+            try await benchFigures(["memory", "--quick", "--json"] + arguments)
         }
         let child = try await figures(["--memory-values", "1m"])
         #expect(child.map(\.name).allSatisfy { $0.contains("1 MB") }, "\(child.map(\.name))")
@@ -113,17 +103,7 @@ import Testing
 
     /// `syncsim bench fuzz --quick --json` prints the fuzz row as JSON on stdout (progress goes to stderr).
     @Test func fuzzRowInQuickJSONOutput() async throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: syncsimBinary())
-        process.arguments = ["bench", "fuzz", "--quick", "--json"]
-        let stdout = Pipe()
-        process.standardOutput = stdout
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
-        let data = try await output(of: stdout, "syncsim bench fuzz's output")
-        #expect(try await exitStatus(of: process, "syncsim bench fuzz to exit") == 0)
-        let figures = try JSONDecoder().decode([BenchFigure].self, from: data)
+        let figures = try await benchFigures(["fuzz", "--quick", "--json"])
         let fuzz = try #require(figures.first { $0.name.hasPrefix("fuzz scenarios/s") })
         #expect(fuzz.unit == "scenarios/s" && fuzz.value > 0)
     }
@@ -143,4 +123,20 @@ import Testing
         let during = try #require(figures.first { $0.name.hasPrefix("cache-miss read p99 during initial sync") })
         #expect(during.value > 0 && (during.baseline ?? 0) > 0)
     }
+}
+
+/// What `syncsim bench ARGUMENTS` (with `--json`) prints on stdout, decoded; it must exit 0.
+func benchFigures(_ arguments: [String]) async throws -> [BenchFigure] {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: syncsimBinary())
+    process.arguments = ["bench"] + arguments
+    let stdout = Pipe()
+    process.standardOutput = stdout
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+    let what = "syncsim bench \(arguments.joined(separator: " "))"
+    let data = try await output(of: stdout, "\(what)'s output")
+    #expect(try await exitStatus(of: process, "\(what) to exit") == 0)
+    return try JSONDecoder().decode([BenchFigure].self, from: data)
 }

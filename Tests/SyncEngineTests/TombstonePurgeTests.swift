@@ -45,6 +45,25 @@ private final class Neighbourhood {
 
     func advance(days: Int64) { clock.advance(by: days * Self.day) }
 
+    /// Two watches (watch 0 paired with `pairing`); watch 0 holds steps (the
+    /// phone's) and mine-alive (its own), then stays away while the phone
+    /// deletes steps, watch 1 acknowledges it and 91 days pass: the phone
+    /// forgets watch 0 and purges the tombstone.
+    static func withForgottenWatch(pairing: PairingSecret) async throws -> Neighbourhood {
+        let home = try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"])
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.watches[0].set(30, for: TestKeys.daily["mine-alive"])
+        home.sync(0)
+        home.sync(1)
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(1)
+        home.advance(days: 91)
+        home.sync(1)
+        _ = try home.phone.purgeTombstones()
+        return home
+    }
+
     static let day: Int64 = 86_400_000
 }
 
@@ -326,17 +345,7 @@ private final class Neighbourhood {
     /// serves the returning watch, which dials with `maintainConnection`.
     @Test(.timeLimit(.minutes(1))) func returningWatchOverTCPIsRebaselined() async throws {
         let pairing = PairingSecret.generate()
-        let home = try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"])
-        try await home.phone.set(1, for: TestKeys.steps)
-        try await home.watches[0].set(30, for: TestKeys.daily["mine-alive"])
-        home.sync(0)
-        home.sync(1)
-        home.clock.advance(by: 1_000)
-        try await home.phone.remove(TestKeys.steps)
-        home.sync(1)
-        home.advance(days: 91)
-        home.sync(1)
-        _ = try home.phone.purgeTombstones()
+        let home = try await Neighbourhood.withForgottenWatch(pairing: pairing)
         #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name) == nil)
         try await home.watches[0].set(7, for: TestKeys.daily["offline"])
 
@@ -413,17 +422,7 @@ private final class Neighbourhood {
     /// offline still arrives.
     @Test func returningWatchThroughTheMailboxIsRebaselined() async throws {
         let pairing = PairingSecret.generate()
-        let home = try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"])
-        try await home.phone.set(1, for: TestKeys.steps)
-        try await home.watches[0].set(30, for: TestKeys.daily["mine-alive"])
-        home.sync(0)
-        home.sync(1)
-        home.clock.advance(by: 1_000)
-        try await home.phone.remove(TestKeys.steps)
-        home.sync(1)
-        home.advance(days: 91)
-        home.sync(1)
-        _ = try home.phone.purgeTombstones()
+        let home = try await Neighbourhood.withForgottenWatch(pairing: pairing)
         #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
         #expect(try home.watches[0].storedValue(for: TestKeys.steps) == 1)
         try await home.watches[0].set(7, for: TestKeys.daily["offline"])

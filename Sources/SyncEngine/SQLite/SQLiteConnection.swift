@@ -9,7 +9,7 @@ let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 ///
 /// Not thread-safe on its own: `Database` owns it inside a `Mutex`, and it
 /// never escapes a `read`/`write` closure.
-/// `@unchecked Sendable` because `Mutex.withLock` must hand it out as `sending`: the
+/// Unchecked-sendable because `Mutex.withLock` must hand it out as `sending`: the
 /// Mutex in `Database` serializes every use, and it never escapes those closures.
 final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Database's Mutex (see above)
     let handle: OpaquePointer
