@@ -45,7 +45,8 @@ import Testing
             try pair.watch.storedValue(for: TestKeys.steps) == 2 && pair.watch.storedValue(for: TestKeys.units) == "imperial"
         }
         try await eventually(pair.phone, "the watch's queued tags on the phone") { try pair.phone.storedValue(for: TestKeys.tags) == ["from the watch"] }
-        #expect(watchBox.acceptedSequence > 0)
+        // The values are visible before the round that applied them accepts the message (a queuedDelivery event follows it).
+        try await until(pair.watch.events(), "the watch to accept the phone's queued message") { watchBox.acceptedSequence > 0 }
         #expect(!watch.isReachable)
         // Each acknowledgement read from the mailbox is a queuedDelivery event of the store whose cursor it moves.
         try await until(pair.phone.events(), "the watch's queued acknowledgement to move the phone's cursor") {

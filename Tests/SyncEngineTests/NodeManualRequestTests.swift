@@ -31,7 +31,8 @@ import Testing
 
         watch.send("request-manual")
         #expect(try await watch.reply("request-manual")["asked"] as? Int == 1)
-        // The change may be printed before or after the answer: wait for both.
+        // The answer and the change may be printed before the reply to
+        // request-manual, and in either order: wait for both.
         let watchSaw = Mutex<(answeredWithOne: Bool?, changed: Bool)>((nil, false))
         try await watch.next("the watch's manual-request-answered event and profile:name's change") { event in
             watchSaw.withLock { seen in

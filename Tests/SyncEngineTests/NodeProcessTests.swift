@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SyncTransport
 import Testing
 
@@ -9,9 +10,10 @@ final class NodeProcess: Sendable {
     let output = Pipe()
     let lines: AsyncStream<String>
 
-    init(_ arguments: [String]) throws {
-        process.executableURL = URL(fileURLWithPath: syncsimBinary())
-        process.arguments = ["node"] + arguments
+    /// `syncsim node` with `arguments`, or (`executable` given) any program.
+    init(_ arguments: [String], executable: String? = nil) throws {
+        process.executableURL = URL(fileURLWithPath: executable ?? syncsimBinary())
+        process.arguments = executable == nil ? ["node"] + arguments : arguments
         process.standardInput = input
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
@@ -29,21 +31,57 @@ final class NodeProcess: Sendable {
         process.waitUntilExit()
     }
 
+    /// Event lines a `reply` passed over, oldest first: the next `next` looks
+    /// at them before newer lines (an event a command caused may be printed
+    /// before the command's own reply).
+    private let passedOver = Mutex<[String]>([])
+    /// The last lines the child printed, for a failed wait's message.
+    private let transcript = Mutex<[String]>([])
+
     /// The next line the child prints that satisfies `match`, parsed; throws
-    /// `WaitFailed` naming `what` if none comes within `limit` or the child's output ends.
+    /// `WaitFailed` naming `what` (and the child's last lines) if none comes
+    /// within `limit` or the child's output ends.
     @discardableResult
     func next(_ what: String, within limit: Duration = waitLimit, sourceLocation: SourceLocation = #_sourceLocation,
               where match: @escaping @Sendable ([String: Any]) -> Bool) async throws -> [String: Any] {
-        json(try await first(of: lines, what, within: limit, sourceLocation: sourceLocation) { line in
-            // NODE_TRACE=1 swift test … prints every line the child writes.
-            if ProcessInfo.processInfo.environment["NODE_TRACE"] != nil { FileHandle.standardError.write(Data("child: \(line)\n".utf8)) }
-            return match(json(line))
+        let earlier = passedOver.withLock { lines -> [String: Any]? in
+            guard let index = lines.firstIndex(where: { match(json($0)) }) else {
+                lines.removeAll()
+                return nil
+            }
+            defer { lines.removeSubrange(...index) }
+            return json(lines[index])
+        }
+        if let earlier { return earlier }
+        return json(try await line(what, within: limit, sourceLocation: sourceLocation) { match(json($0)) })
+    }
+
+    /// The child's answer to the command just sent (the next line with an
+    /// `ok` field). Event lines before it stay for `next`.
+    func reply(_ what: String, sourceLocation: SourceLocation = #_sourceLocation) async throws -> [String: Any] {
+        json(try await line("the reply to \(what)", within: waitLimit, sourceLocation: sourceLocation) { line in
+            if json(line)["ok"] != nil { return true }
+            self.passedOver.withLock { $0.append(line) }
+            return false
         })
     }
 
-    /// The child's answer to the command just sent (the next line with an `ok` field).
-    func reply(_ what: String, sourceLocation: SourceLocation = #_sourceLocation) async throws -> [String: Any] {
-        try await next("the reply to \(what)", sourceLocation: sourceLocation) { $0["ok"] != nil }
+    private func line(_ what: String, within limit: Duration, sourceLocation: SourceLocation,
+                      where match: @escaping @Sendable (String) -> Bool) async throws -> String {
+        do {
+            return try await first(of: lines, what, within: limit, sourceLocation: sourceLocation) { line in
+                // NODE_TRACE=1 swift test … prints every line the child writes.
+                if ProcessInfo.processInfo.environment["NODE_TRACE"] != nil { FileHandle.standardError.write(Data("child: \(line)\n".utf8)) }
+                self.transcript.withLock { lines in
+                    lines.append(line)
+                    if lines.count > 40 { lines.removeFirst(lines.count - 40) }
+                }
+                return match(line)
+            }
+        } catch let failure as WaitFailed {
+            let last = transcript.withLock { $0 }
+            throw WaitFailed(description: failure.description + "; the child's last \(last.count) lines:\n" + last.joined(separator: "\n"))
+        }
     }
 }
 
@@ -52,6 +90,19 @@ func json(_ line: String) -> [String: Any] {
 }
 
 @Suite struct NodeProcessTests {
+    /// A node may print the events a command caused before the command's own
+    /// reply (the request-manual answer did on a busy CI run): `reply` must
+    /// leave them for `next`, which once dropped them and waited in vain.
+    @Test func aReplyLeavesTheEventsPrintedBeforeItForNext() async throws {
+        let child = try NodeProcess(["-c", #"echo '{"event":"change","key":"a"}'; echo '{"event":"idle"}'; echo '{"ok":true}'; echo '{"event":"change","key":"b"}'"#],
+                                    executable: "/bin/sh")
+        defer { child.stop() }
+        #expect(try await child.reply("the command")["ok"] as? Bool == true)
+        #expect(try await child.next("a's change") { $0["key"] as? String == "a" }["event"] as? String == "change")
+        #expect(try await child.next("b's change") { $0["key"] as? String == "b" }["event"] as? String == "change")
+        await #expect(throws: WaitFailed.self) { try await child.next("an idle event printed before a's change", within: .seconds(2)) { $0["event"] as? String == "idle" } }
+    }
+
     @Test func twoNodeProcessesSyncOverLoopback() async throws {
         let folder = TempFolder()
         let keys = folder.file("keys.json")

@@ -22,13 +22,17 @@ import Testing
 
         // A peer in the middle of its handshake when the shutdown comes.
         let port = listener.port
+        let (challenged, challenge) = AsyncStream.makeStream(of: Void.self)
         let stalled = Task {
             try await withRawClient(port: port) { session -> [UInt8] in
                 try await session.send(FrameCodec().encode(TransportMessage.Hello(versions: 1...1, nonce: makeNonce()).frame))
                 _ = try await session.nextEnvelope()  // the challenge; no proof follows
+                challenge.yield()
                 return await session.readToEnd()
             }
         }
+        // The shutdown comes once the handshake is under way (not before the peer has even connected).
+        try await first(of: challenged, "the stalled peer to receive the challenge")
 
         await group.triggerGracefulShutdown()
         try await withDeadline("the service group to return after graceful shutdown") { try await running.value }

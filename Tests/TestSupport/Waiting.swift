@@ -15,6 +15,8 @@ public let waitLimit: Duration = .seconds(60)
 public struct WaitFailed: Error, CustomStringConvertible {
     public let description: String
 
+    public init(description: String) { self.description = description }
+
     public static func timedOut(_ what: String, after limit: Duration, at location: SourceLocation) -> WaitFailed {
         WaitFailed(description: "timed out after \(limit) waiting for \(what) (\(location.fileID):\(location.line))")
     }
