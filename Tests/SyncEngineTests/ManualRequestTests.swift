@@ -113,6 +113,35 @@ func withConfiguredPeers(_ pair: Pair, over kind: LinkKind, phone phoneConfigura
         #expect(!seen.contains { if case .error = $0 { true } else { false } }, "the older phone saw no error: \(seen)")
     }
 
+    /// The session ends before the phone hears the watch's request (the
+    /// link drops as it is sent): the next session with the phone asks
+    /// again, and the manual change arrives. It was lost before.
+    @Test func aRequestLostWithItsSessionIsAskedAgainInTheNext() async throws {
+        let pair = try Pair()
+        try await pair.phone.set("Ada", for: TestKeys.name)  // manual
+        let secret = PairingSecret.generate()
+        let phone = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch), tickInterval: .milliseconds(50))
+        let watch = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch), tickInterval: .milliseconds(50))
+        let watchEvents = pair.watch.events()
+
+        let (a, b) = InMemoryConnection.makePair()
+        let cutting = RequestCuttingConnection(b)
+        let first = [Task { await phone.run(over: a) }, Task { await watch.run(over: cutting) }]
+        try await watch.waitUntilIdle(timeout: waitLimit)
+        #expect(watch.requestManualChanges() == 1)
+        try await withDeadline("the first session to end with the link") { for task in first { _ = await task.value } }
+        #expect(cutting.cut.withLock { $0 }, "the request was cut, not sent")
+        #expect(try pair.watch.storedValue(for: TestKeys.name) == nil)
+
+        let (c, d) = InMemoryConnection.makePair()
+        let second = [Task { await phone.run(over: c) }, Task { await watch.run(over: d) }]
+        #expect(try await SyncEngineTests.first(of: watchEvents, "the answer to the request asked again", within: .seconds(20),
+                                                where: ManualRequestTests.isAnswer) == .manualRequestAnswered(accepted: true, released: 1))
+        try await eventually(pair.watch, "the phone's manual change") { try pair.watch.storedValue(for: TestKeys.name) == "Ada" }
+        await c.close()
+        try await withDeadline("the second session to end") { for task in second { _ = await task.value } }
+    }
+
     /// An old build's decoder refuses message types it does not know (so the
     /// new ones are sent only to protocol-2 peers): the goldens of the new
     /// messages have types beyond the first release's.
@@ -124,4 +153,28 @@ func withConfiguredPeers(_ pair: Pair, over kind: LinkKind, phone phoneConfigura
             _ = try SyncMessage(frame: SyncMessage.manualReply(.init(id: 1, accepted: false, released: 3, replyID: 2)).frame())
         }
     }
+}
+
+/// A connection that closes itself instead of sending a manual request (the
+/// link drops just as the request goes out); the rest goes through.
+final class RequestCuttingConnection: FrameConnection {
+    private let base: InMemoryConnection
+    /// Whether a request was cut.
+    let cut = Mutex(false)
+
+    init(_ base: InMemoryConnection) { self.base = base }
+
+    var inbound: AsyncThrowingStream<Frame, any Error> { base.inbound }
+    var peerDescription: String { base.peerDescription }
+    var statistics: ConnectionStatistics { base.statistics }
+    var deliversEveryFrame: Bool { base.deliversEveryFrame }
+
+    func send(_ frame: Frame) async throws {
+        guard frame.type == SyncMessage.MessageType.manualRequest.rawValue else { return try await base.send(frame) }
+        cut.withLock { $0 = true }
+        await base.close()
+        throw TransportError(.closed, "the link dropped as the manual request was sent")
+    }
+
+    func close() async { await base.close() }
 }

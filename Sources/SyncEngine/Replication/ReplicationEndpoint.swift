@@ -151,6 +151,7 @@ package final class ReplicationEndpoint {
                 guard session.isEstablished else { return perform(session.receivedDataBeforeHandshake(now: now), now: now) }
                 // Released changes follow: the peer has more until it says it caught up again.
                 if reply.released > 0 { session.peerSentData(id: reply.replyID) }
+                awaitsManualReply = false
                 emit(.manualRequestAnswered(accepted: reply.accepted, released: reply.released))
             case .error(let error):
                 // The peer's words, escaped and bounded: they end up in logs and events.
@@ -174,7 +175,8 @@ package final class ReplicationEndpoint {
     /// `manualRequestAnswered` event follows its answer). Nothing is sent
     /// before the session is established, and a protocol-1 peer, which does
     /// not know the request, is never asked: both are an `.error` event
-    /// (`not-connected`, `unsupported-version`). Not retransmitted.
+    /// (`not-connected`, `unsupported-version`). Not retransmitted within
+    /// the session (`awaitsManualReply` tells its driver to ask again in the next).
     package func requestManualChanges(now: Int64) -> [Frame] {
         guard failure == nil, session.isEstablished else {
             emit(.error(SyncError(.notConnected, "cannot ask the peer for its manual changes: no session is established")))
@@ -184,8 +186,12 @@ package final class ReplicationEndpoint {
             emit(.error(SyncError(.unsupportedVersion, "the peer's app is too old to be asked for its manual changes (protocol 1); update it")))
             return []
         }
+        awaitsManualReply = true
         return [SyncMessage.manualRequest(.init(id: session.takeMessageID())).frame()]
     }
+
+    /// Whether a manual request was sent in this session and not answered yet.
+    package private(set) var awaitsManualReply = false
 
     /// Whether commits of a burst are held back (`localChange(now:at:)`).
     private var holdsLocalChanges: Bool { configuration.burstCoalescing != nil && coalescing.heldSince != nil }

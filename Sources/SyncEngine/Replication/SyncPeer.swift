@@ -43,6 +43,9 @@ public final class SyncPeer: Sendable {
         var idle = false
         /// Whether the last published reachability was reachable.
         var reachable = false
+        /// Peers (node ids) asked for their manual changes whose session ended
+        /// before the answer came: the next session with each asks again.
+        var unansweredManualRequests: Set<UInt32> = []
     }
 
     private enum Input: Sendable {
@@ -98,10 +101,11 @@ public final class SyncPeer: Sendable {
     /// peer releases them as its own `sync()` would, unless its
     /// `ReplicationConfiguration.answersManualRequests` declines. Its answer
     /// is a `manualRequestAnswered` event here (and a `manualRequestReceived`
-    /// event there); the changes follow as usual. A peer of protocol 1 (an
-    /// older app) is never asked: an `.error` event (`unsupported-version`)
-    /// says so. Returns how many established sessions the request went to
-    /// (0 when none is).
+    /// event there); the changes follow as usual. A request whose session
+    /// ends before its answer is sent again when the next session with that
+    /// peer is established. A peer of protocol 1 (an older app) is never
+    /// asked: an `.error` event (`unsupported-version`) says so. Returns how
+    /// many established sessions the request went to (0 when none is).
     @discardableResult
     public func requestManualChanges() -> Int {
         let inputs = state.withLock { state in state.inputs.filter { state.sessions[$0.key]?.connected == true }.map(\.value) }
@@ -197,6 +201,9 @@ public final class SyncPeer: Sendable {
         }
         endpoint.connectionLost()
         let peerNode = endpoint.peerNode
+        if endpoint.awaitsManualReply, let peerNode {
+            state.withLock { _ = $0.unansweredManualRequests.insert(peerNode) }
+        }
         updateState(session, nil)
         store.emit(.disconnected(reason: reason), peer: peerNode)
         return reason
@@ -210,6 +217,8 @@ public final class SyncPeer: Sendable {
         // The one timer for held commits, and the deadline it wakes the loop at.
         var releaseTimer: (task: Task<Void, Never>, deadline: ContinuousClock.Instant)?
         defer { releaseTimer?.task.cancel() }
+        // Whether this session looked for a manual request an earlier session with its peer left unanswered.
+        var askedAgain = false
         do {
             for frame in endpoint.start(now: clock.nowMilliseconds()) { try await connection.send(frame) }
             for await input in inputs {
@@ -237,6 +246,12 @@ public final class SyncPeer: Sendable {
                     return why
                 }
                 for frame in frames { try await connection.send(frame) }
+                if !askedAgain, endpoint.isEstablished, let peer = endpoint.peerNode {
+                    askedAgain = true
+                    if state.withLock({ $0.unansweredManualRequests.remove(peer) != nil }) {
+                        for frame in endpoint.requestManualChanges(now: now) { try await connection.send(frame) }
+                    }
+                }
                 if let deadline = endpoint.heldUntil, releaseTimer.map({ $0.deadline > deadline }) ?? true {
                     releaseTimer?.task.cancel()
                     releaseTimer = (Task {

@@ -38,6 +38,9 @@ public struct BurstBenchmark: Sendable {
         var batchBytes = 0
         var p50 = 0.0
         var p99 = 0.0
+        /// The same, each write made once the previous one was acknowledged (nothing in flight).
+        var quietP50 = 0.0
+        var quietP99 = 0.0
     }
 
     public func run(progress: (String) -> Void = { _ in }) async throws -> [BenchFigure] {
@@ -57,6 +60,7 @@ public struct BurstBenchmark: Sendable {
         let burstOff = median(off.map { Double($0.burstBytes) / Double($0.batchBytes) })
         let p99On = median(on.map(\.p99)), p99Off = median(off.map(\.p99))
         let p50On = median(on.map(\.p50)), p50Off = median(off.map(\.p50))
+        let quietP50 = median(on.map(\.quietP50)), quietP99 = median(on.map(\.quietP99))
         let tag = runs > 1 ? " (median of \(runs) runs)" : ""
         return [
             BenchFigure(name: "raw loopback round trip p50", value: rtt, unit: "µs"),
@@ -72,6 +76,10 @@ public struct BurstBenchmark: Sendable {
                         baselineName: "raw RTT µs", ratio: p50On / rtt),
             BenchFigure(name: "write→visible p99 (TCP, idle link)" + tag, value: p99On, unit: "µs", baseline: rtt,
                         baselineName: "raw RTT µs", ratio: p99On / rtt, target: "≤ 10× RTT"),
+            BenchFigure(name: "write→visible p50, each write after the previous one's ack" + tag, value: quietP50, unit: "µs", baseline: rtt,
+                        baselineName: "raw RTT µs", ratio: quietP50 / rtt),
+            BenchFigure(name: "write→visible p99, each write after the previous one's ack" + tag, value: quietP99, unit: "µs", baseline: rtt,
+                        baselineName: "raw RTT µs", ratio: quietP99 / rtt),
             BenchFigure(name: "write→visible p50, coalescing off (before)" + tag, value: p50Off, unit: "µs", baseline: rtt,
                         baselineName: "raw RTT µs", ratio: p50Off / rtt),
             BenchFigure(name: "write→visible p99, coalescing off (before)" + tag, value: p99Off, unit: "µs", baseline: rtt,
@@ -139,6 +147,20 @@ public struct BurstBenchmark: Sendable {
         latencies.sort()
         measured.p50 = latencies[latencies.count / 2]
         measured.p99 = latencies[min(latencies.count - 1, latencies.count * 99 / 100)]
+        // Again, each write once the previous one is acknowledged on both sides: no
+        // acknowledgement, cursor commit or fsync of the previous write runs beside it.
+        latencies.removeAll(keepingCapacity: true)
+        for i in 0..<latencySamples {
+            try await phonePeer.waitUntilIdle(timeout: .seconds(60))
+            try await watchPeer.waitUntilIdle(timeout: .seconds(60))
+            let begin = ContinuousClock.now
+            try phone.setNow("{\"quiet\":\(i)}", for: probe)
+            _ = await iterator.next()
+            latencies.append(BenchClock.seconds(since: begin) * 1e6)
+        }
+        latencies.sort()
+        measured.quietP50 = latencies[latencies.count / 2]
+        measured.quietP99 = latencies[min(latencies.count - 1, latencies.count * 99 / 100)]
         client.cancel()
         await listener.close()
         server.cancel()
