@@ -182,17 +182,36 @@ import Testing
         #expect(try Self.batchSizes(session.phone.releaseHeld(now: 0, at: session.at(6_500))) == [1])
     }
 
-    /// Once a burst started, a hiccup shorter than `pause` (a descheduled
-    /// writer) does not end it; a commit after a longer pause goes at once.
+    /// Once a burst started (three commits within `gap` of each other), a
+    /// hiccup shorter than `pause` (a descheduled writer) does not end it; a
+    /// commit after a longer pause goes at once.
     @Test func aBurstLastsUntilAPause() throws {
         let session = try Session(coalescing: BurstCoalescing(gap: .microseconds(250), pause: .milliseconds(1), maxDelay: .seconds(60)))
         #expect(try Self.batchSizes(try session.commit(0, at: session.at(0))) == [1])
-        #expect(try session.commit(1, at: session.at(100)).isEmpty)     // 100 µs: a burst
-        #expect(try session.commit(2, at: session.at(700)).isEmpty)     // 600 µs later: still the burst
-        #expect(session.phone.heldUntil == session.at(1_700))
-        #expect(try Self.batchSizes(try session.commit(3, at: session.at(2_000))) == [3])  // 1.3 ms later: it ended
+        #expect(try session.commit(1, at: session.at(100)).isEmpty)     // 100 µs: held
+        #expect(try session.commit(2, at: session.at(200)).isEmpty)     // the third within `gap`: a burst
+        #expect(try session.commit(3, at: session.at(800)).isEmpty)     // 600 µs later: still the burst
+        #expect(session.phone.heldUntil == session.at(1_800))
+        #expect(try Self.batchSizes(try session.commit(4, at: session.at(2_100))) == [4])  // 1.3 ms later: it ended
         // The next commit 600 µs later is no burst (more than `gap`): at once.
-        #expect(try Self.batchSizes(try session.commit(4, at: session.at(2_600))) == [1])
+        #expect(try Self.batchSizes(try session.commit(5, at: session.at(2_700))) == [1])
+    }
+
+    /// Two quick commits are not yet a burst: a writer that waits for each
+    /// write to be visible and is sometimes quicker than `gap` has that write
+    /// held for `gap` at most, not for `pause` (write→visible over the
+    /// in-memory link had a mode at `pause` + 350 µs), and its next write,
+    /// after a longer pause, goes at once.
+    @Test func twoQuickCommitsWaitOnlyForGap() throws {
+        let session = try Session(coalescing: BurstCoalescing(gap: .microseconds(250), pause: .milliseconds(1), maxDelay: .seconds(60)))
+        #expect(try Self.batchSizes(try session.commit(0, at: session.at(0))) == [1])
+        #expect(try session.commit(1, at: session.at(200)).isEmpty)     // within `gap`, the first in flight: held
+        #expect(session.phone.heldUntil == session.at(450))              // `gap` after it, not `pause`
+        #expect(session.phone.releaseHeld(now: 0, at: session.at(449)).isEmpty)
+        #expect(try Self.batchSizes(session.phone.releaseHeld(now: 0, at: session.at(450))) == [1])
+        // Its write was visible; the next comes 400 µs after it (less than `pause`): at once.
+        #expect(try Self.batchSizes(try session.commit(2, at: session.at(600))) == [1])
+        #expect(session.phone.heldUntil == nil)
     }
 
     /// A tick sends held commits too.

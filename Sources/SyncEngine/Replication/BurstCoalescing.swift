@@ -4,14 +4,17 @@
 /// A commit is sent at once when the link is idle (nothing in flight) or when
 /// it ends a pause of at least `gap` since the commit before it (a single
 /// write, even while an earlier one awaits its acknowledgement). A commit that
-/// follows the previous one within `gap` while a batch is in flight starts a
-/// burst, which lasts until a pause of `pause` (a thread descheduled for a
-/// moment does not end it); its commits wait to join the next batch, which
-/// goes out when the burst pauses or the oldest waiting commit has waited
-/// `maxDelay` (acknowledgements arriving meanwhile do not send it, and the
-/// burst's later commits join it even once nothing is in flight). What waited then
-/// goes out as usual: in batches of at most `maxBatchEntries`, as far as the
-/// window allows.
+/// follows the previous one within `gap` while a batch is in flight waits to
+/// join the next batch, for `gap` at most if no commit follows it (two quick
+/// writes are not yet a burst: a writer that waits for each write to be
+/// visible must not wait `pause` each time it is quick). Three commits in a
+/// row, each within `gap` of the one before, are a burst, which lasts until a
+/// pause of `pause` (a thread descheduled for a moment does not end it); its
+/// commits wait to join the next batch, which goes out when the burst pauses
+/// or the oldest waiting commit has waited `maxDelay` (acknowledgements
+/// arriving meanwhile do not send it, and the burst's later commits join it
+/// even once nothing is in flight). What waited then goes out as usual: in
+/// batches of at most `maxBatchEntries`, as far as the window allows.
 public struct BurstCoalescing: Sendable, Equatable {
     /// Commits closer together than this start a burst.
     public var gap: Duration
@@ -33,18 +36,23 @@ struct CoalescingState {
     var lastChange: ContinuousClock.Instant?
     /// When the oldest commit held back arrived; nil when none is held.
     var heldSince: ContinuousClock.Instant?
-    /// Whether the commits heard of last are a burst (it lasts until a pause of `pause`).
+    /// Commits in a row so far, each within `gap` of the one before.
+    var quickCommits = 0
+    /// Whether the commits heard of last are a burst: three in a row within
+    /// `gap`, lasting until a pause of `pause`.
     var inBurst = false
 
     /// Whether a commit made at `instant` (the one before it at `previous`;
     /// nil: the last one this state heard of) waits, given whether a batch is in flight.
     mutating func holds(at instant: ContinuousClock.Instant, previous: ContinuousClock.Instant? = nil,
                         policy: BurstCoalescing, inFlight: Bool) -> Bool {
-        inBurst = (previous ?? lastChange).map { instant - $0 < (inBurst ? policy.pause : policy.gap) } ?? false
+        let interval = (previous ?? lastChange).map { instant - $0 }
+        quickCommits = interval.map { $0 < policy.gap } == true ? quickCommits + 1 : 0
+        inBurst = quickCommits >= 2 || (inBurst && interval.map { $0 < policy.pause } == true)
         lastChange = max(lastChange ?? instant, instant)
         // Once commits are held, the burst goes on filling the next batch even
         // if the acknowledgements emptied the window meanwhile.
-        guard inBurst, inFlight || heldSince != nil else { return false }
+        guard quickCommits > 0 || inBurst, inFlight || heldSince != nil else { return false }
         let since = heldSince ?? instant
         guard instant - since < policy.maxDelay else { return false }
         heldSince = since
@@ -54,6 +62,6 @@ struct CoalescingState {
     /// When the held commits go out if no acknowledgement sends them first.
     func deadline(policy: BurstCoalescing) -> ContinuousClock.Instant? {
         guard let heldSince, let lastChange else { return nil }
-        return min(lastChange + policy.pause, heldSince + policy.maxDelay)
+        return min(lastChange + (inBurst ? policy.pause : policy.gap), heldSince + policy.maxDelay)
     }
 }

@@ -54,6 +54,8 @@ public struct BurstBenchmark: Sendable {
                 if coalescing { on.append(measured) } else { off.append(measured) }
             }
         }
+        progress("\(latencySamples) write→visible over the in-memory link (no sockets)")
+        let inMemory = try await inMemoryLatency()
         func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
         let rtt = loopback.roundTripMicroseconds
         let burstOn = median(on.map { Double($0.burstBytes) / Double($0.batchBytes) })
@@ -80,11 +82,49 @@ public struct BurstBenchmark: Sendable {
                         baselineName: "raw RTT µs", ratio: quietP50 / rtt),
             BenchFigure(name: "write→visible p99, each write after the previous one's ack" + tag, value: quietP99, unit: "µs", baseline: rtt,
                         baselineName: "raw RTT µs", ratio: quietP99 / rtt),
+            BenchFigure(name: "write→visible p50, in-memory link (the engine without sockets)", value: inMemory.p50, unit: "µs", baseline: rtt,
+                        baselineName: "raw RTT µs", ratio: inMemory.p50 / rtt),
+            BenchFigure(name: "write→visible p99, in-memory link (the engine without sockets)", value: inMemory.p99, unit: "µs", baseline: rtt,
+                        baselineName: "raw RTT µs", ratio: inMemory.p99 / rtt),
             BenchFigure(name: "write→visible p50, coalescing off (before)" + tag, value: p50Off, unit: "µs", baseline: rtt,
                         baselineName: "raw RTT µs", ratio: p50Off / rtt),
             BenchFigure(name: "write→visible p99, coalescing off (before)" + tag, value: p99Off, unit: "µs", baseline: rtt,
                         baselineName: "raw RTT µs", ratio: p99Off / rtt),
         ]
+    }
+
+    /// write→visible of single writes between a phone and a watch joined by
+    /// an `InMemoryConnection`: what the engine costs without the transport.
+    func inMemoryLatency() async throws -> (p50: Double, p99: Double) {
+        let folder = try BenchClock.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let registry = try KeyRegistry([SyncBenchmark.family])
+        let phone = try SyncStore(path: folder + "/phone.sqlite", role: .phone, registry: registry)
+        let watch = try SyncStore(path: folder + "/watch.sqlite", role: .watch, registry: registry)
+        defer {
+            phone.close()
+            watch.close()
+        }
+        let replication = ReplicationConfiguration(pairingEpoch: "bench")
+        let phonePeer = SyncPeer(store: phone, configuration: replication, tickInterval: .milliseconds(50))
+        let watchPeer = SyncPeer(store: watch, configuration: replication, tickInterval: .milliseconds(50))
+        let (a, b) = InMemoryConnection.makePair()
+        let sessions = [Task { await phonePeer.run(over: a) }, Task { await watchPeer.run(over: b) }]
+        try await phonePeer.waitUntilIdle(timeout: .seconds(60))
+        let probe = SyncBenchmark.family["latency"]
+        let changes = watch.changes(for: probe)
+        var iterator = changes.makeAsyncIterator()
+        var latencies: [Double] = []
+        for i in 0..<latencySamples {
+            let begin = ContinuousClock.now
+            try phone.setNow("{\"sample\":\(i)}", for: probe)
+            _ = await iterator.next()
+            latencies.append(BenchClock.seconds(since: begin) * 1e6)
+        }
+        await a.close()
+        for session in sessions { _ = await session.value }
+        latencies.sort()
+        return (latencies[latencies.count / 2], latencies[min(latencies.count - 1, latencies.count * 99 / 100)])
     }
 
     /// A new phone and watch over TCP: the burst, the one batch, then the latency samples.
