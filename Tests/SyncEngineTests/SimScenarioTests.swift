@@ -145,10 +145,11 @@ import Testing
     }
 }
 
-/// Engine bugs the fuzzer found, fixed, and kept as regression scenarios.
+/// Engine (and checker) bugs the fuzzer found, fixed, and kept as regression scenarios.
 @Suite struct SimRegressionTests {
     @Test(arguments: ["resolver-tombstone-divergence", "rebaseline-after-skew", "retransmit-backoff-after-partition",
-                            "resume-note-direction"])
+                            "resume-note-direction", "purged-local-only-delete", "connected-watch-forgotten",
+                            "rebaselined-watch-manual-held"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

@@ -399,6 +399,41 @@ private final class Neighbourhood {
         #expect(try home.phone.knownPeers().map(\.node) == [home.watches[0].nodeID])
     }
 
+    /// A watch connected to the phone is being seen even when it has nothing
+    /// to acknowledge (or the phone's clock jumped): it is not forgotten, so
+    /// the tombstones it has not received stay until it has them. Once its
+    /// session ends, the horizon counts again. Found by `syncsim fuzz` with
+    /// purges: the phone forgot a connected watch after a clock jump, purged
+    /// a delete, and the watch kept the deleted value for the rest of the
+    /// session (it is re-baselined only at its next session).
+    @Test func aConnectedWatchIsNeverForgotten() async throws {
+        let home = try Neighbourhood(watches: 2)
+        try await home.phone.set(1, for: TestKeys.steps)
+        home.sync(1)
+        var link: Link? = Link(home.phone, home.watches[0])
+        link?.connect()
+        link?.settle()
+        // Watch 0 stays connected with nothing to acknowledge; the phone deletes, watch 1 takes the delete.
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(1)
+        home.advance(days: 91)
+        home.sync(1)
+        _ = try home.phone.purgeTombstones()
+        #expect(try home.phone.forgottenPeers().isEmpty)
+        #expect(Set(try home.phone.knownPeers().map(\.node)) == [home.watches[0].nodeID, home.watches[1].nodeID])
+        #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name)?.isDeleted == true, "the tombstone waits for watch 0")
+        link?.settle()
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil, "the delete reached the connected watch")
+
+        // The session ends: forgotten once the horizon has passed since it was last seen.
+        link = nil
+        home.advance(days: 91)
+        home.sync(1)
+        _ = try home.phone.purgeTombstones()
+        #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
+    }
+
     /// Only a phone re-baselines its watches: a notice sent to a phone fails
     /// the session with a clear error.
     @Test func aPhoneRefusesARebaselineNotice() async throws {

@@ -228,6 +228,9 @@ package final class InMemoryReplicationPort: ReplicationPort {
         peers[peer]!.record.cursor = max(known.record.cursor, sequence)
     }
 
+    /// Nothing to do: this port never forgets a peer (it never purges).
+    package func noteSession(with peer: UInt32, live: Bool) {}
+
     package func setMismatchedKeys(_ names: Set<String>, for peer: UInt32) throws {
         peers[peer]?.record.mismatched = names
     }

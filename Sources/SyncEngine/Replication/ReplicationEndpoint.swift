@@ -159,6 +159,7 @@ package final class ReplicationEndpoint {
                                          "the peer ended the session: \(PeerText.escaped(error.message))")
                 session.fail(reported)
                 failureReported = true
+                endLiveSession()
                 emit(.error(reported))
                 return []
             }
@@ -478,7 +479,20 @@ package final class ReplicationEndpoint {
     /// Ends the session locally (the connection went away).
     package func connectionLost() {
         session.close()
+        endLiveSession()
     }
+
+    /// The peer this session told the port it is live with (once established).
+    private var livePeer: UInt32?
+
+    /// Tells the port the session with its peer is over (once).
+    private func endLiveSession() {
+        guard let peer = livePeer else { return }
+        livePeer = nil
+        port.noteSession(with: peer, live: false)
+    }
+
+    deinit { endLiveSession() }
 
     // MARK: helpers
 
@@ -502,6 +516,10 @@ package final class ReplicationEndpoint {
                 do {
                     // The established state starts its stream progress afresh: from the recorded cursor.
                     let record = try port.recordPeer(node: peer.node, role: peer.role, epoch: configuration.pairingEpoch)
+                    if livePeer == nil {
+                        livePeer = peer.node
+                        port.noteSession(with: peer.node, live: true)
+                    }
                     session.stream = StreamProgress(cursor: record.cursor)
                     // A watch the phone has no cursor for, after tombstones were purged: re-baseline it first.
                     if let purged = try port.rebaselineNotice(for: peer.node, cursor: record.cursor) {
@@ -541,6 +559,7 @@ package final class ReplicationEndpoint {
         guard !failureReported else { return [] }
         failureReported = true
         session.fail(error)
+        endLiveSession()
         emit(.error(error))
         reporter.logger.error("replication session failed", metadata: ["code": "\(error.code)"])
         return notifyPeer ? [SyncMessage.error(.init(code: error.code.rawValue, message: error.message)).frame()] : []

@@ -68,6 +68,9 @@ package protocol ReplicationPort: AnyObject {
     func queuedPeer(role: DeviceRole, epoch: String) throws -> PeerRecord?
     /// `peer` durably applied every change up to `sequence`: its cursor moves there (never back).
     func acknowledge(peer: UInt32, through sequence: Int64) throws
+    /// A session with `peer` is established (`live`) or has ended: a peer with
+    /// a live session is being seen, and is never forgotten for being unseen.
+    func noteSession(with peer: UInt32, live: Bool)
     /// Remembers the keys `peer` declares differently.
     func setMismatchedKeys(_ names: Set<String>, for peer: UInt32) throws
 
@@ -208,6 +211,7 @@ package final class SQLiteReplicationPort: ReplicationPort {
     }
 
     package func acknowledge(peer: UInt32, through sequence: Int64) throws { try store.acknowledge(peer: peer, through: sequence) }
+    package func noteSession(with peer: UInt32, live: Bool) { store.noteSession(with: peer, live: live) }
     package func setMismatchedKeys(_ names: Set<String>, for peer: UInt32) throws { try store.setMismatchedKeys(names, for: peer) }
 
     package func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64? {

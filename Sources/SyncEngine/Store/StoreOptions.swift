@@ -75,8 +75,9 @@ public struct StoreOptions: Sendable {
     public var tombstoneRetention: Duration? = .seconds(30 * 24 * 3600)
     /// A watch the phone has not seen (no session, no acknowledgement) for
     /// longer than this is forgotten: it no longer holds tombstones back, and
-    /// when it returns it starts again from a full baseline. nil never
-    /// forgets. A watch never forgets its phone.
+    /// when it returns it starts again from a full baseline. A watch with a
+    /// session running is being seen: never forgotten. nil never forgets. A
+    /// watch never forgets its phone.
     public var peerHorizon: Duration? = .seconds(90 * 24 * 3600)
 
     public init(clock: any PhysicalClock = SystemClock(), encryption: EncryptionKeySource? = nil) {

@@ -114,8 +114,19 @@ extension SyncStore {
         }
     }
 
+    /// A session with `peer` was established (`live`) or ended.
+    func noteSession(with peer: UInt32, live: Bool) {
+        livePeers.withLock { sessions in
+            let count = (sessions[peer] ?? 0) + (live ? 1 : -1)
+            sessions[peer] = count > 0 ? count : nil
+        }
+    }
+
     /// Removes the watches last seen before `cutoff` from `sync_peers` and
-    /// remembers them in `sync_forgotten_peers`. A watch never forgets its
+    /// remembers them in `sync_forgotten_peers`. A watch with a live session
+    /// is being seen: its last sighting becomes now, whatever it last
+    /// acknowledged (a connected watch with nothing to acknowledge, or a
+    /// clock that jumped, must not lose the tombstones it has not received). A watch never forgets its
     /// phone: its cursor is what tells, when the phone re-baselines it, the
     /// values the phone knew from the watch's own unsent writes.
     private func forgetPeers(unseenSince cutoff: Int64, now: Int64) throws -> [UInt32] {
@@ -133,6 +144,13 @@ extension SyncStore {
             let unknown = try conn.statement("UPDATE sync_peers SET last_seen = ?1 WHERE last_seen <= 0")
             unknown.bind(1, now)
             try unknown.run()
+            let seen = try conn.statement("UPDATE sync_peers SET last_seen = max(last_seen, ?2) WHERE peer_node = ?1")
+            for node in livePeers.withLock({ Array($0.keys) }) {
+                seen.reset()
+                seen.bind(1, Int64(node))
+                seen.bind(2, now)
+                try seen.run()
+            }
             let select = try conn.statement("SELECT peer_node FROM sync_peers WHERE last_seen < ?1")
             select.bind(1, cutoff)
             var nodes: [UInt32] = []

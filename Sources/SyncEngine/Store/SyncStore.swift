@@ -54,6 +54,9 @@ public final class SyncStore: KeyValueBackend {
     /// When tombstones were last purged (physical milliseconds), to purge after
     /// acknowledgements at most once a minute.
     let purgeState = Mutex<Int64>(0)
+    /// Peers (node ids) with an established session right now, with how many
+    /// sessions each: they are being seen, and are never forgotten.
+    let livePeers = Mutex<[UInt32: Int]>([:])
 
     /// Opens (creating if needed) the store at `path` for `role`.
     ///

@@ -16,6 +16,7 @@ public struct FuzzCommand: AsyncParsableCommand {
     @Option(help: "The most watches per scenario (1...3); each scenario gets 1 to this many.") var watches: Int = Scenario.maxWatches
     @Flag(help: "No power cuts inside SQLite transactions.") var noPowerCuts = false
     @Flag(help: "No queued delivery through a mailbox (and no node-down periods it brings).") var noMailbox = false
+    @Flag(help: "No tombstone purges (short retention and peer horizon, purge steps).") var noPurges = false
     @Option(name: .customLong("inject-fault"), help: .hidden) var injectFault: [String] = []
 
     public init() {}
@@ -43,6 +44,7 @@ public struct FuzzCommand: AsyncParsableCommand {
         fuzzer.maxWatches = watches
         fuzzer.powerCuts = !noPowerCuts
         fuzzer.mailbox = !noMailbox
+        fuzzer.purges = !noPurges
         let start = ContinuousClock.now
         let bar = ProgressBar()
         let (completed, failure) = await fuzzer.run { done, total in bar.show(done, total, since: start) }

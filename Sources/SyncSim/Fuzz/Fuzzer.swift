@@ -17,6 +17,8 @@ public struct Fuzzer: Sendable {
     public var powerCuts = true
     /// Whether scenarios may use queued delivery through a mailbox.
     public var mailbox = true
+    /// Whether scenarios may purge tombstones (short retention and peer horizon, `purge` steps).
+    public var purges = true
 
     public init(runs: Int, seed: UInt64, ops: Int, options: RunOptions = RunOptions(), workers: Int = 2) {
         self.runs = runs
@@ -40,7 +42,7 @@ public struct Fuzzer: Sendable {
 
     /// Runs the scenarios; `progress(done, total)` is called after each. Returns the first failure by run index.
     public func run(progress: @Sendable (Int, Int) -> Void) async -> (completed: Int, failure: Failure?) {
-        let generator = ScenarioGenerator(ops: ops, maxWatches: maxWatches, powerCuts: powerCuts, mailbox: mailbox)
+        let generator = ScenarioGenerator(ops: ops, maxWatches: maxWatches, powerCuts: powerCuts, mailbox: mailbox, purges: purges)
         let options = self.options
         let outDir = self.outDir
         return await withTaskGroup(of: (Int, Failure?).self) { group in

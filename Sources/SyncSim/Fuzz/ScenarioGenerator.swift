@@ -5,8 +5,9 @@ import SyncTransport
 /// and policy, small values mostly and values around the 100 KB boundary
 /// now and then, random faults, partitions, crashes and restarts, skew;
 /// one to three watches, each with its own link, power cuts that land
-/// inside SQLite transactions, and queued delivery through a mailbox with a
-/// node not running for a while.
+/// inside SQLite transactions, queued delivery through a mailbox with a
+/// node not running for a while, and tombstone purges with a short retention
+/// and peer horizon (a watch away longer is forgotten and re-baselined).
 public struct ScenarioGenerator: Sendable {
     /// Timeline steps per scenario.
     public var ops: Int
@@ -19,12 +20,16 @@ public struct ScenarioGenerator: Sendable {
     /// and, with it, a period where one node is not running while the other
     /// writes and queues.
     public var mailbox: Bool
+    /// Whether scenarios may purge tombstones (about 3 in 10): a retention of
+    /// 0.5–3 s and a peer horizon of 1–8 s of virtual time, and `purge` steps.
+    public var purges: Bool
 
-    public init(ops: Int = 100, maxWatches: Int = Scenario.maxWatches, powerCuts: Bool = true, mailbox: Bool = true) {
+    public init(ops: Int = 100, maxWatches: Int = Scenario.maxWatches, powerCuts: Bool = true, mailbox: Bool = true, purges: Bool = true) {
         self.ops = ops
         self.maxWatches = min(max(1, maxWatches), Scenario.maxWatches)
         self.powerCuts = powerCuts
         self.mailbox = mailbox
+        self.purges = purges
     }
 
     /// The scenario for `seed`.
@@ -117,12 +122,25 @@ public struct ScenarioGenerator: Sendable {
             steps.insert(restart, at: last + 1)
             steps.insert(Scenario.Step(at: steps[first].at, .crash(node: down)), at: first)
         }
+        // Purges come from a stream of their own too: a scenario without them is the one this seed always gave.
+        var g = SeededRandom(seed: seed ^ 0x7F06_B5A7_0E_44)
+        var retention: Int64?, horizon: Int64?
+        if purges, g.nextBool(probability: 0.3), !steps.isEmpty {
+            retention = Int64(g.nextInt(in: 500...3_000))
+            horizon = Int64(g.nextInt(in: 1_000...8_000))
+            let nodes: [ScenarioNode] = [.phone] + watches
+            for _ in 0..<g.nextInt(in: 1...4) {
+                let index = g.nextInt(in: 0...(steps.count - 1))
+                steps.insert(Scenario.Step(at: steps[index].at, .purge(node: nodes[g.nextInt(in: 0...(nodes.count - 1))])), at: index + 1)
+            }
+        }
         var faults = LinkFaults()
         if r.nextBool(probability: 0.5) {
             faults = LinkFaults(latencyMs: r.nextInt(in: 1...50), jitterMs: r.nextInt(in: 0...20), lossRate: Double(r.nextInt(in: 0...20)) / 100,
                                 duplicateRate: Double(r.nextInt(in: 0...10)) / 100, reorderRate: Double(r.nextInt(in: 0...20)) / 100)
         }
         return Scenario(description: "fuzz scenario from seed \(seed) (\(ops) ops, \(watchCount) watch\(watchCount == 1 ? "" : "es"))",
-                        seed: seed, keys: keys, faults: faults, settleLimitMs: 300_000, watches: watchCount, mailbox: queued, timeline: steps)
+                        seed: seed, keys: keys, faults: faults, settleLimitMs: 300_000, watches: watchCount, tombstoneRetentionMs: retention, peerHorizonMs: horizon,
+                        mailbox: queued, timeline: steps)
     }
 }
