@@ -21,7 +21,9 @@ public struct ScenarioGenerator: Sendable {
     /// writes and queues.
     public var mailbox: Bool
     /// Whether scenarios may purge tombstones (about 3 in 10): a retention of
-    /// 0.5–3 s and a peer horizon of 1–8 s of virtual time, and `purge` steps.
+    /// 10–30 s and a peer horizon of 5–40 s of virtual time over a timeline
+    /// stretched eightfold, skews within a quarter of the retention, and
+    /// `purge` steps.
     public var purges: Bool
 
     public init(ops: Int = 100, maxWatches: Int = Scenario.maxWatches, powerCuts: Bool = true, mailbox: Bool = true, purges: Bool = true) {
@@ -126,8 +128,19 @@ public struct ScenarioGenerator: Sendable {
         var g = SeededRandom(seed: seed ^ 0x7F06_B5A7_0E_44)
         var retention: Int64?, horizon: Int64?
         if purges, g.nextBool(probability: 0.3), !steps.isEmpty {
-            retention = Int64(g.nextInt(in: 500...3_000))
-            horizon = Int64(g.nextInt(in: 1_000...8_000))
+            // The engine's assumption (README, tombstones): the retention is longer than any
+            // frame stays in flight (retransmits included) and than any jump of a clock. The
+            // timeline is stretched eightfold so that tombstones outlive it within one scenario,
+            // and clock skews stay within a quarter of the retention.
+            let kept = Int64(g.nextInt(in: 10_000...30_000))
+            retention = kept
+            horizon = Int64(g.nextInt(in: 5_000...40_000))
+            steps = steps.map { step in
+                var stretched = step
+                stretched.at *= 8
+                if case .skew(let node, let ms) = step.action { stretched.action = .skew(node: node, ms: max(-kept / 4, min(kept / 4, ms))) }
+                return stretched
+            }
             let nodes: [ScenarioNode] = [.phone] + watches
             for _ in 0..<g.nextInt(in: 1...4) {
                 let index = g.nextInt(in: 0...(steps.count - 1))
