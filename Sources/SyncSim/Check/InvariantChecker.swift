@@ -186,7 +186,11 @@ struct InvariantChecker {
                 }
                 continue
             }
-            if entry.version < write.version {
+            // A delete whose tombstone a node purged may come back as an older delete of the
+            // same key that the purging node had not seen (the README's tombstone limits): the
+            // key is deleted either way, and nothing the app holds is lost.
+            let purgedDelete = write.deleted && entry.isDeleted && write.version.packed <= (nodes.map(\.purgedThrough).max() ?? 0)
+            if entry.version < write.version && !purgedDelete {
                 log.violate(.noLostAcknowledgedWrite, "\(label): \(node.name) holds \(write.key) at \(entry.version), older than its acknowledged write \(write.version)")
             }
         }
