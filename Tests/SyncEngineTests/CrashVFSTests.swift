@@ -166,6 +166,52 @@ import Testing
         #expect(lost > 0)
     }
 
+    /// A watch's cursor (the phone's acknowledgements of the watch's own
+    /// writes) survives a power cut: if the phone forgets the watch and
+    /// re-baselines it, the cursor tells which of its writes the phone had
+    /// (lost, an old write the phone has since deleted comes back). Both as a
+    /// step-driven endpoint (synced in place) and as SyncPeer drives one
+    /// (`takeCursorSyncRequest`). The cursor was left to the next sync before.
+    @Test(arguments: [false, true])
+    func aWatchsCursorSurvivesAPowerCut(deferred: Bool) throws {
+        let vfs = Self.vfs
+        vfs.disarm()
+        vfs.powerOn()
+        let folder = TempFolder()
+        let registry = try KeyRegistry([Self.items, Self.large])
+        var phoneOptions = StoreOptions(clock: ManualClock())
+        phoneOptions.externalChangePollInterval = nil
+        let phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: phoneOptions)
+        defer { phone.close() }
+        var watchOptions = StoreOptions(clock: ManualClock())
+        watchOptions.externalChangePollInterval = nil
+        watchOptions.vfsName = vfs.name
+        let watchPath = folder.file("watch.sqlite")
+        do {
+            let watch = try SyncStore(path: watchPath, role: .watch, registry: registry, options: watchOptions)
+            defer { watch.close() }
+            try watch.setNow(Data([1, 2, 3]), for: Self.items["from-the-watch"])
+            try watch.syncCommitted()  // the store and the write are on stable storage
+            let config = ReplicationConfiguration(pairingEpoch: "crash")
+            let a = ReplicationEndpoint(store: phone, configuration: config)
+            let b = ReplicationEndpoint(store: watch, configuration: config)
+            b.defersAcknowledgementSync = deferred
+            var recorder = AcknowledgementRecorder()
+            Self.exchange(a, b, &recorder, syncing: deferred ? watch : nil)
+            if deferred, b.takeCursorSyncRequest() { try watch.syncCommitted() }
+            #expect(try phone.storedValue(for: Self.items["from-the-watch"]) == Data([1, 2, 3]))
+            #expect(try watch.pendingSummary(for: phone.nodeID).total == 0)
+            vfs.powerCut()
+        }
+        vfs.powerOn()
+        var reopenOptions = StoreOptions(clock: ManualClock())
+        reopenOptions.externalChangePollInterval = nil
+        let rebooted = try SyncStore(path: watchPath, role: .watch, registry: registry, options: reopenOptions)
+        defer { rebooted.close() }
+        #expect(try rebooted.storedValue(for: Self.items["from-the-watch"]) == Data([1, 2, 3]))
+        #expect(try rebooted.pendingSummary(for: phone.nodeID).total == 0, "the phone's acknowledgement was lost to the power cut")
+    }
+
     static func seed() -> UInt64 {
         ProcessInfo.processInfo.environment["SYNCENGINE_CRASH_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 1...UInt64.max)
     }

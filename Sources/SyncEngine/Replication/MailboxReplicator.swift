@@ -129,6 +129,8 @@ package final class MailboxReplicator {
                     let cursor = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)?.cursor ?? 0
                     if after <= cursor, through > cursor {
                         try port.acknowledge(peer: peer.node, through: through)
+                        // As a live session does: a watch's cursor on stable storage (re-baselines read it).
+                        if port.role == .watch { try port.syncCommitted() }
                         report.acknowledged = true
                     }
                     if !rejected.isEmpty {

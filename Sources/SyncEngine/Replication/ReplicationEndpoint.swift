@@ -374,7 +374,23 @@ package final class ReplicationEndpoint {
     func complete(upper: Int64) throws {
         if let reached = session.stream.complete(upper: upper), let peer = session.knownPeer {
             try port.acknowledge(peer: peer.node, through: reached)
+            // A watch's cursor is what tells, if the phone ever forgets and re-baselines it,
+            // which of its own writes the phone already had: it goes to stable storage too
+            // (lost to a power cut, an old write the phone has since deleted would come back).
+            if port.role == .watch {
+                if defersAcknowledgementSync { cursorAwaitsSync = true } else { try port.syncCommitted() }
+            }
         }
+    }
+
+    /// A watch's cursor moved and waits for `syncCommitted()` (only with `defersAcknowledgementSync`).
+    private var cursorAwaitsSync = false
+
+    /// Whether the driver must sync the store's commits even with no
+    /// acknowledgement waiting (a watch's cursor moved); taking it clears it.
+    package func takeCursorSyncRequest() -> Bool {
+        defer { cursorAwaitsSync = false }
+        return cursorAwaitsSync
     }
 
     /// Once every repaired key's changes were acknowledged, the peer's record

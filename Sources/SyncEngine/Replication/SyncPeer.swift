@@ -177,8 +177,7 @@ public final class SyncPeer: Sendable {
             }
             group.addTask {
                 for await _ in ackSignals {
-                    let frames = awaitingSync.takeAll()
-                    guard !frames.isEmpty else { continue }
+                    guard let frames = awaitingSync.takeAll() else { continue }
                     do {
                         try await store.syncCommittedAsync()
                         for frame in frames { try await connection.send(frame) }
@@ -260,7 +259,7 @@ public final class SyncPeer: Sendable {
                     }, deadline)
                 }
                 let durable = endpoint.takeFramesAwaitingSync()
-                if !durable.isEmpty { acknowledgeWhenDurable(durable) }
+                if !durable.isEmpty || endpoint.takeCursorSyncRequest() { acknowledgeWhenDurable(durable) }
                 if let failure = endpoint.failure { return failure.description }
                 if let peer = endpoint.peerNode { localChangeSignalled.sessionPeer = peer }
                 updateState(session, Session(connected: endpoint.isEstablished, idle: endpoint.isIdle, generation: generation,
@@ -331,16 +330,24 @@ public final class SyncPeer: Sendable {
     }
 }
 
-/// Acknowledgements waiting for their commits to reach stable storage.
+/// Acknowledgements waiting for their commits to reach stable storage, and
+/// whether a sync was asked for at all (a watch's moved cursor asks for one
+/// with no acknowledgement to send).
 private final class FramesAwaitingSync: Sendable {
-    private let frames = Mutex<[Frame]>([])
+    private let pending = Mutex<(frames: [Frame], requested: Bool)>(([], false))
 
-    func append(_ more: [Frame]) { frames.withLock { $0 += more } }
+    func append(_ more: [Frame]) {
+        pending.withLock {
+            $0.frames += more
+            $0.requested = true
+        }
+    }
 
-    func takeAll() -> [Frame] {
-        frames.withLock { queued in
-            defer { queued.removeAll() }
-            return queued
+    /// The frames to send once synced; nil when no sync was asked for since the last call.
+    func takeAll() -> [Frame]? {
+        pending.withLock { pending in
+            defer { pending = ([], false) }
+            return pending.requested ? pending.frames : nil
         }
     }
 }
