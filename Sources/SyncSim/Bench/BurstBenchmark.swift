@@ -111,18 +111,27 @@ public struct BurstBenchmark: Sendable {
         let (a, b) = InMemoryConnection.makePair()
         let sessions = [Task { await phonePeer.run(over: a) }, Task { await watchPeer.run(over: b) }]
         try await phonePeer.waitUntilIdle(timeout: .seconds(60))
+        let latency = try await BurstBenchmark.writeToVisible(samples: latencySamples, from: phone, to: watch)
+        await a.close()
+        for session in sessions { _ = await session.value }
+        return latency
+    }
+
+    /// p50 and p99 (µs) of `samples` single writes on `phone` until `watch`'s
+    /// observer sees each; `beforeEach` runs before each write is timed.
+    static func writeToVisible(samples: Int, from phone: SyncStore, to watch: SyncStore, tag: String = "sample",
+                               beforeEach: () async throws -> Void = {}) async throws -> (p50: Double, p99: Double) {
         let probe = SyncBenchmark.family["latency"]
         let changes = watch.changes(for: probe)
         var iterator = changes.makeAsyncIterator()
         var latencies: [Double] = []
-        for i in 0..<latencySamples {
+        for i in 0..<samples {
+            try await beforeEach()
             let begin = ContinuousClock.now
-            try phone.setNow("{\"sample\":\(i)}", for: probe)
+            try phone.setNow("{\"\(tag)\":\(i)}", for: probe)
             _ = await iterator.next()
             latencies.append(BenchClock.seconds(since: begin) * 1e6)
         }
-        await a.close()
-        for session in sessions { _ = await session.value }
         latencies.sort()
         return (latencies[latencies.count / 2], latencies[min(latencies.count - 1, latencies.count * 99 / 100)])
     }
@@ -174,33 +183,14 @@ public struct BurstBenchmark: Sendable {
         measured.batchBytes = wireBytes.load(ordering: .relaxed) - before
 
         // write→visible, one write at a time, each waiting for the watch to see it.
-        let probe = SyncBenchmark.family["latency"]
-        let changes = watch.changes(for: probe)
-        var iterator = changes.makeAsyncIterator()
-        var latencies: [Double] = []
-        for i in 0..<latencySamples {
-            let begin = ContinuousClock.now
-            try phone.setNow("{\"sample\":\(i)}", for: probe)
-            _ = await iterator.next()
-            latencies.append(BenchClock.seconds(since: begin) * 1e6)
-        }
-        latencies.sort()
-        measured.p50 = latencies[latencies.count / 2]
-        measured.p99 = latencies[min(latencies.count - 1, latencies.count * 99 / 100)]
+        (measured.p50, measured.p99) = try await BurstBenchmark.writeToVisible(samples: latencySamples, from: phone, to: watch)
         // Again, each write once the previous one is acknowledged on both sides: no
         // acknowledgement, cursor commit or fsync of the previous write runs beside it.
-        latencies.removeAll(keepingCapacity: true)
-        for i in 0..<latencySamples {
+        (measured.quietP50, measured.quietP99) = try await BurstBenchmark.writeToVisible(samples: latencySamples, from: phone, to: watch,
+                                                                                         tag: "quiet") {
             try await phonePeer.waitUntilIdle(timeout: .seconds(60))
             try await watchPeer.waitUntilIdle(timeout: .seconds(60))
-            let begin = ContinuousClock.now
-            try phone.setNow("{\"quiet\":\(i)}", for: probe)
-            _ = await iterator.next()
-            latencies.append(BenchClock.seconds(since: begin) * 1e6)
         }
-        latencies.sort()
-        measured.quietP50 = latencies[latencies.count / 2]
-        measured.quietP99 = latencies[min(latencies.count - 1, latencies.count * 99 / 100)]
         client.cancel()
         await listener.close()
         server.cancel()
