@@ -69,6 +69,10 @@ import Testing
         #expect((before["pending"] as? [String: Any])?["automatic"] as? Int == 1)  // the watch was never met: everything is pending
         #expect((before["mailbox"] as? [String: Any])?["outgoing"] as? Int == 1)
         #expect(before["reachable"] as? Bool == false)
+        // No live session can come to a mailbox-only node: wait-idle says so at once (it waited out its time before).
+        phone.send("wait-idle 60")
+        let waited = try await phone.reply("wait-idle on a mailbox-only node")
+        #expect(waited["ok"] as? Bool == false && waited["code"] as? String == "not-connected", "\(waited)")
         try await quit(phone, "the phone node to quit")
 
         // The watch starts while the phone is down: the change arrives; the watch writes back.

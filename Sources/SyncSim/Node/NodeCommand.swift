@@ -113,7 +113,7 @@ public struct NodeCommand: AsyncParsableCommand {
             }
             // Outside the group: on quit it ends first, its last round posting what was written until then.
             let queuedDelivery = queued.map { mailbox in Task { await peer.runQueued(through: mailbox, pollInterval: .milliseconds(100)) } }
-            let console = NodeConsole(store: store, peer: peer, output: output, mailbox: queued)
+            let console = NodeConsole(store: store, peer: peer, output: output, mailbox: queued, live: listen != nil || connect != nil)
             await console.run()
             queuedDelivery?.cancel()
             await queuedDelivery?.value

@@ -22,6 +22,8 @@ struct NodeConsole {
     let output: JSONLineWriter
     /// The mailbox of queued delivery (`--mailbox`), if any.
     var mailbox: Mailbox? = nil
+    /// Whether the node syncs live (`--listen` or `--connect`), not only through the mailbox.
+    var live = true
 
     func run() async {
         let input = NodeConsole.standardInputLines()
@@ -77,6 +79,10 @@ struct NodeConsole {
                 return try status()
             case ("wait-idle", 2):
                 guard let seconds = Double(parts[1]), seconds >= 0 else { return ["ok": false, "error": "wait-idle takes a number of seconds"] }
+                guard live else {
+                    return ["ok": false, "code": SyncError.Code.notConnected.rawValue,
+                            "error": "wait-idle waits for a live session, and this node syncs only through its mailbox (no --listen or --connect); use status: its mailbox counts and pending"]
+                }
                 try await peer.waitUntilIdle(timeout: .milliseconds(Int(seconds * 1000)))
                 return ["ok": true, "idle": true]
             default:
