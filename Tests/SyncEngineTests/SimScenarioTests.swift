@@ -149,7 +149,8 @@ import Testing
 @Suite struct SimRegressionTests {
     @Test(arguments: ["resolver-tombstone-divergence", "rebaseline-after-skew", "retransmit-backoff-after-partition",
                             "resume-note-direction", "purged-local-only-delete", "connected-watch-forgotten",
-                            "rebaselined-watch-manual-held", "older-delete-after-purge"])
+                            "rebaselined-watch-manual-held", "older-delete-after-purge",
+                            "stale-resend-after-purge"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

@@ -434,6 +434,28 @@ private final class Neighbourhood {
         #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
     }
 
+    /// A batch resent after its keys changed carries only what is still
+    /// current. Found by `syncsim fuzz`: a retransmitted old batch reached a
+    /// watch after it had applied the key's newer tombstone and purged it, and
+    /// the old value came back (nothing was left to compare it with).
+    @Test func aResentBatchLeavesOutWhatWasSupersededSince() throws {
+        let pair = try Pair()
+        let config = ReplicationConfiguration(pairingEpoch: "test")
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)  // a lossy transport: it retransmits
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+        establish(phone, watch)
+        try pair.phone.setNow(1, for: TestKeys.daily["gone"])
+        try pair.phone.setNow(2, for: TestKeys.daily["kept"])
+        let lost = try #require(phone.pump(now: 0).compactMap { try? SyncMessage(frame: $0).asBatch }.first)
+        #expect(Set(lost.entries.map(\.key)) == [TestKeys.daily["gone"].name, TestKeys.daily["kept"].name])
+        try pair.phone.removeNow(TestKeys.daily["gone"])  // superseded while the batch is unacknowledged
+        let later = phone.tick(now: 60_000).compactMap { try? SyncMessage(frame: $0).asBatch }
+        let resent = try #require(later.first { $0.id == lost.id })
+        #expect(resent.entries.map(\.key) == [TestKeys.daily["kept"].name])
+        // The tombstone goes as usual, in a batch of its own.
+        #expect(later.contains { $0.id != lost.id && $0.entries.contains { $0.key == TestKeys.daily["gone"].name && $0.deleted } })
+    }
+
     /// Only a phone re-baselines its watches: a notice sent to a phone fails
     /// the session with a clear error.
     @Test func aPhoneRefusesARebaselineNotice() async throws {

@@ -200,7 +200,28 @@ package final class ReplicationEndpoint {
     /// Retransmits what timed out, then sends what is pending.
     package func tick(now: Int64) -> [Frame] {
         guard failure == nil else { return [] }
-        return perform(session.tick(now: now), now: now) + pump(now: now)
+        let actions = session.tick(now: now).map { action -> ReplicationSession.Action in
+            guard case .send(.batch(let batch)) = action else { return action }
+            return .send(.batch(current(batch)))
+        }
+        return perform(actions, now: now) + pump(now: now)
+    }
+
+    /// `batch` as it is resent: without the entries this store has since
+    /// superseded (a newer version of the key is further on in the stream,
+    /// and goes in its own batch). A stale copy must not reach a peer that
+    /// has since received the newer version, applied it and purged it (a
+    /// tombstone): with nothing left to compare, the old value would come back.
+    private func current(_ batch: SyncMessage.Batch) -> SyncMessage.Batch {
+        var fresh = batch
+        fresh.entries = batch.entries.filter { entry in
+            do {
+                return try port.localVersion(forKey: entry.key) == entry.version
+            } catch {
+                return true  // unreadable now: resent as it was
+            }
+        }
+        return fresh
     }
 
     /// A local commit happened (heard of at `instant`, a monotonic time): sends
