@@ -259,7 +259,8 @@ public final class SyncPeer: Sendable {
                     }, deadline)
                 }
                 let durable = endpoint.takeFramesAwaitingSync()
-                if !durable.isEmpty || endpoint.takeCursorSyncRequest() { acknowledgeWhenDurable(durable) }
+                let cursorMoved = endpoint.takeCursorSyncRequest()
+                if !durable.isEmpty || cursorMoved { acknowledgeWhenDurable(durable) }
                 if let failure = endpoint.failure { return failure.description }
                 if let peer = endpoint.peerNode { localChangeSignalled.sessionPeer = peer }
                 updateState(session, Session(connected: endpoint.isEstablished, idle: endpoint.isIdle, generation: generation,
