@@ -336,6 +336,29 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
         }
         #expect(hello.partialTransfers.map(\.key) == [blob2.name])
     }
+
+    /// A transfer the sender stops because a newer change of its key overtook
+    /// it (it sends that change instead) leaves the receiver idle once the
+    /// newer change is applied. Found by `syncsim fuzz`: the receiver waited
+    /// for the rest of the old value for good, and the run never settled.
+    @Test func aTransferOvertakenByANewerChangeDoesNotKeepTheReceiverBusy() throws {
+        let pair = try Pair()
+        let config = ReplicationConfiguration(pairingEpoch: "test")
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+        establish(phone, watch)
+        try pair.phone.setNow(Data(repeating: 7, count: 300_000), for: TestKeys.blob)  // large: deferred, then released
+        _ = try pair.phone.requestManualSync()
+        let chunks = phone.pump(now: 0).filter { $0.type == SyncMessage.MessageType.chunk.rawValue }
+        #expect(chunks.count >= 2)
+        _ = watch.receive(chunks[0], now: 0)  // only the first chunk arrives
+        #expect(watch.receivingTransfer)
+        try pair.phone.setNow(Data([1]), for: TestKeys.blob)  // a newer, small value overtakes the transfer
+        let batches = phone.pump(now: 0).filter { $0.type == SyncMessage.MessageType.batch.rawValue }
+        for batch in batches { _ = watch.receive(batch, now: 0) }
+        #expect(try pair.watch.storedValue(for: TestKeys.blob) == Data([1]))
+        #expect(!watch.receivingTransfer, "the watch still waits for the rest of the overtaken value")
+    }
 }
 
 // MARK: - The conflict log is bounded

@@ -94,7 +94,7 @@ extension ReplicationEndpoint {
             return [ack(complete: true)]
         }
         if let local = try port.localVersion(forKey: entry.key), local >= entry.version {
-            receivingTransfer = false
+            receiving = nil
             try port.discardStagedChunks(key: entry.key, through: local)
             return [ack(complete: true, restsOnCommit: true)]  // the acknowledgement rests on that commit
         }
@@ -106,10 +106,10 @@ extension ReplicationEndpoint {
         emit(.chunk(key: entry.key, index: chunk.index, count: chunk.count, outgoing: false))
         let staged = try port.stageChunk(chunk)
         guard staged >= chunk.count else {
-            receivingTransfer = true
+            receiving = ChunkedVersion(key: entry.key, version: entry.version)
             return [ack(complete: false)]
         }
-        receivingTransfer = false
+        receiving = nil
         let bytes = try port.assembleChunks(key: entry.key, version: entry.version)
         guard bytes.count == chunk.totalSize, Checksum.crc32(bytes) == chunk.totalChecksum else {
             // Drops the staged chunks (nothing to apply, nothing acknowledged).

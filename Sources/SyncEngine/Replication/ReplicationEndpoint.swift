@@ -453,8 +453,18 @@ package final class ReplicationEndpoint {
 
     /// Entries from the peer that changed this store, in this session so far.
     package private(set) var entriesApplied = 0
-    /// A large value from the peer is partly received (more chunks will come).
-    var receivingTransfer = false
+    /// The large value from the peer that is partly received (more chunks will come).
+    var receiving: ChunkedVersion?
+
+    /// Whether a large value from the peer is partly received and still
+    /// wanted: not once this store holds that version or a newer one of its
+    /// key (the peer stops a transfer its newer change overtook, and sends
+    /// that change instead; the session would never be idle again).
+    var receivingTransfer: Bool {
+        guard let receiving else { return false }
+        if let local = try? port.localVersion(forKey: receiving.key), local >= receiving.version { return false }
+        return true
+    }
 
     /// Publishes `event` as concerning this session's peer.
     func emit(_ event: SyncEvent) {
