@@ -1,6 +1,14 @@
 import Foundation
+import Synchronization
 import SyncTransport
 import Testing
+
+/// Lines a child printed so far.
+final class SeenLines: Sendable {
+    private let lines = Mutex<[String]>([])
+    func append(_ line: String) { lines.withLock { $0.append(line) } }
+    var all: [String] { lines.withLock { $0 } }
+}
 
 /// Builds are part of `swift test`; this runs the example phone and watch programs against each other.
 @Suite struct ExampleAppsTests {
@@ -30,7 +38,20 @@ import Testing
         watch.standardOutput = watchOut
         try watch.run()
         defer { if watch.isRunning { kill(watch.processIdentifier, SIGKILL) } }
-        let watchLines = try await all(of: lines(of: watchOut), "the watch app's output to end")
+        // Generous: on a loaded two-core CI machine a dial can time out and back off before it connects.
+        // What the watch printed so far is kept, for the failure message.
+        let watchSeen = SeenLines()
+        let watchStream = lines(of: watchOut)
+        let watchLines: [String]
+        do {
+            watchLines = try await withDeadline("the watch app's output to end", within: .seconds(150)) {
+                for await line in watchStream { watchSeen.append(line) }
+                return watchSeen.all
+            }
+        } catch {
+            Issue.record("the watch app printed: \(watchSeen.all)")
+            throw error
+        }
         let phoneRest = try await all(of: phoneLines, "the phone app's output to end")
         #expect(try await exitStatus(of: watch, "the watch app to exit") == 0)
         #expect(try await exitStatus(of: phone, "the phone app to exit") == 0)
