@@ -150,7 +150,8 @@ import Testing
     @Test(arguments: ["resolver-tombstone-divergence", "rebaseline-after-skew", "retransmit-backoff-after-partition",
                             "resume-note-direction", "purged-local-only-delete", "connected-watch-forgotten",
                             "rebaselined-watch-manual-held", "older-delete-after-purge",
-                            "stale-resend-after-purge", "overtaken-transfer-never-idle"])
+                            "stale-resend-after-purge", "overtaken-transfer-never-idle",
+                            "rebaseline-after-early-ack"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

@@ -205,7 +205,7 @@ package final class InMemoryReplicationPort: ReplicationPort {
 
     /// Refused: only a store that purges tombstones sends notices, and this
     /// port speaks only with its own kind.
-    package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>) throws -> Int {
+    package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?) throws -> Int {
         throw SyncError(.protocolViolation, "the in-memory port does not take re-baseline notices")
     }
 

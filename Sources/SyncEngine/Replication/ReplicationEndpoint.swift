@@ -125,7 +125,8 @@ package final class ReplicationEndpoint {
                     return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
                 session.peerSentData(id: notice.id)
-                let removed = try port.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys)
+                let removed = try port.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys,
+                                                       acknowledgedBefore: cursorAtStart)
                 try acknowledgeDurably(SyncMessage.ack(.init(batchID: notice.id, applied: removed, rejected: [])).frame(), into: &out)
             case .caughtUp(let notice):
                 guard session.isEstablished else {
@@ -529,6 +530,10 @@ package final class ReplicationEndpoint {
         endLiveSession()
     }
 
+    /// The peer's cursor when this session was established: a re-baseline
+    /// notice concerns only what the peer had acknowledged by then.
+    private var cursorAtStart: Int64?
+
     /// The peer this session told the port it is live with (once established).
     private var livePeer: UInt32?
 
@@ -568,6 +573,7 @@ package final class ReplicationEndpoint {
                         port.noteSession(with: peer.node, live: true)
                     }
                     session.stream = StreamProgress(cursor: record.cursor)
+                    cursorAtStart = record.cursor
                     // A watch the phone has no cursor for, after tombstones were purged: re-baseline it first.
                     if let purged = try port.rebaselineNotice(for: peer.node, cursor: record.cursor) {
                         out.append(session.sendRebaseline(purgedThrough: purged, now: now).frame())

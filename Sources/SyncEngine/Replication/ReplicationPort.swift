@@ -82,7 +82,7 @@ package protocol ReplicationPort: AnyObject {
     func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64?
     /// Acts on a re-baseline notice from `peer`: removes, without sending, the
     /// entries up to `purgedThrough` that `peer` already had. Returns how many.
-    func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>) throws -> Int
+    func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?) throws -> Int
 
     // MARK: large values
 
@@ -218,8 +218,8 @@ package final class SQLiteReplicationPort: ReplicationPort {
         try store.rebaselineNotice(for: peer, cursor: cursor)
     }
 
-    package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>) throws -> Int {
-        try store.applyRebaseline(purgedThrough: purgedThrough, from: peer, mismatched: mismatched)
+    package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?) throws -> Int {
+        try store.applyRebaseline(purgedThrough: purgedThrough, from: peer, mismatched: mismatched, acknowledgedBefore: acknowledgedBefore)
     }
 
     package func stageChunk(_ chunk: SyncMessage.Chunk) throws -> Int {

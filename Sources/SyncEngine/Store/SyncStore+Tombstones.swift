@@ -215,7 +215,12 @@ extension SyncStore {
     /// never acknowledged stay. A repeated notice with the same version only
     /// looks at the entries the first one saw (what the baseline brought
     /// since stays). Returns how many entries were removed.
-    func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>) throws -> Int {
+    /// `acknowledgedBefore`: the watch's cursor for the phone when the
+    /// session that carries the notice began (nil: now). The phone sends the
+    /// notice before it reads anything in that session, so what it
+    /// acknowledges later in it, it did not know when it sent the notice, and
+    /// it never sends those entries back: they stay.
+    func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64? = nil) throws -> Int {
         try checkOpen()
         guard role == .watch else {
             throw SyncError(.protocolViolation, "a \(role) does not take re-baseline notices; only a phone sends them to its watches")
@@ -228,7 +233,7 @@ extension SyncStore {
                 limit = seen
             }
             let record = try SyncStore.peerRecord(conn, node: peer)
-            let cursor = record?.cursor ?? 0
+            let cursor = min(record?.cursor ?? 0, acknowledgedBefore ?? .max)
             let skipped = mismatched.union(record?.mismatched ?? [])
             let select = try conn.statement("""
                 SELECT key, ver, node, deleted, change_seq, lane, origin_peer, in_file FROM entries
