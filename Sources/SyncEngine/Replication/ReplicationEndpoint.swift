@@ -29,7 +29,7 @@ package final class ReplicationEndpoint {
     package var defersAcknowledgementSync = false
     private var awaitingSync: [Frame] = []
     /// Local commits held back to join the next batch (`localChange(now:at:)`).
-    private var coalescing = CoalescingState()
+    var coalescing = CoalescingState()
 
     /// `retransmits: false` for a transport that delivers every frame while
     /// connected (see `FrameConnection.deliversEveryFrame`).
@@ -195,9 +195,6 @@ package final class ReplicationEndpoint {
     /// Whether a manual request was sent in this session and not answered yet.
     package private(set) var awaitsManualReply = false
 
-    /// Whether commits of a burst are held back (`localChange(now:at:)`).
-    private var holdsLocalChanges: Bool { configuration.burstCoalescing != nil && coalescing.heldSince != nil }
-
     /// Retransmits what timed out, then sends what is pending.
     package func tick(now: Int64) -> [Frame] {
         guard failure == nil else { return [] }
@@ -223,36 +220,6 @@ package final class ReplicationEndpoint {
             }
         }
         return fresh
-    }
-
-    /// A local commit happened (heard of at `instant`, a monotonic time): sends
-    /// it as `pump` does, or holds it back to join the next batch while a
-    /// batch is in flight during a burst (`ReplicationConfiguration.burstCoalescing`).
-    /// Held commits go out from `releaseHeld` once `heldUntil` passed (the
-    /// burst paused, or the oldest waited `maxDelay`), or with the next `tick`
-    /// or explicit `pump`; frames from the peer do not send them.
-    /// `previousCommit`: when the commit before it was made (nil: the last
-    /// instant given here), so that a session loop that fell behind still sees
-    /// how close together the commits were.
-    package func localChange(now: Int64, at instant: ContinuousClock.Instant, previousCommit: ContinuousClock.Instant? = nil) -> [Frame] {
-        guard let policy = configuration.burstCoalescing else { return pump(now: now) }
-        let inFlight = session.isEstablished && !session.isQuiet
-        if coalescing.holds(at: instant, previous: previousCommit, policy: policy, inFlight: inFlight) { return [] }
-        return pump(now: now)
-    }
-
-    /// When held commits go out if nothing sends them first; nil when none is held.
-    package var heldUntil: ContinuousClock.Instant? {
-        configuration.burstCoalescing.flatMap { coalescing.deadline(policy: $0) }
-    }
-
-    /// Sends the held commits if `heldUntil` has passed at `instant`;
-    /// `lastCommit`: when the newest local commit was made, if known (a
-    /// commit the session loop has not heard of yet extends the burst).
-    package func releaseHeld(now: Int64, at instant: ContinuousClock.Instant, lastCommit: ContinuousClock.Instant? = nil) -> [Frame] {
-        if let lastCommit, let last = coalescing.lastChange, lastCommit > last { coalescing.lastChange = lastCommit }
-        guard let deadline = heldUntil, instant >= deadline else { return [] }
-        return pump(now: now)
     }
 
     /// Sends what the peer has not acknowledged, as far as the window allows:

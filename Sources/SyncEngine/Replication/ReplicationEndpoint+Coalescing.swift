@@ -1,0 +1,37 @@
+import SyncTransport
+
+/// Local commits held back to join the next batch during a burst (`BurstCoalescing`).
+extension ReplicationEndpoint {
+    /// Whether commits of a burst are held back (`localChange(now:at:)`).
+    var holdsLocalChanges: Bool { configuration.burstCoalescing != nil && coalescing.heldSince != nil }
+
+    /// A local commit happened (heard of at `instant`, a monotonic time): sends
+    /// it as `pump` does, or holds it back to join the next batch while a
+    /// batch is in flight during a burst (`ReplicationConfiguration.burstCoalescing`).
+    /// Held commits go out from `releaseHeld` once `heldUntil` passed (the
+    /// burst paused, or the oldest waited `maxDelay`), or with the next `tick`
+    /// or explicit `pump`; frames from the peer do not send them.
+    /// `previousCommit`: when the commit before it was made (nil: the last
+    /// instant given here), so that a session loop that fell behind still sees
+    /// how close together the commits were.
+    package func localChange(now: Int64, at instant: ContinuousClock.Instant, previousCommit: ContinuousClock.Instant? = nil) -> [Frame] {
+        guard let policy = configuration.burstCoalescing else { return pump(now: now) }
+        let inFlight = session.isEstablished && !session.isQuiet
+        if coalescing.holds(at: instant, previous: previousCommit, policy: policy, inFlight: inFlight) { return [] }
+        return pump(now: now)
+    }
+
+    /// When held commits go out if nothing sends them first; nil when none is held.
+    package var heldUntil: ContinuousClock.Instant? {
+        configuration.burstCoalescing.flatMap { coalescing.deadline(policy: $0) }
+    }
+
+    /// Sends the held commits if `heldUntil` has passed at `instant`;
+    /// `lastCommit`: when the newest local commit was made, if known (a
+    /// commit the session loop has not heard of yet extends the burst).
+    package func releaseHeld(now: Int64, at instant: ContinuousClock.Instant, lastCommit: ContinuousClock.Instant? = nil) -> [Frame] {
+        if let lastCommit, let last = coalescing.lastChange, lastCommit > last { coalescing.lastChange = lastCommit }
+        guard let deadline = heldUntil, instant >= deadline else { return [] }
+        return pump(now: now)
+    }
+}
