@@ -60,7 +60,7 @@ final class PortFixture {
                                            now: port.nowMilliseconds(), maxValueSize: port.maxValueSize)
         var plan = ApplyPlan()
         let registry = port.registry
-        let outcome = try port.apply(entries, from: peer, completing: completing, durable: true) { local in
+        let outcome = try port.apply(entries, from: peer, completing: completing, durable: true, receivedThrough: nil) { local in
             plan = ApplyPlanner.plan(entries, local: local, registry: registry, context: context)
             return plan
         }

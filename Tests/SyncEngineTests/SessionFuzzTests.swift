@@ -336,6 +336,13 @@ final class SessionFuzzer {
             reply.released = Int(UInt32.max)
             reply.accepted = random.nextBool(probability: 0.5)
             return SyncMessage.manualReply(reply).frame()
+        case .receipt(var receipt):
+            switch random.next(below: 3) {
+            case 0: receipt.receivedThrough = Int64.max
+            case 1: receipt.acknowledgedThrough = Int64.max
+            default: receipt.id = [0, UInt64.max, random.next()][Int(random.next(below: 3))]
+            }
+            return SyncMessage.receipt(receipt).frame()
         case .hello, .error, .rebaseline:
             return nil
         }

@@ -275,6 +275,55 @@ private final class Neighbourhood {
         #expect(Set(try home.phone.knownPeers().map(\.node)) == Set(home.watches.map(\.nodeID)))
     }
 
+    /// A watch's write reaches the phone, but the phone's acknowledgement is
+    /// lost as the session ends. The phone deletes the key, forgets the
+    /// watch and purges the tombstone. When the watch returns, the phone's
+    /// receipt says it had the write: the watch does not send it again, the
+    /// re-baseline removes it, and the key stays deleted everywhere (before
+    /// protocol 3 the watch sent it again and the phone took it as new).
+    @Test func aWriteWhoseAcknowledgementWasLostDoesNotComeBackAfterAPurge() async throws {
+        let home = try Neighbourhood(watches: 2)
+        try await home.phone.set(1, for: TestKeys.steps)
+        home.sync(0)
+        home.sync(1)
+        try await home.watches[0].set(20, for: TestKeys.daily["lost-ack"])
+        let config = ReplicationConfiguration(pairingEpoch: "test")
+        let phone = ReplicationEndpoint(store: home.phone, configuration: config)
+        let watch = ReplicationEndpoint(store: home.watches[0], configuration: config)
+        var toWatch = phone.start(now: 1_000), toPhone = watch.start(now: 1_000)
+        var lostAcks = 0
+        for _ in 0..<1_000 where !(toWatch.isEmpty && toPhone.isEmpty) {
+            let (sendWatch, sendPhone) = (toWatch, toPhone)
+            (toWatch, toPhone) = ([], [])
+            for frame in sendPhone { toWatch += phone.receive(frame, now: 1_000) }
+            for frame in sendWatch {
+                // Every acknowledgement from the phone is lost.
+                if frame.type == SyncMessage.MessageType.ack.rawValue { lostAcks += 1 } else { toPhone += watch.receive(frame, now: 1_000) }
+            }
+        }
+        phone.connectionLost()
+        watch.connectionLost()
+        #expect(lostAcks > 0)
+        #expect(try home.phone.storedValue(for: TestKeys.daily["lost-ack"]) == 20)
+
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.daily["lost-ack"])
+        home.sync(1)
+        home.advance(days: 91)
+        home.sync(1)
+        _ = try home.phone.purgeTombstones()
+        #expect(try home.phone.entryInfo(forKey: TestKeys.daily["lost-ack"].name) == nil)
+        #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
+
+        home.sync(0)
+        #expect(home.rebaselined(0))
+        home.sync(1)
+        for store in [home.phone, home.watches[0], home.watches[1]] {
+            #expect(try store.storedValue(for: TestKeys.daily["lost-ack"]) == nil, "the deleted value came back on the \(store.role) \(store.nodeID)")
+            #expect(try store.storedValue(for: TestKeys.steps) == 1)
+        }
+    }
+
     /// A watch that was away, but not past the horizon, resumes from its
     /// cursor: no re-baseline notice, only what it missed.
     @Test func watchNeverForgottenResumesFromItsCursor() async throws {
@@ -324,10 +373,10 @@ private final class Neighbourhood {
         let types = fromPhone.map(\.type)
         #expect(types.contains(SyncMessage.MessageType.rebaseline.rawValue))
         #expect(!types.contains(SyncMessage.MessageType.batch.rawValue))
-        // The notice is lost: still no batch; it goes again after the retransmit interval.
+        // The notice (and the receipt before it) is lost: still no batch; both go again after the retransmit interval.
         now += config.retransmitMilliseconds
         let again = phone.tick(now: now)
-        #expect(again.map(\.type) == [SyncMessage.MessageType.rebaseline.rawValue])
+        #expect(again.map(\.type) == [SyncMessage.MessageType.receipt.rawValue, SyncMessage.MessageType.rebaseline.rawValue])
         var acks: [Frame] = []
         for frame in again { acks += watch.receive(frame, now: now) }
         #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil)

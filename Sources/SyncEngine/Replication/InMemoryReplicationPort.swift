@@ -158,8 +158,15 @@ package final class InMemoryReplicationPort: ReplicationPort {
 
     package func localVersion(forKey key: String) throws -> HLCTimestamp? { rows[key]?.version }
 
-    package func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
+    /// Received-through positions by peer (`receivedThrough(from:)`).
+    private var received: [UInt32: Int64] = [:]
+
+    package func receivedThrough(from peer: UInt32) throws -> Int64 { received[peer] ?? 0 }
+    package func streamPosition() throws -> Int64 { nextSeq - 1 }
+
+    package func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool, receivedThrough: Int64?,
                        plan decide: ([String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome {
+        if let receivedThrough { received[peer] = max(received[peer] ?? 0, receivedThrough) }
         var local: [String: EntryState] = [:]
         for entry in entries { if let row = rows[entry.key] { local[entry.key] = row.state } }
         let plan = decide(local)

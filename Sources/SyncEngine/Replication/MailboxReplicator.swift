@@ -203,7 +203,7 @@ package final class MailboxReplicator {
                                            lastArrivalWins: configuration.testingFaults.lastArrivalWins)
         let registry = port.registry
         var plan = ApplyPlan()
-        let outcome = try port.apply(entries, from: peer.node, completing: nil, durable: true) { local in
+        let outcome = try port.apply(entries, from: peer.node, completing: nil, durable: true, receivedThrough: nil) { local in
             plan = ApplyPlanner.plan(entries, local: local, registry: registry, context: context)
             return plan
         }

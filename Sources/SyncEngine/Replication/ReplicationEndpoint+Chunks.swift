@@ -17,7 +17,8 @@ extension ReplicationEndpoint {
             start = min(partial.received, count - 1)
         }
         session.stream.transferRanges[StreamProgress.TransferID(key: row.key, seq: row.seq)] = .some(upper)
-        session.stream.transfer = StreamProgress.Transfer(upper: upper, key: row.key, seq: row.seq, entry: row.entry, bytes: bytes, count: count, next: start, checksum: Checksum.crc32(bytes))
+        session.stream.transfer = StreamProgress.Transfer(upper: upper, key: row.key, seq: row.seq, entry: row.entry, bytes: bytes, count: count, next: start,
+                                                          checksum: Checksum.crc32(bytes), range: upper.map { session.stream.messageRange(through: $0) })
     }
 
     func sendChunk(_ t: inout StreamProgress.Transfer, now: Int64) -> Frame {
@@ -28,8 +29,8 @@ extension ReplicationEndpoint {
         entry.deleted = false
         let chunk = SyncMessage.Chunk(entry: WireEntry(key: entry.key, version: entry.version, base: entry.base, deleted: false, encoding: entry.encoding, value: []),
                                       totalSize: t.bytes.count, totalChecksum: t.checksum, index: t.next, count: t.count,
-                                      checksum: Checksum.crc32(slice), bytes: slice)
-        let frame = session.sendChunk(chunk, seq: t.seq, now: now).frame()
+                                      checksum: Checksum.crc32(slice), bytes: slice, range: t.range)
+        let frame = session.sendChunk(chunk, seq: t.seq, now: now).frame(protocolVersion: session.knownPeer?.protocolVersion ?? 1)
         count {
             $0.chunksSent += 1
             $0.bytesSent += frame.payload.count
@@ -67,13 +68,15 @@ extension ReplicationEndpoint {
     struct ChunkReply {
         var frame: Frame
         var restsOnCommit: Bool
+        /// The value is done with: applied, or refused for good.
+        var completes: Bool
     }
 
     func receiveChunk(_ chunk: SyncMessage.Chunk, peer: ReplicationSession.Peer) throws -> [ChunkReply] {
         let entry = chunk.entry
         func ack(complete: Bool, restsOnCommit: Bool = false) -> ChunkReply {
             ChunkReply(frame: SyncMessage.chunkAck(.init(key: entry.key, version: entry.version, index: chunk.index, complete: complete)).frame(),
-                       restsOnCommit: restsOnCommit)
+                       restsOnCommit: restsOnCommit, completes: complete)
         }
         guard let descriptor = port.registry.descriptor(forEntry: entry.key), descriptor.replicates(from: peer.role),
               !peer.mismatchedKeys.contains(descriptor.name), descriptor.encoding == entry.encoding,
@@ -113,7 +116,8 @@ extension ReplicationEndpoint {
         let bytes = try port.assembleChunks(key: entry.key, version: entry.version)
         guard bytes.count == chunk.totalSize, Checksum.crc32(bytes) == chunk.totalChecksum else {
             // Drops the staged chunks (nothing to apply, nothing acknowledged).
-            _ = try port.apply([], from: peer.node, completing: ChunkedVersion(key: entry.key, version: entry.version), durable: false) { _ in ApplyPlan() }
+            _ = try port.apply([], from: peer.node, completing: ChunkedVersion(key: entry.key, version: entry.version), durable: false,
+                               receivedThrough: nil) { _ in ApplyPlan() }
             emit(.error(SyncError(.malformedMessage, "the chunks of \(entry.key) did not add up to the announced value; it will be sent again")))
             return []
         }

@@ -89,8 +89,15 @@ package final class ReplicationEndpoint {
                 if let schema = SyncMessage.payloadSchema(of: frame), schema > SyncMessage.payloadSchema, peer.protocolVersion < 2 {
                     return fail(SyncError(.protocolViolation, "the peer sent a columnar batch (payload schema \(schema)) in a session that negotiated protocol \(peer.protocolVersion)"), notifyPeer: true)
                 }
+                if let violation = rangeViolation(frame, peer: peer) { return fail(violation, notifyPeer: true) }
                 session.peerSentData(id: batch.id)
-                let plan = try apply(batch.entries, from: peer, completing: nil, reportsConflicts: true)
+                // How far the peer's stream is received goes into the same transaction as the batch.
+                var received = receivedStream
+                if let range = batch.range { received.note(range) }
+                let plan = try apply(batch.entries, from: peer, completing: nil, reportsConflicts: true,
+                                     receivedThrough: received.through > received.stored ? received.through : nil)
+                received.stored = received.through
+                receivedStream = received
                 count {
                     $0.batchesReceived += 1
                     $0.bytesReceived += frame.payload.count
@@ -108,9 +115,13 @@ package final class ReplicationEndpoint {
                 guard session.isEstablished, let peer = session.knownPeer else {
                     return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
+                if let violation = rangeViolation(frame, peer: peer) { return fail(violation, notifyPeer: true) }
                 count { $0.bytesReceived += frame.payload.count }
                 for reply in try receiveChunk(chunk, peer: peer) {
                     if reply.restsOnCommit { try acknowledgeDurably(reply.frame, into: &out) } else { out.append(reply.frame) }
+                    // The value is done with (applied, or refused for good): its range counts as received
+                    // (recorded with the next batch's transaction).
+                    if reply.completes, let range = chunk.range { receivedStream.note(range) }
                 }
             case .chunkAck(let ack):
                 if case .chunk(let key, let seq, _, _, _)? = session.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index),
@@ -124,10 +135,19 @@ package final class ReplicationEndpoint {
                 guard session.isEstablished, let peer = session.knownPeer else {
                     return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
+                // The phone's receipt goes first: a notice that overtook it (a lossy transport)
+                // is left unacknowledged, and comes again.
+                if awaitsPeerReceipt { return [] }
                 session.peerSentData(id: notice.id)
                 let removed = try port.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys,
                                                        acknowledgedBefore: cursorAtStart)
                 try acknowledgeDurably(SyncMessage.ack(.init(batchID: notice.id, applied: removed, rejected: [])).frame(), into: &out)
+            case .receipt(let receipt):
+                guard session.isEstablished, let peer = session.knownPeer else {
+                    return perform(session.receivedDataBeforeHandshake(now: now), now: now)
+                }
+                try takeReceipt(receipt, from: peer)
+                out.append(SyncMessage.ack(.init(batchID: receipt.id, applied: 0, rejected: [])).frame())
             case .caughtUp(let notice):
                 guard session.isEstablished else {
                     return perform(session.receivedDataBeforeHandshake(now: now), now: now)
@@ -227,7 +247,7 @@ package final class ReplicationEndpoint {
     /// stream after this session's read position (automatic changes, and
     /// manual ones released by `sync()`).
     package func pump(now: Int64) -> [Frame] {
-        guard session.isEstablished, failure == nil, let peer = session.knownPeer else { return [] }
+        guard session.isEstablished, failure == nil, !awaitsPeerReceipt, let peer = session.knownPeer else { return [] }
         coalescing.heldSince = nil  // whatever was held is read now
         var out: [Frame] = []
         do {
@@ -284,7 +304,7 @@ package final class ReplicationEndpoint {
                     continue
                 }
                 try beginRoundIfNeeded(from: before, peer: peer)
-                let (id, frame) = sendBatch(rows, now: now)
+                let (id, frame) = sendBatch(rows, range: session.stream.messageRange(through: scanned), now: now)
                 session.stream.batchRanges[id] = scanned
                 out.append(frame)
                 endRoundIfReached(scanned)
@@ -302,8 +322,8 @@ package final class ReplicationEndpoint {
         return out
     }
 
-    private func sendBatch(_ rows: [OutboundRow], now: Int64) -> (id: UInt64, frame: Frame) {
-        let message = session.sendBatch(entries: rows.map(\.entry), items: rows.map { .init(key: $0.key, seq: $0.seq) }, now: now)
+    private func sendBatch(_ rows: [OutboundRow], range: SyncMessage.StreamRange? = nil, now: Int64) -> (id: UInt64, frame: Frame) {
+        let message = session.sendBatch(entries: rows.map(\.entry), items: rows.map { .init(key: $0.key, seq: $0.seq) }, range: range, now: now)
         guard case .batch(let batch) = message else { preconditionFailure("sendBatch returns a batch") }
         let frame = encoded(message)
         session.stream.batchNumber += 1
@@ -373,7 +393,7 @@ package final class ReplicationEndpoint {
     }
 
     /// A watch's cursor moved and waits for `syncCommitted()` (only with `defersAcknowledgementSync`).
-    private var cursorAwaitsSync = false
+    var cursorAwaitsSync = false
 
     /// Whether the driver must sync the store's commits even with no
     /// acknowledgement waiting (a watch's cursor moved); taking it clears it.
@@ -394,7 +414,7 @@ package final class ReplicationEndpoint {
     /// protocol 2) after the last data it sent, so entries it still resends
     /// arrive before this side is idle.
     package var isIdle: Bool {
-        guard session.isEstablished, failure == nil, session.isQuiet, session.stream.transfer == nil, session.stream.repairRows.isEmpty,
+        guard session.isEstablished, failure == nil, !awaitsPeerReceipt, session.isQuiet, session.stream.transfer == nil, session.stream.repairRows.isEmpty,
               session.peerHasNothingMore, !receivingTransfer, let peer = session.knownPeer else { return false }
         let rows = try? port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
         return rows?.rows.isEmpty ?? false
@@ -450,14 +470,15 @@ package final class ReplicationEndpoint {
     /// stored state the port reads in its transaction), has the port execute
     /// that plan, and reports it. Returns the plan, for the acknowledgement.
     func apply(_ entries: [WireEntry], from peer: ReplicationSession.Peer, completing: ChunkedVersion?,
-                       reportsConflicts: Bool) throws -> ApplyPlan {
+               reportsConflicts: Bool, receivedThrough: Int64? = nil) throws -> ApplyPlan {
         let now = port.nowMilliseconds()
         let context = ApplyPlanner.Context(peerRole: peer.role, mismatched: peer.mismatchedKeys, versionBound: port.versionBound(),
                                            now: now, maxValueSize: port.maxValueSize,
                                            lastArrivalWins: configuration.testingFaults.lastArrivalWins)
         let registry = port.registry
         var plan = ApplyPlan()
-        let outcome = try port.apply(entries, from: peer.node, completing: completing, durable: !defersAcknowledgementSync) { local in
+        let outcome = try port.apply(entries, from: peer.node, completing: completing, durable: !defersAcknowledgementSync,
+                                     receivedThrough: receivedThrough) { local in
             plan = ApplyPlanner.plan(entries, local: local, registry: registry, context: context)
             return plan
         }
@@ -497,9 +518,16 @@ package final class ReplicationEndpoint {
         endLiveSession()
     }
 
-    /// The peer's cursor when this session was established: a re-baseline
-    /// notice concerns only what the peer had acknowledged by then.
-    private var cursorAtStart: Int64?
+    /// The peer's cursor when this session was established (moved by the
+    /// phone's receipt): a re-baseline notice concerns only what the peer
+    /// had acknowledged, or received, by then.
+    var cursorAtStart: Int64?
+    /// How far the peer's stream is received (protocol 3), and how far the store has it recorded.
+    var receivedStream = ReceivedStream()
+    /// A watch in a protocol-3 session waits for the phone's receipt before reading its stream.
+    var awaitsPeerReceipt = false
+    /// The peer whose receipt this endpoint (one connection) took.
+    var receiptTakenFrom: UInt32?
 
     /// The peer this session told the port it is live with (once established).
     private var livePeer: UInt32?
@@ -541,6 +569,15 @@ package final class ReplicationEndpoint {
                     }
                     session.stream = StreamProgress(cursor: record.cursor)
                     cursorAtStart = record.cursor
+                    receivedStream = ReceivedStream(through: try port.receivedThrough(from: peer.node))
+                    // Protocol 3: the receipt goes first (before a re-baseline notice, which the watch
+                    // acts on only once it has the receipt), and a watch reads its stream only after the phone's.
+                    awaitsPeerReceipt = false
+                    if peer.protocolVersion >= SyncMessage.receiptProtocol {
+                        out.append(encoded(session.sendReceipt(receivedThrough: receivedStream.through, acknowledgedThrough: record.cursor, now: now)))
+                        // A session established again on a late hello of this connection keeps the receipt it had.
+                        awaitsPeerReceipt = port.role == .watch && receiptTakenFrom != peer.node
+                    }
                     // A watch the phone has no cursor for, after tombstones were purged: re-baseline it first.
                     if let purged = try port.rebaselineNotice(for: peer.node, cursor: record.cursor) {
                         out.append(session.sendRebaseline(purgedThrough: purged, now: now).frame())

@@ -53,8 +53,16 @@ package protocol ReplicationPort: AnyObject {
     /// entries stored (a taken one remembers `peer` and is never sent back to
     /// it), conflicts logged, the staged chunks of `completing` dropped.
     /// Durable before it returns when `durable` (else `syncCommitted()` must run before acknowledging).
-    func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
+    /// `receivedThrough`: in the same transaction, `peer`'s stream is
+    /// received through that position (`receivedThrough(from:)`, never back).
+    func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool, receivedThrough: Int64?,
                plan: (_ local: [String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome
+    /// How far this store has received and applied `peer`'s stream of
+    /// changes without a gap (protocol 3 stream ranges); 0 when unknown.
+    /// Kept when the peer is forgotten.
+    func receivedThrough(from peer: UInt32) throws -> Int64
+    /// The newest change sequence number this store has given out.
+    func streamPosition() throws -> Int64
     /// Puts every commit so far on stable storage.
     func syncCommitted() throws
 
@@ -195,10 +203,13 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func largeValue(key: String, seq: Int64) throws -> [UInt8]? { try store.largeValue(key: key, seq: seq) }
     package func localVersion(forKey key: String) throws -> HLCTimestamp? { try store.entryInfo(forKey: key)?.version }
 
-    package func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
+    package func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool, receivedThrough: Int64?,
                        plan: ([String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome {
-        try store.execute(entries, from: peer, completing: completing, durable: durable, plan: plan)
+        try store.execute(entries, from: peer, completing: completing, durable: durable, receivedThrough: receivedThrough, plan: plan)
     }
+
+    package func receivedThrough(from peer: UInt32) throws -> Int64 { try store.receivedThrough(from: peer) }
+    package func streamPosition() throws -> Int64 { store.nextSeq.withLock { $0 } - 1 }
 
     package func syncCommitted() throws { try store.syncCommitted() }
 

@@ -42,6 +42,8 @@ struct ReplicationSession {
         case chunk(key: String, seq: Int64, version: HLCTimestamp, index: Int, isLast: Bool)
         /// A re-baseline notice (`SyncStore+Tombstones`): acknowledged like a batch.
         case rebaseline
+        /// This side's receipt (protocol 3): acknowledged like a batch.
+        case receipt
     }
 
     struct BatchItem: Sendable, Equatable {
@@ -240,11 +242,11 @@ struct ReplicationSession {
     }
 
     /// Registers an outgoing batch (tracked while established); returns the message to send.
-    mutating func sendBatch(entries: [WireEntry], items: [BatchItem], now: Int64) -> SyncMessage {
+    mutating func sendBatch(entries: [WireEntry], items: [BatchItem], range: SyncMessage.StreamRange? = nil, now: Int64) -> SyncMessage {
         withEstablished(ReplicationSession.sendsData)
         let id = nextBatchID
         nextBatchID += 1
-        let message = SyncMessage.batch(.init(id: id, entries: entries))
+        let message = SyncMessage.batch(.init(id: id, entries: entries, range: range))
         let bytes = entries.reduce(0) { $0 + ($1.value?.count ?? 0) + $1.key.utf8.count }
         withEstablished { $0.inFlight[id] = InFlight(message: message, payload: .batch(items), sentAt: now, attempts: 1, bytes: bytes) }
         return message
@@ -261,6 +263,20 @@ struct ReplicationSession {
         withEstablished { $0.inFlight[id] = InFlight(message: message, payload: .rebaseline, sentAt: now, attempts: 1) }
         return message
     }
+
+    /// Registers this side's receipt (retransmitted like a batch until
+    /// acknowledged); returns the message to send. Not data: it leaves a
+    /// caught-up notice standing.
+    mutating func sendReceipt(receivedThrough: Int64, acknowledgedThrough: Int64, now: Int64) -> SyncMessage {
+        let id = nextBatchID
+        nextBatchID += 1
+        let message = SyncMessage.receipt(.init(id: id, receivedThrough: receivedThrough, acknowledgedThrough: acknowledgedThrough))
+        withEstablished { $0.inFlight[id] = InFlight(message: message, payload: .receipt, sentAt: now, attempts: 1) }
+        return message
+    }
+
+    /// Whether the established peer speaks protocol 3 (stream ranges, receipts).
+    var peerSpeaksProtocol3: Bool { (established?.peer.protocolVersion ?? 0) >= SyncMessage.receiptProtocol }
 
     mutating func sendChunk(_ chunk: SyncMessage.Chunk, seq: Int64, now: Int64) -> SyncMessage {
         withEstablished(ReplicationSession.sendsData)
@@ -476,12 +492,18 @@ struct StreamProgress: Sendable {
         var count: Int
         var next: Int
         var checksum: UInt32
+        /// The stream range its chunks carry (nil for a repair).
+        var range: SyncMessage.StreamRange?
     }
 
     /// The peer's cursor: every change of the stream up to it was acknowledged.
     var cursor: Int64 = 0
     /// How far this session has read the stream (sent, or passed over).
     var scan: Int64 = 0
+    /// Where the next message's stream range begins: the end of the last
+    /// range a message of this session carried (ranges passed over join the
+    /// next one), or the cursor the session started from.
+    var chain: Int64 = 0
     /// What was read, in order; the cursor moves over the acknowledged prefix.
     var ranges: [ReadRange] = []
     /// The stream position each batch in flight ends at, by batch id.
@@ -505,6 +527,23 @@ struct StreamProgress: Sendable {
     init(cursor: Int64 = 0) {
         self.cursor = cursor
         scan = cursor
+        chain = cursor
+    }
+
+    /// The session starts after `position` instead (the phone's receipt
+    /// said it has the stream through there), before anything was read.
+    mutating func start(after position: Int64) {
+        guard ranges.isEmpty, scan == cursor, position > cursor else { return }
+        cursor = position
+        scan = position
+        chain = position
+    }
+
+    /// The stream range of a message that completes the stream through
+    /// `upper`: from the end of the previous message's.
+    mutating func messageRange(through upper: Int64) -> SyncMessage.StreamRange {
+        defer { chain = upper }
+        return SyncMessage.StreamRange(lower: chain, upper: upper)
     }
 
     /// The stream was read (sent or passed over) up to `upper`.
@@ -535,5 +574,45 @@ struct StreamProgress: Sendable {
               !transferRanges.values.contains(where: { $0 == nil }) else { return false }
         repairedNames = []
         return true
+    }
+}
+
+/// How far a receiver holds the peer's stream without a gap, from the
+/// stream ranges of the peer's messages (protocol 3), pure. A range whose
+/// start is past `through` (an earlier message not here yet) waits in
+/// `pending` until the gap closes; a few are kept, the rest forgotten (the
+/// figure only ever lags, which is safe: the peer then sends more again).
+struct ReceivedStream: Sendable, Equatable {
+    /// Every change of the peer's stream through here is received and applied.
+    var through: Int64
+    /// What the store has recorded (`ReplicationPort.receivedThrough(from:)`).
+    var stored: Int64
+    var pending: [SyncMessage.StreamRange] = []
+    static let maxPending = 64
+
+    init(through: Int64 = 0) {
+        self.through = through
+        stored = through
+    }
+
+    /// A message completing `range` was applied (or refused for good).
+    mutating func note(_ range: SyncMessage.StreamRange) {
+        guard range.upper > through else { return }
+        pending.append(range)
+        if pending.count > ReceivedStream.maxPending { pending.removeFirst() }
+        closeGaps()
+    }
+
+    /// The peer's cursor for this side: what it acknowledged was received.
+    mutating func note(acknowledgedThrough position: Int64) {
+        through = max(through, position)
+        closeGaps()
+    }
+
+    private mutating func closeGaps() {
+        while let index = pending.firstIndex(where: { $0.lower <= through }) {
+            through = max(through, pending[index].upper)
+            pending.remove(at: index)
+        }
     }
 }

@@ -52,6 +52,34 @@ public enum SyncMessage: Sendable, Equatable {
     public struct Batch: Sendable, Equatable {
         public var id: UInt64
         public var entries: [WireEntry]
+        /// The stretch of the sender's stream this batch completes (protocol 3).
+        public var range: StreamRange? = nil
+    }
+
+    /// A stretch of the sender's stream of changes, `lower` exclusive to
+    /// `upper` inclusive: every change in it that the receiver gets is in
+    /// this message, and the stream before `lower` went in the sender's
+    /// earlier messages of the session (or was acknowledged before it).
+    /// What lets the receiver tell the sender, in a later session, how far it
+    /// has received the stream (a `receipt`), even when an acknowledgement was lost.
+    public struct StreamRange: Sendable, Equatable {
+        public var lower: Int64
+        public var upper: Int64
+    }
+
+    /// Sent first by each side of a protocol-3 session: how far this side
+    /// has received and applied the peer's stream (`receivedThrough`, the
+    /// `upper` of the message ranges it holds without a gap), and how far it
+    /// knows the peer acknowledged its own (`acknowledgedThrough`, its cursor
+    /// for the peer). A watch reads nothing of its stream for the phone
+    /// before the phone's receipt, and starts after `receivedThrough`: a
+    /// write the phone received but whose acknowledgement was lost is not
+    /// sent again (the phone may have deleted that key since and purged the
+    /// tombstone). Acknowledged with an `ack` of `id`.
+    public struct Receipt: Sendable, Equatable {
+        public var id: UInt64
+        public var receivedThrough: Int64
+        public var acknowledgedThrough: Int64
     }
 
     public struct Ack: Sendable, Equatable {
@@ -74,6 +102,8 @@ public enum SyncMessage: Sendable, Equatable {
         public var count: Int
         public var checksum: UInt32
         public var bytes: [UInt8]
+        /// The stretch of the sender's stream the whole value completes (protocol 3; every chunk carries it).
+        public var range: StreamRange? = nil
     }
 
     public struct ChunkAck: Sendable, Equatable {
@@ -134,10 +164,11 @@ public enum SyncMessage: Sendable, Equatable {
     case caughtUp(CaughtUp)
     case manualRequest(ManualRequest)
     case manualReply(ManualReply)
+    case receipt(Receipt)
 
     /// Frame type numbers of the engine's messages.
     public enum MessageType: UInt8, Sendable {
-        case hello = 1, batch = 2, ack = 3, chunk = 4, chunkAck = 5, error = 6, rebaseline = 7, caughtUp = 8, manualRequest = 9, manualReply = 10
+        case hello = 1, batch = 2, ack = 3, chunk = 4, chunkAck = 5, error = 6, rebaseline = 7, caughtUp = 8, manualRequest = 9, manualReply = 10, receipt = 11
     }
 
     /// The payload schema version written as each payload's first byte.
@@ -148,19 +179,48 @@ public enum SyncMessage: Sendable, Equatable {
 }
 
 extension SyncMessage {
-    /// The highest session protocol version this build speaks: 2, whose
-    /// batches are columnar (`ColumnarBatch`, payload schema 2). Every other
-    /// message, and every batch of a session that negotiated 1, is schema 1.
-    public static let highestProtocolVersion: UInt16 = 2
+    /// The highest session protocol version this build speaks: 3. From 2
+    /// on batches are columnar (`ColumnarBatch`, payload schema 2); from 3 on
+    /// batches and chunks name the stretch of the stream they complete
+    /// (payload schema 3 wraps their payload) and each side sends a
+    /// `receipt` first. Every other message, and every batch of a session
+    /// that negotiated 1, is schema 1.
+    public static let highestProtocolVersion: UInt16 = 3
+
+    /// The payload schema of a batch or chunk that names its stream range
+    /// (protocol 3): this byte, `varint` lower, `varint` upper, then the
+    /// message's own payload (schema 1 or 2).
+    public static let rangedPayloadSchema: UInt8 = 3
+    /// The first protocol version with stream ranges and receipts.
+    public static let receiptProtocol: UInt16 = 3
 
     /// Encodes the message for a session that negotiated `protocolVersion`:
-    /// from 2 on, a batch is columnar (payload schema 2); everything else is
-    /// as `frame()` writes it.
+    /// from 2 on, a batch is columnar (payload schema 2); from 3 on, a batch
+    /// or chunk with a stream range is wrapped in payload schema 3;
+    /// everything else is as `frame()` writes it.
     public func frame(protocolVersion: UInt16) -> Frame {
+        let plain: Frame
         if protocolVersion >= 2, case .batch(let b) = self, ColumnarBatch.canEncode(b.entries) {
-            return Frame(type: MessageType.batch.rawValue, payload: ColumnarBatch.encode(id: b.id, entries: b.entries))
+            plain = Frame(type: MessageType.batch.rawValue, payload: ColumnarBatch.encode(id: b.id, entries: b.entries))
+        } else {
+            plain = frame()
         }
-        return frame()
+        guard protocolVersion >= SyncMessage.receiptProtocol, let range = streamRange else { return plain }
+        var w = ByteWriter()
+        w.writeUInt8(SyncMessage.rangedPayloadSchema)
+        w.writeVarInt(UInt64(range.lower))
+        w.writeVarInt(UInt64(range.upper))
+        w.writeRaw(plain.payload)
+        return Frame(type: plain.type, payload: w.bytes)
+    }
+
+    /// The stream range a batch or chunk carries.
+    var streamRange: StreamRange? {
+        switch self {
+        case .batch(let b): b.range
+        case .chunk(let c): c.range
+        default: nil
+        }
     }
 
     /// The payload schema a frame announces (its first byte), if it has one.
@@ -238,6 +298,11 @@ extension SyncMessage {
             w.writeUInt8(m.accepted ? 1 : 0)
             w.writeVarInt(UInt64(m.released))
             w.writeVarInt(m.replyID)
+        case .receipt(let receipt):
+            type = .receipt
+            w.writeVarInt(receipt.id)
+            w.writeVarInt(UInt64(receipt.receivedThrough))
+            w.writeVarInt(UInt64(receipt.acknowledgedThrough))
         }
         return Frame(type: type.rawValue, payload: w.bytes)
     }
@@ -252,6 +317,31 @@ extension SyncMessage {
         var r = ByteReader(frame.payload)
         do {
             let schema = try r.readUInt8()
+            if schema == SyncMessage.rangedPayloadSchema {
+                guard type == .batch || type == .chunk else {
+                    throw SyncError(.malformedMessage, "a \(type) message cannot carry a stream range (payload schema \(schema))")
+                }
+                let lower = try r.readVarInt(), upper = try r.readVarInt()
+                guard lower < upper, upper <= UInt64(Int64.max) else {
+                    throw SyncError(.malformedMessage, "a \(type) message names the stream range \(lower)..<\(upper), which is empty or out of range")
+                }
+                let inner = try r.readRaw(count: r.remaining)
+                guard let innerSchema = inner.first, innerSchema != SyncMessage.rangedPayloadSchema else {
+                    throw SyncError(.malformedMessage, "a ranged \(type) message must wrap a payload of schema 1 or 2")
+                }
+                let range = StreamRange(lower: Int64(lower), upper: Int64(upper))
+                switch try SyncMessage(frame: Frame(type: frame.type, payload: inner)) {
+                case .batch(var batch):
+                    batch.range = range
+                    self = .batch(batch)
+                case .chunk(var chunk):
+                    chunk.range = range
+                    self = .chunk(chunk)
+                default:
+                    throw SyncError(.malformedMessage, "a ranged \(type) message wraps another type")
+                }
+                return
+            }
             if schema == ColumnarBatch.payloadSchema, type == .batch {
                 self = .batch(try ColumnarBatch.decode(&r))
                 return
@@ -326,6 +416,13 @@ extension SyncMessage {
                     throw SyncError(.malformedMessage, "a declined manual request cannot have released \(released) entries")
                 }
                 self = .manualReply(ManualReply(id: id, accepted: accepted == 1, released: released, replyID: try r.readVarInt()))
+            case .receipt:
+                let id = try r.readVarInt()
+                let received = try r.readVarInt(), acknowledged = try r.readVarInt()
+                guard received <= UInt64(Int64.max), acknowledged <= UInt64(Int64.max) else {
+                    throw SyncError(.malformedMessage, "a receipt names stream positions out of range")
+                }
+                self = .receipt(Receipt(id: id, receivedThrough: Int64(received), acknowledgedThrough: Int64(acknowledged)))
             }
             guard r.isAtEnd else { throw SyncError(.malformedMessage, "\(type) message has \(r.remaining) trailing bytes") }
         } catch let error as SyncError {

@@ -82,7 +82,7 @@ extension SyncStore {
     /// Returns once the commit is on stable storage (`syncCommitted()`) when
     /// `durable`, since the caller acknowledges it; otherwise the caller must
     /// sync before acknowledging.
-    func execute(_ entries: [WireEntry], from peer: UInt32, completing chunked: ChunkedVersion?, durable: Bool,
+    func execute(_ entries: [WireEntry], from peer: UInt32, completing chunked: ChunkedVersion?, durable: Bool, receivedThrough: Int64? = nil,
                  plan decide: ([String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome {
         try checkOpen()
         let now = physicalClock.nowMilliseconds()
@@ -142,6 +142,15 @@ extension SyncStore {
                 try delete.run()
             }
             if !outcome.conflicts.isEmpty { try pruneConflictLog(conn, now: now) }
+            if let receivedThrough {
+                let record = try conn.statement("""
+                    INSERT INTO sync_meta(name, value) VALUES(?1, ?2)
+                    ON CONFLICT(name) DO UPDATE SET value = excluded.value WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)
+                    """)
+                record.bind(1, SyncStore.receivedThroughName(peer))
+                record.bind(2, String(receivedThrough))
+                try record.run()
+            }
             if hasStagedChunks {
                 // Transfers of versions that the stored value now overtakes can never win: drop their chunks.
                 for row in writes { try SyncStore.discardStagedChunks(conn, key: row.key, through: row.version) }
@@ -419,4 +428,14 @@ public struct PendingSummary: Sendable, Equatable, Codable {
     public let oldestPendingAgeMilliseconds: Int64?
 
     public var total: Int { automatic + manualReleased + manualWaiting }
+}
+
+extension SyncStore {
+    /// The `sync_meta` name of how far `peer`'s stream was received (kept when the peer is forgotten).
+    static func receivedThroughName(_ peer: UInt32) -> String { "received_through_\(peer)" }
+
+    /// How far this store received and applied `peer`'s stream without a gap (protocol 3); 0 when unknown.
+    func receivedThrough(from peer: UInt32) throws -> Int64 {
+        Int64(try meta(SyncStore.receivedThroughName(peer)) ?? "") ?? 0
+    }
 }

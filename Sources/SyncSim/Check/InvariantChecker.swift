@@ -60,7 +60,7 @@ struct InvariantChecker {
             for rejection in ack.rejected { checkEntryKey(rejection.key, from: sender, time: time, what: "ack rejection", directional: false) }
         case .chunkAck(let ack):
             checkEntryKey(ack.key, from: sender, time: time, what: "chunk ack", directional: false)
-        case .error, .rebaseline, .caughtUp, .manualRequest, .manualReply:
+        case .error, .rebaseline, .caughtUp, .manualRequest, .manualReply, .receipt:
             break
         }
     }

@@ -1,0 +1,38 @@
+import SyncTransport
+
+/// Receipts and stream ranges (protocol 3): each side tells the other, first
+/// thing in a session, how far it has received the other's stream, so that
+/// an acknowledgement lost when a session ended costs nothing. Without it,
+/// a watch's write that the phone received (unacknowledged) is sent again
+/// in the next session; if the phone deleted that key meanwhile and purged
+/// the tombstone after forgetting the watch, the old value would come back.
+extension ReplicationEndpoint {
+    /// Takes the peer's receipt: its cursor for this side says how far this
+    /// side received its stream; and a watch waiting for the phone's receipt
+    /// starts after what the phone says it received (never past what this
+    /// store has written), on stable storage like an acknowledgement. A
+    /// phone keeps its own cursor: a forgotten watch gets its whole stream
+    /// again after a re-baseline notice.
+    func takeReceipt(_ receipt: SyncMessage.Receipt, from peer: ReplicationSession.Peer) throws {
+        receivedStream.note(acknowledgedThrough: receipt.acknowledgedThrough)
+        guard awaitsPeerReceipt else { return }  // a phone, or a duplicate
+        awaitsPeerReceipt = false
+        receiptTakenFrom = peer.node
+        let received = min(receipt.receivedThrough, try port.streamPosition())
+        guard received > session.stream.cursor else { return }
+        try port.acknowledge(peer: peer.node, through: received)
+        if defersAcknowledgementSync { cursorAwaitsSync = true } else { try port.syncCommitted() }
+        session.stream.start(after: received)
+        cursorAtStart = max(cursorAtStart ?? 0, received)
+        reporter.logger.info("the phone had received writes whose acknowledgement was lost; they are not sent again",
+                             metadata: ["through": "\(received)"])
+    }
+
+    /// A batch or chunk that names a stream range in a session that did not negotiate protocol 3.
+    func rangeViolation(_ frame: Frame, peer: ReplicationSession.Peer) -> SyncError? {
+        guard SyncMessage.payloadSchema(of: frame) == SyncMessage.rangedPayloadSchema, peer.protocolVersion < SyncMessage.receiptProtocol else {
+            return nil
+        }
+        return SyncError(.protocolViolation, "the peer sent a stream range (payload schema 3) in a session that negotiated protocol \(peer.protocolVersion)")
+    }
+}
