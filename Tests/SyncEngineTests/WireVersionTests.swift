@@ -99,6 +99,25 @@ import Testing
         #expect(try pair.watch.storedValue(for: TestKeys.steps) == 8)
     }
 
+    /// A peer that negotiated protocol 2 and sends a stream range or a
+    /// receipt anyway breaks the protocol: refused, nothing applied.
+    @Test(arguments: [true, false])
+    func aRangeOrAReceiptInAProtocolTwoSessionIsRefused(receipt: Bool) async throws {
+        let pair = try Pair()
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: Self.configuration(1...3))
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: Self.configuration(1...2))
+        _ = Self.exchange(phone, watch, start: true)
+        #expect(watch.isEstablished && watch.failure == nil)
+        let entry = WireEntry(key: "health:daily:steps", version: HLCTimestamp(physicalMilliseconds: 1_000, counter: 0, node: pair.phone.nodeID),
+                              base: .zero, deleted: false, encoding: "json", value: Array("8".utf8))
+        let frame = receipt ? SyncMessage.receipt(.init(id: 900, receivedThrough: 1_000, acknowledgedThrough: 0)).frame()
+            : SyncMessage.batch(.init(id: 900, entries: [entry], range: .init(lower: 0, upper: 9))).frame(protocolVersion: 3)
+        let reply = watch.receive(frame, now: 1_000)
+        #expect(watch.failure?.code == .protocolViolation)
+        #expect(reply.compactMap { try? SyncMessage(frame: $0) }.contains { if case .error(let e) = $0 { e.code == "protocol-violation" } else { false } })
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == nil)
+    }
+
     /// A peer of protocol 1 (or 2) only and one of this build's protocol over
     /// real TCP on 127.0.0.1 (handshake, encryption, compression), each side
     /// being the old one in turn: values and deletes cross both ways. (Were

@@ -7,8 +7,9 @@ public struct ReplicationConfiguration: Sendable {
     /// highest both peers announce. 1 is the first release; 2 sends batches as
     /// columns (smaller once deflated) and adds caught-up notices (a side is
     /// idle only once the peer has nothing more for it) and manual requests
-    /// (`SyncPeer.requestManualChanges()`). `1...1` makes a node speak only
-    /// protocol 1, as builds before it did.
+    /// (`SyncPeer.requestManualChanges()`); 3 adds stream ranges and receipts
+    /// (a write whose acknowledgement was lost is not sent again). `1...1`
+    /// or `1...2` makes a node speak only those, as builds before them did.
     public var protocolRange: ClosedRange<UInt16> = 1...SyncMessage.highestProtocolVersion
     /// Entries per batch message at most (one transaction on each side).
     public var maxBatchEntries = 2048

@@ -146,6 +146,9 @@ package final class ReplicationEndpoint {
                 guard session.isEstablished, let peer = session.knownPeer else {
                     return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
+                guard peer.protocolVersion >= SyncMessage.receiptProtocol else {
+                    return fail(SyncError(.protocolViolation, "the peer sent a receipt in a session that negotiated protocol \(peer.protocolVersion)"), notifyPeer: true)
+                }
                 try takeReceipt(receipt, from: peer)
                 out.append(SyncMessage.ack(.init(batchID: receipt.id, applied: 0, rejected: [])).frame())
             case .caughtUp(let notice):
