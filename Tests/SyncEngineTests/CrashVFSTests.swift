@@ -212,6 +212,64 @@ import Testing
         #expect(try rebooted.pendingSummary(for: phone.nodeID).total == 0, "the phone's acknowledgement was lost to the power cut")
     }
 
+    /// The phone received a watch's write whose acknowledgement was lost;
+    /// then a power cut took that write off the watch (never on its stable
+    /// storage) and the watch's next write got the same stream position. The
+    /// phone's receipt says it received the stream through there, but the
+    /// change there is newer than the receipt's anchor: the watch sends it.
+    @Test func aPositionGivenOutAgainAfterAPowerCutIsSentDespiteTheReceipt() throws {
+        let vfs = Self.vfs
+        vfs.disarm()
+        vfs.powerOn()
+        let folder = TempFolder()
+        let registry = try KeyRegistry([Self.items, Self.large])
+        var phoneOptions = StoreOptions(clock: ManualClock())
+        phoneOptions.externalChangePollInterval = nil
+        let phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: phoneOptions)
+        defer { phone.close() }
+        let clock = ManualClock()
+        var watchOptions = StoreOptions(clock: clock)
+        watchOptions.externalChangePollInterval = nil
+        watchOptions.vfsName = vfs.name
+        let watchPath = folder.file("watch.sqlite")
+        let config = ReplicationConfiguration(pairingEpoch: "crash")
+        do {
+            let watch = try SyncStore(path: watchPath, role: .watch, registry: registry, options: watchOptions)
+            defer { watch.close() }
+            try watch.syncCommitted()
+            try watch.setNow(Data([1]), for: Self.items["lost-to-the-power-cut"])
+            let a = ReplicationEndpoint(store: phone, configuration: config)
+            let b = ReplicationEndpoint(store: watch, configuration: config)
+            var toWatch = a.start(now: 0), toPhone = b.start(now: 0)
+            for _ in 0..<1_000 where !(toWatch.isEmpty && toPhone.isEmpty) {
+                let (sendWatch, sendPhone) = (toWatch, toPhone)
+                (toWatch, toPhone) = ([], [])
+                for frame in sendPhone { toWatch += a.receive(frame, now: 0) }
+                // The phone's acknowledgements are lost.
+                for frame in sendWatch where frame.type != SyncMessage.MessageType.ack.rawValue { toPhone += b.receive(frame, now: 0) }
+            }
+            a.connectionLost()
+            #expect(try phone.storedValue(for: Self.items["lost-to-the-power-cut"]) == Data([1]))
+            #expect(try phone.receivedThrough(from: watch.nodeID).through > 0)
+            vfs.powerCut()
+        }
+        vfs.powerOn()
+        clock.advance(by: 5_000)
+        var reopenOptions = StoreOptions(clock: clock)
+        reopenOptions.externalChangePollInterval = nil
+        let rebooted = try SyncStore(path: watchPath, role: .watch, registry: registry, options: reopenOptions)
+        defer { rebooted.close() }
+        #expect(try rebooted.storedValue(for: Self.items["lost-to-the-power-cut"]) == nil, "the write was not on stable storage")
+        try rebooted.setNow(Data([2]), for: Self.items["written-after-the-power-cut"])
+        #expect(try SQLiteReplicationPort(rebooted).streamPosition() <= (try phone.receivedThrough(from: rebooted.nodeID).through))
+        let a = ReplicationEndpoint(store: phone, configuration: config)
+        let b = ReplicationEndpoint(store: rebooted, configuration: config)
+        var recorder = AcknowledgementRecorder()
+        Self.exchange(a, b, &recorder)
+        #expect(a.failure == nil && b.failure == nil)
+        #expect(try phone.storedValue(for: Self.items["written-after-the-power-cut"]) == Data([2]))
+    }
+
     static func seed() -> UInt64 {
         ProcessInfo.processInfo.environment["SYNCENGINE_CRASH_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 1...UInt64.max)
     }

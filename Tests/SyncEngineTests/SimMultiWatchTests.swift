@@ -229,13 +229,16 @@ import Testing
         #expect(purging.allSatisfy { s in s.timeline.contains { if case .purge = $0.action { true } else { false } } })
         let plain = ScenarioGenerator(ops: 60, purges: false).scenario(seed: purging[0].seed)
         #expect(plain.tombstoneRetentionMs == nil && !plain.timeline.contains { if case .purge = $0.action { true } else { false } })
-        var purged = 0
+        #expect(purging.contains { $0.peerHorizonMs != nil } && purging.contains { $0.peerHorizonMs == nil })
+        var purged = 0, forgotten = 0
         for scenario in purging {
             let report = try #require(await Simulation.run(scenario, name: "fuzz-\(scenario.seed)").report)
             #expect(report.passed, "seed \(scenario.seed): \(report.text)")
             purged += (report.tombstonePurge ?? []).filter { $0.purgedThroughMs != nil }.count
+            forgotten += (report.tombstonePurge ?? []).map(\.forgottenPeers.count).reduce(0, +)
         }
         #expect(purged > 0, "no generated scenario purged a tombstone")
+        #expect(forgotten > 0, "no generated scenario forgot a watch")
     }
 
     /// The shrinker drops watches no remaining step names.

@@ -324,6 +324,46 @@ private final class Neighbourhood {
         }
     }
 
+    /// A re-baseline notice that overtakes the phone's receipt (a lossy
+    /// transport reordered them) is left unacknowledged: the watch acts on
+    /// it only once it knows what the phone received, when it comes again.
+    @Test func aNoticeThatOvertakesTheReceiptComesAgain() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try await Neighbourhood.withForgottenWatch(pairing: pairing)
+        let config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
+        let phone = ReplicationEndpoint(store: home.phone, configuration: config)
+        let watch = ReplicationEndpoint(store: home.watches[0], configuration: config)
+        var now: Int64 = 1_000
+        var toPhone = watch.start(now: now)
+        var toWatch = phone.start(now: now)
+        var notices: [Frame] = [], receipts: [Frame] = []
+        for _ in 0..<10 where !(toWatch.isEmpty && toPhone.isEmpty) {
+            let (sendWatch, sendPhone) = (toWatch, toPhone)
+            (toWatch, toPhone) = ([], [])
+            for frame in sendPhone { toWatch += phone.receive(frame, now: now) }
+            for frame in sendWatch {
+                switch frame.type {
+                case SyncMessage.MessageType.rebaseline.rawValue: notices.append(frame)
+                case SyncMessage.MessageType.receipt.rawValue: receipts.append(frame)
+                default: toPhone += watch.receive(frame, now: now)
+                }
+            }
+        }
+        #expect(notices.count == 1 && receipts.count == 1)
+        // The notice first: not acted on, not acknowledged.
+        #expect(watch.receive(notices[0], now: now).isEmpty)
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == 1)
+        toPhone = watch.receive(receipts[0], now: now)
+        for frame in toPhone { _ = phone.receive(frame, now: now) }
+        // Sent again after the retransmit interval, and acted on.
+        now += config.retransmitMilliseconds
+        let again = phone.tick(now: now).filter { $0.type == SyncMessage.MessageType.rebaseline.rawValue }
+        #expect(again.count == 1)
+        #expect(watch.receive(again[0], now: now).contains { $0.type == SyncMessage.MessageType.ack.rawValue })
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil)
+        #expect(phone.failure == nil && watch.failure == nil)
+    }
+
     /// A watch that was away, but not past the horizon, resumes from its
     /// cursor: no re-baseline notice, only what it missed.
     @Test func watchNeverForgottenResumesFromItsCursor() async throws {

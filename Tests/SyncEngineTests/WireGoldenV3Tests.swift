@@ -18,12 +18,13 @@ import Testing
         ("engine-batch-ranged", .batch(.init(id: 7, entries: [
             WireEntry(key: "health:daily:steps", version: v, base: base, deleted: false, encoding: "json", value: Array("1234".utf8)),
             WireEntry(key: "profile:name", version: v, base: .zero, deleted: true, encoding: "json", value: nil),
-        ], range: .init(lower: 40, upper: 47)))),
+        ], range: .init(lower: 40, upper: 47, anchor: v.packed)))),
         // Chunk 1 of 3 of a large value that completes the stream from 47 through 300.
         ("engine-chunk-ranged", .chunk(.init(entry: WireEntry(key: "media:photo", version: v, base: .zero, deleted: false, encoding: "data", value: []),
                                              totalSize: 10, totalChecksum: 0xCAFE_F00D, index: 1, count: 3, checksum: 0x1234_5678,
-                                             bytes: [1, 2, 3, 4], range: .init(lower: 47, upper: 300)))),
-        ("engine-receipt", .receipt(.init(id: 1, receivedThrough: 1_234, acknowledgedThrough: 56))),
+                                             bytes: [1, 2, 3, 4], range: .init(lower: 47, upper: 300, anchor: v.packed + 1)))),
+        ("engine-receipt", .receipt(.init(id: 1, receivedThrough: 1_234, receivedAnchor: v.packed, acknowledgedThrough: 56,
+                                           acknowledgedAnchor: base.packed))),
     ]
 
     @Test func goldenFramesDecode() throws {
@@ -50,10 +51,10 @@ import Testing
                 #expect(frame.payload.first == SyncMessage.rangedPayloadSchema, "\(name): payload schema 3")
             }
         }
-        // A ranged batch is the v2 golden batch's payload behind the range: three bytes more.
+        // A ranged batch is the v2 golden batch's payload behind the range: twelve bytes more.
         let v2 = try FrameCodec().decode([UInt8](Data(contentsOf: WireGoldenV2Tests.folder.appendingPathComponent("engine-batch.bin"))))
         let v3 = try FrameCodec().decode([UInt8](Data(contentsOf: Self.folder.appendingPathComponent("engine-batch-ranged.bin"))))
-        #expect(Array(v3.payload.dropFirst(3)) == v2.payload)
+        #expect(Array(v3.payload.dropFirst(12)) == v2.payload)
         // Below protocol 3 the range is left out: the same bytes as before.
         #expect(Self.messages[0].1.frame(protocolVersion: 2) == v2)
     }
@@ -61,11 +62,12 @@ import Testing
     /// Ranges that cannot be: empty, reversed, past `Int64`, on a message
     /// that takes none, nested; and receipts out of range: all refused as malformed.
     @Test func malformedRangesAndReceiptsAreRefused() throws {
-        func ranged(type: SyncMessage.MessageType, lower: UInt64, upper: UInt64, inner: [UInt8]) -> Frame {
+        func ranged(type: SyncMessage.MessageType, lower: UInt64, upper: UInt64, anchor: UInt64 = 1, inner: [UInt8]) -> Frame {
             var w = ByteWriter()
             w.writeUInt8(SyncMessage.rangedPayloadSchema)
             w.writeVarInt(lower)
             w.writeVarInt(upper)
+            w.writeVarInt(anchor)
             w.writeRaw(inner)
             return Frame(type: type.rawValue, payload: w.bytes)
         }
@@ -75,6 +77,7 @@ import Testing
             ("empty range", ranged(type: .batch, lower: 5, upper: 5, inner: batch)),
             ("reversed range", ranged(type: .batch, lower: 9, upper: 5, inner: batch)),
             ("past Int64", ranged(type: .batch, lower: 0, upper: UInt64(Int64.max) + 1, inner: batch)),
+            ("an anchor past Int64", ranged(type: .batch, lower: 0, upper: 5, anchor: UInt64.max, inner: batch)),
             ("a caught-up notice with a range", ranged(type: .caughtUp, lower: 0, upper: 5, inner: caughtUp)),
             ("nested", ranged(type: .batch, lower: 0, upper: 5, inner: ranged(type: .batch, lower: 0, upper: 5, inner: batch).payload)),
             ("nothing inside", ranged(type: .batch, lower: 0, upper: 5, inner: [])),
@@ -87,8 +90,7 @@ import Testing
         var w = ByteWriter()
         w.writeUInt8(SyncMessage.payloadSchema)
         w.writeVarInt(1)
-        w.writeVarInt(UInt64.max)
-        w.writeVarInt(0)
+        for field in [UInt64.max, 0, 0, 0] { w.writeVarInt(field) }
         #expect(throws: SyncError.self) { _ = try SyncMessage(frame: Frame(type: SyncMessage.MessageType.receipt.rawValue, payload: w.bytes)) }
     }
 }

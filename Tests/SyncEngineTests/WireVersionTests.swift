@@ -110,8 +110,8 @@ import Testing
         #expect(watch.isEstablished && watch.failure == nil)
         let entry = WireEntry(key: "health:daily:steps", version: HLCTimestamp(physicalMilliseconds: 1_000, counter: 0, node: pair.phone.nodeID),
                               base: .zero, deleted: false, encoding: "json", value: Array("8".utf8))
-        let frame = receipt ? SyncMessage.receipt(.init(id: 900, receivedThrough: 1_000, acknowledgedThrough: 0)).frame()
-            : SyncMessage.batch(.init(id: 900, entries: [entry], range: .init(lower: 0, upper: 9))).frame(protocolVersion: 3)
+        let frame = receipt ? SyncMessage.receipt(.init(id: 900, receivedThrough: 1_000, receivedAnchor: 0, acknowledgedThrough: 0, acknowledgedAnchor: 0)).frame()
+            : SyncMessage.batch(.init(id: 900, entries: [entry], range: .init(lower: 0, upper: 9, anchor: 1))).frame(protocolVersion: 3)
         let reply = watch.receive(frame, now: 1_000)
         #expect(watch.failure?.code == .protocolViolation)
         #expect(reply.compactMap { try? SyncMessage(frame: $0) }.contains { if case .error(let e) = $0 { e.code == "protocol-violation" } else { false } })

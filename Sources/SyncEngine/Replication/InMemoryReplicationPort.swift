@@ -158,15 +158,20 @@ package final class InMemoryReplicationPort: ReplicationPort {
 
     package func localVersion(forKey key: String) throws -> HLCTimestamp? { rows[key]?.version }
 
-    /// Received-through positions by peer (`receivedThrough(from:)`).
-    private var received: [UInt32: Int64] = [:]
+    /// Received-through positions and anchors by peer (`receivedThrough(from:)`).
+    private var received: [UInt32: (through: Int64, anchor: Int64)] = [:]
 
-    package func receivedThrough(from peer: UInt32) throws -> Int64 { received[peer] ?? 0 }
+    package func receivedThrough(from peer: UInt32) throws -> (through: Int64, anchor: Int64) { received[peer] ?? (0, 0) }
     package func streamPosition() throws -> Int64 { nextSeq - 1 }
+    package func latestVersion() -> Int64 { hlc.latest }
+    package func firstChangeNewer(than anchor: Int64, for peer: UInt32, after cursor: Int64, through position: Int64) throws -> Int64? {
+        stream.first { $0.seq > cursor && $0.seq <= position && $0.originPeer != peer && $0.version.packed > anchor }?.seq
+    }
 
-    package func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool, receivedThrough: Int64?,
+    package func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
+                       receivedThrough: (through: Int64, anchor: Int64)?,
                        plan decide: ([String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome {
-        if let receivedThrough { received[peer] = max(received[peer] ?? 0, receivedThrough) }
+        if let receivedThrough, receivedThrough.through > (received[peer]?.through ?? 0) { received[peer] = receivedThrough }
         var local: [String: EntryState] = [:]
         for entry in entries { if let row = rows[entry.key] { local[entry.key] = row.state } }
         let plan = decide(local)
@@ -185,7 +190,18 @@ package final class InMemoryReplicationPort: ReplicationPort {
             }
             let row: Row
             switch step.verdict {
-            case .refuse, .ignore:
+            case .refuse:
+                continue
+            case .ignore:
+                // Ours came from `peer`, which now sends an older version: it lost ours, which goes back.
+                if var local = rows[incoming.key], local.originPeer == peer, peer != 0, incoming.version < local.version,
+                   descriptor.replicates(from: role), !written.contains(where: { $0.key == incoming.key }) {
+                    local.originPeer = 0
+                    local.seq = takeSeq()
+                    local.lane = SyncStore.lane(for: descriptor, on: role, size: local.value?.count ?? 0, deleted: local.deleted)
+                    rows[local.key] = local
+                    outcome.resent += 1
+                }
                 continue
             case .take:
                 row = Row(key: incoming.key, value: incoming.deleted ? nil : (incoming.value ?? []), encoding: incoming.encoding,

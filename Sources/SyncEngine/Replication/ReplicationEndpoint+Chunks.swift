@@ -18,7 +18,7 @@ extension ReplicationEndpoint {
         }
         session.stream.transferRanges[StreamProgress.TransferID(key: row.key, seq: row.seq)] = .some(upper)
         session.stream.transfer = StreamProgress.Transfer(upper: upper, key: row.key, seq: row.seq, entry: row.entry, bytes: bytes, count: count, next: start,
-                                                          checksum: Checksum.crc32(bytes), range: upper.map { session.stream.messageRange(through: $0) })
+                                                          checksum: Checksum.crc32(bytes), range: upper.map { session.stream.messageRange(through: $0, anchor: port.latestVersion()) })
     }
 
     func sendChunk(_ t: inout StreamProgress.Transfer, now: Int64) -> Frame {

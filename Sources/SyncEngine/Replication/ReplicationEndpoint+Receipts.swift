@@ -14,12 +14,18 @@ extension ReplicationEndpoint {
     /// phone keeps its own cursor: a forgotten watch gets its whole stream
     /// again after a re-baseline notice.
     func takeReceipt(_ receipt: SyncMessage.Receipt, from peer: ReplicationSession.Peer) throws {
-        receivedStream.note(acknowledgedThrough: receipt.acknowledgedThrough)
+        receivedStream.note(acknowledgedThrough: receipt.acknowledgedThrough, anchor: receipt.acknowledgedAnchor)
         guard awaitsPeerReceipt else { return }  // a phone, or a duplicate
         awaitsPeerReceipt = false
         receiptTakenFrom = peer.node
-        let received = min(receipt.receivedThrough, try port.streamPosition())
+        var received = min(receipt.receivedThrough, try port.streamPosition())
         guard received > session.stream.cursor else { return }
+        // A change there newer than what the phone saw was written since, at a position given out
+        // again (a power cut lost the stream's tail after it was sent): start before it.
+        if let rewritten = try port.firstChangeNewer(than: receipt.receivedAnchor, for: peer.node, after: session.stream.cursor, through: received) {
+            received = rewritten - 1
+            guard received > session.stream.cursor else { return }
+        }
         try port.acknowledge(peer: peer.node, through: received)
         if defersAcknowledgementSync { cursorAwaitsSync = true } else { try port.syncCommitted() }
         session.stream.start(after: received)

@@ -95,7 +95,7 @@ package final class ReplicationEndpoint {
                 var received = receivedStream
                 if let range = batch.range { received.note(range) }
                 let plan = try apply(batch.entries, from: peer, completing: nil, reportsConflicts: true,
-                                     receivedThrough: received.through > received.stored ? received.through : nil)
+                                     receivedThrough: received.through > received.stored ? (received.through, received.anchor) : nil)
                 received.stored = received.through
                 receivedStream = received
                 count {
@@ -307,7 +307,7 @@ package final class ReplicationEndpoint {
                     continue
                 }
                 try beginRoundIfNeeded(from: before, peer: peer)
-                let (id, frame) = sendBatch(rows, range: session.stream.messageRange(through: scanned), now: now)
+                let (id, frame) = sendBatch(rows, range: session.stream.messageRange(through: scanned, anchor: port.latestVersion()), now: now)
                 session.stream.batchRanges[id] = scanned
                 out.append(frame)
                 endRoundIfReached(scanned)
@@ -473,7 +473,7 @@ package final class ReplicationEndpoint {
     /// stored state the port reads in its transaction), has the port execute
     /// that plan, and reports it. Returns the plan, for the acknowledgement.
     func apply(_ entries: [WireEntry], from peer: ReplicationSession.Peer, completing: ChunkedVersion?,
-               reportsConflicts: Bool, receivedThrough: Int64? = nil) throws -> ApplyPlan {
+               reportsConflicts: Bool, receivedThrough: (through: Int64, anchor: Int64)? = nil) throws -> ApplyPlan {
         let now = port.nowMilliseconds()
         let context = ApplyPlanner.Context(peerRole: peer.role, mismatched: peer.mismatchedKeys, versionBound: port.versionBound(),
                                            now: now, maxValueSize: port.maxValueSize,
@@ -572,12 +572,17 @@ package final class ReplicationEndpoint {
                     }
                     session.stream = StreamProgress(cursor: record.cursor)
                     cursorAtStart = record.cursor
-                    receivedStream = ReceivedStream(through: try port.receivedThrough(from: peer.node))
+                    let received = try port.receivedThrough(from: peer.node)
+                    receivedStream = ReceivedStream(through: received.through, anchor: received.anchor)
                     // Protocol 3: the receipt goes first (before a re-baseline notice, which the watch
                     // acts on only once it has the receipt), and a watch reads its stream only after the phone's.
                     awaitsPeerReceipt = false
                     if peer.protocolVersion >= SyncMessage.receiptProtocol {
-                        out.append(encoded(session.sendReceipt(receivedThrough: receivedStream.through, acknowledgedThrough: record.cursor, now: now)))
+                        // What the receipt vouches for is on stable storage first (an apply of the
+                        // last session may still wait for its sync): the watch acts on it for good.
+                        if receivedStream.through > 0 { try port.syncCommitted() }
+                        out.append(encoded(session.sendReceipt(received: receivedStream, acknowledgedThrough: record.cursor,
+                                                               anchor: port.latestVersion(), now: now)))
                         // A session established again on a late hello of this connection keeps the receipt it had.
                         awaitsPeerReceipt = port.role == .watch && receiptTakenFrom != peer.node
                     }

@@ -54,15 +54,22 @@ package protocol ReplicationPort: AnyObject {
     /// it), conflicts logged, the staged chunks of `completing` dropped.
     /// Durable before it returns when `durable` (else `syncCommitted()` must run before acknowledging).
     /// `receivedThrough`: in the same transaction, `peer`'s stream is
-    /// received through that position (`receivedThrough(from:)`, never back).
-    func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool, receivedThrough: Int64?,
+    /// received through that position, with that anchor (`receivedThrough(from:)`, never back).
+    func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
+               receivedThrough: (through: Int64, anchor: Int64)?,
                plan: (_ local: [String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome
     /// How far this store has received and applied `peer`'s stream of
-    /// changes without a gap (protocol 3 stream ranges); 0 when unknown.
-    /// Kept when the peer is forgotten.
-    func receivedThrough(from peer: UInt32) throws -> Int64
+    /// changes without a gap (protocol 3 stream ranges), and the newest
+    /// anchor of what it received there; zeros when unknown. Kept when the peer is forgotten.
+    func receivedThrough(from peer: UInt32) throws -> (through: Int64, anchor: Int64)
     /// The newest change sequence number this store has given out.
     func streamPosition() throws -> Int64
+    /// The newest packed version this store's clock has given out or seen.
+    func latestVersion() -> Int64
+    /// The first change for `peer` after `cursor` and through `position`
+    /// whose version is newer than `anchor` (packed): a change written after
+    /// the peer saw the stream there, at a position given out again.
+    func firstChangeNewer(than anchor: Int64, for peer: UInt32, after cursor: Int64, through position: Int64) throws -> Int64?
     /// Puts every commit so far on stable storage.
     func syncCommitted() throws
 
@@ -203,13 +210,18 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func largeValue(key: String, seq: Int64) throws -> [UInt8]? { try store.largeValue(key: key, seq: seq) }
     package func localVersion(forKey key: String) throws -> HLCTimestamp? { try store.entryInfo(forKey: key)?.version }
 
-    package func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool, receivedThrough: Int64?,
+    package func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
+                       receivedThrough: (through: Int64, anchor: Int64)?,
                        plan: ([String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome {
         try store.execute(entries, from: peer, completing: completing, durable: durable, receivedThrough: receivedThrough, plan: plan)
     }
 
-    package func receivedThrough(from peer: UInt32) throws -> Int64 { try store.receivedThrough(from: peer) }
+    package func receivedThrough(from peer: UInt32) throws -> (through: Int64, anchor: Int64) { try store.receivedThrough(from: peer) }
     package func streamPosition() throws -> Int64 { store.nextSeq.withLock { $0 } - 1 }
+    package func latestVersion() -> Int64 { store.clock.latest }
+    package func firstChangeNewer(than anchor: Int64, for peer: UInt32, after cursor: Int64, through position: Int64) throws -> Int64? {
+        try store.firstChangeNewer(than: anchor, for: peer, after: cursor, through: position)
+    }
 
     package func syncCommitted() throws { try store.syncCommitted() }
 

@@ -267,10 +267,11 @@ struct ReplicationSession {
     /// Registers this side's receipt (retransmitted like a batch until
     /// acknowledged); returns the message to send. Not data: it leaves a
     /// caught-up notice standing.
-    mutating func sendReceipt(receivedThrough: Int64, acknowledgedThrough: Int64, now: Int64) -> SyncMessage {
+    mutating func sendReceipt(received: ReceivedStream, acknowledgedThrough: Int64, anchor: Int64, now: Int64) -> SyncMessage {
         let id = nextBatchID
         nextBatchID += 1
-        let message = SyncMessage.receipt(.init(id: id, receivedThrough: receivedThrough, acknowledgedThrough: acknowledgedThrough))
+        let message = SyncMessage.receipt(.init(id: id, receivedThrough: received.through, receivedAnchor: received.anchor,
+                                                acknowledgedThrough: acknowledgedThrough, acknowledgedAnchor: anchor))
         withEstablished { $0.inFlight[id] = InFlight(message: message, payload: .receipt, sentAt: now, attempts: 1) }
         return message
     }
@@ -540,10 +541,10 @@ struct StreamProgress: Sendable {
     }
 
     /// The stream range of a message that completes the stream through
-    /// `upper`: from the end of the previous message's.
-    mutating func messageRange(through upper: Int64) -> SyncMessage.StreamRange {
+    /// `upper`, read when the clock was at `anchor`: from the end of the previous message's.
+    mutating func messageRange(through upper: Int64, anchor: Int64) -> SyncMessage.StreamRange {
         defer { chain = upper }
-        return SyncMessage.StreamRange(lower: chain, upper: upper)
+        return SyncMessage.StreamRange(lower: chain, upper: upper, anchor: anchor)
     }
 
     /// The stream was read (sent or passed over) up to `upper`.
@@ -585,13 +586,17 @@ struct StreamProgress: Sendable {
 struct ReceivedStream: Sendable, Equatable {
     /// Every change of the peer's stream through here is received and applied.
     var through: Int64
+    /// The newest anchor of what was received through `through`: no change
+    /// there had a newer version when the peer read it.
+    var anchor: Int64
     /// What the store has recorded (`ReplicationPort.receivedThrough(from:)`).
     var stored: Int64
     var pending: [SyncMessage.StreamRange] = []
     static let maxPending = 64
 
-    init(through: Int64 = 0) {
+    init(through: Int64 = 0, anchor: Int64 = 0) {
         self.through = through
+        self.anchor = anchor
         stored = through
     }
 
@@ -603,15 +608,21 @@ struct ReceivedStream: Sendable, Equatable {
         closeGaps()
     }
 
-    /// The peer's cursor for this side: what it acknowledged was received.
-    mutating func note(acknowledgedThrough position: Int64) {
-        through = max(through, position)
+    /// The peer's cursor for this side, and its clock when it said so: what
+    /// it acknowledged was received.
+    mutating func note(acknowledgedThrough position: Int64, anchor peerAnchor: Int64) {
+        guard position > through else { return }
+        through = position
+        anchor = max(anchor, peerAnchor)
         closeGaps()
     }
 
     private mutating func closeGaps() {
         while let index = pending.firstIndex(where: { $0.lower <= through }) {
-            through = max(through, pending[index].upper)
+            if pending[index].upper > through {
+                through = pending[index].upper
+                anchor = max(anchor, pending[index].anchor)
+            }
             pending.remove(at: index)
         }
     }

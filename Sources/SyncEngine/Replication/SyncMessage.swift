@@ -65,6 +65,13 @@ public enum SyncMessage: Sendable, Equatable {
     public struct StreamRange: Sendable, Equatable {
         public var lower: Int64
         public var upper: Int64
+        /// The sender's clock (packed) when it read its stream through
+        /// `upper`: every change there had a version at or before it. A
+        /// receipt hands it back, so that the sender can tell whether its
+        /// stream up to there is still the one the receiver saw (a power cut
+        /// that lost the stream's tail lets positions be given out again, to
+        /// changes with newer versions).
+        public var anchor: Int64
     }
 
     /// Sent first by each side of a protocol-3 session: how far this side
@@ -79,7 +86,12 @@ public enum SyncMessage: Sendable, Equatable {
     public struct Receipt: Sendable, Equatable {
         public var id: UInt64
         public var receivedThrough: Int64
+        /// The anchor of the ranges received through `receivedThrough` (the newest; 0 with none).
+        public var receivedAnchor: Int64
         public var acknowledgedThrough: Int64
+        /// This side's clock (packed) as it wrote the receipt: its stream
+        /// through `acknowledgedThrough` had no newer version.
+        public var acknowledgedAnchor: Int64
     }
 
     public struct Ack: Sendable, Equatable {
@@ -210,6 +222,7 @@ extension SyncMessage {
         w.writeUInt8(SyncMessage.rangedPayloadSchema)
         w.writeVarInt(UInt64(range.lower))
         w.writeVarInt(UInt64(range.upper))
+        w.writeVarInt(UInt64(range.anchor))
         w.writeRaw(plain.payload)
         return Frame(type: plain.type, payload: w.bytes)
     }
@@ -302,7 +315,9 @@ extension SyncMessage {
             type = .receipt
             w.writeVarInt(receipt.id)
             w.writeVarInt(UInt64(receipt.receivedThrough))
+            w.writeVarInt(UInt64(receipt.receivedAnchor))
             w.writeVarInt(UInt64(receipt.acknowledgedThrough))
+            w.writeVarInt(UInt64(receipt.acknowledgedAnchor))
         }
         return Frame(type: type.rawValue, payload: w.bytes)
     }
@@ -321,15 +336,16 @@ extension SyncMessage {
                 guard type == .batch || type == .chunk else {
                     throw SyncError(.malformedMessage, "a \(type) message cannot carry a stream range (payload schema \(schema))")
                 }
-                let lower = try r.readVarInt(), upper = try r.readVarInt()
+                let lower = try r.readVarInt(), upper = try r.readVarInt(), anchor = try r.readVarInt()
                 guard lower < upper, upper <= UInt64(Int64.max) else {
                     throw SyncError(.malformedMessage, "a \(type) message names the stream range \(lower)..<\(upper), which is empty or out of range")
                 }
+                guard anchor <= UInt64(Int64.max) else { throw SyncError(.malformedMessage, "a \(type) message's range anchor is out of range") }
                 let inner = try r.readRaw(count: r.remaining)
                 guard let innerSchema = inner.first, innerSchema != SyncMessage.rangedPayloadSchema else {
                     throw SyncError(.malformedMessage, "a ranged \(type) message must wrap a payload of schema 1 or 2")
                 }
-                let range = StreamRange(lower: Int64(lower), upper: Int64(upper))
+                let range = StreamRange(lower: Int64(lower), upper: Int64(upper), anchor: Int64(anchor))
                 switch try SyncMessage(frame: Frame(type: frame.type, payload: inner)) {
                 case .batch(var batch):
                     batch.range = range
@@ -418,11 +434,12 @@ extension SyncMessage {
                 self = .manualReply(ManualReply(id: id, accepted: accepted == 1, released: released, replyID: try r.readVarInt()))
             case .receipt:
                 let id = try r.readVarInt()
-                let received = try r.readVarInt(), acknowledged = try r.readVarInt()
-                guard received <= UInt64(Int64.max), acknowledged <= UInt64(Int64.max) else {
-                    throw SyncError(.malformedMessage, "a receipt names stream positions out of range")
+                let fields = [try r.readVarInt(), try r.readVarInt(), try r.readVarInt(), try r.readVarInt()]
+                guard fields.allSatisfy({ $0 <= UInt64(Int64.max) }) else {
+                    throw SyncError(.malformedMessage, "a receipt names stream positions or versions out of range")
                 }
-                self = .receipt(Receipt(id: id, receivedThrough: Int64(received), acknowledgedThrough: Int64(acknowledged)))
+                self = .receipt(Receipt(id: id, receivedThrough: Int64(fields[0]), receivedAnchor: Int64(fields[1]),
+                                        acknowledgedThrough: Int64(fields[2]), acknowledgedAnchor: Int64(fields[3])))
             }
             guard r.isAtEnd else { throw SyncError(.malformedMessage, "\(type) message has \(r.remaining) trailing bytes") }
         } catch let error as SyncError {

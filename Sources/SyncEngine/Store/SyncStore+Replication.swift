@@ -82,7 +82,8 @@ extension SyncStore {
     /// Returns once the commit is on stable storage (`syncCommitted()`) when
     /// `durable`, since the caller acknowledges it; otherwise the caller must
     /// sync before acknowledging.
-    func execute(_ entries: [WireEntry], from peer: UInt32, completing chunked: ChunkedVersion?, durable: Bool, receivedThrough: Int64? = nil,
+    func execute(_ entries: [WireEntry], from peer: UInt32, completing chunked: ChunkedVersion?, durable: Bool,
+                 receivedThrough: (through: Int64, anchor: Int64)? = nil,
                  plan decide: ([String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome {
         try checkOpen()
         let now = physicalClock.nowMilliseconds()
@@ -102,6 +103,8 @@ extension SyncStore {
             let plan = decide(stored.mapValues(\.state))
             var writes: [StoredRow] = []
             var encrypted: Set<String> = []
+            // Our rows that came from `peer`, which now sends an older version: it lost ours.
+            var resend: [(key: String, lane: SyncLane)] = []
             writes.reserveCapacity(plan.steps.count)
             outcome.changes.reserveCapacity(plan.steps.count)
             for step in plan.steps {
@@ -115,7 +118,13 @@ extension SyncStore {
                 }
                 let row: StoredRow
                 switch step.verdict {
-                case .refuse, .ignore:
+                case .refuse:
+                    continue
+                case .ignore:
+                    if let local = stored[incoming.key], local.originPeer == peer, peer != 0, incoming.version < local.version,
+                       descriptor.replicates(from: role) {
+                        resend.append((incoming.key, lane(for: descriptor, size: local.size, deleted: local.deleted)))
+                    }
                     continue
                 case .take:
                     row = StoredRow(key: incoming.key, value: incoming.deleted ? nil : (incoming.value ?? []), encoding: incoming.encoding,
@@ -134,6 +143,21 @@ extension SyncStore {
                 outcome.changes.append(StoreChange(key: row.key, kind: row.deleted ? .removed : .set, origin: .remote, version: row.version))
             }
             try saveRows(conn, writes, encrypt: { !encrypted.isEmpty && encrypted.contains($0.key) }, writtenAt: now)
+            if !resend.isEmpty {
+                // The peer holds an older version of a change it once sent us (it was re-baselined
+                // after purging the tombstone, or a stale copy arrived): ours goes back to it, as a
+                // change of this store, or the two would never agree again.
+                let written = Set(writes.map(\.key))
+                let update = try conn.statement("UPDATE entries SET origin_peer = 0, change_seq = ?1, lane = ?2 WHERE key = ?3")
+                for (key, lane) in resend where !written.contains(key) {
+                    update.reset()
+                    update.bind(1, takeSeq())
+                    update.bind(2, Int64(lane.rawValue))
+                    update.bind(3, key)
+                    try update.run()
+                    outcome.resent += 1
+                }
+            }
             if let chunked {
                 let delete = try conn.statement("DELETE FROM sync_chunks WHERE key = ? AND ver = ? AND node = ?")
                 delete.bind(1, chunked.key)
@@ -148,7 +172,7 @@ extension SyncStore {
                     ON CONFLICT(name) DO UPDATE SET value = excluded.value WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)
                     """)
                 record.bind(1, SyncStore.receivedThroughName(peer))
-                record.bind(2, String(receivedThrough))
+                record.bind(2, "\(receivedThrough.through)/\(receivedThrough.anchor)")
                 try record.run()
             }
             if hasStagedChunks {
@@ -434,8 +458,31 @@ extension SyncStore {
     /// The `sync_meta` name of how far `peer`'s stream was received (kept when the peer is forgotten).
     static func receivedThroughName(_ peer: UInt32) -> String { "received_through_\(peer)" }
 
-    /// How far this store received and applied `peer`'s stream without a gap (protocol 3); 0 when unknown.
-    func receivedThrough(from peer: UInt32) throws -> Int64 {
-        Int64(try meta(SyncStore.receivedThroughName(peer)) ?? "") ?? 0
+    /// How far this store received and applied `peer`'s stream without a
+    /// gap (protocol 3), and the newest anchor there ("through/anchor" in
+    /// `sync_meta`); zeros when unknown.
+    func receivedThrough(from peer: UInt32) throws -> (through: Int64, anchor: Int64) {
+        let parts = (try meta(SyncStore.receivedThroughName(peer)) ?? "").split(separator: "/")
+        guard parts.count == 2, let through = Int64(parts[0]), let anchor = Int64(parts[1]) else { return (0, 0) }
+        return (through, anchor)
+    }
+
+    /// The first change sent to `peer` after `cursor` and through `position`
+    /// whose version is newer than `anchor` (packed), if any.
+    func firstChangeNewer(than anchor: Int64, for peer: UInt32, after cursor: Int64, through position: Int64) throws -> Int64? {
+        try checkOpen()
+        return try database.read { conn in
+            let stmt = try conn.statement("""
+                SELECT min(e.change_seq) FROM entries e
+                WHERE e.change_seq > ?1 AND e.change_seq <= ?2 AND \(SyncStore.isSentCondition) AND e.origin_peer != ?3 AND e.ver > ?4
+                """)
+            defer { stmt.reset() }
+            stmt.bind(1, cursor)
+            stmt.bind(2, position)
+            stmt.bind(3, Int64(peer))
+            stmt.bind(4, anchor)
+            guard try stmt.step(), !stmt.isNull(0) else { return nil }
+            return stmt.int64(0)
+        }
     }
 }

@@ -22,8 +22,9 @@ public struct ScenarioGenerator: Sendable {
     public var mailbox: Bool
     /// Whether scenarios may purge tombstones (about 3 in 10): a retention of
     /// 10–30 s of virtual time over a timeline stretched eightfold, skews
-    /// within a quarter of the retention, and `purge` steps (the peer horizon
-    /// stays the default: no watch is forgotten).
+    /// within a quarter of the retention, `purge` steps, and in half of them
+    /// a peer horizon of one to three retentions (a phone forgets a watch
+    /// unseen that long, and re-baselines it when it returns).
     public var purges: Bool
 
     public init(ops: Int = 100, maxWatches: Int = Scenario.maxWatches, powerCuts: Bool = true, mailbox: Bool = true, purges: Bool = true) {
@@ -127,18 +128,16 @@ public struct ScenarioGenerator: Sendable {
         // Purges come from a stream of their own too: a scenario without them is the one this seed always gave.
         var g = SeededRandom(seed: seed ^ 0x7F06_B5A7_0E_44)
         var retention: Int64?
-        let horizon: Int64? = nil
+        var horizon: Int64? = nil
         if purges, g.nextBool(probability: 0.3), !steps.isEmpty {
             // The engine's assumption (README, tombstones): the retention is longer than any
             // frame stays in flight (retransmits included) and than any jump of a clock. The
             // timeline is stretched eightfold so that tombstones outlive it within one scenario,
             // and clock skews stay within a quarter of the retention.
-            // No short peer horizon: a watch forgotten and re-baselined runs into the limit the
-            // README states (its write that reached the phone, whose acknowledgement it never got,
-            // comes back if the phone deleted and purged that key meanwhile); fixtures and tests
-            // cover forgetting and re-baselines.
             let kept = Int64(g.nextInt(in: 10_000...30_000))
             retention = kept
+            // Half of them forget a watch unseen for one to three retentions: it is re-baselined when it returns.
+            if g.nextBool(probability: 0.5) { horizon = kept * Int64(g.nextInt(in: 1...3)) }
             steps = steps.map { step in
                 var stretched = step
                 stretched.at *= 8

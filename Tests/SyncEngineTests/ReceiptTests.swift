@@ -1,0 +1,93 @@
+import Foundation
+@_spi(Benchmarks) @testable import SyncEngine
+@_spi(Benchmarks) import SyncTransport
+import Testing
+
+/// Protocol 3's receipts and stream ranges, step by step: what a receiver
+/// records of the sender's stream, and what a watch does with the phone's receipt.
+@Suite struct ReceiptTests {
+    /// Runs a session between `phone` and `watch` until nothing moves;
+    /// `fromPhone` may change or drop (nil) each frame the phone sends.
+    static func exchange(_ phone: ReplicationEndpoint, _ watch: ReplicationEndpoint, start: Bool, now: Int64 = 1_000,
+                         fromPhone: (Frame) -> Frame? = { $0 }) {
+        var toWatch = start ? phone.start(now: now) : phone.pump(now: now)
+        var toPhone = start ? watch.start(now: now) : watch.pump(now: now)
+        for _ in 0..<10_000 where !(toWatch.isEmpty && toPhone.isEmpty) {
+            let (sendWatch, sendPhone) = (toWatch, toPhone)
+            (toWatch, toPhone) = ([], [])
+            for frame in sendPhone { toWatch += phone.receive(frame, now: now) }
+            for frame in sendWatch { if let frame = fromPhone(frame) { toPhone += watch.receive(frame, now: now) } }
+        }
+    }
+
+    /// The phone records how far it received the watch's stream in the
+    /// transaction that applies each batch; the watch's writes made after a
+    /// lost acknowledgement go, the ones before it do not go again.
+    @Test func thePhoneRecordsHowFarItReceivedAndTheWatchStartsThere() async throws {
+        let pair = try Pair()
+        let config = ReplicationConfiguration(pairingEpoch: "test")
+        try await pair.watch.set(["a"], for: TestKeys.tags)
+        try await pair.watch.set(3, for: TestKeys.daily["w"])
+        var phone = ReplicationEndpoint(store: pair.phone, configuration: config)
+        var watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+        // Every acknowledgement from the phone is lost.
+        Self.exchange(phone, watch, start: true) { $0.type == SyncMessage.MessageType.ack.rawValue ? nil : $0 }
+        phone.connectionLost()
+        watch.connectionLost()
+        let position = try SQLiteReplicationPort(pair.watch).streamPosition()
+        #expect(try pair.phone.receivedThrough(from: pair.watch.nodeID).through == position)
+        #expect(try pair.watch.knownPeers().first?.cursor ?? 0 < position)
+
+        try await pair.watch.set(4, for: TestKeys.daily["after"])
+        let before = pair.phone.syncCounters.entriesReceived
+        phone = ReplicationEndpoint(store: pair.phone, configuration: config)
+        watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+        Self.exchange(phone, watch, start: true)
+        #expect(pair.phone.syncCounters.entriesReceived - before == 1, "only the write made since")
+        #expect(try pair.phone.storedValue(for: TestKeys.daily["after"]) == 4)
+        #expect(try pair.watch.knownPeers().first?.cursor == (try SQLiteReplicationPort(pair.watch).streamPosition()))
+    }
+
+    /// A phone that claims to have received more than the watch ever wrote
+    /// moves the watch's cursor only to the watch's last change: what the
+    /// watch writes later still goes.
+    @Test func aReceiptNeverMovesTheCursorPastWhatTheWatchWrote() async throws {
+        let pair = try Pair()
+        let config = ReplicationConfiguration(pairingEpoch: "test")
+        try await pair.watch.set(["a"], for: TestKeys.tags)
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+        Self.exchange(phone, watch, start: true) { frame in
+            guard case .receipt(var receipt)? = try? SyncMessage(frame: frame) else { return frame }
+            receipt.receivedThrough = Int64.max
+            return SyncMessage.receipt(receipt).frame()
+        }
+        #expect(phone.failure == nil && watch.failure == nil)
+        let position = try SQLiteReplicationPort(pair.watch).streamPosition()
+        #expect(try pair.watch.knownPeers().first?.cursor == position)
+        try await pair.watch.set(9, for: TestKeys.daily["later"])
+        Self.exchange(phone, watch, start: false)
+        #expect(try pair.phone.storedValue(for: TestKeys.daily["later"]) == 9)
+    }
+
+    /// Until the phone's receipt arrives, a watch sends nothing and is not idle.
+    @Test func aWatchWaitsForThePhonesReceipt() async throws {
+        let pair = try Pair()
+        let config = ReplicationConfiguration(pairingEpoch: "test")
+        try await pair.watch.set(["a"], for: TestKeys.tags)
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+        var held: [Frame] = []
+        Self.exchange(phone, watch, start: true) { frame in
+            if frame.type == SyncMessage.MessageType.receipt.rawValue { held.append(frame); return nil }
+            return frame
+        }
+        #expect(watch.isEstablished && !watch.isIdle)
+        #expect(try pair.phone.storedValue(for: TestKeys.tags) == nil)
+        var toPhone: [Frame] = []
+        for frame in held { toPhone += watch.receive(frame, now: 1_000) }
+        #expect(toPhone.contains { $0.type == SyncMessage.MessageType.batch.rawValue })
+        for frame in toPhone { _ = phone.receive(frame, now: 1_000) }
+        #expect(try pair.phone.storedValue(for: TestKeys.tags) == ["a"])
+    }
+}
