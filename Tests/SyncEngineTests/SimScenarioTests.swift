@@ -151,7 +151,8 @@ import Testing
                             "resume-note-direction", "purged-local-only-delete", "connected-watch-forgotten",
                             "rebaselined-watch-manual-held", "older-delete-after-purge",
                             "stale-resend-after-purge", "overtaken-transfer-never-idle",
-                            "rebaseline-after-early-ack", "forgotten-watch-older-write-vs-tombstone"])
+                            "rebaseline-after-early-ack", "forgotten-watch-older-write-vs-tombstone",
+                            "forgotten-watch-older-write-vs-own-delete"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

@@ -193,9 +193,11 @@ package final class InMemoryReplicationPort: ReplicationPort {
             case .refuse:
                 continue
             case .ignore:
-                // Ours came from `peer`, which now sends an older version: it lost ours, which goes back.
-                if var local = rows[incoming.key], local.originPeer == peer, peer != 0, incoming.version < local.version,
-                   descriptor.replicates(from: role), !written.contains(where: { $0.key == incoming.key }) {
+                // `peer` had ours (it sent it, or acknowledged it) and now sends an older version: it
+                // lost ours, which goes back.
+                if var local = rows[incoming.key], peer != 0, incoming.version < local.version, descriptor.replicates(from: role),
+                   local.originPeer == peer || (local.lane.isSent && local.seq <= (peers[peer]?.record.cursor ?? 0)),
+                   !written.contains(where: { $0.key == incoming.key }) {
                     local.originPeer = 0
                     local.seq = takeSeq()
                     local.lane = SyncStore.lane(for: descriptor, on: role, size: local.value?.count ?? 0, deleted: local.deleted)

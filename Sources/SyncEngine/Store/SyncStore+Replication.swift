@@ -103,8 +103,10 @@ extension SyncStore {
             let plan = decide(stored.mapValues(\.state))
             var writes: [StoredRow] = []
             var encrypted: Set<String> = []
-            // Our rows that came from `peer`, which now sends an older version: it lost ours.
+            // Our rows that `peer` had (it sent them, or acknowledged them), which it now sends
+            // older: it lost ours.
             var resend: [(key: String, lane: SyncLane)] = []
+            var peerCursor: Int64?
             writes.reserveCapacity(plan.steps.count)
             outcome.changes.reserveCapacity(plan.steps.count)
             for step in plan.steps {
@@ -121,9 +123,11 @@ extension SyncStore {
                 case .refuse:
                     continue
                 case .ignore:
-                    if let local = stored[incoming.key], local.originPeer == peer, peer != 0, incoming.version < local.version,
-                       descriptor.replicates(from: role) {
-                        resend.append((incoming.key, lane(for: descriptor, size: local.size, deleted: local.deleted)))
+                    if let local = stored[incoming.key], peer != 0, incoming.version < local.version, descriptor.replicates(from: role) {
+                        if peerCursor == nil, local.originPeer != peer { peerCursor = try SyncStore.peerRecord(conn, node: peer)?.cursor ?? 0 }
+                        if local.originPeer == peer || (local.lane.isSent && local.changeSeq <= peerCursor ?? 0) {
+                            resend.append((incoming.key, lane(for: descriptor, size: local.size, deleted: local.deleted)))
+                        }
                     }
                     continue
                 case .take:

@@ -91,6 +91,17 @@ extension SyncStore {
         return purged.count
     }
 
+    /// The phones whose re-baseline notices this watch acted on (node ids).
+    @_spi(Benchmarks)
+    public func rebaselinedBy() throws -> Set<UInt32> {
+        try checkOpen()
+        return try database.read { conn in
+            Set(try SyncStore.readMeta(conn).keys.compactMap { name in
+                name.hasPrefix("rebaselined_by_") ? UInt32(name.dropFirst("rebaselined_by_".count)) : nil
+            })
+        }
+    }
+
     /// The newest version (packed) of a purged tombstone; 0 when none was purged.
     public func purgedThrough() throws -> Int64 {
         try checkOpen()

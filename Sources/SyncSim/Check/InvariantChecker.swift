@@ -130,15 +130,18 @@ struct InvariantChecker {
         var name: String
         /// The newest tombstone version (packed) the node purged (`purgedThrough()`); 0 when none.
         var purgedThrough: Int64
+        /// A watch that acted on a phone's re-baseline notice (the phone had forgotten it).
+        var rebaselined: Bool
 
         init(role: DeviceRole, nodeID: UInt32, entries: [String: EntryInfo], values: [String: [UInt8]], name: String? = nil,
-             purgedThrough: Int64 = 0) {
+             purgedThrough: Int64 = 0, rebaselined: Bool = false) {
             self.role = role
             self.nodeID = nodeID
             self.entries = entries
             self.values = values
             self.name = name ?? role.rawValue
             self.purgedThrough = purgedThrough
+            self.rebaselined = rebaselined
         }
     }
 
@@ -150,7 +153,7 @@ struct InvariantChecker {
             if !info.isDeleted, let value = try store.rawValue(forKey: info.key) { values[info.key] = value }
         }
         return Snapshot(role: store.role, nodeID: store.nodeID, entries: entries, values: values, name: name?.rawValue,
-                        purgedThrough: try store.purgedThrough())
+                        purgedThrough: try store.purgedThrough(), rebaselined: !(try store.rebaselinedBy()).isEmpty)
     }
 
     /// Checks the stores of the nodes that are up (the phone first when it is
@@ -190,12 +193,8 @@ struct InvariantChecker {
             // same key that the purging node had not seen (the README's tombstone limits): the
             // key is deleted either way, and nothing the app holds is lost.
             let purgedDelete = write.deleted && entry.isDeleted && write.version.packed <= (nodes.map(\.purgedThrough).max() ?? 0)
-            // Likewise an older write a watch made before that delete and never got acknowledged
-            // before the phone forgot it: it arrives after the re-baseline as new (the README's
-            // first tombstone limit), on every node alike.
-            let unsentBeforePurge = write.deleted && write.version.packed <= (nodes.map(\.purgedThrough).max() ?? 0)
-                && entry.version.node != write.nodeID && nodes.contains { $0.role == .watch && $0.nodeID == entry.version.node }
-            if entry.version < write.version && !purgedDelete && !unsentBeforePurge {
+            if entry.version < write.version && !purgedDelete
+                && !unsentBeforePurgedDelete(write.key, entry.version, nodes: nodes, model: model) {
                 log.violate(.noLostAcknowledgedWrite, "\(label): \(node.name) holds \(write.key) at \(entry.version), older than its acknowledged write \(write.version)")
             }
         }
@@ -217,7 +216,8 @@ struct InvariantChecker {
             guard write.deleted, !held.contains(write.key) else { continue }
             // A value newer than the delete legitimately wins (e.g. written by a replaced watch).
             for node in nodes where node.values[write.key] != nil && node.entries[write.key]!.version < write.version {
-                guard let d = registry.descriptor(forEntry: write.key) else { continue }
+                guard let d = registry.descriptor(forEntry: write.key),
+                      !unsentBeforePurgedDelete(write.key, node.entries[write.key]!.version, nodes: nodes, model: model) else { continue }
                 let ownWrite = node.nodeID == write.nodeID
                 if ownWrite || (crosses(d) && inSync.contains(node.nodeID) && inSync.contains(write.nodeID)) {
                     log.violate(.noResurrection, "\(label): \(write.key) was last deleted (\(write.version)) but \(node.name) holds a value at \(node.entries[write.key]!.version)")
@@ -229,6 +229,18 @@ struct InvariantChecker {
         for watch in nodes where watch.role == .watch && connected.contains(watch.nodeID) {
             checkConvergence(phone, watch, held: held, label: label)
         }
+    }
+
+    /// Whether the entry at `version` of `key` may be a write that a
+    /// re-baselined watch made before a delete of that key which the phone
+    /// purged while it had forgotten the watch, and that reached the phone
+    /// only after (the README's first tombstone limit): with nothing left to
+    /// compare it with, it wins on every node as if that delete had not
+    /// happened, and so do the writes between them lose.
+    func unsentBeforePurgedDelete(_ key: String, _ version: HLCTimestamp, nodes: [Snapshot], model: WriteModel) -> Bool {
+        guard nodes.contains(where: { $0.role == .watch && $0.nodeID == version.node && $0.rebaselined }) else { return false }
+        let purged = nodes.map(\.purgedThrough).max() ?? 0
+        return model.writes.contains { $0.key == key && $0.deleted && $0.version > version && $0.version.packed <= purged }
     }
 
     /// Whether a value write that is gone from its node was superseded by a
