@@ -195,12 +195,11 @@ package final class InMemoryReplicationPort: ReplicationPort {
             case .ignore:
                 // `peer` had ours (it sent it, or acknowledged it) and now sends an older version: it
                 // lost ours, which goes back.
-                if var local = rows[incoming.key], peer != 0, incoming.version < local.version, descriptor.replicates(from: role),
-                   local.originPeer == peer || (local.lane.isSent && local.seq <= (peers[peer]?.record.cursor ?? 0)),
+                if var local = rows[incoming.key], peer != 0, incoming.version < local.version, local.lane.isSent, descriptor.replicates(from: role),
+                   local.originPeer == peer || local.seq <= (peers[peer]?.record.cursor ?? 0),
                    !written.contains(where: { $0.key == incoming.key }) {
                     local.originPeer = 0
                     local.seq = takeSeq()
-                    local.lane = SyncStore.lane(for: descriptor, on: role, size: local.value?.count ?? 0, deleted: local.deleted)
                     rows[local.key] = local
                     outcome.resent += 1
                 }

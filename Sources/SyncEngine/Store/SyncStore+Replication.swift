@@ -105,7 +105,7 @@ extension SyncStore {
             var encrypted: Set<String> = []
             // Our rows that `peer` had (it sent them, or acknowledged them), which it now sends
             // older: it lost ours.
-            var resend: [(key: String, lane: SyncLane)] = []
+            var resend: [String] = []
             var peerCursor: Int64?
             writes.reserveCapacity(plan.steps.count)
             outcome.changes.reserveCapacity(plan.steps.count)
@@ -123,11 +123,11 @@ extension SyncStore {
                 case .refuse:
                     continue
                 case .ignore:
-                    if let local = stored[incoming.key], peer != 0, incoming.version < local.version, descriptor.replicates(from: role) {
+                    // In the lane it is in (a change released for sending, or taken from a peer, stays sendable).
+                    if let local = stored[incoming.key], peer != 0, incoming.version < local.version, local.lane.isSent,
+                       descriptor.replicates(from: role) {
                         if peerCursor == nil, local.originPeer != peer { peerCursor = try SyncStore.peerRecord(conn, node: peer)?.cursor ?? 0 }
-                        if local.originPeer == peer || (local.lane.isSent && local.changeSeq <= peerCursor ?? 0) {
-                            resend.append((incoming.key, lane(for: descriptor, size: local.size, deleted: local.deleted)))
-                        }
+                        if local.originPeer == peer || local.changeSeq <= peerCursor ?? 0 { resend.append(incoming.key) }
                     }
                     continue
                 case .take:
@@ -152,12 +152,11 @@ extension SyncStore {
                 // after purging the tombstone, or a stale copy arrived): ours goes back to it, as a
                 // change of this store, or the two would never agree again.
                 let written = Set(writes.map(\.key))
-                let update = try conn.statement("UPDATE entries SET origin_peer = 0, change_seq = ?1, lane = ?2 WHERE key = ?3")
-                for (key, lane) in resend where !written.contains(key) {
+                let update = try conn.statement("UPDATE entries SET origin_peer = 0, change_seq = ?1 WHERE key = ?2")
+                for key in resend where !written.contains(key) {
                     update.reset()
                     update.bind(1, takeSeq())
-                    update.bind(2, Int64(lane.rawValue))
-                    update.bind(3, key)
+                    update.bind(2, key)
                     try update.run()
                     outcome.resent += 1
                 }
