@@ -48,6 +48,33 @@ import Testing
         #expect(try pair.watch.knownPeers().first?.cursor == (try SQLiteReplicationPort(pair.watch).streamPosition()))
     }
 
+    /// Recording how far the stream was received costs a page per
+    /// transaction: batches record it once a second, and the end of the
+    /// session records the rest.
+    @Test func theEndOfASessionRecordsWhatTheLastBatchesBrought() async throws {
+        let pair = try Pair()
+        let config = ReplicationConfiguration(pairingEpoch: "test")
+        try await pair.watch.set(["a"], for: TestKeys.tags)
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+        Self.exchange(phone, watch, start: true)
+        let first = try pair.phone.receivedThrough(from: pair.watch.nodeID).through
+        #expect(first > 0)
+        try await pair.watch.set(["b"], for: TestKeys.tags)
+        Self.exchange(phone, watch, start: false, now: 1_500)
+        #expect(try pair.phone.storedValue(for: TestKeys.tags) == ["b"])
+        #expect(try pair.phone.receivedThrough(from: pair.watch.nodeID).through == first, "within the second")
+        try await pair.watch.set(["c"], for: TestKeys.tags)
+        Self.exchange(phone, watch, start: false, now: 2_500)
+        let position = try SQLiteReplicationPort(pair.watch).streamPosition()
+        #expect(try pair.phone.receivedThrough(from: pair.watch.nodeID).through == position, "a second later")
+        try await pair.watch.set(["d"], for: TestKeys.tags)
+        Self.exchange(phone, watch, start: false, now: 2_600)
+        #expect(try pair.phone.receivedThrough(from: pair.watch.nodeID).through == position)
+        phone.connectionLost()
+        #expect(try pair.phone.receivedThrough(from: pair.watch.nodeID).through == (try SQLiteReplicationPort(pair.watch).streamPosition()))
+    }
+
     /// A phone that claims to have received more than the watch ever wrote
     /// moves the watch's cursor only to the watch's last change: what the
     /// watch writes later still goes.

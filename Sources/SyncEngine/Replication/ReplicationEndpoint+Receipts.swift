@@ -34,6 +34,23 @@ extension ReplicationEndpoint {
                              metadata: ["through": "\(received)"])
     }
 
+    /// How often, at most, applying a batch also records how far the peer's
+    /// stream was received (milliseconds); the end of a session records it too.
+    static let receivedRecordInterval: Int64 = 1_000
+
+    /// Records how far `peer`'s stream was received, if the store lags behind
+    /// (the session ends). After the commits it vouches for, so never ahead of them.
+    func recordReceivedStream(from peer: UInt32) {
+        guard receivedStream.through > receivedStream.stored else { return }
+        do {
+            _ = try port.apply([], from: peer, completing: nil, durable: false,
+                               receivedThrough: (receivedStream.through, receivedStream.anchor)) { _ in ApplyPlan() }
+            receivedStream.stored = receivedStream.through
+        } catch {
+            reporter.logger.warning("could not record how far the peer's changes were received", metadata: ["error": "\(error)"])
+        }
+    }
+
     /// A batch or chunk that names a stream range in a session that did not negotiate protocol 3.
     func rangeViolation(_ frame: Frame, peer: ReplicationSession.Peer) -> SyncError? {
         guard SyncMessage.payloadSchema(of: frame) == SyncMessage.rangedPayloadSchema, peer.protocolVersion < SyncMessage.receiptProtocol else {

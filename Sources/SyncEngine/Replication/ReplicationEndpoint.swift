@@ -91,12 +91,17 @@ package final class ReplicationEndpoint {
                 }
                 if let violation = rangeViolation(frame, peer: peer) { return fail(violation, notifyPeer: true) }
                 session.peerSentData(id: batch.id)
-                // How far the peer's stream is received goes into the same transaction as the batch.
+                // How far the peer's stream is received goes into the batch's transaction once a second
+                // (a page more per transaction otherwise), and when the session ends.
                 var received = receivedStream
                 if let range = batch.range { received.note(range) }
+                let records = received.through > received.stored && now - receivedRecordedAt >= ReplicationEndpoint.receivedRecordInterval
                 let plan = try apply(batch.entries, from: peer, completing: nil, reportsConflicts: true,
-                                     receivedThrough: received.through > received.stored ? (received.through, received.anchor) : nil)
-                received.stored = received.through
+                                     receivedThrough: records ? (received.through, received.anchor) : nil)
+                if records {
+                    received.stored = received.through
+                    receivedRecordedAt = now
+                }
                 receivedStream = received
                 count {
                     $0.batchesReceived += 1
@@ -527,6 +532,8 @@ package final class ReplicationEndpoint {
     var cursorAtStart: Int64?
     /// How far the peer's stream is received (protocol 3), and how far the store has it recorded.
     var receivedStream = ReceivedStream()
+    /// When applying a batch last recorded `receivedStream`.
+    var receivedRecordedAt = Int64.min / 2
     /// A watch in a protocol-3 session waits for the phone's receipt before reading its stream.
     var awaitsPeerReceipt = false
     /// The peer whose receipt this endpoint (one connection) took.
@@ -535,10 +542,12 @@ package final class ReplicationEndpoint {
     /// The peer this session told the port it is live with (once established).
     private var livePeer: UInt32?
 
-    /// Tells the port the session with its peer is over (once).
+    /// Tells the port the session with its peer is over (once), and records
+    /// how far its stream was received.
     private func endLiveSession() {
         guard let peer = livePeer else { return }
         livePeer = nil
+        recordReceivedStream(from: peer)
         port.noteSession(with: peer, live: false)
     }
 
