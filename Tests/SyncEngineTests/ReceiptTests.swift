@@ -124,42 +124,35 @@ import Testing
 /// write of the key from a re-baselined watch. Ours goes back to it, or the
 /// two would disagree for good (found by syncsim fuzz with forgotten watches).
 @Suite struct LostEntryResendTests {
-    /// The watch's entry of `key` as the phone sends an older version of it; returns the entries the watch sends back.
-    static func olderVersionArrives(_ pair: Pair, key: String, older: HLCTimestamp) throws -> [WireEntry] {
+    /// After a session, `receiver` gets an older version (`older`) of `key`
+    /// from its peer; returns the entries it sends back.
+    static func olderVersionArrives(_ pair: Pair, key: String, older: HLCTimestamp, at receiver: DeviceRole = .watch) throws -> [WireEntry] {
         let config = ReplicationConfiguration(pairingEpoch: "test")
         let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
         let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
         ReceiptTests.exchange(phone, watch, start: true)
-        #expect(watch.isIdle)
+        #expect(watch.isIdle && phone.isIdle)
         let stale = WireEntry(key: key, version: older, base: .zero, deleted: false, encoding: "json", value: Array("1".utf8))
-        let reply = watch.receive(SyncMessage.batch(.init(id: 9_000, entries: [stale])).frame(), now: 1_000)
-        #expect(watch.failure == nil)
+        let endpoint = receiver == .watch ? watch : phone
+        let reply = endpoint.receive(SyncMessage.batch(.init(id: 9_000, entries: [stale])).frame(), now: 1_000)
+        #expect(endpoint.failure == nil)
         return reply.compactMap { frame -> [WireEntry]? in
             guard case .batch(let batch)? = try? SyncMessage(frame: frame) else { return nil }
             return batch.entries
         }.flatMap { $0 }
     }
 
-    @Test func aWatchSendsBackItsOwnWriteThePhoneAcknowledged() async throws {
+    /// The watch's own write the phone acknowledged, and the phone's write the watch took, each come back older.
+    @Test(arguments: [DeviceRole.watch, .phone])
+    func aWatchSendsBackWhatThePhoneHadAndLost(writer: DeviceRole) async throws {
         let pair = try Pair()
-        pair.watchClock.advance(by: 10_000)
-        try await pair.watch.set(7, for: TestKeys.steps)
-        let ours = try #require(try pair.watch.entryInfo(forKey: TestKeys.steps.name)?.version)
-        let sent = try Self.olderVersionArrives(pair, key: TestKeys.steps.name,
-                                                older: HLCTimestamp(packed: ours.packed - 1_000, node: 0x3003))
+        let store = writer == .watch ? pair.watch : pair.phone
+        (writer == .watch ? pair.watchClock : pair.phoneClock).advance(by: 10_000)
+        try await store.set(7, for: TestKeys.steps)
+        let newer = try #require(try store.entryInfo(forKey: TestKeys.steps.name)?.version)
+        let sent = try Self.olderVersionArrives(pair, key: TestKeys.steps.name, older: HLCTimestamp(packed: newer.packed - 1_000, node: 0x3003))
         #expect(sent.map(\.key) == [TestKeys.steps.name])
-        #expect(sent.first?.version == ours)
-    }
-
-    @Test func aWatchSendsBackThePhonesWriteThePhoneLost() async throws {
-        let pair = try Pair()
-        pair.phoneClock.advance(by: 10_000)
-        try await pair.phone.set(7, for: TestKeys.steps)
-        let theirs = try #require(try pair.phone.entryInfo(forKey: TestKeys.steps.name)?.version)
-        let sent = try Self.olderVersionArrives(pair, key: TestKeys.steps.name,
-                                                older: HLCTimestamp(packed: theirs.packed - 1_000, node: 0x3003))
-        #expect(sent.map(\.key) == [TestKeys.steps.name])
-        #expect(sent.first?.version == theirs)
+        #expect(sent.first?.version == newer)
     }
 
     /// A manual change released by `sync()` and acknowledged, sent back the
@@ -167,22 +160,13 @@ import Testing
     /// (found by syncsim fuzz seed 940753: the watch never got it).
     @Test func aReleasedManualChangeGoesBackAtOnce() async throws {
         let pair = try Pair()
-        let config = ReplicationConfiguration(pairingEpoch: "test")
         pair.phoneClock.advance(by: 10_000)
         try await pair.phone.set("Ada", for: TestKeys.name)
         #expect(try pair.phone.requestManualSync() == 1)
         let ours = try #require(try pair.phone.entryInfo(forKey: TestKeys.name.name)?.version)
-        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
-        let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
-        ReceiptTests.exchange(phone, watch, start: true)
+        let sent = try Self.olderVersionArrives(pair, key: TestKeys.name.name, older: HLCTimestamp(packed: ours.packed - 1_000, node: 0x3003),
+                                                at: .phone)
         #expect(try pair.watch.storedValue(for: TestKeys.name) == "Ada")
-        let stale = WireEntry(key: TestKeys.name.name, version: HLCTimestamp(packed: ours.packed - 1_000, node: 0x3003), base: .zero,
-                              deleted: false, encoding: "json", value: Array("\"Bo\"".utf8))
-        let reply = phone.receive(SyncMessage.batch(.init(id: 9_000, entries: [stale])).frame(), now: 1_000)
-        let sent = reply.compactMap { frame -> [WireEntry]? in
-            guard case .batch(let batch)? = try? SyncMessage(frame: frame) else { return nil }
-            return batch.entries
-        }.flatMap { $0 }
         #expect(sent.map(\.version) == [ours])
         #expect(try pair.phone.pendingSummary().manualWaiting == 0)
     }
