@@ -13,7 +13,7 @@ final class BackgroundCheckpointer: Sendable {
     /// WAL pages after which a checkpoint is scheduled: four times SQLite's
     /// own default, fewer checkpoints (and fsyncs) beside the writes, a WAL
     /// of 16 MB at most in the steady state (`bench sync`: write→visible
-    /// p99 11.4–11.7× RTT, against 16× at 1,000).
+    /// p99 a median 12× RTT over six runs, against 16× at 1,000).
     static let threshold: Int32 = 4_000
     /// WAL pages after which the committing writer checkpoints inline.
     static let inlineLimit: Int32 = 16_000
