@@ -24,10 +24,7 @@ import Testing
         for i in 0..<3_000 { try store.setNow(i, for: TestKeys.daily["d\(i)"]) }
         #expect(Self.size(path + "-wal") > Int(BackgroundCheckpointer.threshold) * 4_096)
         #expect(Self.size(path + "-wal") < Int(BackgroundCheckpointer.inlineLimit) * 4_096)
-        let deadline = ContinuousClock.now + .seconds(20)
-        while Self.size(path) < before + 100_000, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        store.waitForBackgroundCheckpoints()
         #expect(Self.size(path) >= before + 100_000, "the database file is still \(Self.size(path)) bytes (\(before) at first)")
     }
 }

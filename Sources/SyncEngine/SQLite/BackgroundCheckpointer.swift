@@ -84,6 +84,9 @@ final class BackgroundCheckpointer: Sendable {
         }
     }
 
+    /// Returns once every checkpoint scheduled so far has run.
+    func drain() { queue.sync {} }
+
     /// Waits for a running checkpoint and closes the connection.
     func stop() {
         stopped.store(true, ordering: .relaxed)

@@ -59,6 +59,9 @@ final class Database: Sendable {
         self.connection = Mutex(conn)
     }
 
+    /// Returns once every background checkpoint scheduled so far has run.
+    func drainCheckpoints() { checkpointer.drain() }
+
     deinit {
         connection.withLock { checkpointer.detach(from: $0.handle) }
         checkpointer.stop()
