@@ -46,9 +46,7 @@ import Testing
             let folder = TempFolder()
             let path = folder.file("store.sqlite")
             let registry = try KeyRegistry([TestKeys.daily])
-            var options = StoreOptions(clock: ManualClock())
-            options.externalChangePollInterval = nil
-            options.vfsName = vfs.name
+            let options = powerCutOptions(vfs: vfs)
             var synced = 0
             do {
                 let store = try SyncStore(path: path, role: .phone, registry: registry, options: options)
@@ -66,9 +64,7 @@ import Testing
                 vfs.powerCut()
             }
             vfs.powerOn()
-            var reopen = StoreOptions(clock: ManualClock())
-            reopen.externalChangePollInterval = nil
-            let store = try SyncStore(path: path, role: .phone, registry: registry, options: reopen)
+            let store = try SyncStore(path: path, role: .phone, registry: registry, options: powerCutOptions())
             defer { store.close() }
             for i in 0..<synced { #expect(try store.storedValue(for: TestKeys.daily["d\(i)"]) == i, "d\(i) of \(synced) synced") }
         }

@@ -4,6 +4,15 @@ import Foundation
 import SyncTransport
 import Testing
 
+/// Store options for the power-cut tests: `clock`, no polling for other
+/// processes' changes, and the crash VFS `vfs` when given.
+func powerCutOptions(clock: ManualClock = ManualClock(), vfs: CrashVFS? = nil) -> StoreOptions {
+    var options = StoreOptions(clock: clock)
+    options.externalChangePollInterval = nil
+    options.vfsName = vfs?.name
+    return options
+}
+
 /// The crash VFS itself: what a power cut keeps and drops.
 @Suite(.serialized, .timeLimit(.minutes(2))) struct CrashVFSTests {
     static let vfs = try! CrashVFS.register(name: "syncengine-tests-crash-unit")
@@ -179,13 +188,9 @@ import Testing
         vfs.powerOn()
         let folder = TempFolder()
         let registry = try KeyRegistry([Self.items, Self.large])
-        var phoneOptions = StoreOptions(clock: ManualClock())
-        phoneOptions.externalChangePollInterval = nil
-        let phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: phoneOptions)
+        let phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: powerCutOptions())
         defer { phone.close() }
-        var watchOptions = StoreOptions(clock: ManualClock())
-        watchOptions.externalChangePollInterval = nil
-        watchOptions.vfsName = vfs.name
+        let watchOptions = powerCutOptions(vfs: vfs)
         let watchPath = folder.file("watch.sqlite")
         do {
             let watch = try SyncStore(path: watchPath, role: .watch, registry: registry, options: watchOptions)
@@ -204,9 +209,7 @@ import Testing
             vfs.powerCut()
         }
         vfs.powerOn()
-        var reopenOptions = StoreOptions(clock: ManualClock())
-        reopenOptions.externalChangePollInterval = nil
-        let rebooted = try SyncStore(path: watchPath, role: .watch, registry: registry, options: reopenOptions)
+        let rebooted = try SyncStore(path: watchPath, role: .watch, registry: registry, options: powerCutOptions())
         defer { rebooted.close() }
         #expect(try rebooted.storedValue(for: Self.items["from-the-watch"]) == Data([1, 2, 3]))
         #expect(try rebooted.pendingSummary(for: phone.nodeID).total == 0, "the phone's acknowledgement was lost to the power cut")
@@ -223,14 +226,10 @@ import Testing
         vfs.powerOn()
         let folder = TempFolder()
         let registry = try KeyRegistry([Self.items, Self.large])
-        var phoneOptions = StoreOptions(clock: ManualClock())
-        phoneOptions.externalChangePollInterval = nil
-        let phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: phoneOptions)
+        let phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: powerCutOptions())
         defer { phone.close() }
         let clock = ManualClock()
-        var watchOptions = StoreOptions(clock: clock)
-        watchOptions.externalChangePollInterval = nil
-        watchOptions.vfsName = vfs.name
+        let watchOptions = powerCutOptions(clock: clock, vfs: vfs)
         let watchPath = folder.file("watch.sqlite")
         let config = ReplicationConfiguration(pairingEpoch: "crash")
         do {
@@ -255,9 +254,7 @@ import Testing
         }
         vfs.powerOn()
         clock.advance(by: 5_000)
-        var reopenOptions = StoreOptions(clock: clock)
-        reopenOptions.externalChangePollInterval = nil
-        let rebooted = try SyncStore(path: watchPath, role: .watch, registry: registry, options: reopenOptions)
+        let rebooted = try SyncStore(path: watchPath, role: .watch, registry: registry, options: powerCutOptions(clock: clock))
         defer { rebooted.close() }
         #expect(try rebooted.storedValue(for: Self.items["lost-to-the-power-cut"]) == nil, "the write was not on stable storage")
         try rebooted.setNow(Data([2]), for: Self.items["written-after-the-power-cut"])
@@ -294,9 +291,7 @@ import Testing
         let folder = TempFolder()
         let registry = try KeyRegistry([items, large])
         let watchPath = folder.file("watch.sqlite")
-        var phoneOptions = StoreOptions(clock: ManualClock())
-        phoneOptions.externalChangePollInterval = nil
-        let phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: phoneOptions)
+        let phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: powerCutOptions())
         defer { phone.close() }
 
         // What the phone has: many small entries (a few runs fill the WAL past a checkpoint), sometimes large ones.

@@ -6,6 +6,12 @@ import Testing
 /// Protocol 3's receipts and stream ranges, step by step: what a receiver
 /// records of the sender's stream, and what a watch does with the phone's receipt.
 @Suite struct ReceiptTests {
+    /// A phone's and a watch's endpoint for `pair`, one pairing.
+    static func endpoints(_ pair: Pair) -> (phone: ReplicationEndpoint, watch: ReplicationEndpoint) {
+        let config = ReplicationConfiguration(pairingEpoch: "test")
+        return (ReplicationEndpoint(store: pair.phone, configuration: config), ReplicationEndpoint(store: pair.watch, configuration: config))
+    }
+
     /// Runs a session between `phone` and `watch` until nothing moves;
     /// `fromPhone` may change or drop (nil) each frame the phone sends.
     static func exchange(_ phone: ReplicationEndpoint, _ watch: ReplicationEndpoint, start: Bool, now: Int64 = 1_000,
@@ -53,10 +59,8 @@ import Testing
     /// session records the rest.
     @Test func theEndOfASessionRecordsWhatTheLastBatchesBrought() async throws {
         let pair = try Pair()
-        let config = ReplicationConfiguration(pairingEpoch: "test")
         try await pair.watch.set(["a"], for: TestKeys.tags)
-        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
-        let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+        let (phone, watch) = ReceiptTests.endpoints(pair)
         Self.exchange(phone, watch, start: true)
         let first = try pair.phone.receivedThrough(from: pair.watch.nodeID).through
         #expect(first > 0)
@@ -80,10 +84,8 @@ import Testing
     /// watch writes later still goes.
     @Test func aReceiptNeverMovesTheCursorPastWhatTheWatchWrote() async throws {
         let pair = try Pair()
-        let config = ReplicationConfiguration(pairingEpoch: "test")
         try await pair.watch.set(["a"], for: TestKeys.tags)
-        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
-        let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+        let (phone, watch) = ReceiptTests.endpoints(pair)
         Self.exchange(phone, watch, start: true) { frame in
             guard case .receipt(var receipt)? = try? SyncMessage(frame: frame) else { return frame }
             receipt.receivedThrough = Int64.max
@@ -100,10 +102,8 @@ import Testing
     /// Until the phone's receipt arrives, a watch sends nothing and is not idle.
     @Test func aWatchWaitsForThePhonesReceipt() async throws {
         let pair = try Pair()
-        let config = ReplicationConfiguration(pairingEpoch: "test")
         try await pair.watch.set(["a"], for: TestKeys.tags)
-        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
-        let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+        let (phone, watch) = ReceiptTests.endpoints(pair)
         var held: [Frame] = []
         Self.exchange(phone, watch, start: true) { frame in
             if frame.type == SyncMessage.MessageType.receipt.rawValue { held.append(frame); return nil }
@@ -127,9 +127,7 @@ import Testing
     /// After a session, `receiver` gets an older version (`older`) of `key`
     /// from its peer; returns the entries it sends back.
     static func olderVersionArrives(_ pair: Pair, key: String, older: HLCTimestamp, at receiver: DeviceRole = .watch) throws -> [WireEntry] {
-        let config = ReplicationConfiguration(pairingEpoch: "test")
-        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
-        let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+        let (phone, watch) = ReceiptTests.endpoints(pair)
         ReceiptTests.exchange(phone, watch, start: true)
         #expect(watch.isIdle && phone.isIdle)
         let stale = WireEntry(key: key, version: older, base: .zero, deleted: false, encoding: "json", value: Array("1".utf8))
@@ -174,9 +172,7 @@ import Testing
     /// An older version of a write the peer never had (not acknowledged yet) is ignored, and nothing goes back early.
     @Test func anEntryThePeerNeverHadIsNotSentBack() async throws {
         let pair = try Pair()
-        let config = ReplicationConfiguration(pairingEpoch: "test")
-        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
-        let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+        let (phone, watch) = ReceiptTests.endpoints(pair)
         ReceiptTests.exchange(phone, watch, start: true)
         pair.watchClock.advance(by: 10_000)
         try pair.watch.setNow(7, for: TestKeys.steps)  // not read by the session yet

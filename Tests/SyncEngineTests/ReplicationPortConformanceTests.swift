@@ -195,6 +195,22 @@ final class PortFixture {
         #expect(try f.port.rows(declaredBy: [TestKeys.daily.descriptor.name], for: Self.otherWatch, maxEntries: 10).map(\.key) == [key])
     }
 
+    /// How far a peer's stream was received (protocol 3): zeros at first,
+    /// recorded with a batch or on its own, never moved back.
+    @Test(arguments: PortFixture.Kind.allCases)
+    func howFarAPeersStreamWasReceivedOnlyMovesOn(kind: PortFixture.Kind) throws {
+        let f = try PortFixture(kind)
+        #expect(try f.port.receivedThrough(from: Self.watchNode) == (0, 0))
+        let incoming = f.entry(TestKeys.steps.name, f.json(3), at: f.clock.nowMilliseconds(), node: Self.watchNode)
+        _ = try f.port.apply([incoming], from: Self.watchNode, completing: nil, durable: true, receivedThrough: (7, 70)) { _ in ApplyPlan() }
+        #expect(try f.port.receivedThrough(from: Self.watchNode) == (7, 70))
+        try f.port.recordReceived(from: Self.watchNode, through: 5, anchor: 90)
+        #expect(try f.port.receivedThrough(from: Self.watchNode) == (7, 70), "never back")
+        try f.port.recordReceived(from: Self.watchNode, through: 12, anchor: 90)
+        #expect(try f.port.receivedThrough(from: Self.watchNode) == (12, 90))
+        #expect(try f.port.receivedThrough(from: Self.otherWatch) == (0, 0))
+    }
+
     @Test(arguments: PortFixture.Kind.allCases)
     func aNewPeerStartsAtZero(kind: PortFixture.Kind) throws {
         let f = try PortFixture(kind)

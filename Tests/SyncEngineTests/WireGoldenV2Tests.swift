@@ -7,6 +7,33 @@ import Testing
 /// is still format 1; only batches changed: columnar, payload schema 2).
 /// Decoded by every future build. Write missing files (never change one)
 /// with `SYNCENGINE_WRITE_GOLDEN=1 swift test --filter WireGoldenV2Tests`.
+extension WireGoldenTests {
+    /// Each golden of `messages` in `folder` (written first when missing and
+    /// `SYNCENGINE_WRITE_GOLDEN=1`; a file is never changed), its bytes and
+    /// frame, after checking that it decodes to its message inside an
+    /// envelope of format 1.
+    static func goldens(_ messages: [(String, SyncMessage)], in folder: URL,
+                        protocolVersion: UInt16) throws -> [(name: String, message: SyncMessage, bytes: [UInt8], frame: Frame)] {
+        let codec = FrameCodec()
+        if ProcessInfo.processInfo.environment["SYNCENGINE_WRITE_GOLDEN"] == "1" {
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            for (name, message) in messages {
+                let url = folder.appendingPathComponent(name + ".bin")
+                if !FileManager.default.fileExists(atPath: url.path) {
+                    try Data(codec.encode(message.frame(protocolVersion: protocolVersion))).write(to: url)
+                }
+            }
+        }
+        return try messages.map { name, message in
+            let bytes = try [UInt8](Data(contentsOf: folder.appendingPathComponent(name + ".bin")))
+            let frame = try codec.decode(bytes)
+            #expect(try SyncMessage(frame: frame) == message, "\(name)")
+            #expect(bytes[0] == 0x53 && bytes[1] == 0x59 && bytes[2] == 1, "\(name): magic and envelope format 1")
+            return (name, message, bytes, frame)
+        }
+    }
+}
+
 @Suite struct WireGoldenV2Tests {
     static let folder = WireGoldenTests.folder.deletingLastPathComponent().appendingPathComponent("v2")
     static let v = WireGoldenTests.v
@@ -39,21 +66,7 @@ import Testing
     ]
 
     @Test func goldenFramesDecode() throws {
-        let codec = FrameCodec()
-        if ProcessInfo.processInfo.environment["SYNCENGINE_WRITE_GOLDEN"] == "1" {
-            try FileManager.default.createDirectory(at: Self.folder, withIntermediateDirectories: true)
-            for (name, message) in Self.messages {
-                let url = Self.folder.appendingPathComponent(name + ".bin")
-                if !FileManager.default.fileExists(atPath: url.path) {
-                    try Data(codec.encode(message.frame(protocolVersion: 2))).write(to: url)
-                }
-            }
-        }
-        for (name, message) in Self.messages {
-            let bytes = try [UInt8](Data(contentsOf: Self.folder.appendingPathComponent(name + ".bin")))
-            let frame = try codec.decode(bytes)
-            #expect(try SyncMessage(frame: frame) == message, "\(name)")
-            #expect(bytes[0] == 0x53 && bytes[1] == 0x59 && bytes[2] == 1, "\(name): magic and envelope format 1")
+        for (name, message, bytes, frame) in try WireGoldenTests.goldens(Self.messages, in: Self.folder, protocolVersion: 2) {
             if case .batch = message {
                 #expect(frame.payload.first == ColumnarBatch.payloadSchema, "\(name): payload schema 2")
                 // Byte-exact: this build writes the same bytes (the README walks through them).

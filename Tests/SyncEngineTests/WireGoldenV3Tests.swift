@@ -28,21 +28,7 @@ import Testing
     ]
 
     @Test func goldenFramesDecode() throws {
-        let codec = FrameCodec()
-        if ProcessInfo.processInfo.environment["SYNCENGINE_WRITE_GOLDEN"] == "1" {
-            try FileManager.default.createDirectory(at: Self.folder, withIntermediateDirectories: true)
-            for (name, message) in Self.messages {
-                let url = Self.folder.appendingPathComponent(name + ".bin")
-                if !FileManager.default.fileExists(atPath: url.path) {
-                    try Data(codec.encode(message.frame(protocolVersion: 3))).write(to: url)
-                }
-            }
-        }
-        for (name, message) in Self.messages {
-            let bytes = try [UInt8](Data(contentsOf: Self.folder.appendingPathComponent(name + ".bin")))
-            let frame = try codec.decode(bytes)
-            #expect(try SyncMessage(frame: frame) == message, "\(name)")
-            #expect(bytes[0] == 0x53 && bytes[1] == 0x59 && bytes[2] == 1, "\(name): magic and envelope format 1")
+        for (name, message, _, frame) in try WireGoldenTests.goldens(Self.messages, in: Self.folder, protocolVersion: 3) {
             // Byte-exact: this build writes the same bytes (the README walks through them).
             #expect(message.frame(protocolVersion: 3) == frame, "\(name)")
             if case .receipt = message {

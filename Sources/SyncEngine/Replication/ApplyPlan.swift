@@ -153,8 +153,6 @@ package struct ApplyOutcome: Sendable {
     package var conflicts: [ConflictRecord] = []
     /// The committed changes, as observers saw them.
     package var changes: [StoreChange] = []
-    /// Entries the peer once sent and now sent older: queued to go back to it.
-    package var resent = 0
 
     package init(conflicts: [ConflictRecord] = [], changes: [StoreChange] = []) {
         self.conflicts = conflicts

@@ -162,6 +162,9 @@ package final class InMemoryReplicationPort: ReplicationPort {
     private var received: [UInt32: (through: Int64, anchor: Int64)] = [:]
 
     package func receivedThrough(from peer: UInt32) throws -> (through: Int64, anchor: Int64) { received[peer] ?? (0, 0) }
+    package func recordReceived(from peer: UInt32, through: Int64, anchor: Int64) throws {
+        if through > (received[peer]?.through ?? 0) { received[peer] = (through, anchor) }
+    }
     package func streamPosition() throws -> Int64 { nextSeq - 1 }
     package func latestVersion() -> Int64 { hlc.latest }
     package func firstChangeNewer(than anchor: Int64, for peer: UInt32, after cursor: Int64, through position: Int64) throws -> Int64? {
@@ -171,7 +174,7 @@ package final class InMemoryReplicationPort: ReplicationPort {
     package func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
                        receivedThrough: (through: Int64, anchor: Int64)?,
                        plan decide: ([String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome {
-        if let receivedThrough, receivedThrough.through > (received[peer]?.through ?? 0) { received[peer] = receivedThrough }
+        if let receivedThrough { try recordReceived(from: peer, through: receivedThrough.through, anchor: receivedThrough.anchor) }
         var local: [String: EntryState] = [:]
         for entry in entries { if let row = rows[entry.key] { local[entry.key] = row.state } }
         let plan = decide(local)
@@ -201,7 +204,6 @@ package final class InMemoryReplicationPort: ReplicationPort {
                     local.originPeer = 0
                     local.seq = takeSeq()
                     rows[local.key] = local
-                    outcome.resent += 1
                 }
                 continue
             case .take:

@@ -43,8 +43,7 @@ extension ReplicationEndpoint {
     func recordReceivedStream(from peer: UInt32) {
         guard receivedStream.through > receivedStream.stored else { return }
         do {
-            _ = try port.apply([], from: peer, completing: nil, durable: false,
-                               receivedThrough: (receivedStream.through, receivedStream.anchor)) { _ in ApplyPlan() }
+            try port.recordReceived(from: peer, through: receivedStream.through, anchor: receivedStream.anchor)
             receivedStream.stored = receivedStream.through
         } catch {
             reporter.logger.warning("could not record how far the peer's changes were received", metadata: ["error": "\(error)"])

@@ -62,6 +62,10 @@ package protocol ReplicationPort: AnyObject {
     /// changes without a gap (protocol 3 stream ranges), and the newest
     /// anchor of what it received there; zeros when unknown. Kept when the peer is forgotten.
     func receivedThrough(from peer: UInt32) throws -> (through: Int64, anchor: Int64)
+    /// Records, in a transaction of its own, that `peer`'s stream is received
+    /// through `through` with `anchor` (never back): for what the last
+    /// batches of a session brought.
+    func recordReceived(from peer: UInt32, through: Int64, anchor: Int64) throws
     /// The newest change sequence number this store has given out.
     func streamPosition() throws -> Int64
     /// The newest packed version this store's clock has given out or seen.
@@ -217,6 +221,9 @@ package final class SQLiteReplicationPort: ReplicationPort {
     }
 
     package func receivedThrough(from peer: UInt32) throws -> (through: Int64, anchor: Int64) { try store.receivedThrough(from: peer) }
+    package func recordReceived(from peer: UInt32, through: Int64, anchor: Int64) throws {
+        try store.recordReceived(from: peer, through: through, anchor: anchor)
+    }
     package func streamPosition() throws -> Int64 { store.nextSeq.withLock { $0 } - 1 }
     package func latestVersion() -> Int64 { store.clock.latest }
     package func firstChangeNewer(than anchor: Int64, for peer: UInt32, after cursor: Int64, through position: Int64) throws -> Int64? {

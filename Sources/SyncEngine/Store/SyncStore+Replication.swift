@@ -158,7 +158,6 @@ extension SyncStore {
                     update.bind(1, takeSeq())
                     update.bind(2, key)
                     try update.run()
-                    outcome.resent += 1
                 }
             }
             if let chunked {
@@ -170,13 +169,7 @@ extension SyncStore {
             }
             if !outcome.conflicts.isEmpty { try pruneConflictLog(conn, now: now) }
             if let receivedThrough {
-                let record = try conn.statement("""
-                    INSERT INTO sync_meta(name, value) VALUES(?1, ?2)
-                    ON CONFLICT(name) DO UPDATE SET value = excluded.value WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)
-                    """)
-                record.bind(1, SyncStore.receivedThroughName(peer))
-                record.bind(2, "\(receivedThrough.through)/\(receivedThrough.anchor)")
-                try record.run()
+                try SyncStore.recordReceived(conn, from: peer, through: receivedThrough.through, anchor: receivedThrough.anchor)
             }
             if hasStagedChunks {
                 // Transfers of versions that the stored value now overtakes can never win: drop their chunks.
@@ -468,6 +461,23 @@ extension SyncStore {
         let parts = (try meta(SyncStore.receivedThroughName(peer)) ?? "").split(separator: "/")
         guard parts.count == 2, let through = Int64(parts[0]), let anchor = Int64(parts[1]) else { return (0, 0) }
         return (through, anchor)
+    }
+
+    /// Records that `peer`'s stream is received through `through` (never back), in its own transaction.
+    func recordReceived(from peer: UInt32, through: Int64, anchor: Int64) throws {
+        try checkOpen()
+        try database.write { conn in try SyncStore.recordReceived(conn, from: peer, through: through, anchor: anchor) }
+    }
+
+    /// Writes "through/anchor" for `peer` in `sync_meta` unless it holds a position as far already.
+    static func recordReceived(_ conn: SQLiteConnection, from peer: UInt32, through: Int64, anchor: Int64) throws {
+        let record = try conn.statement("""
+            INSERT INTO sync_meta(name, value) VALUES(?1, ?2)
+            ON CONFLICT(name) DO UPDATE SET value = excluded.value WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)
+            """)
+        record.bind(1, receivedThroughName(peer))
+        record.bind(2, "\(through)/\(anchor)")
+        try record.run()
     }
 
     /// The first change sent to `peer` after `cursor` and through `position`
