@@ -9,18 +9,20 @@
 public struct FrameCodec: Sendable {
     /// The limits every frame is checked against.
     public var limits: FrameLimits
-    /// zlib level for payloads (any level decodes the same). The default, 5,
-    /// is measured in `syncsim bench`: about 1.6× faster than level 6 on batches
-    /// of JSON values for a few percent more bytes.
-    public var compressionLevel: Int32
+    /// How payloads are deflated (any settings decode the same). The default,
+    /// `Compression.Settings.frames`, is measured in `syncsim bench`.
+    public var compression: Compression.Settings
 
-    /// The level `FrameCodec` deflates at unless told otherwise.
-    public static let defaultCompressionLevel: Int32 = 5
-
-    /// Creates a codec with the given limits and zlib level (0–9).
-    public init(limits: FrameLimits = .default, compressionLevel: Int32 = FrameCodec.defaultCompressionLevel) {
+    /// Creates a codec with the given limits and compression settings.
+    public init(limits: FrameLimits = .default, compression: Compression.Settings = .frames) {
         self.limits = limits
-        self.compressionLevel = min(9, max(0, compressionLevel))
+        self.compression = compression
+        self.compression.level = min(9, max(0, compression.level))
+    }
+
+    /// Creates a codec that deflates at zlib level `compressionLevel` (0–9), zlib's defaults otherwise.
+    public init(limits: FrameLimits = .default, compressionLevel: Int32) {
+        self.init(limits: limits, compression: Compression.Settings(level: compressionLevel))
     }
 
     // MARK: Frame <-> bytes
@@ -56,7 +58,7 @@ public struct FrameCodec: Sendable {
         }
         var envelope = Envelope(version: version, type: frame.type, payload: frame.payload)
         if allowCompression, frame.payload.count >= max(1, limits.compressionThreshold) {
-            let deflated = try Compression.deflate(frame.payload, level: compressionLevel)
+            let deflated = try Compression.deflate(frame.payload, settings: compression)
             if deflated.count < frame.payload.count {
                 envelope.payload = deflated
                 envelope.flags.insert(.compressed)

@@ -23,6 +23,37 @@ import Testing
 
     @Test func deflateRejectsBadLevels() {
         expectCode(.protocolViolation) { _ = try Compression.deflate([1], level: 12) }
+        expectCode(.protocolViolation) {
+            _ = try Compression.deflate([1], settings: Compression.Settings(level: 5, maxChain: 0))
+        }
+    }
+
+    /// JSON notes of words and random numbers, as `syncsim bench sync` writes them.
+    static func notes(count: Int) -> [UInt8] {
+        var random = SeededRandom(seed: 7)
+        let words = ["steps", "heart", "rate", "sleep", "stand", "move", "exercise", "calories"]
+        var text = ""
+        for i in 0..<count {
+            let note = (0..<14).map { _ in words[Int(random.next(below: UInt64(words.count)))] + String(random.next(below: 10_000)) }
+            text += "{\"id\":\(i),\"note\":\"\(note.joined(separator: " "))\"}"
+        }
+        return Array(text.utf8)
+    }
+
+    @Test func frameSettingsRoundTripAndTakeEffect() throws {
+        let notes = Self.notes(count: 2_000)
+        let framed = try Compression.deflate(notes, settings: .frames)
+        #expect(try Compression.inflate(framed, maxOutputSize: notes.count) == notes)
+        let plain = try Compression.deflate(notes, level: 5)
+        // Another strategy and search: other bytes, about as small (no short matches in random digits).
+        #expect(framed != plain)
+        #expect(Double(framed.count) <= Double(plain.count) * 1.03)
+        for settings in [Compression.Settings(level: 9, strategy: .filtered, maxChain: 1),
+                         Compression.Settings(level: 1, maxChain: 8), Compression.Settings(level: 0, strategy: .filtered)] {
+            for input in [[], [42], notes, randomBytes(70_000, seed: 3)] {
+                #expect(try Compression.inflate(Compression.deflate(input, settings: settings), maxOutputSize: input.count) == input)
+            }
+        }
     }
 
     @Test func inflateStopsAtTheLimit() throws {

@@ -34,6 +34,15 @@ import Testing
         #expect(try high.decodeEnvelope(high.encode(Frame(type: 1, payload: payload))).flags == [])
     }
 
+    @Test func framesAreDeflatedWithTheFrameSettings() throws {
+        let payload = CompressionTests.notes(count: 300)
+        let envelope = try FrameCodec().decodeEnvelope(FrameCodec().encode(Frame(type: 1, payload: payload)))
+        #expect(envelope.payload == (try Compression.deflate(payload, settings: .frames)))
+        let level6 = FrameCodec(compressionLevel: 6)
+        #expect(try level6.decodeEnvelope(level6.encode(Frame(type: 1, payload: payload))).payload
+            == (try Compression.deflate(payload, level: 6)))
+    }
+
     @Test func encodeRefusesOversizedFramesAndUnknownVersions() {
         let small = FrameCodec(limits: FrameLimits(maxFrameSize: 100, maxInflatedSize: 1000))
         let error = expectCode(.oversizedFrame) { _ = try small.encode(Frame(type: 1, payload: randomBytes(101, seed: 3))) }
