@@ -184,11 +184,7 @@ func powerCutOptions(clock: ManualClock = ManualClock(), vfs: CrashVFS? = nil) -
     @Test(arguments: [false, true])
     func aWatchsCursorSurvivesAPowerCut(deferred: Bool) throws {
         let vfs = Self.vfs
-        vfs.disarm()
-        vfs.powerOn()
-        let folder = TempFolder()
-        let registry = try KeyRegistry([Self.items, Self.large])
-        let phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: powerCutOptions())
+        let (folder, registry, phone) = try Self.poweredOnPhone()
         defer { phone.close() }
         let watchOptions = powerCutOptions(vfs: vfs)
         let watchPath = folder.file("watch.sqlite")
@@ -222,11 +218,7 @@ func powerCutOptions(clock: ManualClock = ManualClock(), vfs: CrashVFS? = nil) -
     /// change there is newer than the receipt's anchor: the watch sends it.
     @Test func aPositionGivenOutAgainAfterAPowerCutIsSentDespiteTheReceipt() throws {
         let vfs = Self.vfs
-        vfs.disarm()
-        vfs.powerOn()
-        let folder = TempFolder()
-        let registry = try KeyRegistry([Self.items, Self.large])
-        let phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: powerCutOptions())
+        let (folder, registry, phone) = try Self.poweredOnPhone()
         defer { phone.close() }
         let clock = ManualClock()
         let watchOptions = powerCutOptions(clock: clock, vfs: vfs)
@@ -267,6 +259,17 @@ func powerCutOptions(clock: ManualClock = ManualClock(), vfs: CrashVFS? = nil) -
         #expect(try phone.storedValue(for: Self.items["written-after-the-power-cut"]) == Data([2]))
     }
 
+    /// The crash VFS powered on and disarmed, and a phone's store (on the real
+    /// disk) in a new folder, where the test puts its watch on the crash VFS.
+    static func poweredOnPhone() throws -> (folder: TempFolder, registry: KeyRegistry, phone: SyncStore) {
+        vfs.disarm()
+        vfs.powerOn()
+        let folder = TempFolder()
+        let registry = try KeyRegistry([items, large])
+        let phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: powerCutOptions())
+        return (folder, registry, phone)
+    }
+
     static func seed() -> UInt64 {
         ProcessInfo.processInfo.environment["SYNCENGINE_CRASH_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 1...UInt64.max)
     }
@@ -285,14 +288,10 @@ func powerCutOptions(clock: ManualClock = ManualClock(), vfs: CrashVFS? = nil) -
     static func run(seed: UInt64, cutAt: Int?, survivors: CrashVFS.Survivors = .none,
                     syncsBeforeAcknowledging: Bool = true) throws -> Outcome {
         let vfs = Self.vfs
-        vfs.disarm()
-        vfs.powerOn()
         var random = SeededRandom(seed: seed)
-        let folder = TempFolder()
-        let registry = try KeyRegistry([items, large])
-        let watchPath = folder.file("watch.sqlite")
-        let phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: powerCutOptions())
+        let (folder, registry, phone) = try poweredOnPhone()
         defer { phone.close() }
+        let watchPath = folder.file("watch.sqlite")
 
         // What the phone has: many small entries (a few runs fill the WAL past a checkpoint), sometimes large ones.
         let big = random.next(below: 6) == 0
