@@ -4,10 +4,19 @@ import Foundation
 /// The set of keys a store knows, checked once when it is built: valid names,
 /// no duplicates, resolvers present. Both peers must build the same registry.
 public struct KeyRegistry: Sendable {
-    struct Registered: Sendable {
+    /// One declaration. A class: every replicated entry looks its declaration
+    /// up (two or three times on each side), and a copy is then one retain
+    /// instead of one per string of the descriptor.
+    final class Registered: Sendable {
         let descriptor: KeyDescriptor
         let valueTypeName: String
         let resolver: ErasedResolver?
+
+        init(descriptor: KeyDescriptor, valueTypeName: String, resolver: ErasedResolver?) {
+            self.descriptor = descriptor
+            self.valueTypeName = valueTypeName
+            self.resolver = resolver
+        }
     }
 
     private var exact: [String: Registered] = [:]
@@ -69,7 +78,7 @@ public struct KeyRegistry: Sendable {
     /// The declaration that governs the stored entry `entryKey`: the key
     /// itself, or the longest family whose name is a `:`-prefix of it.
     func registered(forEntry entryKey: String) -> Registered? {
-        if let hit = exact[entryKey] { return hit }
+        if !exact.isEmpty, let hit = exact[entryKey] { return hit }
         guard !families.isEmpty else { return nil }
         // Fast path on UTF-8: a ':' byte between ASCII bytes is a ':' character
         // of its own. Anything else is looked up by characters, as before.
