@@ -63,7 +63,7 @@ public enum Compression {
             throw TransportError(.decompressionFailed, "zlib could not start compressing (status \(initStatus))")
         }
         defer { deflateEnd(&stream) }
-        if let chain = settings.maxChain, level >= 4 {
+        if let chain = settings.maxChain, level == Z_DEFAULT_COMPRESSION || level >= 4 {
             // Levels 4...9 search lazily (good, lazy and nice lengths as zlib's level 5 has them).
             let tuned = deflateTune(&stream, 8, 16, 32, chain)
             guard tuned == Z_OK else {

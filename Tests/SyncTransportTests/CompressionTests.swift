@@ -48,6 +48,10 @@ import Testing
         // Another strategy and search: other bytes, about as small (no short matches in random digits).
         #expect(framed != plain)
         #expect(Double(framed.count) <= Double(plain.count) * 1.03)
+        // zlib's default level is 6, and levels below 4 (greedy matching) take no search length.
+        #expect(try Compression.deflate(notes, settings: Compression.Settings(level: -1, maxChain: 8))
+            == Compression.deflate(notes, settings: Compression.Settings(level: 6, maxChain: 8)))
+        #expect(try Compression.deflate(notes, settings: Compression.Settings(level: 1, maxChain: 8)) == Compression.deflate(notes, level: 1))
         for settings in [Compression.Settings(level: 9, strategy: .filtered, maxChain: 1),
                          Compression.Settings(level: 1, maxChain: 8), Compression.Settings(level: 0, strategy: .filtered)] {
             for input in [[], [42], notes, randomBytes(70_000, seed: 3)] {
