@@ -16,12 +16,14 @@ public enum Compression {
 
         /// 0 = store, 9 = smallest, -1 = zlib's default (6).
         public var level: Int32
+        /// Which matches are taken.
         public var strategy: Strategy
         /// Candidates searched per match (zlib's `max_chain`, through
         /// `deflateTune`, with level 5's good, lazy and nice lengths; levels
         /// 4–9 only); nil keeps the level's own (32 at level 5).
         public var maxChain: Int32?
 
+        /// Settings of `level`, `strategy` and, when given, `maxChain` candidates per match.
         public init(level: Int32, strategy: Strategy = .default, maxChain: Int32? = nil) {
             self.level = level
             self.strategy = strategy
