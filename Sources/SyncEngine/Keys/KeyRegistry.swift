@@ -7,7 +7,7 @@ public struct KeyRegistry: Sendable {
     /// One declaration. A class: every replicated entry looks its declaration
     /// up (two or three times on each side), and a copy is then one retain
     /// instead of one per string of the descriptor.
-    final class Registered: Sendable {
+    final class Registered: Sendable, Equatable {
         let descriptor: KeyDescriptor
         let valueTypeName: String
         let resolver: ErasedResolver?
@@ -17,6 +17,9 @@ public struct KeyRegistry: Sendable {
             self.valueTypeName = valueTypeName
             self.resolver = resolver
         }
+
+        /// One declaration is one object: the same object, or not.
+        static func == (a: Registered, b: Registered) -> Bool { a === b }
     }
 
     private var exact: [String: Registered] = [:]

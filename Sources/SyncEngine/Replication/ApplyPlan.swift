@@ -7,6 +7,9 @@ package struct ApplyPlan: Sendable, Equatable {
     package struct Step: Sendable, Equatable {
         package var entry: WireEntry
         package var verdict: Verdict
+        /// The declaration the planner found for the entry's key (nil when
+        /// refused), so that executing the step need not look it up again.
+        var registered: KeyRegistry.Registered?
     }
 
     /// Two concurrent writes met; who won and by which rule (`last-writer-wins` or `resolver`).
@@ -131,12 +134,12 @@ package enum ApplyPlanner {
             let conflict = decision.conflict.flatMap { c in localState.map { ApplyPlan.Conflict(local: $0.version, winner: c.winner, rule: c.rule) } }
             switch decision.outcome {
             case .ignore:
-                plan.steps.append(.init(entry: incoming, verdict: .ignore(conflict)))
+                plan.steps.append(.init(entry: incoming, verdict: .ignore(conflict), registered: registered))
             case .take:
-                plan.steps.append(.init(entry: incoming, verdict: .take(conflict)))
+                plan.steps.append(.init(entry: incoming, verdict: .take(conflict), registered: registered))
                 current[incoming.key] = incoming.state
             case .merged(let value, let version):
-                plan.steps.append(.init(entry: incoming, verdict: .merge(value: value, version: version, conflict)))
+                plan.steps.append(.init(entry: incoming, verdict: .merge(value: value, version: version, conflict), registered: registered))
                 current[incoming.key] = EntryState(version: version, base: version, deleted: false, value: value)
             }
         }

@@ -183,7 +183,7 @@ package final class InMemoryReplicationPort: ReplicationPort {
         for step in plan.steps {
             let incoming = step.entry
             if case .refuse = step.verdict { continue }
-            guard let descriptor = registry.descriptor(forEntry: incoming.key) else { continue }
+            guard let descriptor = (step.registered ?? registry.registered(forEntry: incoming.key))?.descriptor else { continue }
             hlc.observe(incoming.version)
             if let conflict = step.verdict.conflict,
                loggedConflicts.insert(ConflictID(key: incoming.key, local: conflict.local, remote: incoming.version)).inserted {

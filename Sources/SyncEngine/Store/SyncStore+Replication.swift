@@ -93,13 +93,9 @@ extension SyncStore {
             _ = try staged.step()
             let hasStagedChunks = staged.int(0) != 0
             staged.reset()
-            var keys: [String] = []
-            var seen: Set<String> = []
-            keys.reserveCapacity(entries.count)
-            for entry in entries where registry.registered(forEntry: entry.key) != nil && seen.insert(entry.key).inserted {
-                keys.append(entry.key)
-            }
-            let stored = try loadRows(conn, keys: keys, valueFile: .ifReadable)
+            // Every key of the batch (a key twice, or one the registry does not declare, loads
+            // nothing more; the planner refuses the latter): no lookups or hashing per entry here.
+            let stored = try loadRows(conn, keys: entries.map(\.key), valueFile: .ifReadable)
             let plan = decide(stored.mapValues(\.state))
             var writes: [StoredRow] = []
             var encrypted: Set<String> = []
@@ -112,7 +108,7 @@ extension SyncStore {
             for step in plan.steps {
                 let incoming = step.entry
                 if case .refuse = step.verdict { continue }
-                guard let descriptor = registry.descriptor(forEntry: incoming.key) else { continue }
+                guard let descriptor = (step.registered ?? registry.registered(forEntry: incoming.key))?.descriptor else { continue }
                 clock.observe(incoming.version)
                 if let conflict = step.verdict.conflict {
                     try logConflict(conn, &outcome, key: incoming.key, local: conflict.local, remote: incoming.version,
