@@ -13,14 +13,15 @@ public struct FrameCodec: Sendable {
     /// `Compression.Settings.frames`, is measured in `syncsim bench`.
     public var compression: Compression.Settings
 
-    /// Creates a codec with the given limits and compression settings.
+    /// Creates a codec with the given limits and compression settings (a
+    /// level outside -1...9 is clamped to it; -1 is zlib's default, 6).
     public init(limits: FrameLimits = .default, compression: Compression.Settings = .frames) {
         self.limits = limits
         self.compression = compression
-        self.compression.level = min(9, max(0, compression.level))
+        self.compression.level = min(9, max(-1, compression.level))
     }
 
-    /// Creates a codec that deflates at zlib level `compressionLevel` (0–9), zlib's defaults otherwise.
+    /// Creates a codec that deflates at zlib level `compressionLevel` (-1–9), zlib's defaults otherwise.
     public init(limits: FrameLimits = .default, compressionLevel: Int32) {
         self.init(limits: limits, compression: Compression.Settings(level: compressionLevel))
     }

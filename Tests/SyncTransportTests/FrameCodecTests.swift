@@ -41,6 +41,10 @@ import Testing
         let level6 = FrameCodec(compressionLevel: 6)
         #expect(try level6.decodeEnvelope(level6.encode(Frame(type: 1, payload: payload))).payload
             == (try Compression.deflate(payload, level: 6)))
+        // zlib's default level stays the default (it was clamped to 0, storing the payload).
+        let zlibDefault = FrameCodec(compressionLevel: -1)
+        #expect(try zlibDefault.decodeEnvelope(zlibDefault.encode(Frame(type: 1, payload: payload))).payload
+            == (try Compression.deflate(payload, level: 6)))
     }
 
     @Test func encodeRefusesOversizedFramesAndUnknownVersions() {

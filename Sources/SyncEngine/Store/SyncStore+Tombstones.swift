@@ -91,11 +91,6 @@ extension SyncStore {
         return purged.count
     }
 
-    /// Returns once every background checkpoint scheduled so far has copied
-    /// the WAL into the file (tests wait for it instead of polling).
-    @_spi(Testing)
-    public func waitForBackgroundCheckpoints() { database.drainCheckpoints() }
-
     /// The phones whose re-baseline notices this watch acted on (node ids).
     @_spi(Benchmarks)
     public func rebaselinedBy() throws -> Set<UInt32> {

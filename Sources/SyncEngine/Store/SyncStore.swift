@@ -177,6 +177,11 @@ public final class SyncStore: KeyValueBackend {
         try await database.syncCommittedAsync()
     }
 
+    /// Returns once every background checkpoint scheduled so far has copied
+    /// the WAL into the file (tests wait for it instead of polling).
+    @_spi(Testing)
+    public func waitForBackgroundCheckpoints() { database.drainCheckpoints() }
+
     func checkOpen() throws {
         if isClosed { throw SyncError(.closed, "the store at \(path) is closed; open it again") }
     }
