@@ -203,6 +203,53 @@ import Testing
         #expect(try phone.deliverQueued(through: phoneBox).messagesPosted == 0)
     }
 
+    /// A build of protocol 1 (or 2) and this one exchange queued messages both
+    /// ways: the queued format is the same, and each message names the oldest
+    /// protocol its sender speaks. A sender that refuses protocol 1 is refused
+    /// by a build that speaks only protocol 1.
+    @Test func aBuildOfAnOlderProtocolAndThisOneDeliverQueuedBothWays() async throws {
+        for older: ClosedRange<UInt16> in [1...1, 1...2] {
+            let pair = try Pair()
+            let folder = TempFolder()
+            let phone = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
+            var olderConfiguration = ReplicationConfiguration(pairingEpoch: secret.epoch)
+            olderConfiguration.protocolRange = older
+            let watch = SyncPeer(store: pair.watch, configuration: olderConfiguration)
+            let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
+            let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+
+            try await pair.phone.set(5, for: TestKeys.steps)
+            try phone.deliverQueued(through: phoneBox)
+            let read = try watch.deliverQueued(through: watchBox)
+            #expect(read.refused.map(\.code) == [], "a watch of protocol \(older)")
+            #expect(read.entriesApplied == 1)
+            #expect(try pair.watch.storedValue(for: TestKeys.steps) == 5)
+
+            try await pair.watch.set(9, for: TestKeys.steps)
+            try watch.deliverQueued(through: watchBox)
+            let back = try phone.deliverQueued(through: phoneBox)
+            #expect(back.refused.map(\.code) == [])
+            #expect(back.acknowledged)
+            #expect(try pair.phone.storedValue(for: TestKeys.steps) == 9)
+            #expect(try pair.phone.pendingSummary(for: pair.watch.nodeID).total == 0)
+        }
+
+        // A phone that no longer speaks protocol 1 is refused by a watch that speaks only 1.
+        let pair = try Pair()
+        let folder = TempFolder()
+        var newerOnly = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        newerOnly.protocolRange = 2...3
+        var oldest = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        oldest.protocolRange = 1...1
+        let phone = SyncPeer(store: pair.phone, configuration: newerOnly)
+        let watch = SyncPeer(store: pair.watch, configuration: oldest)
+        try await pair.phone.set(6, for: TestKeys.steps)
+        try phone.deliverQueued(through: Mailbox(directory: folder.path, role: .phone, secret: secret))
+        let refused = try watch.deliverQueued(through: Mailbox(directory: folder.path, role: .watch, secret: secret))
+        #expect(refused.refused.map(\.code) == [.unsupportedVersion])
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == nil)
+    }
+
     @Test func aFullSpoolIsAnErrorEventAndNothingIsLost() async throws {
         let pair = try Pair()
         let folder = TempFolder()

@@ -57,8 +57,12 @@ package final class MailboxReplicator {
         self.mailbox = mailbox
     }
 
+    /// What this end's messages carry. The protocol version is the oldest this
+    /// end speaks: the queued format (payload schema 1) is the same in
+    /// protocols 1 to 3, so a build of any of them reads it, and a build that
+    /// speaks only older protocols than ours refuses it.
     private var header: QueuedHeader {
-        QueuedHeader(protocolVersion: configuration.protocolRange.upperBound, node: port.nodeID, role: port.role,
+        QueuedHeader(protocolVersion: configuration.protocolRange.lowerBound, node: port.nodeID, role: port.role,
                      pairingEpoch: configuration.pairingEpoch, registryFingerprint: port.registry.fingerprint(for: port.role))
     }
 
@@ -163,9 +167,11 @@ package final class MailboxReplicator {
             return SyncError(.pairingMismatch, "a queued message of pairing \(PeerText.escaped(header.pairingEpoch, maxLength: 64)) reached pairing \(configuration.pairingEpoch)")
         }
         if isRefusal { return nil }
-        if !configuration.protocolRange.contains(header.protocolVersion) {
+        // The sender speaks its message's version and maybe newer ones; this build reads
+        // any message written for a version it knows (older builds named their newest).
+        if header.protocolVersion < 1 || header.protocolVersion > configuration.protocolRange.upperBound {
             return SyncError(.unsupportedVersion,
-                             "a queued message speaks protocol \(header.protocolVersion); this build speaks \(configuration.protocolRange.lowerBound)...\(configuration.protocolRange.upperBound)")
+                             "a queued message needs protocol \(header.protocolVersion) or newer; this build speaks \(configuration.protocolRange.lowerBound)...\(configuration.protocolRange.upperBound); update this app")
         }
         if header.registryFingerprint != port.registry.fingerprint(for: port.role) {
             return SyncError(.keyDeclarationMismatch,
