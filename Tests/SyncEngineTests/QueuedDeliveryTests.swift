@@ -203,6 +203,105 @@ import Testing
         #expect(try phone.deliverQueued(through: phoneBox).messagesPosted == 0)
     }
 
+    /// Once a live session compared the two key registries, queued messages of
+    /// the peer's registry are taken, passing over only the keys declared
+    /// differently (their changes wait, pending, as they do live), and a sender
+    /// its registry's refusal had stopped posts again.
+    @Test func afterALiveSessionComparedTheRegistriesOnlyKeysDeclaredDifferentlyWait() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let phone = SyncPeer(store: pair.phone, configuration: config)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
+        // A watch that declares steps as manual, the other keys alike.
+        let otherSteps = Key<Int>("steps", in: Namespace("health").child("daily"), default: 0, availability: .all, policy: .manual)
+        let otherKeys: [any KeyDeclaration] = [otherSteps, TestKeys.name, TestKeys.token, TestKeys.watchFace, TestKeys.units, TestKeys.draft,
+                                               TestKeys.blob, TestKeys.tags, TestKeys.secret, TestKeys.daily]
+        let otherWatch = try SyncStore(path: pair.folder.file("other.sqlite"), role: .watch, registry: KeyRegistry(otherKeys),
+                                       options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("other.key"))))
+        let watch = SyncPeer(store: otherWatch, configuration: config)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+
+        // Before any live session: refused, and the phone stops posting.
+        try await pair.phone.set(4, for: TestKeys.steps)
+        try await pair.phone.set("imperial", for: TestKeys.units)
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try watch.deliverQueued(through: watchBox).refused.map(\.code) == [.keyDeclarationMismatch])
+        #expect(try phone.deliverQueued(through: phoneBox).refused.map(\.code) == [.keyDeclarationMismatch])
+
+        // A live session compares the registries (units goes, steps does not).
+        let link = Link(pair.phone, otherWatch, epoch: secret.epoch)
+        link.connect()
+        link.settle()
+        #expect(try otherWatch.storedValue(for: TestKeys.units) == "imperial")
+        #expect(try otherWatch.storedValue(for: otherSteps) == nil)
+
+        // Queued again: the phone posts what the watch declares alike, and the watch takes it.
+        try await pair.phone.set("uk", for: TestKeys.units)
+        try await pair.phone.set(6, for: TestKeys.steps)
+        let posted = try phone.deliverQueued(through: phoneBox)
+        #expect(posted.refused.isEmpty)
+        #expect(try queuedKeys(phoneBox) == ["units"])
+        let read = try watch.deliverQueued(through: watchBox)
+        #expect(read.refused.map(\.code) == [])
+        #expect(read.entriesApplied == 1)
+        #expect(try otherWatch.storedValue(for: TestKeys.units) == "uk")
+        #expect(try otherWatch.storedValue(for: otherSteps) == nil)
+
+        // The other way: the phone takes the watch's registry too.
+        try await otherWatch.set(["run"], for: TestKeys.tags)
+        try watch.deliverQueued(through: watchBox)
+        let back = try phone.deliverQueued(through: phoneBox)
+        #expect(back.refused.map(\.code) == [])
+        #expect(back.acknowledged)
+        #expect(try pair.phone.storedValue(for: TestKeys.tags) == ["run"])
+        // steps waits for the watch until the declarations agree, as it does live.
+        #expect(try pair.phone.entryInfo(forKey: "health:daily:steps")?.isPending == true)
+        #expect(try pair.phone.entryInfo(forKey: "units")?.isPending == false)
+    }
+
+    /// A refusal of our registry read after a live session compared the two
+    /// registries is older than the comparison: what it refused is posted again,
+    /// once. A second refusal (a peer that refuses any other registry, as
+    /// builds before this one do) stops the sender.
+    @Test func aRefusalOlderThanTheRegistriesComparisonIsRetriedOnce() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let phone = SyncPeer(store: pair.phone, configuration: config)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
+        let otherSteps = Key<Int>("steps", in: Namespace("health").child("daily"), default: 0, availability: .all, policy: .manual)
+        let otherKeys: [any KeyDeclaration] = [otherSteps, TestKeys.units]
+        let otherWatch = try SyncStore(path: pair.folder.file("other.sqlite"), role: .watch, registry: KeyRegistry(otherKeys),
+                                       options: StoreOptions(clock: pair.watchClock))
+        let watch = SyncPeer(store: otherWatch, configuration: config)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+
+        try await pair.phone.set("imperial", for: TestKeys.units)
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try watch.deliverQueued(through: watchBox).refused.map(\.code) == [.keyDeclarationMismatch])
+        // The live session compares the registries before the phone reads the refusal.
+        let link = Link(pair.phone, otherWatch, epoch: secret.epoch)
+        link.connect()
+        link.settle()
+        try await pair.phone.set("uk", for: TestKeys.units)
+        let stale = try phone.deliverQueued(through: phoneBox)
+        #expect(stale.refused.map(\.code) == [.keyDeclarationMismatch])
+        #expect(stale.messagesPosted == 1)
+        #expect(try watch.deliverQueued(through: watchBox).entriesApplied == 1)
+        #expect(try otherWatch.storedValue(for: TestKeys.units) == "uk")
+
+        // A watch that refuses again although the registries were compared: the phone stops.
+        let phoneNode = pair.phone.nodeID
+        try SQLiteReplicationPort(otherWatch).recordRegistries([0], for: phoneNode)
+        try await pair.phone.set("us", for: TestKeys.units)
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try watch.deliverQueued(through: watchBox).refused.map(\.code) == [.keyDeclarationMismatch])
+        #expect(try phone.deliverQueued(through: phoneBox).refused.map(\.code) == [.keyDeclarationMismatch])
+        try await pair.phone.set("fr", for: TestKeys.units)
+        #expect(try phone.deliverQueued(through: phoneBox).messagesPosted == 0)
+    }
+
     /// A build of protocol 1 (or 2) and this one exchange queued messages both
     /// ways: the queued format is the same, and each message names the oldest
     /// protocol its sender speaks. A sender that refuses protocol 1 is refused

@@ -242,8 +242,14 @@ final class PortFixture {
         #expect(try f.port.rows(declaredBy: [TestKeys.daily.descriptor.name], for: Self.watchNode, maxEntries: 10).map(\.key) == [TestKeys.daily["a"].name])
         try f.port.setMismatchedKeys([], for: Self.watchNode)
         #expect(try f.port.recordPeer(node: Self.watchNode, role: .watch, epoch: "e").mismatched == [])
+        // The registries a live session compared go with them, and a new pairing forgets both.
+        let registries = [UInt8](repeating: 1, count: 32) + [UInt8](repeating: 2, count: 32)
+        try f.port.recordRegistries(registries, for: Self.watchNode)
+        #expect(try f.port.recordPeer(node: Self.watchNode, role: .watch, epoch: "e").registries == registries)
         try f.port.setMismatchedKeys([TestKeys.steps.name], for: Self.watchNode)
-        #expect(try f.port.recordPeer(node: Self.watchNode, role: .watch, epoch: "other").mismatched == [])
+        let newPairing = try f.port.recordPeer(node: Self.watchNode, role: .watch, epoch: "other")
+        #expect(newPairing.mismatched == [])
+        #expect(newPairing.registries == nil)
     }
 
     @Test(arguments: PortFixture.Kind.allCases)

@@ -261,6 +261,10 @@ package final class InMemoryReplicationPort: ReplicationPort {
         peers[peer]?.record.mismatched = names
     }
 
+    package func recordRegistries(_ registries: [UInt8], for peer: UInt32) throws {
+        peers[peer]?.record.registries = registries
+    }
+
     package func stageChunk(_ chunk: SyncMessage.Chunk) throws -> Int {
         let id = ChunkedVersion(key: chunk.entry.key, version: chunk.entry.version)
         for other in chunks.keys where other.key == id.key && other.version < id.version { chunks[other] = nil }

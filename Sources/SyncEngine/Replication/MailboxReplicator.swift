@@ -41,8 +41,16 @@ package final class MailboxReplicator {
     package private(set) var peerNode: UInt32?
     /// The stream position posted through (nil: not decided since start).
     private var postedThrough: Int64?
-    /// Set when the peer refused our messages: posting stops until restart.
+    /// Set when the peer refused our messages: posting stops until restart, or,
+    /// for another key registry, until a live session compared the registries.
     package private(set) var stalled: SyncError?
+    /// The peer's `PeerRecord.registries` when it refused our registry.
+    private var stalledRegistries: [UInt8]??
+    /// The registries after whose comparison a refusal of our registry was taken as
+    /// older than the comparison, and posting went on once (a second one stalls).
+    private var retriedRegistries: [UInt8]?
+    /// Keys the peer declares differently (from the last live session), passed over while posting.
+    private var mismatchedForPeer: Set<String> = []
     /// Called with each message this end posts (the simulator's invariant checker reads them).
     package var onPost: ((QueuedMessage) -> Void)?
     /// Whether the last round failed to post because the peer's spool was full (reported once).
@@ -63,7 +71,7 @@ package final class MailboxReplicator {
     /// speaks only older protocols than ours refuses it.
     private var header: QueuedHeader {
         QueuedHeader(protocolVersion: configuration.protocolRange.lowerBound, node: port.nodeID, role: port.role,
-                     pairingEpoch: configuration.pairingEpoch, registryFingerprint: port.registry.fingerprint(for: port.role))
+                     pairingEpoch: configuration.pairingEpoch, registryFingerprint: ourFingerprint)
     }
 
     /// One round: reads and applies (or acknowledges) everything the peer
@@ -109,7 +117,7 @@ package final class MailboxReplicator {
                     try setAside(message, error, into: &report)
                     continue
                 }
-                if let problem = validate(decoded.header, isRefusal: { if case .refusal = decoded { true } else { false } }()) {
+                if let problem = try validate(decoded.header, isRefusal: { if case .refusal = decoded { true } else { false } }()) {
                     try setAside(message, problem, into: &report)
                     continue
                 }
@@ -120,8 +128,10 @@ package final class MailboxReplicator {
                 }
                 let peer = try learn(decoded.header)
                 switch decoded {
-                case .batch(_, let after, let through, let entries):
-                    let plan = try apply(entries, from: peer)
+                case .batch(let sender, let after, let through, let entries):
+                    // Another registry, compared by a live session (`validate`): its keys declared differently are passed over.
+                    let mismatched = sender.registryFingerprint == ourFingerprint ? [] : peer.mismatched
+                    let plan = try apply(entries, from: peer, mismatched: mismatched)
                     report.entriesApplied += plan.applied
                     // Acknowledged before the message is taken: if this process dies in between,
                     // the batch comes again, applies nothing, and is acknowledged again.
@@ -140,10 +150,18 @@ package final class MailboxReplicator {
                     if !rejected.isEmpty {
                         emit(.error(SyncError(.protocolViolation, "the peer refused \(rejected.count) entries: \(rejected.map { "\($0.key) (\($0.code))" }.joined(separator: ", "))")))
                     }
-                case .refusal(_, let code, let text):
+                case .refusal(let refuser, let code, let text):
                     let error = SyncError(SyncError.Code(PeerText.escaped(code, maxLength: 64)),
                                           "the peer refused our queued messages: \(PeerText.escaped(text))")
-                    stalled = error
+                    if error.code == .keyDeclarationMismatch, let registries = peer.registries,
+                       registries == ourFingerprint + refuser.registryFingerprint, retriedRegistries != registries {
+                        // A live session has compared the two registries since: the refusal is older than
+                        // that (the peer takes our messages now), so what it refused is posted again, once.
+                        retriedRegistries = registries
+                    } else {
+                        stalled = error
+                        stalledRegistries = .some(peer.registries)
+                    }
                     report.refused.append(error)
                     emit(.error(error))
                 case .rebaseline(_, let purgedThrough):
@@ -157,9 +175,13 @@ package final class MailboxReplicator {
         }
     }
 
+    private lazy var ourFingerprint: [UInt8] = port.registry.fingerprint(for: port.role)
+
     /// Why a message with `header` cannot be used here, if it cannot.
     /// A refusal is read whatever the peer's protocol or registry (they are often why it refused).
-    private func validate(_ header: QueuedHeader, isRefusal: Bool) -> SyncError? {
+    /// A message of another key registry is used when a live session with its
+    /// sender compared that registry with this device's (`PeerRecord.registries`).
+    private func validate(_ header: QueuedHeader, isRefusal: Bool) throws -> SyncError? {
         if header.role != port.role.counterpart {
             return SyncError(.protocolViolation, "a queued message from a \(header.role) reached a \(port.role)")
         }
@@ -173,9 +195,14 @@ package final class MailboxReplicator {
             return SyncError(.unsupportedVersion,
                              "a queued message needs protocol \(header.protocolVersion) or newer; this build speaks \(configuration.protocolRange.lowerBound)...\(configuration.protocolRange.upperBound); update this app")
         }
-        if header.registryFingerprint != port.registry.fingerprint(for: port.role) {
-            return SyncError(.keyDeclarationMismatch,
-                             "a queued message was written with another key registry (its declarations differ from this device's); update both apps to the same registry")
+        let ours = ourFingerprint
+        if header.registryFingerprint != ours {
+            let compared = try port.queuedPeer(role: header.role, epoch: header.pairingEpoch)
+                .map { $0.node == header.node && $0.registries == ours + header.registryFingerprint } ?? false
+            if !compared {
+                return SyncError(.keyDeclarationMismatch,
+                                 "a queued message was written with another key registry (its declarations differ from this device's), which no live session compared with this one yet; connect the devices live once (the keys declared alike then go on through the mailbox) or update both apps to the same registry")
+            }
         }
         return nil
     }
@@ -203,8 +230,8 @@ package final class MailboxReplicator {
         return try port.recordPeer(node: header.node, role: header.role, epoch: header.pairingEpoch)
     }
 
-    private func apply(_ entries: [WireEntry], from peer: PeerRecord) throws -> ApplyPlan {
-        let context = ApplyPlanner.Context(peerRole: port.role.counterpart, mismatched: [], versionBound: port.versionBound(),
+    private func apply(_ entries: [WireEntry], from peer: PeerRecord, mismatched: Set<String>) throws -> ApplyPlan {
+        let context = ApplyPlanner.Context(peerRole: port.role.counterpart, mismatched: mismatched, versionBound: port.versionBound(),
                                            now: port.nowMilliseconds(), maxValueSize: port.maxValueSize,
                                            lastArrivalWins: configuration.testingFaults.lastArrivalWins)
         let registry = port.registry
@@ -233,10 +260,18 @@ package final class MailboxReplicator {
     static let unknownPeer = UInt32.max
 
     private func post(outboxWasEmpty: Bool, into report: inout QueuedDeliveryReport) throws {
-        guard stalled == nil else { return }
         // A peer not met yet gets everything (its cursor is 0); its first acknowledgement records it.
         let record = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)
             .flatMap { known in peerNode == nil || peerNode == known.node ? known : nil }
+        if let refusal = stalled {
+            // Refused for our registry: a live session since has compared the two, and the peer
+            // now takes what we post of the keys declared alike. Anything else stays stalled.
+            guard refusal.code == .keyDeclarationMismatch, let registries = record?.registries,
+                  stalledRegistries.map({ $0 != registries }) ?? true else { return }
+            stalled = nil
+            stalledRegistries = nil
+        }
+        mismatchedForPeer = record?.mismatched ?? []
         if let record { peerNode = record.node }
         let node = record?.node ?? Self.unknownPeer
         var cursor = record?.cursor ?? 0
@@ -313,7 +348,7 @@ package final class MailboxReplicator {
 
     private func excluded(_ key: String) -> Bool {
         guard let descriptor = port.registry.descriptor(forEntry: key) else { return true }
-        return !descriptor.replicates(from: port.role)
+        return !descriptor.replicates(from: port.role) || (!mismatchedForPeer.isEmpty && mismatchedForPeer.contains(descriptor.name))
     }
 
     private func emit(_ event: SyncEvent) {

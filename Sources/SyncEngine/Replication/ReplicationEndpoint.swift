@@ -559,6 +559,10 @@ package final class ReplicationEndpoint {
                     if !peer.mismatchedKeys.isSubset(of: record.mismatched) {
                         try port.setMismatchedKeys(record.mismatched.union(peer.mismatchedKeys), for: peer.node)
                     }
+                    // What the two registries were when they were compared: queued messages of the
+                    // peer's registry are then applied key by key (`MailboxReplicator`).
+                    let registries = port.registry.fingerprint(for: port.role) + peer.registryFingerprint
+                    if record.registries != registries { try port.recordRegistries(registries, for: peer.node) }
                     if !session.stream.repairedNames.isEmpty {
                         session.stream.repairRows = try port.rows(declaredBy: session.stream.repairedNames, for: peer.node, maxEntries: Int.max).filter { !excluded($0.key) }
                         try finishRepairIfDone()

@@ -92,6 +92,9 @@ package protocol ReplicationPort: AnyObject {
     func noteSession(with peer: UInt32, live: Bool)
     /// Remembers the keys `peer` declares differently.
     func setMismatchedKeys(_ names: Set<String>, for peer: UInt32) throws
+    /// Remembers the registries a live session with `peer` compared: this
+    /// device's fingerprint, then the peer's (`PeerRecord.registries`).
+    func recordRegistries(_ registries: [UInt8], for peer: UInt32) throws
 
     // MARK: tombstones (SyncStore+Tombstones)
 
@@ -243,6 +246,7 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func acknowledge(peer: UInt32, through sequence: Int64) throws { try store.acknowledge(peer: peer, through: sequence) }
     package func noteSession(with peer: UInt32, live: Bool) { store.noteSession(with: peer, live: live) }
     package func setMismatchedKeys(_ names: Set<String>, for peer: UInt32) throws { try store.setMismatchedKeys(names, for: peer) }
+    package func recordRegistries(_ registries: [UInt8], for peer: UInt32) throws { try store.recordRegistries(registries, for: peer) }
 
     package func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64? {
         try store.rebaselineNotice(for: peer, cursor: cursor)

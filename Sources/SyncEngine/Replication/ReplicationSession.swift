@@ -34,6 +34,8 @@ struct ReplicationSession {
         /// Keys declared differently on the two sides, by name.
         var mismatchedKeys: Set<String>
         var partialTransfers: [PartialTransfer]
+        /// The fingerprint of the peer's key registry, from its hello.
+        var registryFingerprint: [UInt8] = []
     }
 
     /// What one in-flight message carried, for acknowledgement bookkeeping.
@@ -457,7 +459,7 @@ struct ReplicationSession {
             for key in Set(ours.keys).union(theirs.keys) where ours[key] != theirs[key] { mismatched.insert(key) }
         }
         return .success(Peer(node: hello.node, role: hello.role, protocolVersion: high, mismatchedKeys: mismatched,
-                             partialTransfers: hello.partialTransfers))
+                             partialTransfers: hello.partialTransfers, registryFingerprint: hello.registryFingerprint))
     }
 
     private static func name(of declaration: String) -> String {

@@ -10,12 +10,15 @@
 /// (`sync_peers.acked_through`): no outbox, and a phone serves several watches.
 /// Since v6 tombstones every peer has are purged (`sync_meta` 'purged_through'
 /// holds the newest purged version) and watches unseen for long are forgotten
-/// (`sync_forgotten_peers`).
+/// (`sync_forgotten_peers`). Since v7 a peer's row keeps the two key
+/// registries its last live session compared (`sync_peers.registries`), so
+/// that queued messages of that registry pass over only the keys declared
+/// differently.
 ///
 /// Every store carries `PRAGMA application_id = 0x5379456E` (ASCII "SyEn"),
 /// set with the schema; `Database` refuses SQLite files with another id.
 enum Schema {
-    static let currentVersion = 6
+    static let currentVersion = 7
     /// `PRAGMA application_id` of a SyncEngine store: ASCII "SyEn".
     static let applicationID: Int32 = 0x5379_456E
 
@@ -163,6 +166,11 @@ enum Schema {
             last_seen    INTEGER NOT NULL
         );
         CREATE INDEX sync_tombstones ON entries(ver) WHERE deleted = 1;
+        """,
+        // v7: the fingerprints of this device's key registry and the peer's (32 bytes
+        // each) when the last live session found `mismatched`; NULL before one.
+        """
+        ALTER TABLE sync_peers ADD COLUMN registries BLOB;
         """,
     ]
 

@@ -10,6 +10,10 @@ package struct PeerRecord: Sendable, Equatable {
     /// Keys (declaration names) the peer declared differently: their changes are
     /// skipped for it and sent once the declarations agree again.
     var mismatched: Set<String>
+    /// This device's registry fingerprint, then the peer's, when the last live
+    /// session found `mismatched` (nil before one): queued messages written
+    /// with that registry are applied key by key, passing over `mismatched`.
+    var registries: [UInt8]? = nil
 }
 
 /// The stream of changes every peer reads from its own cursor.
@@ -174,7 +178,8 @@ extension SyncStore {
                 INSERT INTO sync_peers(peer_node, peer_role, epoch, acked_through, last_seen) VALUES(?1, ?2, ?3, 0, ?4)
                 ON CONFLICT(peer_node) DO UPDATE SET peer_role = excluded.peer_role, epoch = excluded.epoch, last_seen = excluded.last_seen,
                   acked_through = CASE WHEN sync_peers.epoch = excluded.epoch THEN sync_peers.acked_through ELSE 0 END,
-                  mismatched = CASE WHEN sync_peers.epoch = excluded.epoch THEN sync_peers.mismatched ELSE '' END
+                  mismatched = CASE WHEN sync_peers.epoch = excluded.epoch THEN sync_peers.mismatched ELSE '' END,
+                  registries = CASE WHEN sync_peers.epoch = excluded.epoch THEN sync_peers.registries ELSE NULL END
                 """)
             upsert.bind(1, Int64(node))
             upsert.bind(2, role.rawValue)
@@ -198,21 +203,31 @@ extension SyncStore {
         }
     }
 
+    /// Remembers the two registries (`PeerRecord.registries`) a live session with `peer` compared.
+    func recordRegistries(_ registries: [UInt8], for peer: UInt32) throws {
+        try database.write { conn in
+            let stmt = try conn.statement("UPDATE sync_peers SET registries = ?2 WHERE peer_node = ?1")
+            stmt.bind(1, Int64(peer))
+            stmt.bind(2, registries)
+            try stmt.run()
+        }
+    }
+
     static func peerRecord(_ conn: SQLiteConnection, node: UInt32) throws -> PeerRecord? {
-        let stmt = try conn.statement("SELECT acked_through, mismatched FROM sync_peers WHERE peer_node = ?1")
+        let stmt = try conn.statement("SELECT acked_through, mismatched, registries FROM sync_peers WHERE peer_node = ?1")
         stmt.bind(1, Int64(node))
         defer { stmt.reset() }
         guard try stmt.step() else { return nil }
-        return PeerRecord(node: node, cursor: stmt.int64(0), mismatched: SyncStore.names(stmt.string(1)))
+        return PeerRecord(node: node, cursor: stmt.int64(0), mismatched: SyncStore.names(stmt.string(1)), registries: stmt.blob(2))
     }
 
     static func peerRecords(_ conn: SQLiteConnection) throws -> [PeerRecord] {
-        let stmt = try conn.statement("SELECT peer_node, acked_through, mismatched FROM sync_peers ORDER BY peer_node")
+        let stmt = try conn.statement("SELECT peer_node, acked_through, mismatched, registries FROM sync_peers ORDER BY peer_node")
         defer { stmt.reset() }
         var records: [PeerRecord] = []
         while try stmt.step() {
             records.append(PeerRecord(node: UInt32(truncatingIfNeeded: stmt.int64(0)), cursor: stmt.int64(1),
-                                      mismatched: SyncStore.names(stmt.string(2))))
+                                      mismatched: SyncStore.names(stmt.string(2)), registries: stmt.blob(3)))
         }
         return records
     }
