@@ -38,6 +38,8 @@ import Testing
             .ack(header, after: 0, through: 3, applied: 1, rejected: [SyncMessage.Rejection(key: "units", code: "unknown-key")]),
             .refusal(header, code: "key-declaration-mismatch", message: "another registry"),
             .rebaseline(header, purgedThrough: version.packed),
+            .declarations(QueuedHeader(protocolVersion: 1, node: 0x1001, role: .phone, pairingEpoch: "epoch",
+                                       registryFingerprint: KeyRegistry.fingerprint(of: ["a|x", "b|y"])), ["a|x", "b|y"]),
         ]
         for message in messages {
             let frame = message.frame()
@@ -55,7 +57,15 @@ import Testing
         } catch let error as SyncError {
             #expect(error.code == .malformedMessage && error.message.contains("re-baseline"), "\(error)")
         }
-        #expect(throws: SyncError.self) { _ = try QueuedMessage(frame: Frame(type: 0x15, payload: [1])) }
+        // Declarations must be those the fingerprint they came with was taken of.
+        let forged = QueuedMessage.declarations(header, ["a|x"]).frame()
+        do {
+            _ = try QueuedMessage(frame: forged)
+            Issue.record("declarations that do not match their fingerprint decoded")
+        } catch let error as SyncError {
+            #expect(error.code == .malformedMessage && error.message.contains("fingerprint"), "\(error)")
+        }
+        #expect(throws: SyncError.self) { _ = try QueuedMessage(frame: Frame(type: 0x16, payload: [1])) }
     }
 
     @Test func changesWrittenWhileThePeerIsDownArriveWhenItReadsAndAcknowledgementsMoveTheCursor() async throws {
@@ -174,60 +184,80 @@ import Testing
         #expect(try pair.phone.pendingSummary(for: pair.watch.nodeID).total == 0)
     }
 
-    @Test func aMessageWrittenWithAnotherRegistryIsRefusedKeptAndStopsTheSender() async throws {
+    /// A watch and a phone whose registries differ (one app updated first),
+    /// with no live session: the side that refuses a message of the other
+    /// registry keeps it aside and posts its key declarations; the sender
+    /// compares them, answers with its own and posts again. From then on the
+    /// keys declared alike flow both ways, and those declared differently wait
+    /// (pending), as they do live.
+    @Test func registriesThatDifferAreComparedThroughTheMailbox() async throws {
         let pair = try Pair()
         let folder = TempFolder()
         let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
         let phone = SyncPeer(store: pair.phone, configuration: config)
         let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
-        // A watch whose registry declares steps differently.
-        let otherKeys: [any KeyDeclaration] = [Key<Int>("steps", in: Namespace("health").child("daily"), default: 0, availability: .all, policy: .manual)]
-        let otherWatch = try SyncStore(path: pair.folder.file("other.sqlite"), role: .watch, registry: KeyRegistry(otherKeys),
-                                       options: StoreOptions(clock: pair.watchClock))
+        let (otherWatch, otherSteps) = try watchDeclaringStepsAsManual(pair)
         let watch = SyncPeer(store: otherWatch, configuration: config)
         let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
-        try await pair.phone.set(4, for: TestKeys.steps)
-        try phone.deliverQueued(through: phoneBox)
         let events = otherWatch.events()
-        let report = try watch.deliverQueued(through: watchBox)
-        #expect(report.refused.map(\.code) == [.keyDeclarationMismatch])
-        #expect(report.entriesApplied == 0)
+
+        try await pair.phone.set(4, for: TestKeys.steps)
+        try await pair.phone.set("imperial", for: TestKeys.units)
+        try phone.deliverQueued(through: phoneBox)
+        let refused = try watch.deliverQueued(through: watchBox)
+        #expect(refused.refused.map(\.code) == [.keyDeclarationMismatch])
+        #expect(refused.entriesApplied == 0)
         #expect(try watchBox.refusedFiles() == ["00000000000000000001.msg"])
         let error = try await first(of: events, "the refusal's error event") { if case .error = $0 { true } else { false } }
-        guard case .error(let refusal) = error else { return }
-        #expect(refusal.code == .keyDeclarationMismatch)
-        // The phone learns it was refused and stops posting.
-        let refused = try phone.deliverQueued(through: phoneBox)
-        #expect(refused.refused.map(\.code) == [.keyDeclarationMismatch])
-        try await pair.phone.set(5, for: TestKeys.steps)
-        #expect(try phone.deliverQueued(through: phoneBox).messagesPosted == 0)
+        #expect({ if case .error(let refusal) = error { refusal.code == .keyDeclarationMismatch } else { false } }())
+
+        // The phone reads the refusal and the watch's declarations, and posts again: what the watch declares alike.
+        let again = try phone.deliverQueued(through: phoneBox)
+        #expect(again.refused.map(\.code) == [.keyDeclarationMismatch])
+        #expect(try queuedKeys(phoneBox) == ["units"])
+        let read = try watch.deliverQueued(through: watchBox)
+        #expect(read.refused.map(\.code) == [])
+        #expect(read.entriesApplied == 1)
+        #expect(try otherWatch.storedValue(for: TestKeys.units) == "imperial")
+        #expect(try otherWatch.storedValue(for: otherSteps) == nil)
+        let mismatch = try await first(of: events, "the watch's keyMismatch") { if case .keyMismatch = $0 { true } else { false } }
+        #expect(mismatch == .keyMismatch(keys: ["health:daily:steps"]))
+
+        // Both ways from now on; steps waits for the watch.
+        try await otherWatch.set(["run"], for: TestKeys.tags)
+        try watch.deliverQueued(through: watchBox)
+        let back = try phone.deliverQueued(through: phoneBox)
+        #expect(back.refused.map(\.code) == [])
+        #expect(back.acknowledged)
+        #expect(try pair.phone.storedValue(for: TestKeys.tags) == ["run"])
+        #expect(try pair.phone.entryInfo(forKey: "health:daily:steps")?.isPending == true)
+        #expect(try pair.phone.entryInfo(forKey: "units")?.isPending == false)
+    }
+
+    /// A watch store over `pair`'s folder whose registry declares steps as manual, the other keys as `TestKeys`.
+    func watchDeclaringStepsAsManual(_ pair: Pair) throws -> (SyncStore, Key<Int>) {
+        let otherSteps = Key<Int>("steps", in: Namespace("health").child("daily"), default: 0, availability: .all, policy: .manual)
+        let otherKeys: [any KeyDeclaration] = [otherSteps, TestKeys.name, TestKeys.token, TestKeys.watchFace, TestKeys.units, TestKeys.draft,
+                                               TestKeys.blob, TestKeys.tags, TestKeys.secret, TestKeys.daily]
+        let store = try SyncStore(path: pair.folder.file("other.sqlite"), role: .watch, registry: KeyRegistry(otherKeys),
+                                  options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("other.key"))))
+        return (store, otherSteps)
     }
 
     /// Once a live session compared the two key registries, queued messages of
-    /// the peer's registry are taken, passing over only the keys declared
-    /// differently (their changes wait, pending, as they do live), and a sender
-    /// its registry's refusal had stopped posts again.
+    /// the peer's registry are taken at once, passing over only the keys
+    /// declared differently (their changes wait, pending, as they do live).
     @Test func afterALiveSessionComparedTheRegistriesOnlyKeysDeclaredDifferentlyWait() async throws {
         let pair = try Pair()
         let folder = TempFolder()
         let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
         let phone = SyncPeer(store: pair.phone, configuration: config)
         let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
-        // A watch that declares steps as manual, the other keys alike.
-        let otherSteps = Key<Int>("steps", in: Namespace("health").child("daily"), default: 0, availability: .all, policy: .manual)
-        let otherKeys: [any KeyDeclaration] = [otherSteps, TestKeys.name, TestKeys.token, TestKeys.watchFace, TestKeys.units, TestKeys.draft,
-                                               TestKeys.blob, TestKeys.tags, TestKeys.secret, TestKeys.daily]
-        let otherWatch = try SyncStore(path: pair.folder.file("other.sqlite"), role: .watch, registry: KeyRegistry(otherKeys),
-                                       options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("other.key"))))
+        let (otherWatch, otherSteps) = try watchDeclaringStepsAsManual(pair)
         let watch = SyncPeer(store: otherWatch, configuration: config)
         let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
-
-        // Before any live session: refused, and the phone stops posting.
         try await pair.phone.set(4, for: TestKeys.steps)
         try await pair.phone.set("imperial", for: TestKeys.units)
-        try phone.deliverQueued(through: phoneBox)
-        #expect(try watch.deliverQueued(through: watchBox).refused.map(\.code) == [.keyDeclarationMismatch])
-        #expect(try phone.deliverQueued(through: phoneBox).refused.map(\.code) == [.keyDeclarationMismatch])
 
         // A live session compares the registries (units goes, steps does not).
         let link = Link(pair.phone, otherWatch, epoch: secret.epoch)
@@ -242,6 +272,7 @@ import Testing
         let posted = try phone.deliverQueued(through: phoneBox)
         #expect(posted.refused.isEmpty)
         #expect(try queuedKeys(phoneBox) == ["units"])
+        #expect(try phoneBox.outgoingCount() == 1)  // no declarations: the live session compared the registries
         let read = try watch.deliverQueued(through: watchBox)
         #expect(read.refused.map(\.code) == [])
         #expect(read.entriesApplied == 1)

@@ -121,8 +121,13 @@ public struct KeyRegistry: Sendable {
 
     /// SHA-256 over the declarations that may cross between the devices.
     func fingerprint(for role: DeviceRole) -> [UInt8] {
+        KeyRegistry.fingerprint(of: wireDeclarations(from: role))
+    }
+
+    /// SHA-256 over declarations as `wireDeclarations` gives them (each line and a newline).
+    static func fingerprint(of declarations: [String]) -> [UInt8] {
         var hasher = SHA256()
-        for line in wireDeclarations(from: role) {
+        for line in declarations {
             hasher.update(data: Array(line.utf8) + [0x0A])
         }
         return Array(hasher.finalize())

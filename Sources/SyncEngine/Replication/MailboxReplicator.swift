@@ -42,14 +42,17 @@ package final class MailboxReplicator {
     /// The stream position posted through (nil: not decided since start).
     private var postedThrough: Int64?
     /// Set when the peer refused our messages: posting stops until restart, or,
-    /// for another key registry, until a live session compared the registries.
+    /// for another key registry, until the registries are compared (live, or
+    /// by the declarations the refusing peer posts).
     package private(set) var stalled: SyncError?
     /// The peer's `PeerRecord.registries` when it refused our registry.
     private var stalledRegistries: [UInt8]??
+    /// The registries (ours, then the peer's) our declarations were last posted for.
+    private var declarationsPostedFor: [UInt8]?
     /// The registries after whose comparison a refusal of our registry was taken as
     /// older than the comparison, and posting went on once (a second one stalls).
     private var retriedRegistries: [UInt8]?
-    /// Keys the peer declares differently (from the last live session), passed over while posting.
+    /// Keys the peer declares differently (from the last comparison), passed over while posting.
     private var mismatchedForPeer: Set<String> = []
     /// Called with each message this end posts (the simulator's invariant checker reads them).
     package var onPost: ((QueuedMessage) -> Void)?
@@ -117,8 +120,11 @@ package final class MailboxReplicator {
                     try setAside(message, error, into: &report)
                     continue
                 }
-                if let problem = try validate(decoded.header, isRefusal: { if case .refusal = decoded { true } else { false } }()) {
+                if let problem = try validate(decoded) {
                     try setAside(message, problem, into: &report)
+                    // Another registry that no session compared with ours: our declarations go to
+                    // the peer, which compares them and answers with its own (`.declarations`).
+                    if problem.code == .keyDeclarationMismatch { try offerDeclarations(to: decoded.header, into: &report) }
                     continue
                 }
                 if case .rebaseline = decoded, port.role != .watch {
@@ -129,7 +135,7 @@ package final class MailboxReplicator {
                 let peer = try learn(decoded.header)
                 switch decoded {
                 case .batch(let sender, let after, let through, let entries):
-                    // Another registry, compared by a live session (`validate`): its keys declared differently are passed over.
+                    // Another registry, compared already (`validate`): its keys declared differently are passed over.
                     let mismatched = sender.registryFingerprint == ourFingerprint ? [] : peer.mismatched
                     let plan = try apply(entries, from: peer, mismatched: mismatched)
                     report.entriesApplied += plan.applied
@@ -155,7 +161,7 @@ package final class MailboxReplicator {
                                           "the peer refused our queued messages: \(PeerText.escaped(text))")
                     if error.code == .keyDeclarationMismatch, let registries = peer.registries,
                        registries == ourFingerprint + refuser.registryFingerprint, retriedRegistries != registries {
-                        // A live session has compared the two registries since: the refusal is older than
+                        // The two registries were compared since (live, or by declarations): the refusal is older than
                         // that (the peer takes our messages now), so what it refused is posted again, once.
                         retriedRegistries = registries
                     } else {
@@ -164,6 +170,19 @@ package final class MailboxReplicator {
                     }
                     report.refused.append(error)
                     emit(.error(error))
+                case .declarations(let sender, let lines):
+                    // What a live session's hellos do: compare, remember, and let the peer compare too.
+                    let mismatched = ReplicationSession.mismatchedKeys(port.registry.wireDeclarations(from: port.role), lines)
+                    if !mismatched.isSubset(of: peer.mismatched) {
+                        try port.setMismatchedKeys(peer.mismatched.union(mismatched), for: peer.node)
+                    }
+                    let registries = ourFingerprint + sender.registryFingerprint
+                    if peer.registries != registries {
+                        try port.recordRegistries(registries, for: peer.node)
+                        if !mismatched.isEmpty { emit(.keyMismatch(keys: mismatched.sorted())) }
+                        // News to us, so ours are likely news to the peer (a live session compared neither).
+                        try offerDeclarations(to: sender, into: &report)
+                    }
                 case .rebaseline(_, let purgedThrough):
                     // On stable storage before the notice is taken: a notice lost to a power cut
                     // after `accept` would leave the purged deletes undone here for good.
@@ -177,11 +196,27 @@ package final class MailboxReplicator {
 
     private lazy var ourFingerprint: [UInt8] = port.registry.fingerprint(for: port.role)
 
-    /// Why a message with `header` cannot be used here, if it cannot.
-    /// A refusal is read whatever the peer's protocol or registry (they are often why it refused).
-    /// A message of another key registry is used when a live session with its
-    /// sender compared that registry with this device's (`PeerRecord.registries`).
-    private func validate(_ header: QueuedHeader, isRefusal: Bool) throws -> SyncError? {
+    /// Posts this device's key declarations for the peer that wrote `header`,
+    /// once per pair of registries (the peer answers a new comparison with its own).
+    private func offerDeclarations(to header: QueuedHeader, into report: inout QueuedDeliveryReport) throws {
+        let registries = ourFingerprint + header.registryFingerprint
+        guard declarationsPostedFor != registries else { return }
+        let message = QueuedMessage.declarations(self.header, port.registry.wireDeclarations(from: port.role))
+        try mailbox.post(message.frame(), reserve: true)
+        onPost?(message)
+        report.messagesPosted += 1
+        declarationsPostedFor = registries
+    }
+
+    /// Why `message` cannot be used here, if it cannot.
+    /// A refusal is read whatever the peer's protocol or registry (they are often why it refused),
+    /// and key declarations whatever the peer's registry (they are how registries are compared).
+    /// A message of another key registry is used when a session with its sender
+    /// compared that registry with this device's (`PeerRecord.registries`).
+    private func validate(_ message: QueuedMessage) throws -> SyncError? {
+        let header = message.header
+        let isRefusal = if case .refusal = message { true } else { false }
+        let isDeclarations = if case .declarations = message { true } else { false }
         if header.role != port.role.counterpart {
             return SyncError(.protocolViolation, "a queued message from a \(header.role) reached a \(port.role)")
         }
@@ -196,12 +231,12 @@ package final class MailboxReplicator {
                              "a queued message needs protocol \(header.protocolVersion) or newer; this build speaks \(configuration.protocolRange.lowerBound)...\(configuration.protocolRange.upperBound); update this app")
         }
         let ours = ourFingerprint
-        if header.registryFingerprint != ours {
+        if header.registryFingerprint != ours, !isDeclarations {
             let compared = try port.queuedPeer(role: header.role, epoch: header.pairingEpoch)
                 .map { $0.node == header.node && $0.registries == ours + header.registryFingerprint } ?? false
             if !compared {
                 return SyncError(.keyDeclarationMismatch,
-                                 "a queued message was written with another key registry (its declarations differ from this device's), which no live session compared with this one yet; connect the devices live once (the keys declared alike then go on through the mailbox) or update both apps to the same registry")
+                                 "a queued message was written with another key registry (its declarations differ from this device's), not compared with this one yet; this device posts its key declarations for the sender to compare, after which the keys declared alike go on (update both apps to the same registry for the others)")
             }
         }
         return nil
@@ -264,7 +299,7 @@ package final class MailboxReplicator {
         let record = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)
             .flatMap { known in peerNode == nil || peerNode == known.node ? known : nil }
         if let refusal = stalled {
-            // Refused for our registry: a live session since has compared the two, and the peer
+            // Refused for our registry: the two were compared since (live, or by declarations), and the peer
             // now takes what we post of the keys declared alike. Anything else stays stalled.
             guard refusal.code == .keyDeclarationMismatch, let registries = record?.registries,
                   stalledRegistries.map({ $0 != registries }) ?? true else { return }

@@ -12,7 +12,7 @@ package struct QueuedHeader: Sendable, Equatable {
 }
 
 /// The messages of queued delivery (through a `Mailbox`), frame types
-/// `0x11...0x14`. A batch names the range of the sender's change stream it
+/// `0x11...0x15`. A batch names the range of the sender's change stream it
 /// covers, `(after, through]`; its acknowledgement names it back, so the
 /// sender's cursor for the peer moves only over contiguous, applied ranges.
 /// A re-baseline notice goes from a phone ahead of the baseline it posts for
@@ -25,16 +25,20 @@ package enum QueuedMessage: Sendable, Equatable {
     /// The phone purged tombstones up to `purgedThrough` (a packed version):
     /// the watch removes what the phone already knew up to it, before the baseline.
     case rebaseline(QueuedHeader, purgedThrough: Int64)
+    /// The sender's key declarations (as a live hello carries them), posted
+    /// when the registries differ and no session compared them: the receiver
+    /// compares them with its own, as a live session does.
+    case declarations(QueuedHeader, [String])
 
     package enum MessageType: UInt8 {
-        case batch = 0x11, ack = 0x12, refusal = 0x13, rebaseline = 0x14
+        case batch = 0x11, ack = 0x12, refusal = 0x13, rebaseline = 0x14, declarations = 0x15
     }
 
     static let payloadSchema: UInt8 = 1
 
     package var header: QueuedHeader {
         switch self {
-        case .batch(let h, _, _, _), .ack(let h, _, _, _, _), .refusal(let h, _, _), .rebaseline(let h, _): h
+        case .batch(let h, _, _, _), .ack(let h, _, _, _, _), .refusal(let h, _, _), .rebaseline(let h, _), .declarations(let h, _): h
         }
     }
 
@@ -72,6 +76,10 @@ package enum QueuedMessage: Sendable, Equatable {
         case .rebaseline(_, let purgedThrough):
             type = .rebaseline
             w.writeUInt64(UInt64(bitPattern: purgedThrough))
+        case .declarations(_, let lines):
+            type = .declarations
+            w.writeVarInt(UInt64(lines.count))
+            for line in lines { w.writeString(line) }
         }
         return Frame(type: type.rawValue, payload: w.bytes)
     }
@@ -115,6 +123,13 @@ package enum QueuedMessage: Sendable, Equatable {
                 let purgedThrough = Int64(bitPattern: try r.readUInt64())
                 guard purgedThrough > 0 else { throw SyncError(.malformedMessage, "a queued re-baseline notice names no purged version (\(purgedThrough))") }
                 self = .rebaseline(header, purgedThrough: purgedThrough)
+            case .declarations:
+                var lines: [String] = []
+                for _ in 0..<(try r.readCount()) { lines.append(try r.readString(maxLength: SyncMessage.maxNameLength)) }
+                guard KeyRegistry.fingerprint(of: lines) == header.registryFingerprint else {
+                    throw SyncError(.malformedMessage, "queued key declarations do not match the registry fingerprint they came with")
+                }
+                self = .declarations(header, lines)
             }
             guard r.isAtEnd else { throw SyncError(.malformedMessage, "a queued \(type) message has \(r.remaining) trailing bytes") }
         } catch let error as SyncError {

@@ -452,14 +452,16 @@ struct ReplicationSession {
         guard hello.pairingEpoch == local.pairingEpoch else {
             return .failure(SyncError(.pairingMismatch, "the peer belongs to another pairing (epoch \(PeerText.escaped(hello.pairingEpoch, maxLength: 64)), ours \(local.pairingEpoch)); pair the devices again"))
         }
-        var mismatched = Set<String>()
-        if hello.registryFingerprint != local.fingerprint {
-            let ours = Dictionary(local.declarations.map { (name(of: $0), $0) }, uniquingKeysWith: { a, _ in a })
-            let theirs = Dictionary(hello.declarations.map { (name(of: $0), $0) }, uniquingKeysWith: { a, _ in a })
-            for key in Set(ours.keys).union(theirs.keys) where ours[key] != theirs[key] { mismatched.insert(key) }
-        }
+        let mismatched = hello.registryFingerprint == local.fingerprint ? [] : mismatchedKeys(local.declarations, hello.declarations)
         return .success(Peer(node: hello.node, role: hello.role, protocolVersion: high, mismatchedKeys: mismatched,
                              partialTransfers: hello.partialTransfers, registryFingerprint: hello.registryFingerprint))
+    }
+
+    /// The keys (declaration names) declared differently, or on one side only.
+    static func mismatchedKeys(_ ours: [String], _ theirs: [String]) -> Set<String> {
+        let ours = Dictionary(ours.map { (name(of: $0), $0) }, uniquingKeysWith: { a, _ in a })
+        let theirs = Dictionary(theirs.map { (name(of: $0), $0) }, uniquingKeysWith: { a, _ in a })
+        return Set(Set(ours.keys).union(theirs.keys).filter { ours[$0] != theirs[$0] })
     }
 
     private static func name(of declaration: String) -> String {

@@ -11,9 +11,8 @@
 /// Since v6 tombstones every peer has are purged (`sync_meta` 'purged_through'
 /// holds the newest purged version) and watches unseen for long are forgotten
 /// (`sync_forgotten_peers`). Since v7 a peer's row keeps the two key
-/// registries its last live session compared (`sync_peers.registries`), so
-/// that queued messages of that registry pass over only the keys declared
-/// differently.
+/// registries compared last (`sync_peers.registries`), so that queued
+/// messages of that registry pass over only the keys declared differently.
 ///
 /// Every store carries `PRAGMA application_id = 0x5379456E` (ASCII "SyEn"),
 /// set with the schema; `Database` refuses SQLite files with another id.
@@ -168,7 +167,7 @@ enum Schema {
         CREATE INDEX sync_tombstones ON entries(ver) WHERE deleted = 1;
         """,
         // v7: the fingerprints of this device's key registry and the peer's (32 bytes
-        // each) when the last live session found `mismatched`; NULL before one.
+        // each) when they were last compared and `mismatched` found; NULL before.
         """
         ALTER TABLE sync_peers ADD COLUMN registries BLOB;
         """,

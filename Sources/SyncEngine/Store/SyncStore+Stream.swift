@@ -10,9 +10,10 @@ package struct PeerRecord: Sendable, Equatable {
     /// Keys (declaration names) the peer declared differently: their changes are
     /// skipped for it and sent once the declarations agree again.
     var mismatched: Set<String>
-    /// This device's registry fingerprint, then the peer's, when the last live
-    /// session found `mismatched` (nil before one): queued messages written
-    /// with that registry are applied key by key, passing over `mismatched`.
+    /// This device's registry fingerprint, then the peer's, when they were last
+    /// compared (a live session's hellos, or declarations through the mailbox;
+    /// nil before): queued messages written with that registry are applied
+    /// key by key, passing over `mismatched`.
     var registries: [UInt8]? = nil
 }
 
