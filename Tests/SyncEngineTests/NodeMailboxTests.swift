@@ -49,6 +49,60 @@ import Testing
         #expect(try await exitStatus(of: node.process, what) == 0)
     }
 
+    /// Two nodes whose keys files declare one key differently (one app updated
+    /// first), with only the mailbox between them: after the first refusal and
+    /// the exchange of declarations, the key declared alike flows both ways and
+    /// the other never crosses.
+    @Test func nodesWithRegistriesThatDifferSyncTheKeysDeclaredAlike() async throws {
+        let setup = try Setup()
+        let watchKeys = setup.folder.file("watch-keys.json")
+        try Data("""
+            {"keys":[
+              {"name":"health:steps","availability":"all","policy":"manual","security":"none"},
+              {"name":"phone:token","availability":"phoneOnly","policy":"automaticSmall","security":"none"},
+              {"name":"health:goal","availability":"all","policy":"automaticSmall","security":"none"}
+            ]}
+            """.utf8).write(to: URL(fileURLWithPath: watchKeys))
+        let phoneKeys = setup.folder.file("phone-keys.json")
+        try Data("""
+            {"keys":[
+              {"name":"health:steps","availability":"all","policy":"automaticSmall","security":"none"},
+              {"name":"phone:token","availability":"phoneOnly","policy":"automaticSmall","security":"none"},
+              {"name":"health:goal","availability":"all","policy":"automaticSmall","security":"none"}
+            ]}
+            """.utf8).write(to: URL(fileURLWithPath: phoneKeys))
+        func node(_ role: String, keys: String) throws -> NodeProcess {
+            try NodeProcess(["--role", role, "--db", setup.folder.file("\(role).sqlite"), "--keys", keys, "--secret-file", setup.secret,
+                             "--mailbox", setup.mailbox])
+        }
+        let phone = try node("phone", keys: phoneKeys)
+        defer { phone.stop() }
+        let watch = try node("watch", keys: watchKeys)
+        defer { watch.stop() }
+        phone.send("put health:steps 41")
+        #expect(try await phone.reply("put health:steps")["ok"] as? Bool == true)
+        phone.send("put health:goal 10000")
+        #expect(try await phone.reply("put health:goal")["ok"] as? Bool == true)
+
+        let mismatch = try await watch.next("the watch's key-mismatch event") { $0["event"] as? String == "key-mismatch" }
+        #expect(mismatch["keys"] as? [String] == ["health:steps"])
+        try await watch.next("health:goal on the watch") { $0["event"] as? String == "change" && $0["key"] as? String == "health:goal" }
+        watch.send("get health:goal")
+        #expect(try await watch.reply("get health:goal")["value"] as? Int == 10000)
+        watch.send("get health:steps")
+        #expect(try await watch.reply("get health:steps")["present"] as? Bool == false)
+
+        watch.send("put health:goal 12000")
+        #expect(try await watch.reply("put health:goal on the watch")["ok"] as? Bool == true)
+        try await phone.next("health:goal from the watch") {
+            $0["event"] as? String == "change" && $0["key"] as? String == "health:goal" && $0["origin"] as? String == "remote"
+        }
+        phone.send("get health:goal")
+        #expect(try await phone.reply("get health:goal on the phone")["value"] as? Int == 12000)
+        try await quit(phone, "the phone node to quit")
+        try await quit(watch, "the watch node to quit")
+    }
+
     @Test func changesWrittenWhileTheOtherNodeIsDownArriveThroughTheMailbox() async throws {
         let setup = try Setup()
         // Only the phone runs: it writes, the change waits in the mailbox.
