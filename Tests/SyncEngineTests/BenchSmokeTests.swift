@@ -6,8 +6,12 @@ import Testing
 @Suite struct BenchSmokeTests {
     @Test func storeBenchmarkQuickRun() throws {
         let figures = try StoreBenchmark(quick: true).run()
-        #expect(figures.count == 7)
+        #expect(figures.count == 8)
         #expect(figures.allSatisfy { $0.value > 0 })
+        // The typed writes are the fastest of three runs, as their raw baselines are: never slower than the first run.
+        let typed = try #require(figures.first { $0.name.hasPrefix("batched typed writes/s (") })
+        let first = try #require(figures.first { $0.name.hasPrefix("batched typed writes/s, the first of the 3 runs") })
+        #expect(typed.value >= first.value && typed.baseline == first.baseline)
         // The figures that bound the typed writes are there, measured against the same raw insert.
         let layout = try #require(figures.first { $0.name.hasPrefix("raw SQLite insert into the store's table layout") })
         let collecting = try #require(figures.first { $0.name.hasPrefix("collecting") })

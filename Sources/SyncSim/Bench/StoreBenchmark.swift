@@ -33,13 +33,24 @@ public struct StoreBenchmark: Sendable {
         progress("raw SQLite insert of \(rows) rows in the store's table layout")
         let layoutSeconds = try RawInsertBaseline.fastestStoreLayoutSeconds(path: folder + "/layout.sqlite", values: encoded)
 
-        progress("\(rows) batched typed writes")
-        let store = try SyncStore(path: folder + "/store.sqlite", role: .phone, registry: registry)
-        let typedSeconds = try BenchClock.seconds {
-            try store.batchNow { batch in
-                for i in 0..<rows { try batch.set(values[i], for: family["k\(i)"]) }
+        // The fastest of three runs, each into a new store, as its two baselines are
+        // measured (before 2026-11-26 the first run alone, reported below too).
+        progress("\(rows) batched typed writes, 3 runs")
+        var typedRuns: [Double] = []
+        var store: SyncStore!
+        for run in 0..<3 {
+            if let earlier = store {
+                earlier.close()
+                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: folder + "/store-\(run - 1).sqlite" + suffix) }
             }
+            store = try SyncStore(path: folder + "/store-\(run).sqlite", role: .phone, registry: registry)
+            typedRuns.append(try BenchClock.seconds {
+                try store.batchNow { batch in
+                    for i in 0..<rows { try batch.set(values[i], for: family["k\(i)"]) }
+                }
+            })
         }
+        let typedSeconds = typedRuns.min()!
 
         // After the typed writes, so that they do not run on a heap this warmed.
         var collected = WriteBatch.detached(for: store)
@@ -86,6 +97,8 @@ public struct StoreBenchmark: Sendable {
                         baseline: dictionaryRate, baselineName: "Mutex<Dictionary> reads/s", ratio: Double(reads) / protocolSeconds / dictionaryRate),
             BenchFigure(name: "batched typed writes/s (\(rows) rows, 1 tx)", value: typedRate, unit: "rows/s", baseline: rawRate,
                         baselineName: "raw SQLite insert rows/s", ratio: typedRate / rawRate, target: "≥ 0.5"),
+            BenchFigure(name: "batched typed writes/s, the first of the 3 runs alone (the figure before 2026-11-26)", value: Double(rows) / typedRuns[0],
+                        unit: "rows/s", baseline: rawRate, baselineName: "raw SQLite insert rows/s", ratio: Double(rows) / typedRuns[0] / rawRate),
             BenchFigure(name: "raw SQLite insert into the store's table layout rows/s", value: Double(rows) / layoutSeconds, unit: "rows/s",
                         baseline: rawRate, baselineName: "raw SQLite insert rows/s", ratio: Double(rows) / layoutSeconds / rawRate),
             BenchFigure(name: "collecting \(rows) typed writes (no commit) rows/s", value: Double(rows) / collectSeconds, unit: "rows/s",
