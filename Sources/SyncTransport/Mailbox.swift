@@ -33,15 +33,21 @@ public struct MailboxLimits: Sendable, Hashable {
     /// that acknowledgements still get through when both directions are full
     /// of changes.
     public var acknowledgementReserve: Int
+    /// Files kept in an inbox's `refused/` folder at most (by count, and by
+    /// bytes within `maxBytes`): the oldest go first, so a buggy or hostile
+    /// peer cannot fill the disk with messages this side refuses.
+    public var maxRefusedFiles: Int
 
     /// Defaults: 1024 messages, 256 MiB, 80 MiB per message (a value of
-    /// `StoreOptions.maxValueSize`, 64 MiB, fits), 64 messages of reserve.
+    /// `StoreOptions.maxValueSize`, 64 MiB, fits), 64 messages of reserve,
+    /// 64 refused files kept.
     public init(maxMessages: Int = 1024, maxBytes: Int = 256 << 20, maxMessageBytes: Int = 80 << 20,
-                acknowledgementReserve: Int = 64) {
+                acknowledgementReserve: Int = 64, maxRefusedFiles: Int = 64) {
         self.maxMessages = maxMessages
         self.maxBytes = maxBytes
         self.maxMessageBytes = maxMessageBytes
         self.acknowledgementReserve = acknowledgementReserve
+        self.maxRefusedFiles = maxRefusedFiles
     }
 
     public static let `default` = MailboxLimits()
@@ -346,7 +352,32 @@ public final class Mailbox: Sendable {
             throw TransportError(.mailboxIO, "cannot move \(inboxPath)/\(name) aside: \(String(cString: strerror(errno)))")
         }
         try MailboxFiles.syncDirectory(inboxPath)
+        pruneRefused(refused, keeping: target)
         try MailboxFiles.syncDirectory(refused)
+    }
+
+    /// Keeps `refused/` within `limits.maxRefusedFiles` files and `limits.maxBytes`
+    /// bytes, removing the oldest others (with their reasons) and never `newest`,
+    /// the file just refused. Best effort: a file that cannot be removed stays,
+    /// and the next refusal tries again.
+    private func pruneRefused(_ refused: String, keeping newest: String) {
+        guard let names = try? MailboxFiles.list(refused) else { return }
+        var others: [(name: String, modified: Int, size: Int)] = []
+        var bytes = 0
+        for name in names where !name.hasSuffix(".reason") && !name.hasPrefix(".tmp-") {
+            var info = stat()
+            guard stat(refused + "/" + name, &info) == 0 else { continue }
+            bytes += Int(info.st_size)
+            if name != newest { others.append((name, info.st_mtim.tv_sec * 1_000_000_000 + info.st_mtim.tv_nsec, Int(info.st_size))) }
+        }
+        others.sort { ($0.modified, $0.name) < ($1.modified, $1.name) }
+        var excess = others.count + 1 - max(1, limits.maxRefusedFiles)
+        for file in others where excess > 0 || bytes > limits.maxBytes {
+            unlink(refused + "/" + file.name)
+            unlink(refused + "/" + file.name + ".reason")
+            excess -= 1
+            bytes -= file.size
+        }
     }
 }
 

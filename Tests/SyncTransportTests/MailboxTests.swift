@@ -105,6 +105,40 @@ import Testing
         #expect(try drain(restarted).refused.map(\.code) == [.replayedMessage])
     }
 
+    /// A peer that keeps sending what this side refuses (a replay here) cannot
+    /// fill the disk: `refused/` keeps the newest `maxRefusedFiles` files, each
+    /// with its reason, and within `maxBytes`.
+    @Test func refusedFilesAreBoundedAndKeepTheLatest() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let limits = MailboxLimits(maxBytes: 64 << 10, maxRefusedFiles: 5)
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret, limits: limits)
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret, limits: limits)
+        try phone.post(frame("pay once"))
+        let path = directory + "/phone-to-watch/00000000000000000001.msg"
+        let copy = try Data(contentsOf: URL(fileURLWithPath: path))
+        #expect(try drain(watch).messages.count == 1)
+        for _ in 0..<12 {
+            try copy.write(to: URL(fileURLWithPath: path))
+            #expect(try drain(watch).refused.map(\.code) == [.replayedMessage])
+        }
+        let refusedFolder = directory + "/phone-to-watch/refused/"
+        #expect(try watch.refusedFiles().count == 5)
+        let all = try FileManager.default.contentsOfDirectory(atPath: refusedFolder)
+        #expect(all.filter { $0.hasSuffix(".reason") }.count == 5)
+
+        // By bytes too: files of 20 KB within 64 KB; the one just refused always stays.
+        let big = directory + "/phone-to-watch/00000000000000000002.msg"
+        for i in 0..<4 {
+            try Data(repeating: UInt8(i + 1), count: 20 << 10).write(to: URL(fileURLWithPath: big))
+            #expect(try drain(watch).refused.count == 1)
+            let contents = try watch.refusedFiles().map { try Data(contentsOf: URL(fileURLWithPath: refusedFolder + $0)) }
+            #expect(contents.reduce(0) { $0 + $1.count } <= 64 << 10)
+            #expect(contents.contains(Data(repeating: UInt8(i + 1), count: 20 << 10)))
+            #expect(contents.count <= 5)
+        }
+    }
+
     @Test func messagesOfAnotherPairingOrAlteredAreRefusedAndKept() throws {
         let directory = try temporaryDirectory()
         let secret = PairingSecret.generate()
