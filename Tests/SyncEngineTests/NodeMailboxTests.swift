@@ -55,22 +55,20 @@ import Testing
     /// the other never crosses.
     @Test func nodesWithRegistriesThatDifferSyncTheKeysDeclaredAlike() async throws {
         let setup = try Setup()
-        let watchKeys = setup.folder.file("watch-keys.json")
-        try Data("""
-            {"keys":[
-              {"name":"health:steps","availability":"all","policy":"manual","security":"none"},
-              {"name":"phone:token","availability":"phoneOnly","policy":"automaticSmall","security":"none"},
-              {"name":"health:goal","availability":"all","policy":"automaticSmall","security":"none"}
-            ]}
-            """.utf8).write(to: URL(fileURLWithPath: watchKeys))
-        let phoneKeys = setup.folder.file("phone-keys.json")
-        try Data("""
-            {"keys":[
-              {"name":"health:steps","availability":"all","policy":"automaticSmall","security":"none"},
-              {"name":"phone:token","availability":"phoneOnly","policy":"automaticSmall","security":"none"},
-              {"name":"health:goal","availability":"all","policy":"automaticSmall","security":"none"}
-            ]}
-            """.utf8).write(to: URL(fileURLWithPath: phoneKeys))
+        // The same keys file but for the policy of health:steps.
+        func keysFile(_ role: String, stepsPolicy: String) throws -> String {
+            let path = setup.folder.file("\(role)-keys.json")
+            try Data("""
+                {"keys":[
+                  {"name":"health:steps","availability":"all","policy":"\(stepsPolicy)","security":"none"},
+                  {"name":"phone:token","availability":"phoneOnly","policy":"automaticSmall","security":"none"},
+                  {"name":"health:goal","availability":"all","policy":"automaticSmall","security":"none"}
+                ]}
+                """.utf8).write(to: URL(fileURLWithPath: path))
+            return path
+        }
+        let phoneKeys = try keysFile("phone", stepsPolicy: "automaticSmall")
+        let watchKeys = try keysFile("watch", stepsPolicy: "manual")
         func node(_ role: String, keys: String) throws -> NodeProcess {
             try NodeProcess(["--role", role, "--db", setup.folder.file("\(role).sqlite"), "--keys", keys, "--secret-file", setup.secret,
                              "--mailbox", setup.mailbox])

@@ -193,12 +193,7 @@ import Testing
     @Test func registriesThatDifferAreComparedThroughTheMailbox() async throws {
         let pair = try Pair()
         let folder = TempFolder()
-        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
-        let phone = SyncPeer(store: pair.phone, configuration: config)
-        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
-        let (otherWatch, otherSteps) = try watchDeclaringStepsAsManual(pair)
-        let watch = SyncPeer(store: otherWatch, configuration: config)
-        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        let (phone, phoneBox, otherWatch, otherSteps, watch, watchBox) = try registriesThatDiffer(pair, folder)
         let events = otherWatch.events()
 
         try await pair.phone.set(4, for: TestKeys.steps)
@@ -224,24 +219,38 @@ import Testing
         #expect(mismatch == .keyMismatch(keys: ["health:daily:steps"]))
 
         // Both ways from now on; steps waits for the watch.
-        try await otherWatch.set(["run"], for: TestKeys.tags)
-        try watch.deliverQueued(through: watchBox)
-        let back = try phone.deliverQueued(through: phoneBox)
-        #expect(back.refused.map(\.code) == [])
-        #expect(back.acknowledged)
-        #expect(try pair.phone.storedValue(for: TestKeys.tags) == ["run"])
-        #expect(try pair.phone.entryInfo(forKey: "health:daily:steps")?.isPending == true)
-        #expect(try pair.phone.entryInfo(forKey: "units")?.isPending == false)
+        try await expectTheWatchsChangesArriveAndStepsWaits(pair, phone, phoneBox, otherWatch, watch, watchBox)
     }
 
-    /// A watch store over `pair`'s folder whose registry declares steps as manual, the other keys as `TestKeys`.
-    func watchDeclaringStepsAsManual(_ pair: Pair) throws -> (SyncStore, Key<Int>) {
-        let otherSteps = Key<Int>("steps", in: Namespace("health").child("daily"), default: 0, availability: .all, policy: .manual)
-        let otherKeys: [any KeyDeclaration] = [otherSteps, TestKeys.name, TestKeys.token, TestKeys.watchFace, TestKeys.units, TestKeys.draft,
-                                               TestKeys.blob, TestKeys.tags, TestKeys.secret, TestKeys.daily]
-        let store = try SyncStore(path: pair.folder.file("other.sqlite"), role: .watch, registry: KeyRegistry(otherKeys),
+    /// The watch of `registriesThatDiffer` writes tags: they reach the phone
+    /// through the mailbox, acknowledged, while steps (declared differently)
+    /// stays pending for the watch, as it does live, and units does not.
+    func expectTheWatchsChangesArriveAndStepsWaits(_ pair: Pair, _ phone: SyncPeer, _ phoneBox: Mailbox, _ watchStore: SyncStore,
+                                                   _ watch: SyncPeer, _ watchBox: Mailbox,
+                                                   sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        try await watchStore.set(["run"], for: TestKeys.tags)
+        try watch.deliverQueued(through: watchBox)
+        let back = try phone.deliverQueued(through: phoneBox)
+        #expect(back.refused.map(\.code) == [], sourceLocation: sourceLocation)
+        #expect(back.acknowledged, sourceLocation: sourceLocation)
+        #expect(try pair.phone.storedValue(for: TestKeys.tags) == ["run"], sourceLocation: sourceLocation)
+        #expect(try pair.phone.entryInfo(forKey: "health:daily:steps")?.isPending == true, sourceLocation: sourceLocation)
+        #expect(try pair.phone.entryInfo(forKey: "units")?.isPending == false, sourceLocation: sourceLocation)
+    }
+
+    /// `pair`'s phone, and a watch store in `pair`'s folder whose registry
+    /// declares steps as manual (the other keys as `TestKeys`), each with its
+    /// peer and its end of a mailbox in `folder`.
+    func registriesThatDiffer(_ pair: Pair, _ folder: TempFolder) throws
+        -> (phone: SyncPeer, phoneBox: Mailbox, watchStore: SyncStore, watchSteps: Key<Int>, watch: SyncPeer, watchBox: Mailbox) {
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let steps = Key<Int>("steps", in: Namespace("health").child("daily"), default: 0, availability: .all, policy: .manual)
+        let keys: [any KeyDeclaration] = [steps, TestKeys.name, TestKeys.token, TestKeys.watchFace, TestKeys.units, TestKeys.draft,
+                                          TestKeys.blob, TestKeys.tags, TestKeys.secret, TestKeys.daily]
+        let store = try SyncStore(path: pair.folder.file("other.sqlite"), role: .watch, registry: KeyRegistry(keys),
                                   options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("other.key"))))
-        return (store, otherSteps)
+        return (SyncPeer(store: pair.phone, configuration: config), try Mailbox(directory: folder.path, role: .phone, secret: secret),
+                store, steps, SyncPeer(store: store, configuration: config), try Mailbox(directory: folder.path, role: .watch, secret: secret))
     }
 
     /// Once a live session compared the two key registries, queued messages of
@@ -250,12 +259,7 @@ import Testing
     @Test func afterALiveSessionComparedTheRegistriesOnlyKeysDeclaredDifferentlyWait() async throws {
         let pair = try Pair()
         let folder = TempFolder()
-        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
-        let phone = SyncPeer(store: pair.phone, configuration: config)
-        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
-        let (otherWatch, otherSteps) = try watchDeclaringStepsAsManual(pair)
-        let watch = SyncPeer(store: otherWatch, configuration: config)
-        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        let (phone, phoneBox, otherWatch, otherSteps, watch, watchBox) = try registriesThatDiffer(pair, folder)
         try await pair.phone.set(4, for: TestKeys.steps)
         try await pair.phone.set("imperial", for: TestKeys.units)
 
@@ -279,16 +283,8 @@ import Testing
         #expect(try otherWatch.storedValue(for: TestKeys.units) == "uk")
         #expect(try otherWatch.storedValue(for: otherSteps) == nil)
 
-        // The other way: the phone takes the watch's registry too.
-        try await otherWatch.set(["run"], for: TestKeys.tags)
-        try watch.deliverQueued(through: watchBox)
-        let back = try phone.deliverQueued(through: phoneBox)
-        #expect(back.refused.map(\.code) == [])
-        #expect(back.acknowledged)
-        #expect(try pair.phone.storedValue(for: TestKeys.tags) == ["run"])
-        // steps waits for the watch until the declarations agree, as it does live.
-        #expect(try pair.phone.entryInfo(forKey: "health:daily:steps")?.isPending == true)
-        #expect(try pair.phone.entryInfo(forKey: "units")?.isPending == false)
+        // The other way: the phone takes the watch's registry too; steps waits for the watch.
+        try await expectTheWatchsChangesArriveAndStepsWaits(pair, phone, phoneBox, otherWatch, watch, watchBox)
     }
 
     /// A refusal of our registry read after a live session compared the two
@@ -298,15 +294,7 @@ import Testing
     @Test func aRefusalOlderThanTheRegistriesComparisonIsRetriedOnce() async throws {
         let pair = try Pair()
         let folder = TempFolder()
-        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
-        let phone = SyncPeer(store: pair.phone, configuration: config)
-        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
-        let otherSteps = Key<Int>("steps", in: Namespace("health").child("daily"), default: 0, availability: .all, policy: .manual)
-        let otherKeys: [any KeyDeclaration] = [otherSteps, TestKeys.units]
-        let otherWatch = try SyncStore(path: pair.folder.file("other.sqlite"), role: .watch, registry: KeyRegistry(otherKeys),
-                                       options: StoreOptions(clock: pair.watchClock))
-        let watch = SyncPeer(store: otherWatch, configuration: config)
-        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        let (phone, phoneBox, otherWatch, _, watch, watchBox) = try registriesThatDiffer(pair, folder)
 
         try await pair.phone.set("imperial", for: TestKeys.units)
         try phone.deliverQueued(through: phoneBox)
