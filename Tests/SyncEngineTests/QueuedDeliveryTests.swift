@@ -253,6 +253,24 @@ import Testing
                 store, steps, SyncPeer(store: store, configuration: config), try Mailbox(directory: folder.path, role: .watch, secret: secret))
     }
 
+    /// Of a peer's declarations, only the names this device declares are
+    /// remembered as mismatched: a buggy or hostile peer naming thousands of
+    /// keys cannot grow the store's record of it.
+    @Test func onlyMismatchedKeysThisDeviceDeclaresAreRemembered() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let (phone, phoneBox, otherWatch, _, _, watchBox) = try registriesThatDiffer(pair, folder)
+        let lines = (otherWatch.registry.wireDeclarations(from: .watch) + (0..<2_000).map { "junk:\($0)|all|automaticSmall|json" }).sorted()
+        let header = QueuedHeader(protocolVersion: 1, node: otherWatch.nodeID, role: .watch, pairingEpoch: secret.epoch,
+                                  registryFingerprint: KeyRegistry.fingerprint(of: lines))
+        try watchBox.post(QueuedMessage.declarations(header, lines).frame())
+        let read = try phone.deliverQueued(through: phoneBox)
+        #expect(read.refused.isEmpty)
+        let record = try #require(try pair.phone.knownPeers().first { $0.node == otherWatch.nodeID })
+        #expect(record.mismatched == ["health:daily:steps"])
+        #expect(record.registries == pair.phone.registry.fingerprint(for: .phone) + header.registryFingerprint)
+    }
+
     /// Once a live session compared the two key registries, queued messages of
     /// the peer's registry are taken at once, passing over only the keys
     /// declared differently (their changes wait, pending, as they do live).

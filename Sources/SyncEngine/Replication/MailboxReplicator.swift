@@ -172,9 +172,11 @@ package final class MailboxReplicator {
                     emit(.error(error))
                 case .declarations(let sender, let lines):
                     // What a live session's hellos do: compare, remember, and let the peer compare too.
-                    let mismatched = ReplicationSession.mismatchedKeys(port.registry.wireDeclarations(from: port.role), lines)
-                    if !mismatched.isSubset(of: peer.mismatched) {
-                        try port.setMismatchedKeys(peer.mismatched.union(mismatched), for: peer.node)
+                    let ours = port.registry.wireDeclarations(from: port.role)
+                    let mismatched = ReplicationSession.mismatchedKeys(ours, lines)
+                    let mismatchedHere = ReplicationSession.declared(mismatched, in: ours)
+                    if !mismatchedHere.isSubset(of: peer.mismatched) {
+                        try port.setMismatchedKeys(peer.mismatched.union(mismatchedHere), for: peer.node)
                     }
                     let registries = ourFingerprint + sender.registryFingerprint
                     if peer.registries != registries {

@@ -414,7 +414,7 @@ package final class ReplicationEndpoint {
     /// of mismatched keys is what this session found.
     private func finishRepairIfDone() throws {
         guard session.stream.finishRepairIfDone(), let peer = session.knownPeer else { return }
-        try port.setMismatchedKeys(peer.mismatchedKeys, for: peer.node)
+        try port.setMismatchedKeys(ReplicationSession.declared(peer.mismatchedKeys, in: port.registry.wireDeclarations(from: port.role)), for: peer.node)
     }
 
     /// True when established, nothing is in flight or waiting to be sent, and
@@ -556,8 +556,9 @@ package final class ReplicationEndpoint {
                     // Keys declared differently are passed over; remember them (with those of earlier
                     // sessions) so that, once both sides agree, their changes are sent whatever the cursor.
                     session.stream.repairedNames = record.mismatched.subtracting(peer.mismatchedKeys)
-                    if !peer.mismatchedKeys.isSubset(of: record.mismatched) {
-                        try port.setMismatchedKeys(record.mismatched.union(peer.mismatchedKeys), for: peer.node)
+                    let mismatchedHere = ReplicationSession.declared(peer.mismatchedKeys, in: port.registry.wireDeclarations(from: port.role))
+                    if !mismatchedHere.isSubset(of: record.mismatched) {
+                        try port.setMismatchedKeys(record.mismatched.union(mismatchedHere), for: peer.node)
                     }
                     // What the two registries were when they were compared: queued messages of the
                     // peer's registry are then applied key by key (`MailboxReplicator`).

@@ -457,6 +457,14 @@ struct ReplicationSession {
                              partialTransfers: hello.partialTransfers, registryFingerprint: hello.registryFingerprint))
     }
 
+    /// Of `names`, those `declarations` declare: what is worth remembering of a
+    /// peer's mismatches (a name only the peer declares has no rows here, and a
+    /// buggy or hostile peer could send any number of them).
+    static func declared(_ names: Set<String>, in declarations: [String]) -> Set<String> {
+        let ours = Set(declarations.map(name(of:)))
+        return names.filter(ours.contains)
+    }
+
     /// The keys (declaration names) declared differently, or on one side only.
     static func mismatchedKeys(_ ours: [String], _ theirs: [String]) -> Set<String> {
         let ours = Dictionary(ours.map { (name(of: $0), $0) }, uniquingKeysWith: { a, _ in a })
