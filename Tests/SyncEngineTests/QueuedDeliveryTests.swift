@@ -220,6 +220,26 @@ import Testing
 
         // Both ways from now on; steps waits for the watch.
         try await expectTheWatchsChangesArriveAndStepsWaits(pair, phone, phoneBox, otherWatch, watch, watchBox)
+
+        // The watch app is updated to the phone's registry: the first message of it tells the phone,
+        // which sends what it passed over for steps; the mailbox alone repairs it, no live session.
+        otherWatch.close()
+        let updated = try SyncStore(path: pair.folder.file("other.sqlite"), role: .watch, registry: TestKeys.registry(),
+                                    options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("other.key"))))
+        let updatedPeer = SyncPeer(store: updated, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
+        let updatedBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        try await updated.set("km", for: TestKeys.name)  // manual: stays on the watch; the round still posts nothing else
+        try await updated.set(["swim"], for: TestKeys.tags)
+        try updatedPeer.deliverQueued(through: updatedBox)
+        let repaired = try phone.deliverQueued(through: phoneBox)
+        #expect(repaired.refused.map(\.code) == [])
+        #expect(try queuedKeys(phoneBox).contains("health:daily:steps"))
+        #expect(try updatedPeer.deliverQueued(through: updatedBox).refused.isEmpty)
+        #expect(try updated.storedValue(for: TestKeys.steps) == 4)
+        #expect(try pair.phone.storedValue(for: TestKeys.tags) == ["swim"])
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try pair.phone.entryInfo(forKey: "health:daily:steps")?.isPending == false)
+        #expect(try pair.phone.knownPeers().first { $0.node == updated.nodeID }?.mismatched == [])
     }
 
     /// The watch of `registriesThatDiffer` writes tags: they reach the phone

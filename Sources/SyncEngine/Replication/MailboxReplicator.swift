@@ -132,7 +132,7 @@ package final class MailboxReplicator {
                                  into: &report)
                     continue
                 }
-                let peer = try learn(decoded.header)
+                let peer = try repairIfRegistriesAgree(decoded.header, try learn(decoded.header))
                 switch decoded {
                 case .batch(let sender, let after, let through, let entries):
                     // Another registry, compared already (`validate`): its keys declared differently are passed over.
@@ -197,6 +197,20 @@ package final class MailboxReplicator {
     }
 
     private lazy var ourFingerprint: [UInt8] = port.registry.fingerprint(for: port.role)
+
+    /// The peer wrote `header` with this device's registry while keys it once
+    /// declared differently wait for it: they agree now (one app or both were
+    /// updated), so its cursor goes back before the first change of those keys
+    /// and what was passed over goes again (applying twice changes nothing).
+    private func repairIfRegistriesAgree(_ header: QueuedHeader, _ peer: PeerRecord) throws -> PeerRecord {
+        guard header.registryFingerprint == ourFingerprint, !peer.mismatched.isEmpty else { return peer }
+        let first = try port.rows(declaredBy: peer.mismatched, for: peer.node, maxEntries: 1).first
+        try port.clearMismatchedKeys(for: peer.node, rewindingCursorTo: first.map { $0.seq - 1 } ?? peer.cursor)
+        var repaired = peer
+        repaired.mismatched = []
+        repaired.cursor = min(peer.cursor, first.map { $0.seq - 1 } ?? peer.cursor)
+        return repaired
+    }
 
     /// Posts this device's key declarations for the peer that wrote `header`,
     /// once per pair of registries (the peer answers a new comparison with its own).
