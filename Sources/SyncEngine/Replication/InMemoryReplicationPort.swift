@@ -265,12 +265,6 @@ package final class InMemoryReplicationPort: ReplicationPort {
         peers[peer]?.record.registries = registries
     }
 
-    package func clearMismatchedKeys(for peer: UInt32, rewindingCursorTo sequence: Int64) throws {
-        guard let known = peers[peer] else { return }
-        peers[peer]!.record.cursor = min(known.record.cursor, max(0, sequence))
-        peers[peer]!.record.mismatched = []
-    }
-
     package func stageChunk(_ chunk: SyncMessage.Chunk) throws -> Int {
         let id = ChunkedVersion(key: chunk.entry.key, version: chunk.entry.version)
         for other in chunks.keys where other.key == id.key && other.version < id.version { chunks[other] = nil }

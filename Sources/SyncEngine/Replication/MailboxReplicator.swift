@@ -54,6 +54,15 @@ package final class MailboxReplicator {
     private var retriedRegistries: [UInt8]?
     /// Keys the peer declares differently (from the last comparison), passed over while posting.
     private var mismatchedForPeer: Set<String> = []
+    /// A message of the peer came written with our registry while keys it had
+    /// declared differently wait for it: their changes go in a repair batch.
+    private var registriesAgreeAgain = false
+    /// The repair batch was posted and its acknowledgement has not come yet.
+    private var repairPosted = false
+
+    /// The stretch a repair batch names: past any stream position, so that its
+    /// acknowledgement never moves the cursor and is known by it.
+    static let repairRange = (after: Int64.max - 1, through: Int64.max)
     /// Called with each message this end posts (the simulator's invariant checker reads them).
     package var onPost: ((QueuedMessage) -> Void)?
     /// Whether the last round failed to post because the peer's spool was full (reported once).
@@ -132,7 +141,12 @@ package final class MailboxReplicator {
                                  into: &report)
                     continue
                 }
-                let peer = try repairIfRegistriesAgree(decoded.header, try learn(decoded.header))
+                let peer = try learn(decoded.header)
+                if decoded.header.registryFingerprint == ourFingerprint, !peer.mismatched.isEmpty, !isRefusal(decoded) {
+                    // Written with our registry while keys it once declared differently wait for
+                    // it: they agree now (the other app was updated too). `post` sends them again.
+                    registriesAgreeAgain = true
+                }
                 switch decoded {
                 case .batch(let sender, let after, let through, let entries):
                     // Another registry, compared already (`validate`): its keys declared differently are passed over.
@@ -145,6 +159,11 @@ package final class MailboxReplicator {
                     try mailbox.post(ack.frame(), reserve: true)
                     onPost?(ack)
                     report.messagesPosted += 1
+                case .ack(_, let after, let through, _, _) where (after, through) == Self.repairRange:
+                    // The repair batch is applied: the keys declared differently agree, nothing of them waits.
+                    try port.setMismatchedKeys([], for: peer.node)
+                    registriesAgreeAgain = false
+                    repairPosted = false
                 case .ack(_, let after, let through, _, let rejected):
                     let cursor = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)?.cursor ?? 0
                     if after <= cursor, through > cursor {
@@ -198,19 +217,7 @@ package final class MailboxReplicator {
 
     private lazy var ourFingerprint: [UInt8] = port.registry.fingerprint(for: port.role)
 
-    /// The peer wrote `header` with this device's registry while keys it once
-    /// declared differently wait for it: they agree now (one app or both were
-    /// updated), so its cursor goes back before the first change of those keys
-    /// and what was passed over goes again (applying twice changes nothing).
-    private func repairIfRegistriesAgree(_ header: QueuedHeader, _ peer: PeerRecord) throws -> PeerRecord {
-        guard header.registryFingerprint == ourFingerprint, !peer.mismatched.isEmpty else { return peer }
-        let first = try port.rows(declaredBy: peer.mismatched, for: peer.node, maxEntries: 1).first
-        try port.clearMismatchedKeys(for: peer.node, rewindingCursorTo: first.map { $0.seq - 1 } ?? peer.cursor)
-        var repaired = peer
-        repaired.mismatched = []
-        repaired.cursor = min(peer.cursor, first.map { $0.seq - 1 } ?? peer.cursor)
-        return repaired
-    }
+    private func isRefusal(_ message: QueuedMessage) -> Bool { if case .refusal = message { true } else { false } }
 
     /// Posts this device's key declarations for the peer that wrote `header`,
     /// once per pair of registries (the peer answers a new comparison with its own).
@@ -322,7 +329,11 @@ package final class MailboxReplicator {
             stalled = nil
             stalledRegistries = nil
         }
-        mismatchedForPeer = record?.mismatched ?? []
+        // Once the registries agree again nothing is passed over; what was, goes in one repair batch.
+        mismatchedForPeer = registriesAgreeAgain ? [] : record?.mismatched ?? []
+        if registriesAgreeAgain, let record, !record.mismatched.isEmpty, !repairPosted || outboxWasEmpty {
+            try postRepair(record, into: &report)
+        }
         if let record { peerNode = record.node }
         let node = record?.node ?? Self.unknownPeer
         var cursor = record?.cursor ?? 0
@@ -330,7 +341,7 @@ package final class MailboxReplicator {
             // After a restart: what still waits in the outbox was posted already.
             postedThrough = try mailbox.outgoingMessages().compactMap { message -> Int64? in
                 guard case .batch(let header, _, let through, _)? = try? QueuedMessage(frame: message.frame),
-                      header.node == port.nodeID else { return nil }
+                      header.node == port.nodeID, through != Self.repairRange.through else { return nil }
                 return through
             }.max()
         }
@@ -395,6 +406,29 @@ package final class MailboxReplicator {
             rangeStart = scanned
             postedThrough = scanned
         }
+    }
+
+    /// Posts every change of the keys the peer declared differently that it
+    /// may have (its cursor passed them while they were passed over), as one
+    /// batch named by `repairRange`; posted again if it was lost.
+    private func postRepair(_ record: PeerRecord, into report: inout QueuedDeliveryReport) throws {
+        var entries: [WireEntry] = []
+        for row in try port.rows(declaredBy: record.mismatched, for: record.node, maxEntries: Int.max) where !excluded(row.key) {
+            if row.isLarge {
+                guard let value = try port.largeValue(key: row.key, seq: row.seq) else { continue }
+                var entry = row.entry
+                entry.value = value
+                entries.append(entry)
+            } else {
+                entries.append(row.entry)
+            }
+        }
+        let batch = QueuedMessage.batch(header, after: Self.repairRange.after, through: Self.repairRange.through, entries: entries)
+        try mailbox.post(batch.frame())
+        onPost?(batch)
+        repairPosted = true
+        report.messagesPosted += 1
+        report.entriesPosted += entries.count
     }
 
     private func excluded(_ key: String) -> Bool {

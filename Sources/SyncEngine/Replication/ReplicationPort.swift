@@ -92,9 +92,6 @@ package protocol ReplicationPort: AnyObject {
     func noteSession(with peer: UInt32, live: Bool)
     /// Remembers the keys `peer` declares differently.
     func setMismatchedKeys(_ names: Set<String>, for peer: UInt32) throws
-    /// The keys `peer` declared differently agree again: its cursor goes back to
-    /// `sequence` (never forward) and its mismatched keys are cleared, together.
-    func clearMismatchedKeys(for peer: UInt32, rewindingCursorTo sequence: Int64) throws
     /// Remembers the registries a live session with `peer` compared: this
     /// device's fingerprint, then the peer's (`PeerRecord.registries`).
     func recordRegistries(_ registries: [UInt8], for peer: UInt32) throws
@@ -250,9 +247,6 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func noteSession(with peer: UInt32, live: Bool) { store.noteSession(with: peer, live: live) }
     package func setMismatchedKeys(_ names: Set<String>, for peer: UInt32) throws { try store.setMismatchedKeys(names, for: peer) }
     package func recordRegistries(_ registries: [UInt8], for peer: UInt32) throws { try store.recordRegistries(registries, for: peer) }
-    package func clearMismatchedKeys(for peer: UInt32, rewindingCursorTo sequence: Int64) throws {
-        try store.clearMismatchedKeys(for: peer, rewindingCursorTo: sequence)
-    }
 
     package func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64? {
         try store.rebaselineNotice(for: peer, cursor: cursor)

@@ -204,18 +204,6 @@ extension SyncStore {
         }
     }
 
-    /// The keys `peer` declared differently agree again: in one transaction its
-    /// cursor goes back to `sequence` (never forward), so that what was passed
-    /// over for those keys is sent again, and its mismatched keys are cleared.
-    func clearMismatchedKeys(for peer: UInt32, rewindingCursorTo sequence: Int64) throws {
-        try database.write { conn in
-            let stmt = try conn.statement("UPDATE sync_peers SET acked_through = min(acked_through, ?2), mismatched = '' WHERE peer_node = ?1")
-            stmt.bind(1, Int64(peer))
-            stmt.bind(2, max(0, sequence))
-            try stmt.run()
-        }
-    }
-
     /// Remembers the two registries (`PeerRecord.registries`) a live session with `peer` compared.
     func recordRegistries(_ registries: [UInt8], for peer: UInt32) throws {
         try database.write { conn in
