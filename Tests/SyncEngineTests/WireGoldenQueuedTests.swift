@@ -28,7 +28,7 @@ import Testing
                             rejected: [SyncMessage.Rejection(key: "profile:name", code: "unknown-key")])),
         ("queued-refusal", .refusal(header(.watch), code: "key-declaration-mismatch", message: "another key registry")),
         ("queued-rebaseline", .rebaseline(header(), purgedThrough: v.packed)),
-        ("queued-declarations", .declarations(header(.watch, fingerprint: KeyRegistry.fingerprint(of: declarations)), declarations)),
+        ("queued-declarations", .declarations(header(.watch, fingerprint: KeyRegistry.fingerprint(of: declarations)), declarations, isAnswer: false)),
     ]
 
     @Test func goldenFramesDecodeAndThisBuildWritesThemByteForByte() throws {

@@ -41,12 +41,15 @@ package final class MailboxReplicator {
     package private(set) var peerNode: UInt32?
     /// The stream position posted through (nil: not decided since start).
     private var postedThrough: Int64?
-    /// Set when the peer refused our messages: posting stops until restart, or,
-    /// for another key registry, until the registries are compared (live, or
-    /// by the declarations the refusing peer posts).
+    /// Set when the peer refused our messages: posting pauses for
+    /// `probeInterval` (the peer may be updated meanwhile), or, for another key
+    /// registry, until the registries are compared (live, or by the
+    /// declarations the refusing peer posts), whichever comes first.
     package private(set) var stalled: SyncError?
     /// The peer's `PeerRecord.registries` when it refused our registry.
     private var stalledRegistries: [UInt8]??
+    /// When (store clock, ms) posting goes on after a refusal.
+    private var stalledUntil: Int64 = 0
     /// The registries (ours, then the peer's) our declarations were last posted for.
     private var declarationsPostedFor: [UInt8]?
     /// The registries after whose comparison a refusal of our registry was taken as
@@ -59,6 +62,16 @@ package final class MailboxReplicator {
     private var registriesAgreeAgain = false
     /// The repair batch was posted and its acknowledgement has not come yet.
     private var repairPosted = false
+    /// When (store clock, ms) our declarations last went to a peer that declares
+    /// keys differently, to learn whether it still does; nil: not in this process.
+    private var lastProbe: Int64?
+
+    /// How often at most a peer that declares keys differently is asked again
+    /// (our declarations; it answers when its registry changed) while nothing
+    /// is in flight, and how long posting pauses after a refusal: an answer
+    /// lost, or an update with nothing to send, would otherwise leave those
+    /// keys waiting until a live session.
+    static let probeInterval: Int64 = 60_000
 
     /// The stretch a repair batch names: past any stream position, so that its
     /// acknowledgement never moves the cursor and is known by it.
@@ -133,7 +146,8 @@ package final class MailboxReplicator {
                     try setAside(message, problem, into: &report)
                     // Another registry that no session compared with ours: our declarations go to
                     // the peer, which compares them and answers with its own (`.declarations`).
-                    if problem.code == .keyDeclarationMismatch { try offerDeclarations(to: decoded.header, into: &report) }
+                    // Each time: a copy the peer lost would otherwise never come again.
+                    if problem.code == .keyDeclarationMismatch { try offerDeclarations(to: decoded.header, into: &report, again: true) }
                     continue
                 }
                 if case .rebaseline = decoded, port.role != .watch {
@@ -178,18 +192,23 @@ package final class MailboxReplicator {
                 case .refusal(let refuser, let code, let text):
                     let error = SyncError(SyncError.Code(PeerText.escaped(code, maxLength: 64)),
                                           "the peer refused our queued messages: \(PeerText.escaped(text))")
-                    if error.code == .keyDeclarationMismatch, let registries = peer.registries,
-                       registries == ourFingerprint + refuser.registryFingerprint, retriedRegistries != registries {
-                        // The two registries were compared since (live, or by declarations): the refusal is older than
-                        // that (the peer takes our messages now), so what it refused is posted again, once.
+                    if error.code == .keyDeclarationMismatch, refuser.registryFingerprint == ourFingerprint {
+                        // The peer's registry is ours now: what it refused was written with our older
+                        // registry (this app was updated since), and what follows is taken.
+                    } else if error.code == .keyDeclarationMismatch, let registries = peer.registries,
+                              registries == ourFingerprint + refuser.registryFingerprint, retriedRegistries != registries {
+                        // We compared the two registries, the peer had not when it refused (it refused before
+                        // our declarations came, or they were lost): ours go again, and what it refused, once.
                         retriedRegistries = registries
+                        try offerDeclarations(to: refuser, into: &report, again: true)
                     } else {
                         stalled = error
                         stalledRegistries = .some(peer.registries)
+                        stalledUntil = port.nowMilliseconds() + Self.probeInterval
                     }
                     report.refused.append(error)
                     emit(.error(error))
-                case .declarations(let sender, let lines):
+                case .declarations(let sender, let lines, let isAnswer):
                     // What a live session's hellos do: compare, remember, and let the peer compare too.
                     let ours = port.registry.wireDeclarations(from: port.role)
                     let mismatched = ReplicationSession.mismatchedKeys(ours, lines)
@@ -201,9 +220,10 @@ package final class MailboxReplicator {
                     if peer.registries != registries {
                         try port.recordRegistries(registries, for: peer.node)
                         if !mismatched.isEmpty { emit(.keyMismatch(keys: mismatched.sorted())) }
-                        // News to us, so ours are likely news to the peer (a live session compared neither).
-                        try offerDeclarations(to: sender, into: &report)
                     }
+                    // An offer is answered, whatever we knew: the peer compares too, and learns
+                    // whether our registry is still the one it has (an answer is never answered).
+                    if !isAnswer { try offerDeclarations(to: sender, into: &report, again: true, asAnswer: true) }
                 case .rebaseline(_, let purgedThrough):
                     // On stable storage before the notice is taken: a notice lost to a power cut
                     // after `accept` would leave the purged deletes undone here for good.
@@ -221,10 +241,16 @@ package final class MailboxReplicator {
 
     /// Posts this device's key declarations for the peer that wrote `header`,
     /// once per pair of registries (the peer answers a new comparison with its own).
-    private func offerDeclarations(to header: QueuedHeader, into report: inout QueuedDeliveryReport) throws {
-        let registries = ourFingerprint + header.registryFingerprint
-        guard declarationsPostedFor != registries else { return }
-        let message = QueuedMessage.declarations(self.header, port.registry.wireDeclarations(from: port.role))
+    private func offerDeclarations(to header: QueuedHeader, into report: inout QueuedDeliveryReport, again: Bool = false,
+                                   asAnswer: Bool = false) throws {
+        try offerDeclarations(toRegistry: header.registryFingerprint, into: &report, again: again, asAnswer: asAnswer)
+    }
+
+    private func offerDeclarations(toRegistry peerFingerprint: [UInt8], into report: inout QueuedDeliveryReport, again: Bool = false,
+                                   asAnswer: Bool = false) throws {
+        let registries = ourFingerprint + peerFingerprint
+        guard again || declarationsPostedFor != registries else { return }
+        let message = QueuedMessage.declarations(self.header, port.registry.wireDeclarations(from: port.role), isAnswer: asAnswer)
         try mailbox.post(message.frame(), reserve: true)
         onPost?(message)
         report.messagesPosted += 1
@@ -321,11 +347,30 @@ package final class MailboxReplicator {
         // A peer not met yet gets everything (its cursor is 0); its first acknowledgement records it.
         let record = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)
             .flatMap { known in peerNode == nil || peerNode == known.node ? known : nil }
+        // This app's registry changed since the two were compared (it was updated): the peer
+        // learns it from our declarations, and answers with its own (both compare again).
+        if let registries = record?.registries, registries.count > ourFingerprint.count,
+           Array(registries.prefix(ourFingerprint.count)) != ourFingerprint {
+            try offerDeclarations(toRegistry: Array(registries.dropFirst(ourFingerprint.count)), into: &report)
+        }
+        // Keys the peer declares differently, and nothing in flight: ask again now and then whether it still does.
+        if let record, !record.mismatched.isEmpty, !registriesAgreeAgain, outboxWasEmpty,
+           let registries = record.registries, registries.count > ourFingerprint.count {
+            let now = port.nowMilliseconds()
+            let since = lastProbe ?? now  // the first a whole interval after this process began to wait
+            lastProbe = since
+            if now - since >= Self.probeInterval {
+                lastProbe = now
+                try offerDeclarations(toRegistry: Array(registries.dropFirst(ourFingerprint.count)), into: &report, again: true)
+            }
+        }
         if let refusal = stalled {
             // Refused for our registry: the two were compared since (live, or by declarations), and the peer
-            // now takes what we post of the keys declared alike. Anything else stays stalled.
-            guard refusal.code == .keyDeclarationMismatch, let registries = record?.registries,
-                  stalledRegistries.map({ $0 != registries }) ?? true else { return }
+            // now takes what we post of the keys declared alike. Anything else waits out the pause (the
+            // peer's app may be updated meanwhile; a peer that still refuses costs one message a pause).
+            let compared = refusal.code == .keyDeclarationMismatch && record?.registries != nil
+                && (stalledRegistries.map { $0 != record?.registries } ?? true)
+            guard compared || port.nowMilliseconds() >= stalledUntil else { return }
             stalled = nil
             stalledRegistries = nil
         }

@@ -27,8 +27,9 @@ package enum QueuedMessage: Sendable, Equatable {
     case rebaseline(QueuedHeader, purgedThrough: Int64)
     /// The sender's key declarations (as a live hello carries them), posted
     /// when the registries differ and no session compared them: the receiver
-    /// compares them with its own, as a live session does.
-    case declarations(QueuedHeader, [String])
+    /// compares them with its own, as a live session does, and answers an
+    /// offer (`isAnswer` false) with its own (an answer is never answered).
+    case declarations(QueuedHeader, [String], isAnswer: Bool)
 
     package enum MessageType: UInt8 {
         case batch = 0x11, ack = 0x12, refusal = 0x13, rebaseline = 0x14, declarations = 0x15
@@ -38,7 +39,7 @@ package enum QueuedMessage: Sendable, Equatable {
 
     package var header: QueuedHeader {
         switch self {
-        case .batch(let h, _, _, _), .ack(let h, _, _, _, _), .refusal(let h, _, _), .rebaseline(let h, _), .declarations(let h, _): h
+        case .batch(let h, _, _, _), .ack(let h, _, _, _, _), .refusal(let h, _, _), .rebaseline(let h, _), .declarations(let h, _, _): h
         }
     }
 
@@ -76,8 +77,9 @@ package enum QueuedMessage: Sendable, Equatable {
         case .rebaseline(_, let purgedThrough):
             type = .rebaseline
             w.writeUInt64(UInt64(bitPattern: purgedThrough))
-        case .declarations(_, let lines):
+        case .declarations(_, let lines, let isAnswer):
             type = .declarations
+            w.writeUInt8(isAnswer ? 1 : 0)
             w.writeVarInt(UInt64(lines.count))
             for line in lines { w.writeString(line) }
         }
@@ -124,12 +126,14 @@ package enum QueuedMessage: Sendable, Equatable {
                 guard purgedThrough > 0 else { throw SyncError(.malformedMessage, "a queued re-baseline notice names no purged version (\(purgedThrough))") }
                 self = .rebaseline(header, purgedThrough: purgedThrough)
             case .declarations:
+                let answer = try r.readUInt8()
+                guard answer <= 1 else { throw SyncError(.malformedMessage, "queued key declarations name an unknown kind \(answer)") }
                 var lines: [String] = []
                 for _ in 0..<(try r.readCount()) { lines.append(try r.readString(maxLength: SyncMessage.maxNameLength)) }
                 guard KeyRegistry.fingerprint(of: lines) == header.registryFingerprint else {
                     throw SyncError(.malformedMessage, "queued key declarations do not match the registry fingerprint they came with")
                 }
-                self = .declarations(header, lines)
+                self = .declarations(header, lines, isAnswer: answer == 1)
             }
             guard r.isAtEnd else { throw SyncError(.malformedMessage, "a queued \(type) message has \(r.remaining) trailing bytes") }
         } catch let error as SyncError {
