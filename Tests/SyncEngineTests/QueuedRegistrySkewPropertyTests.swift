@@ -17,15 +17,18 @@ import Testing
 
     enum Step: CustomStringConvertible {
         case phoneWrites(shared: Bool, Int), watchWrites(Int), phoneRound, watchRound, losePhoneMessage, loseWatchMessage, updateWatch
+        /// The app restarts: its queued delivery starts over from what the store holds.
+        case restartPhone, restartWatch
 
         init(_ code: Int) {
-            switch code % 9 {
+            switch code % 10 {
             case 0: self = .phoneWrites(shared: true, code)
             case 1: self = .phoneWrites(shared: false, code)
             case 2: self = .watchWrites(code)
             case 3, 4: self = .phoneRound
             case 5, 6: self = .watchRound
             case 7: self = code % 2 == 0 ? .losePhoneMessage : .loseWatchMessage
+            case 8: self = code % 2 == 0 ? .restartPhone : .restartWatch
             default: self = .updateWatch
             }
         }
@@ -39,6 +42,8 @@ import Testing
             case .losePhoneMessage: "losePhoneMessage"
             case .loseWatchMessage: "loseWatchMessage"
             case .updateWatch: "updateWatch"
+            case .restartPhone: "restartPhone"
+            case .restartWatch: "restartWatch"
             }
         }
     }
@@ -71,7 +76,7 @@ import Testing
         var watch = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: KeyRegistry([shared, skewedBefore]),
                                   options: StoreOptions(clock: clock))
         defer { watch.close() }
-        let phonePeer = SyncPeer(store: phone, configuration: configuration)
+        var phonePeer = SyncPeer(store: phone, configuration: configuration)
         var watchPeer = SyncPeer(store: watch, configuration: configuration)
         let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
         var watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
@@ -105,6 +110,8 @@ import Testing
             case .losePhoneMessage: try loseOldest(phoneBox)
             case .loseWatchMessage: try loseOldest(watchBox)
             case .updateWatch: try updateWatch()
+            case .restartPhone: phonePeer = SyncPeer(store: phone, configuration: configuration)
+            case .restartWatch: watchPeer = SyncPeer(store: watch, configuration: configuration)
             }
             // While the watch declares b differently, none of the phone's values of b reach it.
             if !updated, let value = try watch.storedValue(for: skewedBefore), phoneValuesOfB.contains(value) {

@@ -57,9 +57,6 @@ package final class MailboxReplicator {
     private var retriedRegistries: [UInt8]?
     /// Keys the peer declares differently (from the last comparison), passed over while posting.
     private var mismatchedForPeer: Set<String> = []
-    /// A message of the peer came written with our registry while keys it had
-    /// declared differently wait for it: their changes go in a repair batch.
-    private var registriesAgreeAgain = false
     /// The repair batch was posted and its acknowledgement has not come yet.
     private var repairPosted = false
     /// When (store clock, ms) our declarations last went to a peer that declares
@@ -155,11 +152,13 @@ package final class MailboxReplicator {
                                  into: &report)
                     continue
                 }
-                let peer = try learn(decoded.header)
-                if decoded.header.registryFingerprint == ourFingerprint, !peer.mismatched.isEmpty, !isRefusal(decoded) {
-                    // Written with our registry while keys it once declared differently wait for
-                    // it: they agree now (the other app was updated too). `post` sends them again.
-                    registriesAgreeAgain = true
+                var peer = try learn(decoded.header)
+                if decoded.header.registryFingerprint == ourFingerprint, peer.registries != agreed, !isRefusal(decoded) {
+                    // Written with our registry: the two agree now (the other app was updated too), on
+                    // stable storage so that nothing is passed over after a restart; what was passed
+                    // over for keys it once declared differently goes in a repair batch (`post`).
+                    try port.recordRegistries(agreed, for: peer.node)
+                    peer.registries = agreed
                 }
                 switch decoded {
                 case .batch(let sender, let after, let through, let entries):
@@ -174,9 +173,9 @@ package final class MailboxReplicator {
                     onPost?(ack)
                     report.messagesPosted += 1
                 case .ack(_, let after, let through, _, _) where (after, through) == Self.repairRange:
-                    // The repair batch is applied: the keys declared differently agree, nothing of them waits.
-                    try port.setMismatchedKeys([], for: peer.node)
-                    registriesAgreeAgain = false
+                    // The repair batch is applied: the keys declared differently agree, nothing of them
+                    // waits (unless the registries were compared apart again since).
+                    if peer.registries == agreed { try port.setMismatchedKeys([], for: peer.node) }
                     repairPosted = false
                 case .ack(_, let after, let through, _, let rejected):
                     let cursor = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)?.cursor ?? 0
@@ -236,6 +235,8 @@ package final class MailboxReplicator {
     }
 
     private lazy var ourFingerprint: [UInt8] = port.registry.fingerprint(for: port.role)
+    /// `PeerRecord.registries` of a peer whose registry is ours.
+    private var agreed: [UInt8] { ourFingerprint + ourFingerprint }
 
     private func isRefusal(_ message: QueuedMessage) -> Bool { if case .refusal = message { true } else { false } }
 
@@ -354,7 +355,8 @@ package final class MailboxReplicator {
             try offerDeclarations(toRegistry: Array(registries.dropFirst(ourFingerprint.count)), into: &report)
         }
         // Keys the peer declares differently, and nothing in flight: ask again now and then whether it still does.
-        if let record, !record.mismatched.isEmpty, !registriesAgreeAgain, outboxWasEmpty,
+        let agree = record?.registries == agreed
+        if let record, !record.mismatched.isEmpty, !agree, outboxWasEmpty,
            let registries = record.registries, registries.count > ourFingerprint.count {
             let now = port.nowMilliseconds()
             let since = lastProbe ?? now  // the first a whole interval after this process began to wait
@@ -375,8 +377,8 @@ package final class MailboxReplicator {
             stalledRegistries = nil
         }
         // Once the registries agree again nothing is passed over; what was, goes in one repair batch.
-        mismatchedForPeer = registriesAgreeAgain ? [] : record?.mismatched ?? []
-        if registriesAgreeAgain, let record, !record.mismatched.isEmpty, !repairPosted || outboxWasEmpty {
+        mismatchedForPeer = agree ? [] : record?.mismatched ?? []
+        if agree, let record, !record.mismatched.isEmpty, !repairPosted || outboxWasEmpty {
             try postRepair(record, into: &report)
         }
         if let record { peerNode = record.node }
