@@ -53,7 +53,7 @@ package final class MailboxReplicator {
     /// The registries (ours, then the peer's) our declarations were last posted for.
     private var declarationsPostedFor: [UInt8]?
     /// The registries after whose comparison a refusal of our registry was taken as
-    /// older than the comparison, and posting went on once (a second one stalls).
+    /// older than the comparison, and posting went on at once (a second one pauses it).
     private var retriedRegistries: [UInt8]?
     /// Keys the peer declares differently (from the last comparison), passed over while posting.
     private var mismatchedForPeer: Set<String> = []
@@ -64,10 +64,10 @@ package final class MailboxReplicator {
     private var lastProbe: Int64?
 
     /// How often at most a peer that declares keys differently is asked again
-    /// (our declarations; it answers when its registry changed) while nothing
-    /// is in flight, and how long posting pauses after a refusal: an answer
-    /// lost, or an update with nothing to send, would otherwise leave those
-    /// keys waiting until a live session.
+    /// (our declarations, which it answers with its own) while nothing is in
+    /// flight, and how long posting pauses after a refusal: an answer lost, or
+    /// an update with nothing to send, would otherwise leave those keys
+    /// waiting until a live session.
     static let probeInterval: Int64 = 60_000
 
     /// The stretch a repair batch names: past any stream position, so that its
