@@ -415,18 +415,7 @@ package final class MailboxReplicator {
             let (rows, scanned) = try port.pendingRows(for: node, after: posted, maxEntries: configuration.maxBatchEntries,
                                                        maxBytes: configuration.maxBatchBytes) { key, _ in excluded(key) }
             guard scanned > posted else { break }
-            var entries: [WireEntry] = []
-            for row in rows {
-                if row.isLarge {
-                    guard let value = try port.largeValue(key: row.key, seq: row.seq) else { continue }  // changed since: a later row carries it
-                    var entry = row.entry
-                    entry.value = value
-                    entries.append(entry)
-                } else {
-                    entries.append(row.entry)
-                }
-            }
-            var filtered = entries
+            var filtered = try entries(of: rows)
             if configuration.testingFaults.skipTombstones { filtered.removeAll { $0.deleted } }
             if filtered.isEmpty {
                 posted = scanned
@@ -459,23 +448,25 @@ package final class MailboxReplicator {
     /// may have (its cursor passed them while they were passed over), as one
     /// batch named by `repairRange`; posted again if it was lost.
     private func postRepair(_ record: PeerRecord, into report: inout QueuedDeliveryReport) throws {
-        var entries: [WireEntry] = []
-        for row in try port.rows(declaredBy: record.mismatched, for: record.node, maxEntries: Int.max) where !excluded(row.key) {
-            if row.isLarge {
-                guard let value = try port.largeValue(key: row.key, seq: row.seq) else { continue }
-                var entry = row.entry
-                entry.value = value
-                entries.append(entry)
-            } else {
-                entries.append(row.entry)
-            }
-        }
+        let entries = try entries(of: port.rows(declaredBy: record.mismatched, for: record.node, maxEntries: Int.max).filter { !excluded($0.key) })
         let batch = QueuedMessage.batch(header, after: Self.repairRange.after, through: Self.repairRange.through, entries: entries)
         try mailbox.post(batch.frame())
         onPost?(batch)
         repairPosted = true
         report.messagesPosted += 1
         report.entriesPosted += entries.count
+    }
+
+    /// The entries of `rows` as a queued batch carries them: a large value whole
+    /// (a row whose key changed since is left out: a later row carries it).
+    private func entries(of rows: [OutboundRow]) throws -> [WireEntry] {
+        try rows.compactMap { row in
+            guard row.isLarge else { return row.entry }
+            guard let value = try port.largeValue(key: row.key, seq: row.seq) else { return nil }
+            var entry = row.entry
+            entry.value = value
+            return entry
+        }
     }
 
     private func excluded(_ key: String) -> Bool {
