@@ -7,11 +7,33 @@ import SyncTransport
 ///
 /// Messages name keys and versions, never values.
 struct InvariantChecker {
+    /// The current app's registry (the scenario's `keys`): every node's but those in `olderApps`.
     let registry: KeyRegistry
+    /// Names of the keys an older app declares otherwise (`Scenario.keysDeclaredDifferently`).
+    let declaredDifferently: Set<String>
+    /// The registry of each node (by id) that runs an older app.
+    var olderApps: [UInt32: KeyRegistry] = [:]
     var log = ViolationLog()
 
-    init(registry: KeyRegistry) {
+    init(registry: KeyRegistry, declaredDifferently: Set<String> = []) {
         self.registry = registry
+        self.declaredDifferently = declaredDifferently
+    }
+
+    /// How node `nodeID`'s app declares the key of entry `key`.
+    func declaration(_ key: String, on nodeID: UInt32) -> KeyDescriptor? {
+        (olderApps[nodeID] ?? registry).descriptor(forEntry: key)
+    }
+
+    /// Whether some older app of the scenario declares the key of entry `key` otherwise.
+    func isDeclaredDifferently(_ key: String) -> Bool {
+        guard !declaredDifferently.isEmpty, let d = registry.descriptor(forEntry: key) else { return false }
+        return declaredDifferently.contains(d.name)
+    }
+
+    /// Whether the apps of both nodes declare the key of entry `key` alike (and at all).
+    func declaredAlike(_ key: String, _ a: UInt32, _ b: UInt32) -> Bool {
+        Scenario.declaredAlike(declaration(key, on: a), declaration(key, on: b))
     }
 
     /// Whether entries of the key may cross between the devices at all.
@@ -22,7 +44,10 @@ struct InvariantChecker {
     // MARK: frames
 
     /// Inspects one frame sent by `sender` (node id `senderID`).
-    mutating func observe(_ frame: Frame, from sender: DeviceRole, senderID: UInt32, model: WriteModel, at time: Int64, syncsVisible: Int? = nil) {
+    /// `receiverID`, when known as the frame is sent, is the node it goes to:
+    /// an entry of a key the two apps declare differently must not be in it.
+    mutating func observe(_ frame: Frame, from sender: DeviceRole, senderID: UInt32, receiverID: UInt32? = nil, model: WriteModel,
+                          at time: Int64, syncsVisible: Int? = nil) {
         log.checked(.placement)
         log.checked(.direction)
         let message: SyncMessage
@@ -36,30 +61,34 @@ struct InvariantChecker {
         case .hello(let hello):
             for line in hello.declarations {
                 let name = String(line.prefix { $0 != "|" })
-                if let d = registry.descriptor(forEntry: name), !crosses(d) {
+                if let d = declaration(name, on: senderID), !crosses(d) {
                     log.violate(.placement, "t=\(time) \(sender)'s hello declares local-only key \(name)")
                 }
             }
             // A partial transfer is the receiver's note of chunks it holds: the value comes from the other side.
             for partial in hello.partialTransfers {
-                checkEntryKey(partial.key, from: sender, time: time, what: "hello partial transfer", valueFrom: sender.counterpart)
+                checkEntryKey(partial.key, from: sender, senderID: senderID, time: time, what: "hello partial transfer", valueFrom: sender.counterpart)
             }
         case .batch(let batch):
             for entry in batch.entries {
-                checkEntryKey(entry.key, from: sender, time: time, what: "batch entry")
+                checkEntryKey(entry.key, from: sender, senderID: senderID, time: time, what: "batch entry")
+                checkDeclaredAlike(entry.key, from: sender, senderID: senderID, to: receiverID, time: time, what: "batch entry")
                 if !entry.deleted, let value = entry.value, value.count > SyncPolicy.automaticLimit {
                     checkLarge(entry.key, version: entry.version, from: sender, senderID: senderID, model: model, time: time, visible: syncsVisible)
                 }
             }
         case .chunk(let chunk):
-            checkEntryKey(chunk.entry.key, from: sender, time: time, what: "chunk")
+            checkEntryKey(chunk.entry.key, from: sender, senderID: senderID, time: time, what: "chunk")
+            checkDeclaredAlike(chunk.entry.key, from: sender, senderID: senderID, to: receiverID, time: time, what: "chunk")
             if chunk.totalSize > SyncPolicy.automaticLimit {
                 checkLarge(chunk.entry.key, version: chunk.entry.version, from: sender, senderID: senderID, model: model, time: time, visible: syncsVisible)
             }
         case .ack(let ack):
-            for rejection in ack.rejected { checkEntryKey(rejection.key, from: sender, time: time, what: "ack rejection", directional: false) }
+            for rejection in ack.rejected {
+                checkEntryKey(rejection.key, from: sender, senderID: senderID, time: time, what: "ack rejection", directional: false)
+            }
         case .chunkAck(let ack):
-            checkEntryKey(ack.key, from: sender, time: time, what: "chunk ack", directional: false)
+            checkEntryKey(ack.key, from: sender, senderID: senderID, time: time, what: "chunk ack", directional: false)
         case .error, .rebaseline, .caughtUp, .manualRequest, .manualReply, .receipt:
             break
         }
@@ -73,29 +102,50 @@ struct InvariantChecker {
         switch message {
         case .batch(_, _, _, let entries):
             for entry in entries {
-                checkEntryKey(entry.key, from: sender, time: time, what: "queued batch entry")
+                checkEntryKey(entry.key, from: sender, senderID: senderID, time: time, what: "queued batch entry")
                 if !entry.deleted, let value = entry.value, value.count > SyncPolicy.automaticLimit {
                     checkLarge(entry.key, version: entry.version, from: sender, senderID: senderID, model: model, time: time, visible: nil)
                 }
             }
         case .ack(_, _, _, _, let rejected):
-            for rejection in rejected { checkEntryKey(rejection.key, from: sender, time: time, what: "queued ack rejection", directional: false) }
+            for rejection in rejected {
+                checkEntryKey(rejection.key, from: sender, senderID: senderID, time: time, what: "queued ack rejection", directional: false)
+            }
         case .refusal(_, let code, let text):
-            log.violate(.queuedDelivery, "t=\(time) \(sender) refused a queued message: \(code): \(text)")
+            // Apps with registries not compared yet refuse each other's messages until they have compared them.
+            if !(refusalExpected(code: code)) {
+                log.violate(.queuedDelivery, "t=\(time) \(sender) refused a queued message: \(code): \(text)")
+            }
         case .rebaseline:
             if sender != .phone { log.violate(.direction, "t=\(time) a \(sender) posted a re-baseline notice; only a phone sends them") }
         case .declarations:
-            // Every node of a scenario has the scenario's one registry: nothing to compare.
-            log.violate(.queuedDelivery, "t=\(time) \(sender) posted its key declarations although both sides share one registry")
+            // Without older apps every node has the scenario's one registry: nothing to compare.
+            if declaredDifferently.isEmpty {
+                log.violate(.queuedDelivery, "t=\(time) \(sender) posted its key declarations although both sides share one registry")
+            }
         }
+    }
+
+    /// Whether a queued refusal with `code` is part of comparing registries that
+    /// differ (a scenario with older apps), not a fault.
+    func refusalExpected(code: String) -> Bool {
+        !declaredDifferently.isEmpty && code == SyncError.Code.keyDeclarationMismatch.rawValue
+    }
+
+    /// An entry of a key the sender's and the receiver's apps declare
+    /// differently must never cross: the sessions compare registries first.
+    private mutating func checkDeclaredAlike(_ key: String, from sender: DeviceRole, senderID: UInt32, to receiverID: UInt32?,
+                                             time: Int64, what: String) {
+        guard let receiverID, isDeclaredDifferently(key), !declaredAlike(key, senderID, receiverID) else { return }
+        log.violate(.placement, "t=\(time) \(sender) sent a \(what) for \(key) to node \(String(receiverID, radix: 16)), whose app declares it differently")
     }
 
     /// `valueFrom` is the device whose value the message is about: the sender,
     /// except for resume notes about values the sender is receiving.
-    private mutating func checkEntryKey(_ key: String, from sender: DeviceRole, time: Int64, what: String, directional: Bool = true,
-                                        valueFrom: DeviceRole? = nil) {
+    private mutating func checkEntryKey(_ key: String, from sender: DeviceRole, senderID: UInt32, time: Int64, what: String,
+                                        directional: Bool = true, valueFrom: DeviceRole? = nil) {
         let origin = valueFrom ?? sender
-        guard let d = registry.descriptor(forEntry: key) else {
+        guard let d = declaration(key, on: senderID) else {
             log.violate(.placement, "t=\(time) \(sender) sent a \(what) for undeclared key \(key)")
             return
         }
@@ -112,7 +162,7 @@ struct InvariantChecker {
     }
 
     private mutating func checkLarge(_ key: String, version: HLCTimestamp, from sender: DeviceRole, senderID: UInt32, model: WriteModel, time: Int64, visible: Int?) {
-        guard let d = registry.descriptor(forEntry: key), d.policy == .automaticSmall else { return }
+        guard let d = declaration(key, on: senderID), d.policy == .automaticSmall else { return }
         log.checked(.largeValuesManual)
         // Only values written on the sender are checked (a value that arrived from the peer has no local write).
         guard let write = model.write(key: key, version: version), write.nodeID == senderID else { return }
@@ -168,8 +218,12 @@ struct InvariantChecker {
         log.checked(.placement)
         for node in nodes {
             for key in node.entries.keys.sorted() {
-                guard let d = registry.descriptor(forEntry: key) else {
+                guard let d = declaration(key, on: node.nodeID) else {
                     log.violate(.placement, "\(label): \(node.name) holds undeclared key \(key)")
+                    continue
+                }
+                if isDeclaredDifferently(key) {
+                    checkOlderAppHolds(key, node: node, declared: d, model: model, label: label)
                     continue
                 }
                 if !d.availability.canWrite(on: node.role) && !d.replicates(from: node.role.counterpart) {
@@ -213,7 +267,8 @@ struct InvariantChecker {
         log.checked(.noResurrection)
         var finals: [String: WriteModel.Write] = [:]
         for write in model.writes where !write.retired {
-            guard let d = registry.descriptor(forEntry: write.key), d.resolver == nil else { continue }
+            // (A key some older app declares otherwise is not one value everywhere while the apps differ.)
+            guard let d = registry.descriptor(forEntry: write.key), d.resolver == nil, !isDeclaredDifferently(write.key) else { continue }
             let scope = crosses(d) ? write.key : "\(write.key)@\(write.nodeID)"
             if let current = finals[scope], current.version > write.version { continue }
             finals[scope] = write
@@ -236,6 +291,16 @@ struct InvariantChecker {
         for watch in nodes where watch.role == .watch && connected.contains(watch.nodeID) {
             checkConvergence(phone, watch, held: held, label: label)
         }
+    }
+
+    /// A node that runs an older app holds, of a key declared differently,
+    /// only values written under its own declaration: its own, or another
+    /// node's whose app declared the key alike when it wrote it.
+    private mutating func checkOlderAppHolds(_ key: String, node: Snapshot, declared: KeyDescriptor, model: WriteModel, label: String) {
+        guard olderApps[node.nodeID] != nil, let entry = node.entries[key],
+              let write = model.write(key: key, version: entry.version), write.nodeID != node.nodeID,
+              !Scenario.declaredAlike(write.declaration, declared) else { return }
+        log.violate(.placement, "\(label): \(node.name), which runs an older app, holds \(key) at \(entry.version), written by node \(String(write.nodeID, radix: 16)) whose app declared it differently")
     }
 
     /// Whether the entry at `version` of `key` may be a write that a
@@ -283,7 +348,11 @@ struct InvariantChecker {
         log.checked(.convergence)
         let keys = Set(phone.entries.keys).union(watch.entries.keys)
         for key in keys.sorted() {
-            guard let d = registry.descriptor(forEntry: key), crosses(d), !held.contains(key) else { continue }
+            // A key the two apps declare differently does not cross until they agree.
+            let declared = isDeclaredDifferently(key)
+                ? (declaredAlike(key, phone.nodeID, watch.nodeID) ? declaration(key, on: phone.nodeID) : nil)
+                : registry.descriptor(forEntry: key)
+            guard let d = declared, crosses(d), !held.contains(key) else { continue }
             let a = phone.entries[key], b = watch.entries[key]
             let aLive = a.map { !$0.isDeleted } ?? false
             let bLive = b.map { !$0.isDeleted } ?? false

@@ -10,6 +10,8 @@ struct WriteModel {
         var version: HLCTimestamp
         var deleted: Bool
         var size: Int
+        /// How the writer's app declared the key when it wrote.
+        var declaration: KeyDescriptor?
         /// Position among all model events (writes and syncs).
         var order: Int
         /// The node was replaced (a new watch): its writes are no longer checked.
@@ -29,8 +31,10 @@ struct WriteModel {
     private(set) var rebaselines: [UInt32: Int] = [:]
     private var nextOrder = 0
 
-    mutating func recordWrite(node: DeviceRole, nodeID: UInt32, key: String, version: HLCTimestamp, deleted: Bool, size: Int) {
-        writes.append(Write(node: node, nodeID: nodeID, key: key, version: version, deleted: deleted, size: size, order: nextOrder))
+    mutating func recordWrite(node: DeviceRole, nodeID: UInt32, key: String, version: HLCTimestamp, deleted: Bool, size: Int,
+                              declaration: KeyDescriptor? = nil) {
+        writes.append(Write(node: node, nodeID: nodeID, key: key, version: version, deleted: deleted, size: size, declaration: declaration,
+                            order: nextOrder))
         nextOrder += 1
     }
 

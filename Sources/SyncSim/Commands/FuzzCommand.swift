@@ -17,6 +17,7 @@ public struct FuzzCommand: AsyncParsableCommand {
     @Flag(help: "No power cuts inside SQLite transactions.") var noPowerCuts = false
     @Flag(help: "No queued delivery through a mailbox (and no node-down periods it brings).") var noMailbox = false
     @Flag(help: "No tombstone purges (short retention and peer horizon, purge steps).") var noPurges = false
+    @Flag(help: "No node that starts with an older app (keys declared otherwise) and is updated later.") var noAppUpdates = false
     @Option(name: .customLong("inject-fault"), help: .hidden) var injectFault: [String] = []
 
     public init() {}
@@ -45,6 +46,7 @@ public struct FuzzCommand: AsyncParsableCommand {
         fuzzer.powerCuts = !noPowerCuts
         fuzzer.mailbox = !noMailbox
         fuzzer.purges = !noPurges
+        fuzzer.appUpdates = !noAppUpdates
         let start = ContinuousClock.now
         let bar = ProgressBar()
         let (completed, failure) = await fuzzer.run { done, total in bar.show(done, total, since: start) }

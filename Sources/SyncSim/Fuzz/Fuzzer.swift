@@ -19,6 +19,8 @@ public struct Fuzzer: Sendable {
     public var mailbox = true
     /// Whether scenarios may purge tombstones (short retention and peer horizon, `purge` steps).
     public var purges = true
+    /// Whether scenarios may start a node with an older app and update it.
+    public var appUpdates = true
 
     public init(runs: Int, seed: UInt64, ops: Int, options: RunOptions = RunOptions(), workers: Int = 2) {
         self.runs = runs
@@ -42,7 +44,7 @@ public struct Fuzzer: Sendable {
 
     /// Runs the scenarios; `progress(done, total)` is called after each. Returns the first failure by run index.
     public func run(progress: @Sendable (Int, Int) -> Void) async -> (completed: Int, failure: Failure?) {
-        let generator = ScenarioGenerator(ops: ops, maxWatches: maxWatches, powerCuts: powerCuts, mailbox: mailbox, purges: purges)
+        let generator = ScenarioGenerator(ops: ops, maxWatches: maxWatches, powerCuts: powerCuts, mailbox: mailbox, purges: purges, appUpdates: appUpdates)
         let options = self.options
         let outDir = self.outDir
         return await withTaskGroup(of: (Int, Failure?).self) { group in

@@ -7,7 +7,8 @@ import SyncTransport
 /// one to three watches, each with its own link, power cuts that land
 /// inside SQLite transactions, queued delivery through a mailbox with a
 /// node not running for a while, and tombstone purges with a short retention
-/// (skews kept within it).
+/// (skews kept within it), and a node that starts with an older app (keys
+/// declared otherwise or missing) and is updated at some point, or not.
 public struct ScenarioGenerator: Sendable {
     /// Timeline steps per scenario.
     public var ops: Int
@@ -26,8 +27,15 @@ public struct ScenarioGenerator: Sendable {
     /// a peer horizon of one to three retentions (a phone forgets a watch
     /// unseen that long, and re-baselines it when it returns).
     public var purges: Bool
+    /// Whether scenarios may start one node with an older app (about 2 in
+    /// 10): one to two keys declared otherwise (another policy,
+    /// availability or value type) or missing, and in most of them an
+    /// `updateApp` step at a random point of the timeline.
+    public var appUpdates: Bool
 
-    public init(ops: Int = 100, maxWatches: Int = Scenario.maxWatches, powerCuts: Bool = true, mailbox: Bool = true, purges: Bool = true) {
+    public init(ops: Int = 100, maxWatches: Int = Scenario.maxWatches, powerCuts: Bool = true, mailbox: Bool = true, purges: Bool = true,
+                appUpdates: Bool = true) {
+        self.appUpdates = appUpdates
         self.ops = ops
         self.maxWatches = min(max(1, maxWatches), Scenario.maxWatches)
         self.powerCuts = powerCuts
@@ -150,6 +158,31 @@ public struct ScenarioGenerator: Sendable {
                 steps.insert(Scenario.Step(at: steps[index].at, .purge(node: nodes[g.nextInt(in: 0...(nodes.count - 1))])), at: index + 1)
             }
         }
+        // Older apps come from a stream of their own too: a scenario without one is the one this seed always gave.
+        var u = SeededRandom(seed: seed ^ 0x0A_99_0B_D4_7E_51)
+        var olderApps: [ScenarioNode: [KeyDescriptor]] = [:]
+        if appUpdates, u.nextBool(probability: 0.2), !steps.isEmpty {
+            let nodes: [ScenarioNode] = [.phone] + watches
+            let older = nodes[u.nextInt(in: 0...(nodes.count - 1))]
+            var declared = keys
+            for _ in 0..<u.nextInt(in: 1...2) {
+                let index = u.nextInt(in: 0...(declared.count - 1))
+                switch u.nextInt(in: 0...3) {
+                case 0: declared.remove(at: index)
+                case 1: declared[index].policy = declared[index].policy == .automaticSmall ? .manual : .automaticSmall
+                case 2: declared[index].availability = declared[index].availability == .all ? .phoneWithWatchSync : .all
+                default: declared[index].valueType = declared[index].valueType == nil ? "Int" : nil
+                }
+                if declared.isEmpty { break }
+            }
+            if !declared.isEmpty {
+                olderApps[older] = declared
+                if u.nextBool(probability: 0.8) {
+                    let index = u.nextInt(in: 0...(steps.count - 1))
+                    steps.insert(Scenario.Step(at: steps[index].at, .updateApp(node: older)), at: index + 1)
+                }
+            }
+        }
         var faults = LinkFaults()
         if r.nextBool(probability: 0.5) {
             faults = LinkFaults(latencyMs: r.nextInt(in: 1...50), jitterMs: r.nextInt(in: 0...20), lossRate: Double(r.nextInt(in: 0...20)) / 100,
@@ -157,6 +190,6 @@ public struct ScenarioGenerator: Sendable {
         }
         return Scenario(description: "fuzz scenario from seed \(seed) (\(ops) ops, \(watchCount) watch\(watchCount == 1 ? "" : "es"))",
                         seed: seed, keys: keys, faults: faults, settleLimitMs: 300_000, watches: watchCount, tombstoneRetentionMs: retention, peerHorizonMs: horizon,
-                        mailbox: queued, timeline: steps)
+                        mailbox: queued, olderApps: olderApps, timeline: steps)
     }
 }

@@ -53,12 +53,14 @@ public struct Shrinker: Sendable {
         if highest < current.watches, runs < maxRuns {
             var fewer = current
             fewer.watches = max(1, highest)
+            fewer.olderApps = fewer.olderApps.filter { $0.key.watchNumber <= fewer.watches }
             runs += 1
             if await fails(fewer, invariants) { current = fewer }
         }
         var trimmed = current
         trimmed.keys = current.keys.filter { k in used.contains { $0 == k.name || $0.hasPrefix(k.name + ":") } }
         if trimmed.keys.isEmpty { trimmed.keys = Array(current.keys.prefix(1)) }
+        trimmed.olderApps = trimmed.olderApps.mapValues { older in older.filter { k in trimmed.keys.contains { $0.name == k.name } } }
         if runs < maxRuns + 1, await fails(trimmed, invariants) { current = trimmed }
         current.description = "shrunk reproduction: " + scenario.description
         return current
@@ -68,7 +70,7 @@ public struct Shrinker: Sendable {
     static func highestWatch(named action: Scenario.Action) -> Int {
         let node: ScenarioNode? = switch action {
         case .put(let n, _, _, _), .delete(let n, _), .sync(let n), .crash(let n), .restart(let n), .skew(let n, _), .powerCut(let n, _),
-             .purge(let n): n
+             .purge(let n), .updateApp(let n): n
         case .faults(_, let n), .partition(let n), .heal(let n), .replaceWatch(let n): n
         case .checkpoint: nil
         }

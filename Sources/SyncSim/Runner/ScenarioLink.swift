@@ -16,7 +16,10 @@ final class RunState {
     let scenario: Scenario
     let options: RunOptions
     let seed: UInt64
+    /// The registry of the scenario's `keys` (the current app's).
     let registry: KeyRegistry
+    /// The registries of `olderApps`.
+    let olderRegistries: [ScenarioNode: KeyRegistry]
     /// The folder of the run's store files (removed by the runner).
     let folder: String
     /// The phone first, then its watches (`replaceWatch` replaces one in
@@ -42,6 +45,8 @@ final class RunState {
         self.options = options
         seed = options.seed ?? scenario.seed
         registry = try KeyRegistry(descriptors: scenario.keys)
+        olderRegistries = try scenario.olderApps.mapValues { try KeyRegistry(descriptors: $0) }
+        let registry = self.registry, olderRegistries = self.olderRegistries
         folder = (options.temporaryDirectory as NSString).appendingPathComponent(folderPrefix + UUID().uuidString)
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let ids = [RunState.phoneNodeID, RunState.watchNodeID] + RunState.moreWatchNodeIDs
@@ -51,7 +56,9 @@ final class RunState {
         })
         var vfses: [CrashVFS] = []
         nodes = try scenario.nodes.enumerated().map { index, name in
-            let node = SimNode(name: name, nodeID: ids[index], folder: folder, wallStart: RunState.wallStart)
+            let node = SimNode(name: name, nodeID: ids[index], folder: folder, wallStart: RunState.wallStart,
+                               registry: olderRegistries[name] ?? registry)
+            node.runsOlderApp = olderRegistries[name] != nil
             node.tombstoneRetentionMs = scenario.tombstoneRetentionMs
             node.peerHorizonMs = scenario.peerHorizonMs
             if cut.contains(name) {
@@ -61,7 +68,8 @@ final class RunState {
             return node
         }
         crashVFSes = vfses
-        checker = InvariantChecker(registry: registry)
+        checker = InvariantChecker(registry: registry, declaredDifferently: scenario.keysDeclaredDifferently)
+        for node in nodes where node.runsOlderApp { checker.olderApps[node.nodeID] = node.registry }
     }
 
     deinit {
@@ -77,6 +85,13 @@ final class RunState {
 
     /// The watches a step about links names: `name`, or every watch when nil.
     func watches(_ name: ScenarioNode?) -> [SimNode] { name.map { [node($0)] } ?? Array(watches) }
+
+    /// `node` runs the current app from now on (`updateApp`, or a new watch in its place).
+    func updateApp(of node: SimNode) {
+        checker.olderApps[node.nodeID] = nil
+        node.registry = registry
+        node.runsOlderApp = false
+    }
 
     /// Sets every node's wall clock to virtual time `at` (each adds its own skew).
     func setClocks(_ at: Int64) {

@@ -79,7 +79,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
         switch step.action {
         case .put(let name, let key, let value, let size):
             let node = state.node(name)
-            guard let store = node.store, let descriptor = state.registry.descriptor(forEntry: key) else {
+            guard let store = node.store, let descriptor = node.registry.descriptor(forEntry: key) else {
                 node.refusedWrites += 1
                 return
             }
@@ -179,7 +179,16 @@ final class ScenarioRunner<Link: ScenarioLink> {
             watch.replace(nodeID: nextWatchID, folder: state.folder)
             watch.powerOn()  // a new device: whatever cut the old one had is not its
             nextWatchID += 1
+            state.updateApp(of: watch)  // a new device gets the current app
             try await link.didReplace(watch)
+        case .updateApp(let name):
+            // The system ends an app to update it; it starts again if it was running.
+            let node = state.node(name)
+            let wasUp = node.isUp
+            if wasUp { await link.crash(node) }
+            link.observeSentFrames()  // what the older app sent is checked against its own registry
+            state.updateApp(of: node)
+            if wasUp { try await restart(node) }
         }
     }
 
@@ -204,7 +213,8 @@ final class ScenarioRunner<Link: ScenarioLink> {
             return
         }
         if let info = try? store.entryInfo(forKey: key), info.version != before {
-            state.model.recordWrite(node: node.role, nodeID: node.nodeID, key: key, version: info.version, deleted: info.isDeleted, size: size)
+            state.model.recordWrite(node: node.role, nodeID: node.nodeID, key: key, version: info.version, deleted: info.isDeleted, size: size,
+                                    declaration: node.registry.descriptor(forEntry: key))
         }
         link.localChange(on: node)
     }

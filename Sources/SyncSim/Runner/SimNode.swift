@@ -13,6 +13,10 @@ final class SimNode {
     private(set) var nodeID: UInt32
     private(set) var path: String
     let keyPath: String
+    /// The key registry of the node's app (an older one until `updateApp`).
+    var registry: KeyRegistry
+    /// Whether `registry` is an older app's (`olderApps`).
+    var runsOlderApp = false
     var store: SyncStore?
     /// Counters of store objects dropped by crashes (they live in memory).
     private(set) var pastCounters = SyncCounters()
@@ -31,8 +35,9 @@ final class SimNode {
     /// The VFS's cut count when the current cut was armed (nil: none armed).
     var cutsBeforeArming: Int?
 
-    init(name: ScenarioNode, nodeID: UInt32, folder: String, wallStart: Int64) {
+    init(name: ScenarioNode, nodeID: UInt32, folder: String, wallStart: Int64, registry: KeyRegistry) {
         self.name = name
+        self.registry = registry
         self.role = name.role
         self.nodeID = nodeID
         self.path = "\(folder)/\(role.rawValue)-\(String(nodeID, radix: 16)).sqlite"
@@ -42,8 +47,8 @@ final class SimNode {
 
     var isUp: Bool { store != nil }
 
-    /// Opens (or reopens) the store file with the same options every time.
-    func open(registry: KeyRegistry, durableAcknowledgements: Bool = true) throws {
+    /// Opens (or reopens) the store file with the same options every time, for the node's app's registry.
+    func open(durableAcknowledgements: Bool = true) throws {
         var options = StoreOptions(clock: clock)
         options.nodeID = nodeID
         if let tombstoneRetentionMs { options.tombstoneRetention = .milliseconds(tombstoneRetentionMs) }

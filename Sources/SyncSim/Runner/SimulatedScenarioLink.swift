@@ -50,7 +50,7 @@ final class SimulatedScenarioLink: ScenarioLink {
     func pair(_ watch: SimNode) -> Pair { pairs[watch.name.watchNumber - 1] }
 
     func start() async throws {
-        for node in state.nodes { try node.open(registry: state.registry, durableAcknowledgements: state.options.durableAcknowledgements) }
+        for node in state.nodes { try node.open(durableAcknowledgements: state.options.durableAcknowledgements) }
         for pair in pairs { startSession(pair) }
     }
 
@@ -103,7 +103,7 @@ final class SimulatedScenarioLink: ScenarioLink {
     }
 
     func restart(_ node: SimNode) async throws {
-        try node.open(registry: state.registry, durableAcknowledgements: state.options.durableAcknowledgements)
+        try node.open(durableAcknowledgements: state.options.durableAcknowledgements)
         for pair in pairs(of: node) { startSession(pair) }
     }
 
@@ -113,7 +113,7 @@ final class SimulatedScenarioLink: ScenarioLink {
         let pair = pair(watch)
         pair.epoch += 1
         pair.awaitingRebaseline = true
-        try watch.open(registry: state.registry, durableAcknowledgements: state.options.durableAcknowledgements)
+        try watch.open(durableAcknowledgements: state.options.durableAcknowledgements)
         watch.clock.setSkew(watch.skewMs)
         startSession(pair)
     }
@@ -180,7 +180,8 @@ final class SimulatedScenarioLink: ScenarioLink {
 
     func send(_ frames: [Frame], from node: SimNode, in pair: Pair) {
         for frame in frames {
-            state.checker.observe(frame, from: node.role, senderID: node.nodeID, model: state.model, at: now)
+            let receiver = node.role == .phone ? pair.watch : state.phone
+            state.checker.observe(frame, from: node.role, senderID: node.nodeID, receiverID: receiver.nodeID, model: state.model, at: now)
             pair.link.send(frame, from: node.role == .phone ? .a : .b, at: now)
         }
         if pair.awaitingRebaseline, pair.phoneEndpoint?.isEstablished == true {

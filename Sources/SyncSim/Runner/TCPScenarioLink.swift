@@ -155,7 +155,7 @@ final class TCPScenarioLink: ScenarioLink {
 
     /// Opens the node's store and starts its peer (the phone listens, a watch dials).
     func start(_ node: SimNode) async throws {
-        if !node.isUp { try node.open(registry: state.registry, durableAcknowledgements: state.options.durableAcknowledgements) }
+        if !node.isUp { try node.open(durableAcknowledgements: state.options.durableAcknowledgements) }
         guard let store = node.store else { return }
         let link = self.shared
         let nodeID = node.nodeID

@@ -5,7 +5,7 @@ import SyncTransport
 /// A scenario file (format: `Fixtures/scenarios/README.md`), decoded and validated.
 struct ScenarioDocument: Decodable {
     static let fileKey = CodingUserInfoKey(rawValue: "syncsim.scenarioFile")!
-    static let fields = ["description", "seed", "keys", "keysFile", "faults", "settleLimitMs", "watches", "tombstoneRetentionMs", "peerHorizonMs", "mailbox", "timeline"]
+    static let fields = ["description", "seed", "keys", "keysFile", "faults", "settleLimitMs", "watches", "tombstoneRetentionMs", "peerHorizonMs", "mailbox", "olderApps", "timeline"]
 
     var scenario: Scenario
 
@@ -39,13 +39,32 @@ struct ScenarioDocument: Decodable {
         let retention = try root.integer("tombstoneRetentionMs", required: false, range: 0...Scenario.maxStoreDurationMs)
         let horizon = try root.integer("peerHorizonMs", required: false, range: 1_000...Scenario.maxStoreDurationMs)
         let mailbox = try root.bool("mailbox") ?? false
+        var olderApps: [ScenarioNode: [KeyDescriptor]] = [:]
+        if let apps = try root.object("olderApps") {
+            let declared = [ScenarioNode.phone] + ScenarioNode.watches.prefix(watches)
+            for field in apps.container.allKeys.sorted(by: { $0.stringValue < $1.stringValue }) {
+                guard let node = ScenarioNode(rawValue: field.stringValue), declared.contains(node) else {
+                    throw apps.fail(field.stringValue, "expected a node of the scenario: one of \(declared.map(\.rawValue).joined(separator: ", "))")
+                }
+                let older = try apps.elements(field.stringValue, of: "keys")!.map(KeyCoding.descriptor(from:))
+                do {
+                    _ = try KeyRegistry(descriptors: older)
+                } catch {
+                    throw apps.fail(field.stringValue, "not a valid registry: \(error.message)")
+                }
+                for key in older where !keys.contains(where: { $0.name == key.name && $0.isFamily == key.isFamily }) {
+                    throw apps.fail(field.stringValue, "key '\(key.name)' is not in the scenario's keys (an update may change a declaration or add keys, not remove one)")
+                }
+                olderApps[node] = older
+            }
+        }
         guard let items = try root.elements("timeline", of: "steps") else { throw root.fail("timeline", "is required") }
-        let steps = try items.map { try StepCoding.step(from: $0, registry: registry, watches: watches) }
+        let steps = try items.map { try StepCoding.step(from: $0, registry: registry, watches: watches, olderApps: Set(olderApps.keys)) }
         // Stable: steps at the same time keep file order.
         let ordered = steps.enumerated().sorted { ($0.element.at, $0.offset) < ($1.element.at, $1.offset) }.map(\.element)
         scenario = Scenario(description: description, seed: UInt64(seed), keys: keys, keysFile: keysFile, faults: faults,
                             settleLimitMs: settle, watches: watches, tombstoneRetentionMs: retention, peerHorizonMs: horizon,
-                            mailbox: mailbox, timeline: ordered)
+                            mailbox: mailbox, olderApps: olderApps, timeline: ordered)
     }
 }
 
@@ -163,9 +182,9 @@ struct FaultsCoding: Encodable {
 
 /// A timeline step (`{"at": ..., "op": ..., ...}`).
 enum StepCoding {
-    static let ops = "put, delete, sync, faults, partition, heal, crash, restart, skew, checkpoint, replaceWatch, powerCut or purge"
+    static let ops = "put, delete, sync, faults, partition, heal, crash, restart, skew, checkpoint, replaceWatch, powerCut, purge or updateApp"
 
-    static func step(from decoder: any Decoder, registry: KeyRegistry, watches: Int) throws -> Scenario.Step {
+    static func step(from decoder: any Decoder, registry: KeyRegistry, watches: Int, olderApps: Set<ScenarioNode> = []) throws -> Scenario.Step {
         let item = try Fields(decoder)
         let at = try item.integer("at", range: 0...86_400_000)!
         let op = try item.string("op")!
@@ -223,6 +242,13 @@ enum StepCoding {
             try item.checkKnown(["at", "op", "node"])
             let n = try node(required: false, watchOnly: true)
             action = op == "partition" ? .partition(node: n) : op == "heal" ? .heal(node: n) : .replaceWatch(node: n)
+        case "updateApp":
+            try item.checkKnown(["at", "op", "node"])
+            let n = try node()!
+            guard olderApps.contains(n) else {
+                throw item.fail("node", "\(n.rawValue) has no older app to update: name it in 'olderApps'")
+            }
+            action = .updateApp(node: n)
         case "checkpoint":
             try item.checkKnown(["at", "op"])
             action = .checkpoint
@@ -252,6 +278,12 @@ extension Scenario: Encodable {
         try c.encodeIfPresent(tombstoneRetentionMs, forKey: FieldKey("tombstoneRetentionMs"))
         try c.encodeIfPresent(peerHorizonMs, forKey: FieldKey("peerHorizonMs"))
         if mailbox { try c.encode(true, forKey: FieldKey("mailbox")) }
+        if !olderApps.isEmpty {
+            var apps = c.nestedContainer(keyedBy: FieldKey.self, forKey: FieldKey("olderApps"))
+            for (node, keys) in olderApps.sorted(by: { $0.key < $1.key }) {
+                try apps.encode(keys.map(KeyCoding.init(descriptor:)), forKey: FieldKey(node.rawValue))
+            }
+        }
         try c.encode(timeline, forKey: FieldKey("timeline"))
     }
 }
@@ -270,7 +302,7 @@ extension Scenario.Step: Encodable {
         case .delete(let node, let key):
             try c.encode(node.rawValue, forKey: FieldKey("node"))
             try c.encode(key, forKey: FieldKey("key"))
-        case .sync(let node), .crash(let node), .restart(let node), .purge(let node):
+        case .sync(let node), .crash(let node), .restart(let node), .purge(let node), .updateApp(let node):
             try c.encode(node.rawValue, forKey: FieldKey("node"))
         case .skew(let node, let ms):
             try c.encode(node.rawValue, forKey: FieldKey("node"))

@@ -33,8 +33,12 @@ public struct Scenario: Sendable, Equatable {
     public var description: String
     /// Seeds the link's randomness and generated values.
     public var seed: UInt64
-    /// The key registry both nodes use.
+    /// The key registry of the apps (every node's, unless `olderApps` names it).
     public var keys: [KeyDescriptor]
+    /// Nodes that start with an older app: its key registry (each name also in
+    /// `keys`; declarations may differ, keys may be missing). An `updateApp`
+    /// step gives the node `keys`.
+    public var olderApps: [ScenarioNode: [KeyDescriptor]]
     /// The registry file the keys came from, as written in the scenario (nil when inline).
     public var keysFile: String?
     /// Link faults at the start.
@@ -56,8 +60,9 @@ public struct Scenario: Sendable, Equatable {
 
     public init(description: String, seed: UInt64, keys: [KeyDescriptor], keysFile: String? = nil, faults: LinkFaults = .init(),
                 settleLimitMs: Int64 = 600_000, watches: Int = 1, tombstoneRetentionMs: Int64? = nil, peerHorizonMs: Int64? = nil,
-                mailbox: Bool = false, timeline: [Step]) {
+                mailbox: Bool = false, olderApps: [ScenarioNode: [KeyDescriptor]] = [:], timeline: [Step]) {
         self.mailbox = mailbox
+        self.olderApps = olderApps
         self.watches = watches
         self.tombstoneRetentionMs = tombstoneRetentionMs
         self.peerHorizonMs = peerHorizonMs
@@ -111,6 +116,10 @@ public struct Scenario: Sendable, Equatable {
         /// `store.purgeTombstones()` on the node: forgets watches unseen past the
         /// peer horizon (phone), purges the tombstones every known peer has.
         case purge(node: ScenarioNode)
+        /// The node's app is updated to the scenario's `keys`: it stops as in
+        /// `crash` (the system ends an app to update it) and, if it was running,
+        /// starts again with the new registry.
+        case updateApp(node: ScenarioNode)
 
         /// The `op` name in scenario files.
         public var op: String {
@@ -128,6 +137,7 @@ public struct Scenario: Sendable, Equatable {
             case .replaceWatch: "replaceWatch"
             case .powerCut: "powerCut"
             case .purge: "purge"
+            case .updateApp: "updateApp"
             }
         }
     }
@@ -143,6 +153,23 @@ public struct Scenario: Sendable, Equatable {
     /// horizon, or a `purge` step): its report shows what each node purged and forgot.
     public var showsTombstonePurge: Bool {
         tombstoneRetentionMs != nil || peerHorizonMs != nil || timeline.contains { if case .purge = $0.action { true } else { false } }
+    }
+
+    /// Names of the keys some older app declares otherwise than `keys` (or not at all).
+    public var keysDeclaredDifferently: Set<String> {
+        var names = Set<String>()
+        for older in olderApps.values {
+            for key in keys where !older.contains(where: { Scenario.declaredAlike($0, key) }) { names.insert(key.name) }
+        }
+        return names
+    }
+
+    /// Whether two apps declare a key alike, as the engine compares declarations
+    /// (name, family, availability, policy, encoding, resolver, value type, security).
+    public static func declaredAlike(_ a: KeyDescriptor?, _ b: KeyDescriptor?) -> Bool {
+        guard let a, let b else { return false }
+        return a.name == b.name && a.isFamily == b.isFamily && a.availability == b.availability && a.policy == b.policy
+            && a.encoding == b.encoding && a.resolver == b.resolver && a.valueType == b.valueType && a.security == b.security
     }
 
     /// The nodes of the scenario: the phone, then its watches.
