@@ -38,7 +38,8 @@ public enum Simulation {
             switch name {
             case "skip-tombstones": faults.skipTombstones = true
             case "last-arrival-wins": faults.lastArrivalWins = true
-            default: throw ScenarioError(file: "--inject-fault", field: "", line: 0, message: "unknown fault '\(name)'; use skip-tombstones or last-arrival-wins")
+            case "ignore-key-mismatch": faults.ignoreKeyMismatch = true
+            default: throw ScenarioError(file: "--inject-fault", field: "", line: 0, message: "unknown fault '\(name)'; use skip-tombstones, last-arrival-wins or ignore-key-mismatch")
             }
         }
         return faults

@@ -15,7 +15,7 @@ import Testing
         "basic-two-way", "policy-matrix", "large-values", "partition-heal", "flaky-link", "crash-phone-mid-batch",
         "crash-watch-mid-batch", "clock-skew", "conflicts-and-deletes", "new-watch-epoch",
         "watch-switch", "two-watches", "power-cut-mid-transaction", "tombstone-purge",
-        "queued-while-down",
+        "queued-while-down", "app-update",
     ]
 
     static func path(_ name: String) -> String { "\(fixtures)/\(name).json" }

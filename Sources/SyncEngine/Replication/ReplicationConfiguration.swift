@@ -57,9 +57,12 @@ public struct TestingFaults: Sendable, Equatable, Codable {
     public var skipTombstones = false
     /// Conflicts are won by whichever write arrives last, not by HLC order.
     public var lastArrivalWins = false
+    /// Live sessions take keys the two registries declare differently as alike (and sync them).
+    public var ignoreKeyMismatch = false
 
-    public init(skipTombstones: Bool = false, lastArrivalWins: Bool = false) {
+    public init(skipTombstones: Bool = false, lastArrivalWins: Bool = false, ignoreKeyMismatch: Bool = false) {
         self.skipTombstones = skipTombstones
         self.lastArrivalWins = lastArrivalWins
+        self.ignoreKeyMismatch = ignoreKeyMismatch
     }
 }

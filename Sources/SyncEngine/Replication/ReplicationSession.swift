@@ -127,6 +127,8 @@ struct ReplicationSession {
     /// unacknowledged messages then wait for their acknowledgement or for the
     /// connection to fail, and are never sent twice in one session.
     var retransmits = true
+    /// `TestingFaults.ignoreKeyMismatch`: keys declared differently are taken as alike.
+    var ignoresKeyMismatch = false
 
     private(set) var state: State = .idle
     /// Message ids go on across a restart of the peer (an old acknowledgement never matches a new message).
@@ -221,7 +223,8 @@ struct ReplicationSession {
         case .failure(let error):
             state = .failed(error, peer: knownPeer)
             return [.fail(error, notifyPeer: true)]
-        case .success(let validated):
+        case .success(var validated):
+            if ignoresKeyMismatch { validated.mismatchedKeys = [] }
             var actions: [Action] = []
             if !hello.isReply { actions.append(.send(self.hello(isReply: true))) }
             if !isEstablished || !hello.isReply {

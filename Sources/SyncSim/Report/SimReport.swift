@@ -218,6 +218,7 @@ extension SimReport {
         if let transport { replay += " --transport \(transport)" }
         if faults.skipTombstones { replay += " --inject-fault skip-tombstones" }
         if faults.lastArrivalWins { replay += " --inject-fault last-arrival-wins" }
+        if faults.ignoreKeyMismatch { replay += " --inject-fault ignore-key-mismatch" }
         return replay
     }
 }
