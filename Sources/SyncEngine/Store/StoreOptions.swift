@@ -67,9 +67,10 @@ public struct StoreOptions: Sendable {
     /// until `conflictLogLimit` pushes them out.
     public var conflictLogMaxAge: Duration? = .seconds(30 * 24 * 3600)
 
-    /// A tombstone (what a delete leaves) is purged once every known peer
-    /// other than the one it came from has acknowledged it, it does not wait
-    /// for `sync()`, and its version is older than this. nil never purges.
+    /// A tombstone (what a delete leaves) is purged once it does not wait
+    /// for `sync()`, its version is older than this, and every known peer had
+    /// acknowledged it this long before (a delete from a peer: arrived this
+    /// long before). nil never purges.
     /// A peer that comes back after its tombstones were purged is
     /// re-baselined (see the README, "Tombstones and peers that stay away").
     public var tombstoneRetention: Duration? = .seconds(30 * 24 * 3600)

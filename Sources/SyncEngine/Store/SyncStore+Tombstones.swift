@@ -3,10 +3,16 @@ import Foundation
 /// Tombstones, and peers that stay away.
 ///
 /// A delete leaves a tombstone row (`deleted = 1`) so that the delete reaches
-/// every peer and beats older values. Once every known peer other than the
-/// one it came from has acknowledged it, it does not wait for `sync()`, and
-/// its version is older than `StoreOptions.tombstoneRetention`, the row is
-/// purged; `sync_meta` 'purged_through' keeps the newest purged version (packed).
+/// every peer and beats older values. The row is purged once it does not
+/// wait for `sync()`, its version is older than `StoreOptions.tombstoneRetention`,
+/// and every known peer had acknowledged it a retention before (the peer it
+/// came from excepted, when it arrived here a retention before): a copy of
+/// the old value that a peer sent before it learnt of the delete can then no
+/// longer be on its way (over a transport that reorders, an acknowledgement
+/// can overtake it). What the peers had acknowledged is recorded at each
+/// purge pass (`sync_meta` 'purge_marks': a time and each peer's cursor, at
+/// most `maxPurgeMarks`). `sync_meta` 'purged_through' keeps the newest purged
+/// version (packed).
 ///
 /// A watch the phone has not seen for longer than `StoreOptions.peerHorizon`
 /// is forgotten (it leaves `sync_peers`, so it no longer holds tombstones
@@ -37,26 +43,34 @@ extension SyncStore {
             }
         }
         guard let retention = options.tombstoneRetention else { return 0 }
-        let cutoffMilliseconds = now - SyncStore.milliseconds(retention)
-        guard cutoffMilliseconds > 0 else { return 0 }
-        let cutoff = HLCTimestamp(physicalMilliseconds: min(cutoffMilliseconds, HLCTimestamp.maxPhysicalMilliseconds), counter: 0, node: 0).packed
-        let anyOldTombstone = try database.read { conn -> Bool in
+        let retentionMilliseconds = SyncStore.milliseconds(retention)
+        let cutoffMilliseconds = now - retentionMilliseconds
+        let cutoff = HLCTimestamp(physicalMilliseconds: max(0, min(cutoffMilliseconds, HLCTimestamp.maxPhysicalMilliseconds)), counter: 0, node: 0).packed
+        let (anyOldTombstone, marksChange) = try database.read { conn -> (Bool, Bool) in
+            let changes = PurgeMark.updated(PurgeMark.list(try SyncStore.readMeta(conn)["purge_marks"]), peers: try SyncStore.peerRecords(conn),
+                                            now: now, retention: retentionMilliseconds).changed
+            guard cutoffMilliseconds > 0 else { return (false, changes) }
             let stmt = try conn.statement("SELECT EXISTS (SELECT 1 FROM entries WHERE deleted = 1 AND ver < ?1)")
             stmt.bind(1, cutoff)
             defer { stmt.reset() }
             _ = try stmt.step()
-            return stmt.int(0) != 0
+            return (stmt.int(0) != 0, changes)
         }
-        guard anyOldTombstone else { return 0 }
+        guard anyOldTombstone || marksChange else { return 0 }
         let purged = try database.write({ conn -> [String] in
             let peers = try SyncStore.peerRecords(conn)
+            let marks = PurgeMark.updated(PurgeMark.list(try SyncStore.readMeta(conn)["purge_marks"]), peers: peers, now: now,
+                                          retention: retentionMilliseconds)
+            if marks.changed { try SyncStore.writeMeta(conn, "purge_marks", PurgeMark.text(marks.kept)) }
+            let settled = marks.settled
             // No peer yet: nobody has these deletes; keep them for the first one.
-            guard !peers.isEmpty else { return [] }
+            guard !peers.isEmpty, anyOldTombstone else { return [] }
             let select = try conn.statement("""
                 SELECT key, ver, node, change_seq, lane, origin_peer FROM entries
-                WHERE deleted = 1 AND ver < ?1 AND lane != \(SyncLane.manual.rawValue)
+                WHERE deleted = 1 AND ver < ?1 AND written_at < ?2 AND lane != \(SyncLane.manual.rawValue)
                 """)
             select.bind(1, cutoff)
+            select.bind(2, cutoffMilliseconds)
             var doomed: [(key: String, version: HLCTimestamp)] = []
             while try select.step() {
                 let key = select.string(0)
@@ -65,7 +79,8 @@ extension SyncStore {
                 let origin = UInt32(truncatingIfNeeded: select.int64(5))
                 let name = registry.descriptor(forEntry: key)?.name
                 let everyPeerHasIt = !isSent || peers.allSatisfy { peer in
-                    peer.node == origin || (seq <= peer.cursor && !(name.map(peer.mismatched.contains) ?? false))
+                    let acknowledged = min(peer.cursor, settled?.cursors[peer.node] ?? 0)
+                    return peer.node == origin || (seq <= acknowledged && !(name.map(peer.mismatched.contains) ?? false))
                 }
                 if everyPeerHasIt {
                     doomed.append((key, HLCTimestamp(packed: select.int64(1), node: UInt32(truncatingIfNeeded: select.int64(2)))))
@@ -293,5 +308,74 @@ extension SyncStore {
         let seconds = duration.components.seconds
         guard seconds < Int64.max / 1000 else { return Int64.max / 2 }
         return max(0, seconds) * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+    }
+}
+
+/// What every known peer had acknowledged (its cursor) at a purge pass.
+struct PurgeMark: Equatable, Sendable {
+    /// Physical milliseconds of the pass.
+    var at: Int64
+    var cursors: [UInt32: Int64]
+
+    init(at: Int64, cursors: [UInt32: Int64]) {
+        self.at = at
+        self.cursors = cursors
+    }
+
+    init(at: Int64, cursors peers: [PeerRecord]) {
+        self.init(at: at, cursors: Dictionary(peers.map { ($0.node, $0.cursor) }, uniquingKeysWith: max))
+    }
+
+    /// The marks after a pass at `now` (this pass's added when the peers'
+    /// cursors differ from the newest's, those older than the one a retention
+    /// old dropped, thinned), whether they changed, and the newest mark at
+    /// least a retention old (with no retention, the cursors now).
+    static func updated(_ recorded: [PurgeMark], peers: [PeerRecord], now: Int64, retention: Int64)
+        -> (kept: [PurgeMark], changed: Bool, settled: PurgeMark?) {
+        // Marks from the future (the clock went back) say nothing.
+        var marks = recorded.filter { $0.at <= now }
+        let current = PurgeMark(at: now, cursors: peers)
+        let settled = retention == 0 ? current : marks.last { now - $0.at >= retention }
+        if let settled { marks.removeAll { $0.at < settled.at } }
+        if marks.last.map({ $0.cursors != current.cursors }) ?? true { marks.append(current) }
+        thin(&marks)
+        return (marks, marks != recorded, settled)
+    }
+
+    /// The most marks a store keeps; beyond, the one closest to its neighbours goes.
+    static let maxPurgeMarks = 16
+
+    /// `at:node=cursor,node=cursor;…`, oldest first. Text that does not read
+    /// (it is only ever written here) counts as no marks: tombstones then wait longer.
+    static func list(_ text: String?) -> [PurgeMark] {
+        guard let text, !text.isEmpty else { return [] }
+        var marks: [PurgeMark] = []
+        for item in text.split(separator: ";") {
+            let parts = item.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+            guard parts.count == 2, let at = Int64(parts[0]) else { return [] }
+            var cursors: [UInt32: Int64] = [:]
+            for pair in parts[1].split(separator: ",") {
+                let fields = pair.split(separator: "=")
+                guard fields.count == 2, let node = UInt32(fields[0]), let cursor = Int64(fields[1]) else { return [] }
+                cursors[node] = cursor
+            }
+            marks.append(PurgeMark(at: at, cursors: cursors))
+        }
+        return marks.sorted { $0.at < $1.at }
+    }
+
+    static func text(_ marks: [PurgeMark]) -> String {
+        marks.map { mark in
+            "\(mark.at):" + mark.cursors.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+        }.joined(separator: ";")
+    }
+
+    /// At most `maxPurgeMarks`, the oldest and the newest kept: the marks
+    /// left are spread over the time they span.
+    static func thin(_ marks: inout [PurgeMark]) {
+        while marks.count > maxPurgeMarks {
+            let closest = (1..<(marks.count - 1)).min { marks[$0 + 1].at - marks[$0 - 1].at < marks[$1 + 1].at - marks[$1 - 1].at }!
+            marks.remove(at: closest)
+        }
     }
 }
