@@ -359,33 +359,6 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
         #expect(try pair.watch.storedValue(for: TestKeys.blob) == Data([1]))
         #expect(!watch.receivingTransfer, "the watch still waits for the rest of the overtaken value")
     }
-
-    /// Chunks of a large value are not resent once the key changed (as a
-    /// resent batch leaves such entries out): a late copy of the old value
-    /// could reach a peer that has applied the newer change and purged it.
-    /// The transfer's stretch of the stream still completes.
-    @Test func chunksOfAValueSupersededSinceAreNotResent() throws {
-        let pair = try Pair()
-        let config = ReplicationConfiguration(pairingEpoch: "test")
-        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)  // a lossy transport: it retransmits
-        let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
-        establish(phone, watch)
-        let chunkType = SyncMessage.MessageType.chunk.rawValue
-        try pair.phone.setNow(Data(repeating: 7, count: 300_000), for: TestKeys.blob)
-        _ = try pair.phone.requestManualSync()
-        #expect(phone.pump(now: 0).filter { $0.type == chunkType }.count >= 2)  // every chunk is lost
-        try pair.phone.removeNow(TestKeys.blob)  // superseded while they are unacknowledged
-        let now = config.retransmitMilliseconds * 2
-        let later = phone.tick(now: now)
-        #expect(!later.contains { $0.type == chunkType }, "chunks of the superseded value were resent")
-        // The delete goes as usual; once the watch has it, nothing is left to send.
-        for frame in later {
-            for reply in watch.receive(frame, now: now) { _ = phone.receive(reply, now: now) }
-        }
-        #expect(try pair.watch.entryInfo(forKey: TestKeys.blob.name)?.isDeleted == true)
-        #expect(phone.isIdle, "the abandoned transfer left the phone waiting")
-        #expect(phone.failure == nil && watch.failure == nil)
-    }
 }
 
 // MARK: - The conflict log is bounded

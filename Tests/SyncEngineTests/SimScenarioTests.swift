@@ -153,7 +153,8 @@ import Testing
                             "stale-resend-after-purge", "overtaken-transfer-never-idle",
                             "rebaseline-after-early-ack", "forgotten-watch-older-write-vs-tombstone",
                             "forgotten-watch-older-write-vs-own-delete", "released-manual-change-sent-back",
-                            "rebaselined-watch-newer-write-in-flight", "ack-overtakes-older-copy"])
+                            "rebaselined-watch-newer-write-in-flight", "ack-overtakes-older-copy",
+                            "superseded-transfer-still-completes"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

@@ -227,46 +227,11 @@ package final class ReplicationEndpoint {
     /// Retransmits what timed out, then sends what is pending.
     package func tick(now: Int64) -> [Frame] {
         guard failure == nil else { return [] }
-        var actions: [ReplicationSession.Action] = []
-        do {
-            for action in session.tick(now: now) {
-                switch action {
-                case .send(.batch(let batch)):
-                    actions.append(.send(.batch(current(batch))))
-                case .send(.chunk(let chunk)) where try isSuperseded(chunk.entry):
-                    // Not resent, as a batch leaves out such entries (see `current`); the rest of
-                    // the value is not sent either.
-                    if case .chunk(let key, let seq, _, _, _)? = session.abandonChunk(key: chunk.entry.key, version: chunk.entry.version,
-                                                                                      index: chunk.index) {
-                        try abandonTransfer(key: key, seq: seq)
-                    }
-                default:
-                    actions.append(action)
-                }
-            }
-        } catch let error as SyncError {
-            return perform(actions, now: now) + fail(error, notifyPeer: true)
-        } catch {
-            return perform(actions, now: now) + fail(SyncError(.database, "\(error)"), notifyPeer: true)
+        let actions = session.tick(now: now).map { action -> ReplicationSession.Action in
+            guard case .send(.batch(let batch)) = action else { return action }
+            return .send(.batch(current(batch)))
         }
         return perform(actions, now: now) + pump(now: now)
-    }
-
-    /// Whether this store has since superseded `entry`: its key holds
-    /// another version now (a newer change, or a purged tombstone).
-    private func isSuperseded(_ entry: WireEntry) throws -> Bool {
-        try port.localVersion(forKey: entry.key) != entry.version
-    }
-
-    /// Gives up sending the large value of change `seq` of `key`, superseded
-    /// since its transfer began: its range is complete as a batch whose entry
-    /// was left out is (the newer change is further on in the stream, or came
-    /// from the peer). Chunks of it still in flight are abandoned as they come due.
-    private func abandonTransfer(key: String, seq: Int64) throws {
-        if let transfer = session.stream.transfer, transfer.key == key, transfer.seq == seq { session.stream.transfer = nil }
-        if let upper = session.stream.transferRanges.removeValue(forKey: StreamProgress.TransferID(key: key, seq: seq)) {
-            if let upper { try complete(upper: upper) } else { try finishRepairIfDone() }
-        }
     }
 
     /// `batch` as it is resent: without the entries this store has since
@@ -297,10 +262,6 @@ package final class ReplicationEndpoint {
         do {
             while session.hasCapacity {
                 if var current = session.stream.transfer {
-                    if current.next < current.count, try isSuperseded(current.entry) {
-                        try abandonTransfer(key: current.key, seq: current.seq)
-                        continue
-                    }
                     if current.next < current.count {
                         out.append(sendChunk(&current, now: now))
                         session.stream.transfer = current.next < current.count ? current : nil

@@ -386,16 +386,6 @@ struct ReplicationSession {
         } ?? nil
     }
 
-    /// Forgets an in-flight chunk that is not to be resent (its value was
-    /// superseded here); returns its payload, once.
-    mutating func abandonChunk(key: String, version: HLCTimestamp, index: Int) -> Payload? {
-        let chunk = chunkKey(key, version, index)
-        return withEstablished { established in
-            guard let id = established.chunkKeys.removeValue(forKey: chunk) else { return nil }
-            return established.inFlight.removeValue(forKey: id)?.payload
-        } ?? nil
-    }
-
     /// Messages still unacknowledged though sent before one the peer just
     /// acknowledged: due at the next tick, with their backoff reset.
     private static func retransmitSoon(_ established: inout Established, sentBefore sentAt: Int64) {
