@@ -289,7 +289,7 @@ struct InvariantChecker {
         // convergence: the phone with each watch settled with it
         guard let phone = nodes.first(where: { $0.role == .phone }) else { return }
         for watch in nodes where watch.role == .watch && connected.contains(watch.nodeID) {
-            checkConvergence(phone, watch, held: held, label: label)
+            checkConvergence(phone, watch, held: held, model: model, label: label)
         }
     }
 
@@ -344,7 +344,7 @@ struct InvariantChecker {
     }
 
     /// The phone and one watch hold the same entries for every key that crosses between them.
-    private mutating func checkConvergence(_ phone: Snapshot, _ watch: Snapshot, held: Set<String>, label: String) {
+    private mutating func checkConvergence(_ phone: Snapshot, _ watch: Snapshot, held: Set<String>, model: WriteModel, label: String) {
         log.checked(.convergence)
         let keys = Set(phone.entries.keys).union(watch.entries.keys)
         for key in keys.sorted() {
@@ -354,6 +354,12 @@ struct InvariantChecker {
                 : registry.descriptor(forEntry: key)
             guard let d = declared, crosses(d), !held.contains(key) else { continue }
             let a = phone.entries[key], b = watch.entries[key]
+            // A value an older app wrote that the current declaration does not send from its writer
+            // (the key became phoneWithWatchSync, say) stays where it is.
+            if declared != nil, isDeclaredDifferently(key), [a, b].contains(where: { entry in
+                guard let entry, let write = model.write(key: key, version: entry.version) else { return false }
+                return !Scenario.declaredAlike(write.declaration, d) && !d.replicates(from: write.node)
+            }) { continue }
             let aLive = a.map { !$0.isDeleted } ?? false
             let bLive = b.map { !$0.isDeleted } ?? false
             if !aLive && !bLive { continue }
