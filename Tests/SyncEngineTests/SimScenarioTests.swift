@@ -154,7 +154,8 @@ import Testing
                             "rebaseline-after-early-ack", "forgotten-watch-older-write-vs-tombstone",
                             "forgotten-watch-older-write-vs-own-delete", "released-manual-change-sent-back",
                             "rebaselined-watch-newer-write-in-flight", "ack-overtakes-older-copy",
-                            "superseded-transfer-still-completes", "older-app-value-the-update-keeps-local"])
+                            "superseded-transfer-still-completes", "older-app-value-the-update-keeps-local",
+                            "older-app-entry-refused-by-name"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

@@ -145,6 +145,9 @@ struct InvariantChecker {
     private mutating func checkEntryKey(_ key: String, from sender: DeviceRole, senderID: UInt32, time: Int64, what: String,
                                         directional: Bool = true, valueFrom: DeviceRole? = nil) {
         let origin = valueFrom ?? sender
+        // A rejection names what the peer sent: with apps that differ, a key the rejecting app lets
+        // not cross (or does not know) is what it should refuse.
+        if !directional, isDeclaredDifferently(key) { return }
         guard let d = declaration(key, on: senderID) else {
             log.violate(.placement, "t=\(time) \(sender) sent a \(what) for undeclared key \(key)")
             return
