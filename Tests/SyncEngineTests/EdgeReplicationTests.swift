@@ -359,6 +359,24 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
         #expect(try pair.watch.storedValue(for: TestKeys.blob) == Data([1]))
         #expect(!watch.receivingTransfer, "the watch still waits for the rest of the overtaken value")
     }
+
+    /// What keeps an endpoint from being idle, in words (the simulator's
+    /// report of a run that did not settle names it); nothing once idle.
+    @Test func anEndpointSaysWhyItIsNotIdle() throws {
+        let pair = try Pair()
+        let config = ReplicationConfiguration(pairingEpoch: "test")
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+        #expect(phone.idleBlockers == ["no session established"])
+        establish(phone, watch)
+        try pair.phone.setNow(1, for: TestKeys.steps)
+        _ = phone.pump(now: 0)  // lost
+        #expect(phone.idleBlockers.contains("1 unacknowledged (batch)"), "\(phone.idleBlockers)")
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        link.settle()
+        #expect(link.a.isIdle && link.a.idleBlockers.isEmpty, "\(link.a.idleBlockers)")
+    }
 }
 
 // MARK: - The conflict log is bounded

@@ -195,4 +195,22 @@ import Testing
         _ = phone.receiveHello(try #require(restartedWatch.hello(isReply: false).asHello), now: 100)
         #expect(phone.stream.cursor == 0 && phone.stream.scan == 0 && phone.stream.ranges.isEmpty && phone.stream.batchRanges.isEmpty)
     }
+
+    /// A large value's transfer can begin again while its chunks are in
+    /// flight: the same version queued again under a newer change (a peer that
+    /// got an older version of it makes the phone send its own again). The
+    /// same chunk is then in flight twice, and one acknowledgement answers
+    /// both. Found by `syncsim fuzz` (seed 3201665): the first copy stayed
+    /// unacknowledged for good, resent every 8 s, and the run never settled.
+    @Test func aChunkInFlightTwiceIsAnsweredByOneAcknowledgement() throws {
+        var phone = try Self.establishedPhone()
+        let version = HLCTimestamp(packed: 16 << 16, node: 1)
+        let entry = WireEntry(key: "k", version: version, base: .zero, deleted: false, encoding: "json", value: [])
+        let chunk = SyncMessage.Chunk(entry: entry, totalSize: 3, totalChecksum: 0, index: 0, count: 1, checksum: 0, bytes: [1, 2, 3])
+        _ = phone.sendChunk(chunk, seq: 16, now: 0)
+        _ = phone.sendChunk(chunk, seq: 17, now: 10)  // the transfer began again under change 17
+        _ = phone.acknowledgeChunk(key: "k", version: version, index: 0)
+        #expect(phone.isQuiet, "a copy of the chunk is still waiting for an acknowledgement")
+        #expect(Self.retransmissions(&phone, from: 100, through: 40_000).isEmpty)
+    }
 }

@@ -130,8 +130,8 @@ package final class ReplicationEndpoint {
                     if reply.completes, let range = chunk.range { receivedStream.note(range) }
                 }
             case .chunkAck(let ack):
-                if case .chunk(let key, let seq, _, _, _)? = session.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index),
-                   ack.complete {
+                for case .chunk(let key, let seq, _, _, _) in session.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index)
+                where ack.complete {
                     if let upper = session.stream.transferRanges.removeValue(forKey: StreamProgress.TransferID(key: key, seq: seq)) {
                         if let upper { try complete(upper: upper) } else { try finishRepairIfDone() }
                     }
@@ -427,6 +427,26 @@ package final class ReplicationEndpoint {
               session.peerHasNothingMore, !receivingTransfer, let peer = session.knownPeer else { return false }
         let rows = try? port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
         return rows?.rows.isEmpty ?? false
+    }
+
+    /// Why `isIdle` is false, in words (empty when idle): for a simulator's
+    /// report of what kept a run from settling.
+    package var idleBlockers: [String] {
+        var reasons: [String] = []
+        guard session.isEstablished, let peer = session.knownPeer else { return ["no session established"] }
+        if let failure { reasons.append("failed: \(failure)") }
+        if awaitsPeerReceipt { reasons.append("waits for the peer's receipt") }
+        if let count = session.established?.inFlight.count, count > 0 {
+            let kinds = session.established?.inFlight.values.map { "\($0.payload)".prefix { $0 != "(" } } ?? []
+            reasons.append("\(count) unacknowledged (\(Set(kinds).sorted().joined(separator: ", ")))")
+        }
+        if let transfer = session.stream.transfer { reasons.append("sends \(transfer.key) in chunks (\(transfer.next) of \(transfer.count))") }
+        if !session.stream.repairRows.isEmpty { reasons.append("\(session.stream.repairRows.count) repair rows to send") }
+        if !session.peerHasNothingMore { reasons.append("the peer has not said it has nothing more") }
+        if let receiving { reasons.append("receives \(receiving.key) at \(receiving.version) in chunks") }
+        let rows = try? port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
+        if let first = rows?.rows.first { reasons.append("\(first.key) (change \(first.seq)) waits in the stream after \(session.stream.scan)") }
+        return reasons
     }
 
     /// Acknowledgements whose commits must be on stable storage before they

@@ -69,7 +69,9 @@ struct ReplicationSession {
         var peer: Peer
         var inFlight: [UInt64: InFlight] = [:]
         /// In-flight chunks by key, version and index (their acknowledgements name them so).
-        var chunkKeys: [String: UInt64] = [:]
+        /// (The same chunk is in flight twice when its value's transfer began again
+        /// under a newer change of the same version: one acknowledgement answers both.)
+        var chunkKeys: [String: [UInt64]] = [:]
         /// What this session read of the stream and what the peer acknowledged.
         var stream = StreamProgress()
         /// Our caught-up notice while it waits for its acknowledgement.
@@ -294,7 +296,7 @@ struct ReplicationSession {
             $0.inFlight[id] = InFlight(message: message, payload: .chunk(key: chunk.entry.key, seq: seq, version: chunk.entry.version,
                                                                           index: chunk.index, isLast: chunk.index == chunk.count - 1),
                                        sentAt: now, attempts: 1, bytes: chunk.bytes.count)
-            $0.chunkKeys[key] = id
+            $0.chunkKeys[key, default: []].append(id)
         }
         return message
     }
@@ -375,15 +377,15 @@ struct ReplicationSession {
         } ?? nil
     }
 
-    /// A chunk ack: the payload it acknowledges, once.
-    mutating func acknowledgeChunk(key: String, version: HLCTimestamp, index: Int) -> Payload? {
+    /// A chunk ack: the payloads it acknowledges (that chunk as each transfer
+    /// of its value sent it), once.
+    mutating func acknowledgeChunk(key: String, version: HLCTimestamp, index: Int) -> [Payload] {
         let chunk = chunkKey(key, version, index)
         return withEstablished { established in
-            guard let id = established.chunkKeys.removeValue(forKey: chunk),
-                  let flight = established.inFlight.removeValue(forKey: id) else { return nil }
-            ReplicationSession.retransmitSoon(&established, sentBefore: flight.sentAt)
-            return flight.payload
-        } ?? nil
+            let flights = (established.chunkKeys.removeValue(forKey: chunk) ?? []).compactMap { established.inFlight.removeValue(forKey: $0) }
+            if let latest = flights.map(\.sentAt).max() { ReplicationSession.retransmitSoon(&established, sentBefore: latest) }
+            return flights.map(\.payload)
+        } ?? []
     }
 
     /// Messages still unacknowledged though sent before one the peer just

@@ -129,7 +129,21 @@ final class SimulatedScenarioLink: ScenarioLink {
     func describeLimit(ms: Int64) -> String { "\(ms) ms" }
 
     func unsettledAtEnd(limitMs: Int64) -> String {
-        "did not converge within \(limitMs) ms of virtual time after the last step"
+        var busy: [String] = []
+        for pair in pairs where !isQuiescent(pair) {
+            var sides: [String] = []
+            if pair.link.inFlightCount > 0 { sides.append("\(pair.link.inFlightCount) frames on the link") }
+            for (name, endpoint) in [("phone", pair.phoneEndpoint), (pair.watch.name.rawValue, pair.watchEndpoint)] {
+                guard let endpoint else {
+                    sides.append("\(name): no session")
+                    continue
+                }
+                let reasons = endpoint.idleBlockers
+                if !reasons.isEmpty { sides.append("\(name): " + reasons.joined(separator: "; ")) }
+            }
+            busy.append("\(pair.watch.name.rawValue)'s link: " + sides.joined(separator: " | "))
+        }
+        return "did not converge within \(limitMs) ms of virtual time after the last step" + (busy.isEmpty ? "" : " (" + busy.joined(separator: "; ") + ")")
     }
 
     func observeSentFrames() {}
