@@ -128,4 +128,27 @@ import Testing
             #expect(report.passed, "seed \(scenario.seed): \(report.text)")
         }
     }
+
+    /// The shrinker drops an older app the failure does not need (and its
+    /// `updateApp` steps), and keeps one it does.
+    @Test func theShrinkerKeepsOlderAppsOnlyWhenTheFailureNeedsThem() async throws {
+        let generator = ScenarioGenerator(ops: 60, powerCuts: false)
+        func shrunk(seed: UInt64, fault: String) async throws -> Scenario {
+            let scenario = generator.scenario(seed: seed)
+            #expect(!scenario.olderApps.isEmpty, "seed \(seed) no longer gives an older app")
+            let options = RunOptions(testingFaults: try Simulation.testingFaults(named: [fault]))
+            let report = try #require(await Simulation.run(scenario, name: "s", options: options).report)
+            #expect(!report.passed)
+            return await Shrinker(options: options).shrink(scenario, failing: Set(report.failedInvariants))
+        }
+        // Dropping tombstones fails without any older app.
+        let unrelated = try await shrunk(seed: 1, fault: "skip-tombstones")
+        #expect(unrelated.olderApps.isEmpty)
+        #expect(!unrelated.timeline.contains { if case .updateApp = $0.action { true } else { false } })
+        #expect(try Scenario.parse(unrelated.json) == unrelated)
+        // Syncing keys declared differently fails only with one.
+        let needed = try await shrunk(seed: 10, fault: "ignore-key-mismatch")
+        #expect(!needed.olderApps.isEmpty)
+        #expect(try Scenario.parse(needed.json) == needed)
+    }
 }

@@ -61,9 +61,30 @@ public struct Shrinker: Sendable {
         trimmed.keys = current.keys.filter { k in used.contains { $0 == k.name || $0.hasPrefix(k.name + ":") } }
         if trimmed.keys.isEmpty { trimmed.keys = Array(current.keys.prefix(1)) }
         trimmed.olderApps = trimmed.olderApps.mapValues { older in older.filter { k in trimmed.keys.contains { $0.name == k.name } } }
+        Shrinker.dropSameApps(&trimmed)
         if runs < maxRuns + 1, await fails(trimmed, invariants) { current = trimmed }
+        // Without older apps at all, if it still fails so.
+        if !current.olderApps.isEmpty, runs < maxRuns + 2 {
+            var sameApps = current
+            sameApps.olderApps = [:]
+            Shrinker.dropSameApps(&sameApps)
+            if await fails(sameApps, invariants) { current = sameApps }
+        }
         current.description = "shrunk reproduction: " + scenario.description
         return current
+    }
+
+    /// Drops the older apps that declare what `keys` declares (no older app
+    /// after all), and the `updateApp` steps of nodes left without one.
+    static func dropSameApps(_ scenario: inout Scenario) {
+        let keys = scenario.keys
+        scenario.olderApps = scenario.olderApps.filter { _, older in
+            older.count != keys.count || !older.allSatisfy { k in keys.contains { Scenario.declaredAlike($0, k) } }
+        }
+        let older = scenario.olderApps
+        scenario.timeline.removeAll { step in
+            if case .updateApp(let node) = step.action { older[node] == nil } else { false }
+        }
     }
 
     /// The number of the highest watch a step names (1 when it names none).
