@@ -259,6 +259,47 @@ import Testing
         #expect(try updated.storedValue(for: TestKeys.units) == "us")
     }
 
+    /// A watch the phone forgot (unseen past the horizon) while a batch that
+    /// passed over a key it declared differently waited in the mailbox comes
+    /// back updated: that batch's acknowledgement moves its new cursor past the
+    /// change, and the phone still sends it once the registries agree. Found
+    /// by `syncsim fuzz` (seed 3503850): the forgotten record's keys declared
+    /// differently were gone, and the change never reached the watch.
+    @Test func aForgottenWatchStillGetsWhatWasPassedOverForIt() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let (phone, phoneBox, otherWatch, _, _, _) = try registriesThatDiffer(pair, folder)
+        let link = Link(pair.phone, otherWatch, epoch: secret.epoch)
+        link.connect()
+        link.settle()
+        #expect(try pair.phone.knownPeers().first { $0.node == otherWatch.nodeID }?.mismatched == ["health:daily:steps"])
+        link.a.connectionLost()
+        link.b.connectionLost()
+        try await pair.phone.set(7, for: TestKeys.steps)
+        try await pair.phone.set("uk", for: TestKeys.units)
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try queuedKeys(phoneBox) == ["units"])
+
+        // The watch stays away past the horizon: the phone forgets it.
+        pair.phoneClock.advance(by: 91 * 86_400_000)
+        _ = try pair.phone.purgeTombstones()
+        #expect(try pair.phone.forgottenPeers() == [otherWatch.nodeID])
+
+        // It comes back updated to the phone's registry, through the mailbox.
+        otherWatch.close()
+        let updated = try SyncStore(path: pair.folder.file("other.sqlite"), role: .watch, registry: TestKeys.registry(),
+                                    options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("other.key"))))
+        let updatedPeer = SyncPeer(store: updated, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
+        let updatedBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        for _ in 0..<4 {
+            try updatedPeer.deliverQueued(through: updatedBox)
+            try phone.deliverQueued(through: phoneBox)
+        }
+        #expect(try updated.storedValue(for: TestKeys.units) == "uk")
+        #expect(try updated.storedValue(for: TestKeys.steps) == 7, "the change passed over for the forgotten watch never came")
+        #expect(try pair.phone.knownPeers().first { $0.node == updated.nodeID }?.mismatched == [])
+    }
+
     /// The watch of `registriesThatDiffer` writes tags: they reach the phone
     /// through the mailbox, acknowledged, while steps (declared differently)
     /// stays pending for the watch, as it does live, and units does not.

@@ -155,7 +155,8 @@ import Testing
                             "forgotten-watch-older-write-vs-own-delete", "released-manual-change-sent-back",
                             "rebaselined-watch-newer-write-in-flight", "ack-overtakes-older-copy",
                             "superseded-transfer-still-completes", "older-app-value-the-update-keeps-local",
-                            "older-app-entry-refused-by-name", "same-chunk-in-flight-twice"])
+                            "older-app-entry-refused-by-name", "same-chunk-in-flight-twice",
+                            "forgotten-older-watch-keeps-passed-over-keys"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

@@ -190,9 +190,25 @@ extension SyncStore {
             let returned = try conn.statement("DELETE FROM sync_forgotten_peers WHERE peer_node = ?1")
             returned.bind(1, Int64(node))
             try returned.run()
+            // A forgotten watch back: the keys it declared differently stay remembered. Messages
+            // posted before it was forgotten passed over their changes, and their acknowledgements
+            // may move its new cursor past them: those changes go once the registries agree.
+            let saved = SyncStore.forgottenMismatchedMeta(node)
+            if let names = try SyncStore.readMeta(conn)[saved] {
+                let restore = try conn.statement("UPDATE sync_peers SET mismatched = ?2 WHERE peer_node = ?1 AND mismatched = ''")
+                restore.bind(1, Int64(node))
+                restore.bind(2, names)
+                try restore.run()
+                let drop = try conn.statement("DELETE FROM sync_meta WHERE name = ?1")
+                drop.bind(1, saved)
+                try drop.run()
+            }
             return try SyncStore.peerRecord(conn, node: node) ?? PeerRecord(node: node, cursor: 0, mismatched: [])
         }
     }
+
+    /// The `sync_meta` name that keeps a forgotten peer's keys declared differently.
+    static func forgottenMismatchedMeta(_ node: UInt32) -> String { "forgotten_mismatched_\(node)" }
 
     /// Remembers the keys `peer` declares differently (their changes wait for it).
     func setMismatchedKeys(_ names: Set<String>, for peer: UInt32) throws {

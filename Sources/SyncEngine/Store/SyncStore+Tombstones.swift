@@ -194,6 +194,11 @@ extension SyncStore {
                 remember.bind(1, Int64(node))
                 remember.bind(2, now)
                 try remember.run()
+                // Its keys declared differently: changes of them that messages already posted passed
+                // over are sent once the registries agree, even after it returns (`recordPeer`).
+                if let mismatched = try SyncStore.peerRecord(conn, node: node)?.mismatched, !mismatched.isEmpty {
+                    try SyncStore.writeMeta(conn, SyncStore.forgottenMismatchedMeta(node), mismatched.sorted().joined(separator: "\n"))
+                }
                 forget.reset()
                 forget.bind(1, Int64(node))
                 try forget.run()
