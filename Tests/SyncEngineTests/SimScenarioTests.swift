@@ -156,7 +156,8 @@ import Testing
                             "rebaselined-watch-newer-write-in-flight", "ack-overtakes-older-copy",
                             "superseded-transfer-still-completes", "older-app-value-the-update-keeps-local",
                             "older-app-entry-refused-by-name", "same-chunk-in-flight-twice",
-                            "forgotten-older-watch-keeps-passed-over-keys"])
+                            "forgotten-older-watch-keeps-passed-over-keys",
+                            "power-cut-fired-before-the-next-one"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

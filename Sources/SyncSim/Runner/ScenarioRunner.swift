@@ -123,6 +123,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
             node.clock.setSkew(ms)
         case .powerCut(let name, let operations):
             let node = state.node(name)
+            await reapPowerCuts()  // a cut armed before may have fired since, on a background thread
             guard node.isUp else { return }
             powerCuts += 1
             node.armPowerCut(afterOperations: operations)

@@ -75,9 +75,12 @@ final class SimNode {
         return crashVFS.statistics.cuts > before
     }
 
-    /// Arms a cut at the node's `operations`-th file write, truncate or sync from now.
+    /// Arms a cut at the node's `operations`-th file write, truncate or sync
+    /// from now; not when the cut armed before has fired already (on a
+    /// background thread, say an fsync): the node is down, and arming again
+    /// would hide it.
     func armPowerCut(afterOperations operations: Int) {
-        guard let crashVFS else { return }
+        guard let crashVFS, !powerFailed else { return }
         cutsBeforeArming = crashVFS.statistics.cuts
         crashVFS.armPowerCut(afterOperations: operations)
     }
