@@ -300,6 +300,73 @@ import Testing
         #expect(try pair.phone.knownPeers().first { $0.node == updated.nodeID }?.mismatched == [])
     }
 
+    /// A watch that refuses several messages of a registry it has not
+    /// compared, in one pass, refuses each: the phone compares, posts again
+    /// once, and does not take the refusals of the older messages for a peer
+    /// that still refuses (which would pause posting for a minute). Found by
+    /// `syncsim fuzz` (seed 3801334): the watch did not get the phone's changes
+    /// at the next checkpoint.
+    @Test func severalRefusalsOfMessagesPostedBeforeTheComparisonCostNoPause() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let (phone, phoneBox, otherWatch, _, watch, watchBox) = try registriesThatDiffer(pair, folder)
+        for units in ["metric", "imperial", "uk"] {
+            try await pair.phone.set(units, for: TestKeys.units)
+            try phone.deliverQueued(through: phoneBox)
+        }
+        #expect(try phoneBox.outgoingCount() == 3)
+        #expect(try watch.deliverQueued(through: watchBox).refused.map(\.code) == Array(repeating: .keyDeclarationMismatch, count: 3))
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try queuedKeys(phoneBox).contains("units"), "the phone paused instead of posting again")
+        try watch.deliverQueued(through: watchBox)
+        #expect(try otherWatch.storedValue(for: TestKeys.units) == "uk")
+    }
+
+    /// An entry the watch refuses by name because it declares its key
+    /// differently (a batch the phone's older app posted right after offering
+    /// its declarations) waits as a key declared differently does: once the
+    /// phone's app is updated to the watch's registry, it goes. Found by
+    /// `syncsim fuzz` (seed 3704189): the acknowledgement moved the cursor
+    /// past the refused change, and it never reached the watch.
+    @Test func anEntryRefusedForItsDeclarationGoesOnceTheRegistriesAgree() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        // The phone's older app declares steps as a String.
+        let olderSteps = Key<String>("steps", in: Namespace("health").child("daily"), default: "", availability: .all, policy: .automaticSmall)
+        let older: [any KeyDeclaration] = [olderSteps, TestKeys.name, TestKeys.token, TestKeys.watchFace, TestKeys.units, TestKeys.draft,
+                                           TestKeys.blob, TestKeys.tags, TestKeys.secret, TestKeys.daily]
+        let path = pair.folder.file("older-phone.sqlite")
+        let options = StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("older-phone.key")))
+        let olderPhone = try SyncStore(path: path, role: .phone, registry: KeyRegistry(older), options: options)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        let watch = SyncPeer(store: pair.watch, configuration: config)
+
+        try await pair.watch.set(["run"], for: TestKeys.tags)
+        try watch.deliverQueued(through: watchBox)
+        try await olderPhone.set("4", for: olderSteps)
+        // The older phone refuses the watch's message, offers its declarations, and posts steps.
+        try SyncPeer(store: olderPhone, configuration: config).deliverQueued(through: phoneBox)
+        #expect(try queuedKeys(phoneBox) == ["health:daily:steps"])
+        // The watch compares (the offer comes first), then takes the batch and refuses steps by name.
+        try watch.deliverQueued(through: watchBox)
+        #expect(try pair.watch.entryInfo(forKey: "health:daily:steps") == nil)
+
+        // The phone's app is updated to the watch's registry before it reads the acknowledgement.
+        olderPhone.close()
+        let phoneStore = try SyncStore(path: path, role: .phone, registry: TestKeys.registry(), options: options)
+        let phone = SyncPeer(store: phoneStore, configuration: config)
+        for _ in 0..<3 {
+            try phone.deliverQueued(through: phoneBox)
+            try watch.deliverQueued(through: watchBox)
+        }
+        let sent = try #require(try phoneStore.entryInfo(forKey: "health:daily:steps"))
+        #expect(try pair.watch.entryInfo(forKey: "health:daily:steps")?.version == sent.version, "the refused change never reached the watch")
+        #expect(try pair.watch.storedValue(for: TestKeys.tags) == ["run"])
+        #expect(try phoneStore.storedValue(for: TestKeys.tags) == ["run"])
+    }
+
     /// The watch of `registriesThatDiffer` writes tags: they reach the phone
     /// through the mailbox, acknowledged, while steps (declared differently)
     /// stays pending for the watch, as it does live, and units does not.

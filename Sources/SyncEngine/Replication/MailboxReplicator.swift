@@ -55,6 +55,9 @@ package final class MailboxReplicator {
     /// The registries after whose comparison a refusal of our registry was taken as
     /// older than the comparison, and posting went on at once (a second one pauses it).
     private var retriedRegistries: [UInt8]?
+    /// A batch was posted since that retry: only a refusal read after it may be of
+    /// something posted after the comparison (refusals read before are of older messages).
+    private var postedSinceRetry = false
     /// Keys the peer declares differently (from the last comparison), passed over while posting.
     private var mismatchedForPeer: Set<String> = []
     /// The repair batch was posted and its acknowledgement has not come yet.
@@ -185,6 +188,13 @@ package final class MailboxReplicator {
                         if port.role == .watch { try port.syncCommitted() }
                         report.acknowledged = true
                     }
+                    // Entries the peer took for keys it declares differently (a batch posted before the two
+                    // compared registries) wait as those keys' changes do: sent once the registries agree.
+                    let waiting = Set(rejected.filter { $0.code == SyncError.Code.keyDeclarationMismatch.rawValue }
+                        .compactMap { port.registry.descriptor(forEntry: $0.key)?.name })
+                    if !waiting.isSubset(of: peer.mismatched) {
+                        try port.setMismatchedKeys(peer.mismatched.union(waiting), for: peer.node)
+                    }
                     if !rejected.isEmpty {
                         emit(.error(SyncError(.protocolViolation, "the peer refused \(rejected.count) entries: \(rejected.map { "\($0.key) (\($0.code))" }.joined(separator: ", "))")))
                     }
@@ -195,10 +205,15 @@ package final class MailboxReplicator {
                         // The peer's registry is ours now: what it refused was written with our older
                         // registry (this app was updated since), and what follows is taken.
                     } else if error.code == .keyDeclarationMismatch, let registries = peer.registries,
+                              registries == ourFingerprint + refuser.registryFingerprint, retriedRegistries == registries, !postedSinceRetry {
+                        // Another refusal of a message posted before the comparison (the peer refused several
+                        // in one pass): the retry already covers it.
+                    } else if error.code == .keyDeclarationMismatch, let registries = peer.registries,
                               registries == ourFingerprint + refuser.registryFingerprint, retriedRegistries != registries {
                         // We compared the two registries, the peer had not when it refused (it refused before
                         // our declarations came, or they were lost): ours go again, and what it refused, once.
                         retriedRegistries = registries
+                        postedSinceRetry = false
                         try offerDeclarations(to: refuser, into: &report, again: true)
                     } else {
                         stalled = error
@@ -431,6 +446,7 @@ package final class MailboxReplicator {
             let batch = QueuedMessage.batch(header, after: rangeStart, through: scanned, entries: filtered)
             try mailbox.post(batch.frame())
             onPost?(batch)
+            postedSinceRetry = true
             reportedFull = false
             report.messagesPosted += 1
             report.entriesPosted += filtered.count
@@ -452,6 +468,7 @@ package final class MailboxReplicator {
         let batch = QueuedMessage.batch(header, after: Self.repairRange.after, through: Self.repairRange.through, entries: entries)
         try mailbox.post(batch.frame())
         onPost?(batch)
+        postedSinceRetry = true
         repairPosted = true
         report.messagesPosted += 1
         report.entriesPosted += entries.count
