@@ -138,6 +138,16 @@ import Testing
         #expect(report.transport == "tcp")
     }
 
+    /// A watch replaced while the phone is down (its power cut) leaves the
+    /// phone down until its `restart`; the TCP link reopened it at once, on
+    /// dead files, and the run stopped with "unable to open database file".
+    @Test func aWatchReplacedWhileThePhoneIsDownLeavesItDownOverTCP() async throws {
+        let outcome = await Simulation.runTCP(path: "\(SimScenarioTests.fixtures)/regressions/older-app-entry-refused-by-name.json")
+        #expect(outcome.runError == nil, "\(outcome.runError ?? "")")
+        let report = try #require(outcome.report)
+        #expect(report.passed, "\(report.text)")
+    }
+
     @Test func skippedTombstonesAreCaughtOverTCP() async throws {
         let faults = try Simulation.testingFaults(named: ["skip-tombstones"])
         let outcome = await Simulation.runTCP(path: SimScenarioTests.path("conflicts-and-deletes"), options: RunOptions(testingFaults: faults))

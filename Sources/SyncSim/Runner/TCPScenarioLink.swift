@@ -86,7 +86,8 @@ final class TCPScenarioLink: ScenarioLink {
         secrets[watch.name] = PairingSecret.generate()
         // Without a session record, the re-baseline is taken to happen at the re-pair.
         state.model.recordRebaseline(nodeID: state.phone.nodeID)
-        try await start(state.phone)
+        // A phone that is down (crashed, or its power cut) stays down until its `restart`.
+        if state.phone.isUp { try await start(state.phone) }
         try await start(watch)
         watch.clock.setSkew(watch.skewMs)
     }
