@@ -201,20 +201,21 @@ package final class MailboxReplicator {
                 case .refusal(let refuser, let code, let text):
                     let error = SyncError(SyncError.Code(PeerText.escaped(code, maxLength: 64)),
                                           "the peer refused our queued messages: \(PeerText.escaped(text))")
+                    // Refused for our registry although we compared the two since (live, or by declarations):
+                    // the peer had not when it refused (it refused before our declarations came, or they were lost).
+                    let comparedSince = error.code == .keyDeclarationMismatch
+                        && peer.registries == ourFingerprint + refuser.registryFingerprint
                     if error.code == .keyDeclarationMismatch, refuser.registryFingerprint == ourFingerprint {
                         // The peer's registry is ours now: what it refused was written with our older
                         // registry (this app was updated since), and what follows is taken.
-                    } else if error.code == .keyDeclarationMismatch, let registries = peer.registries,
-                              registries == ourFingerprint + refuser.registryFingerprint, retriedRegistries == registries, !postedSinceRetry {
-                        // Another refusal of a message posted before the comparison (the peer refused several
-                        // in one pass): the retry already covers it.
-                    } else if error.code == .keyDeclarationMismatch, let registries = peer.registries,
-                              registries == ourFingerprint + refuser.registryFingerprint, retriedRegistries != registries {
-                        // We compared the two registries, the peer had not when it refused (it refused before
-                        // our declarations came, or they were lost): ours go again, and what it refused, once.
-                        retriedRegistries = registries
+                    } else if comparedSince, retriedRegistries != peer.registries {
+                        // Ours go again, and what it refused, once.
+                        retriedRegistries = peer.registries
                         postedSinceRetry = false
                         try offerDeclarations(to: refuser, into: &report, again: true)
+                    } else if comparedSince, !postedSinceRetry {
+                        // Another refusal of a message posted before the comparison (the peer refused several
+                        // in one pass): the retry already covers it.
                     } else {
                         stalled = error
                         stalledRegistries = .some(peer.registries)
@@ -443,13 +444,9 @@ package final class MailboxReplicator {
                 }
                 continue
             }
-            let batch = QueuedMessage.batch(header, after: rangeStart, through: scanned, entries: filtered)
-            try mailbox.post(batch.frame())
-            onPost?(batch)
-            postedSinceRetry = true
+            try postBatch(QueuedMessage.batch(header, after: rangeStart, through: scanned, entries: filtered), entries: filtered.count,
+                          into: &report)
             reportedFull = false
-            report.messagesPosted += 1
-            report.entriesPosted += filtered.count
             var delta = SyncCounters()
             delta.batchesSent = 1
             delta.entriesSent = filtered.count
@@ -465,13 +462,18 @@ package final class MailboxReplicator {
     /// batch named by `repairRange`; posted again if it was lost.
     private func postRepair(_ record: PeerRecord, into report: inout QueuedDeliveryReport) throws {
         let entries = try entries(of: port.rows(declaredBy: record.mismatched, for: record.node, maxEntries: Int.max).filter { !excluded($0.key) })
-        let batch = QueuedMessage.batch(header, after: Self.repairRange.after, through: Self.repairRange.through, entries: entries)
+        try postBatch(QueuedMessage.batch(header, after: Self.repairRange.after, through: Self.repairRange.through, entries: entries),
+                      entries: entries.count, into: &report)
+        repairPosted = true
+    }
+
+    /// Posts `batch` (a stretch of the stream, or the repair batch) of `count` entries.
+    private func postBatch(_ batch: QueuedMessage, entries count: Int, into report: inout QueuedDeliveryReport) throws {
         try mailbox.post(batch.frame())
         onPost?(batch)
         postedSinceRetry = true
-        repairPosted = true
         report.messagesPosted += 1
-        report.entriesPosted += entries.count
+        report.entriesPosted += count
     }
 
     /// The entries of `rows` as a queued batch carries them: a large value whole

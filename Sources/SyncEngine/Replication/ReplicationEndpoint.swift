@@ -346,47 +346,6 @@ package final class ReplicationEndpoint {
         return (batch.id, frame)
     }
 
-    /// A sync round begins with its first batch (stream read up to `scan`
-    /// before it): when someone listens for progress, it counts the batches
-    /// that the changes pending now make (a scan of keys and sizes), and ends once it
-    /// sent them; changes committed meanwhile go to the next round. The total
-    /// stays fixed (0 when nobody listened as the round began).
-    private func beginRoundIfNeeded(from scan: Int64, peer: ReplicationSession.Peer) throws {
-        guard !session.stream.inRound else { return }
-        session.stream.inRound = true
-        session.stream.batchNumber = 0
-        session.stream.batchTotal = 0
-        session.stream.roundEnd = nil
-        guard reporter.wantsProgress else { return }
-        var batches = 0
-        var repair = session.stream.repairRows[...]
-        while let first = repair.first {
-            if first.isLarge {
-                repair = repair.dropFirst()
-            } else {
-                let size = repair.prefix(configuration.maxBatchEntries).prefix { !$0.isLarge }.count
-                repair = repair.dropFirst(size)
-                batches += 1
-            }
-        }
-        let (stream, position) = try port.pendingBatches(for: peer.node, after: scan, maxEntries: configuration.maxBatchEntries,
-                                                         maxBytes: configuration.maxBatchBytes,
-                                                         dropsDeletes: configuration.testingFaults.skipTombstones) { key, _ in excluded(key) }
-        batches += stream
-        session.stream.batchTotal = batches
-        session.stream.roundEnd = position
-    }
-
-    /// The round ends once the stream was read through its end.
-    private func endRoundIfReached(_ scanned: Int64) {
-        if let end = session.stream.roundEnd, scanned >= end { endRound() }
-    }
-
-    private func endRound() {
-        session.stream.inRound = false
-        session.stream.roundEnd = nil
-    }
-
     /// The range ending at `upper` was acknowledged: the cursor moves over
     /// every acknowledged range at the front, and is recorded.
     func complete(upper: Int64) throws {
@@ -416,37 +375,6 @@ package final class ReplicationEndpoint {
     private func finishRepairIfDone() throws {
         guard session.stream.finishRepairIfDone(), let peer = session.knownPeer else { return }
         try port.setMismatchedKeys(ReplicationSession.declared(peer.mismatchedKeys, in: port.registry.wireDeclarations(from: port.role)), for: peer.node)
-    }
-
-    /// True when established, nothing is in flight or waiting to be sent, and
-    /// the peer has nothing more for us: it said so (a caught-up notice,
-    /// protocol 2) after the last data it sent, so entries it still resends
-    /// arrive before this side is idle.
-    package var isIdle: Bool {
-        guard session.isEstablished, failure == nil, !awaitsPeerReceipt, session.isQuiet, session.stream.transfer == nil, session.stream.repairRows.isEmpty,
-              session.peerHasNothingMore, !receivingTransfer, let peer = session.knownPeer else { return false }
-        let rows = try? port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
-        return rows?.rows.isEmpty ?? false
-    }
-
-    /// Why `isIdle` is false, in words (empty when idle): for a simulator's
-    /// report of what kept a run from settling.
-    package var idleBlockers: [String] {
-        var reasons: [String] = []
-        guard session.isEstablished, let peer = session.knownPeer else { return ["no session established"] }
-        if let failure { reasons.append("failed: \(failure)") }
-        if awaitsPeerReceipt { reasons.append("waits for the peer's receipt") }
-        if let count = session.established?.inFlight.count, count > 0 {
-            let kinds = session.established?.inFlight.values.map { "\($0.payload)".prefix { $0 != "(" } } ?? []
-            reasons.append("\(count) unacknowledged (\(Set(kinds).sorted().joined(separator: ", ")))")
-        }
-        if let transfer = session.stream.transfer { reasons.append("sends \(transfer.key) in chunks (\(transfer.next) of \(transfer.count))") }
-        if !session.stream.repairRows.isEmpty { reasons.append("\(session.stream.repairRows.count) repair rows to send") }
-        if !session.peerHasNothingMore { reasons.append("the peer has not said it has nothing more") }
-        if let receiving { reasons.append("receives \(receiving.key) at \(receiving.version) in chunks") }
-        let rows = try? port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
-        if let first = rows?.rows.first { reasons.append("\(first.key) (change \(first.seq)) waits in the stream after \(session.stream.scan)") }
-        return reasons
     }
 
     /// Acknowledgements whose commits must be on stable storage before they
@@ -535,7 +463,7 @@ package final class ReplicationEndpoint {
         message.frame(protocolVersion: session.knownPeer?.protocolVersion ?? 1)
     }
 
-    private func excluded(_ key: String) -> Bool {
+    func excluded(_ key: String) -> Bool {
         guard let descriptor = port.registry.descriptor(forEntry: key) else { return true }
         return !descriptor.replicates(from: port.role) || (session.knownPeer?.mismatchedKeys.contains(descriptor.name) ?? false)
     }

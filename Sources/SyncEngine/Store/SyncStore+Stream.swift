@@ -194,15 +194,16 @@ extension SyncStore {
             // posted before it was forgotten passed over their changes, and their acknowledgements
             // may move its new cursor past them: those changes go once the registries agree.
             let saved = SyncStore.forgottenMismatchedMeta(node)
-            if let names = try SyncStore.readMeta(conn)[saved] {
-                let restore = try conn.statement("UPDATE sync_peers SET mismatched = ?2 WHERE peer_node = ?1 AND mismatched = ''")
-                restore.bind(1, Int64(node))
-                restore.bind(2, names)
-                try restore.run()
-                let drop = try conn.statement("DELETE FROM sync_meta WHERE name = ?1")
-                drop.bind(1, saved)
-                try drop.run()
-            }
+            let restore = try conn.statement("""
+                UPDATE sync_peers SET mismatched = (SELECT value FROM sync_meta WHERE name = ?2)
+                WHERE peer_node = ?1 AND mismatched = '' AND EXISTS (SELECT 1 FROM sync_meta WHERE name = ?2)
+                """)
+            restore.bind(1, Int64(node))
+            restore.bind(2, saved)
+            try restore.run()
+            let drop = try conn.statement("DELETE FROM sync_meta WHERE name = ?1")
+            drop.bind(1, saved)
+            try drop.run()
             return try SyncStore.peerRecord(conn, node: node) ?? PeerRecord(node: node, cursor: 0, mismatched: [])
         }
     }

@@ -1,0 +1,266 @@
+import Foundation
+@_spi(Benchmarks) @testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// A watch the phone forgot returns: the phone's re-baseline notice goes
+/// first (live or queued), then the baseline, and a purged delete never
+/// comes back. (`Neighbourhood` is in TombstonePurgeTests.swift.)
+@Suite struct TombstoneRebaselineTests {
+    /// The forgotten watch returns holding the old value, a value it wrote
+    /// that the phone deleted while it was away, a value it wrote that is
+    /// still alive, and a write made offline: after its session the deleted
+    /// values are absent on the phone, on it and on the other watch; the live
+    /// one stays; the offline write reaches the phone and the other watch.
+    @Test func returningWatchHoldingTheOldValueDoesNotBringThePurgedDeleteBack() async throws {
+        let home = try Neighbourhood(watches: 2)
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.watches[0].set("face", for: TestKeys.watchFace)  // never leaves the watch
+        try await home.watches[0].set(20, for: TestKeys.daily["mine-deleted"])
+        try await home.watches[0].set(30, for: TestKeys.daily["mine-alive"])
+        home.sync(0)
+        home.sync(1)
+        #expect(try home.watches[1].storedValue(for: TestKeys.daily["mine-deleted"]) == 20)
+        // Written on watch 0 before the deletes, never sent: older than the purged versions, yet new to the phone.
+        try await home.watches[0].set(9, for: TestKeys.daily["early"])
+
+        // Watch 0 goes away; meanwhile both values are deleted and the deletes purged.
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.steps)
+        try await home.watches[1].remove(TestKeys.daily["mine-deleted"])
+        home.sync(1)
+        home.recordAcknowledgements()
+        home.advance(days: 91)
+        home.sync(1)
+        _ = try home.phone.purgeTombstones()
+        _ = try home.watches[1].purgeTombstones()
+        for store in [home.phone, home.watches[1]] {
+            #expect(try store.entryInfo(forKey: TestKeys.steps.name) == nil)
+            #expect(try store.entryInfo(forKey: TestKeys.daily["mine-deleted"].name) == nil)
+        }
+        #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
+        #expect(try home.phone.purgedThrough() > (try home.watches[0].entryInfo(forKey: TestKeys.daily["early"].name)?.version.packed ?? .max))
+
+        // Offline on watch 0: the old values are still there, and a new write.
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == 1)
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["mine-deleted"]) == 20)
+        try await home.watches[0].set(7, for: TestKeys.daily["offline"])
+        let changes = home.watches[0].changes(matching: .key(TestKeys.steps.name))
+
+        home.sync(0)
+        #expect(home.rebaselined(0))
+        home.sync(1)
+        for store in [home.phone, home.watches[0], home.watches[1]] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role) \(store.nodeID)")
+            #expect(try store.storedValue(for: TestKeys.daily["mine-deleted"]) == nil)
+            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+            #expect(try store.storedValue(for: TestKeys.daily["offline"]) == 7)
+            #expect(try store.storedValue(for: TestKeys.daily["early"]) == 9)
+        }
+        #expect(try home.watches[0].storedValue(for: TestKeys.watchFace) == "face")
+        // The app on watch 0 heard the old value go.
+        let removal = try await first(of: changes, "watch 0's removal of steps") { $0.kind == .removed }
+        #expect(removal.origin == .remote)
+        // Nothing is left waiting, and the phone knows watch 0 again.
+        #expect(try home.phone.pendingSummary().total == 0)
+        #expect(try home.phone.forgottenPeers().isEmpty)
+        #expect(Set(try home.phone.knownPeers().map(\.node)) == Set(home.watches.map(\.nodeID)))
+    }
+
+    /// A watch's write reaches the phone, but the phone's acknowledgement is
+    /// lost as the session ends. The phone deletes the key, forgets the
+    /// watch and purges the tombstone. When the watch returns, the phone's
+    /// receipt says it had the write: the watch does not send it again, the
+    /// re-baseline removes it, and the key stays deleted everywhere (before
+    /// protocol 3 the watch sent it again and the phone took it as new).
+    @Test func aWriteWhoseAcknowledgementWasLostDoesNotComeBackAfterAPurge() async throws {
+        let home = try Neighbourhood(watches: 2)
+        try await home.phone.set(1, for: TestKeys.steps)
+        home.sync(0)
+        home.sync(1)
+        try await home.watches[0].set(20, for: TestKeys.daily["lost-ack"])
+        let config = ReplicationConfiguration(pairingEpoch: "test")
+        let phone = ReplicationEndpoint(store: home.phone, configuration: config)
+        let watch = ReplicationEndpoint(store: home.watches[0], configuration: config)
+        var toWatch = phone.start(now: 1_000), toPhone = watch.start(now: 1_000)
+        var lostAcks = 0
+        for _ in 0..<1_000 where !(toWatch.isEmpty && toPhone.isEmpty) {
+            let (sendWatch, sendPhone) = (toWatch, toPhone)
+            (toWatch, toPhone) = ([], [])
+            for frame in sendPhone { toWatch += phone.receive(frame, now: 1_000) }
+            for frame in sendWatch {
+                // Every acknowledgement from the phone is lost.
+                if frame.type == SyncMessage.MessageType.ack.rawValue { lostAcks += 1 } else { toPhone += watch.receive(frame, now: 1_000) }
+            }
+        }
+        phone.connectionLost()
+        watch.connectionLost()
+        #expect(lostAcks > 0)
+        #expect(try home.phone.storedValue(for: TestKeys.daily["lost-ack"]) == 20)
+
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.daily["lost-ack"])
+        home.sync(1)
+        home.recordAcknowledgements()
+        home.advance(days: 91)
+        home.sync(1)
+        _ = try home.phone.purgeTombstones()
+        #expect(try home.phone.entryInfo(forKey: TestKeys.daily["lost-ack"].name) == nil)
+        #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
+
+        home.sync(0)
+        #expect(home.rebaselined(0))
+        home.sync(1)
+        for store in [home.phone, home.watches[0], home.watches[1]] {
+            #expect(try store.storedValue(for: TestKeys.daily["lost-ack"]) == nil, "the deleted value came back on the \(store.role) \(store.nodeID)")
+            #expect(try store.storedValue(for: TestKeys.steps) == 1)
+        }
+    }
+
+    /// A re-baseline notice that overtakes the phone's receipt (a lossy
+    /// transport reordered them) is left unacknowledged: the watch acts on
+    /// it only once it knows what the phone received, when it comes again.
+    @Test func aNoticeThatOvertakesTheReceiptComesAgain() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try await Neighbourhood.withForgottenWatch(pairing: pairing)
+        let config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
+        let phone = ReplicationEndpoint(store: home.phone, configuration: config)
+        let watch = ReplicationEndpoint(store: home.watches[0], configuration: config)
+        var now: Int64 = 1_000
+        var toPhone = watch.start(now: now)
+        var toWatch = phone.start(now: now)
+        var notices: [Frame] = [], receipts: [Frame] = []
+        for _ in 0..<10 where !(toWatch.isEmpty && toPhone.isEmpty) {
+            let (sendWatch, sendPhone) = (toWatch, toPhone)
+            (toWatch, toPhone) = ([], [])
+            for frame in sendPhone { toWatch += phone.receive(frame, now: now) }
+            for frame in sendWatch {
+                switch frame.type {
+                case SyncMessage.MessageType.rebaseline.rawValue: notices.append(frame)
+                case SyncMessage.MessageType.receipt.rawValue: receipts.append(frame)
+                default: toPhone += watch.receive(frame, now: now)
+                }
+            }
+        }
+        #expect(notices.count == 1 && receipts.count == 1)
+        // The notice first: not acted on, not acknowledged.
+        #expect(watch.receive(notices[0], now: now).isEmpty)
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == 1)
+        toPhone = watch.receive(receipts[0], now: now)
+        for frame in toPhone { _ = phone.receive(frame, now: now) }
+        // Sent again after the retransmit interval, and acted on.
+        now += config.retransmitMilliseconds
+        let again = phone.tick(now: now).filter { $0.type == SyncMessage.MessageType.rebaseline.rawValue }
+        #expect(again.count == 1)
+        #expect(watch.receive(again[0], now: now).contains { $0.type == SyncMessage.MessageType.ack.rawValue })
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil)
+        #expect(phone.failure == nil && watch.failure == nil)
+    }
+
+    /// A watch that was away, but not past the horizon, resumes from its
+    /// cursor: no re-baseline notice, only what it missed.
+    @Test func watchNeverForgottenResumesFromItsCursor() async throws {
+        let home = try Neighbourhood(watches: 1)
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.phone.set(2, for: TestKeys.daily["d1"])
+        home.sync(0)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(0)
+        home.recordAcknowledgements()
+        home.advance(days: 31)
+        #expect(try home.phone.purgeTombstones() == 1)
+        #expect(try home.phone.purgedThrough() > 0)
+
+        home.advance(days: 40)
+        try await home.phone.set(3, for: TestKeys.daily["d2"])
+        let before = home.watches[0].syncCounters.entriesReceived
+        home.sync(0)
+        #expect(!home.rebaselined(0))
+        #expect(home.watches[0].syncCounters.entriesReceived - before == 1)
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["d1"]) == 2)
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["d2"]) == 3)
+    }
+
+    /// The notice must be acted on before the baseline: nothing else goes out
+    /// until the watch acknowledges it, and a lost notice is sent again.
+    @Test func baselineWaitsForTheRebaselineAcknowledgement() async throws {
+        let home = try Neighbourhood(watches: 2)
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.phone.set(5, for: TestKeys.daily["kept"])
+        home.sync(0)
+        home.sync(1)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(1)
+        home.recordAcknowledgements()
+        home.advance(days: 91)
+        home.sync(1)
+        #expect(try home.phone.purgeTombstones() == 1)
+
+        let config = ReplicationConfiguration(pairingEpoch: "test")
+        let phone = ReplicationEndpoint(store: home.phone, configuration: config)
+        let watch = ReplicationEndpoint(store: home.watches[0], configuration: config)
+        var now: Int64 = 1_000
+        var fromWatch: [Frame] = []
+        for frame in phone.start(now: now) { fromWatch += watch.receive(frame, now: now) }
+        var fromPhone: [Frame] = []
+        for frame in fromWatch { fromPhone += phone.receive(frame, now: now) }
+        fromPhone += phone.pump(now: now)
+        let types = fromPhone.map(\.type)
+        #expect(types.contains(SyncMessage.MessageType.rebaseline.rawValue))
+        #expect(!types.contains(SyncMessage.MessageType.batch.rawValue))
+        // The notice (and the receipt before it) is lost: still no batch; both go again after the retransmit interval.
+        now += config.retransmitMilliseconds
+        let again = phone.tick(now: now)
+        #expect(again.map(\.type) == [SyncMessage.MessageType.receipt.rawValue, SyncMessage.MessageType.rebaseline.rawValue])
+        var acks: [Frame] = []
+        for frame in again { acks += watch.receive(frame, now: now) }
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil)
+        var afterAck: [Frame] = []
+        for frame in acks { afterAck += phone.receive(frame, now: now) }
+        #expect(afterAck.contains { $0.type == SyncMessage.MessageType.batch.rawValue })
+        // A duplicate notice arriving after the baseline removes nothing the baseline brought.
+        for frame in afterAck { _ = watch.receive(frame, now: now) }
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["kept"]) == 5)
+        for frame in again { _ = watch.receive(frame, now: now) }
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["kept"]) == 5)
+    }
+
+    /// The same return over TCP (127.0.0.1, port 0): the phone's listener
+    /// serves the returning watch, which dials with `maintainConnection`.
+    @Test(.timeLimit(.minutes(1))) func returningWatchOverTCPIsRebaselined() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try await Neighbourhood.withForgottenWatch(pairing: pairing)
+        #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name) == nil)
+        try await home.watches[0].set(7, for: TestKeys.daily["offline"])
+
+        let phone = home.phone, returning = home.watches[0], other = home.watches[1]
+        let events = phone.events()
+        let phonePeer = SyncPeer(store: phone, configuration: ReplicationConfiguration(pairingEpoch: pairing.epoch),
+                                 tickInterval: .milliseconds(50))
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: pairing))
+        let server = Task { await phonePeer.serve(listener) }
+        let watchPeer = SyncPeer(store: returning, configuration: ReplicationConfiguration(pairingEpoch: pairing.epoch),
+                                 tickInterval: .milliseconds(50))
+        let client = Task {
+            await watchPeer.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: TCPConfiguration(secret: pairing))
+        }
+        try await first(of: events, "the phone's session with the returning watch") { if case .connected = $0 { true } else { false } }
+        try await eventually(returning, "the purged value to go and the live one to come back") {
+            try returning.storedValue(for: TestKeys.steps) == nil && returning.storedValue(for: TestKeys.daily["mine-alive"]) == 30
+        }
+        try await eventually(phone, "the offline write to reach the phone") { try phone.storedValue(for: TestKeys.daily["offline"]) == 7 }
+        try await phonePeer.waitUntilIdle(timeout: waitLimit)
+        client.cancel()
+        _ = try await withDeadline("the watch to stop") { await client.value }
+        await listener.close()
+        server.cancel()
+        _ = try await withDeadline("the phone to stop") { await server.value }
+
+        home.sync(1)
+        for store in [phone, returning, other] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil)
+            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+            #expect(try store.storedValue(for: TestKeys.daily["offline"]) == 7)
+        }
+    }
+}
