@@ -73,6 +73,20 @@ final class Neighbourhood {
         return home
     }
 
+    /// One watch; the phone holds steps and d1, deletes steps, the watch
+    /// acknowledges the delete (recorded by a purge pass), and 31 days pass.
+    static func withAcknowledgedDelete() async throws -> Neighbourhood {
+        let home = try Neighbourhood(watches: 1)
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.phone.set(2, for: TestKeys.daily["d1"])
+        home.sync(0)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(0)
+        home.recordAcknowledgements()
+        home.advance(days: 31)
+        return home
+    }
+
     static let day: Int64 = 86_400_000
 }
 
@@ -125,14 +139,7 @@ final class Neighbourhood {
     /// The purge also runs after an acknowledgement (at most once a minute),
     /// and at open.
     @Test func purgesAfterAcknowledgementsAndAtOpen() async throws {
-        let home = try Neighbourhood(watches: 1)
-        try await home.phone.set(1, for: TestKeys.steps)
-        try await home.phone.set(2, for: TestKeys.daily["d1"])
-        home.sync(0)
-        try await home.phone.remove(TestKeys.steps)
-        home.sync(0)
-        home.recordAcknowledgements()
-        home.advance(days: 31)
+        let home = try await Neighbourhood.withAcknowledgedDelete()
         try await home.phone.set("imperial", for: TestKeys.units)  // something to acknowledge
         home.sync(0)
         #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name) == nil)

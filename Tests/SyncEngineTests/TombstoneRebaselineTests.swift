@@ -160,14 +160,7 @@ import Testing
     /// A watch that was away, but not past the horizon, resumes from its
     /// cursor: no re-baseline notice, only what it missed.
     @Test func watchNeverForgottenResumesFromItsCursor() async throws {
-        let home = try Neighbourhood(watches: 1)
-        try await home.phone.set(1, for: TestKeys.steps)
-        try await home.phone.set(2, for: TestKeys.daily["d1"])
-        home.sync(0)
-        try await home.phone.remove(TestKeys.steps)
-        home.sync(0)
-        home.recordAcknowledgements()
-        home.advance(days: 31)
+        let home = try await Neighbourhood.withAcknowledgedDelete()
         #expect(try home.phone.purgeTombstones() == 1)
         #expect(try home.phone.purgedThrough() > 0)
 
