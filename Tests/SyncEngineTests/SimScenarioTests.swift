@@ -168,7 +168,8 @@ import Testing
                             "older-app-entry-refused-by-name", "same-chunk-in-flight-twice",
                             "forgotten-older-watch-keeps-passed-over-keys",
                             "power-cut-fired-before-the-next-one",
-                            "refusals-of-older-messages-no-pause", "entry-refused-for-its-declaration-waits"])
+                            "refusals-of-older-messages-no-pause", "entry-refused-for-its-declaration-waits",
+                            "lossy-ack-backoff-outlasts-checkpoint"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

@@ -78,6 +78,7 @@ package final class ReplicationEndpoint {
         } catch {
             return fail(SyncError(.malformedMessage, "\(error)"), notifyPeer: true)
         }
+        if case .hello = message {} else { session.peerIsReachable() }
         var out: [Frame] = []
         do {
             switch message {

@@ -16,7 +16,8 @@ import SyncTransport
 /// (delivery is at-least-once; apply is idempotent). An acknowledgement
 /// proves the link works and that messages sent before the acknowledged one
 /// were probably lost: those go out again at the next tick, their backoff
-/// reset (a fast retransmit).
+/// reset (a fast retransmit). Any other message from the peer resets the
+/// backoff too (a peer that talks is reachable).
 struct ReplicationSession {
     struct Identity: Sendable, Equatable {
         var node: UInt32
@@ -386,6 +387,20 @@ struct ReplicationSession {
             if let latest = flights.map(\.sentAt).max() { ReplicationSession.retransmitSoon(&established, sentBefore: latest) }
             return flights.map(\.payload)
         } ?? []
+    }
+
+    /// A message from the established peer: the link carries frames again.
+    /// The backoff of what is still unacknowledged starts over, so it goes
+    /// again one `retransmitInterval` after its last send rather than up to
+    /// `maxBackoffAttempts` intervals: the backoff spares a silent link, and
+    /// under heavy loss a peer that talks gets more tries (a resend stays at
+    /// most one per interval).
+    mutating func peerIsReachable() {
+        guard retransmits else { return }
+        withEstablished { established in
+            for (id, flight) in established.inFlight where flight.attempts > 1 { established.inFlight[id]!.attempts = 1 }
+            if let notice = established.caughtUpNotice, notice.attempts > 1 { established.caughtUpNotice!.attempts = 1 }
+        }
     }
 
     /// Messages still unacknowledged though sent before one the peer just
