@@ -137,17 +137,7 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
     /// task is cancelled). Throws the finishing error, after the queued elements.
     func pop() async throws -> Element? {
         let immediate: PopStep = state.withLock { state in
-            if state.count > 0 {
-                let element = state.removeFirst()
-                return .element(element, admitWaiters(&state))
-            }
-            if state.finished {
-                if let failure = state.failure {
-                    state.failure = nil
-                    return .failure(failure)
-                }
-                return .end
-            }
+            if let ready = takeReady(&state) { return ready }
             state.nextID += 1
             return .wait(state.nextID)
         }
@@ -161,17 +151,7 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
             return try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Element?, any Error>) in
                     let now: PopStep = state.withLock { state in
-                        if state.count > 0 {
-                            let element = state.removeFirst()
-                            return .element(element, admitWaiters(&state))
-                        }
-                        if state.finished {
-                            if let failure = state.failure {
-                                state.failure = nil
-                                return .failure(failure)
-                            }
-                            return .end
-                        }
+                        if let ready = takeReady(&state) { return ready }
                         if Task.isCancelled { return .end }
                         state.consumer = (id, continuation)
                         return .wait(id)
@@ -194,6 +174,22 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
                 consumer?.resume(returning: nil)
             }
         }
+    }
+
+    /// What `pop` returns without waiting: the next element (and the
+    /// producers it admits), the finishing error once, or the end; nil when
+    /// it must wait.
+    private func takeReady(_ state: inout State) -> PopStep? {
+        if state.count > 0 {
+            let element = state.removeFirst()
+            return .element(element, admitWaiters(&state))
+        }
+        guard state.finished else { return nil }
+        if let failure = state.failure {
+            state.failure = nil
+            return .failure(failure)
+        }
+        return .end
     }
 
     /// Ends the queue: waiting producers throw `.closed`; the consumer gets

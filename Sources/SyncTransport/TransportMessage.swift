@@ -38,12 +38,7 @@ enum TransportMessage {
         init(_ frame: Frame) throws {
             try expect(frame, TransportFrameType.hello, "hello")
             var reader = ByteReader(frame.payload)
-            let low = try reader.readUInt8()
-            let high = try reader.readUInt8()
-            guard low <= high else {
-                throw TransportError(.protocolViolation, "hello announces an empty version range \(low)...\(high)")
-            }
-            versions = low...high
+            versions = try readVersionRange(&reader)
             nonce = try reader.readRaw(count: nonceSize)
             try expectEnd(reader, "hello", size: 2 + nonceSize)
         }
@@ -71,12 +66,7 @@ enum TransportMessage {
         init(_ frame: Frame) throws {
             try expect(frame, TransportFrameType.pairingHello, "pairing hello")
             var reader = ByteReader(frame.payload)
-            let low = try reader.readUInt8()
-            let high = try reader.readUInt8()
-            guard low <= high else {
-                throw TransportError(.protocolViolation, "hello announces an empty version range \(low)...\(high)")
-            }
-            versions = low...high
+            versions = try readVersionRange(&reader)
             pairingID = try reader.readRaw(count: PairingSecret.idByteCount)
             nonce = try reader.readRaw(count: nonceSize)
             try expectEnd(reader, "pairing hello", size: Self.size)
@@ -200,6 +190,16 @@ enum TransportMessage {
             }
             return message.preAuthenticationError(from: peer, ourVersions: ourVersions)
         }
+    }
+
+    /// A hello's `minVersion maxVersion`, refused when empty.
+    private static func readVersionRange(_ reader: inout ByteReader) throws -> ClosedRange<UInt8> {
+        let low = try reader.readUInt8()
+        let high = try reader.readUInt8()
+        guard low <= high else {
+            throw TransportError(.protocolViolation, "hello announces an empty version range \(low)...\(high)")
+        }
+        return low...high
     }
 
     private static func expectEnd(_ reader: ByteReader, _ name: String, size: Int) throws {

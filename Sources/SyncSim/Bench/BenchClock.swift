@@ -1,4 +1,5 @@
 import Foundation
+import SyncTransport
 
 /// Wall-clock measurement for benchmarks only (never in tests' assertions).
 enum BenchClock {

@@ -1,4 +1,5 @@
 import Foundation
+import SyncTransport
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -7,10 +7,10 @@ import Darwin
 #endif
 
 /// The few POSIX spellings that differ between Glibc and Darwin, for the
-/// benchmarks' raw sockets and CPU clock.
-enum PortablePOSIX {
+/// benchmarks' and tests' raw sockets and CPU clock.
+package enum PortablePOSIX {
     /// A blocking IPv4 TCP socket that never raises SIGPIPE (Darwin: `SO_NOSIGPIPE`), or -1.
-    static func streamSocket() -> Int32 {
+    package static func streamSocket() -> Int32 {
         #if canImport(Glibc)
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         #else
@@ -26,7 +26,7 @@ enum PortablePOSIX {
     }
 
     /// `send` flags that keep a write to a reset connection from raising SIGPIPE.
-    static var noSignalFlags: Int32 {
+    package static var noSignalFlags: Int32 {
         #if canImport(Darwin)
         0  // the socket itself has SO_NOSIGPIPE
         #else
@@ -35,7 +35,7 @@ enum PortablePOSIX {
     }
 
     /// `RUSAGE_SELF` as `getrusage` takes it.
-    static var resourceUsageOfSelf: Int32 {
+    package static var resourceUsageOfSelf: Int32 {
         #if canImport(Glibc)
         RUSAGE_SELF.rawValue
         #else
