@@ -44,6 +44,17 @@ import Testing
         #expect(report.replay.contains("--inject-fault ignore-key-mismatch"))
     }
 
+    /// Over TCP too, though frames are checked after the step that sent them:
+    /// each is held to the receiver's app as its connection opened.
+    @Test func anEngineThatIgnoresTheDeclarationsIsCaughtOverTCP() async throws {
+        let faults = try Simulation.testingFaults(named: ["ignore-key-mismatch"])
+        let report = try #require(await Simulation.run(path: Self.fixture, options: RunOptions(testingFaults: faults), transport: .tcp).report)
+        let placement = try #require(report.invariants.first { $0.name == "placement" })
+        #expect(!placement.passed)
+        #expect(placement.violations.contains { $0.contains("phone sent a batch entry for health:streak to node 2002, whose app declares it differently") },
+                "\(report.text)")
+    }
+
     @Test func olderAppsAndUpdatesAreReadCheckedAndWritten() throws {
         let text = """
         {"description": "d", "seed": 1, "watches": 2,

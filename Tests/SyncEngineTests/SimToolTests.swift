@@ -13,6 +13,14 @@ import Testing
         #expect(failure == nil, "\(failure?.detail ?? "")")
     }
 
+    @Test func fuzzOverTCPRunsItsScenariosOnRealSockets() async {
+        var fuzzer = Fuzzer(runs: 4, seed: 1000, ops: 30, workers: 1)
+        fuzzer.transport = .tcp
+        let (completed, failure) = await fuzzer.run { _, _ in }
+        #expect(completed == 4)
+        #expect(failure == nil, "\(failure?.detail ?? "")")
+    }
+
     @Test func fuzzFindsAndShrinksAnInjectedFault() async throws {
         let options = RunOptions(testingFaults: try Simulation.testingFaults(named: ["skip-tombstones"]))
         let fuzzer = Fuzzer(runs: 20, seed: 1, ops: 40, options: options)
@@ -89,6 +97,28 @@ import Testing
             .first { $0.hasPrefix("fuzz-failure-") && !$0.hasSuffix("-min.json") }, "no failure file in \(folder.path)")
         let seed = failureFile.dropFirst("fuzz-failure-".count).dropLast(".json".count)
         #expect(text.contains("seed \(seed) failed"), "\(text)")
+    }
+}
+
+/// `syncsim fuzz --transport tcp` finds an injected fault on real sockets and
+/// its replay commands run over TCP too.
+@Suite(.timeLimit(.minutes(3))) struct FuzzOverTCPTests {
+    @Test func aFailureOverTCPIsReplayedOverTCP() async throws {
+        let folder = TempFolder()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: syncsimBinary())
+        process.arguments = ["fuzz", "--runs", "300", "--seed", "5000000", "--ops", "60", "--transport", "tcp",
+                             "--inject-fault", "last-arrival-wins", "--out-dir", folder.path]
+        let stdout = Pipe()
+        process.standardOutput = stdout
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let text = String(decoding: try await output(of: stdout, "the TCP fuzz output", within: .seconds(150)), as: UTF8.self)
+        #expect(try await exitStatus(of: process, "syncsim fuzz over TCP with a fault", within: .seconds(150)) == 1)
+        let replays = text.split(separator: "\n").filter { $0.hasPrefix("replay: syncsim run \(folder.path)/fuzz-failure-") }
+        // The report's own replay line and the two of the failure files (whole and shrunk).
+        #expect(replays.count == 3, "\(text)")
+        #expect(replays.allSatisfy { $0.contains(" --transport tcp") && $0.contains(" --inject-fault last-arrival-wins") }, "\(text)")
     }
 }
 

@@ -45,8 +45,11 @@ struct InvariantChecker {
 
     /// Inspects one frame sent by `sender` (node id `senderID`).
     /// `receiverID`, when known as the frame is sent, is the node it goes to:
-    /// an entry of a key the two apps declare differently must not be in it.
-    mutating func observe(_ frame: Frame, from sender: DeviceRole, senderID: UInt32, receiverID: UInt32? = nil, model: WriteModel,
+    /// an entry of a key the two apps declare differently must not be in it
+    /// (`receiverApp`: the receiver's declarations as the frame was sent, when
+    /// the frame is checked later).
+    mutating func observe(_ frame: Frame, from sender: DeviceRole, senderID: UInt32, receiverID: UInt32? = nil,
+                          receiverApp: KeyRegistry? = nil, model: WriteModel,
                           at time: Int64, syncsVisible: Int? = nil) {
         log.checked(.placement)
         log.checked(.direction)
@@ -72,14 +75,14 @@ struct InvariantChecker {
         case .batch(let batch):
             for entry in batch.entries {
                 checkEntryKey(entry.key, from: sender, senderID: senderID, time: time, what: "batch entry")
-                checkDeclaredAlike(entry.key, from: sender, senderID: senderID, to: receiverID, time: time, what: "batch entry")
+                checkDeclaredAlike(entry.key, from: sender, senderID: senderID, to: receiverID, app: receiverApp, time: time, what: "batch entry")
                 if !entry.deleted, let value = entry.value, value.count > SyncPolicy.automaticLimit {
                     checkLarge(entry.key, version: entry.version, from: sender, senderID: senderID, model: model, time: time, visible: syncsVisible)
                 }
             }
         case .chunk(let chunk):
             checkEntryKey(chunk.entry.key, from: sender, senderID: senderID, time: time, what: "chunk")
-            checkDeclaredAlike(chunk.entry.key, from: sender, senderID: senderID, to: receiverID, time: time, what: "chunk")
+            checkDeclaredAlike(chunk.entry.key, from: sender, senderID: senderID, to: receiverID, app: receiverApp, time: time, what: "chunk")
             if chunk.totalSize > SyncPolicy.automaticLimit {
                 checkLarge(chunk.entry.key, version: chunk.entry.version, from: sender, senderID: senderID, model: model, time: time, visible: syncsVisible)
             }
@@ -134,9 +137,13 @@ struct InvariantChecker {
 
     /// An entry of a key the sender's and the receiver's apps declare
     /// differently must never cross: the sessions compare registries first.
+    /// `app` is the receiver's registry when it may have changed since the
+    /// frame was sent (over TCP, checked later); else the receiver's app now.
     private mutating func checkDeclaredAlike(_ key: String, from sender: DeviceRole, senderID: UInt32, to receiverID: UInt32?,
-                                             time: Int64, what: String) {
-        guard let receiverID, isDeclaredDifferently(key), !declaredAlike(key, senderID, receiverID) else { return }
+                                             app: KeyRegistry?, time: Int64, what: String) {
+        guard let receiverID, isDeclaredDifferently(key) else { return }
+        let receiving = app.map { $0.descriptor(forEntry: key) } ?? declaration(key, on: receiverID)
+        guard !Scenario.declaredAlike(declaration(key, on: senderID), receiving) else { return }
         log.violate(.placement, "t=\(time) \(sender) sent a \(what) for \(key) to node \(String(receiverID, radix: 16)), whose app declares it differently")
     }
 

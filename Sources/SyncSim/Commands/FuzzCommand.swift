@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import Synchronization
 
-/// `syncsim fuzz [--runs N] [--seed S] [--ops M]`.
+/// `syncsim fuzz [--runs N] [--seed S] [--ops M] [--transport sim|tcp]`.
 public struct FuzzCommand: AsyncParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "fuzz",
@@ -18,6 +18,8 @@ public struct FuzzCommand: AsyncParsableCommand {
     @Flag(help: "No queued delivery through a mailbox (and no node-down periods it brings).") var noMailbox = false
     @Flag(help: "No tombstone purges (short retention and peer horizon, purge steps).") var noPurges = false
     @Flag(help: "No node that starts with an older app (keys declared otherwise) and is updated later.") var noAppUpdates = false
+    @Option(help: "sim (virtual time, default) or tcp (real sockets on 127.0.0.1, one scenario at a time, in real time: a failure may not repeat on replay).")
+    var transport: SimTransport = .sim
     @Option(name: .customLong("inject-fault"), help: .hidden) var injectFault: [String] = []
 
     public init() {}
@@ -47,6 +49,9 @@ public struct FuzzCommand: AsyncParsableCommand {
         fuzzer.mailbox = !noMailbox
         fuzzer.purges = !noPurges
         fuzzer.appUpdates = !noAppUpdates
+        fuzzer.transport = transport
+        // Over TCP each scenario runs its nodes' tasks in real time: one at a time, so that two do not starve each other.
+        if transport == .tcp { fuzzer.workers = 1 }
         let start = ContinuousClock.now
         let bar = ProgressBar()
         let (completed, failure) = await fuzzer.run { done, total in bar.show(done, total, since: start) }
@@ -54,7 +59,8 @@ public struct FuzzCommand: AsyncParsableCommand {
         bar.finish()
         let rate = Double(completed) / seconds
         guard let failure else {
-            print("\(completed) scenarios passed (seeds \(seed)...\(fuzzer.runSeed(runs - 1)), \(ops) ops each) in \(String(format: "%.1f", seconds)) s: \(String(format: "%.1f", rate)) scenarios/second")
+            let over = transport == .sim ? "" : " over \(transport.rawValue)"
+            print("\(completed) scenarios passed\(over) (seeds \(seed)...\(fuzzer.runSeed(runs - 1)), \(ops) ops each) in \(String(format: "%.1f", seconds)) s: \(String(format: "%.1f", rate)) scenarios/second")
             return
         }
         let path = "\(outDir)/fuzz-failure-\(failure.seed).json"
@@ -63,9 +69,9 @@ public struct FuzzCommand: AsyncParsableCommand {
         print(failure.detail)
         print("seed \(failure.seed) failed (\(failure.failedInvariants.joined(separator: ", "))) after \(completed) scenarios passed; written to \(path)")
         printError("shrinking…")
-        let shrunk = await Shrinker(options: faults).shrink(failure.scenario, failing: Set(failure.failedInvariants))
+        let shrunk = await Shrinker(options: faults, transport: transport).shrink(failure.scenario, failing: Set(failure.failedInvariants))
         try shrunk.json.write(toFile: minPath, atomically: true, encoding: .utf8)
-        let suffix = injectFault.map { " --inject-fault \($0)" }.joined()
+        let suffix = injectFault.map { " --inject-fault \($0)" }.joined() + (transport == .sim ? "" : " --transport \(transport.rawValue)")
         print("shrunk from \(failure.scenario.timeline.count) to \(shrunk.timeline.count) steps: \(minPath)")
         print("replay: syncsim run \(path)\(suffix)")
         print("replay: syncsim run \(minPath)\(suffix)")

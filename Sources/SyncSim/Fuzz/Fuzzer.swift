@@ -21,6 +21,9 @@ public struct Fuzzer: Sendable {
     public var purges = true
     /// Whether scenarios may start a node with an older app and update it.
     public var appUpdates = true
+    /// The link the scenarios run over: `.tcp` runs them on real sockets, in
+    /// real time (a failure is then not always reproduced by its seed).
+    public var transport = SimTransport.sim
 
     public init(runs: Int, seed: UInt64, ops: Int, options: RunOptions = RunOptions(), workers: Int = 2) {
         self.runs = runs
@@ -47,6 +50,7 @@ public struct Fuzzer: Sendable {
         let generator = ScenarioGenerator(ops: ops, maxWatches: maxWatches, powerCuts: powerCuts, mailbox: mailbox, purges: purges, appUpdates: appUpdates)
         let options = self.options
         let outDir = self.outDir
+        let transport = self.transport
         return await withTaskGroup(of: (Int, Failure?).self) { group in
             var next = 0
             var done = 0
@@ -57,7 +61,7 @@ public struct Fuzzer: Sendable {
                 next += 1
                 group.addTask {
                     let scenario = generator.scenario(seed: runSeed)
-                    let outcome = await Simulation.run(scenario, name: "\(outDir)/fuzz-failure-\(runSeed).json", options: options)
+                    let outcome = await Simulation.run(scenario, name: "\(outDir)/fuzz-failure-\(runSeed).json", options: options, transport: transport)
                     if let report = outcome.report, report.passed { return (index, nil) }
                     let failed = outcome.report?.failedInvariants ?? []
                     return (index, Failure(seed: runSeed, scenario: scenario, failedInvariants: failed,

@@ -5,15 +5,19 @@ public struct Shrinker: Sendable {
     /// The most scenario runs one shrink may spend.
     public var maxRuns: Int
     public var options: RunOptions
+    /// The link each candidate runs over (over `.tcp` a candidate is kept when
+    /// it failed once).
+    public var transport: SimTransport
 
-    public init(maxRuns: Int = 300, options: RunOptions = RunOptions()) {
+    public init(maxRuns: Int = 300, options: RunOptions = RunOptions(), transport: SimTransport = .sim) {
         self.maxRuns = maxRuns
         self.options = options
+        self.transport = transport
     }
 
     /// Whether `scenario` fails one of `invariants` (or fails to run when `invariants` is empty).
     func fails(_ scenario: Scenario, _ invariants: Set<String>) async -> Bool {
-        let outcome = await Simulation.run(scenario, name: "shrink", options: options)
+        let outcome = await Simulation.run(scenario, name: "shrink", options: options, transport: transport)
         guard let report = outcome.report else { return outcome.runError != nil }
         return !invariants.isDisjoint(with: report.failedInvariants) || (invariants.isEmpty && !report.passed)
     }

@@ -11,6 +11,16 @@ final class TCPLinkState: Sendable {
         var frame: Frame
         /// Syncs of the sender requested before the frame was sent.
         var syncsVisible: Int
+        /// The node at the other end and the app it ran when the connection opened.
+        var receiver: App
+    }
+
+    /// A running node as the other end of a connection sees it: its id and
+    /// its app's key declarations. An app changes only while its node is
+    /// down, so it stays what it was for the whole of a connection.
+    struct App: Sendable {
+        var nodeID: UInt32
+        var registry: KeyRegistry
     }
 
     /// One end of a watch's connection: the watch's, or the phone's end for that watch.
@@ -26,6 +36,7 @@ final class TCPLinkState: Sendable {
         var sent: [Sent] = []
         var syncs: [UInt32: Int] = [:]
         var statistics: [ScenarioNode: ConnectionStatistics] = [:]
+        var apps: [ScenarioNode: App] = [:]
     }
 
     private let state = Mutex(State())
@@ -68,8 +79,18 @@ final class TCPLinkState: Sendable {
         state.withLock { $0.syncs[nodeID, default: 0] += 1 }
     }
 
-    func record(_ frame: Frame, role: DeviceRole, nodeID: UInt32) {
-        state.withLock { $0.sent.append(Sent(role: role, nodeID: nodeID, frame: frame, syncsVisible: $0.syncs[nodeID] ?? 0)) }
+    /// Notes the app a node starts with (before it listens or dials).
+    func setApp(_ app: App, of node: ScenarioNode) {
+        state.withLock { $0.apps[node] = app }
+    }
+
+    /// The app the node last started with.
+    func app(of node: ScenarioNode) -> App? {
+        state.withLock { $0.apps[node] }
+    }
+
+    func record(_ frame: Frame, role: DeviceRole, nodeID: UInt32, to receiver: App) {
+        state.withLock { $0.sent.append(Sent(role: role, nodeID: nodeID, frame: frame, syncsVisible: $0.syncs[nodeID] ?? 0, receiver: receiver)) }
     }
 
     /// The frames recorded since the last call.
@@ -102,12 +123,14 @@ struct RecordingConnection: FrameConnection {
     let base: any FrameConnection
     let role: DeviceRole
     let nodeID: UInt32
+    /// The node at the other end, as it was when the connection opened.
+    let receiver: TCPLinkState.App
     let link: TCPLinkState
 
     var inbound: AsyncThrowingStream<Frame, any Error> { base.inbound }
 
     func send(_ frame: Frame) async throws {
-        link.record(frame, role: role, nodeID: nodeID)
+        link.record(frame, role: role, nodeID: nodeID, to: receiver)
         try await base.send(frame)
     }
 

@@ -10,7 +10,8 @@ import SyncTransport
 /// reordering are not applied (TCP delivers in order); a partition closes the
 /// watch's connection and it does not redial until `heal`; a crash closes the
 /// node's connections and drops its objects. Frames are recorded as they are
-/// sent and checked at the next check. Reports are not byte-identical between runs.
+/// sent, with the receiver's app as the connection opened, and checked at the
+/// next check. Reports are not byte-identical between runs.
 final class TCPScenarioLink: ScenarioLink {
     static let transport = SimTransport.tcp
     static let folderPrefix = "syncsim-tcp-"
@@ -131,7 +132,8 @@ final class TCPScenarioLink: ScenarioLink {
 
     func observeSentFrames() {
         for sent in shared.drainSent() {
-            state.checker.observe(sent.frame, from: sent.role, senderID: sent.nodeID, model: state.model, at: 0, syncsVisible: sent.syncsVisible)
+            state.checker.observe(sent.frame, from: sent.role, senderID: sent.nodeID, receiverID: sent.receiver.nodeID,
+                                  receiverApp: sent.receiver.registry, model: state.model, at: 0, syncsVisible: sent.syncsVisible)
         }
     }
 
@@ -160,6 +162,7 @@ final class TCPScenarioLink: ScenarioLink {
         guard let store = node.store else { return }
         let link = self.shared
         let nodeID = node.nodeID
+        link.setApp(TCPLinkState.App(nodeID: nodeID, registry: node.registry), of: node.name)
         if node.role == .phone {
             let pairings = state.watches.map { secret($0.name) }
             let watchOfEpoch = Dictionary(uniqueKeysWithValues: state.watches.map { (secret($0.name).epoch, $0.name) })
@@ -175,8 +178,13 @@ final class TCPScenarioLink: ScenarioLink {
                             await connection.close()
                             continue
                         }
+                        // The watch set its app before it dialed.
+                        guard let receiver = link.app(of: watch) else {
+                            await connection.close()
+                            continue
+                        }
                         let end = TCPLinkState.End(watch: watch, atPhone: true)
-                        let recording = RecordingConnection(base: connection, role: .phone, nodeID: nodeID, link: link)
+                        let recording = RecordingConnection(base: connection, role: .phone, nodeID: nodeID, receiver: receiver, link: link)
                         link.setConnection(end, recording)
                         // Checked after registering: `stop` and `partition` set their flag before closing
                         // the registered connections, so one of the two closes this connection.
@@ -211,7 +219,12 @@ final class TCPScenarioLink: ScenarioLink {
                     }
                 }
                 for await connection in dialer {
-                    let recording = RecordingConnection(base: connection, role: .watch, nodeID: nodeID, link: link)
+                    // The phone set its app before it listened.
+                    guard let receiver = link.app(of: .phone) else {
+                        await connection.close()
+                        continue
+                    }
+                    let recording = RecordingConnection(base: connection, role: .watch, nodeID: nodeID, receiver: receiver, link: link)
                     link.setConnection(end, recording)
                     if Task.isCancelled || link.isPartitioned(watch) {
                         await connection.close()
