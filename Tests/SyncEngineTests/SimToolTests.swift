@@ -78,13 +78,13 @@ import Testing
     }
 }
 
-/// A fuzz failure names the seed its failure file is named after.
-@Suite(.timeLimit(.minutes(3))) struct FuzzFailureMessageTests {
-    @Test func theFailureNamesItsSeed() async throws {
-        let folder = TempFolder()
+/// `syncsim fuzz` as a user runs it: the binary, its output and exit status.
+@Suite(.timeLimit(.minutes(3))) struct FuzzCommandTests {
+    /// Runs `syncsim fuzz` with `arguments`; its standard output and exit status.
+    static func fuzz(_ arguments: [String]) async throws -> (text: String, status: Int32) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: syncsimBinary())
-        process.arguments = ["fuzz", "--runs", "200", "--seed", "500", "--inject-fault", "skip-tombstones", "--out-dir", folder.path]
+        process.arguments = ["fuzz"] + arguments
         let stdout = Pipe()
         process.standardOutput = stdout
         process.standardError = FileHandle.nullDevice
@@ -92,29 +92,27 @@ import Testing
         // Alone this takes under 2 s; in the parallel suite on two cores the body and its
         // awaits wait their turn for tens of seconds (one CI run passed 60 s), hence 150 s.
         let text = String(decoding: try await output(of: stdout, "the fuzz output", within: .seconds(150)), as: UTF8.self)
-        #expect(try await exitStatus(of: process, "syncsim fuzz with a fault", within: .seconds(150)) == 1)
+        let status = try await exitStatus(of: process, "syncsim fuzz \(arguments.joined(separator: " "))", within: .seconds(150))
+        return (text, status)
+    }
+
+    /// A fuzz failure names the seed its failure file is named after.
+    @Test func theFailureNamesItsSeed() async throws {
+        let folder = TempFolder()
+        let (text, status) = try await Self.fuzz(["--runs", "200", "--seed", "500", "--inject-fault", "skip-tombstones", "--out-dir", folder.path])
+        #expect(status == 1)
         let failureFile = try #require(try FileManager.default.contentsOfDirectory(atPath: folder.path)
             .first { $0.hasPrefix("fuzz-failure-") && !$0.hasSuffix("-min.json") }, "no failure file in \(folder.path)")
         let seed = failureFile.dropFirst("fuzz-failure-".count).dropLast(".json".count)
         #expect(text.contains("seed \(seed) failed"), "\(text)")
     }
-}
 
-/// `syncsim fuzz --transport tcp` finds an injected fault on real sockets and
-/// its replay commands run over TCP too.
-@Suite(.timeLimit(.minutes(3))) struct FuzzOverTCPTests {
+    /// `--transport tcp` finds an injected fault on real sockets, and its replay commands run over TCP too.
     @Test func aFailureOverTCPIsReplayedOverTCP() async throws {
         let folder = TempFolder()
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: syncsimBinary())
-        process.arguments = ["fuzz", "--runs", "300", "--seed", "5000000", "--ops", "60", "--transport", "tcp",
-                             "--inject-fault", "last-arrival-wins", "--out-dir", folder.path]
-        let stdout = Pipe()
-        process.standardOutput = stdout
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let text = String(decoding: try await output(of: stdout, "the TCP fuzz output", within: .seconds(150)), as: UTF8.self)
-        #expect(try await exitStatus(of: process, "syncsim fuzz over TCP with a fault", within: .seconds(150)) == 1)
+        let (text, status) = try await Self.fuzz(["--runs", "300", "--seed", "5000000", "--ops", "60", "--transport", "tcp",
+                                                  "--inject-fault", "last-arrival-wins", "--out-dir", folder.path])
+        #expect(status == 1)
         let replays = text.split(separator: "\n").filter { $0.hasPrefix("replay: syncsim run \(folder.path)/fuzz-failure-") }
         // The report's own replay line and the two of the failure files (whole and shrunk).
         #expect(replays.count == 3, "\(text)")
