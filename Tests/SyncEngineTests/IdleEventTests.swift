@@ -127,6 +127,38 @@ final class BatchHoldingConnection: FrameConnection {
         #expect(try pair.watch.storedValue(for: TestKeys.daily["2026-11-3"]) == 3)
     }
 
+    /// What keeps a peer from being idle, asked of its running sessions: the
+    /// phone's held batch, the watch's wait for it; nothing once it arrived.
+    @Test func aPeerSaysWhatKeepsItsSessionsBusy() async throws {
+        let pair = try Pair()
+        try await pair.phone.set(1, for: TestKeys.daily["2026-11-1"])
+        let phoneEvents = pair.phone.events()
+        let phonePeer = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: "idle"), tickInterval: .milliseconds(20))
+        let watchPeer = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: "idle"), tickInterval: .milliseconds(20))
+        #expect(await phonePeer.idleBlockers() == ["no session"])
+        let (a, b) = InMemoryConnection.makePair()
+        let phoneSide = BatchHoldingConnection(a)
+        let tasks = [Task { await phonePeer.run(over: phoneSide) }, Task { await watchPeer.run(over: b) }]
+        let outcome = await Result {
+            try await first(of: phoneEvents, "the phone's connected event") { if case .connected = $0 { true } else { false } }
+            try await first(of: phoneSide.heldCounts, "the phone's batch held back") { $0 >= 1 }
+            let watchID = String(pair.watch.nodeID, radix: 16)
+            let phoneBusy = await phonePeer.idleBlockers()
+            #expect(phoneBusy.count == 1 && phoneBusy[0].hasPrefix("session with \(watchID): 1 unacknowledged (batch)"), "\(phoneBusy)")
+            // The watch waits for the phone to say it has nothing more (or, a moment earlier, for its hello).
+            let watchBusy = await watchPeer.idleBlockers()
+            #expect(watchBusy.count == 1 && watchBusy[0].hasPrefix("session with "), "\(watchBusy)")
+            try await phoneSide.release()
+            try await watchPeer.waitUntilIdle(timeout: .seconds(20))
+            try await phonePeer.waitUntilIdle(timeout: .seconds(20))
+            #expect(await phonePeer.idleBlockers().isEmpty)
+            #expect(await watchPeer.idleBlockers().isEmpty)
+        }
+        await a.close()
+        try await withDeadline("both peers to stop") { for task in tasks { _ = await task.value } }
+        try outcome.get()
+    }
+
     /// A protocol-1 peer sends no caught-up notice: the session still becomes
     /// idle (as before), and no protocol-2 message goes to that peer.
     @Test func aProtocolOnePeerGetsNoNoticeAndStillGoesIdle() throws {

@@ -56,6 +56,8 @@ public final class SyncPeer: Sendable {
         case requestManual
         /// The deadline of commits held back to join a batch (`BurstCoalescing`) may have passed.
         case releaseHeld
+        /// Hand what keeps the session from being idle to `reply` (`idleBlockers(within:)`).
+        case describeIdle(reply: @Sendable ([String]) -> Void)
     }
 
     public init(store: SyncStore, configuration: ReplicationConfiguration, clock: any PhysicalClock = SystemClock(),
@@ -241,6 +243,9 @@ public final class SyncPeer: Sendable {
                     releaseTimer = nil
                     frames = endpoint.releaseHeld(now: now, at: .now, lastCommit: store.localCommitInstants.latest)
                 case .requestManual: frames = endpoint.requestManualChanges(now: now)
+                case .describeIdle(let reply):
+                    reply(endpoint.idleBlockers)
+                    frames = []
                 case .closed(let why):
                     return why
                 }
@@ -305,6 +310,43 @@ public final class SyncPeer: Sendable {
         return state.withLock { state in
             !state.sessions.isEmpty && state.sessions.values.allSatisfy { $0.idle && $0.generation == generation }
         }
+    }
+
+    /// What keeps each running session from being idle, as its loop sees it
+    /// now, one line per session that is not ("session with 2002: …"); a
+    /// loop that does not answer within `timeout` (busy, or stuck in a send)
+    /// is named as such. For diagnostics, when `waitUntilIdle` waited in vain.
+    package func idleBlockers(within timeout: Duration = .seconds(1)) async -> [String] {
+        let sessions = state.withLock { state in
+            state.inputs.map { (id: $0.key, input: $0.value, peer: state.sessions[$0.key]?.peerNode) }.sorted { $0.id < $1.id }
+        }
+        guard !sessions.isEmpty else { return ["no session"] }
+        let (replies, reply) = AsyncStream.makeStream(of: (id: Int, reasons: [String]).self)
+        for session in sessions {
+            session.input.yield(.describeIdle { reply.yield((session.id, $0)) })
+        }
+        let answers = await withTaskGroup(of: Void.self) { group -> [Int: [String]] in
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                reply.finish()
+            }
+            var answers: [Int: [String]] = [:]
+            for await answer in replies {
+                answers[answer.id] = answer.reasons
+                if answers.count == sessions.count { break }
+            }
+            group.cancelAll()
+            return answers
+        }
+        let blockers = sessions.compactMap { session -> String? in
+            let name = "session with " + (session.peer.map { String($0, radix: 16) } ?? "a peer not known yet")
+            guard let reasons = answers[session.id] else { return "\(name): its loop did not answer within \(timeout)" }
+            return reasons.isEmpty ? nil : "\(name): " + reasons.joined(separator: "; ")
+        }
+        if blockers.isEmpty && !isCurrentlyIdle {
+            return ["every session is idle, but not every one has looked since the latest local write, sync() or forwarded entry"]
+        }
+        return blockers
     }
 
     /// Waits until every session is established with nothing pending or in

@@ -121,13 +121,32 @@ final class TCPScenarioLink: ScenarioLink {
                 continue
             }
         }
+        unsettled = await whatKeepsBusy(watches)
         return false
     }
 
-    func describeLimit(ms: Int64) -> String { "\(Self.idleTimeout)" }
+    /// What the last settle that timed out found still busy (for the report).
+    private var unsettled = ""
+
+    /// Each involved peer's sessions that are not idle, and the watches not connected.
+    private func whatKeepsBusy(_ watches: [SimNode]) async -> String {
+        var busy: [String] = []
+        if let phone = peers[.phone] {
+            let connected = Set(phone.connectedPeers)
+            for watch in watches where !connected.contains(watch.nodeID) { busy.append("\(watch.name.rawValue) not connected to the phone") }
+        }
+        for node in [state.phone] + watches {
+            guard let peer = peers[node.name] else { continue }
+            let blockers = await peer.idleBlockers()
+            if !blockers.isEmpty { busy.append("\(node.name.rawValue): " + blockers.joined(separator: " | ")) }
+        }
+        return busy.joined(separator: "; ")
+    }
+
+    func describeLimit(ms: Int64) -> String { "\(Self.idleTimeout)" + (unsettled.isEmpty ? "" : " (\(unsettled))") }
 
     func unsettledAtEnd(limitMs: Int64) -> String {
-        "did not go idle within \(Self.idleTimeout) after the last step"
+        "did not go idle within \(Self.idleTimeout) after the last step" + (unsettled.isEmpty ? "" : " (\(unsettled))")
     }
 
     func observeSentFrames() {
