@@ -169,7 +169,7 @@ import Testing
                             "forgotten-older-watch-keeps-passed-over-keys",
                             "power-cut-fired-before-the-next-one",
                             "refusals-of-older-messages-no-pause", "entry-refused-for-its-declaration-waits",
-                            "lossy-ack-backoff-outlasts-checkpoint"])
+                            "lossy-ack-backoff-outlasts-checkpoint", "overtaken-transfer-idle-after-review"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)
