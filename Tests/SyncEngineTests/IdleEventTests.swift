@@ -145,6 +145,10 @@ final class BatchHoldingConnection: FrameConnection {
             let watchID = String(pair.watch.nodeID, radix: 16)
             let phoneBusy = await phonePeer.idleBlockers()
             #expect(phoneBusy.count == 1 && phoneBusy[0].hasPrefix("session with \(watchID): 1 unacknowledged (batch)"), "\(phoneBusy)")
+            // A wait that times out says the same.
+            let timedOut = await Result { try await phonePeer.waitUntilIdle(timeout: .milliseconds(50)) }
+            guard case .failure(let error as SyncError) = timedOut else { Issue.record("the phone went idle with its batch held"); return }
+            #expect(error.code == .timeout && error.message.contains("session with \(watchID): 1 unacknowledged (batch)"), "\(error)")
             // The watch waits for the phone to say it has nothing more (or, a moment earlier, for its hello).
             let watchBusy = await watchPeer.idleBlockers()
             #expect(watchBusy.count == 1 && watchBusy[0].hasPrefix("session with "), "\(watchBusy)")

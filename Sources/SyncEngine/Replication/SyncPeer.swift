@@ -315,8 +315,9 @@ public final class SyncPeer: Sendable {
     /// What keeps each running session from being idle, as its loop sees it
     /// now, one line per session that is not ("session with 2002: …"); a
     /// loop that does not answer within `timeout` (busy, or stuck in a send)
-    /// is named as such. For diagnostics, when `waitUntilIdle` waited in vain.
-    package func idleBlockers(within timeout: Duration = .seconds(1)) async -> [String] {
+    /// is named as such. For diagnostics (a `waitUntilIdle` that times out
+    /// names them in its error).
+    public func idleBlockers(within timeout: Duration = .seconds(1)) async -> [String] {
         let sessions = state.withLock { state in
             state.inputs.map { (id: $0.key, input: $0.value, peer: state.sessions[$0.key]?.peerNode) }.sorted { $0.id < $1.id }
         }
@@ -350,7 +351,8 @@ public final class SyncPeer: Sendable {
     }
 
     /// Waits until every session is established with nothing pending or in
-    /// flight (and there is at least one); throws `.timeout` after `timeout`.
+    /// flight (and there is at least one); throws `.timeout` after `timeout`,
+    /// naming what each session still waits for (`idleBlockers(within:)`).
     public func waitUntilIdle(timeout: Duration) async throws {
         let changes = idleChanges.subscribe()
         if isCurrentlyIdle { return }
@@ -368,7 +370,9 @@ public final class SyncPeer: Sendable {
             return first
         }
         if !idle && !isCurrentlyIdle {
-            throw SyncError(.timeout, "not idle after \(timeout): \(isConnected ? "changes are still in flight" : "no session with the peer")")
+            let blockers = await idleBlockers(within: .milliseconds(500))
+            let why = blockers.isEmpty ? (isConnected ? "changes are still in flight" : "no session with the peer") : blockers.joined(separator: " | ")
+            throw SyncError(.timeout, "not idle after \(timeout): \(why)")
         }
     }
 }
