@@ -163,6 +163,26 @@ final class BatchHoldingConnection: FrameConnection {
         try outcome.get()
     }
 
+    /// A connection whose other end runs no session (accepted, then never
+    /// served: it still answers heartbeats over TCP) is given up once the
+    /// hello timeout passes, so that a dialer connects again. Found by
+    /// `syncsim fuzz --transport tcp` (seed 5101404): a watch connected to
+    /// the phone's listener as the phone restarted waited for good.
+    @Test func aSessionGivesUpOnAPeerThatNeverAnswersItsHello() async throws {
+        let pair = try Pair()
+        var config = ReplicationConfiguration(pairingEpoch: "idle")
+        config.helloTimeoutMilliseconds = 300
+        let watchPeer = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(20))
+        let watchEvents = pair.watch.events()
+        let (a, silent) = InMemoryConnection.makePair()
+        let reason = try await withDeadline("the session to give up on the silent peer", within: .seconds(20)) { await watchPeer.run(over: a) }
+        #expect(reason.contains("did not answer the hello"), "\(reason)")
+        let error = try await first(of: watchEvents, "the watch's error event") { if case .error = $0 { true } else { false } }
+        guard case .error(let reported) = error else { return }
+        #expect(reported.code == .timeout)
+        await silent.close()
+    }
+
     /// A protocol-1 peer sends no caught-up notice: the session still becomes
     /// idle (as before), and no protocol-2 message goes to that peer.
     @Test func aProtocolOnePeerGetsNoNoticeAndStillGoesIdle() throws {

@@ -75,6 +75,26 @@ import Testing
         #expect(Self.retransmissions(&phone, from: 30_100, through: 50_000).map(\.at) == [32_000, 40_000, 48_000])
     }
 
+    /// Over a transport that delivers every frame, a hello left unanswered
+    /// means no session runs at the other end: the session gives up.
+    @Test func anUnansweredHelloEndsTheSessionAfterItsTimeout() throws {
+        var phone = ReplicationSession(identity: Self.identity(1, .phone))
+        phone.helloTimeout = 10_000
+        _ = phone.start(now: 0)
+        #expect(phone.tick(now: 9_900) == [.send(phone.hello(isReply: false))])
+        let actions = phone.tick(now: 10_000)
+        guard case .fail(let error, notifyPeer: false)? = actions.first, actions.count == 1 else {
+            Issue.record("expected the session to fail, got \(actions)")
+            return
+        }
+        #expect(error.code == .timeout)
+        #expect(phone.tick(now: 11_000).isEmpty)
+        // Without a timeout (a lossy transport) the hello goes on being resent.
+        var lossy = ReplicationSession(identity: Self.identity(1, .phone))
+        _ = lossy.start(now: 0)
+        #expect(lossy.tick(now: 60_000) == [.send(lossy.hello(isReply: false))])
+    }
+
     /// Over TCP a slow acknowledgement is not a lost frame: nothing is sent twice in one session.
     @Test func overAReliableTransportNothingIsResent() throws {
         var phone = try Self.establishedPhone()

@@ -38,6 +38,12 @@ public struct ReplicationConfiguration: Sendable {
     /// sends each commit at once, as far as the window allows.
     public var burstCoalescing: BurstCoalescing? = BurstCoalescing()
     public var helloRetryMilliseconds: Int64 = 1_000
+    /// Over a connection that delivers every frame (TCP), how long the peer
+    /// may leave our hello unanswered before the session fails with
+    /// `timeout` and the connection is closed (a dialer then connects
+    /// again): the other end accepted the connection but runs no session on
+    /// it. Over a lossy connection the hello is resent for as long as the session runs.
+    public var helloTimeoutMilliseconds: Int64 = 10_000
     public var retransmitMilliseconds: Int64 = 2_000
 
     /// Deliberate engine faults, for proving that tests and the simulator's

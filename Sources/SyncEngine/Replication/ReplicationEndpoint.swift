@@ -52,6 +52,7 @@ package final class ReplicationEndpoint {
                                       retransmitInterval: configuration.retransmitMilliseconds, window: configuration.window)
         session.maxBytesInFlight = configuration.maxBytesInFlight
         session.retransmits = retransmits
+        session.helloTimeout = retransmits ? nil : configuration.helloTimeoutMilliseconds
         session.ignoresKeyMismatch = configuration.testingFaults.ignoreKeyMismatch
     }
 

@@ -132,6 +132,13 @@ struct ReplicationSession {
     var retransmits = true
     /// `TestingFaults.ignoreKeyMismatch`: keys declared differently are taken as alike.
     var ignoresKeyMismatch = false
+    /// How long the peer may leave the hello unanswered before the session
+    /// fails (nil: it is resent for as long as the session runs). Set over a
+    /// transport that delivers every frame: a peer that does not answer
+    /// there is not running a session on that connection.
+    var helloTimeout: Int64?
+    /// When `start` sent the first hello.
+    private var startedAt: Int64 = 0
 
     private(set) var state: State = .idle
     /// Message ids go on across a restart of the peer (an old acknowledgement never matches a new message).
@@ -215,6 +222,7 @@ struct ReplicationSession {
 
     mutating func start(now: Int64) -> [Action] {
         state = .awaitingHello(lastHelloAt: now)
+        startedAt = now
         return [.send(hello(isReply: false))]
     }
 
@@ -412,9 +420,14 @@ struct ReplicationSession {
         }
     }
 
-    /// Resends what timed out: the hello while waiting, in-flight messages after `retransmitInterval`.
+    /// Resends what timed out: the hello while waiting (or gives up after
+    /// `helloTimeout`), in-flight messages after `retransmitInterval`.
     mutating func tick(now: Int64) -> [Action] {
         switch state {
+        case .awaitingHello where helloTimeout.map { now - startedAt >= $0 } ?? false:
+            let error = SyncError(.timeout, "the peer did not answer the hello within \(helloTimeout ?? 0) ms: no session runs at its end of the connection")
+            state = .failed(error, peer: nil)
+            return [.fail(error, notifyPeer: false)]
         case .awaitingHello(let lastHelloAt) where now - lastHelloAt >= helloRetryInterval:
             state = .awaitingHello(lastHelloAt: now)
             return [.send(hello(isReply: false))]
