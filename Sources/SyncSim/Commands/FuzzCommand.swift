@@ -68,6 +68,7 @@ public struct FuzzCommand: AsyncParsableCommand {
         try failure.scenario.json.write(toFile: path, atomically: true, encoding: .utf8)
         print(failure.detail)
         print("seed \(failure.seed) failed (\(failure.failedInvariants.joined(separator: ", "))) after \(completed) scenarios passed; written to \(path)")
+        fflush(nil)  // the failure shows before the shrink (which over TCP takes minutes), also in a pipe
         printError("shrinking…")
         let shrunk = await Shrinker(options: faults, transport: transport).shrink(failure.scenario, failing: Set(failure.failedInvariants))
         try shrunk.json.write(toFile: minPath, atomically: true, encoding: .utf8)
