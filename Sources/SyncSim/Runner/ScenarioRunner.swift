@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SyncEngine
 import SyncTransport
 
@@ -204,18 +205,25 @@ final class ScenarioRunner<Link: ScenarioLink> {
         try await link.restart(node)
     }
 
-    /// Performs a local write and records it in the model when it made a new version.
+    /// Performs a local write and records it in the model when it made a new
+    /// version: the version its commit announced, not one read back after it
+    /// (over TCP a purge on the session's thread may take a local-only
+    /// tombstone away in between, and the delete went unrecorded).
     private func write(_ node: SimNode, store: SyncStore, key: String, size: Int, _ body: () throws -> Void) {
-        let before = (try? store.entryInfo(forKey: key))?.version
+        let committed = Mutex<StoreChange?>(nil)
+        let observation = store.observeChanges(matching: .key(key)) { change in
+            if change.origin == .local { committed.withLock { $0 = change } }
+        }
+        defer { observation.cancel() }
         do {
             try body()
         } catch {
             node.refusedWrites += 1
             return
         }
-        if let info = try? store.entryInfo(forKey: key), info.version != before {
-            state.model.recordWrite(node: node.role, nodeID: node.nodeID, key: key, version: info.version, deleted: info.isDeleted, size: size,
-                                    declaration: node.registry.descriptor(forEntry: key))
+        if let change = committed.withLock({ $0 }) {
+            state.model.recordWrite(node: node.role, nodeID: node.nodeID, key: key, version: change.version, deleted: change.kind == .removed,
+                                    size: size, declaration: node.registry.descriptor(forEntry: key))
         }
         link.localChange(on: node)
     }
