@@ -101,12 +101,7 @@ final class BatchHoldingConnection: FrameConnection {
         let watchEvents = pair.watch.events()
         var config = ReplicationConfiguration(pairingEpoch: "idle")
         config.retransmitMilliseconds = 100
-        let phonePeer = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(20))
-        let watchPeer = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(20))
-        let (a, b) = InMemoryConnection.makePair()
-        let phoneSide = BatchHoldingConnection(a)
-        let tasks = [Task { await phonePeer.run(over: phoneSide) }, Task { await watchPeer.run(over: b) }]
-        let outcome = await Result {
+        try await Self.withHeldBatches(pair, config) { _, watchPeer, phoneSide in
             try await first(of: watchEvents, "the watch's connected event") { if case .connected = $0 { true } else { false } }
             // Ticks pass while the phone's batch is held back: it is sent, then resent after a retransmit interval.
             try await first(of: phoneSide.heldCounts, "the phone's batch held back and resent") { $0 >= 2 }
@@ -121,9 +116,6 @@ final class BatchHoldingConnection: FrameConnection {
             try await first(of: watchEvents, "the watch's idle event") { $0 == .idle }
             try await watchPeer.waitUntilIdle(timeout: .seconds(10))
         }
-        await a.close()
-        try await withDeadline("both peers to stop") { for task in tasks { _ = await task.value } }
-        try outcome.get()
         #expect(try pair.watch.storedValue(for: TestKeys.daily["2026-11-3"]) == 3)
     }
 
@@ -133,13 +125,9 @@ final class BatchHoldingConnection: FrameConnection {
         let pair = try Pair()
         try await pair.phone.set(1, for: TestKeys.daily["2026-11-1"])
         let phoneEvents = pair.phone.events()
-        let phonePeer = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: "idle"), tickInterval: .milliseconds(20))
-        let watchPeer = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: "idle"), tickInterval: .milliseconds(20))
-        #expect(await phonePeer.idleBlockers() == ["no session"])
-        let (a, b) = InMemoryConnection.makePair()
-        let phoneSide = BatchHoldingConnection(a)
-        let tasks = [Task { await phonePeer.run(over: phoneSide) }, Task { await watchPeer.run(over: b) }]
-        let outcome = await Result {
+        let config = ReplicationConfiguration(pairingEpoch: "idle")
+        #expect(await SyncPeer(store: pair.phone, configuration: config).idleBlockers() == ["no session"])
+        try await Self.withHeldBatches(pair, config) { phonePeer, watchPeer, phoneSide in
             try await first(of: phoneEvents, "the phone's connected event") { if case .connected = $0 { true } else { false } }
             try await first(of: phoneSide.heldCounts, "the phone's batch held back") { $0 >= 1 }
             let watchID = String(pair.watch.nodeID, radix: 16)
@@ -158,6 +146,19 @@ final class BatchHoldingConnection: FrameConnection {
             #expect(await phonePeer.idleBlockers().isEmpty)
             #expect(await watchPeer.idleBlockers().isEmpty)
         }
+    }
+
+    /// Runs a phone and a watch peer over an in-memory link whose phone side
+    /// holds back its batches until released; `body` gets the two peers and
+    /// that side while they run, and both stop after it.
+    static func withHeldBatches(_ pair: Pair, _ config: ReplicationConfiguration,
+                                _ body: (SyncPeer, SyncPeer, BatchHoldingConnection) async throws -> Void) async throws {
+        let phonePeer = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(20))
+        let watchPeer = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(20))
+        let (a, b) = InMemoryConnection.makePair()
+        let phoneSide = BatchHoldingConnection(a)
+        let tasks = [Task { await phonePeer.run(over: phoneSide) }, Task { await watchPeer.run(over: b) }]
+        let outcome = await Result { try await body(phonePeer, watchPeer, phoneSide) }
         await a.close()
         try await withDeadline("both peers to stop") { for task in tasks { _ = await task.value } }
         try outcome.get()
