@@ -169,7 +169,8 @@ import Testing
                             "forgotten-older-watch-keeps-passed-over-keys",
                             "power-cut-fired-before-the-next-one",
                             "refusals-of-older-messages-no-pause", "entry-refused-for-its-declaration-waits",
-                            "lossy-ack-backoff-outlasts-checkpoint", "overtaken-transfer-idle-after-review"])
+                            "lossy-ack-backoff-outlasts-checkpoint", "overtaken-transfer-idle-after-review",
+                            "queued-ack-across-live-rebaseline"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

@@ -376,6 +376,62 @@ final class Neighbourhood {
         })
     }
 
+    /// A watch acknowledges a queued batch, then the phone re-baselines it
+    /// live (it has no cursor for it, and has purged tombstones) and the
+    /// session ends before the baseline arrives. The acknowledgement, read
+    /// from the mailbox after that, is of a batch from before the notice,
+    /// which removed what the batch brought: it moves no cursor, and the
+    /// baseline comes again (fuzz seed 5701642).
+    @Test func aQueuedAcknowledgementFromBeforeALiveRebaselineMovesNoCursor() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"])
+        try await home.phone.set(5, for: TestKeys.daily["kept"])
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.phone.remove(TestKeys.steps)
+        let config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
+        let phone = SyncPeer(store: home.phone, configuration: config)
+        let watch = SyncPeer(store: home.watches[0], configuration: config)
+        let folder = TempFolder()
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing)
+        // The phone posts everything for watch 0, a watch it has not met; watch 1 takes the delete live.
+        try phone.deliverQueued(through: phoneBox)
+        home.sync(1)
+        home.recordAcknowledgements()
+        home.advance(days: 31)
+        #expect(try home.phone.purgeTombstones() == 1)
+        // Watch 0 applies the batch and queues its acknowledgement.
+        try watch.deliverQueued(through: watchBox)
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["kept"]) == 5)
+
+        // Live: the notice arrives, the phone's batches are lost, the session ends.
+        let live = Link(home.phone, home.watches[0], epoch: pairing.epoch)
+        var toWatch = live.a.start(now: live.now), toPhone = live.b.start(now: live.now)
+        var noticed = false
+        for _ in 0..<20 where !(toWatch.isEmpty && toPhone.isEmpty) {
+            let frames = toWatch.filter { $0.type != SyncMessage.MessageType.batch.rawValue }
+            noticed = noticed || frames.contains { $0.type == SyncMessage.MessageType.rebaseline.rawValue }
+            toWatch = toPhone.flatMap { live.a.receive($0, now: live.now) }
+            toPhone = frames.flatMap { live.b.receive($0, now: live.now) }
+        }
+        #expect(noticed)
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["kept"]) == nil, "the notice removes what the phone knew")
+
+        // The phone reads the acknowledgement queued before the notice.
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total > 0, "the watch lacks kept until the baseline comes")
+        for _ in 0..<3 {
+            try watch.deliverQueued(through: watchBox)
+            try phone.deliverQueued(through: phoneBox)
+        }
+        home.sync(0)
+        for store in [home.phone, home.watches[0]] {
+            #expect(try store.storedValue(for: TestKeys.daily["kept"]) == 5, "kept is lost on the \(store.role)")
+            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
+        }
+        #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
+    }
+
     /// A queued re-baseline notice that reaches a phone is refused and kept
     /// aside, and the phone's entries stay.
     @Test func aPhoneRefusesAQueuedRebaselineNotice() async throws {

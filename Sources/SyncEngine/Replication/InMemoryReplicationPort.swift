@@ -228,6 +228,7 @@ package final class InMemoryReplicationPort: ReplicationPort {
     /// The in-memory port keeps every tombstone (it never purges), so it never
     /// sends a re-baseline notice.
     package func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64? { nil }
+    package func rebaselineGeneration(for peer: UInt32) throws -> Int64 { 0 }
 
     /// Refused: only a store that purges tombstones sends notices, and this
     /// port speaks only with its own kind.

@@ -41,6 +41,8 @@ package final class MailboxReplicator {
     package private(set) var peerNode: UInt32?
     /// The stream position posted through (nil: not decided since start).
     private var postedThrough: Int64?
+    /// The re-baseline generation `postedThrough` was posted in.
+    private var postedGeneration: Int64?
     /// Set when the peer refused our messages: posting pauses for
     /// `probeInterval` (the peer may be updated meanwhile), or, for another key
     /// registry, until the registries are compared (live, or by the
@@ -180,9 +182,13 @@ package final class MailboxReplicator {
                     // waits (unless the registries were compared apart again since).
                     if peer.registries == agreed { try port.setMismatchedKeys([], for: peer.node) }
                     repairPosted = false
-                case .ack(_, let after, let through, _, let rejected):
+                case .ack(_, let codedAfter, let codedThrough, _, let rejected):
                     let cursor = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)?.cursor ?? 0
-                    if after <= cursor, through > cursor {
+                    // Of a batch posted before a re-baseline notice (another generation): it moves no cursor.
+                    let generation = try port.rebaselineGeneration(for: peer.node)
+                    if let after = QueuedStreamPosition.position(codedAfter, generation: generation),
+                       let through = QueuedStreamPosition.position(codedThrough, generation: generation),
+                       after <= cursor, through > cursor {
                         try port.acknowledge(peer: peer.node, through: through)
                         // As a live session does: a watch's cursor on stable storage (re-baselines read it).
                         if port.role == .watch { try port.syncCommitted() }
@@ -400,12 +406,18 @@ package final class MailboxReplicator {
         if let record { peerNode = record.node }
         let node = record?.node ?? Self.unknownPeer
         var cursor = record?.cursor ?? 0
+        var generation = try port.rebaselineGeneration(for: node)
+        if postedGeneration != generation {
+            // A re-baseline notice went (live, or by an earlier round): what was posted before it does not count.
+            postedThrough = nil
+            postedGeneration = generation
+        }
         if postedThrough == nil {
             // After a restart: what still waits in the outbox was posted already.
             postedThrough = try mailbox.outgoingMessages().compactMap { message -> Int64? in
                 guard case .batch(let header, _, let through, _)? = try? QueuedMessage(frame: message.frame),
                       header.node == port.nodeID, through != Self.repairRange.through else { return nil }
-                return through
+                return QueuedStreamPosition.position(through, generation: generation)
             }.max()
         }
         var posted = max(postedThrough ?? cursor, cursor)
@@ -425,6 +437,8 @@ package final class MailboxReplicator {
             onPost?(notice)
             report.messagesPosted += 1
             rebaselinePosted = true
+            generation = try port.rebaselineGeneration(for: node)
+            postedGeneration = generation
         }
         var rangeStart = posted
         while true {
@@ -444,8 +458,9 @@ package final class MailboxReplicator {
                 }
                 continue
             }
-            try postBatch(QueuedMessage.batch(header, after: rangeStart, through: scanned, entries: filtered), entries: filtered.count,
-                          into: &report)
+            let batch = QueuedMessage.batch(header, after: try QueuedStreamPosition.coded(rangeStart, generation: generation),
+                                            through: try QueuedStreamPosition.coded(scanned, generation: generation), entries: filtered)
+            try postBatch(batch, entries: filtered.count, into: &report)
             reportedFull = false
             var delta = SyncCounters()
             delta.batchesSent = 1

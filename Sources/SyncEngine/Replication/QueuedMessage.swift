@@ -143,3 +143,34 @@ package enum QueuedMessage: Sendable, Equatable {
         }
     }
 }
+
+/// How a queued batch names positions of its sender's change stream (and its
+/// acknowledgement names them back): the position, with the sender's
+/// re-baseline generation for that peer in bits 48–61. A phone starts a new
+/// generation with each re-baseline notice for a watch, which removes on the
+/// watch what the phone's earlier messages brought; an acknowledgement of a
+/// batch of an earlier generation then moves no cursor (the baseline comes
+/// again). Generation 0, a watch's always, is the plain position, as
+/// builds before generations wrote them.
+package enum QueuedStreamPosition {
+    static let generationShift: Int64 = 48
+    /// Generations are told apart modulo this (an acknowledgement 16,384
+    /// re-baselines old is taken as current).
+    static let generations: Int64 = 1 << 14
+    /// Stream positions this coding carries (change sequence numbers stay far below).
+    static let positionLimit: Int64 = 1 << 48
+
+    /// `position` named in `generation`.
+    static func coded(_ position: Int64, generation: Int64) throws -> Int64 {
+        guard position >= 0, position < positionLimit else {
+            throw SyncError(.database, "stream position \(position) is past what a queued batch can name (\(positionLimit))")
+        }
+        return (generation % generations) << generationShift | position
+    }
+
+    /// The stream position `coded` names when it is of `generation`, else nil.
+    static func position(_ coded: Int64, generation: Int64) -> Int64? {
+        guard coded >= 0, coded >> generationShift == generation % generations else { return nil }
+        return coded & (positionLimit - 1)
+    }
+}

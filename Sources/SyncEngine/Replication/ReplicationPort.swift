@@ -105,6 +105,9 @@ package protocol ReplicationPort: AnyObject {
     /// Acts on a re-baseline notice from `peer`: removes, without sending, the
     /// entries up to `purgedThrough` that `peer` already had. Returns how many.
     func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?) throws -> Int
+    /// How many re-baseline notices this end sent `peer`: the generation
+    /// that queued batches for it name their stream positions in.
+    func rebaselineGeneration(for peer: UInt32) throws -> Int64
 
     // MARK: large values
 
@@ -255,6 +258,8 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?) throws -> Int {
         try store.applyRebaseline(purgedThrough: purgedThrough, from: peer, mismatched: mismatched, acknowledgedBefore: acknowledgedBefore)
     }
+
+    package func rebaselineGeneration(for peer: UInt32) throws -> Int64 { try store.rebaselineGeneration(for: peer) }
 
     package func stageChunk(_ chunk: SyncMessage.Chunk) throws -> Int {
         try store.stageChunk(chunk, encrypted: isEncrypted(chunk.entry.key))

@@ -225,6 +225,10 @@ extension SyncStore {
     /// when it has purged tombstones: their newest version (packed), or nil.
     /// The entries the phone took from that watch join its baseline for it
     /// (the watch removes what the phone knew, and gets back what is alive).
+    /// Each notice starts a new re-baseline generation for the peer
+    /// (`rebaselineGeneration(for:)`), on stable storage before the notice
+    /// leaves: acknowledgements of queued batches posted before it move no
+    /// cursor (the notice may have removed what those batches brought).
     func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64? {
         guard role == .phone, cursor == 0 else { return nil }
         let purged = Int64(try meta("purged_through") ?? "") ?? 0
@@ -233,10 +237,23 @@ extension SyncStore {
             let stmt = try conn.statement("UPDATE entries SET origin_peer = 0 WHERE origin_peer = ?1")
             stmt.bind(1, Int64(peer))
             try stmt.run()
+            let name = Self.rebaselineGenerationMeta(peer)
+            let generation = Int64(try SyncStore.readMeta(conn)[name] ?? "") ?? 0
+            try SyncStore.writeMeta(conn, name, String(generation &+ 1))
         }
+        try syncCommitted()
         logger.notice("re-baselining a watch after purging tombstones", metadata: ["peer": "\(String(peer, radix: 16))"])
         return purged
     }
+
+    /// How many re-baseline notices this store sent `peer` (0 for a watch):
+    /// queued batches for it name their stream positions in this generation
+    /// (`QueuedStreamPosition`).
+    func rebaselineGeneration(for peer: UInt32) throws -> Int64 {
+        Int64(try meta(Self.rebaselineGenerationMeta(peer)) ?? "") ?? 0
+    }
+
+    static func rebaselineGenerationMeta(_ peer: UInt32) -> String { "rebaseline_generation_\(peer)" }
 
     /// Applies a phone's re-baseline notice on a watch: removes each entry of
     /// version ≤ `purgedThrough` that the phone already knew (taken from it,
