@@ -300,6 +300,37 @@ import Testing
         #expect(try pair.phone.knownPeers().first { $0.node == updated.nodeID }?.mismatched == [])
     }
 
+    /// A watch of another registry that the phone compared with its own (a
+    /// live session), then forgot (unseen past the horizon), posts a change
+    /// of a key declared alike: the phone remembers the comparison and takes
+    /// it, with no refusal (the watch, which had retried once already,
+    /// would pause a minute). Found by `syncsim fuzz` (seed 5703117).
+    @Test func aForgottenWatchOfAnotherRegistryIsNotRefusedForIt() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let (phone, phoneBox, otherWatch, _, watch, watchBox) = try registriesThatDiffer(pair, folder)
+        let link = Link(pair.phone, otherWatch, epoch: secret.epoch)
+        link.connect()
+        link.settle()
+        let compared = try #require(try pair.phone.knownPeers().first { $0.node == otherWatch.nodeID })
+        #expect(compared.mismatched == ["health:daily:steps"])
+        link.a.connectionLost()
+        link.b.connectionLost()
+        pair.phoneClock.advance(by: 91 * 86_400_000)
+        _ = try pair.phone.purgeTombstones()
+        #expect(try pair.phone.forgottenPeers() == [otherWatch.nodeID])
+
+        try await otherWatch.set(["run"], for: TestKeys.tags)
+        try watch.deliverQueued(through: watchBox)
+        let read = try phone.deliverQueued(through: phoneBox)
+        #expect(read.refused.map(\.code) == [])
+        #expect(read.entriesApplied == 1)
+        #expect(try pair.phone.storedValue(for: TestKeys.tags) == ["run"])
+        let back = try #require(try pair.phone.knownPeers().first { $0.node == otherWatch.nodeID })
+        #expect(back.registries == compared.registries)
+        #expect(back.mismatched == compared.mismatched)
+    }
+
     /// A watch that refuses several messages of a registry it has not
     /// compared, in one pass, refuses each: the phone compares, posts again
     /// once, and does not take the refusals of the older messages for a peer

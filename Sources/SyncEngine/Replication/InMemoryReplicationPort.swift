@@ -236,6 +236,9 @@ package final class InMemoryReplicationPort: ReplicationPort {
         throw SyncError(.protocolViolation, "the in-memory port does not take re-baseline notices")
     }
 
+    /// The in-memory port never forgets a peer.
+    package func forgottenRegistries(of node: UInt32) throws -> [UInt8]? { nil }
+
     package func queuedPeer(role: DeviceRole, epoch: String) throws -> PeerRecord? {
         peers.values.filter { $0.role == role && $0.epoch == epoch }.map(\.record).max { $0.node < $1.node }
     }

@@ -306,7 +306,8 @@ package final class MailboxReplicator {
         if header.registryFingerprint != ours, !isDeclarations {
             let compared = try port.queuedPeer(role: header.role, epoch: header.pairingEpoch)
                 .map { $0.node == header.node && $0.registries == ours + header.registryFingerprint } ?? false
-            if !compared {
+            // A peer this store forgot (unseen past the horizon) keeps the comparison made with it.
+            if !compared, try port.forgottenRegistries(of: header.node) != ours + header.registryFingerprint {
                 return SyncError(.keyDeclarationMismatch,
                                  "a queued message was written with another key registry (its declarations differ from this device's), not compared with this one yet; this device posts its key declarations for the sender to compare, after which the keys declared alike go on (update both apps to the same registry for the others)")
             }

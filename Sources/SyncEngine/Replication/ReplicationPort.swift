@@ -85,6 +85,8 @@ package protocol ReplicationPort: AnyObject {
     /// The peer of `role` under pairing `epoch` this store saw last (its node
     /// and cursor), if any: whom queued delivery through a mailbox writes to.
     func queuedPeer(role: DeviceRole, epoch: String) throws -> PeerRecord?
+    /// The registries compared with `node` before this store forgot it (nil: none, or not forgotten).
+    func forgottenRegistries(of node: UInt32) throws -> [UInt8]?
     /// `peer` durably applied every change up to `sequence`: its cursor moves there (never back).
     func acknowledge(peer: UInt32, through sequence: Int64) throws
     /// A session with `peer` is established (`live`) or has ended: a peer with
@@ -245,6 +247,8 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func queuedPeer(role: DeviceRole, epoch: String) throws -> PeerRecord? {
         try store.queuedPeer(role: role, epoch: epoch)
     }
+
+    package func forgottenRegistries(of node: UInt32) throws -> [UInt8]? { try store.forgottenRegistries(of: node) }
 
     package func acknowledge(peer: UInt32, through sequence: Int64) throws { try store.acknowledge(peer: peer, through: sequence) }
     package func noteSession(with peer: UInt32, live: Bool) { store.noteSession(with: peer, live: live) }

@@ -204,12 +204,54 @@ extension SyncStore {
             let drop = try conn.statement("DELETE FROM sync_meta WHERE name = ?1")
             drop.bind(1, saved)
             try drop.run()
+            // And the registries compared with it, unless compared since.
+            if let registries = try SyncStore.forgottenRegistries(conn, node: node) {
+                let restore = try conn.statement("UPDATE sync_peers SET registries = ?2 WHERE peer_node = ?1 AND registries IS NULL")
+                restore.bind(1, Int64(node))
+                restore.bind(2, registries)
+                try restore.run()
+                drop.reset()
+                drop.bind(1, SyncStore.forgottenRegistriesMeta(node))
+                try drop.run()
+            }
             return try SyncStore.peerRecord(conn, node: node) ?? PeerRecord(node: node, cursor: 0, mismatched: [])
         }
     }
 
     /// The `sync_meta` name that keeps a forgotten peer's keys declared differently.
     static func forgottenMismatchedMeta(_ node: UInt32) -> String { "forgotten_mismatched_\(node)" }
+    /// The `sync_meta` name that keeps the registries compared with a forgotten peer (hex).
+    static func forgottenRegistriesMeta(_ node: UInt32) -> String { "forgotten_registries_\(node)" }
+
+    /// The registries (`PeerRecord.registries`) compared with `node` before this store forgot it.
+    func forgottenRegistries(of node: UInt32) throws -> [UInt8]? {
+        try database.read { conn in try SyncStore.forgottenRegistries(conn, node: node) }
+    }
+
+    static func forgottenRegistries(_ conn: SQLiteConnection, node: UInt32) throws -> [UInt8]? {
+        let stmt = try conn.statement("SELECT value FROM sync_meta WHERE name = ?1")
+        stmt.bind(1, forgottenRegistriesMeta(node))
+        defer { stmt.reset() }
+        guard try stmt.step() else { return nil }
+        return bytes(hex: stmt.string(0))
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String {
+        bytes.map { String($0, radix: 16) }.map { $0.count == 1 ? "0" + $0 : $0 }.joined()
+    }
+
+    /// The bytes of `hex` (nil when it is not an even run of hex digits).
+    static func bytes(hex: String) -> [UInt8]? {
+        let digits = Array(hex.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(digits.count / 2)
+        for i in stride(from: 0, to: digits.count, by: 2) {
+            guard let byte = UInt8(String(decoding: digits[i...i + 1], as: UTF8.self), radix: 16) else { return nil }
+            bytes.append(byte)
+        }
+        return bytes
+    }
 
     /// Remembers the keys `peer` declares differently (their changes wait for it).
     func setMismatchedKeys(_ names: Set<String>, for peer: UInt32) throws {

@@ -196,8 +196,13 @@ extension SyncStore {
                 try remember.run()
                 // Its keys declared differently: changes of them that messages already posted passed
                 // over are sent once the registries agree, even after it returns (`recordPeer`).
-                if let mismatched = try SyncStore.peerRecord(conn, node: node)?.mismatched, !mismatched.isEmpty {
+                let record = try SyncStore.peerRecord(conn, node: node)
+                if let mismatched = record?.mismatched, !mismatched.isEmpty {
                     try SyncStore.writeMeta(conn, SyncStore.forgottenMismatchedMeta(node), mismatched.sorted().joined(separator: "\n"))
+                }
+                // And the comparison of the two registries: its queued messages are not refused for it.
+                if let registries = record?.registries {
+                    try SyncStore.writeMeta(conn, SyncStore.forgottenRegistriesMeta(node), SyncStore.hex(registries))
                 }
                 forget.reset()
                 forget.bind(1, Int64(node))
