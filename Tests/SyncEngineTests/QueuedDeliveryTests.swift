@@ -269,21 +269,13 @@ import Testing
         let pair = try Pair()
         let folder = TempFolder()
         let (phone, phoneBox, otherWatch, _, _, _) = try registriesThatDiffer(pair, folder)
-        let link = Link(pair.phone, otherWatch, epoch: secret.epoch)
-        link.connect()
-        link.settle()
-        #expect(try pair.phone.knownPeers().first { $0.node == otherWatch.nodeID }?.mismatched == ["health:daily:steps"])
-        link.a.connectionLost()
-        link.b.connectionLost()
+        try compareLive(pair, otherWatch)
         try await pair.phone.set(7, for: TestKeys.steps)
         try await pair.phone.set("uk", for: TestKeys.units)
         try phone.deliverQueued(through: phoneBox)
         #expect(try queuedKeys(phoneBox) == ["units"])
 
-        // The watch stays away past the horizon: the phone forgets it.
-        pair.phoneClock.advance(by: 91 * 86_400_000)
-        _ = try pair.phone.purgeTombstones()
-        #expect(try pair.phone.forgottenPeers() == [otherWatch.nodeID])
+        try forgetAfterTheHorizon(pair, otherWatch)
 
         // It comes back updated to the phone's registry, through the mailbox.
         otherWatch.close()
@@ -309,16 +301,8 @@ import Testing
         let pair = try Pair()
         let folder = TempFolder()
         let (phone, phoneBox, otherWatch, _, watch, watchBox) = try registriesThatDiffer(pair, folder)
-        let link = Link(pair.phone, otherWatch, epoch: secret.epoch)
-        link.connect()
-        link.settle()
-        let compared = try #require(try pair.phone.knownPeers().first { $0.node == otherWatch.nodeID })
-        #expect(compared.mismatched == ["health:daily:steps"])
-        link.a.connectionLost()
-        link.b.connectionLost()
-        pair.phoneClock.advance(by: 91 * 86_400_000)
-        _ = try pair.phone.purgeTombstones()
-        #expect(try pair.phone.forgottenPeers() == [otherWatch.nodeID])
+        let compared = try compareLive(pair, otherWatch)
+        try forgetAfterTheHorizon(pair, otherWatch)
 
         try await otherWatch.set(["run"], for: TestKeys.tags)
         try watch.deliverQueued(through: watchBox)
@@ -417,6 +401,27 @@ import Testing
     /// `pair`'s phone, and a watch store in `pair`'s folder whose registry
     /// declares steps as manual (the other keys as `TestKeys`), each with its
     /// peer and its end of a mailbox in `folder`.
+    /// A live session between the phone and `watch` (of another registry) that
+    /// compares the two registries, then ends; returns the phone's record of it.
+    @discardableResult
+    func compareLive(_ pair: Pair, _ watch: SyncStore) throws -> PeerRecord {
+        let link = Link(pair.phone, watch, epoch: secret.epoch)
+        link.connect()
+        link.settle()
+        let compared = try #require(try pair.phone.knownPeers().first { $0.node == watch.nodeID })
+        #expect(compared.mismatched == ["health:daily:steps"])
+        link.a.connectionLost()
+        link.b.connectionLost()
+        return compared
+    }
+
+    /// `watch` stays away past the horizon: the phone forgets it.
+    func forgetAfterTheHorizon(_ pair: Pair, _ watch: SyncStore) throws {
+        pair.phoneClock.advance(by: 91 * 86_400_000)
+        _ = try pair.phone.purgeTombstones()
+        #expect(try pair.phone.forgottenPeers() == [watch.nodeID])
+    }
+
     func registriesThatDiffer(_ pair: Pair, _ folder: TempFolder) throws
         -> (phone: SyncPeer, phoneBox: Mailbox, watchStore: SyncStore, watchSteps: Key<Int>, watch: SyncPeer, watchBox: Mailbox) {
         let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
