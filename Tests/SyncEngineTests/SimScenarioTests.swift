@@ -170,7 +170,8 @@ import Testing
                             "power-cut-fired-before-the-next-one",
                             "refusals-of-older-messages-no-pause", "entry-refused-for-its-declaration-waits",
                             "lossy-ack-backoff-outlasts-checkpoint", "overtaken-transfer-idle-after-review",
-                            "queued-ack-across-live-rebaseline", "forgotten-watch-keeps-registry-comparison"])
+                            "queued-ack-across-live-rebaseline", "forgotten-watch-keeps-registry-comparison",
+                            "rebaselined-watch-down-at-checkpoint"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

@@ -204,6 +204,29 @@ import Testing
         #expect(results[.convergence]!.violations == ["end: k is only on the watch2"])
     }
 
+    /// The phone re-baselined watch2 (it had forgotten it) and purged the
+    /// delete; watch2's older write then reached the phone and the other
+    /// watch (the README's first tombstone limit). At a check where watch2 is
+    /// down, the phone's record of the notice it sent tells that limit apart
+    /// from a resurrection (fuzz seed 6300362).
+    @Test func theOlderWriteOfARebaselinedWatchIsNoResurrectionWhileThatWatchIsDown() {
+        let otherWatchID: UInt32 = 0x2002
+        let older = Self.entry(Self.version(1, Self.watchID))
+        let value = ["k": Array("\"v\"".utf8)]
+        func check(rebaselined: Set<UInt32>) -> [Invariant: InvariantResult] {
+            var checker = InvariantChecker(registry: registry)
+            let phone = InvariantChecker.Snapshot(role: .phone, nodeID: Self.phoneID, entries: ["k": older], values: value, name: "phone",
+                                                  purgedThrough: Self.version(2, 0).packed, rebaselinedPeers: rebaselined)
+            let watch = InvariantChecker.Snapshot(role: .watch, nodeID: otherWatchID, entries: ["k": older], values: value, name: "watch")
+            checker.checkState(nodes: [phone, watch], connected: [otherWatchID], model: Self.model(), label: "end")
+            return checker.log.results
+        }
+        let results = check(rebaselined: [Self.watchID])
+        #expect(results.values.allSatisfy { $0.passed }, "\(results.values.flatMap(\.violations))")
+        let notRebaselined = check(rebaselined: [])
+        #expect(!notRebaselined[.noResurrection]!.passed, "without the notice it is a resurrection")
+    }
+
     /// A tombstone on one side and a purged (absent) row on the other agree.
     @Test func tombstoneAndPurgedRowConverge() {
         let results = check(phonePurgedThrough: Self.version(2, 0).packed, watchEntry: Self.entry(Self.version(2, Self.phoneID), deleted: true))

@@ -260,6 +260,17 @@ extension SyncStore {
 
     static func rebaselineGenerationMeta(_ peer: UInt32) -> String { "rebaseline_generation_\(peer)" }
 
+    /// The watches this phone sent a re-baseline notice (empty on a watch).
+    package func rebaselinedPeers() throws -> Set<UInt32> {
+        try checkOpen()
+        let prefix = Self.rebaselineGenerationMeta(0).dropLast()
+        return try database.read { conn in
+            Set(try SyncStore.readMeta(conn).keys.compactMap { name in
+                name.hasPrefix(prefix) ? UInt32(name.dropFirst(prefix.count)) : nil
+            })
+        }
+    }
+
     /// Applies a phone's re-baseline notice on a watch: removes each entry of
     /// version ≤ `purgedThrough` that the phone already knew (taken from it,
     /// or acknowledged by it: in a sent lane at or before its cursor, a key

@@ -14,6 +14,10 @@ struct InvariantChecker {
     /// The registry of each node (by id) that runs an older app.
     var olderApps: [UInt32: KeyRegistry] = [:]
     var log = ViolationLog()
+    /// Watches known to be re-baselined (their own mark, or the phone's
+    /// record of the notices it sent), from every check so far: one that is
+    /// down at a later check still counts.
+    var rebaselinedWatches: Set<UInt32> = []
 
     init(registry: KeyRegistry, declaredDifferently: Set<String> = []) {
         self.registry = registry
@@ -195,9 +199,11 @@ struct InvariantChecker {
         var purgedThrough: Int64
         /// A watch that acted on a phone's re-baseline notice (the phone had forgotten it).
         var rebaselined: Bool
+        /// The watches a phone sent a re-baseline notice (empty for a watch).
+        var rebaselinedPeers: Set<UInt32>
 
         init(role: DeviceRole, nodeID: UInt32, entries: [String: EntryInfo], values: [String: [UInt8]], name: String? = nil,
-             purgedThrough: Int64 = 0, rebaselined: Bool = false) {
+             purgedThrough: Int64 = 0, rebaselined: Bool = false, rebaselinedPeers: Set<UInt32> = []) {
             self.role = role
             self.nodeID = nodeID
             self.entries = entries
@@ -205,6 +211,7 @@ struct InvariantChecker {
             self.name = name ?? role.rawValue
             self.purgedThrough = purgedThrough
             self.rebaselined = rebaselined
+            self.rebaselinedPeers = rebaselinedPeers
         }
     }
 
@@ -216,7 +223,8 @@ struct InvariantChecker {
             if !info.isDeleted, let value = try store.rawValue(forKey: info.key) { values[info.key] = value }
         }
         return Snapshot(role: store.role, nodeID: store.nodeID, entries: entries, values: values, name: name?.rawValue,
-                        purgedThrough: try store.purgedThrough(), rebaselined: !(try store.rebaselinedBy()).isEmpty)
+                        purgedThrough: try store.purgedThrough(), rebaselined: !(try store.rebaselinedBy()).isEmpty,
+                        rebaselinedPeers: try store.rebaselinedPeers())
     }
 
     /// Checks the stores of the nodes that are up (the phone first when it is
@@ -224,6 +232,10 @@ struct InvariantChecker {
     /// is checked between the phone and each of them (a watch partitioned or
     /// down at a checkpoint is not expected to have converged).
     mutating func checkState(nodes: [Snapshot], connected: Set<UInt32>, model: WriteModel, label: String) {
+        for node in nodes {
+            if node.role == .watch, node.rebaselined { rebaselinedWatches.insert(node.nodeID) }
+            rebaselinedWatches.formUnion(node.rebaselinedPeers)
+        }
         // placement in the stores
         log.checked(.placement)
         for node in nodes {
@@ -320,7 +332,7 @@ struct InvariantChecker {
     /// compare it with, it wins on every node as if that delete had not
     /// happened, and so do the writes between them lose.
     func unsentBeforePurgedDelete(_ key: String, _ version: HLCTimestamp, nodes: [Snapshot], model: WriteModel) -> Bool {
-        guard nodes.contains(where: { $0.role == .watch && $0.nodeID == version.node && $0.rebaselined }) else { return false }
+        guard rebaselinedWatches.contains(version.node) else { return false }
         let purged = nodes.map(\.purgedThrough).max() ?? 0
         return model.writes.contains { $0.key == key && $0.deleted && $0.version > version && $0.version.packed <= purged }
     }
