@@ -164,8 +164,12 @@ final class ScenarioRunner<Link: ScenarioLink> {
                 let queued = state.watches.filter { $0.isUp && link.isPartitioned($0) }
                 if !queued.isEmpty {
                     for _ in 0..<5 where mailboxes.rounds(link: link) {
-                        if !settled.isEmpty { _ = await link.settle(limitMs: state.options.checkpointLimitMs, watches: settled) }
+                        // What the phone took from the mailbox goes on to the watches settled with it.
+                        let idle = settled.isEmpty ? true : await link.settle(limitMs: state.options.checkpointLimitMs, watches: settled)
                         await reapPowerCuts()
+                        if !idle, state.phone.isUp, settled.allSatisfy(\.isUp) {
+                            state.checker.log.violate(.convergence, "checkpoint at t=\(step.at): not idle within \(link.describeLimit(ms: state.options.checkpointLimitMs)) after queued delivery")
+                        }
                     }
                 }
                 mailboxes.check(label: "checkpoint t=\(step.at)", link: link)
