@@ -315,6 +315,45 @@ import Testing
         #expect(back.mismatched == compared.mismatched)
     }
 
+    /// A watch's queued change that the phone merges (the key has a resolver)
+    /// while a live session with that watch runs: the merge is new to the
+    /// watch too and goes over the session, and the phone is not idle before
+    /// it went. Found over TCP by `syncsim fuzz` (seed 6600892): the session
+    /// was not woken by an apply from its own peer, `waitUntilIdle` returned
+    /// at once, and the two kept one version with two values.
+    @Test func aQueuedChangeMergedDuringALiveSessionGoesBackOverIt() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let phone = SyncPeer(store: pair.phone, configuration: config)
+        let watch = SyncPeer(store: pair.watch, configuration: config)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        let (a, b) = InMemoryConnection.makePair()
+        let tasks = [Task { await phone.run(over: a) }, Task { await watch.run(over: b) }]
+        let outcome = await Result {
+            try await pair.phone.set(["a"], for: TestKeys.tags)
+            try await phone.waitUntilIdle(timeout: .seconds(10))
+            try await watch.waitUntilIdle(timeout: .seconds(10))
+            #expect(try pair.watch.storedValue(for: TestKeys.tags) == ["a"])
+            // Queued by the watch before the session, concurrent with the phone's write.
+            let header = QueuedHeader(protocolVersion: config.protocolRange.lowerBound, node: pair.watch.nodeID, role: .watch,
+                                      pairingEpoch: secret.epoch, registryFingerprint: pair.watch.registry.fingerprint(for: .watch))
+            let older = WireEntry(key: TestKeys.tags.name, version: HLCTimestamp(physicalMilliseconds: 1, counter: 0, node: pair.watch.nodeID),
+                                  base: .zero, deleted: false, encoding: "json", value: Array(#"["b"]"#.utf8))
+            try watchBox.post(QueuedMessage.batch(header, after: 0, through: 1, entries: [older]).frame())
+            #expect(try phone.deliverQueued(through: phoneBox).entriesApplied == 1)
+            #expect(try pair.phone.storedValue(for: TestKeys.tags) == ["a", "b"])
+            try await phone.waitUntilIdle(timeout: .seconds(10))
+            try await watch.waitUntilIdle(timeout: .seconds(10))
+            #expect(try pair.watch.storedValue(for: TestKeys.tags) == ["a", "b"], "the merge did not reach the watch")
+            #expect(try pair.watch.entryInfo(forKey: TestKeys.tags.name)?.version == pair.phone.entryInfo(forKey: TestKeys.tags.name)?.version)
+        }
+        await a.close()
+        for task in tasks { _ = await task.value }
+        try outcome.get()
+    }
+
     /// A watch that refuses several messages of a registry it has not
     /// compared, in one pass, refuses each: the phone compares, posts again
     /// once, and does not take the refusals of the older messages for a peer

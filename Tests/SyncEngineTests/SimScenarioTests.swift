@@ -148,6 +148,15 @@ import Testing
         #expect(report.passed, "\(report.text)")
     }
 
+    /// A watch's queued change the phone merged while their live session ran
+    /// reaches the watch over it (TCP only: the simulated runner pumps every endpoint).
+    @Test func aQueuedMergeGoesOverTheLiveSessionOverTCP() async throws {
+        let outcome = await Simulation.runTCP(path: "\(SimScenarioTests.fixtures)/regressions/queued-merge-during-live-session.json")
+        #expect(outcome.runError == nil, "\(outcome.runError ?? "")")
+        let report = try #require(outcome.report)
+        #expect(report.passed, "\(report.text)")
+    }
+
     @Test func skippedTombstonesAreCaughtOverTCP() async throws {
         let faults = try Simulation.testingFaults(named: ["skip-tombstones"])
         let outcome = await Simulation.runTCP(path: SimScenarioTests.path("conflicts-and-deletes"), options: RunOptions(testingFaults: faults))
@@ -171,7 +180,7 @@ import Testing
                             "refusals-of-older-messages-no-pause", "entry-refused-for-its-declaration-waits",
                             "lossy-ack-backoff-outlasts-checkpoint", "overtaken-transfer-idle-after-review",
                             "queued-ack-across-live-rebaseline", "forgotten-watch-keeps-registry-comparison",
-                            "rebaselined-watch-down-at-checkpoint"])
+                            "rebaselined-watch-down-at-checkpoint", "queued-merge-during-live-session"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

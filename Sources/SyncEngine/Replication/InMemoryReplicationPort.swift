@@ -236,6 +236,8 @@ package final class InMemoryReplicationPort: ReplicationPort {
         throw SyncError(.protocolViolation, "the in-memory port does not take re-baseline notices")
     }
 
+    package func noteAppliedOutsideSessions() {}
+
     /// The in-memory port never forgets a peer.
     package func forgottenRegistries(of node: UInt32) throws -> [UInt8]? { nil }
 

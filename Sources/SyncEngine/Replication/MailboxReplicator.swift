@@ -171,6 +171,8 @@ package final class MailboxReplicator {
                     let mismatched = sender.registryFingerprint == ourFingerprint ? [] : peer.mismatched
                     let plan = try apply(entries, from: peer, mismatched: mismatched)
                     report.entriesApplied += plan.applied
+                    // Live sessions forward them (and send back a resolver's merge); waits for idle see them.
+                    if plan.applied > 0 { port.noteAppliedOutsideSessions() }
                     // Acknowledged before the message is taken: if this process dies in between,
                     // the batch comes again, applies nothing, and is acknowledged again.
                     let ack = QueuedMessage.ack(header, after: after, through: through, applied: plan.applied, rejected: plan.rejected)

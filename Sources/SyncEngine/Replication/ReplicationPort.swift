@@ -87,6 +87,10 @@ package protocol ReplicationPort: AnyObject {
     func queuedPeer(role: DeviceRole, epoch: String) throws -> PeerRecord?
     /// The registries compared with `node` before this store forgot it (nil: none, or not forgotten).
     func forgottenRegistries(of node: UInt32) throws -> [UInt8]?
+    /// Changes were applied outside any live session (queued delivery): every
+    /// live session looks for what to send (the one with that peer too: a
+    /// resolver's merge is new to it), and idle states computed before are stale.
+    func noteAppliedOutsideSessions()
     /// `peer` durably applied every change up to `sequence`: its cursor moves there (never back).
     func acknowledge(peer: UInt32, through sequence: Int64) throws
     /// A session with `peer` is established (`live`) or has ended: a peer with
@@ -249,6 +253,7 @@ package final class SQLiteReplicationPort: ReplicationPort {
     }
 
     package func forgottenRegistries(of node: UInt32) throws -> [UInt8]? { try store.forgottenRegistries(of: node) }
+    package func noteAppliedOutsideSessions() { store.noteAppliedOutsideSessions() }
 
     package func acknowledge(peer: UInt32, through sequence: Int64) throws { try store.acknowledge(peer: peer, through: sequence) }
     package func noteSession(with peer: UInt32, live: Bool) { store.noteSession(with: peer, live: live) }

@@ -187,6 +187,14 @@ extension SyncStore {
         return outcome
     }
 
+    /// Changes applied outside any live session (queued delivery): wakes every
+    /// session (the one with the peer they came from too), and makes an idle
+    /// state computed before them stale (`SyncPeer.waitUntilIdle`).
+    func noteAppliedOutsideSessions() {
+        localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        localWrites.publish(SyncStore.thisDevice)
+    }
+
     /// Why a remote entry's version cannot be accepted, if it cannot: its time
     /// is past `bound` (this device's clock plus `maxRemoteClockAhead`), it is
     /// negative, or its base (what its writer had seen) is after the version itself.
