@@ -76,8 +76,8 @@ public final class SyncPeer: Sendable {
         state.withLock { $0.sessions.values.filter(\.connected).compactMap(\.peerNode).sorted() }
     }
 
-    /// Local writes, `sync()` calls and forwarded entries so far: an idle state
-    /// computed before the latest of them is stale.
+    /// Local writes, `sync()` calls, changes applied from the mailbox and
+    /// forwarded entries so far: an idle state computed before the latest of them is stale.
     private var generation: Int {
         store.localGeneration.load(ordering: .sequentiallyConsistent) &+ forwarded.load(ordering: .sequentiallyConsistent)
     }
@@ -304,7 +304,7 @@ public final class SyncPeer: Sendable {
         }
     }
 
-    /// Idle, and no local write, `sync()` or forwarded entry happened since that was computed.
+    /// Idle, and no local write, `sync()`, queued apply or forwarded entry happened since that was computed.
     private var isCurrentlyIdle: Bool {
         let generation = self.generation
         return state.withLock { state in

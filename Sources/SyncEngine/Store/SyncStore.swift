@@ -46,8 +46,8 @@ public final class SyncStore: KeyValueBackend {
     let nextSeq: Mutex<Int64>
     /// Set by `close()`; read inline by the cached typed read (`value(for:)`).
     @usableFromInline let closed = Atomic<Bool>(false)
-    /// Bumped by every local commit and manual-sync request, so a replication
-    /// loop can tell whether its idea of "idle" is current.
+    /// Bumped by every local commit, manual-sync request and change applied
+    /// from the mailbox, so a replication loop can tell whether its idea of "idle" is current.
     let localGeneration = Atomic<Int>(0)
     /// When the last two local commits were made (burst coalescing tells a burst by them).
     private let commitInstants = Mutex<(previous: ContinuousClock.Instant?, latest: ContinuousClock.Instant?)>((nil, nil))
