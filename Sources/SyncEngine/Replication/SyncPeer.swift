@@ -6,7 +6,8 @@ import SyncTransport
 /// (in-memory or TCP): the async shell around `ReplicationEndpoint`. A phone
 /// runs one session per watch at once (each watch reads the store's stream of
 /// changes from its own cursor; a watch's change reaches the others through
-/// the phone).
+/// the phone). A session newly established with a peer ends any older one
+/// with the same peer (a stale connection: one device runs one session at a time).
 ///
 /// ```swift
 /// let peer = SyncPeer(store: store, configuration: .init(pairingEpoch: secret.epoch))
@@ -46,6 +47,8 @@ public final class SyncPeer: Sendable {
         /// Peers (node ids) asked for their manual changes whose session ended
         /// before the answer came: the next session with each asks again.
         var unansweredManualRequests: Set<UInt32> = []
+        /// Sessions told to end because a newer one with the same peer was established.
+        var replaced: Set<Int> = []
     }
 
     private enum Input: Sendable {
@@ -285,17 +288,32 @@ public final class SyncPeer: Sendable {
     /// aggregate: idle when every session is established with nothing pending
     /// or in flight.
     private func updateState(_ session: Int, _ new: Session?) {
-        let (changed, idle, reachability) = state.withLock { state -> (Bool, Bool, Bool?) in
+        let (changed, idle, reachability, replaced) = state.withLock { state -> (Bool, Bool, Bool?, [AsyncStream<Input>.Continuation]) in
             let old = state.sessions[session]
             state.sessions[session] = new
             if new == nil { state.inputs[session] = nil }
+            // A session newly established with a peer replaces any other with the same peer: one device
+            // runs one session at a time (its replication lock), so the other's connection is stale
+            // (half-open, its end not noticed yet) or a buggy or hostile peer's extra one.
+            var replaced: [AsyncStream<Input>.Continuation] = []
+            if new == nil { state.replaced.remove(session) }
+            if let peer = new?.peerNode, new?.connected == true, old?.connected != true || old?.peerNode != peer,
+               !state.replaced.contains(session) {
+                for (other, running) in state.sessions where other != session && running.peerNode == peer && !state.replaced.contains(other) {
+                    state.replaced.insert(other)
+                    if let input = state.inputs[other] { replaced.append(input) }
+                }
+            }
             let idle = !state.sessions.isEmpty && state.sessions.values.allSatisfy(\.idle)
             let generationMoved = new.map { $0.idle && $0.generation != old?.generation } ?? false
             let changed = idle != state.idle || (idle && generationMoved)
             state.idle = idle
             let reachable = state.sessions.values.contains { $0.connected }
             defer { state.reachable = reachable }
-            return (changed, idle, reachable != state.reachable ? reachable : nil)
+            return (changed, idle, reachable != state.reachable ? reachable : nil, replaced)
+        }
+        for input in replaced {
+            input.yield(.closed("replaced by a newer session with the same peer (node \(new?.peerNode.map { String($0, radix: 16) } ?? "?"))"))
         }
         if let reachability { reachabilityHub.publish(reachability) }
         if changed {
