@@ -94,8 +94,12 @@ public struct NodeCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
 
+        // Subscribed before anything can emit: a child task starts when it is scheduled, and the
+        // sessions' first events (a replication-locked error, say) would otherwise be lost under load.
+        let events = store.peerEvents()
+        let changes = store.changes()
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await NodeCommand.forwardEvents(store: store, output: output) }
+            group.addTask { await NodeCommand.forwardEvents(events, changes, output: output) }
             if let listen, let (host, port) = NodeCommand.split(listen) {
                 let listener = try await TCPListener.bind(host: host, port: port, configuration: tcp)
                 output.write(["event": "listening", "port": listener.port])
@@ -138,9 +142,8 @@ public struct NodeCommand: AsyncParsableCommand {
         return secrets
     }
 
-    static func forwardEvents(store: SyncStore, output: JSONLineWriter) async {
-        let events = store.peerEvents()
-        let changes = store.changes()
+    /// Writes each event (with its peer) and each remote change as a JSON line.
+    static func forwardEvents(_ events: AsyncStream<PeerEvent>, _ changes: AsyncStream<StoreChange>, output: JSONLineWriter) async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 for await record in events {
