@@ -146,6 +146,7 @@ func powerCutOptions(clock: ManualClock = ManualClock(), vfs: CrashVFS? = nil) -
             totals.acknowledged += whole.acknowledged
             // …then cut at random operations of the same run, with and without some unsynced writes reaching the disk.
             for attempt in 0..<3 {
+                await Task.yield()
                 let cutAt = Int(random.next(below: UInt64(max(1, whole.operations)))) + 1
                 let survivors: CrashVFS.Survivors = attempt == 2 ? .random(seed: random.next(), percent: 50) : .none
                 let outcome = try Self.run(seed: runSeed, cutAt: cutAt, survivors: survivors)

@@ -128,8 +128,8 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
             let isMismatch: @Sendable (SyncEvent) -> Bool = { if case .keyMismatch = $0 { true } else { false } }
             #expect(try await first(of: phoneEvents, "the phone's keyMismatch", where: isMismatch) == .keyMismatch(keys: ["disputed"]))
             #expect(try await first(of: watchEvents, "the watch's keyMismatch", where: isMismatch) == .keyMismatch(keys: ["disputed"]))
-            try await phonePeer.waitUntilIdle(timeout: .seconds(10))
-            try await watchPeer.waitUntilIdle(timeout: .seconds(10))
+            try await phonePeer.waitUntilIdle(timeout: waitLimit)
+            try await watchPeer.waitUntilIdle(timeout: waitLimit)
         }
         #expect(try await watch.get(shared) == 1)
         #expect(try await watch.get(watchView) == "two")
@@ -154,7 +154,7 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
             let isMismatch: @Sendable (SyncEvent) -> Bool = { if case .keyMismatch = $0 { true } else { false } }
             #expect(try await first(of: phoneEvents, "the phone's keyMismatch", where: isMismatch) == .keyMismatch(keys: ["note"]))
             #expect(try await first(of: watchEvents, "the watch's keyMismatch", where: isMismatch) == .keyMismatch(keys: ["note"]))
-            try await phonePeer.waitUntilIdle(timeout: .seconds(10))
+            try await phonePeer.waitUntilIdle(timeout: waitLimit)
         }
         #expect(try await watch.get(shared) == 1)
         #expect(try watch.storedValue(for: plain) == nil)

@@ -114,7 +114,7 @@ final class BatchHoldingConnection: FrameConnection {
             }
             #expect(event == .received(entries: 3, applied: 3), "idle came before the phone's entries: \(event)")
             try await first(of: watchEvents, "the watch's idle event") { $0 == .idle }
-            try await watchPeer.waitUntilIdle(timeout: .seconds(10))
+            try await watchPeer.waitUntilIdle(timeout: waitLimit)
         }
         #expect(try pair.watch.storedValue(for: TestKeys.daily["2026-11-3"]) == 3)
     }
@@ -141,8 +141,8 @@ final class BatchHoldingConnection: FrameConnection {
             let watchBusy = await watchPeer.idleBlockers()
             #expect(watchBusy.count == 1 && watchBusy[0].hasPrefix("session with "), "\(watchBusy)")
             try await phoneSide.release()
-            try await watchPeer.waitUntilIdle(timeout: .seconds(20))
-            try await phonePeer.waitUntilIdle(timeout: .seconds(20))
+            try await watchPeer.waitUntilIdle(timeout: waitLimit)
+            try await phonePeer.waitUntilIdle(timeout: waitLimit)
             #expect(await phonePeer.idleBlockers().isEmpty)
             #expect(await watchPeer.idleBlockers().isEmpty)
         }

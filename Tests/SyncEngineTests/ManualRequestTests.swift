@@ -53,7 +53,7 @@ func withConfiguredPeers(_ pair: Pair, over kind: LinkKind, phone phoneConfigura
         try await withConfiguredPeers(pair, over: kind, phone: ReplicationConfiguration(), watch: ReplicationConfiguration()) { phone, watch in
             try await eventually(pair.watch, "the automatic change") { try pair.watch.storedValue(for: TestKeys.steps) == 1 }
             #expect(try watch.sync() == 0)
-            try await watch.waitUntilIdle(timeout: .seconds(20))
+            try await watch.waitUntilIdle(timeout: waitLimit)
             #expect(try pair.watch.storedValue(for: TestKeys.name) == nil, "the watch's sync() releases only the watch's changes")
 
             #expect(try watch.sync(includingPeer: true) == 0)
@@ -62,8 +62,8 @@ func withConfiguredPeers(_ pair: Pair, over kind: LinkKind, phone phoneConfigura
             #expect(try await first(of: watchEvents, "the watch's answer event", where: ManualRequestTests.isAnswer)
                     == .manualRequestAnswered(accepted: true, released: 1))
             try await eventually(pair.watch, "the phone's manual change") { try pair.watch.storedValue(for: TestKeys.name) == "Ada" }
-            try await watch.waitUntilIdle(timeout: .seconds(20))
-            try await phone.waitUntilIdle(timeout: .seconds(20))
+            try await watch.waitUntilIdle(timeout: waitLimit)
+            try await phone.waitUntilIdle(timeout: waitLimit)
         }
     }
 
@@ -75,13 +75,13 @@ func withConfiguredPeers(_ pair: Pair, over kind: LinkKind, phone phoneConfigura
         var declining = ReplicationConfiguration()
         declining.answersManualRequests = { _ in false }
         try await withConfiguredPeers(pair, over: .memory, phone: declining, watch: ReplicationConfiguration()) { phone, watch in
-            try await watch.waitUntilIdle(timeout: .seconds(20))
+            try await watch.waitUntilIdle(timeout: waitLimit)
             #expect(watch.requestManualChanges() == 1)
             #expect(try await first(of: phoneEvents, "the phone's request event", where: ManualRequestTests.isRequest)
                     == .manualRequestReceived(accepted: false, released: 0))
             #expect(try await first(of: watchEvents, "the watch's answer event", where: ManualRequestTests.isAnswer)
                     == .manualRequestAnswered(accepted: false, released: 0))
-            try await watch.waitUntilIdle(timeout: .seconds(20))
+            try await watch.waitUntilIdle(timeout: waitLimit)
         }
         #expect(try pair.watch.storedValue(for: TestKeys.name) == nil)
         #expect(try pair.phone.pendingSummary().manualWaiting == 1)
@@ -99,7 +99,7 @@ func withConfiguredPeers(_ pair: Pair, over kind: LinkKind, phone phoneConfigura
         var old = ReplicationConfiguration()
         old.protocolRange = 1...1
         try await withConfiguredPeers(pair, over: .memory, phone: old, watch: ReplicationConfiguration()) { phone, watch in
-            try await watch.waitUntilIdle(timeout: .seconds(20))
+            try await watch.waitUntilIdle(timeout: waitLimit)
             #expect(watch.requestManualChanges() == 1)
             let error = try await first(of: watchEvents, "the watch's error event") { if case .error = $0 { true } else { false } }
             #expect(error == .error(SyncError(.unsupportedVersion, "the peer's app is too old to be asked for its manual changes (protocol 1); update it")))

@@ -107,7 +107,7 @@ enum ORSetKeys {
         try await pair.phone.set(ORSet(["a", "b", "c"], by: pair.phone.nodeID), for: ORSetKeys.lists)
         try await withConnectedPeers(pair, over: kind) { phone, watch in
             try await eventually(pair.watch, "the list on the watch") { try pair.watch.storedValue(for: ORSetKeys.lists)?.count == 3 }
-            try await phone.waitUntilIdle(timeout: .seconds(20))
+            try await phone.waitUntilIdle(timeout: waitLimit)
         }
         // Apart: concurrent edits on both devices.
         var onPhone = try await pair.phone.get(ORSetKeys.lists)
@@ -123,8 +123,8 @@ enum ORSetKeys {
             let expected: Set<String> = ["c", "d", "e"]
             try await eventually(pair.phone, "the merged list on the phone") { try pair.phone.storedValue(for: ORSetKeys.lists)?.elements == expected }
             try await eventually(pair.watch, "the merged list on the watch") { try pair.watch.storedValue(for: ORSetKeys.lists)?.elements == expected }
-            try await phone.waitUntilIdle(timeout: .seconds(20))
-            try await watch.waitUntilIdle(timeout: .seconds(20))
+            try await phone.waitUntilIdle(timeout: waitLimit)
+            try await watch.waitUntilIdle(timeout: waitLimit)
         }
         let phoneSet = try #require(try pair.phone.storedValue(for: ORSetKeys.lists))
         let watchSet = try #require(try pair.watch.storedValue(for: ORSetKeys.lists))

@@ -30,9 +30,9 @@ import Testing
                             written[key.name, default: []].append((entry.version, entry.bytes.flatMap { Int(String(decoding: $0, as: UTF8.self)) }))
                         }
                     }
-                    try await phone.waitUntilIdle(timeout: .seconds(30))
-                    try await watch.waitUntilIdle(timeout: .seconds(30))
-                    try await phone.waitUntilIdle(timeout: .seconds(30))
+                    try await phone.waitUntilIdle(timeout: waitLimit)
+                    try await watch.waitUntilIdle(timeout: waitLimit)
+                    try await phone.waitUntilIdle(timeout: waitLimit)
                 }
                 for key in keys {
                     let p = try pair.phone.entryInfo(forKey: key.name), w = try pair.watch.entryInfo(forKey: key.name)

@@ -331,10 +331,20 @@ import Testing
         let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
         let (a, b) = InMemoryConnection.makePair()
         let tasks = [Task { await phone.run(over: a) }, Task { await watch.run(over: b) }]
+        // On a timeout, what each side waits for (the error names only the waiting side's).
+        func bothIdle(_ step: String) async throws {
+            do {
+                try await phone.waitUntilIdle(timeout: waitLimit)
+                try await watch.waitUntilIdle(timeout: waitLimit)
+            } catch {
+                let phoneBlockers = await phone.idleBlockers(), watchBlockers = await watch.idleBlockers()
+                Issue.record("\(step): \(error); phone: \(phoneBlockers); watch: \(watchBlockers)")
+                throw error
+            }
+        }
         let outcome = await Result {
             try await pair.phone.set(["a"], for: TestKeys.tags)
-            try await phone.waitUntilIdle(timeout: .seconds(10))
-            try await watch.waitUntilIdle(timeout: .seconds(10))
+            try await bothIdle("after the phone's write")
             #expect(try pair.watch.storedValue(for: TestKeys.tags) == ["a"])
             // Queued by the watch before the session, concurrent with the phone's write.
             let header = QueuedHeader(protocolVersion: config.protocolRange.lowerBound, node: pair.watch.nodeID, role: .watch,
@@ -344,8 +354,7 @@ import Testing
             try watchBox.post(QueuedMessage.batch(header, after: 0, through: 1, entries: [older]).frame())
             #expect(try phone.deliverQueued(through: phoneBox).entriesApplied == 1)
             #expect(try pair.phone.storedValue(for: TestKeys.tags) == ["a", "b"])
-            try await phone.waitUntilIdle(timeout: .seconds(10))
-            try await watch.waitUntilIdle(timeout: .seconds(10))
+            try await bothIdle("after the queued merge")
             #expect(try pair.watch.storedValue(for: TestKeys.tags) == ["a", "b"], "the merge did not reach the watch")
             #expect(try pair.watch.entryInfo(forKey: TestKeys.tags.name)?.version == pair.phone.entryInfo(forKey: TestKeys.tags.name)?.version)
         }

@@ -30,7 +30,7 @@ import Testing
         let t2 = Task { await watchPeer.run(over: c2) }
         try await first(of: changes, "the phone's steps to arrive on the watch") { $0.origin == .remote }
         #expect(try await pair.watch.get(TestKeys.steps) == 5)
-        try await phonePeer.waitUntilIdle(timeout: .seconds(10))
+        try await phonePeer.waitUntilIdle(timeout: waitLimit)
         await c1.close()
         try await withDeadline("both peers to stop after the connection closed") { _ = await (t1.value, t2.value) }
     }

@@ -81,7 +81,7 @@ import Testing
         let appSession = Task { await appPeer.run(over: a) }
         let appWatchSession = Task { await SyncPeer(store: appWatch, configuration: config, tickInterval: .milliseconds(50)).run(over: b) }
         // This process's session holds the replication lock before the other process starts.
-        try await appPeer.waitUntilIdle(timeout: .seconds(30))
+        try await appPeer.waitUntilIdle(timeout: waitLimit)
 
         // The watch the "extension" process will reach over TCP.
         let watch = try SyncStore(path: folder.file("watch-b.sqlite"), role: .watch, registry: registry, options: options())

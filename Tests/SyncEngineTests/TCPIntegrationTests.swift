@@ -58,13 +58,13 @@ func withConnectedPeers(_ pair: Pair, over kind: LinkKind, tap: WireTap? = nil,
         try await withConnectedPeers(pair, over: kind) { phone, watch in
             try await eventually(pair.watch, "the phone's steps on the watch") { try pair.watch.storedValue(for: TestKeys.steps) == 11 }
             try await eventually(pair.phone, "the watch's tags on the phone") { try pair.phone.storedValue(for: TestKeys.tags) == ["w"] }
-            try await phone.waitUntilIdle(timeout: .seconds(20))
+            try await phone.waitUntilIdle(timeout: waitLimit)
             #expect(try pair.watch.storedValue(for: TestKeys.name) == nil)
             try phone.sync()
             try await eventually(pair.watch, "the manually synced name on the watch") { try pair.watch.storedValue(for: TestKeys.name) == "Ada" }
             try await pair.watch.remove(TestKeys.steps)
             try await eventually(pair.phone, "the watch's delete on the phone") { try pair.phone.storedValue(for: TestKeys.steps) == nil }
-            try await watch.waitUntilIdle(timeout: .seconds(20))
+            try await watch.waitUntilIdle(timeout: waitLimit)
         }
     }
 

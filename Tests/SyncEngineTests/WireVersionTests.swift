@@ -145,7 +145,7 @@ import Testing
             try await pair.watch.remove(TestKeys.tags)
             try await eventually(pair.watch, "the changed values on the watch") { try pair.watch.storedValue(for: TestKeys.daily["d299"]) == 1_299 }
             try await eventually(pair.phone, "the watch's delete on the phone") { try pair.phone.storedValue(for: TestKeys.tags) == nil }
-            try await phone.waitUntilIdle(timeout: .seconds(20))
+            try await phone.waitUntilIdle(timeout: waitLimit)
             for i in 0..<300 { #expect(try pair.watch.storedValue(for: TestKeys.daily["d\(i)"]) == i + 1_000) }
         }
         client.cancel()
