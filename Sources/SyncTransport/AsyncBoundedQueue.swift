@@ -217,6 +217,28 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
         }
     }
 
+    /// Ends the queue as `finish()` does, but takes the queued elements out
+    /// (returned, oldest first) instead of leaving them for the consumer,
+    /// which gets `nil` at once.
+    func finishTakingQueued() -> [Element] {
+        let (queued, producers, consumer): ([Element], [Waiter], CheckedContinuation<Element?, any Error>?) = state.withLock { state in
+            var queued: [Element] = []
+            while state.count > 0 { queued.append(state.removeFirst()) }
+            guard !state.finished else { return (queued, [], nil) }
+            state.finished = true
+            defer {
+                state.producers = []
+                state.consumer = nil
+            }
+            return (queued, state.producers, state.consumer?.continuation)
+        }
+        for producer in producers {
+            producer.continuation.resume(throwing: TransportError(.closed, "the connection is closed"))
+        }
+        consumer?.resume(returning: nil)
+        return queued
+    }
+
     /// Moves waiting producers' elements into the queue while they fit.
     private func admitWaiters(_ state: inout State) -> [Waiter] {
         var admitted: [Waiter] = []

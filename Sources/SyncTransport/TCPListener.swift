@@ -54,8 +54,8 @@ public final class TCPListener: Service, Sendable {
     /// The port actually bound (useful after binding port 0).
     public let port: Int
     /// Authenticated connections, in the order their handshakes finished.
-    /// Finishes once the listener stopped (`close()`, or `run()` returned).
-    /// Iterate it from one task.
+    /// Finishes once the listener stopped (`close()`, or `run()` returned);
+    /// the connections not taken from it by then are closed. Iterate it from one task.
     public let connections: AsyncStream<any FrameConnection>
     /// Why peers were turned away (the newest 64 are kept until read), rate
     /// limited like `rejectionReports`, which also gives the suppressed counts.
@@ -70,7 +70,10 @@ public final class TCPListener: Service, Sendable {
     private let server: NIOAsyncChannel<TransportChannel, Never>
     private let children: ChildChannelRegistry
     private let configuration: TCPConfiguration
-    private let connectionSink: AsyncStream<any FrameConnection>.Continuation
+    /// Authenticated connections until `connections` hands them out.
+    private let untaken: AsyncBoundedQueue<any FrameConnection>
+    /// How many authenticated connections wait to be taken from `connections` (for tests).
+    var untakenConnections: Int { untaken.usedCost }
     private let reporter: RejectionReporter
     private let logger: Logger
     private let phase = Mutex(Phase.bound)
@@ -103,7 +106,9 @@ public final class TCPListener: Service, Sendable {
         var logger = configuration.logger
         logger[metadataKey: "listener"] = "\(host):\(boundPort)"
         let reporter = RejectionReporter(limit: configuration.rejectionReportLimit, logger: logger)
-        (connections, connectionSink) = AsyncStream.makeStream(of: (any FrameConnection).self)
+        let untaken = AsyncBoundedQueue<any FrameConnection>(capacity: .max)
+        self.untaken = untaken
+        connections = AsyncStream(unfolding: { (try? await untaken.pop()) ?? nil })
         self.port = boundPort
         self.server = server
         self.children = children
@@ -130,8 +135,9 @@ public final class TCPListener: Service, Sendable {
     /// graceful shutdown, cancellation or `close()`; then stops accepting,
     /// closes the handshakes still under way (and any connection accepted but
     /// not started), finishes `connections`, `rejections` and
-    /// `rejectionReports`, and returns. Connections already established stay
-    /// open: they belong to whoever took them from `connections`.
+    /// `rejectionReports`, and returns. Established connections taken from
+    /// `connections` stay open (they belong to whoever took them); those not
+    /// taken are closed.
     ///
     /// Called on a listener that already runs (`bind`) or stopped, it waits
     /// until the listener stopped; graceful shutdown or cancellation closes it.
@@ -171,7 +177,8 @@ public final class TCPListener: Service, Sendable {
     /// Stops accepting, closes the connections still in their handshake (and
     /// any accepted but not yet started), reports what the rate limit held
     /// back, and finishes `connections`, `rejections` and `rejectionReports`.
-    /// Connections already established stay open; close them on their own.
+    /// Established connections taken from `connections` stay open (close them
+    /// on their own); those not taken are closed.
     public func close() async {
         let neverRan = phase.withLock { phase -> Bool in
             guard phase == .bound else { return false }
@@ -190,7 +197,7 @@ public final class TCPListener: Service, Sendable {
     private func acceptLoop() async throws {
         let children = self.children
         let configuration = self.configuration
-        let connectionSink = self.connectionSink
+        let untaken = self.untaken
         let reporter = self.reporter
         try await server.executeThenClose { inbound in
             // Handshakes run as child tasks: stopping cancels (and so closes)
@@ -203,8 +210,10 @@ public final class TCPListener: Service, Sendable {
                         do {
                             let connection = try await TCPTransport.establish(
                                 child, role: .listener, configuration: configuration)
-                            if case .terminated = connectionSink.yield(connection) {
-                                await connection.close()
+                            do {
+                                try await untaken.push(connection, cost: 1)
+                            } catch {
+                                await connection.close()  // the listener stopped meanwhile
                             }
                         } catch {
                             // Not a rejection when we closed it ourselves.
@@ -223,7 +232,8 @@ public final class TCPListener: Service, Sendable {
         // server's stream when it closed), and any whose initializer runs
         // from now on, are closed here.
         await children.closeRemaining()
-        connectionSink.finish()
+        // Established connections nobody took: no one else can close them.
+        for connection in untaken.finishTakingQueued() { await connection.close() }
         reporter.finish()
         phase.withLock { $0 = .stopped }
         logger.info("stopped listening")

@@ -34,6 +34,18 @@ import Testing
         }
     }
 
+    /// Finishing while taking the queued elements hands them to the caller, not
+    /// to the consumer: it gets the end, and later pushes throw `.closed`.
+    @Test func finishingTakesTheQueuedElementsOut() async throws {
+        let queue = AsyncBoundedQueue<Int>(capacity: 10)
+        try await queue.push(1, cost: 1)
+        try await queue.push(2, cost: 1)
+        #expect(queue.finishTakingQueued() == [1, 2])
+        #expect(try await queue.pop() == nil)
+        await #expect(throws: TransportError.self) { try await queue.push(3, cost: 1) }
+        #expect(queue.finishTakingQueued() == [])
+    }
+
     @Test func elementsComeOutInOrderWithinTheCostBound() async throws {
         let queue = AsyncBoundedQueue<Payload>(capacity: 10)
         try await queue.push(Payload(1), cost: 4)

@@ -32,6 +32,31 @@ import Glibc
         return fd
     }
 
+    /// An authenticated connection nobody took from `connections` is closed
+    /// with the listener: nothing else holds it. (It stayed open before, as
+    /// long as its peer kept it alive.)
+    @Test func closingClosesTheAuthenticatedConnectionsNobodyTook() async throws {
+        let logs = LogCapture()
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret, logs: logs))
+        let client = try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret))
+        // The listener's end finished its handshake too, and the connection waits in `connections`.
+        _ = try await first(of: logs.lineStream, "the listener's end to authenticate") { $0.contains("connection authenticated") }
+        try await withDeadline("the connection to wait in connections") {
+            while listener.untakenConnections == 0 { await Task.yield() }
+        }
+        await listener.close()
+        try await withDeadline("the dialer's connection to end") {
+            do { for try await _ in client.inbound {} } catch {}
+        }
+        await client.close()
+        var left = 0
+        for await connection in listener.connections {
+            left += 1
+            await connection.close()
+        }
+        #expect(left == 0, "the finished stream still handed out \(left) connection(s)")
+    }
+
     @Test func closingWithQueuedConnectionsNeverDropsAChannel() async throws {
         let rounds = 300
         var accepted = 0

@@ -21,6 +21,10 @@ func testConfiguration(
 /// Collects log lines (message, metadata and level) for assertions.
 final class LogCapture: Sendable {
     private let lines = Mutex<[String]>([])
+    private let (stream, continuation) = AsyncStream.makeStream(of: String.self)
+
+    /// Every line as it is logged (for one waiter: `first(of:)`).
+    var lineStream: AsyncStream<String> { stream }
 
     var logger: Logger {
         Logger(label: "test") { _ in Handler(capture: self) }
@@ -28,7 +32,10 @@ final class LogCapture: Sendable {
 
     var all: [String] { lines.withLock { $0 } }
 
-    func append(_ line: String) { lines.withLock { $0.append(line) } }
+    func append(_ line: String) {
+        lines.withLock { $0.append(line) }
+        continuation.yield(line)
+    }
 
     struct Handler: LogHandler {
         let capture: LogCapture
