@@ -232,8 +232,12 @@ public final class TCPListener: Service, Sendable {
         // server's stream when it closed), and any whose initializer runs
         // from now on, are closed here.
         await children.closeRemaining()
-        // Established connections nobody took: no one else can close them.
-        for connection in untaken.finishTakingQueued() { await connection.close() }
+        // Established connections nobody took: no one else can close them (each
+        // close may wait out a grace period for its peer to read: all at once).
+        let orphans = untaken.finishTakingQueued()
+        await withTaskGroup(of: Void.self) { group in
+            for connection in orphans { group.addTask { await connection.close() } }
+        }
         reporter.finish()
         phase.withLock { $0 = .stopped }
         logger.info("stopped listening")
