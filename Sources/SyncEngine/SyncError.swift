@@ -68,6 +68,8 @@ public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let mailboxIO = Code("mailbox-io")
         /// A mailbox message at or below the last accepted sequence: a replay.
         public static let replayedMessage = Code("replayed-message")
+        /// A listener already holds `TCPConfiguration.maxUntakenConnections` connections nobody took.
+        public static let tooManyConnections = Code("too-many-connections")
     }
 
     public let code: Code

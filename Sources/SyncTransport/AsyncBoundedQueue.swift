@@ -133,6 +133,21 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
         }
     }
 
+    /// Hands `element` to the waiting consumer, or appends it when the
+    /// queued cost stays within `limit` (and the queue's capacity), without
+    /// waiting; false, leaving the element to the caller, when neither.
+    /// Throws `TransportError(.closed)` once the queue is finished.
+    func pushIfWithin(_ limit: Int, _ element: Element, cost: Int) throws -> Bool {
+        let taken: Taken? = try state.withLock { state in
+            if state.finished { throw TransportError(.closed, "the connection is closed") }
+            guard state.consumer != nil || state.used + cost <= limit else { return nil }
+            return state.offer(element, cost: cost, capacity: capacity)
+        }
+        guard let taken else { return false }
+        if case .byConsumer(let consumer) = taken { consumer.resume(returning: element) }
+        return true
+    }
+
     /// The next element; `nil` once the queue is finished and empty (or the
     /// task is cancelled). Throws the finishing error, after the queued elements.
     func pop() async throws -> Element? {

@@ -60,6 +60,12 @@ public struct TCPConfiguration: Sendable {
     /// next report (`TCPListener.Rejection.suppressed`): a flood of strangers
     /// costs a bounded number of log lines and events.
     public var rejectionReportLimit = RateLimit()
+    /// How many authenticated connections a listener keeps waiting for its
+    /// consumer to take them from `connections`. One more is closed at once
+    /// and reported as a rejection (`too-many-connections`): a consumer that
+    /// stopped taking, or a paired peer that dials faster than it takes,
+    /// costs a bounded number of open sockets.
+    public var maxUntakenConnections = 64
 
     /// Every pairing a listener accepts: `secret`, then `additionalSecrets`
     /// (the same secret given twice counts once).

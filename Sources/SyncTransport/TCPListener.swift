@@ -210,10 +210,16 @@ public final class TCPListener: Service, Sendable {
                         do {
                             let connection = try await TCPTransport.establish(
                                 child, role: .listener, configuration: configuration)
+                            let queued: Bool
                             do {
-                                try await untaken.push(connection, cost: 1)
+                                queued = try untaken.pushIfWithin(configuration.maxUntakenConnections, connection, cost: 1)
                             } catch {
                                 await connection.close()  // the listener stopped meanwhile
+                                return
+                            }
+                            if !queued {
+                                await connection.close()
+                                reporter.report(TransportError(.tooManyConnections, "\(configuration.maxUntakenConnections) authenticated connections already wait to be taken from the listener's connections; this one was closed"), peer: peer)
                             }
                         } catch {
                             // Not a rejection when we closed it ourselves.

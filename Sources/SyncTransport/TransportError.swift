@@ -26,12 +26,14 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
         public static let mailboxIO = Code("mailbox-io")
         /// A mailbox message at or below the last accepted sequence: a replay.
         public static let replayedMessage = Code("replayed-message")
+        /// A listener holds `TCPConfiguration.maxUntakenConnections` authenticated connections nobody took.
+        public static let tooManyConnections = Code("too-many-connections")
 
         /// Every code this build defines.
         static let all: [Code] = [
             .closed, .truncatedFrame, .oversizedFrame, .badMagic, .unsupportedVersion, .checksumMismatch,
             .decompressionFailed, .authenticationFailed, .decryptionFailed, .protocolViolation, .timeout,
-            .connectFailed, .badSecretFile, .mailboxFull, .mailboxIO, .replayedMessage,
+            .connectFailed, .badSecretFile, .mailboxFull, .mailboxIO, .replayedMessage, .tooManyConnections,
         ]
     }
 

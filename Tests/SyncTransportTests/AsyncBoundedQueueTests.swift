@@ -44,6 +44,27 @@ import Testing
         #expect(try await queue.pop() == nil)
         await #expect(throws: TransportError.self) { try await queue.push(3, cost: 1) }
         #expect(queue.finishTakingQueued() == [])
+        #expect(throws: TransportError.self) { try queue.pushIfWithin(10, 4, cost: 1) }
+    }
+
+    /// A push within a limit never waits: it queues, hands the element to a
+    /// waiting consumer, or declines.
+    @Test func aPushWithinALimitQueuesOrDeclines() async throws {
+        let queue = AsyncBoundedQueue<Int>(capacity: .max)
+        #expect(try queue.pushIfWithin(2, 1, cost: 1))
+        #expect(try queue.pushIfWithin(2, 2, cost: 1))
+        #expect(try !queue.pushIfWithin(2, 3, cost: 1))
+        #expect(try await queue.pop() == 1)
+        #expect(try queue.pushIfWithin(2, 3, cost: 1))
+        #expect(try await queue.pop() == 2)
+        #expect(try await queue.pop() == 3)
+        #expect(try !queue.pushIfWithin(0, 4, cost: 1))  // nothing may queue, and no consumer waits
+        let consumer = Task { try await queue.pop() }
+        try await withDeadline("the element to go straight to the waiting consumer") {
+            while try !queue.pushIfWithin(0, 4, cost: 1) { await Task.yield() }
+        }
+        #expect(try await consumer.value == 4)
+        #expect(queue.usedCost == 0)
     }
 
     @Test func elementsComeOutInOrderWithinTheCostBound() async throws {

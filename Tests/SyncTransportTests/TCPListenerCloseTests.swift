@@ -57,6 +57,34 @@ import Glibc
         #expect(left == 0, "the finished stream still handed out \(left) connection(s)")
     }
 
+    /// Authenticated connections nobody takes are bounded: past
+    /// `maxUntakenConnections`, the next one is closed and reported.
+    @Test func connectionsNobodyTakesAreBounded() async throws {
+        let listener = try await TCPListener.bind(
+            host: "127.0.0.1", port: 0, configuration: testConfiguration(secret) { $0.maxUntakenConnections = 2 })
+        var clients: [any FrameConnection] = []
+        for _ in 0..<2 {
+            clients.append(try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret)))
+        }
+        try await withDeadline("two connections to wait in connections") {
+            while listener.untakenConnections < 2 { await Task.yield() }
+        }
+        let third = try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret))
+        let report = try await first(of: listener.rejectionReports, "the third connection's rejection")
+        #expect(report.reason.code == .tooManyConnections, "\(report)")
+        try await withDeadline("the third connection to be closed") {
+            do { for try await _ in third.inbound {} } catch {}
+        }
+        #expect(listener.untakenConnections == 2)
+        // Taking one makes room again.
+        var taken = listener.connections.makeAsyncIterator()
+        let first = try #require(await taken.next())
+        #expect(listener.untakenConnections == 1)
+        await first.close()
+        await listener.close()
+        for client in clients + [third] { await client.close() }
+    }
+
     @Test func closingWithQueuedConnectionsNeverDropsAChannel() async throws {
         let rounds = 300
         var accepted = 0
