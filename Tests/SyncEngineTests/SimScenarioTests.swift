@@ -180,7 +180,8 @@ import Testing
                             "refusals-of-older-messages-no-pause", "entry-refused-for-its-declaration-waits",
                             "lossy-ack-backoff-outlasts-checkpoint", "overtaken-transfer-idle-after-review",
                             "queued-ack-across-live-rebaseline", "forgotten-watch-keeps-registry-comparison",
-                            "rebaselined-watch-down-at-checkpoint", "queued-merge-during-live-session"])
+                            "rebaselined-watch-down-at-checkpoint", "queued-merge-during-live-session",
+                            "rebaselined-watch-own-write-awaits-baseline"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

@@ -262,8 +262,12 @@ struct InvariantChecker {
         for write in model.writes where !write.retired {
             guard let node = nodes.first(where: { $0.nodeID == write.nodeID }) else { continue }
             guard let entry = node.entries[write.key] else {
+                // A re-baseline notice removes what the phone knew (the watch's own writes it had
+                // too) and the baseline after it brings back what is alive: until the watch has
+                // settled with the phone since, its own write may be on the phone alone.
+                let awaitsBaseline = node.role == .watch && node.rebaselined && !connected.contains(node.nodeID)
                 if !write.deleted && !supersededByPurgedDelete(write, nodes: nodes, model: model)
-                    && !supersededByHeldWrite(write, held: held, model: model)
+                    && !supersededByHeldWrite(write, held: held, model: model) && !awaitsBaseline
                     && !(node.rebaselined && model.writes.contains { $0.key == write.key && $0.version > write.version }) {
                     // (A re-baselined watch drops what the phone knew of its writes; where a newer write
                     // of the key superseded one, that newer value is what the baseline brings, once the
