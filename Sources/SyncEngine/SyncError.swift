@@ -70,6 +70,8 @@ public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let replayedMessage = Code("replayed-message")
         /// A listener already holds `TCPConfiguration.maxUntakenConnections` connections nobody took.
         public static let tooManyConnections = Code("too-many-connections")
+        /// The store already keeps `StoreOptions.maxKnownPeers` peers; a new node is refused.
+        public static let tooManyPeers = Code("too-many-peers")
     }
 
     public let code: Code

@@ -157,7 +157,13 @@ package final class MailboxReplicator {
                                  into: &report)
                     continue
                 }
-                var peer = try learn(decoded.header)
+                var peer: PeerRecord
+                do {
+                    peer = try learn(decoded.header)
+                } catch let error as SyncError where error.code == .tooManyPeers {
+                    try setAside(message, error, into: &report)
+                    continue
+                }
                 if decoded.header.registryFingerprint == ourFingerprint, peer.registries != agreed, !isRefusal(decoded) {
                     // Written with our registry: the two agree now (the other app was updated too), on
                     // stable storage so that nothing is passed over after a restart; what was passed
@@ -328,16 +334,20 @@ package final class MailboxReplicator {
     }
 
     /// The peer a valid message came from, recorded (a new node, or the first message, starts its cursor over).
+    /// A node the store refuses (`.tooManyPeers`) leaves what this end knows of its peer as it was.
     private func learn(_ header: QueuedHeader) throws -> PeerRecord {
+        let record: PeerRecord
+        if let known = try port.queuedPeer(role: header.role, epoch: header.pairingEpoch), known.node == header.node {
+            record = known
+        } else {
+            record = try port.recordPeer(node: header.node, role: header.role, epoch: header.pairingEpoch)
+        }
         if header.node != peerNode {
             postedThrough = nil
             rebaselinePosted = false
         }
         peerNode = header.node
-        if let known = try port.queuedPeer(role: header.role, epoch: header.pairingEpoch), known.node == header.node {
-            return known
-        }
-        return try port.recordPeer(node: header.node, role: header.role, epoch: header.pairingEpoch)
+        return record
     }
 
     private func apply(_ entries: [WireEntry], from peer: PeerRecord, mismatched: Set<String>) throws -> ApplyPlan {

@@ -478,12 +478,14 @@ package final class ReplicationEndpoint {
                 out.append(encoded(message))
             case .established(let peer):
                 do {
-                    // The established state starts its stream progress afresh: from the recorded cursor.
-                    let record = try port.recordPeer(node: peer.node, role: peer.role, epoch: configuration.pairingEpoch)
+                    // Live before its row is recorded: `forgetPeer` then either runs first (the row
+                    // comes back at cursor 0) or sees the session and refuses.
                     if livePeer == nil {
                         livePeer = peer.node
                         port.noteSession(with: peer.node, live: true)
                     }
+                    // The established state starts its stream progress afresh: from the recorded cursor.
+                    let record = try port.recordPeer(node: peer.node, role: peer.role, epoch: configuration.pairingEpoch)
                     session.stream = StreamProgress(cursor: record.cursor)
                     cursorAtStart = record.cursor
                     let received = try port.receivedThrough(from: peer.node)

@@ -194,7 +194,8 @@ public final class SyncPeer: Sendable {
             }
             reason = await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate,
                                        localChangeSignalled: localChangeSignalled,
-                                       releaseHeld: { continuation.yield(.releaseHeld) }) { durable in
+                                       releaseHeld: { continuation.yield(.releaseHeld) },
+                                       endInputs: { continuation.yield(.closed("no more frames")) }) { durable in
                 awaitingSync.append(durable)
                 ackSignal.yield()
             }
@@ -217,7 +218,7 @@ public final class SyncPeer: Sendable {
     /// until the connection closes or the session fails; returns why it ended.
     private func sessionLoop(_ endpoint: ReplicationEndpoint, session: Int, inputs: AsyncStream<Input>, connection: any FrameConnection,
                              gate: ReadAheadGate, localChangeSignalled: LocalChangeSignal, releaseHeld: @escaping @Sendable () -> Void,
-                             acknowledgeWhenDurable: ([Frame]) -> Void) async -> String {
+                             endInputs: @escaping @Sendable () -> Void, acknowledgeWhenDurable: ([Frame]) -> Void) async -> String {
         // The one timer for held commits, and the deadline it wakes the loop at.
         var releaseTimer: (task: Task<Void, Never>, deadline: ContinuousClock.Instant)?
         defer { releaseTimer?.task.cancel() }
@@ -276,8 +277,34 @@ public final class SyncPeer: Sendable {
             }
             return "closed"
         } catch {
-            return "\(error)"
+            // The peer may have said why it closed (an error message) in a frame read but not handled yet.
+            await connection.close()
+            let giveUp = Task {
+                try? await Task.sleep(for: .seconds(1))
+                endInputs()
+            }
+            defer { giveUp.cancel() }
+            return await peerError(amongUnhandled: inputs, endpoint, gate: gate) ?? "\(error)"
         }
+    }
+
+    /// After a send failed: the peer's error message among the frames still
+    /// queued (until the reader ends, or `endInputs` gives up), handled as
+    /// usual (its `.error` event), as its reason; nil when there is none.
+    private func peerError(amongUnhandled inputs: AsyncStream<Input>, _ endpoint: ReplicationEndpoint, gate: ReadAheadGate) async -> String? {
+        for await input in inputs {
+            switch input {
+            case .frame(let frame):
+                gate.release()
+                guard frame.type == SyncMessage.MessageType.error.rawValue else { continue }
+                _ = endpoint.receive(frame, now: clock.nowMilliseconds())
+                if let failure = endpoint.failure { return failure.description }
+            case .describeIdle(let reply): reply(["the session is ending"])
+            case .closed: return nil
+            case .tick, .localChange, .requestManual, .releaseHeld: continue
+            }
+        }
+        return nil
     }
 
     static func lockedError(_ path: String) -> SyncError {

@@ -80,6 +80,13 @@ public struct StoreOptions: Sendable {
     /// session running is being seen: never forgotten. nil never forgets. A
     /// watch never forgets its phone.
     public var peerHorizon: Duration? = .seconds(90 * 24 * 3600)
+    /// The most peers this store keeps a cursor for (`sync_peers`). A
+    /// session, or a queued message, from one node more is refused with
+    /// `.tooManyPeers`: a paired peer that names a new node id in each hello
+    /// cannot grow the store, or the tombstones it holds back, without bound.
+    /// A watch forgotten past `peerHorizon` frees its place, and a phone's
+    /// `SyncStore.forgetPeer(_:)` frees one at once.
+    public var maxKnownPeers = 32
 
     public init(clock: any PhysicalClock = SystemClock(), encryption: EncryptionKeySource? = nil) {
         self.clock = clock

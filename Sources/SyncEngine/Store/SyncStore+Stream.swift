@@ -171,10 +171,24 @@ extension SyncStore {
     /// Records the peer of a new session and returns what the store knows of
     /// it. A peer seen for the first time, forgotten (`peerHorizon`), or under
     /// another pairing epoch, starts at cursor 0: it receives everything (a full baseline).
+    /// A node not known yet is refused (`.tooManyPeers`) while the store keeps
+    /// `StoreOptions.maxKnownPeers` others.
     @discardableResult
     func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord {
         let now = physicalClock.nowMilliseconds()
+        let limit = max(1, options.maxKnownPeers)
         return try database.write { conn in
+            let known = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_peers WHERE peer_node = ?1), (SELECT count(*) FROM sync_peers)")
+            known.bind(1, Int64(node))
+            _ = try known.step()
+            let (isKnown, count) = (known.int(0) != 0, known.int(1))
+            known.reset()
+            if !isKnown, count >= limit {
+                let remedy = role == .watch
+                    ? "a watch unseen for StoreOptions.peerHorizon is forgotten, and forgetPeer(_:) forgets one now"
+                    : "this watch never forgets its phone; open a new store for a newly paired phone, or raise the limit"
+                throw SyncError(.tooManyPeers, "the \(self.role) already keeps \(count) peers (StoreOptions.maxKnownPeers = \(limit)); the \(role) with node \(String(node, radix: 16)) is refused: \(remedy)")
+            }
             let upsert = try conn.statement("""
                 INSERT INTO sync_peers(peer_node, peer_role, epoch, acked_through, last_seen) VALUES(?1, ?2, ?3, 0, ?4)
                 ON CONFLICT(peer_node) DO UPDATE SET peer_role = excluded.peer_role, epoch = excluded.epoch, last_seen = excluded.last_seen,

@@ -182,34 +182,71 @@ extension SyncStore {
             var nodes: [UInt32] = []
             while try select.step() { nodes.append(UInt32(truncatingIfNeeded: select.int64(0))) }
             select.reset()
-            guard !nodes.isEmpty else { return [] }
-            let remember = try conn.statement("""
-                INSERT INTO sync_forgotten_peers(peer_node, peer_role, forgotten_at, last_seen)
-                SELECT peer_node, peer_role, ?2, last_seen FROM sync_peers WHERE peer_node = ?1
-                ON CONFLICT(peer_node) DO UPDATE SET forgotten_at = excluded.forgotten_at, last_seen = excluded.last_seen
-                """)
-            let forget = try conn.statement("DELETE FROM sync_peers WHERE peer_node = ?1")
-            for node in nodes {
-                remember.reset()
-                remember.bind(1, Int64(node))
-                remember.bind(2, now)
-                try remember.run()
-                // Its keys declared differently: changes of them that messages already posted passed
-                // over are sent once the registries agree, even after it returns (`recordPeer`).
-                let record = try SyncStore.peerRecord(conn, node: node)
-                if let mismatched = record?.mismatched, !mismatched.isEmpty {
-                    try SyncStore.writeMeta(conn, SyncStore.forgottenMismatchedMeta(node), mismatched.sorted().joined(separator: "\n"))
-                }
-                // And the comparison of the two registries: its queued messages are not refused for it.
-                if let registries = record?.registries {
-                    try SyncStore.writeMeta(conn, SyncStore.forgottenRegistriesMeta(node), SyncStore.hex(registries))
-                }
-                forget.reset()
-                forget.bind(1, Int64(node))
-                try forget.run()
-            }
+            try SyncStore.forget(nodes, conn, now: now)
             return nodes
         }
+    }
+
+    /// Moves `nodes` from `sync_peers` to `sync_forgotten_peers`, keeping what
+    /// a returning peer needs (its keys declared differently, the registries compared).
+    private static func forget(_ nodes: [UInt32], _ conn: SQLiteConnection, now: Int64) throws {
+        guard !nodes.isEmpty else { return }
+        let remember = try conn.statement("""
+            INSERT INTO sync_forgotten_peers(peer_node, peer_role, forgotten_at, last_seen)
+            SELECT peer_node, peer_role, ?2, last_seen FROM sync_peers WHERE peer_node = ?1
+            ON CONFLICT(peer_node) DO UPDATE SET forgotten_at = excluded.forgotten_at, last_seen = excluded.last_seen
+            """)
+        let forget = try conn.statement("DELETE FROM sync_peers WHERE peer_node = ?1")
+        for node in nodes {
+            remember.reset()
+            remember.bind(1, Int64(node))
+            remember.bind(2, now)
+            try remember.run()
+            // Its keys declared differently: changes of them that messages already posted passed
+            // over are sent once the registries agree, even after it returns (`recordPeer`).
+            let record = try SyncStore.peerRecord(conn, node: node)
+            if let mismatched = record?.mismatched, !mismatched.isEmpty {
+                try SyncStore.writeMeta(conn, SyncStore.forgottenMismatchedMeta(node), mismatched.sorted().joined(separator: "\n"))
+            }
+            // And the comparison of the two registries: its queued messages are not refused for it.
+            if let registries = record?.registries {
+                try SyncStore.writeMeta(conn, SyncStore.forgottenRegistriesMeta(node), SyncStore.hex(registries))
+            }
+            forget.reset()
+            forget.bind(1, Int64(node))
+            try forget.run()
+        }
+    }
+
+    /// Forgets the watch `node` now, as `StoreOptions.peerHorizon` would: it no
+    /// longer holds tombstones back or takes one of `StoreOptions.maxKnownPeers`
+    /// places, and if it returns it starts again from a full baseline (a
+    /// re-baseline when tombstones were purged). For a watch that was unpaired
+    /// or replaced. Returns false when the phone did not know it. Throws
+    /// `.invalidConfiguration` on a watch (a watch never forgets its phone) and
+    /// `.writeNotAllowed` while a session with `node` runs.
+    @discardableResult
+    public func forgetPeer(_ node: UInt32) throws -> Bool {
+        try checkOpen()
+        guard role == .phone else {
+            throw SyncError(.invalidConfiguration, "forgetPeer(_:) is for the phone: a watch never forgets its phone (its cursor tells a re-baseline which of its writes the phone knew)")
+        }
+        let now = physicalClock.nowMilliseconds()
+        let forgotten = try database.write { conn -> Bool in
+            // Under the write lock: a session marks its peer live before it records it (`recordPeer`).
+            guard livePeers.withLock({ $0[node] == nil }) else {
+                throw SyncError(.writeNotAllowed, "the watch with node \(String(node, radix: 16)) has a session running; end it before forgetting the watch")
+            }
+            let known = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_peers WHERE peer_node = ?1)")
+            known.bind(1, Int64(node))
+            _ = try known.step()
+            let isKnown = known.int(0) != 0
+            known.reset()
+            if isKnown { try SyncStore.forget([node], conn, now: now) }
+            return isKnown
+        }
+        if forgotten { logger.notice("forgot a watch on request; it re-baselines if it returns", metadata: ["peer": "\(String(node, radix: 16))"]) }
+        return forgotten
     }
 
     /// The peers this store forgot (node ids), oldest first.

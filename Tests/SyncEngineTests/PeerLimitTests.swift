@@ -1,0 +1,151 @@
+import Foundation
+@testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// A store keeps a cursor row for at most `StoreOptions.maxKnownPeers`
+/// peers: a paired peer that names a new node id in each hello (buggy or
+/// hostile) is refused with `too-many-peers` once the store is full, live
+/// or queued, and nothing is applied from it. A phone frees a place with
+/// `forgetPeer(_:)` (or `peerHorizon`).
+@Suite(.timeLimit(.minutes(2))) struct PeerLimitTests {
+    /// A phone that keeps at most `limit` peers, and `watches` watches, each a store of its own.
+    struct Stores {
+        let folder = TempFolder()
+        let phoneClock = ManualClock()
+        let watchClock = ManualClock()
+        let phone: SyncStore
+        let watches: [SyncStore]
+
+        init(limit: Int, watches count: Int) throws {
+            let registry = try KeyRegistry(TestKeys.all)
+            var options = StoreOptions(clock: phoneClock, encryption: .keyFile(path: folder.file("phone.key")))
+            options.maxKnownPeers = limit
+            phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: options)
+            let folder = self.folder, clock = watchClock
+            watches = try (0..<count).map { i in
+                try SyncStore(path: folder.file("watch\(i).sqlite"), role: .watch, registry: registry,
+                              options: StoreOptions(clock: clock, encryption: .keyFile(path: folder.file("watch\(i).key"))))
+            }
+        }
+    }
+
+    @Test func aNewWatchBeyondTheLimitIsRefusedUntilThePhoneForgetsOne() async throws {
+        let stores = try Stores(limit: 2, watches: 3)
+        let config = ReplicationConfiguration(pairingEpoch: "limit")
+        let phonePeer = SyncPeer(store: stores.phone, configuration: config, tickInterval: .milliseconds(20))
+        let watchPeers = stores.watches.map { SyncPeer(store: $0, configuration: config, tickInterval: .milliseconds(20)) }
+        func connect(_ i: Int) -> (InMemoryConnection, [Task<String, Never>]) {
+            let (a, b) = InMemoryConnection.makePair()
+            return (a, [Task { await phonePeer.run(over: a) }, Task { await watchPeers[i].run(over: b) }])
+        }
+        let phoneErrors = stores.phone.events()
+
+        try await stores.phone.set(7, for: TestKeys.steps)
+        let first = [connect(0), connect(1)]
+        for i in 0..<2 {
+            try await eventually(stores.watches[i], "watch \(i) to get the phone's write") { try stores.watches[i].value(for: TestKeys.steps) == 7 }
+        }
+
+        // A third node: refused on both ends, and it gets nothing.
+        let thirdEvents = stores.watches[2].events()
+        let (_, refusedTasks) = connect(2)
+        let phoneReason = try await withDeadline("the phone to end the third watch's session") { await refusedTasks[0].value }
+        _ = try await withDeadline("the third watch's session to end") { await refusedTasks[1].value }
+        #expect(phoneReason.contains("too-many-peers"), "\(phoneReason)")
+        try await expectRefusal(in: thirdEvents, "the third watch")
+        #expect(try stores.watches[2].storedValue(for: TestKeys.steps) == nil)
+        let refusal = try await withDeadline("the phone's error event") { () -> SyncError? in
+            for await event in phoneErrors { if case .error(let error) = event, error.code == .tooManyPeers { return error } }
+            return nil
+        }
+        #expect(refusal?.message.contains("maxKnownPeers = 2") == true, "\(String(describing: refusal))")
+        #expect(try stores.phone.knownPeerNodes() == Set(stores.watches[0..<2].map(\.nodeID)))
+
+        // A watch with a session running cannot be forgotten; once it has ended, it can.
+        #expect(throws: SyncError.self) { try stores.phone.forgetPeer(stores.watches[0].nodeID) }
+        await first[0].0.close()
+        for task in first[0].1 { _ = try await withDeadline("watch 0's session to end") { await task.value } }
+        #expect(try stores.phone.forgetPeer(stores.watches[0].nodeID))
+        #expect(try !stores.phone.forgetPeer(0xDEAD))
+        #expect(try stores.phone.forgottenPeers() == [stores.watches[0].nodeID])
+        do {
+            try stores.watches[1].forgetPeer(stores.phone.nodeID)
+            Issue.record("a watch forgot its phone")
+        } catch let error as SyncError {
+            #expect(error.code == .invalidConfiguration, "\(error)")
+        }
+
+        // Now the third watch takes the freed place and syncs; the first, back, is the one refused.
+        let (third, thirdTasks) = connect(2)
+        try await eventually(stores.watches[2], "the third watch to get the phone's write") { try stores.watches[2].value(for: TestKeys.steps) == 7 }
+        let firstEvents = stores.watches[0].events()
+        let (_, againTasks) = connect(0)
+        for task in againTasks { _ = try await withDeadline("the forgotten watch's session to end") { await task.value } }
+        try await expectRefusal(in: firstEvents, "the forgotten watch")
+
+        await third.close()
+        await first[1].0.close()
+        for task in thirdTasks + first[1].1 { _ = try await withDeadline("the sessions to end") { await task.value } }
+    }
+
+    /// Waits for `events` to report the phone's refusal (`too-many-peers`).
+    func expectRefusal(in events: AsyncStream<SyncEvent>, _ who: String) async throws {
+        let refusal = try await withDeadline("\(who) to be told it is refused") { () -> SyncError? in
+            for await event in events { if case .error(let error) = event, error.code == .tooManyPeers { return error } }
+            return nil
+        }
+        #expect(refusal?.message.contains("the peer ended the session") == true, "\(String(describing: refusal))")
+    }
+
+    /// Queued messages from a node the full store refuses are set aside with
+    /// the error (kept in `refused/`), nothing of them applied; the watch
+    /// sends its changes again once a place is free.
+    @Test func queuedMessagesFromANodeBeyondTheLimitAreSetAsideAndComeAgain() async throws {
+        let stores = try Stores(limit: 1, watches: 1)
+        let secret = PairingSecret.generate()
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let folder = TempFolder()
+        let phone = SyncPeer(store: stores.phone, configuration: config)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
+        let watch = SyncPeer(store: stores.watches[0], configuration: config)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        // The phone's one place is taken by another watch.
+        let other: UInt32 = 0x0BAD_CAFE
+        try stores.phone.recordPeer(node: other, role: .watch, epoch: secret.epoch)
+
+        try await stores.watches[0].set(12, for: TestKeys.steps)
+        #expect(try watch.deliverQueued(through: watchBox).messagesPosted == 1)
+        let refused = try phone.deliverQueued(through: phoneBox)
+        #expect(refused.refused.map(\.code) == [.tooManyPeers], "\(refused.refused)")
+        #expect(refused.entriesApplied == 0)
+        #expect(try stores.phone.storedValue(for: TestKeys.steps) == nil)
+        #expect(try stores.phone.knownPeerNodes() == [other])
+        let kept = try FileManager.default.contentsOfDirectory(atPath: phoneBox.inboxPath + "/refused")
+        #expect(kept.contains { $0.hasSuffix(".msg") }, "\(kept)")
+
+        // The watch reads the refusal and waits; the phone forgets the other watch; after the
+        // pause the watch posts again, and this time its change is applied.
+        #expect(try watch.deliverQueued(through: watchBox).refused.map(\.code) == [.tooManyPeers])
+        #expect(try stores.phone.forgetPeer(other))
+        stores.watchClock.advance(by: 61_000)
+        #expect(try watch.deliverQueued(through: watchBox).messagesPosted >= 1)
+        let applied = try phone.deliverQueued(through: phoneBox)
+        #expect(applied.refused.isEmpty, "\(applied.refused)")
+        #expect(try stores.phone.storedValue(for: TestKeys.steps) == 12)
+        #expect(try stores.phone.knownPeerNodes() == [stores.watches[0].nodeID])
+    }
+}
+
+extension SyncStore {
+    /// The node ids of `sync_peers`.
+    func knownPeerNodes() throws -> Set<UInt32> {
+        try database.read { conn in
+            let stmt = try conn.statement("SELECT peer_node FROM sync_peers")
+            defer { stmt.reset() }
+            var nodes: Set<UInt32> = []
+            while try stmt.step() { nodes.insert(UInt32(truncatingIfNeeded: stmt.int64(0))) }
+            return nodes
+        }
+    }
+}
