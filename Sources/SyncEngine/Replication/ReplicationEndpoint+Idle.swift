@@ -5,24 +5,26 @@ extension ReplicationEndpoint {
     /// the peer has nothing more for us: it said so (a caught-up notice,
     /// protocol 2) after the last data it sent, so entries it still resends
     /// arrive before this side is idle.
-    package var isIdle: Bool { idleBlockers(upTo: 1).isEmpty }
+    /// Checked after every step of a session: no reason is put into words.
+    package var isIdle: Bool { idleBlockers(upTo: 1, describing: false).isEmpty }
 
     /// Why `isIdle` is false, in words (empty when idle): for a simulator's
     /// report of what kept a run from settling.
-    package var idleBlockers: [String] { idleBlockers(upTo: .max) }
+    package var idleBlockers: [String] { idleBlockers(upTo: .max, describing: true) }
 
-    /// At most `limit` reasons, cheapest checks first (the stream is read last).
-    func idleBlockers(upTo limit: Int) -> [String] {
+    /// At most `limit` reasons, cheapest checks first (the stream is read
+    /// last); each an empty string unless `describing`.
+    func idleBlockers(upTo limit: Int, describing: Bool) -> [String] {
         guard session.isEstablished, let peer = session.knownPeer else { return ["no session established"] }
         var reasons: [String] = []
         func note(_ reason: @autoclosure () -> String) -> Bool {
-            reasons.append(reason())
+            reasons.append(describing ? reason() : "")
             return reasons.count >= limit
         }
         if let failure, note("failed: \(failure)") { return reasons }
         if awaitsPeerReceipt, note("waits for the peer's receipt") { return reasons }
         if let flights = session.established?.inFlight, !flights.isEmpty,
-           note("\(flights.count) unacknowledged (\(Set(flights.values.map { "\($0.payload)".prefix { $0 != "(" } }).sorted().joined(separator: ", ")))") {
+           note("\(flights.count) unacknowledged (\(Set(flights.values.map(\.payload.kind)).sorted().joined(separator: ", ")))") {
             return reasons
         }
         if let transfer = session.stream.transfer, note("sends \(transfer.key) in chunks (\(transfer.next) of \(transfer.count))") { return reasons }

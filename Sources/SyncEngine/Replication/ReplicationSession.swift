@@ -47,6 +47,16 @@ struct ReplicationSession {
         case rebaseline
         /// This side's receipt (protocol 3): acknowledged like a batch.
         case receipt
+
+        /// The case's name, for reports (never the entries: a batch holds thousands).
+        var kind: String {
+            switch self {
+            case .batch: "batch"
+            case .chunk: "chunk"
+            case .rebaseline: "rebaseline"
+            case .receipt: "receipt"
+            }
+        }
     }
 
     struct BatchItem: Sendable, Equatable {
