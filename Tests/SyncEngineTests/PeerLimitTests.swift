@@ -1,5 +1,6 @@
 import Foundation
 @testable import SyncEngine
+@testable import SyncSim
 import SyncTransport
 import Testing
 
@@ -60,7 +61,7 @@ import Testing
             return nil
         }
         #expect(refusal?.message.contains("maxKnownPeers = 2") == true, "\(String(describing: refusal))")
-        #expect(try stores.phone.knownPeerNodes() == Set(stores.watches[0..<2].map(\.nodeID)))
+        #expect(try stores.phone.knownPeers() == stores.watches[0..<2].map(\.nodeID).sorted())
 
         // A watch with a session running cannot be forgotten; once it has ended, it can.
         #expect(throws: SyncError.self) { try stores.phone.forgetPeer(stores.watches[0].nodeID) }
@@ -120,7 +121,7 @@ import Testing
         #expect(refused.refused.map(\.code) == [.tooManyPeers], "\(refused.refused)")
         #expect(refused.entriesApplied == 0)
         #expect(try stores.phone.storedValue(for: TestKeys.steps) == nil)
-        #expect(try stores.phone.knownPeerNodes() == [other])
+        #expect(try stores.phone.knownPeers() == [other])
         let kept = try FileManager.default.contentsOfDirectory(atPath: phoneBox.inboxPath + "/refused")
         #expect(kept.contains { $0.hasSuffix(".msg") }, "\(kept)")
 
@@ -133,19 +134,22 @@ import Testing
         let applied = try phone.deliverQueued(through: phoneBox)
         #expect(applied.refused.isEmpty, "\(applied.refused)")
         #expect(try stores.phone.storedValue(for: TestKeys.steps) == 12)
-        #expect(try stores.phone.knownPeerNodes() == [stores.watches[0].nodeID])
+        #expect(try stores.phone.knownPeers() == [stores.watches[0].nodeID])
     }
-}
 
-extension SyncStore {
-    /// The node ids of `sync_peers`.
-    func knownPeerNodes() throws -> Set<UInt32> {
-        try database.read { conn in
-            let stmt = try conn.statement("SELECT peer_node FROM sync_peers")
-            defer { stmt.reset() }
-            var nodes: Set<UInt32> = []
-            while try stmt.step() { nodes.insert(UInt32(truncatingIfNeeded: stmt.int64(0))) }
-            return nodes
-        }
+    /// `syncsim node`: `status` lists the peers the store keeps, `forget-peer NODE` forgets one.
+    @Test func theNodeConsoleListsAndForgetsPeers() async throws {
+        let stores = try Stores(limit: 2, watches: 0)
+        try stores.phone.recordPeer(node: 0xABC, role: .watch, epoch: "node")
+        let console = NodeConsole(store: stores.phone, peer: SyncPeer(store: stores.phone, configuration: ReplicationConfiguration(pairingEpoch: "node")),
+                                  output: JSONLineWriter())
+        #expect(try console.status()["peers"] as? [String] == ["abc"])
+        let bad = await console.execute("forget-peer not-hex")
+        #expect(bad["ok"] as? Bool == false && (bad["error"] as? String)?.contains("hex") == true, "\(bad)")
+        let forgotten = await console.execute("forget-peer abc")
+        #expect(forgotten["ok"] as? Bool == true && forgotten["forgotten"] as? Bool == true && forgotten["peer"] as? String == "abc", "\(forgotten)")
+        let again = await console.execute("forget-peer ABC")
+        #expect(again["ok"] as? Bool == true && again["forgotten"] as? Bool == false, "\(again)")
+        #expect(try console.status()["peers"] as? [String] == [])
     }
 }

@@ -250,7 +250,7 @@ import Testing
         #expect(try updated.storedValue(for: TestKeys.steps) == 7)
         try phone.deliverQueued(through: phoneBox)
         #expect(try pair.phone.entryInfo(forKey: "health:daily:steps")?.isPending == false)
-        #expect(try pair.phone.knownPeers().first { $0.node == updated.nodeID }?.mismatched == [])
+        #expect(try pair.phone.peerRecords().first { $0.node == updated.nodeID }?.mismatched == [])
         // Nothing more: no second repair, the cursor goes on.
         try await pair.phone.set("us", for: TestKeys.units)
         try phone.deliverQueued(through: phoneBox)
@@ -289,7 +289,7 @@ import Testing
         }
         #expect(try updated.storedValue(for: TestKeys.units) == "uk")
         #expect(try updated.storedValue(for: TestKeys.steps) == 7, "the change passed over for the forgotten watch never came")
-        #expect(try pair.phone.knownPeers().first { $0.node == updated.nodeID }?.mismatched == [])
+        #expect(try pair.phone.peerRecords().first { $0.node == updated.nodeID }?.mismatched == [])
     }
 
     /// A watch of another registry that the phone compared with its own (a
@@ -310,7 +310,7 @@ import Testing
         #expect(read.refused.map(\.code) == [])
         #expect(read.entriesApplied == 1)
         #expect(try pair.phone.storedValue(for: TestKeys.tags) == ["run"])
-        let back = try #require(try pair.phone.knownPeers().first { $0.node == otherWatch.nodeID })
+        let back = try #require(try pair.phone.peerRecords().first { $0.node == otherWatch.nodeID })
         #expect(back.registries == compared.registries)
         #expect(back.mismatched == compared.mismatched)
     }
@@ -456,7 +456,7 @@ import Testing
         let link = Link(pair.phone, watch, epoch: secret.epoch)
         link.connect()
         link.settle()
-        let compared = try #require(try pair.phone.knownPeers().first { $0.node == watch.nodeID })
+        let compared = try #require(try pair.phone.peerRecords().first { $0.node == watch.nodeID })
         #expect(compared.mismatched == ["health:daily:steps"])
         link.a.connectionLost()
         link.b.connectionLost()
@@ -495,7 +495,7 @@ import Testing
         try watchBox.post(QueuedMessage.declarations(header, lines, isAnswer: false).frame())
         let read = try phone.deliverQueued(through: phoneBox)
         #expect(read.refused.isEmpty)
-        let record = try #require(try pair.phone.knownPeers().first { $0.node == otherWatch.nodeID })
+        let record = try #require(try pair.phone.peerRecords().first { $0.node == otherWatch.nodeID })
         #expect(record.mismatched == ["health:daily:steps"])
         #expect(record.registries == pair.phone.registry.fingerprint(for: .phone) + header.registryFingerprint)
     }

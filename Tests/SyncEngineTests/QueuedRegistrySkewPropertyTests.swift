@@ -127,7 +127,7 @@ import Testing
             }
         }
         for side in 0...1 {
-            if let record = try stores[side].knownPeers().first, !record.mismatched.isEmpty {
+            if let record = try stores[side].peerRecords().first, !record.mismatched.isEmpty {
                 return "the \(roles[side]) still holds \(record.mismatched) as mismatched"
             }
         }

@@ -42,7 +42,7 @@ import Testing
         watch.connectionLost()
         let position = try SQLiteReplicationPort(pair.watch).streamPosition()
         #expect(try pair.phone.receivedThrough(from: pair.watch.nodeID).through == position)
-        #expect(try pair.watch.knownPeers().first?.cursor ?? 0 < position)
+        #expect(try pair.watch.peerRecords().first?.cursor ?? 0 < position)
 
         try await pair.watch.set(4, for: TestKeys.daily["after"])
         let before = pair.phone.syncCounters.entriesReceived
@@ -51,7 +51,7 @@ import Testing
         Self.exchange(phone, watch, start: true)
         #expect(pair.phone.syncCounters.entriesReceived - before == 1, "only the write made since")
         #expect(try pair.phone.storedValue(for: TestKeys.daily["after"]) == 4)
-        #expect(try pair.watch.knownPeers().first?.cursor == (try SQLiteReplicationPort(pair.watch).streamPosition()))
+        #expect(try pair.watch.peerRecords().first?.cursor == (try SQLiteReplicationPort(pair.watch).streamPosition()))
     }
 
     /// Recording how far the stream was received costs a page per
@@ -93,7 +93,7 @@ import Testing
         }
         #expect(phone.failure == nil && watch.failure == nil)
         let position = try SQLiteReplicationPort(pair.watch).streamPosition()
-        #expect(try pair.watch.knownPeers().first?.cursor == position)
+        #expect(try pair.watch.peerRecords().first?.cursor == position)
         try await pair.watch.set(9, for: TestKeys.daily["later"])
         Self.exchange(phone, watch, start: false)
         #expect(try pair.phone.storedValue(for: TestKeys.daily["later"]) == 9)

@@ -184,7 +184,7 @@ final class Neighbourhood {
         try await phone.remove(phoneView)
         Link(phone, watch).connect()
         #expect(try watch.storedValue(for: shared) == nil)
-        #expect(try phone.knownPeers().first?.mismatched == ["disputed"])
+        #expect(try phone.peerRecords().first?.mismatched == ["disputed"])
         _ = try phone.purgeTombstones()  // records what the watch acknowledged
         clock.advance(by: 31 * Neighbourhood.day)
         #expect(try phone.purgeTombstones() == 1)
@@ -234,10 +234,10 @@ final class Neighbourhood {
         _ = try home.phone.purgeTombstones()
         #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name) == nil)
         #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
-        #expect(try home.phone.knownPeers().map(\.node) == [home.watches[1].nodeID])
+        #expect(try home.phone.peerRecords().map(\.node) == [home.watches[1].nodeID])
         // A watch never forgets its phone.
         _ = try home.watches[0].purgeTombstones()
-        #expect(try home.watches[0].knownPeers().map(\.node) == [home.phone.nodeID])
+        #expect(try home.watches[0].peerRecords().map(\.node) == [home.phone.nodeID])
     }
 
     /// A watch in one long session is seen with each acknowledgement: it is
@@ -256,7 +256,7 @@ final class Neighbourhood {
         #expect(try home.watches[0].storedValue(for: TestKeys.steps) == 5)
         _ = try home.phone.purgeTombstones()
         #expect(try home.phone.forgottenPeers().isEmpty)
-        #expect(try home.phone.knownPeers().map(\.node) == [home.watches[0].nodeID])
+        #expect(try home.phone.peerRecords().map(\.node) == [home.watches[0].nodeID])
     }
 
     /// A watch connected to the phone is being seen even when it has nothing
@@ -281,7 +281,7 @@ final class Neighbourhood {
         home.sync(1)
         _ = try home.phone.purgeTombstones()
         #expect(try home.phone.forgottenPeers().isEmpty)
-        #expect(Set(try home.phone.knownPeers().map(\.node)) == [home.watches[0].nodeID, home.watches[1].nodeID])
+        #expect(Set(try home.phone.peerRecords().map(\.node)) == [home.watches[0].nodeID, home.watches[1].nodeID])
         #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name)?.isDeleted == true, "the tombstone waits for watch 0")
         link?.settle()
         #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil, "the delete reached the connected watch")

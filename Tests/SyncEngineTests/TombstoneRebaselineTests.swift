@@ -64,7 +64,7 @@ import Testing
         // Nothing is left waiting, and the phone knows watch 0 again.
         #expect(try home.phone.pendingSummary().total == 0)
         #expect(try home.phone.forgottenPeers().isEmpty)
-        #expect(Set(try home.phone.knownPeers().map(\.node)) == Set(home.watches.map(\.nodeID)))
+        #expect(Set(try home.phone.peerRecords().map(\.node)) == Set(home.watches.map(\.nodeID)))
     }
 
     /// A watch's write reaches the phone, but the phone's acknowledgement is

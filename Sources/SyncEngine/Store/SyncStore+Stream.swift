@@ -311,7 +311,7 @@ extension SyncStore {
     }
 
     /// The peers this store knows, with their cursors.
-    func knownPeers() throws -> [PeerRecord] {
+    func peerRecords() throws -> [PeerRecord] {
         try database.read { conn in try SyncStore.peerRecords(conn) }
     }
 
@@ -334,7 +334,7 @@ extension SyncStore {
     /// peer at all while none is known.
     public func pendingSummary() throws -> PendingSummary {
         try checkOpen()
-        let peers = try knownPeers()
+        let peers = try peerRecords()
         // No peer yet: every change is pending (local changes have origin 0, so exclude no real node).
         guard !peers.isEmpty else { return try pendingSummary(cursor: 0, excluding: UInt32.max) }
         return try peers.map { try pendingSummary(cursor: $0.cursor, excluding: $0.node) }.max { $0.total < $1.total }!

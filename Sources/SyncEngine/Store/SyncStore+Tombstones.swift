@@ -249,6 +249,19 @@ extension SyncStore {
         return forgotten
     }
 
+    /// The peers this store keeps a cursor for (node ids, ascending): at most
+    /// `StoreOptions.maxKnownPeers`.
+    public func knownPeers() throws -> [UInt32] {
+        try checkOpen()
+        return try database.read { conn in
+            let stmt = try conn.statement("SELECT peer_node FROM sync_peers ORDER BY peer_node")
+            defer { stmt.reset() }
+            var nodes: [UInt32] = []
+            while try stmt.step() { nodes.append(UInt32(truncatingIfNeeded: stmt.int64(0))) }
+            return nodes
+        }
+    }
+
     /// The peers this store forgot (node ids), oldest first.
     public func forgottenPeers() throws -> [UInt32] {
         try checkOpen()

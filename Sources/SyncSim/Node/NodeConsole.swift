@@ -77,6 +77,12 @@ struct NodeConsole {
                 return ["ok": true, "asked": peer.requestManualChanges()]
             case ("status", 1):
                 return try status()
+            case ("forget-peer", 2):
+                // A phone's room for a newly paired watch (`too-many-peers`): node ids in hex, as `status` lists them.
+                guard let node = UInt32(parts[1], radix: 16) else {
+                    return ["ok": false, "error": "forget-peer takes a peer's node id in hex, as status lists them in peers"]
+                }
+                return ["ok": true, "peer": String(node, radix: 16), "forgotten": try store.forgetPeer(node)]
             case ("wait-idle", 2):
                 guard let seconds = Double(parts[1]), seconds >= 0 else { return ["ok": false, "error": "wait-idle takes a number of seconds"] }
                 guard live else {
@@ -86,7 +92,7 @@ struct NodeConsole {
                 try await peer.waitUntilIdle(timeout: .milliseconds(Int(seconds * 1000)))
                 return ["ok": true, "idle": true]
             default:
-                return ["ok": false, "error": "unknown command '\(line.prefix(40))'; use put KEY JSON | get KEY | delete KEY | sync | request-manual | status | wait-idle SECONDS | quit"]
+                return ["ok": false, "error": "unknown command '\(line.prefix(40))'; use put KEY JSON | get KEY | delete KEY | sync | request-manual | status | wait-idle SECONDS | forget-peer NODE | quit"]
             }
         } catch let error as SyncError {
             return ["ok": false, "error": error.description, "code": error.code.rawValue]
@@ -101,6 +107,7 @@ struct NodeConsole {
         let cache = store.cacheStatistics
         var status: [String: Any] = [
             "ok": true, "role": store.role.rawValue, "node": String(store.nodeID, radix: 16), "connected": peer.isConnected,
+            "peers": try store.knownPeers().map { String($0, radix: 16) },
             "reachable": peer.isReachable,
             "entries": try store.allEntryInfo().filter { !$0.isDeleted }.count,
             "sent": counters.entriesSent, "received": counters.entriesReceived, "conflicts": counters.conflicts,
