@@ -152,4 +152,28 @@ import Testing
         #expect(again["ok"] as? Bool == true && again["forgotten"] as? Bool == false, "\(again)")
         #expect(try console.status()["peers"] as? [String] == [])
     }
+
+    /// Over TCP as in memory: a watch the full phone refuses is told why.
+    @Test func overTCPTheRefusedWatchIsToldWhy() async throws {
+        let stores = try Stores(limit: 1, watches: 1)
+        let secret = PairingSecret.generate()
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        try stores.phone.recordPeer(node: 0x0BAD_CAFE, role: .watch, epoch: secret.epoch)
+        try await stores.phone.set(7, for: TestKeys.steps)
+        let phone = SyncPeer(store: stores.phone, configuration: config, tickInterval: .milliseconds(50))
+        let watch = SyncPeer(store: stores.watches[0], configuration: config, tickInterval: .milliseconds(50))
+        let events = stores.watches[0].events()
+        let tcp = TCPConfiguration(secret: secret)
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
+        let server = Task { await phone.serve(listener) }
+        let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: tcp) }
+        let outcome = await Result { try await expectRefusal(in: events, "the watch") }
+        client.cancel()
+        await listener.close()
+        server.cancel()
+        try await withDeadline("the server and the client to stop") { _ = await (server.value, client.value) }
+        try outcome.get()
+        #expect(try stores.watches[0].storedValue(for: TestKeys.steps) == nil)
+        #expect(try stores.phone.knownPeers() == [0x0BAD_CAFE])
+    }
 }
