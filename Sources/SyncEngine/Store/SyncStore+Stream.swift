@@ -185,7 +185,7 @@ extension SyncStore {
             known.reset()
             if !isKnown, count >= limit {
                 let remedy = role == .watch
-                    ? "a watch unseen for StoreOptions.peerHorizon is forgotten, and forgetPeer(_:) forgets one now"
+                    ? "a watch unseen for StoreOptions.peerHorizon is forgotten, forgetPeer(_:) forgets one now (knownPeers() lists them), or raise the limit"
                     : "this watch never forgets its phone; open a new store for a newly paired phone, or raise the limit"
                 throw SyncError(.tooManyPeers, "the \(self.role) already keeps \(count) peers (StoreOptions.maxKnownPeers = \(limit)); the \(role) with node \(String(node, radix: 16)) is refused: \(remedy)")
             }
