@@ -67,6 +67,41 @@ import Testing
         #expect(Set(try home.phone.peerRecords().map(\.node)) == Set(home.watches.map(\.nodeID)))
     }
 
+    /// A watch the phone forgets on request (`forgetPeer`, an unpaired watch)
+    /// no longer holds a delete's tombstone back, long before the peer
+    /// horizon; if it returns after the purge it is re-baselined, and the
+    /// deleted value does not come back from it.
+    @Test func aWatchForgottenOnRequestStopsHoldingTombstonesAndIsRebaselined() async throws {
+        let home = try Neighbourhood(watches: 2)
+        try await home.phone.set(1, for: TestKeys.steps)
+        home.sync(0)
+        home.sync(1)
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(1)
+        home.recordAcknowledgements()
+        // A retention later watch 0, still known and away, holds the tombstone.
+        home.advance(days: 31)
+        home.sync(1)
+        home.recordAcknowledgements()
+        #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name)?.isDeleted == true)
+
+        #expect(try home.phone.forgetPeer(home.watches[0].nodeID))
+        home.advance(days: 31)
+        home.sync(1)
+        home.recordAcknowledgements()
+        #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name) == nil, "the tombstone was not purged")
+        #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
+
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == 1)
+        home.sync(0)
+        #expect(home.rebaselined(0))
+        for store in [home.phone, home.watches[0], home.watches[1]] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role) \(store.nodeID)")
+        }
+        #expect(try home.phone.knownPeers() == home.watches.map(\.nodeID).sorted())
+    }
+
     /// A watch's write reaches the phone, but the phone's acknowledgement is
     /// lost as the session ends. The phone deletes the key, forgets the
     /// watch and purges the tombstone. When the watch returns, the phone's
