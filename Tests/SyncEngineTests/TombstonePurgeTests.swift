@@ -58,7 +58,18 @@ final class Neighbourhood {
     /// deletes steps, watch 1 acknowledges it and 91 days pass: the phone
     /// forgets watch 0 and purges the tombstone.
     static func withForgottenWatch(pairing: PairingSecret) async throws -> Neighbourhood {
-        let home = try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"])
+        let home = try await withDeleteWatchZeroMissed(epochs: [pairing.epoch, "test"])
+        home.advance(days: 91)
+        home.sync(1)
+        _ = try home.phone.purgeTombstones()
+        return home
+    }
+
+    /// Two watches; both hold steps (the phone's), watch 0 also mine-alive
+    /// (its own); then watch 0 stays away while the phone deletes steps and
+    /// watch 1 acknowledges the delete (recorded by a purge pass).
+    static func withDeleteWatchZeroMissed(epochs: [String]? = nil) async throws -> Neighbourhood {
+        let home = try Neighbourhood(watches: 2, epochs: epochs)
         try await home.phone.set(1, for: TestKeys.steps)
         try await home.watches[0].set(30, for: TestKeys.daily["mine-alive"])
         home.sync(0)
@@ -67,9 +78,6 @@ final class Neighbourhood {
         try await home.phone.remove(TestKeys.steps)
         home.sync(1)
         home.recordAcknowledgements()
-        home.advance(days: 91)
-        home.sync(1)
-        _ = try home.phone.purgeTombstones()
         return home
     }
 

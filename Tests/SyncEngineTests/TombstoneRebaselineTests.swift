@@ -72,14 +72,7 @@ import Testing
     /// horizon; if it returns after the purge it is re-baselined, and the
     /// deleted value does not come back from it.
     @Test func aWatchForgottenOnRequestStopsHoldingTombstonesAndIsRebaselined() async throws {
-        let home = try Neighbourhood(watches: 2)
-        try await home.phone.set(1, for: TestKeys.steps)
-        home.sync(0)
-        home.sync(1)
-        home.clock.advance(by: 1_000)
-        try await home.phone.remove(TestKeys.steps)
-        home.sync(1)
-        home.recordAcknowledgements()
+        let home = try await Neighbourhood.withDeleteWatchZeroMissed()
         // A retention later watch 0, still known and away, holds the tombstone.
         home.advance(days: 31)
         home.sync(1)
@@ -98,6 +91,7 @@ import Testing
         #expect(home.rebaselined(0))
         for store in [home.phone, home.watches[0], home.watches[1]] {
             #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role) \(store.nodeID)")
+            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
         }
         #expect(try home.phone.knownPeers() == home.watches.map(\.nodeID).sorted())
     }

@@ -252,21 +252,19 @@ extension SyncStore {
     /// The peers this store keeps a cursor for (node ids, ascending): at most
     /// `StoreOptions.maxKnownPeers`.
     public func knownPeers() throws -> [UInt32] {
-        try checkOpen()
-        return try database.read { conn in
-            let stmt = try conn.statement("SELECT peer_node FROM sync_peers ORDER BY peer_node")
-            defer { stmt.reset() }
-            var nodes: [UInt32] = []
-            while try stmt.step() { nodes.append(UInt32(truncatingIfNeeded: stmt.int64(0))) }
-            return nodes
-        }
+        try peerNodes("SELECT peer_node FROM sync_peers ORDER BY peer_node")
     }
 
     /// The peers this store forgot (node ids), oldest first.
     public func forgottenPeers() throws -> [UInt32] {
+        try peerNodes("SELECT peer_node FROM sync_forgotten_peers ORDER BY forgotten_at, peer_node")
+    }
+
+    /// The node ids `query` selects, in its order.
+    private func peerNodes(_ query: String) throws -> [UInt32] {
         try checkOpen()
         return try database.read { conn in
-            let stmt = try conn.statement("SELECT peer_node FROM sync_forgotten_peers ORDER BY forgotten_at, peer_node")
+            let stmt = try conn.statement(query)
             defer { stmt.reset() }
             var nodes: [UInt32] = []
             while try stmt.step() { nodes.append(UInt32(truncatingIfNeeded: stmt.int64(0))) }
