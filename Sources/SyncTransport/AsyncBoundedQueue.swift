@@ -211,8 +211,23 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
     /// the queued elements, then `error` if given, else `nil`. Only the first
     /// call has an effect.
     func finish(throwing error: (any Error)? = nil) {
-        let (producers, consumer): ([Waiter], CheckedContinuation<Element?, any Error>?) = state.withLock { state in
-            guard !state.finished else { return ([], nil) }
+        _ = end(throwing: error, takingQueued: false)
+    }
+
+    /// Ends the queue as `finish()` does, but takes the queued elements out
+    /// (returned, oldest first) instead of leaving them for the consumer,
+    /// which gets `nil` at once.
+    func finishTakingQueued() -> [Element] {
+        end(throwing: nil, takingQueued: true)
+    }
+
+    /// `finish` and `finishTakingQueued`: one step under the lock, so that no
+    /// push can slip in between taking the elements out and finishing.
+    private func end(throwing error: (any Error)?, takingQueued: Bool) -> [Element] {
+        let (queued, producers, consumer): ([Element], [Waiter], CheckedContinuation<Element?, any Error>?) = state.withLock { state in
+            var queued: [Element] = []
+            if takingQueued { while state.count > 0 { queued.append(state.removeFirst()) } }
+            guard !state.finished else { return (queued, [], nil) }
             state.finished = true
             state.failure = error
             let producers = state.producers
@@ -222,7 +237,7 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
                 state.consumer = nil
                 state.failure = nil
             }
-            return (producers, consumer)
+            return (queued, producers, consumer)
         }
         for producer in producers {
             producer.continuation.resume(throwing: TransportError(.closed, "the connection is closed"))
@@ -230,27 +245,6 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
         if let consumer {
             if let error { consumer.resume(throwing: error) } else { consumer.resume(returning: nil) }
         }
-    }
-
-    /// Ends the queue as `finish()` does, but takes the queued elements out
-    /// (returned, oldest first) instead of leaving them for the consumer,
-    /// which gets `nil` at once.
-    func finishTakingQueued() -> [Element] {
-        let (queued, producers, consumer): ([Element], [Waiter], CheckedContinuation<Element?, any Error>?) = state.withLock { state in
-            var queued: [Element] = []
-            while state.count > 0 { queued.append(state.removeFirst()) }
-            guard !state.finished else { return (queued, [], nil) }
-            state.finished = true
-            defer {
-                state.producers = []
-                state.consumer = nil
-            }
-            return (queued, state.producers, state.consumer?.continuation)
-        }
-        for producer in producers {
-            producer.continuation.resume(throwing: TransportError(.closed, "the connection is closed"))
-        }
-        consumer?.resume(returning: nil)
         return queued
     }
 
