@@ -102,6 +102,7 @@ import Testing
         }
         // Back to v4: the outbox holds the queued change; the watch's value arrived without a sequence.
         try sqlite(path) { db in
+            try exec(db, "DROP TABLE sync_rebaseline_marks")
             try exec(db, "DROP TABLE sync_forgotten_peers")
             try exec(db, "DROP INDEX sync_tombstones")
             try exec(db, "DROP INDEX sync_stream")
@@ -160,6 +161,7 @@ import Testing
         }
         // Back to v5.
         try sqlite(path) { db in
+            try exec(db, "DROP TABLE sync_rebaseline_marks")
             try exec(db, "DROP TABLE sync_forgotten_peers")
             try exec(db, "DROP INDEX sync_tombstones")
             try exec(db, "ALTER TABLE sync_peers DROP COLUMN registries")

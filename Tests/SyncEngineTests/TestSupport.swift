@@ -61,6 +61,13 @@ final class Link {
         self.b = ReplicationEndpoint(store: b, configuration: config)
     }
 
+    /// A link between two endpoints a test already drove by hand.
+    init(endpoints a: ReplicationEndpoint, _ b: ReplicationEndpoint, now: Int64) {
+        self.a = a
+        self.b = b
+        self.now = now
+    }
+
     /// Starts both and exchanges frames until nothing more moves.
     func connect() { run(a.start(now: now), b.start(now: now)) }
 

@@ -1,6 +1,7 @@
 import Foundation
 @_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
+import Synchronization
 import Testing
 
 /// A watch the phone forgot returns: the phone's re-baseline notice goes
@@ -181,7 +182,11 @@ import Testing
         now += config.retransmitMilliseconds
         let again = phone.tick(now: now).filter { $0.type == SyncMessage.MessageType.rebaseline.rawValue }
         #expect(again.count == 1)
-        #expect(watch.receive(again[0], now: now).contains { $0.type == SyncMessage.MessageType.ack.rawValue })
+        let acknowledgement = watch.receive(again[0], now: now)
+        #expect(acknowledgement.contains { $0.type == SyncMessage.MessageType.ack.rawValue })
+        // Marked: the purged value goes once the phone, having sent its baseline, says it caught up.
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == 1)
+        Link(endpoints: phone, watch, now: now).run([], acknowledgement)
         #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil)
         #expect(phone.failure == nil && watch.failure == nil)
     }
@@ -236,15 +241,96 @@ import Testing
         #expect(again.map(\.type) == [SyncMessage.MessageType.receipt.rawValue, SyncMessage.MessageType.rebaseline.rawValue])
         var acks: [Frame] = []
         for frame in again { acks += watch.receive(frame, now: now) }
-        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil)
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == 1, "marked: it goes once the phone caught up")
         var afterAck: [Frame] = []
         for frame in acks { afterAck += phone.receive(frame, now: now) }
         #expect(afterAck.contains { $0.type == SyncMessage.MessageType.batch.rawValue })
         // A duplicate notice arriving after the baseline removes nothing the baseline brought.
-        for frame in afterAck { _ = watch.receive(frame, now: now) }
+        var replies: [Frame] = []
+        for frame in afterAck { replies += watch.receive(frame, now: now) }
         #expect(try home.watches[0].storedValue(for: TestKeys.daily["kept"]) == 5)
-        for frame in again { _ = watch.receive(frame, now: now) }
+        for frame in again { replies += watch.receive(frame, now: now) }
         #expect(try home.watches[0].storedValue(for: TestKeys.daily["kept"]) == 5)
+        Link(endpoints: phone, watch, now: now).run([], replies)
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil)
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["kept"]) == 5)
+    }
+
+    /// In a live session the returning watch's app never sees a value go
+    /// that the baseline brings back: what the notice would remove is
+    /// marked, and only what the phone did not send again goes, once it
+    /// says it caught up (before, the app saw its own live value removed and
+    /// then set again by the baseline).
+    @Test func theAppSeesOnlyThePurgedValueGo() async throws {
+        let home = try await Neighbourhood.withDeleteWatchZeroMissed()
+        home.advance(days: 91)
+        home.sync(1)
+        #expect(try home.phone.purgeTombstones() == 1)
+        let seen = Mutex<[StoreChange]>([])
+        let observation = home.watches[0].observeChanges(matching: .all) { change in seen.withLock { $0.append(change) } }
+        defer { observation.cancel() }
+
+        home.sync(0)
+        #expect(home.rebaselined(0))
+        let changes = seen.withLock { $0 }
+        #expect(changes.map(\.key) == [TestKeys.steps.name], "the app saw \(changes.map { "\($0.kind) \($0.key)" })")
+        #expect(changes.first?.kind == .removed)
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil)
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+        #expect(try home.phone.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+    }
+
+    /// A session that ends before the phone caught up leaves the marked
+    /// values where they were (nothing removed, nothing lost); a value the
+    /// app writes meanwhile is its own again and stays; the next session
+    /// ends the re-baseline: the purged value goes, and the marks with it.
+    @Test func marksOutliveASessionThatEndsBeforeThePhoneCaughtUp() async throws {
+        let home = try Neighbourhood(watches: 2)
+        try await home.phone.set(1, for: TestKeys.steps)
+        try await home.phone.set(2, for: TestKeys.daily["gone"])
+        try await home.watches[0].set(30, for: TestKeys.daily["mine-alive"])
+        home.sync(0)
+        home.sync(1)
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.steps)
+        try await home.phone.remove(TestKeys.daily["gone"])
+        home.sync(1)
+        home.recordAcknowledgements()
+        home.advance(days: 91)
+        home.sync(1)
+        #expect(try home.phone.purgeTombstones() == 2)
+
+        // The first session loses every caught-up notice of the phone's.
+        let link = Link(home.phone, home.watches[0])
+        var toWatch = link.a.start(now: link.now), toPhone = link.b.start(now: link.now)
+        var notices = 0
+        for _ in 0..<1_000 where !(toWatch.isEmpty && toPhone.isEmpty) {
+            let (sendWatch, sendPhone) = (toWatch, toPhone)
+            (toWatch, toPhone) = ([], [])
+            for frame in sendWatch {
+                if frame.type == SyncMessage.MessageType.caughtUp.rawValue { notices += 1; continue }
+                toPhone += link.b.receive(frame, now: link.now)
+            }
+            for frame in sendPhone { toWatch += link.a.receive(frame, now: link.now) }
+            if toWatch.isEmpty && toPhone.isEmpty { (toWatch, toPhone) = (link.a.pump(now: link.now), link.b.pump(now: link.now)) }
+        }
+        #expect(notices > 0)
+        let watch = home.watches[0]
+        #expect(try watch.storedValue(for: TestKeys.steps) == 1, "removed before the phone caught up")
+        #expect(try watch.storedValue(for: TestKeys.daily["gone"]) == 2, "removed before the phone caught up")
+        #expect(try watch.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+        #expect(try watch.rebaselineMarkCount() == 2)
+        try await watch.set(4, for: TestKeys.steps)
+
+        home.sync(0)
+        #expect(!home.rebaselined(0), "the phone has a cursor for the watch again")
+        #expect(try watch.storedValue(for: TestKeys.daily["gone"]) == nil)
+        #expect(try home.phone.storedValue(for: TestKeys.daily["gone"]) == nil)
+        for store in [home.phone, watch] {
+            #expect(try store.storedValue(for: TestKeys.steps) == 4, "the app's write on the \(store.role)")
+            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+        }
+        #expect(try watch.rebaselineMarkCount() == 0)
     }
 
     /// The same return over TCP (127.0.0.1, port 0): the phone's listener

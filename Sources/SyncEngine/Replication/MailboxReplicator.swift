@@ -256,7 +256,7 @@ package final class MailboxReplicator {
                 case .rebaseline(_, let purgedThrough):
                     // On stable storage before the notice is taken: a notice lost to a power cut
                     // after `accept` would leave the purged deletes undone here for good.
-                    _ = try port.applyRebaseline(purgedThrough: purgedThrough, from: peer.node, mismatched: [], acknowledgedBefore: nil)
+                    _ = try port.applyRebaseline(purgedThrough: purgedThrough, from: peer.node, mismatched: [], acknowledgedBefore: nil, untilCaughtUp: false)
                     try port.syncCommitted()
                 }
                 try mailbox.accept(message)

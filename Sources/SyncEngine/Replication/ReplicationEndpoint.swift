@@ -147,8 +147,11 @@ package final class ReplicationEndpoint {
                 // is left unacknowledged, and comes again.
                 if awaitsPeerReceipt { return [] }
                 session.peerSentData(id: notice.id)
+                // With caught-up notices, what the notice would remove is marked, and what the
+                // baseline does not bring back goes once the phone caught up: values it brings never go.
                 let removed = try port.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys,
-                                                       acknowledgedBefore: cursorAtStart)
+                                                       acknowledgedBefore: cursorAtStart,
+                                                       untilCaughtUp: peer.protocolVersion >= ReplicationSession.caughtUpProtocol)
                 try acknowledgeDurably(SyncMessage.ack(.init(batchID: notice.id, applied: removed, rejected: [])).frame(), into: &out)
             case .receipt(let receipt):
                 guard session.isEstablished, let peer = session.knownPeer else {
@@ -164,6 +167,9 @@ package final class ReplicationEndpoint {
                     return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
                 session.receiveCaughtUp(id: notice.id)
+                // Everything the phone sent before the notice is applied: what a re-baseline notice
+                // marked and its baseline did not send again goes now.
+                if port.role == .watch, session.peerHasNothingMore { _ = try port.sweepRebaselineMarks() }
                 out.append(SyncMessage.ack(.init(batchID: notice.id, applied: 0, rejected: [])).frame())
             case .manualRequest(let request):
                 guard session.isEstablished, let peer = session.knownPeer else {

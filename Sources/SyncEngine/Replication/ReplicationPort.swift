@@ -109,8 +109,13 @@ package protocol ReplicationPort: AnyObject {
     /// baseline (nil: no notice).
     func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64?
     /// Acts on a re-baseline notice from `peer`: removes, without sending, the
-    /// entries up to `purgedThrough` that `peer` already had. Returns how many.
-    func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?) throws -> Int
+    /// entries up to `purgedThrough` that `peer` already had, or marks them to
+    /// go at its caught-up notice (`untilCaughtUp`). Returns how many.
+    func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?,
+                         untilCaughtUp: Bool) throws -> Int
+    /// The peer caught up: removes the entries a re-baseline notice marked
+    /// that its baseline did not send again. Returns how many.
+    func sweepRebaselineMarks() throws -> Int
     /// How many re-baseline notices this end sent `peer`: the generation
     /// that queued batches for it name their stream positions in.
     func rebaselineGeneration(for peer: UInt32) throws -> Int64
@@ -264,9 +269,13 @@ package final class SQLiteReplicationPort: ReplicationPort {
         try store.rebaselineNotice(for: peer, cursor: cursor)
     }
 
-    package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?) throws -> Int {
-        try store.applyRebaseline(purgedThrough: purgedThrough, from: peer, mismatched: mismatched, acknowledgedBefore: acknowledgedBefore)
+    package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?,
+                                 untilCaughtUp: Bool) throws -> Int {
+        try store.applyRebaseline(purgedThrough: purgedThrough, from: peer, mismatched: mismatched, acknowledgedBefore: acknowledgedBefore,
+                                  untilCaughtUp: untilCaughtUp)
     }
+
+    package func sweepRebaselineMarks() throws -> Int { try store.sweepRebaselineMarks() }
 
     package func rebaselineGeneration(for peer: UInt32) throws -> Int64 { try store.rebaselineGeneration(for: peer) }
 

@@ -13,11 +13,14 @@
 /// (`sync_forgotten_peers`). Since v7 a peer's row keeps the two key
 /// registries compared last (`sync_peers.registries`), so that queued
 /// messages of that registry pass over only the keys declared differently.
+/// Since v8 a watch re-baselined in a live session marks what the notice
+/// would remove (`sync_rebaseline_marks`) and removes what is still marked
+/// when the phone says it caught up: values the baseline brings back never go.
 ///
 /// Every store carries `PRAGMA application_id = 0x5379456E` (ASCII "SyEn"),
 /// set with the schema; `Database` refuses SQLite files with another id.
 enum Schema {
-    static let currentVersion = 7
+    static let currentVersion = 8
     /// `PRAGMA application_id` of a SyncEngine store: ASCII "SyEn".
     static let applicationID: Int32 = 0x5379_456E
 
@@ -170,6 +173,15 @@ enum Schema {
         // each) when they were last compared and `mismatched` found; NULL before.
         """
         ALTER TABLE sync_peers ADD COLUMN registries BLOB;
+        """,
+        // v8: the entries (key and version) a live re-baseline notice found the phone
+        // knew, removed at the phone's caught-up notice unless its baseline sent them again.
+        """
+        CREATE TABLE sync_rebaseline_marks (
+            key  TEXT PRIMARY KEY NOT NULL,
+            ver  INTEGER NOT NULL,
+            node INTEGER NOT NULL
+        ) WITHOUT ROWID;
         """,
     ]
 

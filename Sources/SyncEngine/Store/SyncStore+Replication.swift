@@ -89,14 +89,21 @@ extension SyncStore {
         let now = physicalClock.nowMilliseconds()
         let outcome = try database.write({ conn -> ApplyOutcome in
             var outcome = ApplyOutcome()
-            let staged = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_chunks)")
+            let staged = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_chunks), EXISTS (SELECT 1 FROM sync_rebaseline_marks)")
             _ = try staged.step()
             let hasStagedChunks = staged.int(0) != 0
+            let hasRebaselineMarks = staged.int(1) != 0
             staged.reset()
             // Every key of the batch (a key twice, or one the registry does not declare, loads
             // nothing more; the planner refuses the latter): no lookups or hashing per entry here.
             let stored = try loadRows(conn, keys: entries.map(\.key), valueFile: .ifReadable)
-            let plan = decide(stored.mapValues(\.state))
+            // Rows a live re-baseline notice marked count as absent, as the notice would have removed
+            // them (the baseline brings back what the phone still has); the version each was marked at.
+            let marked = hasRebaselineMarks ? try rebaselineMarked(conn, keys: entries.map(\.key), stored: stored) : [:]
+            let local = marked.isEmpty ? stored : stored.filter { marked[$0.key] == nil }
+            let plan = decide(local.mapValues(\.state))
+            // Marked rows the peer sent again at the very version they hold: they stay as they are.
+            var keptMarked: [(key: String, lane: SyncLane)] = []
             var writes: [StoredRow] = []
             var encrypted: Set<String> = []
             // Our rows that `peer` had (it sent them, or acknowledged them), which it now sends
@@ -120,13 +127,17 @@ extension SyncStore {
                     continue
                 case .ignore:
                     // In the lane it is in (a change released for sending, or taken from a peer, stays sendable).
-                    if let local = stored[incoming.key], peer != 0, incoming.version < local.version, local.lane.isSent,
+                    if let local = local[incoming.key], peer != 0, incoming.version < local.version, local.lane.isSent,
                        descriptor.replicates(from: role) {
                         if peerCursor == nil, local.originPeer != peer { peerCursor = try SyncStore.peerRecord(conn, node: peer)?.cursor ?? 0 }
                         if local.originPeer == peer || local.changeSeq <= peerCursor ?? 0 { resend.append(incoming.key) }
                     }
                     continue
                 case .take:
+                    if let version = marked[incoming.key], version == incoming.version {
+                        keptMarked.append((incoming.key, descriptor.replicates(from: role) ? .automatic : .none))
+                        continue
+                    }
                     row = StoredRow(key: incoming.key, value: incoming.deleted ? nil : (incoming.value ?? []), encoding: incoming.encoding,
                                     version: incoming.version, base: incoming.base, deleted: incoming.deleted, encrypted: false,
                                     size: incoming.deleted ? 0 : (incoming.value?.count ?? 0), changeSeq: takeSeq(),
@@ -143,6 +154,9 @@ extension SyncStore {
                 outcome.changes.append(StoreChange(key: row.key, kind: row.deleted ? .removed : .set, origin: .remote, version: row.version))
             }
             try saveRows(conn, writes, encrypt: { !encrypted.isEmpty && encrypted.contains($0.key) }, writtenAt: now)
+            if !marked.isEmpty {
+                try settleRebaselineMarks(conn, kept: keptMarked, written: writes.lazy.map(\.key).filter { marked[$0] != nil }, from: peer)
+            }
             if !resend.isEmpty {
                 // The peer holds an older version of a change it once sent us (it was re-baselined
                 // after purging the tombstone, or a stale copy arrived): ours goes back to it, as a

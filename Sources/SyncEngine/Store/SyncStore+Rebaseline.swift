@@ -1,0 +1,242 @@
+import Foundation
+
+/// Re-baselining a watch the phone forgot after purging tombstones.
+///
+/// The phone's notice names the newest purged version; the watch removes
+/// what the phone already knew up to it, and the phone's baseline brings back
+/// what is still alive. In a live session of protocol 2 or later the watch
+/// marks those entries instead (`sync_rebaseline_marks`): the baseline's
+/// batches treat a marked row as absent, and what is still marked when the
+/// phone says it caught up goes then, so the app never sees a value go that
+/// the baseline brings back.
+extension SyncStore {
+    /// What a phone sends a watch it has no cursor for before the baseline,
+    /// when it has purged tombstones: their newest version (packed), or nil.
+    /// The entries the phone took from that watch join its baseline for it
+    /// (the watch removes what the phone knew, and gets back what is alive).
+    /// Each notice starts a new re-baseline generation for the peer
+    /// (`rebaselineGeneration(for:)`), on stable storage before the notice
+    /// leaves: acknowledgements of queued batches posted before it move no
+    /// cursor (the notice may have removed what those batches brought).
+    func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64? {
+        guard role == .phone, cursor == 0 else { return nil }
+        let purged = Int64(try meta("purged_through") ?? "") ?? 0
+        guard purged > 0 else { return nil }
+        try database.write { conn in
+            let stmt = try conn.statement("UPDATE entries SET origin_peer = 0 WHERE origin_peer = ?1")
+            stmt.bind(1, Int64(peer))
+            try stmt.run()
+            let name = Self.rebaselineGenerationMeta(peer)
+            let generation = Int64(try SyncStore.readMeta(conn)[name] ?? "") ?? 0
+            try SyncStore.writeMeta(conn, name, String(generation &+ 1))
+        }
+        try syncCommitted()
+        logger.notice("re-baselining a watch after purging tombstones", metadata: ["peer": "\(String(peer, radix: 16))"])
+        return purged
+    }
+
+    /// How many re-baseline notices this store sent `peer` (0 for a watch):
+    /// queued batches for it name their stream positions in this generation
+    /// (`QueuedStreamPosition`).
+    func rebaselineGeneration(for peer: UInt32) throws -> Int64 {
+        Int64(try meta(Self.rebaselineGenerationMeta(peer)) ?? "") ?? 0
+    }
+
+    static func rebaselineGenerationMeta(_ peer: UInt32) -> String { "rebaseline_generation_\(peer)" }
+
+    /// The watches this phone sent a re-baseline notice (empty on a watch).
+    package func rebaselinedPeers() throws -> Set<UInt32> {
+        try checkOpen()
+        let prefix = Self.rebaselineGenerationMeta(0).dropLast()
+        return try database.read { conn in
+            Set(try SyncStore.readMeta(conn).keys.compactMap { name in
+                name.hasPrefix(prefix) ? UInt32(name.dropFirst(prefix.count)) : nil
+            })
+        }
+    }
+
+    /// Applies a phone's re-baseline notice on a watch: removes each entry of
+    /// version ≤ `purgedThrough` that the phone already knew (taken from it,
+    /// or acknowledged by it: in a sent lane at or before its cursor, a key
+    /// that replicates to it and is declared alike), without new deletes in
+    /// the stream; observers see the removed values go. Entries the phone
+    /// never acknowledged stay. A repeated notice with the same version only
+    /// looks at the entries the first one saw (what the baseline brought
+    /// since stays). Returns how many entries were removed.
+    /// `acknowledgedBefore`: the watch's cursor for the phone when the
+    /// session that carries the notice began (nil: now). The phone sends the
+    /// notice before it reads anything in that session, so what it
+    /// acknowledges later in it, it did not know when it sent the notice, and
+    /// it never sends those entries back: they stay.
+    /// `untilCaughtUp` (a live session that has caught-up notices): the
+    /// entries are marked instead (`sync_rebaseline_marks`), count as absent
+    /// to the baseline's batches (`execute`), and what is still marked goes at
+    /// the phone's caught-up notice (`sweepRebaselineMarks`): the app never
+    /// sees a value go that the baseline brings back. Returns how many entries
+    /// were removed, or marked.
+    func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64? = nil,
+                         untilCaughtUp: Bool = false) throws -> Int {
+        try checkOpen()
+        guard role == .watch else {
+            throw SyncError(.protocolViolation, "a \(role) does not take re-baseline notices; only a phone sends them to its watches")
+        }
+        let markName = "rebaselined_by_\(peer)"
+        let (found, _, removed) = try database.write({ conn -> (Int, [String], [StoreChange]) in
+            let meta = try SyncStore.readMeta(conn)
+            var limit = Int64.max
+            if let mark = meta[markName]?.split(separator: "/"), mark.count == 2, Int64(mark[0]) == purgedThrough, let seen = Int64(mark[1]) {
+                limit = seen
+            }
+            let record = try SyncStore.peerRecord(conn, node: peer)
+            let cursor = min(record?.cursor ?? 0, acknowledgedBefore ?? .max)
+            let skipped = mismatched.union(record?.mismatched ?? [])
+            let select = try conn.statement("""
+                SELECT key, ver, node, deleted, change_seq, lane, origin_peer, in_file FROM entries
+                WHERE ver <= ?1 AND change_seq <= ?2
+                """)
+            select.bind(1, purgedThrough)
+            select.bind(2, limit)
+            var known: [(key: String, version: HLCTimestamp, deleted: Bool, inFile: Bool)] = []
+            while try select.step() {
+                let key = select.string(0)
+                let isSent = SyncLane(rawValue: select.int(5))?.isSent ?? false
+                let fromPeer = UInt32(truncatingIfNeeded: select.int64(6)) == peer
+                var acknowledged = false
+                if !fromPeer, isSent, select.int64(4) <= cursor, let descriptor = registry.descriptor(forEntry: key) {
+                    acknowledged = descriptor.replicates(from: role) && !skipped.contains(descriptor.name)
+                }
+                guard fromPeer || acknowledged else { continue }
+                known.append((key, HLCTimestamp(packed: select.int64(1), node: UInt32(truncatingIfNeeded: select.int64(2))),
+                              select.int(3) != 0, select.int(7) != 0))
+            }
+            select.reset()
+            try SyncStore.writeMeta(conn, markName, "\(purgedThrough)/\(nextSeq.withLock { $0 } - 1)")
+            if untilCaughtUp {
+                let mark = try conn.statement("INSERT OR REPLACE INTO sync_rebaseline_marks(key, ver, node) VALUES (?1, ?2, ?3)")
+                for entry in known {
+                    mark.reset()
+                    mark.bind(1, entry.key)
+                    mark.bind(2, entry.version.packed)
+                    mark.bind(3, Int64(entry.version.node))
+                    try mark.run()
+                }
+                return (known.count, [], [])
+            }
+            try deleteRebaselineMarks(conn, known.lazy.map(\.key))
+            return (known.count, known.map(\.key), try removeRebaselined(conn, known))
+        }, onCommit: { _, keys, _ in cache.invalidate(keys) })
+        if untilCaughtUp {
+            logger.notice("marked entries the phone purged or sends again (re-baseline): those it does not send go when it has caught up",
+                          metadata: ["count": "\(found)"])
+            return found
+        }
+        if found > 0 {
+            logger.notice("removed entries the phone purged or sends again (re-baseline)", metadata: ["count": "\(found)"])
+        }
+        publishCommitted(removed)
+        return found
+    }
+
+    /// Deletes `entries` (a re-baseline's) in this transaction: value files
+    /// released after the commit, a `.removed` change for each live value.
+    private func removeRebaselined(_ conn: SQLiteConnection,
+                                   _ entries: [(key: String, version: HLCTimestamp, deleted: Bool, inFile: Bool)]) throws -> [StoreChange] {
+        let delete = try conn.statement("DELETE FROM entries WHERE key = ?1")
+        var changes: [StoreChange] = []
+        for entry in entries {
+            delete.reset()
+            delete.bind(1, entry.key)
+            try delete.run()
+            if entry.inFile { valueStorage.release(key: entry.key, version: entry.version) }
+            guard !entry.deleted else { continue }
+            let change = StoreChange(key: entry.key, kind: .removed, origin: .remote, version: entry.version)
+            changes.append(change)
+            shared.withLock { $0.transactionChanges.append(change) }
+        }
+        return changes
+    }
+
+    /// The phone caught up after a re-baseline notice that marked entries
+    /// (`applyRebaseline(untilCaughtUp:)`): removes those still at their
+    /// marked version (its baseline did not send them again: it purged them,
+    /// or may not send them), observers see them go, and clears every mark.
+    /// Returns how many entries were removed; nothing to do without marks.
+    func sweepRebaselineMarks() throws -> Int {
+        try checkOpen()
+        guard role == .watch, try database.read({ try $0.integer("SELECT EXISTS (SELECT 1 FROM sync_rebaseline_marks)") }) != 0 else { return 0 }
+        let (removedKeys, removed) = try database.write({ conn -> ([String], [StoreChange]) in
+            let select = try conn.statement("""
+                SELECT e.key, e.ver, e.node, e.deleted, e.in_file FROM sync_rebaseline_marks m
+                JOIN entries e ON e.key = m.key AND e.ver = m.ver AND e.node = m.node
+                """)
+            var marked: [(key: String, version: HLCTimestamp, deleted: Bool, inFile: Bool)] = []
+            while try select.step() {
+                marked.append((select.string(0), HLCTimestamp(packed: select.int64(1), node: UInt32(truncatingIfNeeded: select.int64(2))),
+                               select.int(3) != 0, select.int(4) != 0))
+            }
+            select.reset()
+            let changes = try removeRebaselined(conn, marked)
+            try conn.execute("DELETE FROM sync_rebaseline_marks")
+            return (marked.map(\.key), changes)
+        }, onCommit: { keys, _ in cache.invalidate(keys) })
+        if !removedKeys.isEmpty {
+            logger.notice("removed entries the phone purged or does not send (re-baseline, phone caught up)", metadata: ["count": "\(removedKeys.count)"])
+        }
+        publishCommitted(removed)
+        return removedKeys.count
+    }
+
+    /// Of `keys` (a batch's), the rows a live re-baseline notice marked that
+    /// still hold the marked version, with it. A mark whose row has changed
+    /// since (a local write, or the row is gone) says nothing more: it goes.
+    func rebaselineMarked(_ conn: SQLiteConnection, keys: [String], stored: [String: StoredRow]) throws -> [String: HLCTimestamp] {
+        let select = try conn.statement("SELECT ver, node FROM sync_rebaseline_marks WHERE key = ?1")
+        var marked: [String: HLCTimestamp] = [:]
+        var stale: Set<String> = []
+        for key in keys where marked[key] == nil {
+            select.reset()
+            select.bind(1, key)
+            guard try select.step() else { continue }
+            let version = HLCTimestamp(packed: select.int64(0), node: UInt32(truncatingIfNeeded: select.int64(1)))
+            if stored[key]?.version == version { marked[key] = version } else { stale.insert(key) }
+        }
+        select.reset()
+        try deleteRebaselineMarks(conn, stale)
+        return marked
+    }
+
+    /// After a batch from `peer` met marked rows: those it sent again at the
+    /// version they hold (`kept`) take `peer` as their origin and a new place
+    /// in the stream, as the entry taken anew would; their marks go, and so do
+    /// the marks of the rows it replaced (`written`). A marked row whose entry
+    /// was refused keeps its mark and goes at the caught-up notice, as the
+    /// notice alone would have removed it.
+    func settleRebaselineMarks(_ conn: SQLiteConnection, kept: [(key: String, lane: SyncLane)], written: some Sequence<String>,
+                               from peer: UInt32) throws {
+        let update = try conn.statement("UPDATE entries SET origin_peer = ?1, change_seq = ?2, lane = ?3 WHERE key = ?4")
+        for row in kept {
+            update.reset()
+            update.bind(1, Int64(peer))
+            update.bind(2, takeSeq())
+            update.bind(3, row.lane.rawValue)
+            update.bind(4, row.key)
+            try update.run()
+        }
+        try deleteRebaselineMarks(conn, kept.map(\.key) + written)
+    }
+
+    /// How many entries a re-baseline notice marked that wait for the phone's caught-up notice.
+    func rebaselineMarkCount() throws -> Int {
+        try checkOpen()
+        return Int(try database.read { try $0.integer("SELECT count(*) FROM sync_rebaseline_marks") })
+    }
+
+    private func deleteRebaselineMarks(_ conn: SQLiteConnection, _ keys: some Sequence<String>) throws {
+        let delete = try conn.statement("DELETE FROM sync_rebaseline_marks WHERE key = ?1")
+        for key in keys {
+            delete.reset()
+            delete.bind(1, key)
+            try delete.run()
+        }
+    }
+}
