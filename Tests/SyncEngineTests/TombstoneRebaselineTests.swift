@@ -320,6 +320,7 @@ import Testing
         #expect(try watch.storedValue(for: TestKeys.daily["gone"]) == 2, "removed before the phone caught up")
         #expect(try watch.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
         #expect(try watch.rebaselineMarkCount() == 2)
+        #expect(try SyncStore.inspect(path: watch.path).rebaselineMarks == [TestKeys.daily["gone"].name, TestKeys.steps.name].sorted())
         try await watch.set(4, for: TestKeys.steps)
 
         home.sync(0)
@@ -331,6 +332,7 @@ import Testing
             #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
         }
         #expect(try watch.rebaselineMarkCount() == 0)
+        #expect(try SyncStore.inspect(path: watch.path).rebaselineMarks.isEmpty)
     }
 
     /// The same return over TCP (127.0.0.1, port 0): the phone's listener

@@ -50,6 +50,10 @@ public struct StoreFileSnapshot: Sendable {
     public var peers: [Peer]
     /// The conflict log, oldest first.
     public var conflicts: [Conflict]
+    /// On a watch re-baselined in a live session, the keys the phone's notice
+    /// marked: each goes once the phone says it caught up, unless its
+    /// baseline sends the key again (schema v8; empty before).
+    public var rebaselineMarks: [String] = []
 
     /// The entries waiting for the peer, in change order.
     public var pending: [Entry] { entries.filter(\.isPending).sorted { $0.changeSeq < $1.changeSeq } }
@@ -122,7 +126,11 @@ extension SyncStore {
             conflicts.append(StoreFileSnapshot.Conflict(key: text(s, 0), local: version(s, 1, 2), remote: version(s, 3, 4),
                                                         winner: text(s, 5), rule: text(s, 6)))
         }
+        var hasMarks = false
+        try query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sync_rebaseline_marks'") { _ in hasMarks = true }
+        var marks: [String] = []
+        if hasMarks { try query("SELECT key FROM sync_rebaseline_marks ORDER BY key") { marks.append(text($0, 0)) } }
         return StoreFileSnapshot(nodeID: meta["node_id"].flatMap { UInt32($0) }, role: meta["role"], entries: entries, peers: peers,
-                                 conflicts: conflicts)
+                                 conflicts: conflicts, rebaselineMarks: marks)
     }
 }

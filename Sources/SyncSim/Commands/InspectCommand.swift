@@ -70,6 +70,9 @@ public struct StoreInspection: Sendable, Codable {
     public var checkpoints: [Peer]
     public var pending: [Entry]
     public var conflicts: [Conflict]
+    /// Keys a live re-baseline notice marked: each goes once the phone says
+    /// it caught up, unless its baseline sends the key again.
+    public var rebaselineMarks: [String]
 
     /// Reads the file at `path` read-only (`SyncStore.inspect`).
     public init(path: String, includeValues: Bool) throws {
@@ -82,6 +85,7 @@ public struct StoreInspection: Sendable, Codable {
         }
         pending = entries.filter(\.pending).sorted { $0.changeSeq < $1.changeSeq }
         checkpoints = snapshot.peers.map { Peer(node: String($0.nodeID, radix: 16), role: $0.role, epoch: $0.epoch, ackedThrough: $0.ackedThrough) }
+        rebaselineMarks = snapshot.rebaselineMarks
         conflicts = snapshot.conflicts.map {
             Conflict(key: $0.key, localVersion: $0.local.description, remoteVersion: $0.remote.description, winner: $0.winner, rule: $0.rule)
         }
@@ -120,6 +124,10 @@ public struct StoreInspection: Sendable, Codable {
         out += SimReport.table([["key", "seq", "lane", "size"]] + pending.map { [$0.key, "\($0.changeSeq)", lanes[max(0, min(2, $0.lane))], "\($0.size)"] })
         out += "\nconflicts (\(conflicts.count)):\n"
         out += SimReport.table([["key", "local", "remote", "winner", "rule"]] + conflicts.map { [$0.key, $0.localVersion, $0.remoteVersion, $0.winner, $0.rule] })
+        if !rebaselineMarks.isEmpty {
+            out += "\nre-baseline marks (\(rebaselineMarks.count)), removed once the phone caught up unless its baseline sends them again:\n"
+            out += rebaselineMarks.map { "  \($0)\n" }.joined()
+        }
         return out
     }
 }
