@@ -149,10 +149,10 @@ package final class ReplicationEndpoint {
                 session.peerSentData(id: notice.id)
                 // With caught-up notices, what the notice would remove is marked, and what the
                 // baseline does not bring back goes once the phone caught up: values it brings never go.
-                let removed = try port.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys,
+                let known = try port.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys,
                                                        acknowledgedBefore: cursorAtStart,
                                                        untilCaughtUp: peer.protocolVersion >= ReplicationSession.caughtUpProtocol)
-                try acknowledgeDurably(SyncMessage.ack(.init(batchID: notice.id, applied: removed, rejected: [])).frame(), into: &out)
+                try acknowledgeDurably(SyncMessage.ack(.init(batchID: notice.id, applied: known, rejected: [])).frame(), into: &out)
             case .receipt(let receipt):
                 guard session.isEstablished, let peer = session.knownPeer else {
                     return perform(session.receivedDataBeforeHandshake(now: now), now: now)
