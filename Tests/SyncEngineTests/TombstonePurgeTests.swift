@@ -1,6 +1,7 @@
 import Foundation
 @_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
+import Synchronization
 import Testing
 
 /// A phone and its watches in one temp folder, on one manual clock; each
@@ -352,6 +353,9 @@ final class Neighbourhood {
         #expect(try home.watches[0].storedValue(for: TestKeys.steps) == 1)
         try await home.watches[0].set(7, for: TestKeys.daily["offline"])
         let changes = home.watches[0].changes(matching: .key(TestKeys.steps.name))
+        let seen = Mutex<[StoreChange]>([])
+        let observation = home.watches[0].observeChanges(matching: .all) { change in seen.withLock { $0.append(change) } }
+        defer { observation.cancel() }
 
         let folder = TempFolder()
         let config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
@@ -377,6 +381,11 @@ final class Neighbourhood {
         }
         let removal = try await first(of: changes, "watch 0's removal of steps") { $0.kind == .removed }
         #expect(removal.origin == .remote)
+        // The baseline came in the same read as the notice: the app saw only the purged value go,
+        // never its own live one removed and set again.
+        let removed = seen.withLock { $0 }.filter { $0.kind == .removed }.map(\.key)
+        #expect(removed == [TestKeys.steps.name])
+        #expect(try home.watches[0].rebaselineMarkCount() == 0)
         #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
         // The rounds after the baseline post no second notice.
         #expect(try phoneBox.outgoingMessages().allSatisfy {

@@ -233,12 +233,12 @@ package final class InMemoryReplicationPort: ReplicationPort {
     /// Refused: only a store that purges tombstones sends notices, and this
     /// port speaks only with its own kind.
     package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?,
-                                 untilCaughtUp: Bool) throws -> Int {
+                                 removal: SyncStore.RebaselineRemoval) throws -> Int {
         throw SyncError(.protocolViolation, "the in-memory port does not take re-baseline notices")
     }
 
     /// Nothing is ever marked (no notices are taken).
-    package func sweepRebaselineMarks() throws -> Int { 0 }
+    package func sweepRebaselineMarks(after sweep: SyncStore.RebaselineSweep) throws -> Int { 0 }
 
     package func noteAppliedOutsideSessions() {}
 

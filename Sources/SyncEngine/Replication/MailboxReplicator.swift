@@ -255,13 +255,19 @@ package final class MailboxReplicator {
                     if !isAnswer { try offerDeclarations(to: sender, into: &report, again: true, asAnswer: true) }
                 case .rebaseline(_, let purgedThrough):
                     // On stable storage before the notice is taken: a notice lost to a power cut
-                    // after `accept` would leave the purged deletes undone here for good.
-                    _ = try port.applyRebaseline(purgedThrough: purgedThrough, from: peer.node, mismatched: [], acknowledgedBefore: nil, untilCaughtUp: false)
+                    // after `accept` would leave the purged deletes undone here for good. Marked:
+                    // the baseline posted after it follows in this read, and what it does not
+                    // bring back goes when the read ends (below; or at the next one's end).
+                    _ = try port.applyRebaseline(purgedThrough: purgedThrough, from: peer.node, mismatched: [], acknowledgedBefore: nil,
+                                                 removal: .afterQueuedRead)
                     try port.syncCommitted()
                 }
                 try mailbox.accept(message)
             }
         }
+        // A queued re-baseline notice's baseline came in this read (the phone posted it after the
+        // notice): what it did not bring back goes (a read cut short leaves that to the next one).
+        if port.role == .watch, try port.sweepRebaselineMarks(after: .queuedRead) > 0 { port.noteAppliedOutsideSessions() }
     }
 
     private lazy var ourFingerprint: [UInt8] = port.registry.fingerprint(for: port.role)

@@ -151,7 +151,7 @@ package final class ReplicationEndpoint {
                 // baseline does not bring back goes once the phone caught up: values it brings never go.
                 let known = try port.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys,
                                                        acknowledgedBefore: cursorAtStart,
-                                                       untilCaughtUp: peer.protocolVersion >= ReplicationSession.caughtUpProtocol)
+                                                       removal: peer.protocolVersion >= ReplicationSession.caughtUpProtocol ? .atCaughtUp : .immediately)
                 try acknowledgeDurably(SyncMessage.ack(.init(batchID: notice.id, applied: known, rejected: [])).frame(), into: &out)
             case .receipt(let receipt):
                 guard session.isEstablished, let peer = session.knownPeer else {
@@ -169,7 +169,7 @@ package final class ReplicationEndpoint {
                 session.receiveCaughtUp(id: notice.id)
                 // Everything the phone sent before the notice is applied: what a re-baseline notice
                 // marked and its baseline did not send again goes now.
-                if port.role == .watch, session.peerHasNothingMore { _ = try port.sweepRebaselineMarks() }
+                if port.role == .watch, session.peerHasNothingMore { _ = try port.sweepRebaselineMarks(after: .caughtUp) }
                 out.append(SyncMessage.ack(.init(batchID: notice.id, applied: 0, rejected: [])).frame())
             case .manualRequest(let request):
                 guard session.isEstablished, let peer = session.knownPeer else {

@@ -110,12 +110,12 @@ package protocol ReplicationPort: AnyObject {
     func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64?
     /// Acts on a re-baseline notice from `peer`: removes, without sending, the
     /// entries up to `purgedThrough` that `peer` already had, or marks them to
-    /// go at its caught-up notice (`untilCaughtUp`). Returns how many.
+    /// go once its baseline came (`removal`). Returns how many.
     func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?,
-                         untilCaughtUp: Bool) throws -> Int
-    /// The peer caught up: removes the entries a re-baseline notice marked
-    /// that its baseline did not send again. Returns how many.
-    func sweepRebaselineMarks() throws -> Int
+                         removal: SyncStore.RebaselineRemoval) throws -> Int
+    /// The peer's baseline came (`after`): removes the entries a re-baseline
+    /// notice marked that it did not send again. Returns how many.
+    func sweepRebaselineMarks(after sweep: SyncStore.RebaselineSweep) throws -> Int
     /// How many re-baseline notices this end sent `peer`: the generation
     /// that queued batches for it name their stream positions in.
     func rebaselineGeneration(for peer: UInt32) throws -> Int64
@@ -270,12 +270,12 @@ package final class SQLiteReplicationPort: ReplicationPort {
     }
 
     package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?,
-                                 untilCaughtUp: Bool) throws -> Int {
+                                 removal: SyncStore.RebaselineRemoval) throws -> Int {
         try store.applyRebaseline(purgedThrough: purgedThrough, from: peer, mismatched: mismatched, acknowledgedBefore: acknowledgedBefore,
-                                  untilCaughtUp: untilCaughtUp)
+                                  removal: removal)
     }
 
-    package func sweepRebaselineMarks() throws -> Int { try store.sweepRebaselineMarks() }
+    package func sweepRebaselineMarks(after sweep: SyncStore.RebaselineSweep) throws -> Int { try store.sweepRebaselineMarks(after: sweep) }
 
     package func rebaselineGeneration(for peer: UInt32) throws -> Int64 { try store.rebaselineGeneration(for: peer) }
 

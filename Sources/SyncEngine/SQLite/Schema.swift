@@ -13,9 +13,9 @@
 /// (`sync_forgotten_peers`). Since v7 a peer's row keeps the two key
 /// registries compared last (`sync_peers.registries`), so that queued
 /// messages of that registry pass over only the keys declared differently.
-/// Since v8 a watch re-baselined in a live session marks what the notice
-/// would remove (`sync_rebaseline_marks`) and removes what is still marked
-/// when the phone says it caught up: values the baseline brings back never go.
+/// Since v8 a re-baselined watch marks what the notice would remove
+/// (`sync_rebaseline_marks`) and removes what is still marked once the
+/// baseline came: values the baseline brings back never go.
 ///
 /// Every store carries `PRAGMA application_id = 0x5379456E` (ASCII "SyEn"),
 /// set with the schema; `Database` refuses SQLite files with another id.
@@ -174,8 +174,8 @@ enum Schema {
         """
         ALTER TABLE sync_peers ADD COLUMN registries BLOB;
         """,
-        // v8: the entries (key and version) a live re-baseline notice found the phone
-        // knew, removed at the phone's caught-up notice unless its baseline sent them again.
+        // v8: the entries (key and version) a re-baseline notice found the phone knew,
+        // removed once the baseline came (caught-up notice, or the mailbox read's end) unless it sent them again.
         """
         CREATE TABLE sync_rebaseline_marks (
             key  TEXT PRIMARY KEY NOT NULL,

@@ -50,9 +50,9 @@ public struct StoreFileSnapshot: Sendable {
     public var peers: [Peer]
     /// The conflict log, oldest first.
     public var conflicts: [Conflict]
-    /// On a watch re-baselined in a live session, the keys the phone's notice
-    /// marked: each goes once the phone says it caught up, unless its
-    /// baseline sends the key again (schema v8; empty before).
+    /// On a watch being re-baselined, the keys the phone's notice marked:
+    /// each goes once the baseline came, unless it sends the key again
+    /// (schema v8; empty before).
     public var rebaselineMarks: [String] = []
 
     /// The entries waiting for the peer, in change order.

@@ -4,12 +4,34 @@ import Foundation
 ///
 /// The phone's notice names the newest purged version; the watch removes
 /// what the phone already knew up to it, and the phone's baseline brings back
-/// what is still alive. In a live session of protocol 2 or later the watch
-/// marks those entries instead (`sync_rebaseline_marks`): the baseline's
-/// batches treat a marked row as absent, and what is still marked when the
-/// phone says it caught up goes then, so the app never sees a value go that
-/// the baseline brings back.
+/// what is still alive. In a live session of protocol 2 or later, and
+/// through the mailbox, the watch marks those entries instead
+/// (`sync_rebaseline_marks`): the baseline's batches treat a marked row as
+/// absent, and what is still marked goes when the phone says it caught up
+/// (live), or when the mailbox read that carried the notice ends (queued:
+/// the baseline the phone posted with it came in that read), so the app
+/// never sees a value go that the baseline brings back.
 extension SyncStore {
+    /// When the entries a re-baseline notice names go.
+    package enum RebaselineRemoval: Sendable {
+        /// At once (a session of protocol 1, which has no caught-up notices).
+        case immediately
+        /// Marked; what is still marked goes at the phone's caught-up notice (a live session).
+        case atCaughtUp
+        /// Marked; what is still marked goes when the mailbox read ends, or at a caught-up notice.
+        case afterQueuedRead
+    }
+
+    /// What ended a re-baseline's baseline: the phone's caught-up notice
+    /// (every mark goes), or the end of a mailbox read (only if a queued
+    /// notice marked entries).
+    package enum RebaselineSweep: Sendable {
+        case caughtUp
+        case queuedRead
+    }
+
+    static let queuedMarksMeta = "rebaseline_marks_queued"
+
     /// What a phone sends a watch it has no cursor for before the baseline,
     /// when it has purged tombstones: their newest version (packed), or nil.
     /// The entries the phone took from that watch join its baseline for it
@@ -68,14 +90,14 @@ extension SyncStore {
     /// notice before it reads anything in that session, so what it
     /// acknowledges later in it, it did not know when it sent the notice, and
     /// it never sends those entries back: they stay.
-    /// `untilCaughtUp` (a live session that has caught-up notices): the
-    /// entries are marked instead (`sync_rebaseline_marks`), count as absent
-    /// to the baseline's batches (`execute`), and what is still marked goes at
-    /// the phone's caught-up notice (`sweepRebaselineMarks`): the app never
-    /// sees a value go that the baseline brings back. Returns how many entries
-    /// were removed, or marked.
+    /// `removal` other than `.immediately`: the entries are marked instead
+    /// (`sync_rebaseline_marks`), count as absent to the baseline's batches
+    /// (`execute`), and what is still marked goes at the phone's caught-up
+    /// notice or the mailbox read's end (`sweepRebaselineMarks`): the app
+    /// never sees a value go that the baseline brings back. Returns how many
+    /// entries were removed, or marked.
     func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64? = nil,
-                         untilCaughtUp: Bool = false) throws -> Int {
+                         removal: RebaselineRemoval = .immediately) throws -> Int {
         try checkOpen()
         guard role == .watch else {
             throw SyncError(.protocolViolation, "a \(role) does not take re-baseline notices; only a phone sends them to its watches")
@@ -111,7 +133,8 @@ extension SyncStore {
             }
             select.reset()
             try SyncStore.writeMeta(conn, markName, "\(purgedThrough)/\(nextSeq.withLock { $0 } - 1)")
-            if untilCaughtUp {
+            if removal != .immediately {
+                if removal == .afterQueuedRead { try SyncStore.writeMeta(conn, SyncStore.queuedMarksMeta, "1") }
                 let mark = try conn.statement("INSERT OR REPLACE INTO sync_rebaseline_marks(key, ver, node) VALUES (?1, ?2, ?3)")
                 for entry in known {
                     mark.reset()
@@ -125,8 +148,8 @@ extension SyncStore {
             try deleteRebaselineMarks(conn, known.lazy.map(\.key))
             return (known.count, known.map(\.key), try removeRebaselined(conn, known))
         }, onCommit: { _, keys, _ in cache.invalidate(keys) })
-        if untilCaughtUp {
-            logger.notice("marked entries the phone purged or sends again (re-baseline): those it does not send go when it has caught up",
+        if removal != .immediately {
+            logger.notice("marked entries the phone purged or sends again (re-baseline): those it does not send go once its baseline came",
                           metadata: ["count": "\(found)"])
             return found
         }
@@ -156,14 +179,23 @@ extension SyncStore {
         return changes
     }
 
-    /// The phone caught up after a re-baseline notice that marked entries
-    /// (`applyRebaseline(untilCaughtUp:)`): removes those still at their
-    /// marked version (its baseline did not send them again: it purged them,
-    /// or may not send them), observers see them go, and clears every mark.
-    /// Returns how many entries were removed; nothing to do without marks.
-    func sweepRebaselineMarks() throws -> Int {
+    /// The phone's baseline came after a re-baseline notice that marked
+    /// entries (`applyRebaseline(removal:)`): it caught up, or the mailbox
+    /// read that carried a queued notice ended (`after`; `.queuedRead` does
+    /// nothing unless a queued notice marked entries). Removes the entries
+    /// still at their marked version (the baseline did not send them again:
+    /// the phone purged them, or may not send them), observers see them go,
+    /// and clears every mark. Returns how many entries were removed.
+    func sweepRebaselineMarks(after sweep: RebaselineSweep) throws -> Int {
         try checkOpen()
-        guard role == .watch, try database.read({ try $0.integer("SELECT EXISTS (SELECT 1 FROM sync_rebaseline_marks)") }) != 0 else { return 0 }
+        guard role == .watch else { return 0 }
+        let due = try database.read { conn -> Bool in
+            switch sweep {
+            case .caughtUp: try conn.integer("SELECT EXISTS (SELECT 1 FROM sync_rebaseline_marks)") != 0
+            case .queuedRead: try SyncStore.readMeta(conn)[SyncStore.queuedMarksMeta] != nil
+            }
+        }
+        guard due else { return 0 }
         let (removedKeys, removed) = try database.write({ conn -> ([String], [StoreChange]) in
             let select = try conn.statement("""
                 SELECT e.key, e.ver, e.node, e.deleted, e.in_file FROM sync_rebaseline_marks m
@@ -177,16 +209,17 @@ extension SyncStore {
             select.reset()
             let changes = try removeRebaselined(conn, marked)
             try conn.execute("DELETE FROM sync_rebaseline_marks")
+            try conn.execute("DELETE FROM sync_meta WHERE name = '\(SyncStore.queuedMarksMeta)'")
             return (marked.map(\.key), changes)
         }, onCommit: { keys, _ in cache.invalidate(keys) })
         if !removedKeys.isEmpty {
-            logger.notice("removed entries the phone purged or does not send (re-baseline, phone caught up)", metadata: ["count": "\(removedKeys.count)"])
+            logger.notice("removed entries the phone purged or does not send (re-baseline, its baseline came)", metadata: ["count": "\(removedKeys.count)"])
         }
         publishCommitted(removed)
         return removedKeys.count
     }
 
-    /// Of `keys` (a batch's), the rows a live re-baseline notice marked that
+    /// Of `keys` (a batch's), the rows a re-baseline notice marked that
     /// still hold the marked version, with it. A mark whose row has changed
     /// since (a local write, or the row is gone) says nothing more: it goes.
     func rebaselineMarked(_ conn: SQLiteConnection, keys: [String], stored: [String: StoredRow]) throws -> [String: HLCTimestamp] {

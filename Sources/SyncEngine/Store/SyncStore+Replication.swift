@@ -97,7 +97,7 @@ extension SyncStore {
             // Every key of the batch (a key twice, or one the registry does not declare, loads
             // nothing more; the planner refuses the latter): no lookups or hashing per entry here.
             let stored = try loadRows(conn, keys: entries.map(\.key), valueFile: .ifReadable)
-            // Rows a live re-baseline notice marked count as absent, as the notice would have removed
+            // Rows a re-baseline notice marked count as absent, as the notice would have removed
             // them (the baseline brings back what the phone still has); the version each was marked at.
             let marked = hasRebaselineMarks ? try rebaselineMarked(conn, keys: entries.map(\.key), stored: stored) : [:]
             let local = marked.isEmpty ? stored : stored.filter { marked[$0.key] == nil }

@@ -70,8 +70,8 @@ public struct StoreInspection: Sendable, Codable {
     public var checkpoints: [Peer]
     public var pending: [Entry]
     public var conflicts: [Conflict]
-    /// Keys a live re-baseline notice marked: each goes once the phone says
-    /// it caught up, unless its baseline sends the key again.
+    /// Keys a re-baseline notice marked: each goes once the baseline came,
+    /// unless it sends the key again.
     public var rebaselineMarks: [String]
 
     /// Reads the file at `path` read-only (`SyncStore.inspect`).
@@ -125,7 +125,7 @@ public struct StoreInspection: Sendable, Codable {
         out += "\nconflicts (\(conflicts.count)):\n"
         out += SimReport.table([["key", "local", "remote", "winner", "rule"]] + conflicts.map { [$0.key, $0.localVersion, $0.remoteVersion, $0.winner, $0.rule] })
         if !rebaselineMarks.isEmpty {
-            out += "\nre-baseline marks (\(rebaselineMarks.count)), removed once the phone caught up unless its baseline sends them again:\n"
+            out += "\nre-baseline marks (\(rebaselineMarks.count)), removed once the baseline came unless it sends them again:\n"
             out += rebaselineMarks.map { "  \($0)\n" }.joined()
         }
         return out
