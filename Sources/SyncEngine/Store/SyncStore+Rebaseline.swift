@@ -84,7 +84,7 @@ extension SyncStore {
     /// the stream; observers see the removed values go. Entries the phone
     /// never acknowledged stay. A repeated notice with the same version only
     /// looks at the entries the first one saw (what the baseline brought
-    /// since stays). Returns how many entries were removed.
+    /// since stays).
     /// `acknowledgedBefore`: the watch's cursor for the phone when the
     /// session that carries the notice began (nil: now). The phone sends the
     /// notice before it reads anything in that session, so what it
