@@ -280,6 +280,31 @@ import Testing
         #expect(try home.phone.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
     }
 
+    /// A phone of protocol 1 sends no caught-up notices: its notice removes
+    /// what it knew at once (the app sees the live value go, then the
+    /// baseline sets it again), and nothing stays marked.
+    @Test func aProtocolOnePhonesNoticeRemovesAtOnce() async throws {
+        let home = try await Neighbourhood.withDeleteWatchZeroMissed()
+        home.advance(days: 91)
+        home.sync(1)
+        #expect(try home.phone.purgeTombstones() == 1)
+        let seen = Mutex<[StoreChange]>([])
+        let observation = home.watches[0].observeChanges(matching: .all) { change in seen.withLock { $0.append(change) } }
+        defer { observation.cancel() }
+
+        var old = ReplicationConfiguration(pairingEpoch: "test")
+        old.protocolRange = 1...1
+        let link = Link(endpoints: ReplicationEndpoint(store: home.phone, configuration: old),
+                        ReplicationEndpoint(store: home.watches[0], configuration: ReplicationConfiguration(pairingEpoch: "test")), now: 1_000)
+        link.connect()
+        #expect(link.frames.contains { $0.from == "a" && $0.frame.type == SyncMessage.MessageType.rebaseline.rawValue })
+        let changes = seen.withLock { $0 }.map { "\($0.kind) \($0.key)" }
+        #expect(changes.contains("removed \(TestKeys.daily["mine-alive"].name)"), "the app saw \(changes)")
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil)
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+        #expect(try home.watches[0].rebaselineMarkCount() == 0)
+    }
+
     /// A session that ends before the phone caught up leaves the marked
     /// values where they were (nothing removed, nothing lost); a value the
     /// app writes meanwhile is its own again and stays; the next session
