@@ -2,6 +2,7 @@ import Logging
 import Foundation
 @_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
+import Synchronization
 import Testing
 
 /// A temporary folder removed when the value is released.
@@ -113,6 +114,24 @@ final class Link {
             }
         }
     }
+}
+
+/// Every change `store` publishes from now on, in order, as its app sees
+/// them (observed synchronously), until this recorder goes.
+final class SeenChanges: Sendable {
+    private let list = Mutex<[StoreChange]>([])
+    private let observation = Mutex<ChangeObservation?>(nil)
+
+    init(_ store: SyncStore) {
+        let observing = store.observeChanges(matching: .all) { [weak self] change in self?.list.withLock { $0.append(change) } }
+        observation.withLock { $0 = observing }
+    }
+
+    deinit { observation.withLock { $0?.cancel() } }
+
+    var all: [StoreChange] { list.withLock { $0 } }
+    /// The keys whose values went (`.removed`), in order.
+    var removedKeys: [String] { all.filter { $0.kind == .removed }.map(\.key) }
 }
 
 extension Array where Element == UInt8 {

@@ -1,7 +1,6 @@
 import Foundation
 @_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
-import Synchronization
 import Testing
 
 /// A phone and its watches in one temp folder, on one manual clock; each
@@ -58,8 +57,8 @@ final class Neighbourhood {
     /// phone's) and mine-alive (its own), then stays away while the phone
     /// deletes steps, watch 1 acknowledges it and 91 days pass: the phone
     /// forgets watch 0 and purges the tombstone.
-    static func withForgottenWatch(pairing: PairingSecret) async throws -> Neighbourhood {
-        let home = try await withDeleteWatchZeroMissed(epochs: [pairing.epoch, "test"])
+    static func withForgottenWatch(pairing: PairingSecret? = nil) async throws -> Neighbourhood {
+        let home = try await withDeleteWatchZeroMissed(epochs: pairing.map { [$0.epoch, "test"] })
         home.advance(days: 91)
         home.sync(1)
         _ = try home.phone.purgeTombstones()
@@ -353,9 +352,7 @@ final class Neighbourhood {
         #expect(try home.watches[0].storedValue(for: TestKeys.steps) == 1)
         try await home.watches[0].set(7, for: TestKeys.daily["offline"])
         let changes = home.watches[0].changes(matching: .key(TestKeys.steps.name))
-        let seen = Mutex<[StoreChange]>([])
-        let observation = home.watches[0].observeChanges(matching: .all) { change in seen.withLock { $0.append(change) } }
-        defer { observation.cancel() }
+        let seen = SeenChanges(home.watches[0])
 
         let folder = TempFolder()
         let config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
@@ -383,8 +380,7 @@ final class Neighbourhood {
         #expect(removal.origin == .remote)
         // The baseline came in the same read as the notice: the app saw only the purged value go,
         // never its own live one removed and set again.
-        let removed = seen.withLock { $0 }.filter { $0.kind == .removed }.map(\.key)
-        #expect(removed == [TestKeys.steps.name])
+        #expect(seen.removedKeys == [TestKeys.steps.name])
         #expect(try home.watches[0].rebaselineMarkCount() == 0)
         #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
         // The rounds after the baseline post no second notice.

@@ -1,7 +1,6 @@
 import Foundation
 @_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
-import Synchronization
 import Testing
 
 /// A watch the phone forgot returns: the phone's re-baseline notice goes
@@ -262,17 +261,13 @@ import Testing
     /// says it caught up (before, the app saw its own live value removed and
     /// then set again by the baseline).
     @Test func theAppSeesOnlyThePurgedValueGo() async throws {
-        let home = try await Neighbourhood.withDeleteWatchZeroMissed()
-        home.advance(days: 91)
-        home.sync(1)
-        #expect(try home.phone.purgeTombstones() == 1)
-        let seen = Mutex<[StoreChange]>([])
-        let observation = home.watches[0].observeChanges(matching: .all) { change in seen.withLock { $0.append(change) } }
-        defer { observation.cancel() }
+        let home = try await Neighbourhood.withForgottenWatch()
+        #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
+        let seen = SeenChanges(home.watches[0])
 
         home.sync(0)
         #expect(home.rebaselined(0))
-        let changes = seen.withLock { $0 }
+        let changes = seen.all
         #expect(changes.map(\.key) == [TestKeys.steps.name], "the app saw \(changes.map { "\($0.kind) \($0.key)" })")
         #expect(changes.first?.kind == .removed)
         #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil)
@@ -284,13 +279,8 @@ import Testing
     /// what it knew at once (the app sees the live value go, then the
     /// baseline sets it again), and nothing stays marked.
     @Test func aProtocolOnePhonesNoticeRemovesAtOnce() async throws {
-        let home = try await Neighbourhood.withDeleteWatchZeroMissed()
-        home.advance(days: 91)
-        home.sync(1)
-        #expect(try home.phone.purgeTombstones() == 1)
-        let seen = Mutex<[StoreChange]>([])
-        let observation = home.watches[0].observeChanges(matching: .all) { change in seen.withLock { $0.append(change) } }
-        defer { observation.cancel() }
+        let home = try await Neighbourhood.withForgottenWatch()
+        let seen = SeenChanges(home.watches[0])
 
         var old = ReplicationConfiguration(pairingEpoch: "test")
         old.protocolRange = 1...1
@@ -298,8 +288,7 @@ import Testing
                         ReplicationEndpoint(store: home.watches[0], configuration: ReplicationConfiguration(pairingEpoch: "test")), now: 1_000)
         link.connect()
         #expect(link.frames.contains { $0.from == "a" && $0.frame.type == SyncMessage.MessageType.rebaseline.rawValue })
-        let changes = seen.withLock { $0 }.map { "\($0.kind) \($0.key)" }
-        #expect(changes.contains("removed \(TestKeys.daily["mine-alive"].name)"), "the app saw \(changes)")
+        #expect(seen.removedKeys.contains(TestKeys.daily["mine-alive"].name), "the app saw \(seen.all.map { "\($0.kind) \($0.key)" })")
         #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil)
         #expect(try home.watches[0].storedValue(for: TestKeys.daily["mine-alive"]) == 30)
         #expect(try home.watches[0].rebaselineMarkCount() == 0)
