@@ -189,13 +189,10 @@ extension SyncStore {
     func sweepRebaselineMarks(after sweep: RebaselineSweep) throws -> Int {
         try checkOpen()
         guard role == .watch else { return 0 }
-        let due = try database.read { conn -> Bool in
-            switch sweep {
-            case .caughtUp: try conn.integer("SELECT EXISTS (SELECT 1 FROM sync_rebaseline_marks)") != 0
-            case .queuedRead: try SyncStore.readMeta(conn)[SyncStore.queuedMarksMeta] != nil
-            }
+        switch sweep {
+        case .caughtUp: guard try database.read({ try $0.integer("SELECT EXISTS (SELECT 1 FROM sync_rebaseline_marks)") }) != 0 else { return 0 }
+        case .queuedRead: guard try meta(SyncStore.queuedMarksMeta) != nil else { return 0 }
         }
-        guard due else { return 0 }
         let (removedKeys, removed) = try database.write({ conn -> ([String], [StoreChange]) in
             let select = try conn.statement("""
                 SELECT e.key, e.ver, e.node, e.deleted, e.in_file FROM sync_rebaseline_marks m

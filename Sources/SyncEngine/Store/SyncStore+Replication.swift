@@ -89,11 +89,11 @@ extension SyncStore {
         let now = physicalClock.nowMilliseconds()
         let outcome = try database.write({ conn -> ApplyOutcome in
             var outcome = ApplyOutcome()
-            let staged = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_chunks), EXISTS (SELECT 1 FROM sync_rebaseline_marks)")
-            _ = try staged.step()
-            let hasStagedChunks = staged.int(0) != 0
-            let hasRebaselineMarks = staged.int(1) != 0
-            staged.reset()
+            let waiting = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_chunks), EXISTS (SELECT 1 FROM sync_rebaseline_marks)")
+            _ = try waiting.step()
+            let hasStagedChunks = waiting.int(0) != 0
+            let hasRebaselineMarks = waiting.int(1) != 0
+            waiting.reset()
             // Every key of the batch (a key twice, or one the registry does not declare, loads
             // nothing more; the planner refuses the latter): no lookups or hashing per entry here.
             let stored = try loadRows(conn, keys: entries.map(\.key), valueFile: .ifReadable)
