@@ -40,6 +40,8 @@ import Testing
             .rebaseline(header, purgedThrough: version.packed),
             .declarations(QueuedHeader(protocolVersion: 1, node: 0x1001, role: .phone, pairingEpoch: "epoch",
                                        registryFingerprint: KeyRegistry.fingerprint(of: ["a|x", "b|y"])), ["a|x", "b|y"], isAnswer: false),
+            .caughtUpFollows(header),
+            .caughtUp(header),
         ]
         for message in messages {
             let frame = message.frame()
@@ -56,6 +58,18 @@ import Testing
             Issue.record("a re-baseline notice without a purged version decoded")
         } catch let error as SyncError {
             #expect(error.code == .malformedMessage && error.message.contains("re-baseline"), "\(error)")
+        }
+        // A caught-up marker is an acknowledgement of a stretch no stream position reaches, of nothing.
+        for (range, marker) in [(QueuedMessage.caughtUpFollowsRange, QueuedMessage.caughtUpFollows(header)), (QueuedMessage.caughtUpRange, .caughtUp(header))] {
+            #expect(marker.frame().type == QueuedMessage.MessageType.ack.rawValue)
+            #expect(QueuedStreamPosition.position(range.through, generation: 0) == nil)
+            let counted = QueuedMessage.ack(header, after: range.after, through: range.through, applied: 1, rejected: []).frame()
+            do {
+                _ = try QueuedMessage(frame: counted)
+                Issue.record("a caught-up marker that names applied entries decoded")
+            } catch let error as SyncError {
+                #expect(error.code == .malformedMessage && error.message.contains("caught-up marker"), "\(error)")
+            }
         }
         // Declarations must be those the fingerprint they came with was taken of.
         let forged = QueuedMessage.declarations(header, ["a|x"], isAnswer: true).frame()

@@ -57,8 +57,9 @@ final class Neighbourhood {
     /// phone's) and mine-alive (its own), then stays away while the phone
     /// deletes steps, watch 1 acknowledges it and 91 days pass: the phone
     /// forgets watch 0 and purges the tombstone.
-    static func withForgottenWatch(pairing: PairingSecret? = nil) async throws -> Neighbourhood {
-        let home = try await withDeleteWatchZeroMissed(epochs: pairing.map { [$0.epoch, "test"] })
+    /// `phoneValues`: that many more values of the phone (`daily["p0"]`…) that both watches hold.
+    static func withForgottenWatch(pairing: PairingSecret? = nil, phoneValues: Int = 0) async throws -> Neighbourhood {
+        let home = try await withDeleteWatchZeroMissed(epochs: pairing.map { [$0.epoch, "test"] }, phoneValues: phoneValues)
         home.advance(days: 91)
         home.sync(1)
         _ = try home.phone.purgeTombstones()
@@ -68,9 +69,10 @@ final class Neighbourhood {
     /// Two watches; both hold steps (the phone's), watch 0 also mine-alive
     /// (its own); then watch 0 stays away while the phone deletes steps and
     /// watch 1 acknowledges the delete (recorded by a purge pass).
-    static func withDeleteWatchZeroMissed(epochs: [String]? = nil) async throws -> Neighbourhood {
+    static func withDeleteWatchZeroMissed(epochs: [String]? = nil, phoneValues: Int = 0) async throws -> Neighbourhood {
         let home = try Neighbourhood(watches: 2, epochs: epochs)
         try await home.phone.set(1, for: TestKeys.steps)
+        for i in 0..<phoneValues { try await home.phone.set(100 + i, for: TestKeys.daily["p\(i)"]) }
         try await home.watches[0].set(30, for: TestKeys.daily["mine-alive"])
         home.sync(0)
         home.sync(1)
@@ -362,11 +364,15 @@ final class Neighbourhood {
         let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing)
         try phone.deliverQueued(through: phoneBox)
         let posted = try phoneBox.outgoingMessages().map { try QueuedMessage(frame: $0.frame) }
-        if case .rebaseline(_, let purgedThrough)? = posted.first {
+        // The marker announced, the notice, the baseline, the marker.
+        #expect(posted.first == .caughtUpFollows(posted[0].header))
+        if posted.count > 1, case .rebaseline(_, let purgedThrough) = posted[1] {
             #expect(purgedThrough == (try home.phone.purgedThrough()))
         } else {
-            Issue.record("the phone's first queued message for the returning watch is not a re-baseline notice: \(posted.map { $0.frame().type })")
+            Issue.record("the phone's second queued message for the returning watch is not a re-baseline notice: \(posted.map { $0.frame().type })")
         }
+        #expect(posted.last == .caughtUp(posted[0].header))
+        #expect(posted.dropFirst(2).dropLast().allSatisfy { if case .batch = $0 { true } else { false } })
         for _ in 0..<3 {
             try watch.deliverQueued(through: watchBox)
             try phone.deliverQueued(through: phoneBox)
@@ -378,8 +384,7 @@ final class Neighbourhood {
         }
         let removal = try await first(of: changes, "watch 0's removal of steps") { $0.kind == .removed }
         #expect(removal.origin == .remote)
-        // The baseline came in the same read as the notice: the app saw only the purged value go,
-        // never its own live one removed and set again.
+        // The app saw only the purged value go, never its own live one removed and set again.
         #expect(seen.removedKeys == [TestKeys.steps.name])
         #expect(try home.watches[0].rebaselineMarkCount() == 0)
         #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
@@ -387,6 +392,78 @@ final class Neighbourhood {
         #expect(try phoneBox.outgoingMessages().allSatisfy {
             if case .rebaseline = try QueuedMessage(frame: $0.frame) { false } else { true }
         })
+    }
+
+    /// The same return through a spool that holds two messages, each entry
+    /// in a batch of its own: the baseline takes several reads. What it
+    /// brings back stays in place until its last batch came (the phone ends
+    /// it with a caught-up marker), so the app sees only the purged value go,
+    /// never a live one removed and set again.
+    /// `phoneRestarts`: the phone's app starts anew before each round (what
+    /// it owes the watch, the marker, is on its stable storage).
+    @Test(arguments: [false, true])
+    func aBaselineLongerThanOneMailboxReadRemovesOnlyThePurgedValue(phoneRestarts: Bool) async throws {
+        let pairing = PairingSecret.generate()
+        let home = try await Neighbourhood.withForgottenWatch(pairing: pairing, phoneValues: 4)
+        let seen = SeenChanges(home.watches[0])
+        var config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
+        config.maxBatchEntries = 1
+        var phone = SyncPeer(store: home.phone, configuration: config)
+        let watch = SyncPeer(store: home.watches[0], configuration: config)
+        let folder = TempFolder()
+        let limits = MailboxLimits(maxMessages: 3)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing, limits: limits)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing, limits: limits)
+        var reads = 0
+        for _ in 0..<30 {
+            if phoneRestarts { phone = SyncPeer(store: home.phone, configuration: config) }
+            try phone.deliverQueued(through: phoneBox)
+            if try watch.deliverQueued(through: watchBox).messagesRead > 0 { reads += 1 }
+            if try phoneBox.outgoingCount() == 0, try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0 { break }
+        }
+        #expect(reads >= 3, "the baseline came in \(reads) reads")
+        for store in [home.phone, home.watches[0]] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
+            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+            for i in 0..<4 { #expect(try store.storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i) }
+        }
+        #expect(seen.removedKeys == [TestKeys.steps.name])
+        #expect(try home.watches[0].rebaselineMarkCount() == 0)
+    }
+
+    /// A phone of a build before caught-up markers (its markers taken out of
+    /// the mailbox here): the watch removes what is still marked when the
+    /// read that carried the notice ends, as before, and all converges.
+    @Test func aPhoneThatPostsNoMarkersStillHasThePurgedValueRemoved() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try await Neighbourhood.withForgottenWatch(pairing: pairing, phoneValues: 2)
+        let config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
+        let phone = SyncPeer(store: home.phone, configuration: config)
+        let watch = SyncPeer(store: home.watches[0], configuration: config)
+        let folder = TempFolder()
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing)
+        var markers = 0
+        for _ in 0..<3 {
+            try phone.deliverQueued(through: phoneBox)
+            for message in try phoneBox.outgoingMessages() {
+                switch try QueuedMessage(frame: message.frame) {
+                case .caughtUpFollows, .caughtUp:
+                    markers += 1
+                    try FileManager.default.removeItem(atPath: phoneBox.outboxPath + "/" + message.fileName)
+                default: break
+                }
+            }
+            try watch.deliverQueued(through: watchBox)
+        }
+        #expect(markers >= 2)
+        for store in [home.phone, home.watches[0]] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
+            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+            for i in 0..<2 { #expect(try store.storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i) }
+        }
+        #expect(try home.watches[0].rebaselineMarkCount() == 0)
+        #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
     }
 
     /// A watch acknowledges a queued batch, then the phone re-baselines it
@@ -448,9 +525,10 @@ final class Neighbourhood {
         #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
     }
 
-    /// A queued re-baseline notice that reaches a phone is refused and kept
-    /// aside, and the phone's entries stay.
-    @Test func aPhoneRefusesAQueuedRebaselineNotice() async throws {
+    /// A queued re-baseline notice, or caught-up marker, that reaches a phone
+    /// is refused and kept aside, and the phone's entries stay.
+    @Test(arguments: ["notice", "marker announced", "marker"])
+    func aPhoneRefusesAQueuedRebaselineNotice(kind: String) async throws {
         let pairing = PairingSecret.generate()
         let home = try Neighbourhood(watches: 1, epochs: [pairing.epoch])
         try await home.phone.set(1, for: TestKeys.steps)
@@ -461,9 +539,15 @@ final class Neighbourhood {
         let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing)
         let header = QueuedHeader(protocolVersion: config.protocolRange.upperBound, node: home.watches[0].nodeID, role: .watch,
                                   pairingEpoch: pairing.epoch, registryFingerprint: home.registry.fingerprint(for: .watch))
-        try watchBox.post(QueuedMessage.rebaseline(header, purgedThrough: Int64.max / 2).frame())
+        let message: QueuedMessage = switch kind {
+        case "notice": .rebaseline(header, purgedThrough: Int64.max / 2)
+        case "marker announced": .caughtUpFollows(header)
+        default: .caughtUp(header)
+        }
+        try watchBox.post(message.frame())
         let report = try phone.deliverQueued(through: phoneBox)
         #expect(report.refused.map(\.code) == [.protocolViolation])
+        #expect(report.refused.first?.message.contains(kind == "notice" ? "re-baseline notice" : "caught-up marker") == true)
         #expect(try home.phone.storedValue(for: TestKeys.steps) == 1)
         #expect(try phoneBox.refusedFiles().count == 1)
     }

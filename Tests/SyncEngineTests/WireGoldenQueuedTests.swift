@@ -29,6 +29,8 @@ import Testing
         ("queued-refusal", .refusal(header(.watch), code: "key-declaration-mismatch", message: "another key registry")),
         ("queued-rebaseline", .rebaseline(header(), purgedThrough: v.packed)),
         ("queued-declarations", .declarations(header(.watch, fingerprint: KeyRegistry.fingerprint(of: declarations)), declarations, isAnswer: false)),
+        ("queued-caught-up-follows", .caughtUpFollows(header())),
+        ("queued-caught-up", .caughtUp(header())),
     ]
 
     @Test func goldenFramesDecodeAndThisBuildWritesThemByteForByte() throws {

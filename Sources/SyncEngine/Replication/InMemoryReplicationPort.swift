@@ -227,7 +227,9 @@ package final class InMemoryReplicationPort: ReplicationPort {
 
     /// The in-memory port keeps every tombstone (it never purges), so it never
     /// sends a re-baseline notice.
-    package func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64? { nil }
+    package func rebaselineNotice(for peer: UInt32, cursor: Int64, queuedIn pairingEpoch: String?) throws -> Int64? { nil }
+    package func owesQueuedCaughtUp(in pairingEpoch: String) throws -> Bool { false }
+    package func settleQueuedCaughtUp(in pairingEpoch: String) throws {}
     package func rebaselineGeneration(for peer: UInt32) throws -> Int64 { 0 }
 
     /// Refused: only a store that purges tombstones sends notices, and this
@@ -235,6 +237,11 @@ package final class InMemoryReplicationPort: ReplicationPort {
     package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?,
                                  removal: SyncStore.RebaselineRemoval) throws -> Int {
         throw SyncError(.protocolViolation, "the in-memory port does not take re-baseline notices")
+    }
+
+    /// Refused, as notices are.
+    package func expectQueuedCaughtUp() throws {
+        throw SyncError(.protocolViolation, "the in-memory port does not take caught-up markers")
     }
 
     /// Nothing is ever marked (no notices are taken).

@@ -84,6 +84,8 @@ package final class MailboxReplicator {
     private var reportedFull = false
     /// A re-baseline notice was posted ahead of the baseline now being posted (from cursor 0).
     private var rebaselinePosted = false
+    /// A queued notice's baseline owes its caught-up marker (nil: not read from the store yet).
+    private var owesCaughtUp: Bool?
 
     package init(port: any ReplicationPort, reporter: any ReplicationReporter, configuration: ReplicationConfiguration, mailbox: Mailbox) {
         self.port = port
@@ -152,8 +154,8 @@ package final class MailboxReplicator {
                     if problem.code == .keyDeclarationMismatch { try offerDeclarations(to: decoded.header, into: &report, again: true) }
                     continue
                 }
-                if case .rebaseline = decoded, port.role != .watch {
-                    try setAside(message, SyncError(.protocolViolation, "a queued re-baseline notice reached a \(port.role); only a phone sends them to its watches"),
+                if decoded.isFromPhoneOnly, port.role != .watch {
+                    try setAside(message, SyncError(.protocolViolation, "a queued \(Self.describe(decoded)) reached a \(port.role); only a phone sends them to its watches"),
                                  into: &report)
                     continue
                 }
@@ -256,18 +258,38 @@ package final class MailboxReplicator {
                 case .rebaseline(_, let purgedThrough):
                     // On stable storage before the notice is taken: a notice lost to a power cut
                     // after `accept` would leave the purged deletes undone here for good. Marked:
-                    // the baseline posted after it follows in this read, and what it does not
-                    // bring back goes when the read ends (below; or at the next one's end).
+                    // what the baseline posted after it does not bring back goes at the phone's
+                    // caught-up marker (announced ahead of the notice), or, from a phone of a build
+                    // before markers, when the read ends (below; or at the next one's end).
                     _ = try port.applyRebaseline(purgedThrough: purgedThrough, from: peer.node, mismatched: [], acknowledgedBefore: nil,
                                                  removal: .afterQueuedRead)
                     try port.syncCommitted()
+                case .caughtUpFollows:
+                    // The baseline after the notice that follows ends with a caught-up marker: what the
+                    // notice marks stays until it comes, however many reads the baseline takes.
+                    try port.expectQueuedCaughtUp()
+                case .caughtUp:
+                    // Everything the phone had for this watch came ahead of the marker: what is still marked goes.
+                    if try port.sweepRebaselineMarks(after: .queuedCaughtUp) > 0 { port.noteAppliedOutsideSessions() }
                 }
                 try mailbox.accept(message)
             }
         }
-        // A queued re-baseline notice's baseline came in this read (the phone posted it after the
-        // notice): what it did not bring back goes (a read cut short leaves that to the next one).
+        // From a phone that posts no caught-up markers: the queued notice's baseline came in this read
+        // (the phone posted it after the notice), and what it did not bring back goes.
         if port.role == .watch, try port.sweepRebaselineMarks(after: .queuedRead) > 0 { port.noteAppliedOutsideSessions() }
+    }
+
+    /// What `message` is, in words (for errors).
+    private static func describe(_ message: QueuedMessage) -> String {
+        switch message {
+        case .batch: "batch"
+        case .ack: "acknowledgement"
+        case .refusal: "refusal"
+        case .rebaseline: "re-baseline notice"
+        case .declarations: "key declarations"
+        case .caughtUpFollows, .caughtUp: "caught-up marker"
+        }
     }
 
     private lazy var ourFingerprint: [UInt8] = port.registry.fingerprint(for: port.role)
@@ -447,14 +469,19 @@ package final class MailboxReplicator {
             rebaselinePosted = false
         }
         postedThrough = posted
-        if posted == 0, !rebaselinePosted, let purged = try port.rebaselineNotice(for: node, cursor: cursor) {
+        if posted == 0, !rebaselinePosted,
+           let purged = try port.rebaselineNotice(for: node, cursor: cursor, queuedIn: configuration.pairingEpoch) {
             // A watch the phone has no cursor for, after tombstones were purged (a forgotten
             // watch returning through the mailbox): the notice goes ahead of its baseline, and
             // the mailbox delivers in order. Applying it twice removes nothing the baseline brought.
-            let notice = QueuedMessage.rebaseline(header, purgedThrough: purged)
-            try mailbox.post(notice.frame())
-            onPost?(notice)
-            report.messagesPosted += 1
+            // Announced first: the baseline ends with a caught-up marker (below), so the watch
+            // keeps what the notice marks until all of the baseline came.
+            owesCaughtUp = true
+            for message in [QueuedMessage.caughtUpFollows(header), .rebaseline(header, purgedThrough: purged)] {
+                try mailbox.post(message.frame())
+                onPost?(message)
+                report.messagesPosted += 1
+            }
             rebaselinePosted = true
             generation = try port.rebaselineGeneration(for: node)
             postedGeneration = generation
@@ -489,6 +516,16 @@ package final class MailboxReplicator {
             rangeStart = scanned
             postedThrough = scanned
         }
+        if try owesCaughtUp ?? port.owesQueuedCaughtUp(in: configuration.pairingEpoch) {
+            // All of a queued notice's baseline is posted (and what came since): the marker
+            // follows it (on stable storage, the debt goes only once the marker is posted).
+            let marker = QueuedMessage.caughtUp(header)
+            try mailbox.post(marker.frame())
+            onPost?(marker)
+            report.messagesPosted += 1
+            try port.settleQueuedCaughtUp(in: configuration.pairingEpoch)
+        }
+        owesCaughtUp = false
     }
 
     /// Posts every change of the keys the peer declared differently that it

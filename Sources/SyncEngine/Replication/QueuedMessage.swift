@@ -30,6 +30,17 @@ package enum QueuedMessage: Sendable, Equatable {
     /// compares them with its own, as a live session does, and answers an
     /// offer (`isAnswer` false) with its own (an answer is never answered).
     case declarations(QueuedHeader, [String], isAnswer: Bool)
+    /// From a phone, ahead of a re-baseline notice: the baseline after that
+    /// notice ends with a caught-up marker, so the watch keeps what the notice
+    /// marked until the marker comes, across mailbox reads. An acknowledgement
+    /// frame of a stretch past any stream position (`caughtUpFollowsRange`),
+    /// which builds before it pass over.
+    case caughtUpFollows(QueuedHeader)
+    /// From a phone: everything it had for the watch is posted ahead of this
+    /// (its caught-up notice, queued): what a re-baseline notice marked and
+    /// the baseline did not bring back goes. An acknowledgement frame of
+    /// `caughtUpRange`, which builds before it pass over.
+    case caughtUp(QueuedHeader)
 
     package enum MessageType: UInt8 {
         case batch = 0x11, ack = 0x12, refusal = 0x13, rebaseline = 0x14, declarations = 0x15
@@ -37,9 +48,25 @@ package enum QueuedMessage: Sendable, Equatable {
 
     static let payloadSchema: UInt8 = 1
 
+    /// The stretches that name the two markers in an acknowledgement frame
+    /// (`0x12`): past any stream position, and other than a repair batch's
+    /// `(2^63 - 2, 2^63 - 1]`, so that an acknowledgement of them moves no
+    /// cursor in any build.
+    static let caughtUpFollowsRange = (after: Int64.max - 3, through: Int64.max - 2)
+    static let caughtUpRange = (after: Int64.max - 5, through: Int64.max - 4)
+
     package var header: QueuedHeader {
         switch self {
-        case .batch(let h, _, _, _), .ack(let h, _, _, _, _), .refusal(let h, _, _), .rebaseline(let h, _), .declarations(let h, _, _): h
+        case .batch(let h, _, _, _), .ack(let h, _, _, _, _), .refusal(let h, _, _), .rebaseline(let h, _), .declarations(let h, _, _),
+             .caughtUpFollows(let h), .caughtUp(let h): h
+        }
+    }
+
+    /// A message only a phone sends (a watch refuses it from anyone else).
+    var isFromPhoneOnly: Bool {
+        switch self {
+        case .rebaseline, .caughtUpFollows, .caughtUp: true
+        case .batch, .ack, .refusal, .declarations: false
         }
     }
 
@@ -62,14 +89,13 @@ package enum QueuedMessage: Sendable, Equatable {
             for entry in entries { w.write(entry) }
         case .ack(_, let after, let through, let applied, let rejected):
             type = .ack
-            w.writeUInt64(UInt64(bitPattern: after))
-            w.writeUInt64(UInt64(bitPattern: through))
-            w.writeVarInt(UInt64(applied))
-            w.writeVarInt(UInt64(rejected.count))
-            for r in rejected {
-                w.writeString(r.key)
-                w.writeString(r.code)
-            }
+            Self.writeAck(&w, after: after, through: through, applied: applied, rejected: rejected)
+        case .caughtUpFollows:
+            type = .ack
+            Self.writeAck(&w, after: Self.caughtUpFollowsRange.after, through: Self.caughtUpFollowsRange.through, applied: 0, rejected: [])
+        case .caughtUp:
+            type = .ack
+            Self.writeAck(&w, after: Self.caughtUpRange.after, through: Self.caughtUpRange.through, applied: 0, rejected: [])
         case .refusal(_, let code, let message):
             type = .refusal
             w.writeString(code)
@@ -84,6 +110,17 @@ package enum QueuedMessage: Sendable, Equatable {
             for line in lines { w.writeString(line) }
         }
         return Frame(type: type.rawValue, payload: w.bytes)
+    }
+
+    private static func writeAck(_ w: inout ByteWriter, after: Int64, through: Int64, applied: Int, rejected: [SyncMessage.Rejection]) {
+        w.writeUInt64(UInt64(bitPattern: after))
+        w.writeUInt64(UInt64(bitPattern: through))
+        w.writeVarInt(UInt64(applied))
+        w.writeVarInt(UInt64(rejected.count))
+        for r in rejected {
+            w.writeString(r.key)
+            w.writeString(r.code)
+        }
     }
 
     /// Decodes a queued message; anything else throws `.malformedMessage`.
@@ -118,7 +155,14 @@ package enum QueuedMessage: Sendable, Equatable {
                 for _ in 0..<(try r.readCount()) {
                     rejected.append(SyncMessage.Rejection(key: try r.readString(maxLength: SyncMessage.maxNameLength), code: try r.readString(maxLength: 128)))
                 }
-                self = .ack(header, after: after, through: through, applied: applied, rejected: rejected)
+                if (after, through) == Self.caughtUpFollowsRange || (after, through) == Self.caughtUpRange {
+                    guard applied == 0, rejected.isEmpty else {
+                        throw SyncError(.malformedMessage, "a queued caught-up marker names \(applied) applied entries and \(rejected.count) rejections")
+                    }
+                    self = (after, through) == Self.caughtUpRange ? .caughtUp(header) : .caughtUpFollows(header)
+                } else {
+                    self = .ack(header, after: after, through: through, applied: applied, rejected: rejected)
+                }
             case .refusal:
                 self = .refusal(header, code: try r.readString(maxLength: 128), message: try r.readString(maxLength: 4096))
             case .rebaseline:

@@ -509,7 +509,7 @@ package final class ReplicationEndpoint {
                         awaitsPeerReceipt = port.role == .watch && receiptTakenFrom != peer.node
                     }
                     // A watch the phone has no cursor for, after tombstones were purged: re-baseline it first.
-                    if let purged = try port.rebaselineNotice(for: peer.node, cursor: record.cursor) {
+                    if let purged = try port.rebaselineNotice(for: peer.node, cursor: record.cursor, queuedIn: nil) {
                         out.append(session.sendRebaseline(purgedThrough: purged, now: now).frame())
                     }
                     // Keys declared differently are passed over; remember them (with those of earlier

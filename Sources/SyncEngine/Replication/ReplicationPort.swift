@@ -106,8 +106,16 @@ package protocol ReplicationPort: AnyObject {
 
     /// For a peer starting at `cursor` 0 after tombstones were purged: the
     /// purged-through version to send it in a re-baseline notice before the
-    /// baseline (nil: no notice).
-    func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64?
+    /// baseline (nil: no notice). `queuedIn`: posted through that pairing's
+    /// mailbox, whose baseline then owes a caught-up marker.
+    func rebaselineNotice(for peer: UInt32, cursor: Int64, queuedIn pairingEpoch: String?) throws -> Int64?
+    /// A queued notice went through the mailbox of `pairingEpoch` and its caught-up marker was not posted yet.
+    func owesQueuedCaughtUp(in pairingEpoch: String) throws -> Bool
+    /// The caught-up marker owed for the mailbox of `pairingEpoch` is posted.
+    func settleQueuedCaughtUp(in pairingEpoch: String) throws
+    /// The phone announced a caught-up marker at the end of its next queued
+    /// baseline: marks wait for it (durable before it returns).
+    func expectQueuedCaughtUp() throws
     /// Acts on a re-baseline notice from `peer`: removes, without sending, the
     /// entries up to `purgedThrough` that `peer` already had, or marks them to
     /// go once its baseline came (`removal`). Returns how many.
@@ -265,9 +273,15 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func setMismatchedKeys(_ names: Set<String>, for peer: UInt32) throws { try store.setMismatchedKeys(names, for: peer) }
     package func recordRegistries(_ registries: [UInt8], for peer: UInt32) throws { try store.recordRegistries(registries, for: peer) }
 
-    package func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64? {
-        try store.rebaselineNotice(for: peer, cursor: cursor)
+    package func rebaselineNotice(for peer: UInt32, cursor: Int64, queuedIn pairingEpoch: String?) throws -> Int64? {
+        try store.rebaselineNotice(for: peer, cursor: cursor, queuedIn: pairingEpoch)
     }
+
+    package func owesQueuedCaughtUp(in pairingEpoch: String) throws -> Bool { try store.owesQueuedCaughtUp(in: pairingEpoch) }
+
+    package func settleQueuedCaughtUp(in pairingEpoch: String) throws { try store.settleQueuedCaughtUp(in: pairingEpoch) }
+
+    package func expectQueuedCaughtUp() throws { try store.expectQueuedCaughtUp() }
 
     package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?,
                                  removal: SyncStore.RebaselineRemoval) throws -> Int {

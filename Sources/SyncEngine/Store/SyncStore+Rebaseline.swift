@@ -10,7 +10,10 @@ import Foundation
 /// absent, and what is still marked goes when the phone says it caught up
 /// (live), or when the mailbox read that carried the notice ends (queued:
 /// the baseline the phone posted with it came in that read), so the app
-/// never sees a value go that the baseline brings back.
+/// never sees a value go that the baseline brings back. A phone of this
+/// build ends a queued baseline with a caught-up marker, announced ahead of
+/// its notice: the watch then keeps the marks until the marker comes, however
+/// many reads the baseline takes.
 extension SyncStore {
     /// When the entries a re-baseline notice names go.
     package enum RebaselineRemoval: Sendable {
@@ -26,11 +29,20 @@ extension SyncStore {
     /// (every mark goes), or the end of a mailbox read (only if a queued
     /// notice marked entries).
     package enum RebaselineSweep: Sendable {
+        /// The phone's caught-up notice (live).
         case caughtUp
+        /// The end of a mailbox read: sweeps only marks of a queued notice
+        /// whose phone did not announce a caught-up marker.
         case queuedRead
+        /// The phone's queued caught-up marker: every mark goes.
+        case queuedCaughtUp
     }
 
     static let queuedMarksMeta = "rebaseline_marks_queued"
+    /// On a watch: the phone announced that its queued baseline ends with a caught-up marker.
+    static let queuedCaughtUpExpectedMeta = "rebaseline_caught_up_expected"
+    /// On a phone: the queued baseline for the pairing ends with a caught-up marker, not posted yet.
+    static func queuedCaughtUpOwedMeta(_ pairingEpoch: String) -> String { "rebaseline_caught_up_owed:\(pairingEpoch)" }
 
     /// What a phone sends a watch it has no cursor for before the baseline,
     /// when it has purged tombstones: their newest version (packed), or nil.
@@ -40,7 +52,10 @@ extension SyncStore {
     /// (`rebaselineGeneration(for:)`), on stable storage before the notice
     /// leaves: acknowledgements of queued batches posted before it move no
     /// cursor (the notice may have removed what those batches brought).
-    func rebaselineNotice(for peer: UInt32, cursor: Int64) throws -> Int64? {
+    /// `queuedIn`: the notice goes through the mailbox of that pairing, and
+    /// its baseline owes a caught-up marker (`owesQueuedCaughtUp(in:)`), on
+    /// stable storage with the notice.
+    func rebaselineNotice(for peer: UInt32, cursor: Int64, queuedIn pairingEpoch: String? = nil) throws -> Int64? {
         guard role == .phone, cursor == 0 else { return nil }
         let purged = Int64(try meta("purged_through") ?? "") ?? 0
         guard purged > 0 else { return nil }
@@ -51,6 +66,7 @@ extension SyncStore {
             let name = Self.rebaselineGenerationMeta(peer)
             let generation = Int64(try SyncStore.readMeta(conn)[name] ?? "") ?? 0
             try SyncStore.writeMeta(conn, name, String(generation &+ 1))
+            if let pairingEpoch { try SyncStore.writeMeta(conn, Self.queuedCaughtUpOwedMeta(pairingEpoch), "1") }
         }
         try syncCommitted()
         logger.notice("re-baselining a watch after purging tombstones", metadata: ["peer": "\(String(peer, radix: 16))"])
@@ -65,6 +81,33 @@ extension SyncStore {
     }
 
     static func rebaselineGenerationMeta(_ peer: UInt32) -> String { "rebaseline_generation_\(peer)" }
+
+    /// On a phone: a queued re-baseline notice went through the mailbox of
+    /// `pairingEpoch` and its baseline's caught-up marker was not posted yet.
+    func owesQueuedCaughtUp(in pairingEpoch: String) throws -> Bool {
+        try meta(Self.queuedCaughtUpOwedMeta(pairingEpoch)) != nil
+    }
+
+    /// On a phone: the caught-up marker of the mailbox of `pairingEpoch` is posted.
+    func settleQueuedCaughtUp(in pairingEpoch: String) throws {
+        try database.write { conn in
+            let delete = try conn.statement("DELETE FROM sync_meta WHERE name = ?1")
+            delete.bind(1, Self.queuedCaughtUpOwedMeta(pairingEpoch))
+            try delete.run()
+        }
+    }
+
+    /// On a watch: the phone announced that the queued baseline after its next
+    /// notice ends with a caught-up marker; until the marker comes, the end of
+    /// a mailbox read removes nothing marked (`sweepRebaselineMarks`). On
+    /// stable storage before it returns.
+    func expectQueuedCaughtUp() throws {
+        guard role == .watch else {
+            throw SyncError(.protocolViolation, "a \(role) does not take caught-up markers; only a phone sends them to its watches")
+        }
+        try setMeta(Self.queuedCaughtUpExpectedMeta, "1")
+        try syncCommitted()
+    }
 
     /// The watches this phone sent a re-baseline notice (empty on a watch).
     package func rebaselinedPeers() throws -> Set<UInt32> {
@@ -191,7 +234,9 @@ extension SyncStore {
         guard role == .watch else { return 0 }
         switch sweep {
         case .caughtUp: guard try database.read({ try $0.integer("SELECT EXISTS (SELECT 1 FROM sync_rebaseline_marks)") }) != 0 else { return 0 }
-        case .queuedRead: guard try meta(SyncStore.queuedMarksMeta) != nil else { return 0 }
+        case .queuedRead:
+            guard try meta(SyncStore.queuedMarksMeta) != nil, try meta(SyncStore.queuedCaughtUpExpectedMeta) == nil else { return 0 }
+        case .queuedCaughtUp: break
         }
         let (removedKeys, removed) = try database.write({ conn -> ([String], [StoreChange]) in
             let select = try conn.statement("""
@@ -207,6 +252,7 @@ extension SyncStore {
             let changes = try removeRebaselined(conn, marked)
             try conn.execute("DELETE FROM sync_rebaseline_marks")
             try conn.execute("DELETE FROM sync_meta WHERE name = '\(SyncStore.queuedMarksMeta)'")
+            if case .queuedCaughtUp = sweep { try conn.execute("DELETE FROM sync_meta WHERE name = '\(SyncStore.queuedCaughtUpExpectedMeta)'") }
             return (marked.map(\.key), changes)
         }, onCommit: { keys, _ in cache.invalidate(keys) })
         if !removedKeys.isEmpty {

@@ -125,6 +125,8 @@ struct InvariantChecker {
             }
         case .rebaseline:
             if sender != .phone { log.violate(.direction, "t=\(time) a \(sender) posted a re-baseline notice; only a phone sends them") }
+        case .caughtUpFollows, .caughtUp:
+            if sender != .phone { log.violate(.direction, "t=\(time) a \(sender) posted a caught-up marker; only a phone sends them") }
         case .declarations:
             // Without older apps every node has the scenario's one registry: nothing to compare.
             if declaredDifferently.isEmpty {
