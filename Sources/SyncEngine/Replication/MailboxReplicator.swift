@@ -369,6 +369,8 @@ package final class MailboxReplicator {
             record = known
         } else {
             record = try port.recordPeer(node: header.node, role: header.role, epoch: header.pairingEpoch)
+            // What this end posted before it knew the node was for this watch (one watch per mailbox).
+            if record.cursor == 0 { try port.adoptRebaselineGeneration(for: header.node) }
         }
         if header.node != peerNode {
             postedThrough = nil

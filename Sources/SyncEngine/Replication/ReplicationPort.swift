@@ -109,6 +109,9 @@ package protocol ReplicationPort: AnyObject {
     /// baseline (nil: no notice). `queuedIn`: posted through that pairing's
     /// mailbox, whose baseline then owes a caught-up marker.
     func rebaselineNotice(for peer: UInt32, cursor: Int64, queuedIn pairingEpoch: String?) throws -> Int64?
+    /// A watch just met through the mailbox takes the generation of what was
+    /// posted before its node was known (`MailboxReplicator.unknownPeer`), when newer than its own.
+    func adoptRebaselineGeneration(for peer: UInt32) throws
     /// A queued notice went through the mailbox of `pairingEpoch` and its caught-up marker was not posted yet.
     func owesQueuedCaughtUp(in pairingEpoch: String) throws -> Bool
     /// The caught-up marker owed for the mailbox of `pairingEpoch` is posted.
@@ -276,6 +279,8 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func rebaselineNotice(for peer: UInt32, cursor: Int64, queuedIn pairingEpoch: String?) throws -> Int64? {
         try store.rebaselineNotice(for: peer, cursor: cursor, queuedIn: pairingEpoch)
     }
+
+    package func adoptRebaselineGeneration(for peer: UInt32) throws { try store.adoptRebaselineGeneration(for: peer) }
 
     package func owesQueuedCaughtUp(in pairingEpoch: String) throws -> Bool { try store.owesQueuedCaughtUp(in: pairingEpoch) }
 

@@ -63,8 +63,15 @@ extension SyncStore {
             let stmt = try conn.statement("UPDATE entries SET origin_peer = 0 WHERE origin_peer = ?1")
             stmt.bind(1, Int64(peer))
             try stmt.run()
+            let meta = try SyncStore.readMeta(conn)
             let name = Self.rebaselineGenerationMeta(peer)
-            let generation = Int64(try SyncStore.readMeta(conn)[name] ?? "") ?? 0
+            var generation = Int64(meta[name] ?? "") ?? 0
+            if peer == MailboxReplicator.unknownPeer {
+                // Past every watch's own: the watch that reads it adopts it (`adoptRebaselineGeneration`),
+                // and no acknowledgement of its earlier batches can be taken for this baseline's.
+                let prefix = Self.rebaselineGenerationMeta(0).dropLast()
+                generation = meta.filter { $0.key.hasPrefix(prefix) }.values.compactMap { Int64($0) }.max() ?? 0
+            }
             try SyncStore.writeMeta(conn, name, String(generation &+ 1))
             if let pairingEpoch { try SyncStore.writeMeta(conn, Self.queuedCaughtUpOwedMeta(pairingEpoch), "1") }
         }
@@ -81,6 +88,33 @@ extension SyncStore {
     }
 
     static func rebaselineGenerationMeta(_ peer: UInt32) -> String { "rebaseline_generation_\(peer)" }
+
+    /// On a phone that just met `peer` through the mailbox: a queued notice
+    /// and baseline it posted before it knew the watch's node
+    /// (`MailboxReplicator.unknownPeer`) were that watch's, so their
+    /// generation becomes the watch's and the watch's acknowledgements of
+    /// that baseline move its cursor (else the baseline would go twice), and
+    /// what the phone took from the watch joins the rest of it. Only
+    /// a generation newer than the watch's own is taken: an acknowledgement
+    /// of its batches from before may still come, and must move nothing.
+    func adoptRebaselineGeneration(for peer: UInt32) throws {
+        guard role == .phone, peer != MailboxReplicator.unknownPeer else { return }
+        try database.write { conn in
+            let meta = try SyncStore.readMeta(conn)
+            let unknown = Self.rebaselineGenerationMeta(MailboxReplicator.unknownPeer)
+            guard let adopted = Int64(meta[unknown] ?? ""),
+                  adopted > Int64(meta[Self.rebaselineGenerationMeta(peer)] ?? "") ?? 0 else { return }
+            try SyncStore.writeMeta(conn, Self.rebaselineGenerationMeta(peer), String(adopted))
+            // As the notice would have for this node: what the phone took from the watch goes
+            // in the rest of the baseline too (the notice marked it on the watch).
+            let origin = try conn.statement("UPDATE entries SET origin_peer = 0 WHERE origin_peer = ?1")
+            origin.bind(1, Int64(peer))
+            try origin.run()
+            let drop = try conn.statement("DELETE FROM sync_meta WHERE name = ?1")
+            drop.bind(1, unknown)
+            try drop.run()
+        }
+    }
 
     /// On a phone: a queued re-baseline notice went through the mailbox of
     /// `pairingEpoch` and its baseline's caught-up marker was not posted yet.
