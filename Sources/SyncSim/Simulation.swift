@@ -39,7 +39,9 @@ public enum Simulation {
             case "skip-tombstones": faults.skipTombstones = true
             case "last-arrival-wins": faults.lastArrivalWins = true
             case "ignore-key-mismatch": faults.ignoreKeyMismatch = true
-            default: throw ScenarioError(file: "--inject-fault", field: "", line: 0, message: "unknown fault '\(name)'; use skip-tombstones, last-arrival-wins or ignore-key-mismatch")
+            case "remove-rebaselined-at-once": faults.removeRebaselinedAtOnce = true
+            default: throw ScenarioError(file: "--inject-fault", field: "", line: 0,
+                                         message: "unknown fault '\(name)'; use skip-tombstones, last-arrival-wins, ignore-key-mismatch or remove-rebaselined-at-once")
             }
         }
         return faults

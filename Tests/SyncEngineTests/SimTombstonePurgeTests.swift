@@ -1,7 +1,7 @@
 import CSQLite
 import Foundation
-@_spi(Benchmarks) @testable import SyncEngine
-@testable import SyncSim
+@_spi(Benchmarks) @_spi(Testing) @testable import SyncEngine
+@_spi(Testing) @testable import SyncSim
 import Testing
 
 /// `tombstone-purge.json`: the phone forgets a watch away past the peer
@@ -66,6 +66,28 @@ import Testing
         #expect(results[.convergence]!.violations == ["checkpoint t=2700000: settings:theme is only on the watch2",
                                                        "checkpoint t=2700000: settings:units is only on the watch2"])
         #expect(results[.noLostAcknowledgedWrite]!.passed)
+    }
+
+    /// The fixture with a value of the phone's that watch2 holds and the
+    /// baseline sends again (settings:lang): the returning watch keeps it in
+    /// place. Mutation: a watch that removes what the notice names at once
+    /// (as protocol 1 does) removes it and sets it again, and `no-flicker` says so.
+    @Test(arguments: [false, true])
+    func theReturningWatchKeepsWhatTheBaselineSendsAgain(removingAtOnce: Bool) async throws {
+        var scenario = try Scenario.load(path: Self.path)
+        scenario.keys.append(KeyDescriptor(name: "settings:lang", availability: .all, policy: .automaticSmall))
+        scenario.timeline.insert(Scenario.Step(at: 0, .put(node: .phone, key: "settings:lang", value: .string("en"), size: nil)), at: 0)
+        let options = RunOptions(testingFaults: TestingFaults(removeRebaselinedAtOnce: removingAtOnce))
+        let outcome = await Simulation.run(scenario, name: "tombstone-purge+lang", options: options)
+        let report = try #require(outcome.report, "\(outcome.runError ?? "")")
+        let flicker = try #require(report.invariants.first { $0.name == "no-flicker" })
+        #expect(flicker.checks > 0)
+        if removingAtOnce {
+            #expect(flicker.violations.count == 1 && flicker.violations[0].contains("watch2 saw settings:lang"), "\(flicker.violations)")
+            #expect(report.failedInvariants == ["no-flicker"], "\(report.text)")
+        } else {
+            #expect(report.passed, "\(report.text)")
+        }
     }
 
     static func rawSQL(_ path: String, _ sql: String) throws {

@@ -65,10 +65,15 @@ public struct TestingFaults: Sendable, Equatable, Codable {
     public var lastArrivalWins = false
     /// Live sessions take keys the two registries declare differently as alike (and sync them).
     public var ignoreKeyMismatch = false
+    /// A watch removes what a live re-baseline notice names at once instead of
+    /// marking it: the app sees values go that the baseline then sets again.
+    public var removeRebaselinedAtOnce = false
 
-    public init(skipTombstones: Bool = false, lastArrivalWins: Bool = false, ignoreKeyMismatch: Bool = false) {
+    public init(skipTombstones: Bool = false, lastArrivalWins: Bool = false, ignoreKeyMismatch: Bool = false,
+                removeRebaselinedAtOnce: Bool = false) {
         self.skipTombstones = skipTombstones
         self.lastArrivalWins = lastArrivalWins
         self.ignoreKeyMismatch = ignoreKeyMismatch
+        self.removeRebaselinedAtOnce = removeRebaselinedAtOnce
     }
 }

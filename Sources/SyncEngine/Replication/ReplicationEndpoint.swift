@@ -151,7 +151,8 @@ package final class ReplicationEndpoint {
                 // baseline does not bring back goes once the phone caught up: values it brings never go.
                 let known = try port.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys,
                                                        acknowledgedBefore: cursorAtStart,
-                                                       removal: peer.protocolVersion >= ReplicationSession.caughtUpProtocol ? .atCaughtUp : .immediately)
+                                                       removal: peer.protocolVersion >= ReplicationSession.caughtUpProtocol
+                                                           && !configuration.testingFaults.removeRebaselinedAtOnce ? .atCaughtUp : .immediately)
                 try acknowledgeDurably(SyncMessage.ack(.init(batchID: notice.id, applied: known, rejected: [])).frame(), into: &out)
             case .receipt(let receipt):
                 guard session.isEstablished, let peer = session.knownPeer else {

@@ -9,6 +9,10 @@ public enum Invariant: String, Sendable, CaseIterable, Codable {
     /// Scenarios with a mailbox: nothing is refused, and once both ends ran
     /// their rounds to quiescence neither spool holds a message.
     case queuedDelivery = "queued-delivery"
+    /// A value the app saw go from a watch (a remote removal) never comes back
+    /// at the version it went with: a re-baseline removes only what its
+    /// baseline does not bring back, never a live value that it sets again.
+    case noFlicker = "no-flicker"
 }
 
 /// The outcome of one invariant over a run.

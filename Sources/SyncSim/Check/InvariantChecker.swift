@@ -229,6 +229,15 @@ struct InvariantChecker {
                         rebaselinedPeers: try store.rebaselinedPeers())
     }
 
+    /// `no-flicker`: what `node`'s app saw set again at a version it saw go
+    /// (keys an older app declares otherwise come back once the apps agree).
+    mutating func checkNoFlicker(_ node: String, setAgain: [(key: String, version: HLCTimestamp)], label: String) {
+        log.checked(.noFlicker)
+        for (key, version) in setAgain where !isDeclaredDifferently(key) {
+            log.violate(.noFlicker, "\(label): \(node) saw \(key) at \(version) go and set again")
+        }
+    }
+
     /// Checks the stores of the nodes that are up (the phone first when it is
     /// up). `connected` holds the watches settled with the phone: convergence
     /// is checked between the phone and each of them (a watch partitioned or

@@ -285,6 +285,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
             }
         }
         state.checker.checkState(nodes: snapshots, connected: Set(connected.filter(\.isUp).map(\.nodeID)), model: state.model, label: label)
+        for node in state.watches { state.checker.checkNoFlicker(node.name.rawValue, setAgain: node.removals.takeSetAgain(), label: label) }
     }
 
     func makeReport(name: String, converged: Bool) throws -> SimReport {

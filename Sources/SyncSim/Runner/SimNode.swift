@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Logging
 @_spi(Testing) import SyncEngine
 import SyncTransport
@@ -29,6 +30,10 @@ final class SimNode {
     var purgedByStep = 0
     /// The peers this node's store listed as forgotten at a check (a returning watch leaves the list).
     var forgottenSeen: Set<UInt32> = []
+
+    /// What the app saw go from this watch's stores and come back (`no-flicker`), across restarts.
+    let removals = SeenRemovals()
+    private var observation: ChangeObservation?
 
     /// Set when a `powerCut` step names the node: its files go through this crash VFS.
     var crashVFS: CrashVFS?
@@ -66,7 +71,10 @@ final class SimNode {
             options.encryption = .keyFile(path: keyPath)
         }
         StoreTemplate.install(at: path)
-        store = try SyncStore(path: path, role: role, registry: registry, options: options)
+        let store = try SyncStore(path: path, role: role, registry: registry, options: options)
+        self.store = store
+        observation?.cancel()
+        if role == .watch { observation = removals.observe(store) }
     }
 
     /// An armed power cut has fired: the node's files are dead until `powerOn`.
@@ -104,11 +112,14 @@ final class SimNode {
     func crash() {
         if let store { add(store.syncCounters) }
         store = nil
+        observation?.cancel()
+        observation = nil
     }
 
     /// Replaces this node with a new device: a new file and node id.
     func replace(nodeID: UInt32, folder: String) {
         crash()
+        removals.forget()
         self.nodeID = nodeID
         path = "\(folder)/\(role.rawValue)-\(String(nodeID, radix: 16)).sqlite"
     }
@@ -137,4 +148,40 @@ final class SimNode {
         t.deferred += c.deferred
         t.sessions += c.sessions
     }
+}
+
+/// The remote removals a watch's app saw (key and version), and the values
+/// it then saw set again at a version it saw go: a value removed and set
+/// again (`no-flicker`).
+final class SeenRemovals: Sendable {
+    private struct State {
+        var removed: [String: Set<HLCTimestamp>] = [:]
+        var setAgain: [(key: String, version: HLCTimestamp)] = []
+    }
+
+    private let state = Mutex(State())
+
+    func observe(_ store: SyncStore) -> ChangeObservation {
+        store.observeChanges(matching: .all) { [self] change in
+            state.withLock { state in
+                switch change.kind {
+                case .removed:
+                    if change.origin == .remote { state.removed[change.key, default: []].insert(change.version) }
+                case .set:
+                    if state.removed[change.key]?.contains(change.version) == true { state.setAgain.append((change.key, change.version)) }
+                }
+            }
+        }
+    }
+
+    /// The values set again since the last call.
+    func takeSetAgain() -> [(key: String, version: HLCTimestamp)] {
+        state.withLock { state in
+            defer { state.setAgain = [] }
+            return state.setAgain
+        }
+    }
+
+    /// A new device: nothing seen.
+    func forget() { state.withLock { $0 = State() } }
 }
