@@ -56,6 +56,32 @@ import Testing
         #expect(!checker.log.results[.queuedDelivery]!.passed)
     }
 
+    /// A spool of three messages and one entry per queued batch
+    /// (`mailboxMessages`, `queuedBatchEntries`): what the mailbox carries
+    /// takes several reads, and every invariant still holds. The fields
+    /// round-trip, need a mailbox, and the fuzzer gives them to some scenarios.
+    @Test func aSmallSpoolAndSmallBatchesStillPass() async throws {
+        var scenario = try Scenario.load(path: Self.fixture)
+        scenario.mailboxMessages = 3
+        scenario.queuedBatchEntries = 1
+        let report = try #require(await Simulation.run(scenario, name: "small-spool").report)
+        #expect(report.passed, "\(report.text)")
+        let parsed = try Scenario.parse(String(decoding: try JSONEncoder().encode(scenario), as: UTF8.self))
+        #expect(parsed.mailboxMessages == 3 && parsed.queuedBatchEntries == 1)
+        for field in ["mailboxMessages", "queuedBatchEntries"] {
+            do {
+                _ = try Scenario.parse(SimTombstonePurgeTests.scenario(#", "\#(field)": 4"#))
+                Issue.record("\(field) without a mailbox was taken")
+            } catch {
+                #expect(error.message.contains("needs \"mailbox\": true"), "\(error)")
+            }
+        }
+        #expect(throws: ScenarioError.self) { _ = try Scenario.parse(SimTombstonePurgeTests.scenario(#", "mailbox": true, "mailboxMessages": 2"#)) }
+        let generated = (UInt64(1)...60).map(ScenarioGenerator(ops: 50).scenario(seed:))
+        #expect(generated.contains { $0.mailboxMessages != nil && $0.queuedBatchEntries != nil })
+        #expect(generated.allSatisfy { $0.mailbox || ($0.mailboxMessages == nil && $0.queuedBatchEntries == nil) })
+    }
+
     @Test func fuzzScenariosWithAMailboxTakeANodeDownAndPass() async throws {
         let generator = ScenarioGenerator(ops: 50)
         let queued = (UInt64(1)...40).map(generator.scenario(seed:)).filter(\.mailbox)

@@ -133,6 +133,12 @@ public struct ScenarioGenerator: Sendable {
             steps.insert(restart, at: last + 1)
             steps.insert(Scenario.Step(at: steps[first].at, .crash(node: down)), at: first)
         }
+        // In half of those, a small spool and small batches: a baseline takes several reads.
+        var mailboxMessages: Int?, queuedBatchEntries: Int?
+        if queued, m.nextBool(probability: 0.5) {
+            mailboxMessages = m.nextInt(in: 3...8)
+            queuedBatchEntries = m.nextInt(in: 1...4)
+        }
         // Purges come from a stream of their own too: a scenario without them is the one this seed always gave.
         var g = SeededRandom(seed: seed ^ 0x7F06_B5A7_0E_44)
         var retention: Int64?
@@ -190,6 +196,6 @@ public struct ScenarioGenerator: Sendable {
         }
         return Scenario(description: "fuzz scenario from seed \(seed) (\(ops) ops, \(watchCount) watch\(watchCount == 1 ? "" : "es"))",
                         seed: seed, keys: keys, faults: faults, settleLimitMs: 300_000, watches: watchCount, tombstoneRetentionMs: retention, peerHorizonMs: horizon,
-                        mailbox: queued, olderApps: olderApps, timeline: steps)
+                        mailbox: queued, mailboxMessages: mailboxMessages, queuedBatchEntries: queuedBatchEntries, olderApps: olderApps, timeline: steps)
     }
 }

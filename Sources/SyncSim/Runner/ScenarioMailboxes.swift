@@ -30,9 +30,12 @@ final class ScenarioMailboxes {
         if let existing = drivers[key], existing.store == ObjectIdentifier(store) { return existing.driver }
         let secret = secrets[epoch] ?? PairingSecret.generate()
         secrets[epoch] = secret
-        let mailbox = try Mailbox(directory: directory(epoch: epoch), role: node.role == .phone ? .phone : .watch, secret: secret)
+        var limits = MailboxLimits.default
+        if let messages = state.scenario.mailboxMessages { limits.maxMessages = messages }
+        let mailbox = try Mailbox(directory: directory(epoch: epoch), role: node.role == .phone ? .phone : .watch, secret: secret, limits: limits)
         var configuration = ReplicationConfiguration(pairingEpoch: epoch)
         configuration.testingFaults = state.options.testingFaults
+        if let entries = state.scenario.queuedBatchEntries { configuration.maxBatchEntries = entries }
         let driver = MailboxReplicator(port: SQLiteReplicationPort(store), reporter: StoreReporter(store), configuration: configuration,
                                        mailbox: mailbox)
         let role = node.role, nodeID = node.nodeID

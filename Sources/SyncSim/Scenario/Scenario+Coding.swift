@@ -5,7 +5,7 @@ import SyncTransport
 /// A scenario file (format: `Fixtures/scenarios/README.md`), decoded and validated.
 struct ScenarioDocument: Decodable {
     static let fileKey = CodingUserInfoKey(rawValue: "syncsim.scenarioFile")!
-    static let fields = ["description", "seed", "keys", "keysFile", "faults", "settleLimitMs", "watches", "tombstoneRetentionMs", "peerHorizonMs", "mailbox", "olderApps", "timeline"]
+    static let fields = ["description", "seed", "keys", "keysFile", "faults", "settleLimitMs", "watches", "tombstoneRetentionMs", "peerHorizonMs", "mailbox", "mailboxMessages", "queuedBatchEntries", "olderApps", "timeline"]
 
     var scenario: Scenario
 
@@ -39,6 +39,11 @@ struct ScenarioDocument: Decodable {
         let retention = try root.integer("tombstoneRetentionMs", required: false, range: 0...Scenario.maxStoreDurationMs)
         let horizon = try root.integer("peerHorizonMs", required: false, range: 1_000...Scenario.maxStoreDurationMs)
         let mailbox = try root.bool("mailbox") ?? false
+        let mailboxMessages = try root.integer("mailboxMessages", required: false, range: 3...1024).map { Int($0) }
+        let queuedBatchEntries = try root.integer("queuedBatchEntries", required: false, range: 1...2048).map { Int($0) }
+        for (name, value) in [("mailboxMessages", mailboxMessages), ("queuedBatchEntries", queuedBatchEntries)] where value != nil && !mailbox {
+            throw root.fail(name, "needs \"mailbox\": true")
+        }
         var olderApps: [ScenarioNode: [KeyDescriptor]] = [:]
         if let apps = try root.object("olderApps") {
             let declared = [ScenarioNode.phone] + ScenarioNode.watches.prefix(watches)
@@ -64,7 +69,8 @@ struct ScenarioDocument: Decodable {
         let ordered = steps.enumerated().sorted { ($0.element.at, $0.offset) < ($1.element.at, $1.offset) }.map(\.element)
         scenario = Scenario(description: description, seed: UInt64(seed), keys: keys, keysFile: keysFile, faults: faults,
                             settleLimitMs: settle, watches: watches, tombstoneRetentionMs: retention, peerHorizonMs: horizon,
-                            mailbox: mailbox, olderApps: olderApps, timeline: ordered)
+                            mailbox: mailbox, mailboxMessages: mailboxMessages, queuedBatchEntries: queuedBatchEntries,
+                            olderApps: olderApps, timeline: ordered)
     }
 }
 
@@ -278,6 +284,8 @@ extension Scenario: Encodable {
         try c.encodeIfPresent(tombstoneRetentionMs, forKey: FieldKey("tombstoneRetentionMs"))
         try c.encodeIfPresent(peerHorizonMs, forKey: FieldKey("peerHorizonMs"))
         if mailbox { try c.encode(true, forKey: FieldKey("mailbox")) }
+        try c.encodeIfPresent(mailboxMessages, forKey: FieldKey("mailboxMessages"))
+        try c.encodeIfPresent(queuedBatchEntries, forKey: FieldKey("queuedBatchEntries"))
         if !olderApps.isEmpty {
             var apps = c.nestedContainer(keyedBy: FieldKey.self, forKey: FieldKey("olderApps"))
             for (node, keys) in olderApps.sorted(by: { $0.key < $1.key }) {

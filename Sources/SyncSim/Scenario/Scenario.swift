@@ -57,11 +57,19 @@ public struct Scenario: Sendable, Equatable {
     /// a link is partitioned or a node is not running, the nodes that run go on
     /// posting and reading through it (live over the link otherwise).
     public var mailbox: Bool
+    /// How many messages each direction of a mailbox holds (`MailboxLimits.maxMessages`; nil: the default).
+    public var mailboxMessages: Int?
+    /// At most this many entries per queued batch (`ReplicationConfiguration.maxBatchEntries`; nil: the default).
+    /// With a small `mailboxMessages`, a baseline then takes several mailbox reads.
+    public var queuedBatchEntries: Int?
 
     public init(description: String, seed: UInt64, keys: [KeyDescriptor], keysFile: String? = nil, faults: LinkFaults = .init(),
                 settleLimitMs: Int64 = 600_000, watches: Int = 1, tombstoneRetentionMs: Int64? = nil, peerHorizonMs: Int64? = nil,
-                mailbox: Bool = false, olderApps: [ScenarioNode: [KeyDescriptor]] = [:], timeline: [Step]) {
+                mailbox: Bool = false, mailboxMessages: Int? = nil, queuedBatchEntries: Int? = nil,
+                olderApps: [ScenarioNode: [KeyDescriptor]] = [:], timeline: [Step]) {
         self.mailbox = mailbox
+        self.mailboxMessages = mailboxMessages
+        self.queuedBatchEntries = queuedBatchEntries
         self.olderApps = olderApps
         self.watches = watches
         self.tombstoneRetentionMs = tombstoneRetentionMs
