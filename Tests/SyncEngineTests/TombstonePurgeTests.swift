@@ -470,6 +470,97 @@ final class Neighbourhood {
         #expect(entries == [TestKeys.daily["d1"].name])
     }
 
+    /// The phone posts a watch's changes until the spool is full, deletes a
+    /// value that a waiting batch carries, then forgets the watch and purges
+    /// the delete before the watch read anything. What waits in the mailbox
+    /// was posted to the watch before it was forgotten: the phone posts a
+    /// re-baseline notice after it (fuzz seed 11202695), so the value the
+    /// waiting batch brings goes again, and nothing deleted comes back.
+    @Test func batchesWaitingForAWatchThePhoneForgetsAreFollowedByANotice() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"])
+        var config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
+        config.maxBatchEntries = 1
+        let phone = SyncPeer(store: home.phone, configuration: config)
+        let watch = SyncPeer(store: home.watches[0], configuration: config)
+        let folder = TempFolder()
+        let limits = MailboxLimits(maxMessages: 3)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing, limits: limits)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing, limits: limits)
+        // The phone meets watch 0 through the mailbox only (its cursor stays at 0).
+        try await home.watches[0].set(30, for: TestKeys.daily["mine"])
+        try watch.deliverQueued(through: watchBox)
+        try await home.phone.set(2, for: TestKeys.steps)
+        for i in 0..<2 { try await home.phone.set(100 + i, for: TestKeys.daily["p\(i)"]) }
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try home.phone.knownPeers().contains(home.watches[0].nodeID))
+        #expect(try phoneBox.outgoingCount() == 3)
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.steps)
+        try phone.deliverQueued(through: phoneBox)  // the spool is full: the delete waits
+        home.sync(1)
+        home.recordAcknowledgements()
+        home.advance(days: 91)
+        home.sync(1)
+        _ = try home.phone.purgeTombstones()
+        #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
+        #expect(try home.phone.purgedThrough() > 0)
+        try phone.deliverQueued(through: phoneBox)  // the phone's next round, before the watch reads
+
+        for _ in 0..<12 {
+            try watch.deliverQueued(through: watchBox)
+            try phone.deliverQueued(through: phoneBox)
+        }
+        for store in [home.phone, home.watches[0]] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
+            for i in 0..<2 { #expect(try store.storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i) }
+        }
+        #expect(try home.watches[0].rebaselineMarkCount() == 0)
+        #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
+    }
+
+    /// A watch the phone has not met yet: its batches wait in a full spool,
+    /// the phone deletes a value one of them carries, the other watch
+    /// acknowledges the delete, and the phone purges it (a watch not met does
+    /// not hold purges back). The phone posts a re-baseline notice after
+    /// what waits, so the value goes again on the watch (fuzz seed 11202695).
+    @Test func aPurgeAfterBatchesWentToAWatchNotMetYetIsFollowedByANotice() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"])
+        var config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
+        config.maxBatchEntries = 1
+        let phone = SyncPeer(store: home.phone, configuration: config)
+        let watch = SyncPeer(store: home.watches[0], configuration: config)
+        let folder = TempFolder()
+        let limits = MailboxLimits(maxMessages: 3)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing, limits: limits)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing, limits: limits)
+        try await home.phone.set(2, for: TestKeys.steps)
+        for i in 0..<2 { try await home.phone.set(100 + i, for: TestKeys.daily["p\(i)"]) }
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try phoneBox.outgoingCount() == 3)
+        home.sync(1)
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.steps)
+        try phone.deliverQueued(through: phoneBox)  // the spool is full: the delete waits
+        home.sync(1)
+        home.recordAcknowledgements()
+        home.advance(days: 31)
+        #expect(try home.phone.purgeTombstones() == 1)
+        try phone.deliverQueued(through: phoneBox)
+
+        for _ in 0..<12 {
+            try watch.deliverQueued(through: watchBox)
+            try phone.deliverQueued(through: phoneBox)
+        }
+        for store in [home.phone, home.watches[0]] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
+            for i in 0..<2 { #expect(try store.storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i) }
+        }
+        #expect(try home.watches[0].rebaselineMarkCount() == 0)
+        #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
+    }
+
     /// A phone of a build before caught-up markers (its markers taken out of
     /// the mailbox here): the watch removes what is still marked when the
     /// read that carried the notice ends, as before, and all converges.

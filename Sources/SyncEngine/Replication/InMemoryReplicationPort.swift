@@ -229,6 +229,7 @@ package final class InMemoryReplicationPort: ReplicationPort {
     /// sends a re-baseline notice.
     package func rebaselineNotice(for peer: UInt32, cursor: Int64, queuedIn pairingEpoch: String?) throws -> Int64? { nil }
     package func adoptRebaselineGeneration(for peer: UInt32) throws {}
+    package func purgedThrough() throws -> Int64 { 0 }
     package func owesQueuedCaughtUp(in pairingEpoch: String) throws -> Bool { false }
     package func settleQueuedCaughtUp(in pairingEpoch: String) throws {}
     package func rebaselineGeneration(for peer: UInt32) throws -> Int64 { 0 }

@@ -43,6 +43,10 @@ package final class MailboxReplicator {
     private var postedThrough: Int64?
     /// The re-baseline generation `postedThrough` was posted in.
     private var postedGeneration: Int64?
+    /// The peer `postedThrough` was posted for (`unknownPeer` before it is known).
+    private var postedFor: UInt32?
+    /// The store's purged-through version when posting for `unknownPeer` began at 0 (nil: not in this process).
+    private var purgedWhenUnknownStreamBegan: Int64?
     /// Set when the peer refused our messages: posting pauses for
     /// `probeInterval` (the peer may be updated meanwhile), or, for another key
     /// registry, until the registries are compared (live, or by the
@@ -450,13 +454,21 @@ package final class MailboxReplicator {
         let node = record?.node ?? Self.unknownPeer
         var cursor = record?.cursor ?? 0
         var generation = try port.rebaselineGeneration(for: node)
-        if postedGeneration != generation {
-            // A re-baseline notice went (live, or by an earlier round): what was posted before it does not count.
+        if postedGeneration != generation || postedFor != node {
+            // A re-baseline notice went (live, or by an earlier round), or the peer changed (the
+            // phone forgot the watch, or met it): what was posted before does not count.
             postedThrough = nil
             postedGeneration = generation
+            if postedFor != node {
+                rebaselinePosted = false
+                purgedWhenUnknownStreamBegan = nil
+            }
+            postedFor = node
         }
-        if postedThrough == nil {
-            // After a restart: what still waits in the outbox was posted already.
+        if postedThrough == nil, node != Self.unknownPeer {
+            // After a restart: what still waits in the outbox was posted already. (Not for a
+            // peer not known: what waits may be for a watch the phone has forgotten since, posted
+            // before the notice that is now due; the new baseline goes after it.)
             postedThrough = try mailbox.outgoingMessages().compactMap { message -> Int64? in
                 guard case .batch(let header, _, let through, _)? = try? QueuedMessage(frame: message.frame),
                       header.node == port.nodeID, through != Self.repairRange.through else { return nil }
@@ -469,6 +481,17 @@ package final class MailboxReplicator {
             // some were refused or lost. Post again from the cursor (applying twice changes nothing).
             posted = cursor
             rebaselinePosted = false
+        }
+        if node == Self.unknownPeer {
+            // No purge waits for a watch the phone does not know (not met yet, or forgotten): when
+            // tombstones were purged since its stream began, what was posted may hold values whose
+            // deletes are gone. A notice goes after it, with a new baseline.
+            let purged = try port.purgedThrough()
+            if posted > 0, purged > purgedWhenUnknownStreamBegan ?? 0 {
+                posted = 0
+                rebaselinePosted = false
+            }
+            if posted == 0 { purgedWhenUnknownStreamBegan = purged }
         }
         postedThrough = posted
         if posted == 0, !rebaselinePosted,

@@ -109,6 +109,8 @@ package protocol ReplicationPort: AnyObject {
     /// baseline (nil: no notice). `queuedIn`: posted through that pairing's
     /// mailbox, whose baseline then owes a caught-up marker.
     func rebaselineNotice(for peer: UInt32, cursor: Int64, queuedIn pairingEpoch: String?) throws -> Int64?
+    /// The newest tombstone version (packed) this store purged, 0 when none (`SyncStore.purgedThrough()`).
+    func purgedThrough() throws -> Int64
     /// A watch just met through the mailbox takes the generation of what was
     /// posted before its node was known (`MailboxReplicator.unknownPeer`), when newer than its own.
     func adoptRebaselineGeneration(for peer: UInt32) throws
@@ -281,6 +283,8 @@ package final class SQLiteReplicationPort: ReplicationPort {
     }
 
     package func adoptRebaselineGeneration(for peer: UInt32) throws { try store.adoptRebaselineGeneration(for: peer) }
+
+    package func purgedThrough() throws -> Int64 { try store.purgedThrough() }
 
     package func owesQueuedCaughtUp(in pairingEpoch: String) throws -> Bool { try store.owesQueuedCaughtUp(in: pairingEpoch) }
 
