@@ -205,6 +205,14 @@ public final class Mailbox: Sendable {
         }
     }
 
+    /// Takes back a message of ours that the peer has not taken yet (as a
+    /// sender cancels an outstanding transfer): its file goes from the spool.
+    /// A peer that has begun to read it may still deliver it.
+    public func withdraw(_ message: MailboxMessage) throws {
+        MailboxFiles.remove(outboxPath + "/" + message.fileName)
+        try MailboxFiles.syncDirectory(outboxPath)
+    }
+
     /// Messages from the peer waiting in the inbox spool.
     public func incomingCount() throws -> Int { try MailboxFiles.messageSequences(in: inboxPath).count }
 
@@ -221,6 +229,8 @@ public final class Mailbox: Sendable {
     public func next() throws -> MailboxDelivery? {
         let accepted = acceptedSequence
         guard let sequence = try MailboxFiles.messageSequences(in: inboxPath).first else { return nil }
+        // Withdrawn by the sender since the listing: the next one.
+        guard MailboxFiles.exists(inboxPath + "/" + Self.fileName(sequence)) else { return try next() }
         let name = Self.fileName(sequence)
         let path = inboxPath + "/" + name
         if sequence <= accepted {
@@ -502,6 +512,11 @@ enum MailboxFiles {
     static func writeNumber(_ number: UInt64, to path: String) throws {
         let url = URL(fileURLWithPath: path)
         try writeAtomically(Array("\(number)\n".utf8), directory: url.deletingLastPathComponent().path, name: url.lastPathComponent)
+    }
+
+    static func exists(_ path: String) -> Bool {
+        var info = stat()
+        return stat(path, &info) == 0
     }
 
     static func remove(_ path: String) {

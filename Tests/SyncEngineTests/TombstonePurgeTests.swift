@@ -561,6 +561,50 @@ final class Neighbourhood {
         #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
     }
 
+    /// As above, but the watch connects live before it reads the mailbox: the
+    /// phone re-baselines it live, and on its next round takes back the
+    /// batches the notice superseded, so the watch never applies the value
+    /// whose delete was purged after the notice (fuzz seed 11202695).
+    @Test func batchesALiveRebaselineSupersededAreTakenBack() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"])
+        var config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
+        config.maxBatchEntries = 1
+        let phone = SyncPeer(store: home.phone, configuration: config)
+        let watch = SyncPeer(store: home.watches[0], configuration: config)
+        let folder = TempFolder()
+        let limits = MailboxLimits(maxMessages: 3)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing, limits: limits)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing, limits: limits)
+        try await home.phone.set(2, for: TestKeys.steps)
+        for i in 0..<2 { try await home.phone.set(100 + i, for: TestKeys.daily["p\(i)"]) }
+        try phone.deliverQueued(through: phoneBox)
+        home.sync(1)
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.steps)
+        home.sync(1)
+        home.recordAcknowledgements()
+        home.advance(days: 31)
+        #expect(try home.phone.purgeTombstones() == 1)
+        try phone.deliverQueued(through: phoneBox)
+
+        home.sync(0)
+        #expect(home.rebaselined(0))
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try phoneBox.outgoingMessages().allSatisfy {
+            if case .batch(_, _, _, let entries) = try QueuedMessage(frame: $0.frame) { !entries.contains { $0.key == TestKeys.steps.name } } else { true }
+        })
+        for _ in 0..<4 {
+            try watch.deliverQueued(through: watchBox)
+            try phone.deliverQueued(through: phoneBox)
+        }
+        for store in [home.phone, home.watches[0]] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
+            for i in 0..<2 { #expect(try store.storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i) }
+        }
+        #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
+    }
+
     /// A phone of a build before caught-up markers (its markers taken out of
     /// the mailbox here): the watch removes what is still marked when the
     /// read that carried the notice ends, as before, and all converges.

@@ -46,6 +46,22 @@ import Testing
         #expect(second.messages.map(\.sequence) == [4])
     }
 
+    /// The sender takes back a message the peer has not taken: the peer
+    /// reads the ones around it, in order, and nothing is refused.
+    @Test func aWithdrawnMessageIsNeverDelivered() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        for text in ["one", "two", "three"] { try phone.post(frame(text)) }
+        let two = try #require(try phone.outgoingMessages().first { $0.frame == frame("two") })
+        try phone.withdraw(two)
+        #expect(try phone.outgoingCount() == 2)
+        let read = try drain(watch)
+        #expect(read.messages.map { String(decoding: $0.frame.payload, as: UTF8.self) } == ["one", "three"])
+        #expect(read.refused.isEmpty)
+    }
+
     @Test func aMessageStaysAtTheFrontUntilAccepted() throws {
         let directory = try temporaryDirectory()
         let secret = PairingSecret.generate()

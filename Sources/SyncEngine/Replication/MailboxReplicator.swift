@@ -43,6 +43,8 @@ package final class MailboxReplicator {
     private var postedThrough: Int64?
     /// The re-baseline generation `postedThrough` was posted in.
     private var postedGeneration: Int64?
+    /// The watch and generation whose superseded batches were last taken back (`withdrawSuperseded`).
+    private var checkedGeneration: (node: UInt32, generation: Int64)?
     /// The peer `postedThrough` was posted for (`unknownPeer` before it is known).
     private var postedFor: UInt32?
     /// The store's purged-through version when posting for `unknownPeer` began at 0 (nil: not in this process).
@@ -114,6 +116,7 @@ package final class MailboxReplicator {
         var report = QueuedDeliveryReport()
         do {
             if peerNode == nil { peerNode = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)?.node }
+            try withdrawSuperseded()
             let outboxWasEmpty = try mailbox.outgoingCount() == 0
             try receive(into: &report)
             if sendsPending { try post(outboxWasEmpty: outboxWasEmpty, into: &report) }
@@ -409,6 +412,26 @@ package final class MailboxReplicator {
     }
 
     // MARK: posting
+
+    /// On a phone: takes back the batches for the watch that it has not read
+    /// and that a re-baseline notice (live, or queued ahead of them)
+    /// superseded, batches of an earlier generation. Applied after a live
+    /// notice, one could bring back a value whose delete the phone purged;
+    /// the baseline after the notice brings what is alive. (A watch that
+    /// reads the mailbox between the live notice and this end's next round
+    /// may still apply one: the README's tombstone limits.)
+    private func withdrawSuperseded() throws {
+        guard port.role == .phone,
+              let record = try port.queuedPeer(role: .watch, epoch: configuration.pairingEpoch) else { return }
+        let generation = try port.rebaselineGeneration(for: record.node)
+        if let checked = checkedGeneration, checked == (record.node, generation) { return }
+        for message in try mailbox.outgoingMessages() {
+            guard case .batch(let header, _, let through, _)? = try? QueuedMessage(frame: message.frame), header.node == port.nodeID,
+                  through != Self.repairRange.through, QueuedStreamPosition.position(through, generation: generation) == nil else { continue }
+            try mailbox.withdraw(message)
+        }
+        checkedGeneration = (record.node, generation)
+    }
 
     /// Stands for a peer not met yet: nothing in the store came from it, and it has no cursor.
     static let unknownPeer = UInt32.max
