@@ -58,8 +58,9 @@ final class Neighbourhood {
     /// deletes steps, watch 1 acknowledges it and 91 days pass: the phone
     /// forgets watch 0 and purges the tombstone.
     /// `phoneValues`: that many more values of the phone (`daily["p0"]`…) that both watches hold.
-    static func withForgottenWatch(pairing: PairingSecret? = nil, phoneValues: Int = 0) async throws -> Neighbourhood {
-        let home = try await withDeleteWatchZeroMissed(epochs: pairing.map { [$0.epoch, "test"] }, phoneValues: phoneValues)
+    /// `largeValue`: the phone's blob, over the inline limit (sent in chunks), released and held by both watches.
+    static func withForgottenWatch(pairing: PairingSecret? = nil, phoneValues: Int = 0, largeValue: Data? = nil) async throws -> Neighbourhood {
+        let home = try await withDeleteWatchZeroMissed(epochs: pairing.map { [$0.epoch, "test"] }, phoneValues: phoneValues, largeValue: largeValue)
         home.advance(days: 91)
         home.sync(1)
         _ = try home.phone.purgeTombstones()
@@ -69,9 +70,13 @@ final class Neighbourhood {
     /// Two watches; both hold steps (the phone's), watch 0 also mine-alive
     /// (its own); then watch 0 stays away while the phone deletes steps and
     /// watch 1 acknowledges the delete (recorded by a purge pass).
-    static func withDeleteWatchZeroMissed(epochs: [String]? = nil, phoneValues: Int = 0) async throws -> Neighbourhood {
+    static func withDeleteWatchZeroMissed(epochs: [String]? = nil, phoneValues: Int = 0, largeValue: Data? = nil) async throws -> Neighbourhood {
         let home = try Neighbourhood(watches: 2, epochs: epochs)
         try await home.phone.set(1, for: TestKeys.steps)
+        if let largeValue {
+            try await home.phone.set(largeValue, for: TestKeys.blob)
+            try home.phone.requestManualSync()
+        }
         for i in 0..<phoneValues { try await home.phone.set(100 + i, for: TestKeys.daily["p\(i)"]) }
         try await home.watches[0].set(30, for: TestKeys.daily["mine-alive"])
         home.sync(0)

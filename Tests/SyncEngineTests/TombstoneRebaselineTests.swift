@@ -275,6 +275,27 @@ import Testing
         #expect(try home.phone.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
     }
 
+    /// A large value (sent in chunks) that the watch holds and the baseline
+    /// sends again stays: the chunks of a version the watch holds marked
+    /// settle its mark as a batch entry would, and the caught-up notice
+    /// removes only the purged value (fuzz seed 11300076: the value went,
+    /// and the phone's cursor had passed it).
+    @Test func aLargeValueTheBaselineSendsAgainInChunksStays() async throws {
+        let blob = Data((0..<150_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        let home = try await Neighbourhood.withForgottenWatch(largeValue: blob)
+        #expect(try home.watches[0].storedValue(for: TestKeys.blob) == blob)
+        let seen = SeenChanges(home.watches[0])
+
+        home.sync(0)
+        #expect(home.rebaselined(0))
+        #expect(home.lastFrames[0]?.contains { $0.from == "a" && $0.frame.type == SyncMessage.MessageType.chunk.rawValue } == true)
+        #expect(try home.watches[0].storedValue(for: TestKeys.blob) == blob)
+        #expect(seen.removedKeys == [TestKeys.steps.name], "the app saw \(seen.all.map { "\($0.kind) \($0.key)" })")
+        #expect(try home.watches[0].rebaselineMarkCount() == 0)
+        home.sync(0)
+        #expect(try home.watches[0].storedValue(for: TestKeys.blob) == blob)
+    }
+
     /// A phone of protocol 1 sends no caught-up notices: its notice removes
     /// what it knew at once (the app sees the live value go, then the
     /// baseline sets it again), and nothing stays marked.

@@ -96,7 +96,9 @@ extension ReplicationEndpoint {
             emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds))
             return [ack(complete: true)]
         }
-        if let local = try port.localVersion(forKey: entry.key), local >= entry.version {
+        // Held already, unless a re-baseline notice marked what is held: then the value is
+        // taken again (its apply keeps the row and settles the mark; else the mark would remove it).
+        if let local = try port.localVersion(forKey: entry.key), local >= entry.version, try port.rebaselineMark(forKey: entry.key) != local {
             receiving = nil
             try port.discardStagedChunks(key: entry.key, through: local)
             return [ack(complete: true, restsOnCommit: true)]  // the acknowledgement rests on that commit

@@ -129,6 +129,8 @@ package protocol ReplicationPort: AnyObject {
     /// The peer's baseline came (`after`): removes the entries a re-baseline
     /// notice marked that it did not send again. Returns how many.
     func sweepRebaselineMarks(after sweep: SyncStore.RebaselineSweep) throws -> Int
+    /// The version a re-baseline notice marked `key` at, while its row holds it (nil: not marked).
+    func rebaselineMark(forKey key: String) throws -> HLCTimestamp?
     /// How many re-baseline notices this end sent `peer`: the generation
     /// that queued batches for it name their stream positions in.
     func rebaselineGeneration(for peer: UInt32) throws -> Int64
@@ -301,6 +303,8 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func sweepRebaselineMarks(after sweep: SyncStore.RebaselineSweep) throws -> Int { try store.sweepRebaselineMarks(after: sweep) }
 
     package func rebaselineGeneration(for peer: UInt32) throws -> Int64 { try store.rebaselineGeneration(for: peer) }
+
+    package func rebaselineMark(forKey key: String) throws -> HLCTimestamp? { try store.rebaselineMark(forKey: key) }
 
     package func stageChunk(_ chunk: SyncMessage.Chunk) throws -> Int {
         try store.stageChunk(chunk, encrypted: isEncrypted(chunk.entry.key))

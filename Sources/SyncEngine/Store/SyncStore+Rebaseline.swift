@@ -335,6 +335,23 @@ extension SyncStore {
         try deleteRebaselineMarks(conn, kept.map(\.key) + written)
     }
 
+    /// The version a re-baseline notice marked `key` at, while its row still
+    /// holds it (nil: not marked). The chunks of that version, sent again by
+    /// the baseline, are staged and applied (which keeps the row and settles
+    /// the mark) rather than taken as already held.
+    func rebaselineMark(forKey key: String) throws -> HLCTimestamp? {
+        try checkOpen()
+        return try database.read { conn in
+            let select = try conn.statement("""
+                SELECT m.ver, m.node FROM sync_rebaseline_marks m
+                JOIN entries e ON e.key = m.key AND e.ver = m.ver AND e.node = m.node WHERE m.key = ?1
+                """)
+            select.bind(1, key)
+            defer { select.reset() }
+            return try select.step() ? HLCTimestamp(packed: select.int64(0), node: UInt32(truncatingIfNeeded: select.int64(1))) : nil
+        }
+    }
+
     /// How many entries a re-baseline notice marked that wait for the phone's caught-up notice.
     func rebaselineMarkCount() throws -> Int {
         try checkOpen()

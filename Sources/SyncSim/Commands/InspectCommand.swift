@@ -107,13 +107,13 @@ public struct StoreInspection: Sendable, Codable {
     }
 
     public var text: String {
-        let lanes = ["none", "auto", "manual"]
+        let lanes = ["none", "auto", "manual", "released"]
         var out = "store: \(role) node \(node)\n\nentries (\(entries.count)):\n"
         let showValues = entries.contains { $0.value != nil }
         var rows = [["key", "version", "state", "size", "seq", "pending", "lane"] + (showValues ? ["value"] : [])]
         for e in entries {
             let state = e.deleted ? "deleted" : e.encrypted ? "encrypted" : "live"
-            var row = [e.key, e.version, state, "\(e.size)", "\(e.changeSeq)", e.pending ? "yes" : "", lanes[max(0, min(2, e.lane))]]
+            var row = [e.key, e.version, state, "\(e.size)", "\(e.changeSeq)", e.pending ? "yes" : "", lanes[max(0, min(3, e.lane))]]
             if showValues { row.append(e.encrypted ? "(encrypted)" : e.deleted ? "" : (e.value ?? "")) }
             rows.append(row)
         }
@@ -121,7 +121,7 @@ public struct StoreInspection: Sendable, Codable {
         out += "\ncheckpoints (\(checkpoints.count)):\n"
         out += SimReport.table([["peer", "role", "epoch", "acked through"]] + checkpoints.map { [$0.node, $0.role, $0.epoch, "\($0.ackedThrough)"] })
         out += "\npending (\(pending.count)):\n"
-        out += SimReport.table([["key", "seq", "lane", "size"]] + pending.map { [$0.key, "\($0.changeSeq)", lanes[max(0, min(2, $0.lane))], "\($0.size)"] })
+        out += SimReport.table([["key", "seq", "lane", "size"]] + pending.map { [$0.key, "\($0.changeSeq)", lanes[max(0, min(3, $0.lane))], "\($0.size)"] })
         out += "\nconflicts (\(conflicts.count)):\n"
         out += SimReport.table([["key", "local", "remote", "winner", "rule"]] + conflicts.map { [$0.key, $0.localVersion, $0.remoteVersion, $0.winner, $0.rule] })
         if !rebaselineMarks.isEmpty {
