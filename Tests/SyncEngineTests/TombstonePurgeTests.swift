@@ -88,10 +88,10 @@ final class Neighbourhood {
         return home
     }
 
-    /// One watch; the phone holds steps and d1, deletes steps, the watch
+    /// One watch (of `watches`); the phone holds steps and d1, deletes steps, the watch
     /// acknowledges the delete (recorded by a purge pass), and 31 days pass.
-    static func withAcknowledgedDelete() async throws -> Neighbourhood {
-        let home = try Neighbourhood(watches: 1)
+    static func withAcknowledgedDelete(watches: Int = 1, epochs: [String]? = nil) async throws -> Neighbourhood {
+        let home = try Neighbourhood(watches: watches, epochs: epochs)
         try await home.phone.set(1, for: TestKeys.steps)
         try await home.phone.set(2, for: TestKeys.daily["d1"])
         home.sync(0)
@@ -411,20 +411,13 @@ final class Neighbourhood {
         let pairing = PairingSecret.generate()
         let home = try await Neighbourhood.withForgottenWatch(pairing: pairing, phoneValues: 4)
         let seen = SeenChanges(home.watches[0])
-        var config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
-        config.maxBatchEntries = 1
-        var phone = SyncPeer(store: home.phone, configuration: config)
-        let watch = SyncPeer(store: home.watches[0], configuration: config)
-        let folder = TempFolder()
-        let limits = MailboxLimits(maxMessages: 3)
-        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing, limits: limits)
-        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing, limits: limits)
+        let queued = try QueuedPair(home, pairing: pairing)
         var reads = 0
         for _ in 0..<30 {
-            if phoneRestarts { phone = SyncPeer(store: home.phone, configuration: config) }
-            try phone.deliverQueued(through: phoneBox)
-            if try watch.deliverQueued(through: watchBox).messagesRead > 0 { reads += 1 }
-            if try phoneBox.outgoingCount() == 0, try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0 { break }
+            let phone = phoneRestarts ? SyncPeer(store: home.phone, configuration: queued.config) : queued.phone
+            try phone.deliverQueued(through: queued.phoneBox)
+            if try queued.watch.deliverQueued(through: queued.watchBox).messagesRead > 0 { reads += 1 }
+            if try queued.phoneBox.outgoingCount() == 0, try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0 { break }
         }
         #expect(reads >= 3, "the baseline came in \(reads) reads")
         for store in [home.phone, home.watches[0]] {
@@ -442,27 +435,15 @@ final class Neighbourhood {
     /// cursor, and the phone posts the baseline once.
     @Test func aWatchMetFirstThroughTheMailboxGetsOneBaseline() async throws {
         let pairing = PairingSecret.generate()
-        let home = try Neighbourhood(watches: 2, epochs: ["test", pairing.epoch])
-        try await home.phone.set(1, for: TestKeys.steps)
-        try await home.phone.set(2, for: TestKeys.daily["d1"])
-        home.sync(0)
-        try await home.phone.remove(TestKeys.steps)
-        home.sync(0)
-        home.recordAcknowledgements()
-        home.advance(days: 31)
+        let home = try await Neighbourhood.withAcknowledgedDelete(watches: 2, epochs: ["test", pairing.epoch])
         #expect(try home.phone.purgeTombstones() == 1)
 
-        let config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
-        let phone = SyncPeer(store: home.phone, configuration: config)
-        let watch = SyncPeer(store: home.watches[1], configuration: config)
-        let folder = TempFolder()
-        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing)
-        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing)
+        let queued = try QueuedPair(home, watch: 1, pairing: pairing, batchEntries: nil, maxMessages: nil)
         var posted: [QueuedMessage] = []
         for _ in 0..<4 {
-            try phone.deliverQueued(through: phoneBox)
-            posted += try phoneBox.outgoingMessages().map { try QueuedMessage(frame: $0.frame) }
-            try watch.deliverQueued(through: watchBox)
+            try queued.phone.deliverQueued(through: queued.phoneBox)
+            posted += try queued.phoneBox.outgoingMessages().map { try QueuedMessage(frame: $0.frame) }
+            try queued.watch.deliverQueued(through: queued.watchBox)
         }
         #expect(try home.watches[1].storedValue(for: TestKeys.daily["d1"]) == 2)
         #expect(try home.watches[1].storedValue(for: TestKeys.steps) == nil)
@@ -483,45 +464,22 @@ final class Neighbourhood {
     /// waiting batch brings goes again, and nothing deleted comes back.
     @Test func batchesWaitingForAWatchThePhoneForgetsAreFollowedByANotice() async throws {
         let pairing = PairingSecret.generate()
-        let home = try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"])
-        var config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
-        config.maxBatchEntries = 1
-        let phone = SyncPeer(store: home.phone, configuration: config)
-        let watch = SyncPeer(store: home.watches[0], configuration: config)
-        let folder = TempFolder()
-        let limits = MailboxLimits(maxMessages: 3)
-        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing, limits: limits)
-        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing, limits: limits)
+        let queued = try QueuedPair(try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"]), pairing: pairing)
+        let home = queued.home
         // The phone meets watch 0 through the mailbox only (its cursor stays at 0).
         try await home.watches[0].set(30, for: TestKeys.daily["mine"])
-        try watch.deliverQueued(through: watchBox)
-        try await home.phone.set(2, for: TestKeys.steps)
-        for i in 0..<2 { try await home.phone.set(100 + i, for: TestKeys.daily["p\(i)"]) }
-        try phone.deliverQueued(through: phoneBox)
+        try queued.watch.deliverQueued(through: queued.watchBox)
+        try await queued.postStepsThenDeleteItWhileTheSpoolIsFull()
         #expect(try home.phone.knownPeers().contains(home.watches[0].nodeID))
-        #expect(try phoneBox.outgoingCount() == 3)
-        home.clock.advance(by: 1_000)
-        try await home.phone.remove(TestKeys.steps)
-        try phone.deliverQueued(through: phoneBox)  // the spool is full: the delete waits
-        home.sync(1)
-        home.recordAcknowledgements()
         home.advance(days: 91)
         home.sync(1)
         _ = try home.phone.purgeTombstones()
         #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
         #expect(try home.phone.purgedThrough() > 0)
-        try phone.deliverQueued(through: phoneBox)  // the phone's next round, before the watch reads
+        try queued.phone.deliverQueued(through: queued.phoneBox)  // the phone's next round, before the watch reads
 
-        for _ in 0..<12 {
-            try watch.deliverQueued(through: watchBox)
-            try phone.deliverQueued(through: phoneBox)
-        }
-        for store in [home.phone, home.watches[0]] {
-            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
-            for i in 0..<2 { #expect(try store.storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i) }
-        }
-        #expect(try home.watches[0].rebaselineMarkCount() == 0)
-        #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
+        try queued.rounds(12)
+        try queued.expectStepsGoneAndThePhonesValuesEverywhere()
     }
 
     /// A watch the phone has not met yet: its batches wait in a full spool,
@@ -531,39 +489,14 @@ final class Neighbourhood {
     /// what waits, so the value goes again on the watch (fuzz seed 11202695).
     @Test func aPurgeAfterBatchesWentToAWatchNotMetYetIsFollowedByANotice() async throws {
         let pairing = PairingSecret.generate()
-        let home = try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"])
-        var config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
-        config.maxBatchEntries = 1
-        let phone = SyncPeer(store: home.phone, configuration: config)
-        let watch = SyncPeer(store: home.watches[0], configuration: config)
-        let folder = TempFolder()
-        let limits = MailboxLimits(maxMessages: 3)
-        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing, limits: limits)
-        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing, limits: limits)
-        try await home.phone.set(2, for: TestKeys.steps)
-        for i in 0..<2 { try await home.phone.set(100 + i, for: TestKeys.daily["p\(i)"]) }
-        try phone.deliverQueued(through: phoneBox)
-        #expect(try phoneBox.outgoingCount() == 3)
-        home.sync(1)
-        home.clock.advance(by: 1_000)
-        try await home.phone.remove(TestKeys.steps)
-        try phone.deliverQueued(through: phoneBox)  // the spool is full: the delete waits
-        home.sync(1)
-        home.recordAcknowledgements()
-        home.advance(days: 31)
-        #expect(try home.phone.purgeTombstones() == 1)
-        try phone.deliverQueued(through: phoneBox)
+        let queued = try QueuedPair(try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"]), pairing: pairing)
+        try await queued.postStepsThenDeleteItWhileTheSpoolIsFull()
+        queued.home.advance(days: 31)
+        #expect(try queued.home.phone.purgeTombstones() == 1)
+        try queued.phone.deliverQueued(through: queued.phoneBox)
 
-        for _ in 0..<12 {
-            try watch.deliverQueued(through: watchBox)
-            try phone.deliverQueued(through: phoneBox)
-        }
-        for store in [home.phone, home.watches[0]] {
-            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
-            for i in 0..<2 { #expect(try store.storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i) }
-        }
-        #expect(try home.watches[0].rebaselineMarkCount() == 0)
-        #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
+        try queued.rounds(12)
+        try queued.expectStepsGoneAndThePhonesValuesEverywhere()
     }
 
     /// As above, but the watch connects live before it reads the mailbox: the
@@ -572,42 +505,21 @@ final class Neighbourhood {
     /// whose delete was purged after the notice (fuzz seed 11202695).
     @Test func batchesALiveRebaselineSupersededAreTakenBack() async throws {
         let pairing = PairingSecret.generate()
-        let home = try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"])
-        var config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
-        config.maxBatchEntries = 1
-        let phone = SyncPeer(store: home.phone, configuration: config)
-        let watch = SyncPeer(store: home.watches[0], configuration: config)
-        let folder = TempFolder()
-        let limits = MailboxLimits(maxMessages: 3)
-        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing, limits: limits)
-        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing, limits: limits)
-        try await home.phone.set(2, for: TestKeys.steps)
-        for i in 0..<2 { try await home.phone.set(100 + i, for: TestKeys.daily["p\(i)"]) }
-        try phone.deliverQueued(through: phoneBox)
-        home.sync(1)
-        home.clock.advance(by: 1_000)
-        try await home.phone.remove(TestKeys.steps)
-        home.sync(1)
-        home.recordAcknowledgements()
+        let queued = try QueuedPair(try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"]), pairing: pairing)
+        let home = queued.home
+        try await queued.postStepsThenDeleteItWhileTheSpoolIsFull()
         home.advance(days: 31)
         #expect(try home.phone.purgeTombstones() == 1)
-        try phone.deliverQueued(through: phoneBox)
+        try queued.phone.deliverQueued(through: queued.phoneBox)
 
         home.sync(0)
         #expect(home.rebaselined(0))
-        try phone.deliverQueued(through: phoneBox)
-        #expect(try phoneBox.outgoingMessages().allSatisfy {
+        try queued.phone.deliverQueued(through: queued.phoneBox)
+        #expect(try queued.phoneBox.outgoingMessages().allSatisfy {
             if case .batch(_, _, _, let entries) = try QueuedMessage(frame: $0.frame) { !entries.contains { $0.key == TestKeys.steps.name } } else { true }
         })
-        for _ in 0..<4 {
-            try watch.deliverQueued(through: watchBox)
-            try phone.deliverQueued(through: phoneBox)
-        }
-        for store in [home.phone, home.watches[0]] {
-            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
-            for i in 0..<2 { #expect(try store.storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i) }
-        }
-        #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
+        try queued.rounds(4)
+        try queued.expectStepsGoneAndThePhonesValuesEverywhere()
     }
 
     /// A phone of a build before caught-up markers (its markers taken out of
@@ -616,12 +528,8 @@ final class Neighbourhood {
     @Test func aPhoneThatPostsNoMarkersStillHasThePurgedValueRemoved() async throws {
         let pairing = PairingSecret.generate()
         let home = try await Neighbourhood.withForgottenWatch(pairing: pairing, phoneValues: 2)
-        let config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
-        let phone = SyncPeer(store: home.phone, configuration: config)
-        let watch = SyncPeer(store: home.watches[0], configuration: config)
-        let folder = TempFolder()
-        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing)
-        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing)
+        let queued = try QueuedPair(home, pairing: pairing, batchEntries: nil, maxMessages: nil)
+        let (phone, phoneBox, watch, watchBox) = (queued.phone, queued.phoneBox, queued.watch, queued.watchBox)
         var markers = 0
         for _ in 0..<3 {
             try phone.deliverQueued(through: phoneBox)
@@ -731,4 +639,64 @@ final class Neighbourhood {
         #expect(try phoneBox.refusedFiles().count == 1)
     }
 
+}
+
+/// Queued delivery between the phone and a watch of `home` through a
+/// mailbox of the watch's pairing; by default one entry per batch and a spool
+/// of three messages (nil: the engine's defaults).
+final class QueuedPair {
+    let home: Neighbourhood
+    let config: ReplicationConfiguration
+    let phone: SyncPeer
+    let watch: SyncPeer
+    let phoneBox: Mailbox
+    let watchBox: Mailbox
+    private let folder = TempFolder()
+
+    /// `pairing`: watch `index`'s (its epoch is the one `home` gave that watch).
+    init(_ home: Neighbourhood, watch index: Int = 0, pairing secret: PairingSecret, batchEntries: Int? = 1, maxMessages: Int? = 3) throws {
+        self.home = home
+        var config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        if let batchEntries { config.maxBatchEntries = batchEntries }
+        self.config = config
+        phone = SyncPeer(store: home.phone, configuration: config)
+        watch = SyncPeer(store: home.watches[index], configuration: config)
+        let limits = maxMessages.map { MailboxLimits(maxMessages: $0) } ?? .default
+        phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret, limits: limits)
+        watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret, limits: limits)
+    }
+
+    /// The phone posts steps, p0 and p1 for watch 0 (the spool is then full)
+    /// and deletes steps (the delete waits); watch 1 takes it live and
+    /// acknowledges it (recorded by a purge pass).
+    func postStepsThenDeleteItWhileTheSpoolIsFull() async throws {
+        try await home.phone.set(2, for: TestKeys.steps)
+        for i in 0..<2 { try await home.phone.set(100 + i, for: TestKeys.daily["p\(i)"]) }
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try phoneBox.outgoingCount() == 3)
+        home.sync(1)
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.steps)
+        try phone.deliverQueued(through: phoneBox)  // the spool is full: the delete waits
+        home.sync(1)
+        home.recordAcknowledgements()
+    }
+
+    /// `count` rounds: the watch reads and posts, then the phone.
+    func rounds(_ count: Int) throws {
+        for _ in 0..<count {
+            try watch.deliverQueued(through: watchBox)
+            try phone.deliverQueued(through: phoneBox)
+        }
+    }
+
+    /// Steps is gone from the phone and watch 0, p0 and p1 are on both, and nothing waits.
+    func expectStepsGoneAndThePhonesValuesEverywhere() throws {
+        for store in [home.phone, home.watches[0]] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
+            for i in 0..<2 { #expect(try store.storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i) }
+        }
+        #expect(try home.watches[0].rebaselineMarkCount() == 0)
+        #expect(try home.phone.pendingSummary(for: home.watches[0].nodeID).total == 0)
+    }
 }
