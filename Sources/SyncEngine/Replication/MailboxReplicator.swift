@@ -1,24 +1,6 @@
 import Logging
 import SyncTransport
 
-/// What one round of queued delivery did (`SyncPeer.deliverQueued(through:)`).
-public struct QueuedDeliveryReport: Sendable, Equatable {
-    /// Messages read from the peer (batches, acknowledgements, refusals).
-    public var messagesRead = 0
-    /// Entries from the peer that changed this store.
-    public var entriesApplied = 0
-    /// Messages this end posted (batches, acknowledgements, refusals).
-    public var messagesPosted = 0
-    /// Entries this end posted for the peer.
-    public var entriesPosted = 0
-    /// The peer's cursor moved (an acknowledgement of our changes arrived).
-    public var acknowledged = false
-    /// Files or messages refused, with their codes (also reported as `.error` events).
-    public var refused: [SyncError] = []
-
-    public init() {}
-}
-
 /// Queued delivery through a `Mailbox`, step-driven like `ReplicationEndpoint`:
 /// each `exchange` reads what the peer queued (applying batches through the
 /// same `ApplyPlanner` and port as a live session, acknowledging them durably),
@@ -162,7 +144,7 @@ package final class MailboxReplicator {
                     continue
                 }
                 if decoded.isFromPhoneOnly, port.role != .watch {
-                    try setAside(message, SyncError(.protocolViolation, "a queued \(Self.describe(decoded)) reached a \(port.role); only a phone sends them to its watches"),
+                    try setAside(message, SyncError(.protocolViolation, "a queued \(decoded.kindName) reached a \(port.role); only a phone sends them to its watches"),
                                  into: &report)
                     continue
                 }
@@ -287,17 +269,6 @@ package final class MailboxReplicator {
         if port.role == .watch, try port.sweepRebaselineMarks(after: .queuedRead) > 0 { port.noteAppliedOutsideSessions() }
     }
 
-    /// What `message` is, in words (for errors).
-    private static func describe(_ message: QueuedMessage) -> String {
-        switch message {
-        case .batch: "batch"
-        case .ack: "acknowledgement"
-        case .refusal: "refusal"
-        case .rebaseline: "re-baseline notice"
-        case .declarations: "key declarations"
-        case .caughtUpFollows, .caughtUp: "caught-up marker"
-        }
-    }
 
     private lazy var ourFingerprint: [UInt8] = port.registry.fingerprint(for: port.role)
     /// `PeerRecord.registries` of a peer whose registry is ours.

@@ -62,6 +62,18 @@ package enum QueuedMessage: Sendable, Equatable {
         }
     }
 
+    /// What the message is, in words (for errors).
+    var kindName: String {
+        switch self {
+        case .batch: "batch"
+        case .ack: "acknowledgement"
+        case .refusal: "refusal"
+        case .rebaseline: "re-baseline notice"
+        case .declarations: "key declarations"
+        case .caughtUpFollows, .caughtUp: "caught-up marker"
+        }
+    }
+
     /// A message only a phone sends (a watch refuses it from anyone else).
     var isFromPhoneOnly: Bool {
         switch self {
