@@ -269,7 +269,6 @@ package final class MailboxReplicator {
         if port.role == .watch, try port.sweepRebaselineMarks(after: .queuedRead) > 0 { port.noteAppliedOutsideSessions() }
     }
 
-
     private lazy var ourFingerprint: [UInt8] = port.registry.fingerprint(for: port.role)
     /// `PeerRecord.registries` of a peer whose registry is ours.
     private var agreed: [UInt8] { ourFingerprint + ourFingerprint }
