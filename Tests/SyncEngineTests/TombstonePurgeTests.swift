@@ -522,6 +522,45 @@ final class Neighbourhood {
         try queued.expectStepsGoneAndThePhonesValuesEverywhere()
     }
 
+    /// A queued re-baseline (notice, baseline, marker) waits for the watch;
+    /// the phone purges another delete, and the watch comes back live first:
+    /// the live notice (of the newer purge) re-baselines it, and the phone
+    /// takes back the queued baseline it superseded. The queued notice the
+    /// watch reads after that is older than the one it acted on: it marks
+    /// nothing, and the marker after it removes nothing the live baseline
+    /// brought.
+    @Test func aQueuedNoticeOlderThanALiveOneTheWatchActedOnMarksNothing() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try await Neighbourhood.withForgottenWatch(pairing: pairing, phoneValues: 2)
+        let queued = try QueuedPair(home, pairing: pairing, batchEntries: nil, maxMessages: nil)
+        try queued.phone.deliverQueued(through: queued.phoneBox)
+        let purgedFirst = try home.phone.purgedThrough()
+        // Another delete, acknowledged by watch 1 and purged.
+        try await home.phone.set(9, for: TestKeys.daily["later"])
+        home.sync(1)
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.daily["later"])
+        home.sync(1)
+        home.recordAcknowledgements()
+        home.advance(days: 31)
+        home.sync(1)
+        #expect(try home.phone.purgeTombstones() == 1)
+        #expect(try home.phone.purgedThrough() > purgedFirst)
+        let seen = SeenChanges(home.watches[0])
+
+        home.sync(0)
+        #expect(home.rebaselined(0))
+        try queued.phone.deliverQueued(through: queued.phoneBox)
+        try queued.rounds(3)
+        for store in [home.phone, home.watches[0]] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
+            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+            for i in 0..<2 { #expect(try store.storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i, "p\(i) on the \(store.role)") }
+        }
+        #expect(seen.removedKeys == [TestKeys.steps.name], "the app saw \(seen.all.map { "\($0.kind) \($0.key)" })")
+        #expect(try home.watches[0].rebaselineMarkCount() == 0)
+    }
+
     /// A phone of a build before caught-up markers (its markers taken out of
     /// the mailbox here): the watch removes what is still marked when the
     /// read that carried the notice ends, as before, and all converges.

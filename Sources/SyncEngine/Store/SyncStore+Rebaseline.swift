@@ -63,16 +63,12 @@ extension SyncStore {
             let stmt = try conn.statement("UPDATE entries SET origin_peer = 0 WHERE origin_peer = ?1")
             stmt.bind(1, Int64(peer))
             try stmt.run()
-            let meta = try SyncStore.readMeta(conn)
-            let name = Self.rebaselineGenerationMeta(peer)
-            var generation = Int64(meta[name] ?? "") ?? 0
-            if peer == MailboxReplicator.unknownPeer {
-                // Past every watch's own: the watch that reads it adopts it (`adoptRebaselineGeneration`),
-                // and no acknowledgement of its earlier batches can be taken for this baseline's.
-                let prefix = Self.rebaselineGenerationMeta(0).dropLast()
-                generation = meta.filter { $0.key.hasPrefix(prefix) }.values.compactMap { Int64($0) }.max() ?? 0
-            }
-            try SyncStore.writeMeta(conn, name, String(generation &+ 1))
+            // Past every generation this phone gave any watch (or a watch not known yet): batches
+            // posted before, for whichever node, never pass for this baseline's, and a watch met
+            // through the mailbox adopts the unknown peer's (`adoptRebaselineGeneration`).
+            let prefix = Self.rebaselineGenerationMeta(0).dropLast()
+            let generation = try SyncStore.readMeta(conn).filter { $0.key.hasPrefix(prefix) }.values.compactMap { Int64($0) }.max() ?? 0
+            try SyncStore.writeMeta(conn, Self.rebaselineGenerationMeta(peer), String(generation &+ 1))
             if let pairingEpoch { try SyncStore.writeMeta(conn, Self.queuedCaughtUpOwedMeta(pairingEpoch), "1") }
         }
         try syncCommitted()
@@ -171,8 +167,9 @@ extension SyncStore {
     /// (`sync_rebaseline_marks`), count as absent to the baseline's batches
     /// (`execute`), and what is still marked goes at the phone's caught-up
     /// notice or the mailbox read's end (`sweepRebaselineMarks`): the app
-    /// never sees a value go that the baseline brings back. Returns how many
-    /// entries were removed, or marked.
+    /// never sees a value go that the baseline brings back. A queued notice
+    /// (`.afterQueuedRead`) no newer than one already acted on does nothing.
+    /// Returns how many entries were removed, or marked.
     func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64? = nil,
                          removal: RebaselineRemoval = .immediately) throws -> Int {
         try checkOpen()
@@ -183,8 +180,12 @@ extension SyncStore {
         let (found, _, removed) = try database.write({ conn -> (Int, [String], [StoreChange]) in
             let meta = try SyncStore.readMeta(conn)
             var limit = Int64.max
-            if let mark = meta[markName]?.split(separator: "/"), mark.count == 2, Int64(mark[0]) == purgedThrough, let seen = Int64(mark[1]) {
-                limit = seen
+            if let mark = meta[markName]?.split(separator: "/"), mark.count == 2, let actedOn = Int64(mark[0]) {
+                // A queued notice no newer than one this watch acted on (live, or queued before) is
+                // of a re-baseline that one superseded (the phone's purges only go forward): its
+                // baseline may have been taken back, and what it would mark came since from the phone.
+                if removal == .afterQueuedRead, actedOn >= purgedThrough { return (0, [], []) }
+                if actedOn == purgedThrough, let seen = Int64(mark[1]) { limit = seen }
             }
             let record = try SyncStore.peerRecord(conn, node: peer)
             let cursor = min(record?.cursor ?? 0, acknowledgedBefore ?? .max)
