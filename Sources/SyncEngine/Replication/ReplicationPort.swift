@@ -131,8 +131,8 @@ package protocol ReplicationPort: AnyObject {
     func sweepRebaselineMarks(after sweep: SyncStore.RebaselineSweep) throws -> Int
     /// The version a re-baseline notice marked `key` at, while its row holds it (nil: not marked).
     func rebaselineMark(forKey key: String) throws -> HLCTimestamp?
-    /// How many re-baseline notices this end sent `peer`: the generation
-    /// that queued batches for it name their stream positions in.
+    /// The generation of the last re-baseline notice this end sent `peer`
+    /// (0 before any): queued batches for it name their stream positions in it.
     func rebaselineGeneration(for peer: UInt32) throws -> Int64
 
     // MARK: large values

@@ -76,9 +76,9 @@ extension SyncStore {
         return purged
     }
 
-    /// How many re-baseline notices this store sent `peer` (0 for a watch):
-    /// queued batches for it name their stream positions in this generation
-    /// (`QueuedStreamPosition`).
+    /// The generation of the last re-baseline notice this store sent `peer`
+    /// (0 for a watch, and before any): queued batches for it name their
+    /// stream positions in it (`QueuedStreamPosition`).
     func rebaselineGeneration(for peer: UInt32) throws -> Int64 {
         Int64(try meta(Self.rebaselineGenerationMeta(peer)) ?? "") ?? 0
     }
