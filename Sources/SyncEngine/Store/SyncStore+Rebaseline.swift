@@ -106,9 +106,7 @@ extension SyncStore {
             let origin = try conn.statement("UPDATE entries SET origin_peer = 0 WHERE origin_peer = ?1")
             origin.bind(1, Int64(peer))
             try origin.run()
-            let drop = try conn.statement("DELETE FROM sync_meta WHERE name = ?1")
-            drop.bind(1, unknown)
-            try drop.run()
+            try SyncStore.deleteMeta(conn, unknown)
         }
     }
 
@@ -120,11 +118,7 @@ extension SyncStore {
 
     /// On a phone: the caught-up marker of the mailbox of `pairingEpoch` is posted.
     func settleQueuedCaughtUp(in pairingEpoch: String) throws {
-        try database.write { conn in
-            let delete = try conn.statement("DELETE FROM sync_meta WHERE name = ?1")
-            delete.bind(1, Self.queuedCaughtUpOwedMeta(pairingEpoch))
-            try delete.run()
-        }
+        try database.write { conn in try SyncStore.deleteMeta(conn, Self.queuedCaughtUpOwedMeta(pairingEpoch)) }
     }
 
     /// On a watch: the phone announced that the queued baseline after its next
@@ -286,8 +280,8 @@ extension SyncStore {
             select.reset()
             let changes = try removeRebaselined(conn, marked)
             try conn.execute("DELETE FROM sync_rebaseline_marks")
-            try conn.execute("DELETE FROM sync_meta WHERE name = '\(SyncStore.queuedMarksMeta)'")
-            if case .queuedCaughtUp = sweep { try conn.execute("DELETE FROM sync_meta WHERE name = '\(SyncStore.queuedCaughtUpExpectedMeta)'") }
+            try SyncStore.deleteMeta(conn, SyncStore.queuedMarksMeta)
+            if case .queuedCaughtUp = sweep { try SyncStore.deleteMeta(conn, SyncStore.queuedCaughtUpExpectedMeta) }
             return (marked.map(\.key), changes)
         }, onCommit: { keys, _ in cache.invalidate(keys) })
         if !removedKeys.isEmpty {

@@ -215,18 +215,14 @@ extension SyncStore {
             restore.bind(1, Int64(node))
             restore.bind(2, saved)
             try restore.run()
-            let drop = try conn.statement("DELETE FROM sync_meta WHERE name = ?1")
-            drop.bind(1, saved)
-            try drop.run()
+            try SyncStore.deleteMeta(conn, saved)
             // And the registries compared with it, unless compared since.
             if let registries = try SyncStore.forgottenRegistries(conn, node: node) {
                 let restore = try conn.statement("UPDATE sync_peers SET registries = ?2 WHERE peer_node = ?1 AND registries IS NULL")
                 restore.bind(1, Int64(node))
                 restore.bind(2, registries)
                 try restore.run()
-                drop.reset()
-                drop.bind(1, SyncStore.forgottenRegistriesMeta(node))
-                try drop.run()
+                try SyncStore.deleteMeta(conn, SyncStore.forgottenRegistriesMeta(node))
             }
             return try SyncStore.peerRecord(conn, node: node) ?? PeerRecord(node: node, cursor: 0, mismatched: [])
         }
@@ -399,8 +395,7 @@ extension SyncStore {
                 update.bind(1, key)
                 try update.run()
             }
-            let done = try conn.statement("DELETE FROM sync_meta WHERE name = 'lanes_need_registry'")
-            try done.run()
+            try SyncStore.deleteMeta(conn, "lanes_need_registry")
         }
     }
 }

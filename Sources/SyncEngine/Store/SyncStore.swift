@@ -202,6 +202,12 @@ public final class SyncStore: KeyValueBackend {
         try stmt.run()
     }
 
+    static func deleteMeta(_ conn: SQLiteConnection, _ name: String) throws {
+        let stmt = try conn.statement("DELETE FROM sync_meta WHERE name = ?1")
+        stmt.bind(1, name)
+        try stmt.run()
+    }
+
     func meta(_ name: String) throws -> String? {
         try database.read { conn in
             let stmt = try conn.statement("SELECT value FROM sync_meta WHERE name = ?")
