@@ -15,19 +15,26 @@ func syncsimBinary() -> String {
     return FileManager.default.currentDirectoryPath + "/.build/debug/syncsim"
 }
 
-/// Reads lines from a pipe, as an async sequence of strings.
+/// Reads lines from a pipe, as an async sequence of strings that ends when
+/// every writer closed it (a last line without a newline included).
+///
+/// A thread of its own blocks in `read(2)`: `FileHandle.readabilityHandler`
+/// sometimes misses the end of the pipe on Linux
+/// (swift-corelibs-foundation#3275), which left a waiting test hanging.
 func lines(of pipe: Pipe) -> AsyncStream<String> {
     AsyncStream { continuation in
-        let handle = pipe.fileHandleForReading
+        let descriptor = pipe.fileHandleForReading.fileDescriptor
         let buffer = LineBuffer()
-        handle.readabilityHandler = { h in
-            let data = h.availableData
-            if data.isEmpty {
-                h.readabilityHandler = nil
-                continuation.finish()
-                return
+        Thread.detachNewThread {
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+                if count < 0, errno == EINTR { continue }
+                guard count > 0 else { break }
+                for line in buffer.append(Data(chunk[..<count])) { continuation.yield(line) }
             }
-            for line in buffer.append(data) { continuation.yield(line) }
+            if let last = buffer.remainder() { continuation.yield(last) }
+            continuation.finish()
         }
     }
 }
@@ -44,6 +51,10 @@ final class LineBuffer: Sendable {
             }
             return lines
         }
+    }
+    /// What is left after the last newline, if anything.
+    func remainder() -> String? {
+        pending.withLock { $0.isEmpty ? nil : String(decoding: $0, as: UTF8.self) }
     }
 }
 import Synchronization

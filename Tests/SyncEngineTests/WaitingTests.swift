@@ -53,4 +53,21 @@ import Testing
         try await exitStatus(of: process, "the killed child to be reaped")
         #expect(process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGKILL)
     }
+
+    /// The end of a child's output is always seen, even when the child writes
+    /// and exits at once, over and over (readability handlers missed it now and
+    /// then on Linux, and the example-apps test hung in CI).
+    @Test func theLinesOfAPipeAlwaysEndWhenItsWriterExits() async throws {
+        for round in 0..<300 {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", "printf 'first\\nlast'"]
+            let out = Pipe()
+            process.standardOutput = out
+            try process.run()
+            let seen = try await all(of: lines(of: out), "round \(round)'s output to end", within: .seconds(20))
+            #expect(seen == ["first", "last"], "round \(round)")
+            #expect(try await exitStatus(of: process, "round \(round)'s child to exit") == 0)
+        }
+    }
 }
