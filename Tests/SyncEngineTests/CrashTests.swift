@@ -23,15 +23,20 @@ func syncsimBinary() -> String {
 /// (swift-corelibs-foundation#3275), which left a waiting test hanging.
 func lines(of pipe: Pipe) -> AsyncStream<String> {
     AsyncStream { continuation in
-        let descriptor = pipe.fileHandleForReading.fileDescriptor
+        // The thread holds the handle: the pipe's owner may let go of it first, and
+        // the descriptor must not be closed (or its number reused) under the read.
+        let handle = pipe.fileHandleForReading
         let buffer = LineBuffer()
         Thread.detachNewThread {
-            var chunk = [UInt8](repeating: 0, count: 4096)
-            while true {
-                let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-                if count < 0, errno == EINTR { continue }
-                guard count > 0 else { break }
-                for line in buffer.append(Data(chunk[..<count])) { continuation.yield(line) }
+            withExtendedLifetime(handle) {
+                let descriptor = handle.fileDescriptor
+                var chunk = [UInt8](repeating: 0, count: 4096)
+                while true {
+                    let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+                    if count < 0, errno == EINTR { continue }
+                    guard count > 0 else { break }
+                    for line in buffer.append(Data(chunk[..<count])) { continuation.yield(line) }
+                }
             }
             if let last = buffer.remainder() { continuation.yield(last) }
             continuation.finish()
