@@ -522,6 +522,61 @@ final class Neighbourhood {
         try queued.expectStepsGoneAndThePhonesValuesEverywhere()
     }
 
+    /// As above, but the watch reads the mailbox right after the live
+    /// re-baseline, before the phone's next round: the phone took back the
+    /// superseded batches before its live notice went, so the watch finds
+    /// none of them.
+    @Test func batchesALiveRebaselineSupersededAreGoneBeforeItsNotice() async throws {
+        let pairing = PairingSecret.generate()
+        let queued = try QueuedPair(try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"]), pairing: pairing)
+        let home = queued.home
+        try await queued.postStepsThenDeleteItWhileTheSpoolIsFull()
+        home.advance(days: 31)
+        #expect(try home.phone.purgeTombstones() == 1)
+        try queued.phone.deliverQueued(through: queued.phoneBox)
+
+        home.sync(0)
+        #expect(home.rebaselined(0))
+        try queued.watch.deliverQueued(through: queued.watchBox)
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil, "a superseded batch was applied")
+        try queued.rounds(4)
+        try queued.expectStepsGoneAndThePhonesValuesEverywhere()
+    }
+
+    /// A batch the watch read from the mailbox just before a live re-baseline
+    /// notice, and would apply just after it (its queued round and its live
+    /// session run side by side), is not applied: the phone took it back
+    /// before the notice went, and the watch leaves it for its next round,
+    /// where it is gone.
+    @Test func aBatchReadBeforeALiveNoticeAndAppliedAfterItIsLeft() async throws {
+        let pairing = PairingSecret.generate()
+        let queued = try QueuedPair(try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"]), pairing: pairing)
+        let home = queued.home
+        try await queued.postStepsThenDeleteItWhileTheSpoolIsFull()
+        home.advance(days: 31)
+        #expect(try home.phone.purgeTombstones() == 1)
+        try queued.phone.deliverQueued(through: queued.phoneBox)
+
+        let watchStore = home.watches[0]
+        let reader = MailboxReplicator(port: SQLiteReplicationPort(watchStore), reporter: StoreReporter(watchStore),
+                                       configuration: queued.config, mailbox: queued.watchBox)
+        var liveDuringRead = false
+        reader.afterReading = { message in
+            guard !liveDuringRead, case .batch(_, _, _, let entries) = message, entries.contains(where: { $0.key == TestKeys.steps.name }) else { return }
+            liveDuringRead = true
+            home.sync(0)
+        }
+        let report = reader.exchange(sendsPending: false)
+        #expect(liveDuringRead)
+        #expect(home.rebaselined(0))
+        #expect(report.entriesApplied == 0, "\(report)")
+        #expect(try watchStore.storedValue(for: TestKeys.steps) == nil, "the batch read before the notice was applied after it")
+        reader.afterReading = nil
+        _ = reader.exchange(sendsPending: true)
+        try queued.rounds(4)
+        try queued.expectStepsGoneAndThePhonesValuesEverywhere()
+    }
+
     /// A queued re-baseline (notice, baseline, marker) waits for the watch;
     /// the phone purges another delete, and the watch comes back live first:
     /// the live notice (of the newer purge) re-baselines it, and the phone

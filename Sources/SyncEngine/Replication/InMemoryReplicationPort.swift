@@ -233,6 +233,9 @@ package final class InMemoryReplicationPort: ReplicationPort {
     package func owesQueuedCaughtUp(in pairingEpoch: String) throws -> Bool { false }
     package func settleQueuedCaughtUp(in pairingEpoch: String) throws {}
     package func rebaselineGeneration(for peer: UInt32) throws -> Int64 { 0 }
+    package var liveRebaselineCount: Int { 0 }
+    package func registerQueuedSpool(_ mailbox: Mailbox) {}
+    package func whileQueuedPosting(_ body: () throws -> Void) throws { try body() }
     package func rebaselineMark(forKey key: String) throws -> HLCTimestamp? { nil }
 
     /// Refused: only a store that purges tombstones sends notices, and this

@@ -68,6 +68,8 @@ package final class MailboxReplicator {
     static let repairRange = (after: Int64.max - 1, through: Int64.max)
     /// Called with each message this end posts (the simulator's invariant checker reads them).
     package var onPost: ((QueuedMessage) -> Void)?
+    /// Called with each valid message read, before it is used (tests interleave a live session there).
+    package var afterReading: ((QueuedMessage) -> Void)?
     /// Whether the last round failed to post because the peer's spool was full (reported once).
     private var reportedFull = false
     /// A re-baseline notice was posted ahead of the baseline now being posted (from cursor 0).
@@ -80,6 +82,7 @@ package final class MailboxReplicator {
         self.reporter = reporter
         self.configuration = configuration
         self.mailbox = mailbox
+        port.registerQueuedSpool(mailbox)
     }
 
     /// What this end's messages carry. The protocol version is the oldest this
@@ -98,10 +101,11 @@ package final class MailboxReplicator {
         var report = QueuedDeliveryReport()
         do {
             if peerNode == nil { peerNode = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)?.node }
-            try withdrawSuperseded()
+            try port.whileQueuedPosting { try withdrawSuperseded() }
             let outboxWasEmpty = try mailbox.outgoingCount() == 0
             try receive(into: &report)
-            if sendsPending { try post(outboxWasEmpty: outboxWasEmpty, into: &report) }
+            // While no live re-baseline notice takes batches back (`QueuedSpools`).
+            if sendsPending { try port.whileQueuedPosting { try post(outboxWasEmpty: outboxWasEmpty, into: &report) } }
         } catch let error as SyncError {
             emit(.error(error))
         } catch let error as TransportError {
@@ -120,7 +124,11 @@ package final class MailboxReplicator {
     // MARK: receiving
 
     private func receive(into report: inout QueuedDeliveryReport) throws {
-        while let delivery = try mailbox.next() {
+        reading: while true {
+            // A live re-baseline notice acted on after this, before a batch read now is applied: the
+            // batch may be one the notice superseded (the phone took it back before the notice went).
+            let rebaselinesBefore = port.liveRebaselineCount
+            guard let delivery = try mailbox.next() else { break }
             switch delivery {
             case .refused(let file, let error):
                 let refusal = SyncError(error, context: "the mailbox refused \(file) (kept in \(mailbox.inboxPath)/refused)")
@@ -148,6 +156,7 @@ package final class MailboxReplicator {
                                  into: &report)
                     continue
                 }
+                afterReading?(decoded)
                 var peer: PeerRecord
                 do {
                     peer = try learn(decoded.header)
@@ -166,7 +175,10 @@ package final class MailboxReplicator {
                 case .batch(let sender, let after, let through, let entries):
                     // Another registry, compared already (`validate`): its keys declared differently are passed over.
                     let mismatched = sender.registryFingerprint == ourFingerprint ? [] : peer.mismatched
-                    let plan = try apply(entries, from: peer, mismatched: mismatched)
+                    guard let plan = try apply(entries, from: peer, mismatched: mismatched, unlessRebaselinedSince: rebaselinesBefore) else {
+                        // Left in the mailbox: the next round reads it again, unless the phone took it back.
+                        break reading
+                    }
                     report.entriesApplied += plan.applied
                     // Live sessions forward them (and send back a resolver's merge); waits for idle see them.
                     if plan.applied > 0 { port.noteAppliedOutsideSessions() }
@@ -357,16 +369,27 @@ package final class MailboxReplicator {
         return record
     }
 
-    private func apply(_ entries: [WireEntry], from peer: PeerRecord, mismatched: Set<String>) throws -> ApplyPlan {
+    /// Applies a batch's entries; nil (nothing applied) when a live re-baseline
+    /// notice was acted on since `rebaselinesBefore` (`ReplicationPort.liveRebaselineCount`).
+    private func apply(_ entries: [WireEntry], from peer: PeerRecord, mismatched: Set<String>,
+                       unlessRebaselinedSince rebaselinesBefore: Int) throws -> ApplyPlan? {
         let context = ApplyPlanner.Context(peerRole: port.role.counterpart, mismatched: mismatched, versionBound: port.versionBound(),
                                            now: port.nowMilliseconds(), maxValueSize: port.maxValueSize,
                                            lastArrivalWins: configuration.testingFaults.lastArrivalWins)
         let registry = port.registry
         var plan = ApplyPlan()
+        var superseded = false
+        let port = self.port
         let outcome = try port.apply(entries, from: peer.node, completing: nil, durable: true, receivedThrough: nil) { local in
+            // Inside the write transaction: a notice's marks are committed before, or wait until after.
+            guard port.liveRebaselineCount == rebaselinesBefore else {
+                superseded = true
+                return plan
+            }
             plan = ApplyPlanner.plan(entries, local: local, registry: registry, context: context)
             return plan
         }
+        if superseded { return nil }
         var delta = SyncCounters()
         delta.batchesReceived = 1
         delta.entriesReceived = entries.count
@@ -395,12 +418,18 @@ package final class MailboxReplicator {
               let record = try port.queuedPeer(role: .watch, epoch: configuration.pairingEpoch) else { return }
         let generation = try port.rebaselineGeneration(for: record.node)
         if let checked = checkedGeneration, checked == (record.node, generation) { return }
+        try Self.withdraw(from: mailbox, batchesOf: port.nodeID, outside: generation)
+        checkedGeneration = (record.node, generation)
+    }
+
+    /// Takes back the batches `node` posted to `mailbox` that the peer has not
+    /// read, of another generation than `generation` (the repair batch stays).
+    static func withdraw(from mailbox: Mailbox, batchesOf node: UInt32, outside generation: Int64) throws {
         for message in try mailbox.outgoingMessages() {
-            guard case .batch(let header, _, let through, _)? = try? QueuedMessage(frame: message.frame), header.node == port.nodeID,
-                  through != Self.repairRange.through, QueuedStreamPosition.position(through, generation: generation) == nil else { continue }
+            guard case .batch(let header, _, let through, _)? = try? QueuedMessage(frame: message.frame), header.node == node,
+                  through != repairRange.through, QueuedStreamPosition.position(through, generation: generation) == nil else { continue }
             try mailbox.withdraw(message)
         }
-        checkedGeneration = (record.node, generation)
     }
 
     /// Stands for a peer not met yet: nothing in the store came from it, and it has no cursor.

@@ -134,6 +134,14 @@ package protocol ReplicationPort: AnyObject {
     /// The generation of the last re-baseline notice this end sent `peer`
     /// (0 before any): queued batches for it name their stream positions in it.
     func rebaselineGeneration(for peer: UInt32) throws -> Int64
+    /// How many live re-baseline notices this store acted on in this process
+    /// (a queued batch read before one is not applied after it).
+    var liveRebaselineCount: Int { get }
+    /// A mailbox this store posts queued batches through: a live re-baseline
+    /// notice takes back the batches it supersedes there before it goes.
+    func registerQueuedSpool(_ mailbox: Mailbox)
+    /// Runs `body` (a queued round's posting) while no live notice takes batches back.
+    func whileQueuedPosting(_ body: () throws -> Void) throws
 
     // MARK: large values
 
@@ -281,7 +289,10 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func recordRegistries(_ registries: [UInt8], for peer: UInt32) throws { try store.recordRegistries(registries, for: peer) }
 
     package func rebaselineNotice(for peer: UInt32, cursor: Int64, queuedIn pairingEpoch: String?) throws -> Int64? {
-        try store.rebaselineNotice(for: peer, cursor: cursor, queuedIn: pairingEpoch)
+        let purged = try store.rebaselineNotice(for: peer, cursor: cursor, queuedIn: pairingEpoch)
+        // A live notice: the queued batches it supersedes are taken back before it goes.
+        if purged != nil, pairingEpoch == nil { try store.queuedSpools.withdrawSuperseded(for: peer, of: store) }
+        return purged
     }
 
     package func adoptRebaselineGeneration(for peer: UInt32) throws { try store.adoptRebaselineGeneration(for: peer) }
@@ -303,6 +314,9 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func sweepRebaselineMarks(after sweep: SyncStore.RebaselineSweep) throws -> Int { try store.sweepRebaselineMarks(after: sweep) }
 
     package func rebaselineGeneration(for peer: UInt32) throws -> Int64 { try store.rebaselineGeneration(for: peer) }
+    package var liveRebaselineCount: Int { store.liveRebaselines.load(ordering: .sequentiallyConsistent) }
+    package func registerQueuedSpool(_ mailbox: Mailbox) { store.queuedSpools.register(mailbox) }
+    package func whileQueuedPosting(_ body: () throws -> Void) throws { try store.queuedSpools.whilePosting(body) }
 
     package func rebaselineMark(forKey key: String) throws -> HLCTimestamp? { try store.rebaselineMark(forKey: key) }
 

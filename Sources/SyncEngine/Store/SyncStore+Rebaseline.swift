@@ -205,6 +205,8 @@ extension SyncStore {
             }
             select.reset()
             try SyncStore.writeMeta(conn, markName, "\(purgedThrough)/\(nextSeq.withLock { $0 } - 1)")
+            // A queued batch read before this (live) notice is not applied after it (`MailboxReplicator`).
+            if removal != .afterQueuedRead { liveRebaselines.add(1, ordering: .sequentiallyConsistent) }
             if removal != .immediately {
                 if removal == .afterQueuedRead { try SyncStore.writeMeta(conn, SyncStore.queuedMarksMeta, "1") }
                 let mark = try conn.statement("INSERT OR REPLACE INTO sync_rebaseline_marks(key, ver, node) VALUES (?1, ?2, ?3)")

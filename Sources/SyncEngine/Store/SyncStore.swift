@@ -41,6 +41,10 @@ public final class SyncStore: KeyValueBackend {
     /// The origin of a local commit in `localWrites` (no peer has node 0).
     static let thisDevice: UInt32 = 0
     let counters = Mutex(SyncCounters())
+    /// The mailboxes queued batches are posted through in this process (`QueuedSpools`).
+    let queuedSpools = QueuedSpools()
+    /// Live re-baseline notices acted on in this process; changed only inside their write transaction.
+    let liveRebaselines = Atomic<Int>(0)
     let hooks = Mutex(CommitHooks())
     /// The next change sequence number; only touched inside write transactions.
     let nextSeq: Mutex<Int64>

@@ -1,0 +1,42 @@
+import Synchronization
+import SyncTransport
+
+/// The mailboxes a store posts queued batches through in this process
+/// (`MailboxReplicator` registers its own). A live re-baseline notice takes
+/// back, from the spool of the watch it goes to, the batches it supersedes
+/// before it is sent: a watch that reads its mailbox right after the notice
+/// finds none of them. Posting and taking back exclude each other, so a round
+/// that read the generation before the notice cannot post a batch of it after.
+final class QueuedSpools: Sendable {
+    private struct Registered: Sendable {
+        weak var mailbox: Mailbox?
+    }
+
+    private let spools = Mutex<[ObjectIdentifier: Registered]>([:])
+    private let posting = Mutex<Void>(())
+
+    func register(_ mailbox: Mailbox) {
+        spools.withLock { spools in
+            spools = spools.filter { $0.value.mailbox != nil }
+            spools[ObjectIdentifier(mailbox)] = Registered(mailbox: mailbox)
+        }
+    }
+
+    /// Runs `body` (a round's posting) while no notice takes batches back.
+    func whilePosting<Result>(_ body: () throws -> Result) throws -> Result {
+        try posting.withLock { _ in try body() }
+    }
+
+    /// Takes back, from each registered spool whose watch is `peer`, the
+    /// batches of `store` of another generation than `peer`'s current one.
+    func withdrawSuperseded(for peer: UInt32, of store: SyncStore) throws {
+        let mailboxes = spools.withLock { $0.values.compactMap(\.mailbox) }
+        guard !mailboxes.isEmpty else { return }
+        try posting.withLock { _ in
+            let generation = try store.rebaselineGeneration(for: peer)
+            for mailbox in mailboxes where try store.queuedPeer(role: .watch, epoch: mailbox.pairingEpoch)?.node == peer {
+                try MailboxReplicator.withdraw(from: mailbox, batchesOf: store.nodeID, outside: generation)
+            }
+        }
+    }
+}
