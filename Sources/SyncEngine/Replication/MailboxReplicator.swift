@@ -281,7 +281,8 @@ package final class MailboxReplicator {
         if port.role == .watch, try port.sweepRebaselineMarks(after: .queuedRead) > 0 { port.noteAppliedOutsideSessions() }
     }
 
-    private lazy var ourFingerprint: [UInt8] = port.registry.fingerprint(for: port.role)
+    /// This app's registry fingerprint, as its messages carry it.
+    lazy var ourFingerprint: [UInt8] = port.registry.fingerprint(for: port.role)
     /// `PeerRecord.registries` of a peer whose registry is ours.
     private var agreed: [UInt8] { ourFingerprint + ourFingerprint }
 
@@ -303,41 +304,6 @@ package final class MailboxReplicator {
         onPost?(message)
         report.messagesPosted += 1
         declarationsPostedFor = registries
-    }
-
-    /// Why `message` cannot be used here, if it cannot.
-    /// A refusal is read whatever the peer's protocol or registry (they are often why it refused),
-    /// and key declarations whatever the peer's registry (they are how registries are compared).
-    /// A message of another key registry is used when a session with its sender
-    /// compared that registry with this device's (`PeerRecord.registries`).
-    private func validate(_ message: QueuedMessage) throws -> SyncError? {
-        let header = message.header
-        let isRefusal = if case .refusal = message { true } else { false }
-        let isDeclarations = if case .declarations = message { true } else { false }
-        if header.role != port.role.counterpart {
-            return SyncError(.protocolViolation, "a queued message from a \(header.role) reached a \(port.role)")
-        }
-        if header.pairingEpoch != configuration.pairingEpoch {
-            return SyncError(.pairingMismatch, "a queued message of pairing \(PeerText.escaped(header.pairingEpoch, maxLength: 64)) reached pairing \(configuration.pairingEpoch)")
-        }
-        if isRefusal { return nil }
-        // The sender speaks its message's version and maybe newer ones; this build reads
-        // any message written for a version it knows (older builds named their newest).
-        if header.protocolVersion < 1 || header.protocolVersion > configuration.protocolRange.upperBound {
-            return SyncError(.unsupportedVersion,
-                             "a queued message needs protocol \(header.protocolVersion) or newer; this build speaks \(configuration.protocolRange.lowerBound)...\(configuration.protocolRange.upperBound); update this app")
-        }
-        let ours = ourFingerprint
-        if header.registryFingerprint != ours, !isDeclarations {
-            let compared = try port.queuedPeer(role: header.role, epoch: header.pairingEpoch)
-                .map { $0.node == header.node && $0.registries == ours + header.registryFingerprint } ?? false
-            // A peer this store forgot (unseen past the horizon) keeps the comparison made with it.
-            if !compared, try port.forgottenRegistries(of: header.node) != ours + header.registryFingerprint {
-                return SyncError(.keyDeclarationMismatch,
-                                 "a queued message was written with another key registry (its declarations differ from this device's), not compared with this one yet; this device posts its key declarations for the sender to compare, after which the keys declared alike go on (update both apps to the same registry for the others)")
-            }
-        }
-        return nil
     }
 
     /// Keeps a message that cannot be used aside, tells the peer (best effort), reports it.
@@ -420,16 +386,6 @@ package final class MailboxReplicator {
         if let checked = checkedGeneration, checked == (record.node, generation) { return }
         try Self.withdraw(from: mailbox, batchesOf: port.nodeID, outside: generation)
         checkedGeneration = (record.node, generation)
-    }
-
-    /// Takes back the batches `node` posted to `mailbox` that the peer has not
-    /// read, of another generation than `generation` (the repair batch stays).
-    static func withdraw(from mailbox: Mailbox, batchesOf node: UInt32, outside generation: Int64) throws {
-        for message in try mailbox.outgoingMessages() {
-            guard case .batch(let header, _, let through, _)? = try? QueuedMessage(frame: message.frame), header.node == node,
-                  through != repairRange.through, QueuedStreamPosition.position(through, generation: generation) == nil else { continue }
-            try mailbox.withdraw(message)
-        }
     }
 
     /// Stands for a peer not met yet: nothing in the store came from it, and it has no cursor.

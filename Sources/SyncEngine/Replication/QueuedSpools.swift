@@ -40,3 +40,15 @@ final class QueuedSpools: Sendable {
         }
     }
 }
+
+extension MailboxReplicator {
+    /// Takes back the batches `node` posted to `mailbox` that the peer has not
+    /// read, of another generation than `generation` (the repair batch stays).
+    static func withdraw(from mailbox: Mailbox, batchesOf node: UInt32, outside generation: Int64) throws {
+        for message in try mailbox.outgoingMessages() {
+            guard case .batch(let header, _, let through, _)? = try? QueuedMessage(frame: message.frame), header.node == node,
+                  through != repairRange.through, QueuedStreamPosition.position(through, generation: generation) == nil else { continue }
+            try mailbox.withdraw(message)
+        }
+    }
+}

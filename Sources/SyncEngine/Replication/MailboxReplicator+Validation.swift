@@ -1,0 +1,38 @@
+import SyncTransport
+
+extension MailboxReplicator {
+    /// Why `message` cannot be used here, if it cannot.
+    /// A refusal is read whatever the peer's protocol or registry (they are often why it refused),
+    /// and key declarations whatever the peer's registry (they are how registries are compared).
+    /// A message of another key registry is used when a session with its sender
+    /// compared that registry with this device's (`PeerRecord.registries`).
+    func validate(_ message: QueuedMessage) throws -> SyncError? {
+        let header = message.header
+        let isRefusal = if case .refusal = message { true } else { false }
+        let isDeclarations = if case .declarations = message { true } else { false }
+        if header.role != port.role.counterpart {
+            return SyncError(.protocolViolation, "a queued message from a \(header.role) reached a \(port.role)")
+        }
+        if header.pairingEpoch != configuration.pairingEpoch {
+            return SyncError(.pairingMismatch, "a queued message of pairing \(PeerText.escaped(header.pairingEpoch, maxLength: 64)) reached pairing \(configuration.pairingEpoch)")
+        }
+        if isRefusal { return nil }
+        // The sender speaks its message's version and maybe newer ones; this build reads
+        // any message written for a version it knows (older builds named their newest).
+        if header.protocolVersion < 1 || header.protocolVersion > configuration.protocolRange.upperBound {
+            return SyncError(.unsupportedVersion,
+                             "a queued message needs protocol \(header.protocolVersion) or newer; this build speaks \(configuration.protocolRange.lowerBound)...\(configuration.protocolRange.upperBound); update this app")
+        }
+        let ours = ourFingerprint
+        if header.registryFingerprint != ours, !isDeclarations {
+            let compared = try port.queuedPeer(role: header.role, epoch: header.pairingEpoch)
+                .map { $0.node == header.node && $0.registries == ours + header.registryFingerprint } ?? false
+            // A peer this store forgot (unseen past the horizon) keeps the comparison made with it.
+            if !compared, try port.forgottenRegistries(of: header.node) != ours + header.registryFingerprint {
+                return SyncError(.keyDeclarationMismatch,
+                                 "a queued message was written with another key registry (its declarations differ from this device's), not compared with this one yet; this device posts its key declarations for the sender to compare, after which the keys declared alike go on (update both apps to the same registry for the others)")
+            }
+        }
+        return nil
+    }
+}
