@@ -376,9 +376,10 @@ package final class MailboxReplicator {
     /// and that a re-baseline notice (live, or queued ahead of them)
     /// superseded, batches of an earlier generation. Applied after a live
     /// notice, one could bring back a value whose delete the phone purged;
-    /// the baseline after the notice brings what is alive. (A watch that
-    /// reads the mailbox between the live notice and this end's next round
-    /// may still apply one: the README's tombstone limits.)
+    /// the baseline after the notice brings what is alive. A live notice
+    /// takes them back before it goes (`QueuedSpools`) from the mailboxes
+    /// registered in this process; this round covers the rest (what an
+    /// earlier process posted, before this one first used the mailbox).
     private func withdrawSuperseded() throws {
         guard port.role == .phone,
               let record = try port.queuedPeer(role: .watch, epoch: configuration.pairingEpoch) else { return }
