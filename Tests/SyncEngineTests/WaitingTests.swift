@@ -53,19 +53,23 @@ import Testing
         try await exitStatus(of: process, "the killed child to be reaped")
         #expect(process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGKILL)
     }
+}
 
+/// Apart from `WaitingTests` and its one-minute limit: spawning children is
+/// slow while the rest of the suite runs on two cores.
+@Suite(.timeLimit(.minutes(4))) struct PipeLinesTests {
     /// The end of a child's output is always seen, even when the child writes
     /// and exits at once, over and over (readability handlers missed it now and
     /// then on Linux, and the example-apps test hung in CI).
     @Test func theLinesOfAPipeAlwaysEndWhenItsWriterExits() async throws {
-        for round in 0..<12 {
+        for round in 0..<8 {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
             process.arguments = ["-c", "printf 'first\\nlast'"]
             let out = Pipe()
             process.standardOutput = out
             try process.run()
-            let seen = try await all(of: lines(of: out), "round \(round)'s output to end", within: .seconds(20))
+            let seen = try await all(of: lines(of: out), "round \(round)'s output to end")
             #expect(seen == ["first", "last"], "round \(round)")
             #expect(try await exitStatus(of: process, "round \(round)'s child to exit") == 0)
         }
