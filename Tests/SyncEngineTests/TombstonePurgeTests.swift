@@ -543,6 +543,32 @@ final class Neighbourhood {
         try queued.expectStepsGoneAndThePhonesValuesEverywhere()
     }
 
+    /// A mailbox whose spool cannot be read does not hold a live re-baseline
+    /// up: the notice goes (an `.error` event says what could not be taken
+    /// back), and the phone's round takes the batches back once the spool is
+    /// there again.
+    @Test func anUnreadableSpoolDoesNotHoldALiveRebaselineUp() async throws {
+        let pairing = PairingSecret.generate()
+        let queued = try QueuedPair(try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"]), pairing: pairing)
+        let home = queued.home
+        try await queued.postStepsThenDeleteItWhileTheSpoolIsFull()
+        home.advance(days: 31)
+        #expect(try home.phone.purgeTombstones() == 1)
+        try queued.phone.deliverQueued(through: queued.phoneBox)
+
+        let events = home.phone.events()
+        let spool = queued.phoneBox.outboxPath
+        try FileManager.default.moveItem(atPath: spool, toPath: spool + ".away")
+        home.sync(0)
+        #expect(home.rebaselined(0))
+        let error = try await first(of: events, "the error event") { if case .error = $0 { true } else { false } }
+        #expect(error.description.contains("mailbox-io"), "\(error)")
+        try FileManager.default.moveItem(atPath: spool + ".away", toPath: spool)
+        try queued.phone.deliverQueued(through: queued.phoneBox)
+        try queued.rounds(4)
+        try queued.expectStepsGoneAndThePhonesValuesEverywhere()
+    }
+
     /// A batch the watch read from the mailbox just before a live re-baseline
     /// notice, and would apply just after it (its queued round and its live
     /// session run side by side), is not applied: the phone took it back

@@ -290,8 +290,15 @@ package final class SQLiteReplicationPort: ReplicationPort {
 
     package func rebaselineNotice(for peer: UInt32, cursor: Int64, queuedIn pairingEpoch: String?) throws -> Int64? {
         let purged = try store.rebaselineNotice(for: peer, cursor: cursor, queuedIn: pairingEpoch)
-        // A live notice: the queued batches it supersedes are taken back before it goes.
-        if purged != nil, pairingEpoch == nil { try store.queuedSpools.withdrawSuperseded(for: peer, of: store) }
+        // A live notice: the queued batches it supersedes are taken back before it goes. A mailbox
+        // that cannot be read does not hold the live session up (its own rounds report it).
+        if purged != nil, pairingEpoch == nil {
+            do {
+                try store.queuedSpools.withdrawSuperseded(for: peer, of: store)
+            } catch {
+                store.emit(.error(SyncError(.mailboxIO, "queued batches a live re-baseline superseded could not be taken back: \(error)")), peer: peer)
+            }
+        }
         return purged
     }
 
