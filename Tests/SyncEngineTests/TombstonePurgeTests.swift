@@ -488,12 +488,7 @@ final class Neighbourhood {
     /// not hold purges back). The phone posts a re-baseline notice after
     /// what waits, so the value goes again on the watch (fuzz seed 11202695).
     @Test func aPurgeAfterBatchesWentToAWatchNotMetYetIsFollowedByANotice() async throws {
-        let pairing = PairingSecret.generate()
-        let queued = try QueuedPair(try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"]), pairing: pairing)
-        try await queued.postStepsThenDeleteItWhileTheSpoolIsFull()
-        queued.home.advance(days: 31)
-        #expect(try queued.home.phone.purgeTombstones() == 1)
-        try queued.phone.deliverQueued(through: queued.phoneBox)
+        let queued = try await QueuedPair.withTheDeletePurgedWhileItsBatchesWait()
 
         try queued.rounds(12)
         try queued.expectStepsGoneAndThePhonesValuesEverywhere()
@@ -504,13 +499,8 @@ final class Neighbourhood {
     /// batches the notice superseded, so the watch never applies the value
     /// whose delete was purged after the notice (fuzz seed 11202695).
     @Test func batchesALiveRebaselineSupersededAreTakenBack() async throws {
-        let pairing = PairingSecret.generate()
-        let queued = try QueuedPair(try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"]), pairing: pairing)
+        let queued = try await QueuedPair.withTheDeletePurgedWhileItsBatchesWait()
         let home = queued.home
-        try await queued.postStepsThenDeleteItWhileTheSpoolIsFull()
-        home.advance(days: 31)
-        #expect(try home.phone.purgeTombstones() == 1)
-        try queued.phone.deliverQueued(through: queued.phoneBox)
 
         home.sync(0)
         #expect(home.rebaselined(0))
@@ -527,13 +517,8 @@ final class Neighbourhood {
     /// superseded batches before its live notice went, so the watch finds
     /// none of them.
     @Test func batchesALiveRebaselineSupersededAreGoneBeforeItsNotice() async throws {
-        let pairing = PairingSecret.generate()
-        let queued = try QueuedPair(try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"]), pairing: pairing)
+        let queued = try await QueuedPair.withTheDeletePurgedWhileItsBatchesWait()
         let home = queued.home
-        try await queued.postStepsThenDeleteItWhileTheSpoolIsFull()
-        home.advance(days: 31)
-        #expect(try home.phone.purgeTombstones() == 1)
-        try queued.phone.deliverQueued(through: queued.phoneBox)
 
         home.sync(0)
         #expect(home.rebaselined(0))
@@ -548,13 +533,8 @@ final class Neighbourhood {
     /// back), and the phone's round takes the batches back once the spool is
     /// there again.
     @Test func anUnreadableSpoolDoesNotHoldALiveRebaselineUp() async throws {
-        let pairing = PairingSecret.generate()
-        let queued = try QueuedPair(try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"]), pairing: pairing)
+        let queued = try await QueuedPair.withTheDeletePurgedWhileItsBatchesWait()
         let home = queued.home
-        try await queued.postStepsThenDeleteItWhileTheSpoolIsFull()
-        home.advance(days: 31)
-        #expect(try home.phone.purgeTombstones() == 1)
-        try queued.phone.deliverQueued(through: queued.phoneBox)
 
         let events = home.phone.events()
         let spool = queued.phoneBox.outboxPath
@@ -575,13 +555,8 @@ final class Neighbourhood {
     /// before the notice went, and the watch leaves it for its next round,
     /// where it is gone.
     @Test func aBatchReadBeforeALiveNoticeAndAppliedAfterItIsLeft() async throws {
-        let pairing = PairingSecret.generate()
-        let queued = try QueuedPair(try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"]), pairing: pairing)
+        let queued = try await QueuedPair.withTheDeletePurgedWhileItsBatchesWait()
         let home = queued.home
-        try await queued.postStepsThenDeleteItWhileTheSpoolIsFull()
-        home.advance(days: 31)
-        #expect(try home.phone.purgeTombstones() == 1)
-        try queued.phone.deliverQueued(through: queued.phoneBox)
 
         let watchStore = home.watches[0]
         let reader = MailboxReplicator(port: SQLiteReplicationPort(watchStore), reporter: StoreReporter(watchStore),
@@ -800,6 +775,18 @@ final class QueuedPair {
         try phone.deliverQueued(through: phoneBox)  // the spool is full: the delete waits
         home.sync(1)
         home.recordAcknowledgements()
+    }
+
+    /// Two watches, watch 0 queued only (`postStepsThenDeleteItWhileTheSpoolIsFull`);
+    /// 31 days on the phone purges the delete, and its round posts after that.
+    static func withTheDeletePurgedWhileItsBatchesWait() async throws -> QueuedPair {
+        let pairing = PairingSecret.generate()
+        let queued = try QueuedPair(try Neighbourhood(watches: 2, epochs: [pairing.epoch, "test"]), pairing: pairing)
+        try await queued.postStepsThenDeleteItWhileTheSpoolIsFull()
+        queued.home.advance(days: 31)
+        #expect(try queued.home.phone.purgeTombstones() == 1)
+        try queued.phone.deliverQueued(through: queued.phoneBox)
+        return queued
     }
 
     /// `count` rounds: the watch reads and posts, then the phone.
