@@ -52,7 +52,17 @@ final class SeenLines: Sendable {
             Issue.record("the watch app printed: \(watchSeen.all)")
             throw error
         }
-        let phoneRest = try await all(of: phoneLines, "the phone app's output to end")
+        let phoneSeen = SeenLines()
+        let phoneRest: [String]
+        do {
+            phoneRest = try await withDeadline("the phone app's output to end") {
+                for await line in phoneLines { phoneSeen.append(line) }
+                return phoneSeen.all
+            }
+        } catch {
+            Issue.record("the phone app printed: \(phoneSeen.all) (running: \(phone.isRunning)); the watch app: \(watchLines)")
+            throw error
+        }
         #expect(try await exitStatus(of: watch, "the watch app to exit") == 0)
         #expect(try await exitStatus(of: phone, "the phone app to exit") == 0)
         #expect(watchLines.contains("watch sees steps 8000, units imperial, profile Ada, token ''"))
