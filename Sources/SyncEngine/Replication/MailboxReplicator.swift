@@ -177,6 +177,7 @@ package final class MailboxReplicator {
                     let mismatched = sender.registryFingerprint == ourFingerprint ? [] : peer.mismatched
                     guard let plan = try apply(entries, from: peer, mismatched: mismatched, unlessRebaselinedSince: rebaselinesBefore) else {
                         // Left in the mailbox: the next round reads it again, unless the phone took it back.
+                        report.messagesRead -= 1
                         break reading
                     }
                     report.entriesApplied += plan.applied
