@@ -617,6 +617,58 @@ final class Neighbourhood {
         #expect(try home.watches[0].rebaselineMarkCount() == 0)
     }
 
+    /// A queued re-baseline (marker announced, notice, baseline, marker)
+    /// waits for a forgotten watch when the phone re-baselines it live; the
+    /// watch reads its mailbox before the live notice reaches it. The phone
+    /// took back the whole queued re-baseline, not only its baseline: the
+    /// watch never acts on a queued notice whose baseline is gone (its marker
+    /// would remove what the phone still has, and the live baseline would set
+    /// it again: the app would see it go and come back; fuzz seed 13900383).
+    @Test func aQueuedRebaselineALiveNoticeSupersededIsTakenBackWhole() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try await Neighbourhood.withForgottenWatch(pairing: pairing, phoneValues: 2)
+        let queued = try QueuedPair(home, pairing: pairing, batchEntries: nil, maxMessages: nil)
+        try queued.phone.deliverQueued(through: queued.phoneBox)
+        #expect(try queued.phoneBox.outgoingCount() >= 4, "announcement, notice, baseline, marker")
+        let seen = SeenChanges(home.watches[0])
+
+        // The live session's hello and notice, as the phone's endpoint takes and gives them (not delivered yet).
+        let phonePort = SQLiteReplicationPort(home.phone)
+        _ = try phonePort.recordPeer(node: home.watches[0].nodeID, role: .watch, epoch: pairing.epoch)
+        #expect(try phonePort.rebaselineNotice(for: home.watches[0].nodeID, cursor: 0, queuedIn: nil) != nil)
+        #expect(try queued.phoneBox.outgoingCount() == 0, "the whole queued re-baseline is taken back")
+        try queued.watch.deliverQueued(through: queued.watchBox)
+        for i in 0..<2 { #expect(try home.watches[0].storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i, "p\(i) went") }
+        #expect(seen.removedKeys.isEmpty, "the app saw \(seen.all.map { "\($0.kind) \($0.key)" })")
+
+        home.sync(0)
+        #expect(home.rebaselined(0))
+        try queued.rounds(3)
+        for store in [home.phone, home.watches[0]] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
+            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+            for i in 0..<2 { #expect(try store.storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i, "p\(i) on the \(store.role)") }
+        }
+        #expect(seen.removedKeys == [TestKeys.steps.name], "the app saw \(seen.all.map { "\($0.kind) \($0.key)" })")
+        #expect(try home.watches[0].rebaselineMarkCount() == 0)
+    }
+
+    /// A queued caught-up marker that no announcement came before (its
+    /// re-baseline was taken back) removes nothing: the marks it would sweep
+    /// are a live re-baseline's, whose baseline may still be on its way.
+    @Test func aCaughtUpMarkerWithoutItsAnnouncementRemovesNothing() async throws {
+        let home = try await Neighbourhood.withForgottenWatch(phoneValues: 2)
+        let watch = home.watches[0]
+        let marked = try watch.applyRebaseline(purgedThrough: try home.phone.purgedThrough(), from: home.phone.nodeID, mismatched: [],
+                                               removal: .atCaughtUp)
+        #expect(marked > 0)
+        #expect(try watch.sweepRebaselineMarks(after: .queuedCaughtUp) == 0)
+        #expect(try watch.rebaselineMarkCount() == marked)
+        try watch.expectQueuedCaughtUp()
+        #expect(try watch.sweepRebaselineMarks(after: .queuedCaughtUp) == marked)
+        #expect(try watch.rebaselineMarkCount() == 0)
+    }
+
     /// A phone of a build before caught-up markers (its markers taken out of
     /// the mailbox here): the watch removes what is still marked when the
     /// read that carried the notice ends, as before, and all converges.

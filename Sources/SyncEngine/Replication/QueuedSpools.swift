@@ -43,12 +43,35 @@ final class QueuedSpools: Sendable {
 
 extension MailboxReplicator {
     /// Takes back the batches `node` posted to `mailbox` that the peer has not
-    /// read, of another generation than `generation` (the repair batch stays).
+    /// read, of another generation than `generation` (the repair batch stays),
+    /// and with them the queued re-baseline they were the baseline of (its
+    /// announcement, notice and caught-up marker): acted on without its
+    /// baseline, its marker would remove what the phone still has.
     static func withdraw(from mailbox: Mailbox, batchesOf node: UInt32, outside generation: Int64) throws {
+        // The queued re-baseline being read (its messages still waiting), and whether its baseline is superseded.
+        var rebaseline: [MailboxMessage] = []
+        var superseded: Bool?
         for message in try mailbox.outgoingMessages() {
-            guard case .batch(let header, _, let through, _)? = try? QueuedMessage(frame: message.frame), header.node == node,
-                  through != repairRange.through, QueuedStreamPosition.position(through, generation: generation) == nil else { continue }
-            try mailbox.withdraw(message)
+            guard let queued = try? QueuedMessage(frame: message.frame), queued.header.node == node else { continue }
+            switch queued {
+            case .caughtUpFollows:
+                rebaseline = [message]
+                superseded = nil
+            case .rebaseline:
+                rebaseline.append(message)
+            case .batch(_, _, let through, _) where through != repairRange.through:
+                let isSuperseded = QueuedStreamPosition.position(through, generation: generation) == nil
+                if superseded == nil { superseded = isSuperseded }
+                if isSuperseded { try mailbox.withdraw(message) }
+            case .caughtUp:
+                if superseded == true { for taken in rebaseline + [message] { try mailbox.withdraw(taken) } }
+                rebaseline = []
+                superseded = nil
+            default:
+                break
+            }
         }
+        // A baseline whose marker was not posted yet.
+        if superseded == true { for taken in rebaseline { try mailbox.withdraw(taken) } }
     }
 }

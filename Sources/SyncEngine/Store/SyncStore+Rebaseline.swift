@@ -267,7 +267,9 @@ extension SyncStore {
         case .caughtUp: guard try database.read({ try $0.integer("SELECT EXISTS (SELECT 1 FROM sync_rebaseline_marks)") }) != 0 else { return 0 }
         case .queuedRead:
             guard try meta(SyncStore.queuedMarksMeta) != nil, try meta(SyncStore.queuedCaughtUpExpectedMeta) == nil else { return 0 }
-        case .queuedCaughtUp: break
+        case .queuedCaughtUp:
+            // A marker no announcement came before (its re-baseline was taken back) ends nothing.
+            guard try meta(SyncStore.queuedCaughtUpExpectedMeta) != nil else { return 0 }
         }
         let (removedKeys, removed) = try database.write({ conn -> ([String], [StoreChange]) in
             let select = try conn.statement("""
