@@ -182,7 +182,8 @@ import Testing
                             "queued-ack-across-live-rebaseline", "forgotten-watch-keeps-registry-comparison",
                             "rebaselined-watch-down-at-checkpoint", "queued-merge-during-live-session",
                             "rebaselined-watch-own-write-awaits-baseline", "marked-large-value-sent-again",
-                            "marked-large-value-after-replace", "queued-batch-after-live-rebaseline"])
+                            "marked-large-value-after-replace", "queued-batch-after-live-rebaseline",
+                            "queued-rebaseline-superseded-whole"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)
