@@ -45,6 +45,18 @@ final class Neighbourhood {
 
     func advance(days: Int64) { clock.advance(by: days * Self.day) }
 
+    /// Steps is gone from the phone and watch 0, mine-alive and p0, p1 are on
+    /// both, watch 0's app saw only steps go, and nothing is marked.
+    func expectStepsGoneAndTheRestEverywhere(seenOnWatchZero seen: SeenChanges) throws {
+        for store in [phone, watches[0]] {
+            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
+            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+            for i in 0..<2 { #expect(try store.storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i, "p\(i) on the \(store.role)") }
+        }
+        #expect(seen.removedKeys == [TestKeys.steps.name], "the app saw \(seen.all.map { "\($0.kind) \($0.key)" })")
+        #expect(try watches[0].rebaselineMarkCount() == 0)
+    }
+
     /// A purge pass on every store, as the engine runs one after
     /// acknowledgements (at most once a minute): it records what each peer
     /// has acknowledged, for the tombstones to go a retention later.
@@ -608,13 +620,7 @@ final class Neighbourhood {
         #expect(home.rebaselined(0))
         try queued.phone.deliverQueued(through: queued.phoneBox)
         try queued.rounds(3)
-        for store in [home.phone, home.watches[0]] {
-            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
-            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
-            for i in 0..<2 { #expect(try store.storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i, "p\(i) on the \(store.role)") }
-        }
-        #expect(seen.removedKeys == [TestKeys.steps.name], "the app saw \(seen.all.map { "\($0.kind) \($0.key)" })")
-        #expect(try home.watches[0].rebaselineMarkCount() == 0)
+        try home.expectStepsGoneAndTheRestEverywhere(seenOnWatchZero: seen)
     }
 
     /// A queued re-baseline (marker announced, notice, baseline, marker)
@@ -644,13 +650,7 @@ final class Neighbourhood {
         home.sync(0)
         #expect(home.rebaselined(0))
         try queued.rounds(3)
-        for store in [home.phone, home.watches[0]] {
-            #expect(try store.storedValue(for: TestKeys.steps) == nil, "steps came back on the \(store.role)")
-            #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
-            for i in 0..<2 { #expect(try store.storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i, "p\(i) on the \(store.role)") }
-        }
-        #expect(seen.removedKeys == [TestKeys.steps.name], "the app saw \(seen.all.map { "\($0.kind) \($0.key)" })")
-        #expect(try home.watches[0].rebaselineMarkCount() == 0)
+        try home.expectStepsGoneAndTheRestEverywhere(seenOnWatchZero: seen)
     }
 
     /// A queued caught-up marker that no announcement came before (its
