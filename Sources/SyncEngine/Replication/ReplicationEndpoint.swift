@@ -147,6 +147,12 @@ package final class ReplicationEndpoint {
                 // is left unacknowledged, and comes again.
                 if awaitsPeerReceipt { return [] }
                 session.peerSentData(id: notice.id)
+                // A copy that comes after the baseline began would mark what the phone already sent
+                // in this session, and does not send again: those values would go at its caught-up notice.
+                guard noticesActedOn.insert(notice.id).inserted else {
+                    try acknowledgeDurably(SyncMessage.ack(.init(batchID: notice.id, applied: 0, rejected: [])).frame(), into: &out)
+                    break
+                }
                 // With caught-up notices, what the notice would remove is marked, and what the
                 // baseline does not bring back goes once the phone caught up: values it brings never go.
                 let known = try port.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys,
@@ -448,6 +454,9 @@ package final class ReplicationEndpoint {
     var receivedRecordedAt = Int64.min / 2
     /// A watch in a protocol-3 session waits for the phone's receipt before reading its stream.
     var awaitsPeerReceipt = false
+    /// The re-baseline notices (ids) this session acted on: a copy (retransmitted, or
+    /// duplicated by the link) only is acknowledged again.
+    var noticesActedOn: Set<UInt64> = []
     /// The peer whose receipt this endpoint (one connection) took.
     var receiptTakenFrom: UInt32?
 
@@ -495,6 +504,7 @@ package final class ReplicationEndpoint {
                     let record = try port.recordPeer(node: peer.node, role: peer.role, epoch: configuration.pairingEpoch)
                     session.stream = StreamProgress(cursor: record.cursor)
                     cursorAtStart = record.cursor
+                    noticesActedOn = []
                     let received = try port.receivedThrough(from: peer.node)
                     receivedStream = ReceivedStream(through: received.through, anchor: received.anchor)
                     // Protocol 3: the receipt goes first (before a re-baseline notice, which the watch
