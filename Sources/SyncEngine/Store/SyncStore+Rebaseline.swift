@@ -149,9 +149,10 @@ extension SyncStore {
     /// or acknowledged by it: in a sent lane at or before its cursor, a key
     /// that replicates to it and is declared alike), without new deletes in
     /// the stream; observers see the removed values go. Entries the phone
-    /// never acknowledged stay. A repeated notice with the same version only
-    /// looks at the entries the first one saw (what the baseline brought
-    /// since stays).
+    /// never acknowledged stay. A repeated notice with the same version (a
+    /// later session's: the endpoint acts on a notice once per session) only
+    /// looks at the entries the watch held when the previous one was acted
+    /// on; that session's phone sends its whole baseline again.
     /// `acknowledgedBefore`: the watch's cursor for the phone when the
     /// session that carries the notice began (nil: now). The phone sends the
     /// notice before it reads anything in that session, so what it
