@@ -296,6 +296,43 @@ import Testing
         #expect(try home.watches[0].storedValue(for: TestKeys.blob) == blob)
     }
 
+    /// A value the phone merged (a resolver joined the returning watch's
+    /// write with an older one of another watch) keeps the watch's version
+    /// with another value: the baseline's copy replaces the row the watch
+    /// holds marked at that version. Before, the watch kept its own value as
+    /// if the two were the same write, and the devices stayed apart (fuzz
+    /// seed 15000840).
+    @Test func aMergedValueAtTheVersionAMarkedRowHoldsReplacesIt() async throws {
+        let home = try Neighbourhood(watches: 2)
+        try await home.watches[1].set(["from-1"], for: TestKeys.tags)  // older, not sent yet
+        home.clock.advance(by: 10)
+        try await home.watches[0].set(["from-0"], for: TestKeys.tags)
+        try await home.phone.set(1, for: TestKeys.steps)
+        home.sync(0)
+        let written = try #require(try home.watches[0].entryInfo(forKey: TestKeys.tags.name)).version
+        home.clock.advance(by: 1_000)
+        try await home.phone.remove(TestKeys.steps)
+        // The phone joins watch 1's older write into watch 0's, at watch 0's version; watch 0 is away.
+        home.sync(1)
+        #expect(try home.phone.entryInfo(forKey: TestKeys.tags.name)?.version == written)
+        #expect(Set(try home.phone.storedValue(for: TestKeys.tags) ?? []) == ["from-0", "from-1"])
+        home.recordAcknowledgements()
+        home.advance(days: 91)
+        home.sync(1)
+        _ = try home.phone.purgeTombstones()
+        #expect(try home.phone.forgottenPeers() == [home.watches[0].nodeID])
+
+        home.sync(0)
+        #expect(home.rebaselined(0))
+        home.sync(1)
+        for store in [home.phone, home.watches[0], home.watches[1]] {
+            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == ["from-0", "from-1"], "on the \(store.role) \(store.nodeID)")
+            #expect(try store.entryInfo(forKey: TestKeys.tags.name)?.version == written)
+            #expect(try store.storedValue(for: TestKeys.steps) == nil)
+        }
+        #expect(try home.watches[0].rebaselineMarkCount() == 0)
+    }
+
     /// A phone of protocol 1 sends no caught-up notices: its notice removes
     /// what it knew at once (the app sees the live value go, then the
     /// baseline sets it again), and nothing stays marked.

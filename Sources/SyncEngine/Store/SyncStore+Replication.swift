@@ -102,7 +102,7 @@ extension SyncStore {
             let marked = hasRebaselineMarks ? try rebaselineMarked(conn, keys: entries.map(\.key), stored: stored) : [:]
             let local = marked.isEmpty ? stored : stored.filter { marked[$0.key] == nil }
             let plan = decide(local.mapValues(\.state))
-            // Marked rows the peer sent again at the very version they hold: they stay as they are.
+            // Marked rows the peer sent again at the very version and value they hold: they stay as they are.
             var keptMarked: [(key: String, lane: SyncLane)] = []
             var writes: [StoredRow] = []
             var encrypted: Set<String> = []
@@ -134,7 +134,9 @@ extension SyncStore {
                     }
                     continue
                 case .take:
-                    if let version = marked[incoming.key], version == incoming.version {
+                    // The same write (a merge gives one version two values: then the phone's copy is taken).
+                    if let version = marked[incoming.key], version == incoming.version, let held = stored[incoming.key],
+                       held.deleted == incoming.deleted, held.deleted || held.value == incoming.value {
                         keptMarked.append((incoming.key, descriptor.replicates(from: role) ? .automatic : .none))
                         continue
                     }
