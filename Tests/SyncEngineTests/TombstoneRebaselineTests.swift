@@ -333,6 +333,36 @@ import Testing
         #expect(try home.watches[0].rebaselineMarkCount() == 0)
     }
 
+    /// The live notice names the generation it starts only to a watch of
+    /// protocol 4 (payload schema 4), which keeps it (it passes over queued
+    /// batches of older ones); to a watch of protocol 3 it goes as before
+    /// (schema 1), and the watch keeps nothing. Either way the re-baseline is
+    /// the same.
+    @Test(arguments: [UInt16(4), 3])
+    func theNoticeNamesItsGenerationToAWatchOfProtocolFour(watchHighest: UInt16) async throws {
+        let home = try await Neighbourhood.withForgottenWatch()
+        var watchConfiguration = ReplicationConfiguration(pairingEpoch: "test")
+        watchConfiguration.protocolRange = 1...watchHighest
+        let link = Link(endpoints: ReplicationEndpoint(store: home.phone, configuration: ReplicationConfiguration(pairingEpoch: "test")),
+                        ReplicationEndpoint(store: home.watches[0], configuration: watchConfiguration), now: 1_000)
+        link.connect()
+        let notices = link.frames.filter { $0.from == "a" && $0.frame.type == SyncMessage.MessageType.rebaseline.rawValue }
+        #expect(!notices.isEmpty)
+        let generation = try home.phone.rebaselineGeneration(for: home.watches[0].nodeID)
+        #expect(generation > 0)
+        let kept = try home.watches[0].liveRebaselineGeneration(from: home.phone.nodeID)
+        if watchHighest >= SyncMessage.generationProtocol {
+            #expect(notices.allSatisfy { $0.frame.payload.first == SyncMessage.generationPayloadSchema })
+            #expect(kept == generation)
+        } else {
+            #expect(notices.allSatisfy { $0.frame.payload.first == SyncMessage.payloadSchema })
+            #expect(kept == nil)
+        }
+        #expect(try home.watches[0].storedValue(for: TestKeys.steps) == nil)
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+        #expect(try home.watches[0].rebaselineMarkCount() == 0)
+    }
+
     /// A phone of protocol 1 sends no caught-up notices: its notice removes
     /// what it knew at once (the app sees the live value go, then the
     /// baseline sets it again), and nothing stays marked.

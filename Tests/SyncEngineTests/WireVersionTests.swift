@@ -45,13 +45,13 @@ import Testing
         Set(frames.filter { $0.type == SyncMessage.MessageType.batch.rawValue }.compactMap(\.payload.first))
     }
 
-    @Test func theDefaultSpeaksProtocolThree() {
-        #expect(ReplicationConfiguration().protocolRange == 1...3)
-        #expect(SyncMessage.highestProtocolVersion == 3)
+    @Test func theDefaultSpeaksProtocolFour() {
+        #expect(ReplicationConfiguration().protocolRange == 1...4)
+        #expect(SyncMessage.highestProtocolVersion == 4)
     }
 
     /// `phoneHighest`, `watchHighest`: the top of each side's protocol range (both start at 1).
-    @Test(arguments: [(UInt16(3), UInt16(3), UInt8(3)), (2, 3, 2), (3, 2, 2), (2, 2, 2), (1, 3, 1), (1, 2, 1), (2, 1, 1), (1, 1, 1)])
+    @Test(arguments: [(UInt16(4), UInt16(4), UInt8(3)), (4, 3, 3), (3, 4, 3), (4, 1, 1), (3, 3, 3), (2, 3, 2), (3, 2, 2), (2, 2, 2), (1, 3, 1), (1, 2, 1), (2, 1, 1), (1, 1, 1)])
     func batchesUseTheHighestProtocolBothSpeak(phoneHighest: UInt16, watchHighest: UInt16, schema: UInt8) async throws {
         let phoneRange = 1...phoneHighest, watchRange = 1...watchHighest
         let pair = try Pair()
@@ -116,6 +116,25 @@ import Testing
         #expect(watch.failure?.code == .protocolViolation)
         #expect(reply.compactMap { try? SyncMessage(frame: $0) }.contains { if case .error(let e) = $0 { e.code == "protocol-violation" } else { false } })
         #expect(try pair.watch.storedValue(for: TestKeys.steps) == nil)
+    }
+
+    /// A phone that negotiated protocol 3 and sends a re-baseline notice
+    /// naming its generation anyway breaks the protocol: refused, nothing
+    /// removed or marked.
+    @Test func aNoticeWithAGenerationInAProtocolThreeSessionIsRefused() async throws {
+        let pair = try Pair()
+        try await pair.watch.set(["w"], for: TestKeys.tags)
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: Self.configuration(1...4))
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: Self.configuration(1...3))
+        _ = Self.exchange(phone, watch, start: true)
+        #expect(watch.isEstablished && watch.failure == nil)
+        let purged = try #require(try pair.watch.entryInfo(forKey: TestKeys.tags.name)).version.packed
+        let reply = watch.receive(SyncMessage.rebaseline(.init(id: 900, purgedThrough: purged, generation: 2)).frame(protocolVersion: 4), now: 1_000)
+        #expect(watch.failure?.code == .protocolViolation)
+        #expect(reply.compactMap { try? SyncMessage(frame: $0) }.contains { if case .error(let e) = $0 { e.code == "protocol-violation" } else { false } })
+        #expect(try pair.watch.storedValue(for: TestKeys.tags) == ["w"])
+        #expect(try pair.watch.rebaselineMarkCount() == 0)
+        #expect(try pair.watch.liveRebaselineGeneration(from: pair.phone.nodeID) == nil)
     }
 
     /// A peer of protocol 1 (or 2) only and one of this build's protocol over

@@ -241,9 +241,12 @@ package final class InMemoryReplicationPort: ReplicationPort {
     /// Refused: only a store that purges tombstones sends notices, and this
     /// port speaks only with its own kind.
     package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?,
-                                 removal: SyncStore.RebaselineRemoval) throws -> Int {
+                                 generation: Int64?, removal: SyncStore.RebaselineRemoval) throws -> Int {
         throw SyncError(.protocolViolation, "the in-memory port does not take re-baseline notices")
     }
+
+    /// None: no notices are taken.
+    package func liveRebaselineGeneration(from peer: UInt32) throws -> Int64? { nil }
 
     /// Refused, as notices are.
     package func expectQueuedCaughtUp() throws {

@@ -35,4 +35,13 @@ extension MailboxReplicator {
         }
         return nil
     }
+
+    /// On a watch: whether a queued batch of `peer` ending at `through` was
+    /// posted in a generation older than the one the phone's last live
+    /// re-baseline notice started (protocol 4; the repair batch never is).
+    func postedBeforeALiveRebaseline(_ through: Int64, from peer: UInt32) throws -> Bool {
+        guard port.role == .watch, through != Self.repairRange.through,
+              let live = try port.liveRebaselineGeneration(from: peer) else { return false }
+        return QueuedStreamPosition.isOfOlderGeneration(through, than: live)
+    }
 }

@@ -173,6 +173,10 @@ package final class MailboxReplicator {
                 }
                 switch decoded {
                 case .batch(let sender, let after, let through, let entries):
+                    // Posted before a live re-baseline notice the phone sent since: its baseline brought
+                    // what of the batch still holds, and applied now the batch could bring back a value
+                    // whose delete was purged. Taken, neither applied nor acknowledged.
+                    if try postedBeforeALiveRebaseline(through, from: peer.node) { break }
                     // Another registry, compared already (`validate`): its keys declared differently are passed over.
                     let mismatched = sender.registryFingerprint == ourFingerprint ? [] : peer.mismatched
                     guard let plan = try apply(entries, from: peer, mismatched: mismatched, unlessRebaselinedSince: rebaselinesBefore) else {
@@ -264,7 +268,7 @@ package final class MailboxReplicator {
                     // caught-up marker (announced ahead of the notice), or, from a phone of a build
                     // before markers, when the read ends (below; or at the next one's end).
                     _ = try port.applyRebaseline(purgedThrough: purgedThrough, from: peer.node, mismatched: [], acknowledgedBefore: nil,
-                                                 removal: .afterQueuedRead)
+                                                 generation: nil, removal: .afterQueuedRead)
                     try port.syncCommitted()
                 case .caughtUpFollows:
                     // The baseline after the notice that follows ends with a caught-up marker: what the

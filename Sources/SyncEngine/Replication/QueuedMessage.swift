@@ -224,6 +224,14 @@ package enum QueuedStreamPosition {
         return (generation % generations) << generationShift | position
     }
 
+    /// Whether `coded` is of a generation before `generation` (told apart
+    /// modulo `generations`: up to half of them back).
+    static func isOfOlderGeneration(_ coded: Int64, than generation: Int64) -> Bool {
+        guard coded >= 0 else { return false }
+        let back = ((generation - coded >> generationShift) % generations + generations) % generations
+        return back > 0 && back < generations / 2
+    }
+
     /// The stream position `coded` names when it is of `generation`, else nil.
     static func position(_ coded: Int64, generation: Int64) -> Int64? {
         guard coded >= 0, coded >> generationShift == generation % generations else { return nil }

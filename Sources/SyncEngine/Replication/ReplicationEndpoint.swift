@@ -153,10 +153,13 @@ package final class ReplicationEndpoint {
                     try acknowledgeDurably(SyncMessage.ack(.init(batchID: notice.id, applied: 0, rejected: [])).frame(), into: &out)
                     break
                 }
+                guard notice.generation == nil || peer.protocolVersion >= SyncMessage.generationProtocol else {
+                    return fail(SyncError(.protocolViolation, "the peer sent a re-baseline notice with a generation in a session that negotiated protocol \(peer.protocolVersion)"), notifyPeer: true)
+                }
                 // With caught-up notices, what the notice would remove is marked, and what the
                 // baseline does not bring back goes once the phone caught up: values it brings never go.
                 let known = try port.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys,
-                                                       acknowledgedBefore: cursorAtStart,
+                                                       acknowledgedBefore: cursorAtStart, generation: notice.generation,
                                                        removal: peer.protocolVersion >= ReplicationSession.caughtUpProtocol
                                                            && !configuration.testingFaults.removeRebaselinedAtOnce ? .atCaughtUp : .immediately)
                 try acknowledgeDurably(SyncMessage.ack(.init(batchID: notice.id, applied: known, rejected: [])).frame(), into: &out)
@@ -521,7 +524,8 @@ package final class ReplicationEndpoint {
                     }
                     // A watch the phone has no cursor for, after tombstones were purged: re-baseline it first.
                     if let purged = try port.rebaselineNotice(for: peer.node, cursor: record.cursor, queuedIn: nil) {
-                        out.append(session.sendRebaseline(purgedThrough: purged, now: now).frame())
+                        out.append(encoded(session.sendRebaseline(purgedThrough: purged, generation: try port.rebaselineGeneration(for: peer.node),
+                                                                  now: now)))
                     }
                     // Keys declared differently are passed over; remember them (with those of earlier
                     // sessions) so that, once both sides agree, their changes are sent whatever the cursor.

@@ -125,7 +125,11 @@ package protocol ReplicationPort: AnyObject {
     /// entries up to `purgedThrough` that `peer` already had, or marks them to
     /// go once its baseline came (`removal`). Returns how many.
     func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?,
-                         removal: SyncStore.RebaselineRemoval) throws -> Int
+                         generation: Int64?, removal: SyncStore.RebaselineRemoval) throws -> Int
+    /// On a watch: the generation of the last live re-baseline notice from
+    /// `peer` that named one (protocol 4), or nil: queued batches it posted
+    /// in an older generation are passed over.
+    func liveRebaselineGeneration(from peer: UInt32) throws -> Int64?
     /// The peer's baseline came (`after`): removes the entries a re-baseline
     /// notice marked that it did not send again. Returns how many.
     func sweepRebaselineMarks(after sweep: SyncStore.RebaselineSweep) throws -> Int
@@ -313,10 +317,12 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func expectQueuedCaughtUp() throws { try store.expectQueuedCaughtUp() }
 
     package func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64?,
-                                 removal: SyncStore.RebaselineRemoval) throws -> Int {
+                                 generation: Int64?, removal: SyncStore.RebaselineRemoval) throws -> Int {
         try store.applyRebaseline(purgedThrough: purgedThrough, from: peer, mismatched: mismatched, acknowledgedBefore: acknowledgedBefore,
-                                  removal: removal)
+                                  generation: generation, removal: removal)
     }
+
+    package func liveRebaselineGeneration(from peer: UInt32) throws -> Int64? { try store.liveRebaselineGeneration(from: peer) }
 
     package func sweepRebaselineMarks(after sweep: SyncStore.RebaselineSweep) throws -> Int { try store.sweepRebaselineMarks(after: sweep) }
 

@@ -281,11 +281,11 @@ struct ReplicationSession {
     /// Registers an outgoing chunk (tracked while established); returns the message to send.
     /// Registers an outgoing re-baseline notice (acknowledged like a batch,
     /// retransmitted like one); returns the message to send.
-    mutating func sendRebaseline(purgedThrough: Int64, now: Int64) -> SyncMessage {
+    mutating func sendRebaseline(purgedThrough: Int64, generation: Int64?, now: Int64) -> SyncMessage {
         withEstablished(ReplicationSession.sendsData)
         let id = nextBatchID
         nextBatchID += 1
-        let message = SyncMessage.rebaseline(.init(id: id, purgedThrough: purgedThrough))
+        let message = SyncMessage.rebaseline(.init(id: id, purgedThrough: purgedThrough, generation: generation))
         withEstablished { $0.inFlight[id] = InFlight(message: message, payload: .rebaseline, sentAt: now, attempts: 1) }
         return message
     }

@@ -137,6 +137,16 @@ public enum SyncMessage: Sendable, Equatable {
     public struct Rebaseline: Sendable, Equatable {
         public var id: UInt64
         public var purgedThrough: Int64
+        /// The re-baseline generation the notice starts (protocol 4; nil in
+        /// older sessions): the watch passes over queued batches the phone
+        /// posted in an older one.
+        public var generation: Int64?
+
+        public init(id: UInt64, purgedThrough: Int64, generation: Int64? = nil) {
+            self.id = id
+            self.purgedThrough = purgedThrough
+            self.generation = generation
+        }
     }
 
     /// A sender's word that it has nothing more for the receiver (nothing
@@ -191,13 +201,14 @@ public enum SyncMessage: Sendable, Equatable {
 }
 
 extension SyncMessage {
-    /// The highest session protocol version this build speaks: 3. From 2
+    /// The highest session protocol version this build speaks: 4. From 2
     /// on batches are columnar (`ColumnarBatch`, payload schema 2); from 3 on
     /// batches and chunks name the stretch of the stream they complete
     /// (payload schema 3 wraps their payload) and each side sends a
-    /// `receipt` first. Every other message, and every batch of a session
-    /// that negotiated 1, is schema 1.
-    public static let highestProtocolVersion: UInt16 = 3
+    /// `receipt` first; from 4 on a re-baseline notice names the generation
+    /// it starts (payload schema 4). Every other message, and every batch of
+    /// a session that negotiated 1, is schema 1.
+    public static let highestProtocolVersion: UInt16 = 4
 
     /// The payload schema of a batch or chunk that names its stream range
     /// (protocol 3): this byte, `varint` lower, `varint` upper, then the
@@ -205,12 +216,28 @@ extension SyncMessage {
     public static let rangedPayloadSchema: UInt8 = 3
     /// The first protocol version with stream ranges and receipts.
     public static let receiptProtocol: UInt16 = 3
+    /// The payload schema of a re-baseline notice that names its generation
+    /// (protocol 4): this byte, `varint` id, `u64` purged-through version,
+    /// `varint` generation.
+    public static let generationPayloadSchema: UInt8 = 4
+    /// The first protocol version whose re-baseline notices name their generation.
+    public static let generationProtocol: UInt16 = 4
 
     /// Encodes the message for a session that negotiated `protocolVersion`:
     /// from 2 on, a batch is columnar (payload schema 2); from 3 on, a batch
-    /// or chunk with a stream range is wrapped in payload schema 3;
-    /// everything else is as `frame()` writes it.
+    /// or chunk with a stream range is wrapped in payload schema 3; from 4
+    /// on, a re-baseline notice with a generation is payload schema 4;
+    /// everything else is as `frame()` writes it (a notice's generation is
+    /// left out).
     public func frame(protocolVersion: UInt16) -> Frame {
+        if protocolVersion >= SyncMessage.generationProtocol, case .rebaseline(let r) = self, let generation = r.generation {
+            var w = ByteWriter()
+            w.writeUInt8(SyncMessage.generationPayloadSchema)
+            w.writeVarInt(r.id)
+            w.writeUInt64(UInt64(bitPattern: r.purgedThrough))
+            w.writeVarInt(UInt64(max(0, generation)))
+            return Frame(type: MessageType.rebaseline.rawValue, payload: w.bytes)
+        }
         let plain: Frame
         if protocolVersion >= 2, case .batch(let b) = self, ColumnarBatch.canEncode(b.entries) {
             plain = Frame(type: MessageType.batch.rawValue, payload: ColumnarBatch.encode(id: b.id, entries: b.entries))
@@ -356,6 +383,23 @@ extension SyncMessage {
                 default:
                     throw SyncError(.malformedMessage, "a ranged \(type) message wraps another type")
                 }
+                return
+            }
+            if schema == SyncMessage.generationPayloadSchema {
+                guard type == .rebaseline else {
+                    throw SyncError(.malformedMessage, "a \(type) message cannot be of payload schema \(schema) (only re-baseline notices are)")
+                }
+                let id = try r.readVarInt()
+                let purgedThrough = Int64(bitPattern: try r.readUInt64())
+                let generation = try r.readVarInt()
+                guard purgedThrough > 0 else {
+                    throw SyncError(.malformedMessage, "a re-baseline notice carries the version \(purgedThrough), out of range")
+                }
+                guard generation > 0, generation <= UInt64(Int64.max) else {
+                    throw SyncError(.malformedMessage, "a re-baseline notice names the generation \(generation), out of range")
+                }
+                guard r.isAtEnd else { throw SyncError(.malformedMessage, "\(type) message has \(r.remaining) trailing bytes") }
+                self = .rebaseline(Rebaseline(id: id, purgedThrough: purgedThrough, generation: Int64(generation)))
                 return
             }
             if schema == ColumnarBatch.payloadSchema, type == .batch {

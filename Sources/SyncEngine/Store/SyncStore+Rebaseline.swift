@@ -84,6 +84,15 @@ extension SyncStore {
     }
 
     static func rebaselineGenerationMeta(_ peer: UInt32) -> String { "rebaseline_generation_\(peer)" }
+    static func liveRebaselineGenerationMeta(_ peer: UInt32) -> String { "rebaseline_live_generation_\(peer)" }
+
+    /// On a watch: the generation the last live re-baseline notice from
+    /// `peer` started, if it named one (protocol 4). The phone's queued
+    /// batches of an older generation were posted before that notice, and
+    /// its baseline brings what they carried that still holds.
+    func liveRebaselineGeneration(from peer: UInt32) throws -> Int64? {
+        Int64(try meta(Self.liveRebaselineGenerationMeta(peer)) ?? "")
+    }
 
     /// On a phone that just met `peer` through the mailbox: a queued notice
     /// and baseline it posted before it knew the watch's node
@@ -164,9 +173,11 @@ extension SyncStore {
     /// notice or the mailbox read's end (`sweepRebaselineMarks`): the app
     /// never sees a value go that the baseline brings back. A queued notice
     /// (`.afterQueuedRead`) no newer than one already acted on does nothing.
+    /// `generation`: the one a live notice of protocol 4 names, kept
+    /// (`liveRebaselineGeneration(from:)`) with what it marks or removes.
     /// Returns how many entries were removed, or marked.
     func applyRebaseline(purgedThrough: Int64, from peer: UInt32, mismatched: Set<String>, acknowledgedBefore: Int64? = nil,
-                         removal: RebaselineRemoval = .immediately) throws -> Int {
+                         generation: Int64? = nil, removal: RebaselineRemoval = .immediately) throws -> Int {
         try checkOpen()
         guard role == .watch else {
             throw SyncError(.protocolViolation, "a \(role) does not take re-baseline notices; only a phone sends them to its watches")
@@ -206,6 +217,7 @@ extension SyncStore {
             }
             select.reset()
             try SyncStore.writeMeta(conn, markName, "\(purgedThrough)/\(nextSeq.withLock { $0 } - 1)")
+            if let generation { try SyncStore.writeMeta(conn, Self.liveRebaselineGenerationMeta(peer), String(generation)) }
             // A queued batch read before this (live) notice is not applied after it (`MailboxReplicator`).
             if removal != .afterQueuedRead { liveRebaselines.add(1, ordering: .sequentiallyConsistent) }
             if removal != .immediately {
