@@ -183,7 +183,8 @@ import Testing
                             "rebaselined-watch-down-at-checkpoint", "queued-merge-during-live-session",
                             "rebaselined-watch-own-write-awaits-baseline", "marked-large-value-sent-again",
                             "marked-large-value-after-replace", "queued-batch-after-live-rebaseline",
-                            "queued-rebaseline-superseded-whole", "rebaseline-notice-copy-after-baseline"])
+                            "queued-rebaseline-superseded-whole", "rebaseline-notice-copy-after-baseline",
+                            "rebaselined-watch-write-before-its-notice"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

@@ -96,7 +96,12 @@ struct InvariantChecker {
             }
         case .chunkAck(let ack):
             checkEntryKey(ack.key, from: sender, senderID: senderID, time: time, what: "chunk ack", directional: false)
-        case .error, .rebaseline, .caughtUp, .manualRequest, .manualReply, .receipt:
+        case .rebaseline:
+            // Re-baselined from the moment the phone sends it: the watch's older write of a key
+            // whose delete was purged may reach the phone before the watch acts on the notice
+            // (a lossy link, a session that ends), and be on other nodes while the phone is down.
+            if sender == .phone, let receiverID { rebaselinedWatches.insert(receiverID) }
+        case .error, .caughtUp, .manualRequest, .manualReply, .receipt:
             break
         }
     }

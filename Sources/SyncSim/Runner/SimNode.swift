@@ -52,6 +52,17 @@ final class SimNode {
 
     var isUp: Bool { store != nil }
 
+    /// The nodes' engine log: silent, or on standard error at the level
+    /// `SYNCSIM_LOG` names (`trace` … `critical`), to follow a scenario's run.
+    static func logger(label: String) -> Logger {
+        guard let name = ProcessInfo.processInfo.environment["SYNCSIM_LOG"], let level = Logger.Level(rawValue: name) else {
+            return Logger(label: label, factory: { _ in SwiftLogNoOpLogHandler() })
+        }
+        var logger = Logger(label: label, factory: { StreamLogHandler.standardError(label: $0) })
+        logger.logLevel = level
+        return logger
+    }
+
     /// Opens (or reopens) the store file with the same options every time, for the node's app's registry.
     func open(durableAcknowledgements: Bool = true) throws {
         var options = StoreOptions(clock: clock)
@@ -59,7 +70,7 @@ final class SimNode {
         if let tombstoneRetentionMs { options.tombstoneRetention = .milliseconds(tombstoneRetentionMs) }
         if let peerHorizonMs { options.peerHorizon = .milliseconds(peerHorizonMs) }
         options.externalChangePollInterval = nil   // one process per file here; no timer in a deterministic run
-        options.logger = Logger(label: "syncsim.\(name.rawValue)", factory: { _ in SwiftLogNoOpLogHandler() })
+        options.logger = SimNode.logger(label: "syncsim.\(name.rawValue)")
         if let crashVFS {
             // A node that may lose power: its files go through the crash VFS, and a
             // local write returns once it is on disk (so an acknowledged write survives).
