@@ -680,6 +680,47 @@ final class Neighbourhood {
         try home.expectStepsGoneAndTheRestEverywhere(seenOnWatchZero: seen)
     }
 
+    /// As above, but the phone's app started again and has not used the
+    /// mailbox since: the whole queued re-baseline is still there when the
+    /// watch, re-baselined live (its session ended before the baseline
+    /// came), reads it. Its notice is no newer than the live one (it marks
+    /// nothing), its batches are of an older generation (passed over), and
+    /// its marker, announced ahead of that notice, removes nothing: the
+    /// values the live notice marked stay until the live baseline settles
+    /// them. Before, the marker removed them, and the live baseline set them
+    /// again (the app saw them go and come back).
+    @Test func aQueuedRebaselineLeftInAMailboxNotUsedSinceRemovesNothing() async throws {
+        let pairing = PairingSecret.generate()
+        let home = try await Neighbourhood.withForgottenWatch(pairing: pairing, phoneValues: 2)
+        let queued = try QueuedPair(home, pairing: pairing, batchEntries: nil, maxMessages: nil)
+        try queued.phone.deliverQueued(through: queued.phoneBox)
+        #expect(try queued.phoneBox.outgoingCount() >= 4, "announcement, notice, baseline, marker")
+        try queued.restartPhonesApp()
+        let seen = SeenChanges(home.watches[0])
+
+        // A live session that ends once the watch acted on the notice, before any of the baseline.
+        let link = Link(home.phone, home.watches[0], epoch: pairing.epoch)
+        var toWatch = link.a.start(now: link.now), toPhone = link.b.start(now: link.now)
+        for _ in 0..<100 where !(toWatch.isEmpty && toPhone.isEmpty) {
+            let (sendWatch, sendPhone) = (toWatch, toPhone)
+            (toWatch, toPhone) = ([], [])
+            for frame in sendWatch where frame.type != SyncMessage.MessageType.batch.rawValue { toPhone += link.b.receive(frame, now: link.now) }
+            for frame in sendPhone { toWatch += link.a.receive(frame, now: link.now) }
+        }
+        #expect(try home.watches[0].rebaselineMarkCount() > 0, "the live notice marked what the phone knew")
+        #expect(try queued.phoneBox.outgoingCount() >= 4, "nothing was taken back")
+
+        try queued.watch.deliverQueued(through: queued.watchBox)
+        #expect(try queued.phoneBox.outgoingCount() == 0, "the watch took them all")
+        for i in 0..<2 { #expect(try home.watches[0].storedValue(for: TestKeys.daily["p\(i)"]) == 100 + i, "p\(i) went") }
+        #expect(try home.watches[0].storedValue(for: TestKeys.daily["mine-alive"]) == 30)
+        #expect(seen.removedKeys.isEmpty, "the app saw \(seen.all.map { "\($0.kind) \($0.key)" })")
+
+        home.sync(0)
+        try queued.rounds(3)
+        try home.expectStepsGoneAndTheRestEverywhere(seenOnWatchZero: seen)
+    }
+
     /// A queued caught-up marker that no announcement came before (its
     /// re-baseline was taken back) removes nothing: the marks it would sweep
     /// are a live re-baseline's, whose baseline may still be on its way.

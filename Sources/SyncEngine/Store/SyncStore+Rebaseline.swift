@@ -172,7 +172,9 @@ extension SyncStore {
     /// (`execute`), and what is still marked goes at the phone's caught-up
     /// notice or the mailbox read's end (`sweepRebaselineMarks`): the app
     /// never sees a value go that the baseline brings back. A queued notice
-    /// (`.afterQueuedRead`) no newer than one already acted on does nothing.
+    /// (`.afterQueuedRead`) no newer than one already acted on does nothing
+    /// (and when that one was live, the caught-up marker announced ahead of
+    /// the queued one removes nothing).
     /// `generation`: the one a live notice of protocol 4 names, kept
     /// (`liveRebaselineGeneration(from:)`) with what it marks or removes.
     /// Returns how many entries were removed, or marked.
@@ -183,6 +185,8 @@ extension SyncStore {
             throw SyncError(.protocolViolation, "a \(role) does not take re-baseline notices; only a phone sends them to its watches")
         }
         let markName = "rebaselined_by_\(peer)"
+        // The purged version of the last notice acted on, when that one was live.
+        let liveMarkName = "rebaselined_live_by_\(peer)"
         let (found, _, removed) = try database.write({ conn -> (Int, [String], [StoreChange]) in
             let meta = try SyncStore.readMeta(conn)
             var limit = Int64.max
@@ -190,7 +194,14 @@ extension SyncStore {
                 // A queued notice no newer than one this watch acted on (live, or queued before) is
                 // of a re-baseline that one superseded (the phone's purges only go forward): its
                 // baseline may have been taken back, and what it would mark came since from the phone.
-                if removal == .afterQueuedRead, actedOn >= purgedThrough { return (0, [], []) }
+                if removal == .afterQueuedRead, actedOn >= purgedThrough {
+                    // Superseded by a live notice: the caught-up marker announced ahead of this one ends
+                    // its own baseline (taken back, or passed over), not the live one's.
+                    if let live = Int64(meta[liveMarkName] ?? ""), live >= purgedThrough {
+                        try SyncStore.deleteMeta(conn, Self.queuedCaughtUpExpectedMeta)
+                    }
+                    return (0, [], [])
+                }
                 if actedOn == purgedThrough, let seen = Int64(mark[1]) { limit = seen }
             }
             let record = try SyncStore.peerRecord(conn, node: peer)
@@ -218,6 +229,11 @@ extension SyncStore {
             select.reset()
             try SyncStore.writeMeta(conn, markName, "\(purgedThrough)/\(nextSeq.withLock { $0 } - 1)")
             if let generation { try SyncStore.writeMeta(conn, Self.liveRebaselineGenerationMeta(peer), String(generation)) }
+            if removal == .afterQueuedRead {
+                try SyncStore.deleteMeta(conn, liveMarkName)
+            } else {
+                try SyncStore.writeMeta(conn, liveMarkName, String(purgedThrough))
+            }
             // A queued batch read before this (live) notice is not applied after it (`MailboxReplicator`).
             if removal != .afterQueuedRead { liveRebaselines.add(1, ordering: .sequentiallyConsistent) }
             if removal != .immediately {
