@@ -78,6 +78,23 @@ let propertyCases = Int(ProcessInfo.processInfo.environment["SYNCENGINE_PROPERTY
         }
     }
 
+    /// A queued batch's position, coded in generation `g`, is of an older
+    /// generation than `g + k` for 0 < k < 2^13, and never than `g` itself or
+    /// `g - k` (a newer batch): the watch passes over only what a live
+    /// notice superseded, whatever the wrap of the 14-bit generation.
+    @Test func queuedGenerationsAreToldApartUpToHalfTheirRange() async {
+        await propertyCheck(count: propertyCases, input: Gen.int(in: 0...Int(Int32.max)).array(of: 3...3)) { numbers in
+            let half = QueuedStreamPosition.generations / 2
+            let generation = Int64(numbers[0]), position = Int64(numbers[1]) << 16
+            let later = Int64(numbers[2]) % (half - 1) + 1
+            let coded = try! QueuedStreamPosition.coded(position, generation: generation)
+            #expect(QueuedStreamPosition.isOfOlderGeneration(coded, than: generation + later), "\(numbers)")
+            #expect(!QueuedStreamPosition.isOfOlderGeneration(coded, than: generation), "\(numbers)")
+            let newer = try! QueuedStreamPosition.coded(position, generation: generation + later)
+            #expect(!QueuedStreamPosition.isOfOlderGeneration(newer, than: generation), "\(numbers)")
+        }
+    }
+
     /// encode → decode is the identity for every message type.
     @Test func wireRoundTrip() async {
         await propertyCheck(count: propertyCases, input: Gen.int(in: 0...Int(UInt32.max)).array(of: 1...8)) { numbers in
