@@ -261,6 +261,37 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
         #expect(problem(total: 10, index: 0, count: 1, size: 10, inline: [1]) != nil)
     }
 
+    /// A resolver's merge of two large values keeps the newer one's version
+    /// with another value: sent in chunks to the device that wrote that
+    /// version, it is taken and joined there, not passed over as a value held
+    /// already (before, that device kept its own value and the two stayed
+    /// apart for good).
+    @Test func aMergedLargeValueAtAVersionTheReceiverHoldsIsTaken() async throws {
+        let pair = try Pair()
+        let fromPhone = (0..<4_000).map { "phone-\($0)-" + String(repeating: "p", count: 20) }
+        let fromWatch = (0..<4_000).map { "watch-\($0)-" + String(repeating: "w", count: 20) }
+        try await pair.phone.set(fromPhone, for: TestKeys.tags)
+        pair.watchClock.advance(by: 1_000)
+        try await pair.watch.set(fromWatch, for: TestKeys.tags)
+        let written = try #require(try pair.watch.entryInfo(forKey: TestKeys.tags.name)).version
+        #expect(try #require(try pair.watch.entryInfo(forKey: TestKeys.tags.name)).size > SyncPolicy.automaticLimit)
+        try pair.phone.requestManualSync()
+        try pair.watch.requestManualSync()
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        link.settle()
+        // The phone joined the two at the watch's version; its merge went back in chunks.
+        #expect(try pair.phone.entryInfo(forKey: TestKeys.tags.name)?.version == written)
+        try pair.phone.requestManualSync()
+        link.settle()
+        #expect(link.frames.contains { $0.from == "a" && $0.frame.type == SyncMessage.MessageType.chunk.rawValue })
+        let union = Set(fromPhone + fromWatch)
+        for store in [pair.phone, pair.watch] {
+            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == union, "on the \(store.role)")
+            #expect(try store.entryInfo(forKey: TestKeys.tags.name)?.version == written)
+        }
+    }
+
     /// Kill the sender mid-transfer, write a new value: the old chunks go, and
     /// the hello stops announcing them.
     @Test func abandonedTransferIsDeletedWhenANewerValueArrives() async throws {

@@ -158,6 +158,11 @@ package final class InMemoryReplicationPort: ReplicationPort {
 
     package func localVersion(forKey key: String) throws -> HLCTimestamp? { rows[key]?.version }
 
+    package func holdsValue(forKey key: String, size: Int, checksum: UInt32) throws -> Bool {
+        guard let row = rows[key], !row.deleted, let value = row.value else { return false }
+        return value.count == size && Checksum.crc32(value) == checksum
+    }
+
     /// Received-through positions and anchors by peer (`receivedThrough(from:)`).
     private var received: [UInt32: (through: Int64, anchor: Int64)] = [:]
 

@@ -98,7 +98,12 @@ extension ReplicationEndpoint {
         }
         // Held already, unless a re-baseline notice marked what is held: then the value is
         // taken again (its apply keeps the row and settles the mark; else the mark would remove it).
-        if let local = try port.localVersion(forKey: entry.key), local >= entry.version, try port.rebaselineMark(forKey: entry.key) != local {
+        // At the very version held, only the same value is: a resolver's merge gives a version two
+        // values, and the other is taken (its apply joins the two), checked once per transfer.
+        let transfer = ChunkedVersion(key: entry.key, version: entry.version)
+        if let local = try port.localVersion(forKey: entry.key), local >= entry.version, try port.rebaselineMark(forKey: entry.key) != local,
+           try local > entry.version || receiving != transfer
+               && port.holdsValue(forKey: entry.key, size: chunk.totalSize, checksum: chunk.totalChecksum) {
             receiving = nil
             try port.discardStagedChunks(key: entry.key, through: local)
             return [ack(complete: true, restsOnCommit: true)]  // the acknowledgement rests on that commit
@@ -111,7 +116,7 @@ extension ReplicationEndpoint {
         emit(.chunk(key: entry.key, index: chunk.index, count: chunk.count, outgoing: false))
         let staged = try port.stageChunk(chunk)
         guard staged >= chunk.count else {
-            receiving = ChunkedVersion(key: entry.key, version: entry.version)
+            receiving = transfer
             return [ack(complete: false)]
         }
         receiving = nil

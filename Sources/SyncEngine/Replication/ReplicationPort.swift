@@ -45,6 +45,8 @@ package protocol ReplicationPort: AnyObject {
     func largeValue(key: String, seq: Int64) throws -> [UInt8]?
     /// The version stored for `key`, if any.
     func localVersion(forKey key: String) throws -> HLCTimestamp?
+    /// Whether the value held for `key` is of `size` bytes with the CRC-32 `checksum`.
+    func holdsValue(forKey key: String, size: Int, checksum: UInt32) throws -> Bool
 
     // MARK: applying
 
@@ -257,6 +259,11 @@ package final class SQLiteReplicationPort: ReplicationPort {
 
     package func largeValue(key: String, seq: Int64) throws -> [UInt8]? { try store.largeValue(key: key, seq: seq) }
     package func localVersion(forKey key: String) throws -> HLCTimestamp? { try store.entryInfo(forKey: key)?.version }
+
+    package func holdsValue(forKey key: String, size: Int, checksum: UInt32) throws -> Bool {
+        guard let bytes = try store.rawValue(forKey: key) else { return false }
+        return bytes.count == size && Checksum.crc32(bytes) == checksum
+    }
 
     package func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
                        receivedThrough: (through: Int64, anchor: Int64)?,
