@@ -92,6 +92,29 @@ import Testing
         #expect(cache.peek("k")?.bytes == [2])
     }
 
+    /// A resolver's merge gives a version other bytes: a value a reader
+    /// decoded from the slot before the merge replaced it is not kept beside
+    /// the merged bytes at the same version (reads would return it until the
+    /// key changed again); the value decoded from those bytes is.
+    @Test func aValueDecodedFromOtherBytesAtTheSameVersionIsNotKept() {
+        let cache = StoreCache()
+        let version = HLCTimestamp(packed: 5 << 16, node: 1)
+        let joined = StoreCache.Slot(bytes: Array("[\"a\",\"b\"]".utf8), encoding: "json", version: version, decoded: nil)
+        let before: [UInt8] = Array("[\"a\"]".utf8)
+        cache.store("tags", StoreCache.Slot(bytes: before, encoding: "json", version: version, decoded: nil))
+        cache.invalidate("tags")                        // the merge's commit, at the same version
+        cache.fill("tags", joined, readSince: cache.epoch)  // another reader reads the merged row
+        cache.rememberDecoded("tags", version: version, bytes: before, value: ["a"])  // the first reader, late
+        cache.rememberTyped("tags", version: version, bytes: before, box: CachedValue(["a"]))
+        #expect(cache.peek("tags")?.decoded == nil)
+        #expect(cache.typedBox("tags") == nil)
+        #expect(cache.typedValue("tags", as: [String].self) == nil)
+        cache.rememberDecoded("tags", version: version, bytes: joined.bytes, value: ["a", "b"])
+        cache.rememberTyped("tags", version: version, bytes: joined.bytes ?? [], box: CachedValue(["a", "b"]))
+        #expect(cache.peek("tags")?.decoded as? [String] == ["a", "b"])
+        #expect(cache.typedValue("tags", as: [String].self) == ["a", "b"])
+    }
+
     /// Writers and readers race on one key: every read returns a value at
     /// least as new as the last commit that returned before it, and the
     /// cache ends on the last value written.

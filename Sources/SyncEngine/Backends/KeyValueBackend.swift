@@ -192,12 +192,17 @@ extension KeyValueBackend {
 
     /// Decodes stored bytes for `key` (checking the serializer) and keeps the result.
     func decode<Value>(_ bytes: [UInt8], encoding: String, version: HLCTimestamp, for key: Key<Value>) throws -> Value {
+        let value = try decodeChecked(bytes, encoding: encoding, for: key)
+        rememberDecoded(value, forKey: key.name, version: version)
+        return value
+    }
+
+    /// Decodes stored bytes for `key`, checking that its serializer wrote them.
+    func decodeChecked<Value>(_ bytes: [UInt8], encoding: String, for key: Key<Value>) throws -> Value {
         guard encoding == key.serializer.identifier else {
             throw SyncError(.typeMismatch, "key '\(key.name)' holds a value written with the \(encoding) serializer, but is read as \(Value.self) with \(key.serializer.identifier)")
         }
-        let value = try key.serializer.decode(bytes)
-        rememberDecoded(value, forKey: key.name, version: version)
-        return value
+        return try key.serializer.decode(bytes)
     }
 
     /// Whether `key` has a live value.

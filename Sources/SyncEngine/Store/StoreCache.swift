@@ -58,13 +58,13 @@ final class StoreCache: Sendable {
 
     /// The decoded value cached for `key` and its version, counting a hit;
     /// nil (counting nothing) when the key has no live value or no decoded one.
-    func decodedHit(_ key: String) -> (value: any Sendable, version: HLCTimestamp)? {
+    func decodedHit(_ key: String) -> (value: any Sendable, version: HLCTimestamp, bytes: [UInt8])? {
         state.withLock { s in
             guard let index = s.slots.index(forKey: key) else { return nil }
             let slot = s.slots.values[index]
-            guard slot.bytes != nil, let decoded = slot.decoded else { return nil }
+            guard let bytes = slot.bytes, let decoded = slot.decoded else { return nil }
             s.stats.hits += 1
-            return (decoded, slot.version)
+            return (decoded, slot.version, bytes)
         }
     }
 
@@ -85,10 +85,12 @@ final class StoreCache: Sendable {
     /// The typed box kept for `key`, if any (for tests).
     func typedBox(_ key: String) -> AnyCachedValue? { state.withLock { $0.typed[key] } }
 
-    /// Keeps `box` beside the slot of `key` if it is still at `version`.
-    func rememberTyped(_ key: String, version: HLCTimestamp, box: AnyCachedValue) {
+    /// Keeps `box` beside the slot of `key` if it still holds `bytes` at
+    /// `version` (a resolver's merge gives a version other bytes).
+    func rememberTyped(_ key: String, version: HLCTimestamp, bytes: [UInt8], box: AnyCachedValue) {
         state.withLock { s in
-            guard let index = s.slots.index(forKey: key), s.slots.values[index].version == version else { return }
+            guard let index = s.slots.index(forKey: key), s.slots.values[index].version == version,
+                  s.slots.values[index].bytes == bytes else { return }
             s.typed[key] = box
         }
     }
@@ -198,9 +200,12 @@ final class StoreCache: Sendable {
         }
     }
 
-    func rememberDecoded(_ key: String, version: HLCTimestamp, value: any Sendable) {
+    /// Keeps `value` beside the slot of `key` if it still holds `bytes` (when
+    /// given) at `version` (a resolver's merge gives a version other bytes).
+    func rememberDecoded(_ key: String, version: HLCTimestamp, bytes: [UInt8]? = nil, value: any Sendable) {
         state.withLock { s in
-            if s.slots[key]?.version == version { s.slots[key]?.decoded = value }
+            guard let slot = s.slots[key], slot.version == version, bytes == nil || slot.bytes == bytes else { return }
+            s.slots[key]?.decoded = value
         }
     }
 

@@ -30,26 +30,26 @@ extension SyncStore {
     @inlinable
     public func value<Value>(for key: Key<Value>) throws -> Value {
         if !closed.load(ordering: .relaxed), let value = cache.typedValue(key.name, as: Value.self) { return value }
-        if let (decoded, version) = cachedDecodedValue(forKey: key.name), let value = decoded as? Value {
-            rememberTyped(CachedValue(value), forKey: key.name, version: version)
+        if let (decoded, version, bytes) = cachedDecodedValue(forKey: key.name), let value = decoded as? Value {
+            rememberTyped(CachedValue(value), forKey: key.name, version: version, bytes: bytes)
             return value
         }
         return try storedValue(for: key) ?? key.defaultValue
     }
 
-    /// The decoded value the cache holds for `name` and its version (a hit
-    /// is counted), or nil: then `storedValue(for:)` reads (and counts) as usual.
+    /// The decoded value the cache holds for `name`, its version and bytes (a
+    /// hit is counted), or nil: then `storedValue(for:)` reads (and counts) as usual.
     @usableFromInline
-    func cachedDecodedValue(forKey name: String) -> (any Sendable, HLCTimestamp)? {
+    func cachedDecodedValue(forKey name: String) -> (any Sendable, HLCTimestamp, [UInt8])? {
         if isClosed { return nil }
         guard let hit = cache.decodedHit(name) else { return nil }
-        return (hit.value, hit.version)
+        return (hit.value, hit.version, hit.bytes)
     }
 
-    /// Keeps `box` for the next typed reads of `name`, if its slot is still at `version`.
+    /// Keeps `box` for the next typed reads of `name`, if its slot still holds `bytes` at `version`.
     @usableFromInline
-    func rememberTyped(_ box: AnyCachedValue, forKey name: String, version: HLCTimestamp) {
-        cache.rememberTyped(name, version: version, box: box)
+    func rememberTyped(_ box: AnyCachedValue, forKey name: String, version: HLCTimestamp, bytes: [UInt8]) {
+        cache.rememberTyped(name, version: version, bytes: bytes, box: box)
     }
 
     /// The cached read path: one cache lookup and a cast when the decoded value is cached.
@@ -58,10 +58,18 @@ extension SyncStore {
         if let slot = cache.lookup(key.name) {
             guard let bytes = slot.bytes else { return nil }
             if let decoded = slot.decoded as? Value { return decoded }
-            return try decode(bytes, encoding: slot.encoding, version: slot.version, for: key)
+            return try decodeKept(bytes, encoding: slot.encoding, version: slot.version, for: key)
         }
         guard let entry = try entry(forKey: key.name, declaredAs: key.descriptor, counted: false), let bytes = entry.bytes else { return nil }
-        return try decode(bytes, encoding: entry.encoding, version: entry.version, for: key)
+        return try decodeKept(bytes, encoding: entry.encoding, version: entry.version, for: key)
+    }
+
+    /// Decodes `bytes` of `version` for `key` and keeps the value beside the
+    /// cache's slot while it still holds those bytes at that version.
+    private func decodeKept<Value>(_ bytes: [UInt8], encoding: String, version: HLCTimestamp, for key: Key<Value>) throws -> Value {
+        let value = try decodeChecked(bytes, encoding: encoding, for: key)
+        cache.rememberDecoded(key.name, version: version, bytes: bytes, value: value)
+        return value
     }
 
     public func rememberDecoded(_ value: any Sendable, forKey key: String, version: HLCTimestamp) {
