@@ -292,6 +292,53 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
         }
     }
 
+    /// The phone gives up a transfer (its session started again on a late
+    /// copy of the watch's hello, and the value was overtaken by a newer
+    /// change that waits for `sync()`): once it says it has nothing more,
+    /// the part the watch received no longer holds the watch's session (it
+    /// stays staged for a later session). Before, the watch waited for the
+    /// rest for good and never went idle (fuzz seed 15502290).
+    @Test func aTransferThePeerGaveUpStopsHoldingTheSessionOnceThePeerCaughtUp() async throws {
+        let pair = try Pair()
+        let value = Data((0..<(100 * 1024 + 1)).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        try await pair.phone.set(value, for: TestKeys.blob)
+        try pair.phone.requestManualSync()
+        let link = Link(pair.phone, pair.watch)
+        func isChunk(_ frame: Frame, index: Int) -> Bool {
+            guard frame.type == SyncMessage.MessageType.chunk.rawValue, case .chunk(let chunk)? = try? SyncMessage(frame: frame) else { return false }
+            return chunk.index == index
+        }
+        func exchange(_ first: [Frame], _ second: [Frame]) {
+            var toWatch = first, toPhone = second
+            for _ in 0..<200 where !(toWatch.isEmpty && toPhone.isEmpty) {
+                let (sendWatch, sendPhone) = (toWatch, toPhone)
+                (toWatch, toPhone) = ([], [])
+                for frame in sendWatch where !isChunk(frame, index: 1) { toPhone += link.b.receive(frame, now: link.now) }
+                for frame in sendPhone { toWatch += link.a.receive(frame, now: link.now) }
+                if toWatch.isEmpty && toPhone.isEmpty { (toWatch, toPhone) = (link.a.pump(now: link.now), link.b.pump(now: link.now)) }
+            }
+        }
+        let watchHello = link.b.start(now: link.now)
+        exchange(link.a.start(now: link.now), watchHello)
+        #expect(try pair.watch.stagedChunkBytes() > 0, "chunk 0 is staged")
+        #expect(!link.b.isIdle)
+
+        // A newer change overtakes the value and waits for sync(); a late copy of the watch's hello starts the phone's session again.
+        pair.phoneClock.advance(by: 1_000)
+        try await pair.phone.set(Data(value.reversed()), for: TestKeys.blob)
+        exchange([], watchHello)
+        #expect(link.a.isIdle, "\(link.a.idleBlockers)")
+        #expect(link.b.isIdle, "\(link.b.idleBlockers)")
+        #expect(try pair.watch.stagedChunkBytes() > 0, "what came stays staged")
+        #expect(try pair.watch.storedValue(for: TestKeys.blob) == nil)
+
+        try pair.phone.requestManualSync()
+        let next = Link(pair.phone, pair.watch)
+        next.connect()
+        next.settle()
+        #expect(try pair.watch.storedValue(for: TestKeys.blob) == Data(value.reversed()))
+    }
+
     /// Kill the sender mid-transfer, write a new value: the old chunks go, and
     /// the hello stops announcing them.
     @Test func abandonedTransferIsDeletedWhenANewerValueArrives() async throws {

@@ -177,6 +177,9 @@ package final class ReplicationEndpoint {
                     return perform(session.receivedDataBeforeHandshake(now: now), now: now)
                 }
                 session.receiveCaughtUp(id: notice.id)
+                // The peer sends the notice only with nothing in flight: a value it sent part of was
+                // given up (overtaken); what came stays staged for a later session.
+                if session.peerHasNothingMore { receiving = nil }
                 // Everything the phone sent before the notice is applied: what a re-baseline notice
                 // marked and its baseline did not send again goes now.
                 if port.role == .watch, session.peerHasNothingMore { _ = try port.sweepRebaselineMarks(after: .caughtUp) }
