@@ -146,15 +146,15 @@ package final class ReplicationEndpoint {
                 // The phone's receipt goes first: a notice that overtook it (a lossy transport)
                 // is left unacknowledged, and comes again.
                 if awaitsPeerReceipt { return [] }
+                guard notice.generation == nil || peer.protocolVersion >= SyncMessage.generationProtocol else {
+                    return fail(SyncError(.protocolViolation, "the peer sent a re-baseline notice with a generation in a session that negotiated protocol \(peer.protocolVersion)"), notifyPeer: true)
+                }
                 session.peerSentData(id: notice.id)
                 // A copy that comes after the baseline began would mark what the phone already sent
                 // in this session, and does not send again: those values would go at its caught-up notice.
                 guard noticesActedOn.insert(notice.id).inserted else {
                     try acknowledgeDurably(SyncMessage.ack(.init(batchID: notice.id, applied: 0, rejected: [])).frame(), into: &out)
                     break
-                }
-                guard notice.generation == nil || peer.protocolVersion >= SyncMessage.generationProtocol else {
-                    return fail(SyncError(.protocolViolation, "the peer sent a re-baseline notice with a generation in a session that negotiated protocol \(peer.protocolVersion)"), notifyPeer: true)
                 }
                 // With caught-up notices, what the notice would remove is marked, and what the
                 // baseline does not bring back goes once the phone caught up: values it brings never go.
