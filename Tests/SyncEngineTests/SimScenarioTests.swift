@@ -184,7 +184,8 @@ import Testing
                             "rebaselined-watch-own-write-awaits-baseline", "marked-large-value-sent-again",
                             "marked-large-value-after-replace", "queued-batch-after-live-rebaseline",
                             "queued-rebaseline-superseded-whole", "rebaseline-notice-copy-after-baseline",
-                            "rebaselined-watch-write-before-its-notice", "given-up-transfer-never-idle"])
+                            "rebaselined-watch-write-before-its-notice", "given-up-transfer-never-idle",
+                            "marked-row-merged-at-its-version"])
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)
