@@ -9,8 +9,11 @@ public struct Shrinker: Sendable {
     /// it failed once).
     public var transport: SimTransport
 
-    public init(maxRuns: Int = 300, options: RunOptions = RunOptions(), transport: SimTransport = .sim) {
-        self.maxRuns = maxRuns
+    /// `maxRuns`: by default 1,000 over `.sim` (a failing scenario of several
+    /// hundred steps needs that many to come down to a few dozen) and 300
+    /// over `.tcp`, where each run takes real time.
+    public init(maxRuns: Int? = nil, options: RunOptions = RunOptions(), transport: SimTransport = .sim) {
+        self.maxRuns = maxRuns ?? (transport == .sim ? 1_000 : 300)
         self.options = options
         self.transport = transport
     }
