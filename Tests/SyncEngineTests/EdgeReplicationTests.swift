@@ -308,25 +308,15 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
             guard frame.type == SyncMessage.MessageType.chunk.rawValue, case .chunk(let chunk)? = try? SyncMessage(frame: frame) else { return false }
             return chunk.index == index
         }
-        func exchange(_ first: [Frame], _ second: [Frame]) {
-            var toWatch = first, toPhone = second
-            for _ in 0..<200 where !(toWatch.isEmpty && toPhone.isEmpty) {
-                let (sendWatch, sendPhone) = (toWatch, toPhone)
-                (toWatch, toPhone) = ([], [])
-                for frame in sendWatch where !isChunk(frame, index: 1) { toPhone += link.b.receive(frame, now: link.now) }
-                for frame in sendPhone { toWatch += link.a.receive(frame, now: link.now) }
-                if toWatch.isEmpty && toPhone.isEmpty { (toWatch, toPhone) = (link.a.pump(now: link.now), link.b.pump(now: link.now)) }
-            }
-        }
         let watchHello = link.b.start(now: link.now)
-        exchange(link.a.start(now: link.now), watchHello)
+        link.run(link.a.start(now: link.now), watchHello) { isChunk($0, index: 1) }
         #expect(try pair.watch.stagedChunkBytes() > 0, "chunk 0 is staged")
         #expect(!link.b.isIdle)
 
         // A newer change overtakes the value and waits for sync(); a late copy of the watch's hello starts the phone's session again.
         pair.phoneClock.advance(by: 1_000)
         try await pair.phone.set(Data(value.reversed()), for: TestKeys.blob)
-        exchange([], watchHello)
+        link.run([], watchHello) { isChunk($0, index: 1) }
         #expect(link.a.isIdle, "\(link.a.idleBlockers)")
         #expect(link.b.isIdle, "\(link.b.idleBlockers)")
         #expect(try pair.watch.stagedChunkBytes() > 0, "what came stays staged")

@@ -75,7 +75,10 @@ final class Link {
     /// Pumps both sides and delivers until quiet.
     func settle() { run(a.pump(now: now), b.pump(now: now)) }
 
-    func run(_ fromA: [Frame], _ fromB: [Frame]) {
+    /// Delivers `fromA` and `fromB` and what they bring back, pumping both
+    /// sides whenever nothing is in transit, until quiet; frames from `a` that
+    /// `dropsToB` names are lost on the way.
+    func run(_ fromA: [Frame], _ fromB: [Frame], droppingToB dropsToB: (Frame) -> Bool = { _ in false }) {
         var queueAB = fromA
         var queueBA = fromB
         var rounds = 0
@@ -84,7 +87,7 @@ final class Link {
             let ab = queueAB, ba = queueBA
             queueAB = []
             queueBA = []
-            for f in ab {
+            for f in ab where !dropsToB(f) {
                 frames.append(("a", f))
                 queueBA += b.receive(f, now: now)
             }

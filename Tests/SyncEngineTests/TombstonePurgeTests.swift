@@ -625,10 +625,8 @@ final class Neighbourhood {
     /// nothing, and the marker after it removes nothing the live baseline
     /// brought.
     @Test func aQueuedNoticeOlderThanALiveOneTheWatchActedOnMarksNothing() async throws {
-        let pairing = PairingSecret.generate()
-        let home = try await Neighbourhood.withForgottenWatch(pairing: pairing, phoneValues: 2)
-        let queued = try QueuedPair(home, pairing: pairing, batchEntries: nil, maxMessages: nil)
-        try queued.phone.deliverQueued(through: queued.phoneBox)
+        let queued = try await QueuedPair.withAQueuedRebaselineWaiting()
+        let home = queued.home
         let purgedFirst = try home.phone.purgedThrough()
         // Another delete, acknowledged by watch 1 and purged.
         try await home.phone.set(9, for: TestKeys.daily["later"])
@@ -658,16 +656,14 @@ final class Neighbourhood {
     /// would remove what the phone still has, and the live baseline would set
     /// it again: the app would see it go and come back; fuzz seed 13900383).
     @Test func aQueuedRebaselineALiveNoticeSupersededIsTakenBackWhole() async throws {
-        let pairing = PairingSecret.generate()
-        let home = try await Neighbourhood.withForgottenWatch(pairing: pairing, phoneValues: 2)
-        let queued = try QueuedPair(home, pairing: pairing, batchEntries: nil, maxMessages: nil)
-        try queued.phone.deliverQueued(through: queued.phoneBox)
+        let queued = try await QueuedPair.withAQueuedRebaselineWaiting()
+        let home = queued.home
         #expect(try queued.phoneBox.outgoingCount() >= 4, "announcement, notice, baseline, marker")
         let seen = SeenChanges(home.watches[0])
 
         // The live session's hello and notice, as the phone's endpoint takes and gives them (not delivered yet).
         let phonePort = SQLiteReplicationPort(home.phone)
-        _ = try phonePort.recordPeer(node: home.watches[0].nodeID, role: .watch, epoch: pairing.epoch)
+        _ = try phonePort.recordPeer(node: home.watches[0].nodeID, role: .watch, epoch: queued.config.pairingEpoch)
         #expect(try phonePort.rebaselineNotice(for: home.watches[0].nodeID, cursor: 0, queuedIn: nil) != nil)
         #expect(try queued.phoneBox.outgoingCount() == 0, "the whole queued re-baseline is taken back")
         try queued.watch.deliverQueued(through: queued.watchBox)
@@ -690,23 +686,15 @@ final class Neighbourhood {
     /// them. Before, the marker removed them, and the live baseline set them
     /// again (the app saw them go and come back).
     @Test func aQueuedRebaselineLeftInAMailboxNotUsedSinceRemovesNothing() async throws {
-        let pairing = PairingSecret.generate()
-        let home = try await Neighbourhood.withForgottenWatch(pairing: pairing, phoneValues: 2)
-        let queued = try QueuedPair(home, pairing: pairing, batchEntries: nil, maxMessages: nil)
-        try queued.phone.deliverQueued(through: queued.phoneBox)
+        let queued = try await QueuedPair.withAQueuedRebaselineWaiting()
+        let home = queued.home
         #expect(try queued.phoneBox.outgoingCount() >= 4, "announcement, notice, baseline, marker")
         try queued.restartPhonesApp()
         let seen = SeenChanges(home.watches[0])
 
         // A live session that ends once the watch acted on the notice, before any of the baseline.
-        let link = Link(home.phone, home.watches[0], epoch: pairing.epoch)
-        var toWatch = link.a.start(now: link.now), toPhone = link.b.start(now: link.now)
-        for _ in 0..<100 where !(toWatch.isEmpty && toPhone.isEmpty) {
-            let (sendWatch, sendPhone) = (toWatch, toPhone)
-            (toWatch, toPhone) = ([], [])
-            for frame in sendWatch where frame.type != SyncMessage.MessageType.batch.rawValue { toPhone += link.b.receive(frame, now: link.now) }
-            for frame in sendPhone { toWatch += link.a.receive(frame, now: link.now) }
-        }
+        let link = Link(home.phone, home.watches[0], epoch: queued.config.pairingEpoch)
+        link.run(link.a.start(now: link.now), link.b.start(now: link.now)) { $0.type == SyncMessage.MessageType.batch.rawValue }
         #expect(try home.watches[0].rebaselineMarkCount() > 0, "the live notice marked what the phone knew")
         #expect(try queued.phoneBox.outgoingCount() >= 4, "nothing was taken back")
 
@@ -906,6 +894,18 @@ final class QueuedPair {
         try phone.deliverQueued(through: phoneBox)  // the spool is full: the delete waits
         home.sync(1)
         home.recordAcknowledgements()
+    }
+
+    /// A watch the phone forgot (`Neighbourhood.withForgottenWatch`, with two
+    /// more values of the phone's), and the phone's queued re-baseline for it
+    /// posted (announcement, notice, baseline, marker), through a mailbox of
+    /// the engine's default limits.
+    static func withAQueuedRebaselineWaiting() async throws -> QueuedPair {
+        let pairing = PairingSecret.generate()
+        let home = try await Neighbourhood.withForgottenWatch(pairing: pairing, phoneValues: 2)
+        let queued = try QueuedPair(home, pairing: pairing, batchEntries: nil, maxMessages: nil)
+        try queued.phone.deliverQueued(through: queued.phoneBox)
+        return queued
     }
 
     /// Two watches, watch 0 queued only (`postStepsThenDeleteItWhileTheSpoolIsFull`);

@@ -404,17 +404,11 @@ import Testing
 
         // The first session loses every caught-up notice of the phone's.
         let link = Link(home.phone, home.watches[0])
-        var toWatch = link.a.start(now: link.now), toPhone = link.b.start(now: link.now)
         var notices = 0
-        for _ in 0..<1_000 where !(toWatch.isEmpty && toPhone.isEmpty) {
-            let (sendWatch, sendPhone) = (toWatch, toPhone)
-            (toWatch, toPhone) = ([], [])
-            for frame in sendWatch {
-                if frame.type == SyncMessage.MessageType.caughtUp.rawValue { notices += 1; continue }
-                toPhone += link.b.receive(frame, now: link.now)
-            }
-            for frame in sendPhone { toWatch += link.a.receive(frame, now: link.now) }
-            if toWatch.isEmpty && toPhone.isEmpty { (toWatch, toPhone) = (link.a.pump(now: link.now), link.b.pump(now: link.now)) }
+        link.run(link.a.start(now: link.now), link.b.start(now: link.now)) { frame in
+            guard frame.type == SyncMessage.MessageType.caughtUp.rawValue else { return false }
+            notices += 1
+            return true
         }
         #expect(notices > 0)
         let watch = home.watches[0]

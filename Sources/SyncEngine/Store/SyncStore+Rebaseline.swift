@@ -85,6 +85,8 @@ extension SyncStore {
 
     static func rebaselineGenerationMeta(_ peer: UInt32) -> String { "rebaseline_generation_\(peer)" }
     static func liveRebaselineGenerationMeta(_ peer: UInt32) -> String { "rebaseline_live_generation_\(peer)" }
+    /// On a watch: the purged version of the last notice from `peer` acted on, while that one was live.
+    static func liveRebaselineMarkMeta(_ peer: UInt32) -> String { "rebaselined_live_by_\(peer)" }
 
     /// On a watch: the generation the last live re-baseline notice from
     /// `peer` started, if it named one (protocol 4). The phone's queued
@@ -185,8 +187,7 @@ extension SyncStore {
             throw SyncError(.protocolViolation, "a \(role) does not take re-baseline notices; only a phone sends them to its watches")
         }
         let markName = "rebaselined_by_\(peer)"
-        // The purged version of the last notice acted on, when that one was live.
-        let liveMarkName = "rebaselined_live_by_\(peer)"
+        let liveMarkName = Self.liveRebaselineMarkMeta(peer)
         let (found, _, removed) = try database.write({ conn -> (Int, [String], [StoreChange]) in
             let meta = try SyncStore.readMeta(conn)
             var limit = Int64.max
