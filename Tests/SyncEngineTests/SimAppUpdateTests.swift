@@ -143,7 +143,7 @@ import Testing
     /// The shrinker drops an older app the failure does not need (and its
     /// `updateApp` steps), and keeps one it does.
     @Test func theShrinkerKeepsOlderAppsOnlyWhenTheFailureNeedsThem() async throws {
-        let generator = ScenarioGenerator(ops: 60, powerCuts: false)
+        let generator = ScenarioGenerator(ops: 60, powerCuts: false, largeMerges: false)
         func shrunk(seed: UInt64, fault: String) async throws -> Scenario {
             let scenario = generator.scenario(seed: seed)
             #expect(!scenario.olderApps.isEmpty, "seed \(seed) no longer gives an older app")

@@ -222,12 +222,12 @@ import Testing
     /// `purge` steps) without changing the others; they run and pass, and
     /// some of them do purge.
     @Test func fuzzGeneratesTombstonePurges() async throws {
-        let generator = ScenarioGenerator(ops: 60)
+        let generator = ScenarioGenerator(ops: 60, largeMerges: false)
         let scenarios = (UInt64(1)...60).map(generator.scenario(seed:))
         let purging = scenarios.filter { $0.tombstoneRetentionMs != nil }
         #expect(purging.count >= 8)
         #expect(purging.allSatisfy { s in s.timeline.contains { if case .purge = $0.action { true } else { false } } })
-        let plain = ScenarioGenerator(ops: 60, purges: false).scenario(seed: purging[0].seed)
+        let plain = ScenarioGenerator(ops: 60, purges: false, largeMerges: false).scenario(seed: purging[0].seed)
         #expect(plain.tombstoneRetentionMs == nil && !plain.timeline.contains { if case .purge = $0.action { true } else { false } })
         #expect(purging.contains { $0.peerHorizonMs != nil } && purging.contains { $0.peerHorizonMs == nil })
         var purged = 0, forgotten = 0

@@ -156,6 +156,8 @@ package struct ApplyOutcome: Sendable {
     package var conflicts: [ConflictRecord] = []
     /// The committed changes, as observers saw them.
     package var changes: [StoreChange] = []
+    /// Resolver merges over the automatic limit that wait for the next `sync()` (reported as deferred).
+    package var deferred: [(key: String, size: Int)] = []
 
     package init(conflicts: [ConflictRecord] = [], changes: [StoreChange] = []) {
         self.conflicts = conflicts

@@ -216,15 +216,18 @@ package final class InMemoryReplicationPort: ReplicationPort {
                           version: incoming.version, base: incoming.base, deleted: incoming.deleted, seq: takeSeq(),
                           lane: descriptor.replicates(from: role) ? .automatic : .none, originPeer: peer)
             case .merge(let value, let version, _):
+                let lane = SyncStore.mergedLane(for: descriptor, on: role, size: value.count, replacing: rows[incoming.key]?.lane)
+                if SyncStore.defers(descriptor, in: lane) { outcome.deferred.append((incoming.key, value.count)) }
                 row = Row(key: incoming.key, value: value, encoding: incoming.encoding, version: version, base: version, deleted: false,
-                          seq: takeSeq(), lane: SyncStore.lane(for: descriptor, on: role, size: value.count, deleted: false), originPeer: 0)
+                          seq: takeSeq(), lane: lane, originPeer: 0)
             }
             rows[row.key] = row
             written.append(row)
             outcome.changes.append(StoreChange(key: row.key, kind: row.deleted ? .removed : .set, origin: .remote, version: row.version))
         }
         if let completing { chunks[completing] = nil }
-        for row in written { try discardStagedChunks(key: row.key, through: row.version) }
+        // Chunks of the very version written stay: they may carry another value of it (a merge).
+        for row in written { for id in chunks.keys where id.key == row.key && id.version < row.version { chunks[id] = nil } }
         return outcome
     }
 
@@ -324,7 +327,7 @@ package final class InMemoryReplicationPort: ReplicationPort {
 
     package func partialTransfers() throws -> [PartialTransfer] {
         for id in chunks.keys {
-            if let row = rows[id.key], row.version >= id.version { chunks[id] = nil }
+            if let row = rows[id.key], row.version > id.version { chunks[id] = nil }
         }
         return chunks.keys.map { PartialTransfer(key: $0.key, version: $0.version, received: contiguous($0)) }
     }

@@ -367,10 +367,12 @@ package final class MailboxReplicator {
         delta.entriesIgnored = plan.ignored
         delta.entriesRejected = plan.rejected.count
         delta.conflicts = outcome.conflicts.count
+        delta.deferred = outcome.deferred.count
         delta.versionsRefused = plan.versionRefusals.count
         reporter.count(delta)
         for refusal in plan.versionRefusals { emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds)) }
         emit(.received(entries: entries.count, applied: plan.applied))
+        for (key, size) in outcome.deferred { emit(.deferred(key: key, size: size)) }
         for conflict in outcome.conflicts { emit(.conflictResolved(key: conflict.key, winner: conflict.winner, rule: conflict.rule)) }
         return plan
     }

@@ -24,6 +24,7 @@ extension ReplicationEndpoint {
             $0.entriesIgnored += plan.ignored
             $0.entriesRejected += plan.rejected.count
             $0.conflicts += outcome.conflicts.count
+            $0.deferred += outcome.deferred.count
             $0.versionsRefused += refusals.count
         }
         for step in plan.steps {
@@ -40,6 +41,7 @@ extension ReplicationEndpoint {
         }
         entriesApplied += plan.applied
         emit(.received(entries: entries.count, applied: plan.applied))
+        for (key, size) in outcome.deferred { emit(.deferred(key: key, size: size)) }
         if reportsConflicts {
             for conflict in outcome.conflicts {
                 emit(.conflictResolved(key: conflict.key, winner: conflict.winner, rule: conflict.rule))

@@ -227,6 +227,20 @@ extension SyncStore {
         }
     }
 
+    /// The lane of a resolver's merge of `size` bytes that replaces a row in
+    /// lane `replaced`: that of a change of this device, except that a change
+    /// `sync()` released stays released (the sync covered the key's change,
+    /// which the merge carries on).
+    static func mergedLane(for descriptor: KeyDescriptor, on role: DeviceRole, size: Int, replacing replaced: SyncLane?) -> SyncLane {
+        let lane = lane(for: descriptor, on: role, size: size, deleted: false)
+        return lane == .manual && replaced == .released ? .released : lane
+    }
+
+    /// Whether a merge in `lane` is a value deferred to the next `sync()` for its size.
+    static func defers(_ descriptor: KeyDescriptor, in lane: SyncLane) -> Bool {
+        lane == .manual && descriptor.policy == .automaticSmall
+    }
+
     /// The highest version in the file up to the bound `?1` (a row further in
     /// the future, e.g. from a peer before versions were bounded, does not drag
     /// the clock), and the highest change sequence an entry holds or a peer

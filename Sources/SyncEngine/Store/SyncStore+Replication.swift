@@ -147,9 +147,10 @@ extension SyncStore {
                 case .merge(let value, let version, _):
                     // A merge is new information for the peer too: send it (the peer's
                     // re-merge of a join is a no-op, so this ends).
+                    let lane = SyncStore.mergedLane(for: descriptor, on: role, size: value.count, replacing: local[incoming.key]?.lane)
+                    if SyncStore.defers(descriptor, in: lane) { outcome.deferred.append((incoming.key, value.count)) }
                     row = StoredRow(key: incoming.key, value: value, encoding: incoming.encoding, version: version, base: version,
-                                    deleted: false, encrypted: false, size: value.count, changeSeq: takeSeq(),
-                                    lane: lane(for: descriptor, size: value.count, deleted: false))
+                                    deleted: false, encrypted: false, size: value.count, changeSeq: takeSeq(), lane: lane)
                 }
                 if descriptor.security == .encrypted { encrypted.insert(row.key) }
                 writes.append(row)
@@ -185,7 +186,8 @@ extension SyncStore {
             }
             if hasStagedChunks {
                 // Transfers of versions that the stored value now overtakes can never win: drop their chunks.
-                for row in writes { try SyncStore.discardStagedChunks(conn, key: row.key, through: row.version) }
+                // One at the very version may still bring another value (a resolver's merge): it stays.
+                for row in writes { try SyncStore.discardStagedChunks(conn, key: row.key, before: row.version) }
             }
             return outcome
         }, onCommit: { outcome in
@@ -390,6 +392,16 @@ extension SyncStore {
         try stmt.run()
     }
 
+    /// Drops the staged chunks of `key`'s versions older than `version` (those
+    /// of `version` itself may carry another value of it: a resolver's merge).
+    static func discardStagedChunks(_ conn: SQLiteConnection, key: String, before version: HLCTimestamp) throws {
+        let stmt = try conn.statement("DELETE FROM sync_chunks WHERE key = ?1 AND (ver < ?2 OR (ver = ?2 AND node < ?3))")
+        stmt.bind(1, key)
+        stmt.bind(2, version.packed)
+        stmt.bind(3, Int64(version.node))
+        try stmt.run()
+    }
+
     /// Bytes of staged chunks in the store (sealed size for encrypted keys).
     public func stagedChunkBytes() throws -> Int {
         try checkOpen()
@@ -432,14 +444,15 @@ extension SyncStore {
     }
 
     /// Transfers staged here and not complete, for the hello. Staged chunks of
-    /// a version the store already holds or has overtaken are deleted first:
-    /// they would never complete into a winning value.
+    /// a version the store has overtaken are deleted first: they would never
+    /// complete into a winning value (those of the very version held stay: a
+    /// resolver's merge may give it another value, which the apply joins).
     func partialTransfers() throws -> [PartialTransfer] {
         try database.write { conn in
             try conn.execute("""
                 DELETE FROM sync_chunks WHERE EXISTS (
                     SELECT 1 FROM entries e WHERE e.key = sync_chunks.key
-                      AND (e.ver > sync_chunks.ver OR (e.ver = sync_chunks.ver AND e.node >= sync_chunks.node)))
+                      AND (e.ver > sync_chunks.ver OR (e.ver = sync_chunks.ver AND e.node > sync_chunks.node)))
                 """)
             let stmt = try conn.statement("SELECT DISTINCT key, ver, node FROM sync_chunks")
             var found: [(String, HLCTimestamp)] = []

@@ -416,12 +416,14 @@ struct InvariantChecker {
     }
 
     /// Keys whose latest version waits, by the rules, in a manual lane: a
-    /// pending manual-lane entry on its writer with no sync since its write.
+    /// pending manual-lane entry on its writer with no sync since its write,
+    /// or a resolver's merge (another size than the write of its version: a
+    /// merge over the limit waits for the next sync, one made after it).
     func heldBack(nodes: [Snapshot], model: WriteModel) -> Set<String> {
         var held = Set<String>()
         for node in nodes {
             for (key, info) in node.entries where info.isPending && info.lane == .manual {
-                if let write = model.write(key: key, version: info.version), write.nodeID == node.nodeID,
+                if let write = model.write(key: key, version: info.version), write.nodeID == node.nodeID, write.size == info.size,
                    model.syncedAfter(order: write.order, nodeID: node.nodeID) {
                     continue
                 }

@@ -7,8 +7,10 @@ import SyncTransport
 /// one to three watches, each with its own link, power cuts that land
 /// inside SQLite transactions, queued delivery through a mailbox with a
 /// node not running for a while, and tombstone purges with a short retention
-/// (skews kept within it), and a node that starts with an older app (keys
-/// declared otherwise or missing) and is updated at some point, or not.
+/// (skews kept within it), a node that starts with an older app (keys
+/// declared otherwise or missing) and is updated at some point, or not, and
+/// a key with the `union` resolver whose values, some near or over the 100 KB
+/// limit, merge into larger ones.
 public struct ScenarioGenerator: Sendable {
     /// Timeline steps per scenario.
     public var ops: Int
@@ -32,10 +34,18 @@ public struct ScenarioGenerator: Sendable {
     /// availability or value type) or missing, and in most of them an
     /// `updateApp` step at a random point of the timeline.
     public var appUpdates: Bool
+    /// Whether scenarios may get a key with the `union` resolver (about 4 in
+    /// 10), `k:set`: a fifth of the other keys' writes go to it instead,
+    /// arrays of short strings mostly, and in half of them one long string of
+    /// 30–70 KB or at the 100 KB limit (±2 bytes), so that merges make large
+    /// values, chunked and deferred to a manual sync, at the versions both
+    /// sides hold.
+    public var largeMerges: Bool
 
     public init(ops: Int = 100, maxWatches: Int = Scenario.maxWatches, powerCuts: Bool = true, mailbox: Bool = true, purges: Bool = true,
-                appUpdates: Bool = true) {
+                appUpdates: Bool = true, largeMerges: Bool = true) {
         self.appUpdates = appUpdates
+        self.largeMerges = largeMerges
         self.ops = ops
         self.maxWatches = min(max(1, maxWatches), Scenario.maxWatches)
         self.powerCuts = powerCuts
@@ -67,6 +77,9 @@ public struct ScenarioGenerator: Sendable {
         if r.nextBool(probability: 0.5) { keys.append(KeyDescriptor(name: "k:max", availability: .all, policy: .automaticSmall, resolver: "max")) }
         if r.nextBool(probability: 0.5) { keys.append(KeyDescriptor(name: "k:day", availability: .all, policy: .automaticSmall, isFamily: true)) }
         let writable = keys.map { $0.isFamily ? "\($0.name):\(r.nextInt(in: 1...3))" : $0.name }
+        // The merged key comes from a stream of its own: a scenario without it is the one this seed always gave.
+        var v = SeededRandom(seed: seed ^ 0x5E7_0F_A2_6E_B1)
+        let merging = largeMerges && v.nextBool(probability: 0.4)
 
         var steps: [Scenario.Step] = []
         var at: Int64 = 0
@@ -82,7 +95,7 @@ public struct ScenarioGenerator: Sendable {
             let key = descriptor.isFamily ? "\(descriptor.name):\(r.nextInt(in: 1...3))" : writable[keyIndex]
             // Mostly write where the key may be written.
             let writer: ScenarioNode = descriptor.availability.canWrite(on: role) || r.nextBool(probability: 0.1) ? node : (role == .phone ? watch : .phone)
-            let action: Scenario.Action
+            var action: Scenario.Action
             switch roll {
             case 0..<46:
                 if descriptor.resolver == nil, descriptor.policy != .never, r.nextBool(probability: 0.02) {
@@ -113,6 +126,9 @@ public struct ScenarioGenerator: Sendable {
             case 96..<99: action = .checkpoint
             default: action = .replaceWatch(node: watchCount == 1 ? nil : watch)
             }
+            if merging, case .put(let writer, _, _, _) = action, v.nextBool(probability: 0.2) {
+                action = Self.mergedWrite(by: writer, using: &v)
+            }
             if powerCuts, w.nextBool(probability: 0.03) {
                 // The cut lands inside one of the node's next SQLite writes, truncates or syncs.
                 let target = w.nextBool(probability: 0.5) ? ScenarioNode.phone : someWatch()
@@ -121,6 +137,7 @@ public struct ScenarioGenerator: Sendable {
             }
             steps.append(Scenario.Step(at: at, action))
         }
+        if merging { keys.append(KeyDescriptor(name: Self.mergedKey, availability: .all, policy: .automaticSmall, resolver: "union")) }
         // Queued delivery comes from a stream of its own: a scenario without a mailbox is the one this seed always gave.
         var m = SeededRandom(seed: seed ^ 0x3A11_B0C5_0F_16)
         let queued = mailbox && m.nextBool(probability: 0.4)
@@ -197,5 +214,19 @@ public struct ScenarioGenerator: Sendable {
         return Scenario(description: "fuzz scenario from seed \(seed) (\(ops) ops, \(watchCount) watch\(watchCount == 1 ? "" : "es"))",
                         seed: seed, keys: keys, faults: faults, settleLimitMs: 300_000, watches: watchCount, tombstoneRetentionMs: retention, peerHorizonMs: horizon,
                         mailbox: queued, mailboxMessages: mailboxMessages, queuedBatchEntries: queuedBatchEntries, olderApps: olderApps, timeline: steps)
+    }
+
+    /// The key of `largeMerges`.
+    static let mergedKey = "k:set"
+
+    /// A write of `mergedKey`: mostly a short array, in half of them one long
+    /// string (a `size` that the runner makes a one-element array of).
+    static func mergedWrite(by writer: ScenarioNode, using v: inout SeededRandom) -> Scenario.Action {
+        switch v.nextInt(in: 0...9) {
+        case 0...1: return .delete(node: writer, key: mergedKey)
+        case 2...5: return .put(node: writer, key: mergedKey, value: .array((0..<v.nextInt(in: 1...3)).map { _ in .string("s\(v.nextInt(in: 0...20))") }), size: nil)
+        case 6...7: return .put(node: writer, key: mergedKey, value: nil, size: v.nextInt(in: 30_000...70_000))
+        default: return .put(node: writer, key: mergedKey, value: nil, size: SyncPolicy.automaticLimit + v.nextInt(in: -2...2))
+        }
     }
 }

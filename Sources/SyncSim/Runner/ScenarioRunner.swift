@@ -232,24 +232,26 @@ final class ScenarioRunner<Link: ScenarioLink> {
         link.localChange(on: node)
     }
 
-    /// The serialized bytes of a `put`: the JSON value (canonical), or a generated value of `size` bytes.
+    /// The serialized bytes of a `put`: the JSON value (canonical), or a generated value of `size` bytes
+    /// (for a JSON key a quoted string, and for a key with the `union` resolver a one-element array of one).
     func valueBytes(descriptor: KeyDescriptor, value: JSONValue?, size: Int?) -> [UInt8] {
         if let size {
             let quoted = descriptor.encoding == "json"
-            let count = quoted ? max(0, size - 2) : size
-            var bytes: [UInt8] = []
-            bytes.reserveCapacity(count + 2)
-            if quoted { bytes.append(UInt8(ascii: "\"")) }
+            let listed = quoted && descriptor.resolver == "union"
+            let open: [UInt8] = listed ? Array("[\"".utf8) : quoted ? Array("\"".utf8) : []
+            let close: [UInt8] = listed ? Array("\"]".utf8) : open
+            let count = max(0, size - open.count - close.count)
+            var bytes = open
+            bytes.reserveCapacity(size)
             let alphabet = Array("abcdefghijklmnop".utf8)
-            while bytes.count < count + (quoted ? 1 : 0) {
+            while bytes.count < count + open.count {
                 var word = valueRandom.next()
-                for _ in 0..<16 where bytes.count < count + (quoted ? 1 : 0) {
+                for _ in 0..<16 where bytes.count < count + open.count {
                     bytes.append(alphabet[Int(word & 0xF)])
                     word >>= 4
                 }
             }
-            if quoted { bytes.append(UInt8(ascii: "\"")) }
-            return bytes
+            return bytes + close
         }
         guard let value else { return [] }
         if descriptor.encoding != "json", case .string(let text) = value { return Array(text.utf8) }

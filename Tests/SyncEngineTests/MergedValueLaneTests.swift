@@ -1,0 +1,130 @@
+import Foundation
+@_spi(Benchmarks) @testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// Where a resolver's merge waits: a change `sync()` released stays released
+/// when a merge replaces it, and a merge over the automatic limit is
+/// reported as deferred, as a write of that size is.
+@Suite(.timeLimit(.minutes(1))) struct MergedValueLaneTests {
+    /// `count` tags of about 30 bytes each, named after `who`.
+    static func tags(_ who: String, count: Int) -> [String] { (0..<count).map { "\(who)-\($0)-" + String(repeating: "t", count: 20) } }
+
+    /// Whether `frame` carries entries (a batch or a chunk).
+    static func carriesEntries(_ frame: Frame) -> Bool {
+        frame.type == SyncMessage.MessageType.batch.rawValue || frame.type == SyncMessage.MessageType.chunk.rawValue
+    }
+
+    /// The watch writes a large value and calls `sync()`; before it is sent,
+    /// the phone's newer-to-the-watch change arrives and is joined with it.
+    /// The merge goes to the phone in the next session without another
+    /// `sync()`. Before, the merge fell back to the manual lane: the watch's
+    /// write, synced by its app, never reached the phone until the app synced
+    /// again (fuzz seed 17100185).
+    @Test func aMergeOfAChangeSyncReleasedIsSentWithoutAnotherSync() async throws {
+        let pair = try Pair()
+        let fromPhone = Self.tags("phone", count: 2)
+        try await pair.phone.set(fromPhone, for: TestKeys.tags)
+        pair.watchClock.advance(by: 1_000)
+        let fromWatch = Self.tags("watch", count: 4_000)
+        try await pair.watch.set(fromWatch, for: TestKeys.tags)
+        #expect(try pair.watch.pendingSummary().manualWaiting == 1, "over the limit: deferred")
+        try pair.watch.requestManualSync()
+        // The watch's entries are lost on the way; the phone's reach the watch, which joins them with its own.
+        let lossy = Link(pair.watch, pair.phone)
+        lossy.run(lossy.a.start(now: lossy.now), lossy.b.start(now: lossy.now), droppingToB: Self.carriesEntries)
+        let union = Set(fromPhone + fromWatch)
+        #expect(Set(try pair.watch.storedValue(for: TestKeys.tags) ?? []) == union)
+        #expect(try pair.watch.pendingSummary().manualWaiting == 0, "the merge stays released")
+        #expect(Set(try pair.phone.storedValue(for: TestKeys.tags) ?? []) == Set(fromPhone))
+        let second = Link(pair.watch, pair.phone)
+        second.connect()
+        second.settle()
+        for store in [pair.phone, pair.watch] {
+            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == union, "on the \(store.role)")
+        }
+        #expect(try pair.watch.entryInfo(forKey: TestKeys.tags.name)?.version == pair.phone.entryInfo(forKey: TestKeys.tags.name)?.version)
+    }
+
+    /// Two values under the limit join into one over it: the merge waits for
+    /// the next `sync()` like a write of that size, and the app is told it
+    /// was deferred (before, it waited without a word).
+    @Test func aMergeOverTheLimitIsReportedDeferredAndGoesWithTheNextSync() async throws {
+        let pair = try Pair()
+        let fromPhone = Self.tags("phone", count: 2_000)
+        let fromWatch = Self.tags("watch", count: 2_000)
+        try await pair.phone.set(fromPhone, for: TestKeys.tags)
+        pair.watchClock.advance(by: 1_000)
+        try await pair.watch.set(fromWatch, for: TestKeys.tags)
+        #expect(try pair.watch.pendingSummary().manualWaiting == 0, "each under the limit")
+        let events = pair.watch.events()
+        let lossy = Link(pair.watch, pair.phone)
+        lossy.run(lossy.a.start(now: lossy.now), lossy.b.start(now: lossy.now), droppingToB: Self.carriesEntries)
+        let merged = try #require(try pair.watch.entryInfo(forKey: TestKeys.tags.name))
+        #expect(merged.size > SyncPolicy.automaticLimit)
+        #expect(pair.watch.syncCounters.deferred == 1)
+        let deferred = try await first(of: events, "the watch's deferred event", within: .seconds(5), where: { if case .deferred = $0 { true } else { false } })
+        #expect(deferred == .deferred(key: TestKeys.tags.name, size: merged.size))
+        #expect(try pair.watch.pendingSummary().manualWaiting == 1)
+        let second = Link(pair.watch, pair.phone)
+        second.connect()
+        second.settle()
+        #expect(Set(try pair.phone.storedValue(for: TestKeys.tags) ?? []) == Set(fromPhone), "waits for sync()")
+        try pair.watch.requestManualSync()
+        second.settle()
+        for store in [pair.phone, pair.watch] {
+            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == Set(fromPhone + fromWatch), "on the \(store.role)")
+        }
+    }
+}
+
+/// Large values at a version the receiver takes another value of while the transfer is under way.
+@Suite(.timeLimit(.minutes(1))) struct SameVersionTransferTests {
+    /// The watch's value reaches the phone twice at one version: first its
+    /// own write in a batch, late, then its merge with the phone's value in
+    /// chunks. The batch lands between the chunks, over the phone's delete;
+    /// the chunks staged before it stay, and the merge is taken whole. Before,
+    /// taking the batch dropped them as overtaken: the rest never added up
+    /// and the phone kept the watch's write without the merge for good (fuzz
+    /// seed 17200148).
+    @Test func aValueTakenAtTheVersionOfATransferUnderWayKeepsItsChunks() async throws {
+        let pair = try Pair()
+        let fromPhone = MergedValueLaneTests.tags("phone", count: 2_000)
+        let fromWatch = MergedValueLaneTests.tags("watch", count: 2_000)
+        try await pair.phone.set(fromPhone, for: TestKeys.tags)
+        pair.watchClock.advance(by: 1_000)
+        try await pair.watch.set(fromWatch, for: TestKeys.tags)
+        let link = Link(pair.watch, pair.phone)
+        // The watch's batch is held back; the phone's value reaches the watch, which joins the two.
+        var held: [Frame] = []
+        link.run(link.a.start(now: link.now), link.b.start(now: link.now)) { frame in
+            guard MergedValueLaneTests.carriesEntries(frame) else { return false }
+            held.append(frame)
+            return true
+        }
+        #expect(held.count == 1)
+        // The phone deletes (older than the watch's version), and the watch releases its merge.
+        pair.phoneClock.advance(by: 10)
+        try await pair.phone.remove(TestKeys.tags)
+        link.settle()
+        try pair.watch.requestManualSync()
+        var chunks: [Frame] = []
+        link.run(link.a.pump(now: link.now), []) { frame in
+            guard frame.type == SyncMessage.MessageType.chunk.rawValue else { return false }
+            chunks.append(frame)
+            return true
+        }
+        #expect(chunks.count >= 2)
+        // A chunk, then the late batch, then the rest.
+        link.run([chunks[0]], [])
+        link.run(held, [])
+        #expect(Set(try pair.phone.storedValue(for: TestKeys.tags) ?? []) == Set(fromWatch))
+        link.run(Array(chunks.dropFirst()), [])
+        link.settle()
+        let union = Set(fromPhone + fromWatch)
+        for store in [pair.phone, pair.watch] {
+            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == union, "on the \(store.role)")
+        }
+        #expect(try pair.phone.entryInfo(forKey: TestKeys.tags.name)?.version == pair.watch.entryInfo(forKey: TestKeys.tags.name)?.version)
+    }
+}
