@@ -128,3 +128,42 @@ import Testing
         #expect(try pair.phone.entryInfo(forKey: TestKeys.tags.name)?.version == pair.watch.entryInfo(forKey: TestKeys.tags.name)?.version)
     }
 }
+
+extension SameVersionTransferTests {
+    /// The phone joins the watch's write with its own large value and sends
+    /// the merge in chunks at the watch's version; a late chunk of the
+    /// phone's own value (an older version, passed over) lands between them.
+    /// The merge's chunks staged before it stay, and the merge is taken
+    /// whole. Before, passing the old chunk over dropped every chunk up to the
+    /// version held, the merge's among them: the rest never added up and the
+    /// watch kept its write without the merge for good (fuzz seed 17100731).
+    @Test func aLateChunkOfAnOlderVersionKeepsTheChunksOfTheVersionHeld() async throws {
+        let pair = try Pair()
+        let fromPhone = MergedValueLaneTests.tags("phone", count: 4_000)
+        let fromWatch = MergedValueLaneTests.tags("watch", count: 2)
+        try await pair.phone.set(fromPhone, for: TestKeys.tags)
+        try pair.phone.requestManualSync()
+        pair.watchClock.advance(by: 1_000)
+        try await pair.watch.set(fromWatch, for: TestKeys.tags)
+        let link = Link(pair.phone, pair.watch)
+        var chunks: [(chunk: SyncMessage.Chunk, frame: Frame)] = []
+        link.run(link.a.start(now: link.now), link.b.start(now: link.now)) { frame in
+            guard frame.type == SyncMessage.MessageType.chunk.rawValue, case .chunk(let chunk)? = try? SyncMessage(frame: frame) else { return false }
+            if !chunks.contains(where: { $0.chunk.entry.version == chunk.entry.version && $0.chunk.index == chunk.index }) { chunks.append((chunk, frame)) }
+            return true
+        }
+        let watchVersion = try #require(try pair.watch.entryInfo(forKey: TestKeys.tags.name)).version
+        let merge = chunks.filter { $0.chunk.entry.version == watchVersion }.map(\.frame)
+        let own = chunks.filter { $0.chunk.entry.version < watchVersion }.map(\.frame)
+        #expect(merge.count >= 2 && !own.isEmpty, "\(chunks.map { "\($0.chunk.entry.version) \($0.chunk.index)" })")
+        // A chunk of the merge, a late one of the phone's own value, then the rest of the merge.
+        link.run([merge[0]], [])
+        link.run([own[0]], [])
+        link.run(Array(merge.dropFirst()), [])
+        link.settle()
+        let union = Set(fromPhone + fromWatch)
+        for store in [pair.phone, pair.watch] {
+            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == union, "on the \(store.role)")
+        }
+    }
+}

@@ -227,7 +227,7 @@ package final class InMemoryReplicationPort: ReplicationPort {
         }
         if let completing { chunks[completing] = nil }
         // Chunks of the very version written stay: they may carry another value of it (a merge).
-        for row in written { for id in chunks.keys where id.key == row.key && id.version < row.version { chunks[id] = nil } }
+        for row in written { try discardStagedChunks(key: row.key, before: row.version) }
         return outcome
     }
 
@@ -323,6 +323,10 @@ package final class InMemoryReplicationPort: ReplicationPort {
 
     package func discardStagedChunks(key: String, through version: HLCTimestamp) throws {
         for id in chunks.keys where id.key == key && id.version <= version { chunks[id] = nil }
+    }
+
+    package func discardStagedChunks(key: String, before version: HLCTimestamp) throws {
+        for id in chunks.keys where id.key == key && id.version < version { chunks[id] = nil }
     }
 
     package func partialTransfers() throws -> [PartialTransfer] {

@@ -104,8 +104,14 @@ extension ReplicationEndpoint {
         if let local = try port.localVersion(forKey: entry.key), local >= entry.version, try port.rebaselineMark(forKey: entry.key) != local,
            try local > entry.version || receiving != transfer
                && port.holdsValue(forKey: entry.key, size: chunk.totalSize, checksum: chunk.totalChecksum) {
-            receiving = nil
-            try port.discardStagedChunks(key: entry.key, through: local)
+            if receiving == transfer { receiving = nil }
+            // This transfer's chunks go, and any older; those of a newer version held may be
+            // another transfer's, under way, of a merge at that version: they stay.
+            if local == entry.version {
+                try port.discardStagedChunks(key: entry.key, through: local)
+            } else {
+                try port.discardStagedChunks(key: entry.key, before: local)
+            }
             return [ack(complete: true, restsOnCommit: true)]  // the acknowledgement rests on that commit
         }
         guard Checksum.crc32(chunk.bytes) == chunk.checksum else {

@@ -157,6 +157,8 @@ package protocol ReplicationPort: AnyObject {
     func assembleChunks(key: String, version: HLCTimestamp) throws -> [UInt8]
     /// Drops staged chunks of `key` at or before `version`.
     func discardStagedChunks(key: String, through version: HLCTimestamp) throws
+    /// Drops staged chunks of `key` before `version` (those of `version` may carry another value of it).
+    func discardStagedChunks(key: String, before version: HLCTimestamp) throws
     /// Transfers staged and not complete (for the hello).
     func partialTransfers() throws -> [PartialTransfer]
 }
@@ -350,6 +352,10 @@ package final class SQLiteReplicationPort: ReplicationPort {
 
     package func discardStagedChunks(key: String, through version: HLCTimestamp) throws {
         try store.discardStagedChunks(key: key, through: version)
+    }
+
+    package func discardStagedChunks(key: String, before version: HLCTimestamp) throws {
+        try store.discardStagedChunks(key: key, before: version)
     }
 
     package func partialTransfers() throws -> [PartialTransfer] { try store.partialTransfers() }

@@ -384,6 +384,10 @@ extension SyncStore {
         try database.write { conn in try SyncStore.discardStagedChunks(conn, key: key, through: version) }
     }
 
+    func discardStagedChunks(key: String, before version: HLCTimestamp) throws {
+        try database.write { conn in try SyncStore.discardStagedChunks(conn, key: key, before: version) }
+    }
+
     static func discardStagedChunks(_ conn: SQLiteConnection, key: String, through version: HLCTimestamp) throws {
         let stmt = try conn.statement("DELETE FROM sync_chunks WHERE key = ?1 AND (ver < ?2 OR (ver = ?2 AND node <= ?3))")
         stmt.bind(1, key)
