@@ -167,3 +167,47 @@ extension SameVersionTransferTests {
         }
     }
 }
+
+extension SameVersionTransferTests {
+    /// A transfer cut off after its first chunk; before the next session the
+    /// watch joins the phone's value into its own at the same version, and the
+    /// next session resumes that version from the chunk after, so the phone's
+    /// staged chunk is of the value before the merge. The value does not add
+    /// up: the phone drops the chunks and ends the session, and the session
+    /// after sends the merge whole. Before, the session stayed open with the
+    /// transfer unfinished on both sides, for as long as the connection lasted.
+    @Test func aTransferResumedAfterAMergeAtItsVersionGoesWholeInTheNextSession() async throws {
+        let pair = try Pair()
+        pair.watchClock.advance(by: 1_000)
+        let fromWatch = MergedValueLaneTests.tags("watch", count: 4_000)
+        let fromPhone = MergedValueLaneTests.tags("phone", count: 2)
+        try await pair.watch.set(fromWatch, for: TestKeys.tags)
+        try pair.watch.requestManualSync()
+        let isChunk = { (frame: Frame) in frame.type == SyncMessage.MessageType.chunk.rawValue }
+        var sent = 0
+        let one = Link(pair.watch, pair.phone)
+        one.run(one.a.start(now: one.now), one.b.start(now: one.now)) { frame in
+            guard isChunk(frame) else { return false }
+            sent += 1
+            return sent > 1
+        }
+        #expect(try pair.phone.stagedChunkBytes() > 0)
+        try await pair.phone.set(fromPhone, for: TestKeys.tags)
+        let two = Link(pair.watch, pair.phone)
+        two.run(two.a.start(now: two.now), two.b.start(now: two.now), droppingToB: isChunk)
+        let union = Set(fromPhone + fromWatch)
+        #expect(Set(try pair.watch.storedValue(for: TestKeys.tags) ?? []) == union)
+        let three = Link(pair.watch, pair.phone)
+        three.connect()
+        three.settle()
+        #expect(three.b.failure?.code == .malformedMessage)
+        #expect(try pair.phone.stagedChunkBytes() == 0)
+        let four = Link(pair.watch, pair.phone)
+        four.connect()
+        four.settle()
+        for store in [pair.phone, pair.watch] {
+            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == union, "on the \(store.role)")
+        }
+        #expect(four.a.isIdle && four.b.isIdle)
+    }
+}

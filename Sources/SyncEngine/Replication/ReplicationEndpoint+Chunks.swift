@@ -120,7 +120,16 @@ extension ReplicationEndpoint {
         }
         count { $0.chunksReceived += 1 }
         emit(.chunk(key: entry.key, index: chunk.index, count: chunk.count, outgoing: false))
-        let staged = try port.stageChunk(chunk)
+        let staged: Int
+        do {
+            staged = try port.stageChunk(chunk)
+        } catch let error as SyncError where error.code == .malformedMessage {
+            // More bytes at this version than announced: a faulty peer, or the chunks staged are
+            // of another value of the version (a transfer resumed after a merge at it). They go,
+            // and the session ends: the next one sends the value whole.
+            try port.discardStagedChunks(key: entry.key, through: entry.version)
+            throw SyncError(.malformedMessage, "\(error.message); the staged chunks were dropped and the value goes whole in the next session")
+        }
         guard staged >= chunk.count else {
             receiving = transfer
             return [ack(complete: false)]
@@ -131,8 +140,9 @@ extension ReplicationEndpoint {
             // Drops the staged chunks (nothing to apply, nothing acknowledged).
             _ = try port.apply([], from: peer.node, completing: ChunkedVersion(key: entry.key, version: entry.version), durable: false,
                                receivedThrough: nil) { _ in ApplyPlan() }
-            emit(.error(SyncError(.malformedMessage, "the chunks of \(entry.key) did not add up to the announced value; it will be sent again")))
-            return []
+            // Corrupt chunks, or a transfer resumed after its value changed at that version (a merge):
+            // the sender resumed from the chunks staged here, so only a new session sends it whole.
+            throw SyncError(.malformedMessage, "the chunks of \(entry.key) did not add up to the announced value; they were dropped and the value goes whole in the next session")
         }
         var complete = entry
         complete.value = bytes
