@@ -389,17 +389,17 @@ extension SyncStore {
     }
 
     static func discardStagedChunks(_ conn: SQLiteConnection, key: String, through version: HLCTimestamp) throws {
-        let stmt = try conn.statement("DELETE FROM sync_chunks WHERE key = ?1 AND (ver < ?2 OR (ver = ?2 AND node <= ?3))")
-        stmt.bind(1, key)
-        stmt.bind(2, version.packed)
-        stmt.bind(3, Int64(version.node))
-        try stmt.run()
+        try discardStagedChunks(conn, key: key, upTo: version, including: true)
     }
 
     /// Drops the staged chunks of `key`'s versions older than `version` (those
     /// of `version` itself may carry another value of it: a resolver's merge).
     static func discardStagedChunks(_ conn: SQLiteConnection, key: String, before version: HLCTimestamp) throws {
-        let stmt = try conn.statement("DELETE FROM sync_chunks WHERE key = ?1 AND (ver < ?2 OR (ver = ?2 AND node < ?3))")
+        try discardStagedChunks(conn, key: key, upTo: version, including: false)
+    }
+
+    private static func discardStagedChunks(_ conn: SQLiteConnection, key: String, upTo version: HLCTimestamp, including: Bool) throws {
+        let stmt = try conn.statement("DELETE FROM sync_chunks WHERE key = ?1 AND (ver < ?2 OR (ver = ?2 AND node \(including ? "<=" : "<") ?3))")
         stmt.bind(1, key)
         stmt.bind(2, version.packed)
         stmt.bind(3, Int64(version.node))
