@@ -211,3 +211,42 @@ extension SameVersionTransferTests {
         #expect(four.a.isIdle && four.b.isIdle)
     }
 }
+
+extension SameVersionTransferTests {
+    /// The phone's large value is on its way in chunks when the watch's older
+    /// value arrives and the phone merges it in at the same version: the watch
+    /// stages the first chunk of the value before the merge, then gets the
+    /// merge's chunks, its first one last. The staged chunks name the value
+    /// they belong to, so the merge's replace the other's and join whole, in
+    /// the same session. Before, the two mixed, the value did not add up and
+    /// the session had to end (fuzz seed 17600634).
+    @Test func chunksOfTwoValuesOfOneVersionNeverJoin() async throws {
+        let pair = try Pair()
+        let fromPhone = MergedValueLaneTests.tags("phone", count: 4_000)
+        let fromWatch = MergedValueLaneTests.tags("watch", count: 2)
+        try await pair.watch.set(fromWatch, for: TestKeys.tags)
+        pair.phoneClock.advance(by: 1_000)
+        try await pair.phone.set(fromPhone, for: TestKeys.tags)
+        try pair.phone.requestManualSync()
+        let link = Link(pair.phone, pair.watch)
+        var chunks: [(chunk: SyncMessage.Chunk, frame: Frame)] = []
+        link.run(link.a.start(now: link.now), link.b.start(now: link.now)) { frame in
+            guard frame.type == SyncMessage.MessageType.chunk.rawValue, case .chunk(let chunk)? = try? SyncMessage(frame: frame) else { return false }
+            chunks.append((chunk, frame))
+            return true
+        }
+        let merged = try #require(try pair.phone.rawValue(forKey: TestKeys.tags.name))
+        let before = chunks.filter { $0.chunk.totalChecksum != Checksum.crc32(merged) }.map(\.frame)
+        let merge = chunks.filter { $0.chunk.totalChecksum == Checksum.crc32(merged) }.map(\.frame)
+        #expect(!before.isEmpty && merge.count >= 2, "\(chunks.map { "\($0.chunk.totalSize) \($0.chunk.index)" })")
+        link.run([before[0]], [])
+        link.run(Array(merge.dropFirst()), [])
+        link.run([merge[0]], [])
+        link.settle()
+        #expect(link.b.failure == nil, "\(String(describing: link.b.failure))")
+        let union = Set(fromPhone + fromWatch)
+        for store in [pair.phone, pair.watch] {
+            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == union, "on the \(store.role)")
+        }
+    }
+}

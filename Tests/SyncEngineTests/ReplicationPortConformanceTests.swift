@@ -264,11 +264,11 @@ final class PortFixture {
             return SyncMessage.Chunk(entry: entry, totalSize: 30, totalChecksum: Checksum.crc32(bytes), index: index, count: 3,
                                      checksum: Checksum.crc32(slice), bytes: slice)
         }
-        #expect(try f.port.stageChunk(chunk(0)) == 1)
-        #expect(try f.port.stageChunk(chunk(2)) == 1, "a gap: only chunk 0 counts")
+        #expect(try f.port.stageChunk(chunk(0)).contiguous == 1)
+        #expect(try f.port.stageChunk(chunk(2)).contiguous == 1, "a gap: only chunk 0 counts")
         #expect(try f.port.partialTransfers() == [PartialTransfer(key: entry.key, version: version, received: 1)])
         #expect(throws: SyncError.self) { try f.port.stageChunk(chunk(1, Array(repeating: 0, count: 25))) }
-        #expect(try f.port.stageChunk(chunk(1)) == 3)
+        #expect(try f.port.stageChunk(chunk(1)).contiguous == 3)
         #expect(try f.port.assembleChunks(key: entry.key, version: version) == bytes)
 
         var complete = entry
@@ -282,8 +282,29 @@ final class PortFixture {
         #expect(try f.port.largeValue(key: entry.key, seq: seq + 1) == nil)
 
         // Chunks of a version the store already holds are dropped.
-        #expect(try f.port.stageChunk(chunk(0)) == 1)
+        #expect(try f.port.stageChunk(chunk(0)).contiguous == 1)
         try f.port.discardStagedChunks(key: entry.key, through: version)
         #expect(try f.port.partialTransfers().isEmpty)
+    }
+
+    /// A resolver's merge gives one version two values: chunks staged for
+    /// the other one (another total size or checksum) are replaced, never joined.
+    @Test(arguments: PortFixture.Kind.allCases)
+    func chunksOfAnotherValueOfTheVersionReplaceThoseStaged(kind: PortFixture.Kind) throws {
+        let f = try PortFixture(kind)
+        let before = (0..<20).map { UInt8($0) }
+        let merged = (0..<20).map { UInt8(100 + $0) }
+        let version = HLCTimestamp(physicalMilliseconds: f.clock.nowMilliseconds(), counter: 0, node: Self.watchNode)
+        let entry = WireEntry(key: TestKeys.blob.name, version: version, base: .zero, deleted: false,
+                              encoding: TestKeys.blob.descriptor.encoding, value: [])
+        func chunk(_ index: Int, of value: [UInt8]) -> SyncMessage.Chunk {
+            let slice = Array(value[index * 10..<index * 10 + 10])
+            return SyncMessage.Chunk(entry: entry, totalSize: 20, totalChecksum: Checksum.crc32(value), index: index, count: 2,
+                                     checksum: Checksum.crc32(slice), bytes: slice)
+        }
+        #expect(try f.port.stageChunk(chunk(0, of: before)) == StagedChunks(contiguous: 1))
+        #expect(try f.port.stageChunk(chunk(1, of: merged)) == StagedChunks(contiguous: 0, replacedAnotherValue: true))
+        #expect(try f.port.stageChunk(chunk(0, of: merged)) == StagedChunks(contiguous: 2))
+        #expect(try f.port.assembleChunks(key: entry.key, version: version) == merged)
     }
 }

@@ -1,6 +1,7 @@
 import CSQLite
 import Foundation
 @_spi(Benchmarks) @testable import SyncEngine
+import SyncTransport
 import Testing
 
 /// Stores written by an earlier schema open with their data and their queue intact.
@@ -103,6 +104,8 @@ import Testing
         // Back to v4: the outbox holds the queued change; the watch's value arrived without a sequence.
         try sqlite(path) { db in
             try exec(db, "DROP TABLE sync_rebaseline_marks")
+            try exec(db, "ALTER TABLE sync_chunks DROP COLUMN total_size")
+            try exec(db, "ALTER TABLE sync_chunks DROP COLUMN total_crc")
             try exec(db, "DROP TABLE sync_forgotten_peers")
             try exec(db, "DROP INDEX sync_tombstones")
             try exec(db, "DROP INDEX sync_stream")
@@ -162,6 +165,8 @@ import Testing
         // Back to v5.
         try sqlite(path) { db in
             try exec(db, "DROP TABLE sync_rebaseline_marks")
+            try exec(db, "ALTER TABLE sync_chunks DROP COLUMN total_size")
+            try exec(db, "ALTER TABLE sync_chunks DROP COLUMN total_crc")
             try exec(db, "DROP TABLE sync_forgotten_peers")
             try exec(db, "DROP INDEX sync_tombstones")
             try exec(db, "ALTER TABLE sync_peers DROP COLUMN registries")
@@ -224,6 +229,30 @@ import Testing
         #expect(try pair.watch.storedValue(for: TestKeys.steps) == 4)
         #expect(try pair.phone.pendingSummary().total == 0)
         #expect(try pair.phone.entryInfo(forKey: "health:daily:steps")?.isPending == false)
+    }
+    /// v9: a v8 store's staged chunks name no value (-1); the next chunk of
+    /// their version replaces them rather than join them.
+    @Test func v8StagedChunksNameNoValueAndTheNextChunkReplacesThem() async throws {
+        let folder = TempFolder()
+        let registry = try TestKeys.registry()
+        let options = StoreOptions(encryption: .keyFile(path: folder.file("watch.key")))
+        let path = folder.file("watch.sqlite")
+        try SyncStore(path: path, role: .watch, registry: registry, options: options).close()
+        try sqlite(path) { db in
+            try exec(db, "ALTER TABLE sync_chunks DROP COLUMN total_size")
+            try exec(db, "ALTER TABLE sync_chunks DROP COLUMN total_crc")
+            try exec(db, "INSERT INTO sync_chunks(key, ver, node, idx, data) VALUES ('\(TestKeys.blob.name)', 5, 77, 0, x'00010203')")
+            try exec(db, "PRAGMA user_version = 8")
+        }
+        let store = try SyncStore(path: path, role: .watch, registry: registry, options: options)
+        #expect(try sqliteInt(path, "PRAGMA user_version") == Int64(Schema.currentVersion))
+        #expect(try sqliteRows(path, "SELECT total_size, total_crc FROM sync_chunks") == ["-1|-1"])
+        let bytes: [UInt8] = [9, 9, 9, 9]
+        let entry = WireEntry(key: TestKeys.blob.name, version: HLCTimestamp(packed: 5, node: 77), base: .zero, deleted: false,
+                              encoding: TestKeys.blob.descriptor.encoding, value: [])
+        let chunk = SyncMessage.Chunk(entry: entry, totalSize: 8, totalChecksum: 1, index: 1, count: 2, checksum: Checksum.crc32(bytes), bytes: bytes)
+        #expect(try store.stageChunk(chunk, encrypted: false) == StagedChunks(contiguous: 0, replacedAnotherValue: true))
+        #expect(try sqliteRows(path, "SELECT idx, total_size, total_crc FROM sync_chunks") == ["1|8|1"])
     }
 }
 

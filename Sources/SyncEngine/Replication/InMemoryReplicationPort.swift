@@ -49,6 +49,12 @@ package final class InMemoryReplicationPort: ReplicationPort {
     private var nextSeq: Int64 = 1
     private var peers: [UInt32: Peer] = [:]
     private var chunks: [ChunkedVersion: [Int: [UInt8]]] = [:]
+    /// The value the staged chunks of each version belong to.
+    private var chunkValues: [ChunkedVersion: ChunkedValue] = [:]
+    private struct ChunkedValue: Equatable {
+        var size: Int
+        var checksum: UInt32
+    }
     private var loggedConflicts: Set<ConflictID> = []
     /// Resolved conflicts, oldest first.
     package private(set) var conflictLog: [ConflictRecord] = []
@@ -299,15 +305,19 @@ package final class InMemoryReplicationPort: ReplicationPort {
         peers[peer]?.record.registries = registries
     }
 
-    package func stageChunk(_ chunk: SyncMessage.Chunk) throws -> Int {
+    package func stageChunk(_ chunk: SyncMessage.Chunk) throws -> StagedChunks {
         let id = ChunkedVersion(key: chunk.entry.key, version: chunk.entry.version)
         for other in chunks.keys where other.key == id.key && other.version < id.version { chunks[other] = nil }
+        let value = ChunkedValue(size: chunk.totalSize, checksum: chunk.totalChecksum)
+        let replaced = chunks[id] != nil && chunkValues[id] != value
+        if replaced { chunks[id] = nil }
+        chunkValues[id] = value
         let others = (chunks[id] ?? [:]).filter { $0.key != chunk.index }.values.reduce(0) { $0 + $1.count }
         guard others + chunk.bytes.count <= chunk.totalSize else {
             throw SyncError(.malformedMessage, "the chunks of \(id.key) add up to more than the \(chunk.totalSize) bytes announced for the value")
         }
         chunks[id, default: [:]][chunk.index] = chunk.bytes
-        return contiguous(id)
+        return StagedChunks(contiguous: contiguous(id), replacedAnotherValue: replaced)
     }
 
     private func contiguous(_ id: ChunkedVersion) -> Int {

@@ -120,17 +120,22 @@ extension ReplicationEndpoint {
         }
         count { $0.chunksReceived += 1 }
         emit(.chunk(key: entry.key, index: chunk.index, count: chunk.count, outgoing: false))
-        let staged: Int
+        let staged: StagedChunks
         do {
             staged = try port.stageChunk(chunk)
         } catch let error as SyncError where error.code == .malformedMessage {
-            // More bytes at this version than announced: a faulty peer, or the chunks staged are
-            // of another value of the version (a transfer resumed after a merge at it). They go,
-            // and the session ends: the next one sends the value whole.
+            // More bytes than announced: they go, and the session ends (the next one sends the value whole).
             try port.discardStagedChunks(key: entry.key, through: entry.version)
             throw SyncError(.malformedMessage, "\(error.message); the staged chunks were dropped and the value goes whole in the next session")
         }
-        guard staged >= chunk.count else {
+        if staged.replacedAnotherValue, receiving != transfer, chunk.index > 0 {
+            // The sender resumed from chunks staged in an earlier session, of another value of this
+            // version (a resolver merged into it since): those before this one never come in this
+            // session. The session ends, and the next one sends the value whole.
+            try port.discardStagedChunks(key: entry.key, through: entry.version)
+            throw SyncError(.malformedMessage, "the transfer of \(entry.key) resumed from chunks of another value of its version; they were dropped and the value goes whole in the next session")
+        }
+        guard staged.contiguous >= chunk.count else {
             receiving = transfer
             return [ack(complete: false)]
         }
@@ -140,8 +145,8 @@ extension ReplicationEndpoint {
             // Drops the staged chunks (nothing to apply, nothing acknowledged).
             _ = try port.apply([], from: peer.node, completing: ChunkedVersion(key: entry.key, version: entry.version), durable: false,
                                receivedThrough: nil) { _ in ApplyPlan() }
-            // Corrupt chunks, or a transfer resumed after its value changed at that version (a merge):
-            // the sender resumed from the chunks staged here, so only a new session sends it whole.
+            // Corrupt chunks (those of two values of one version never join): the sender has sent them
+            // all, so only a new session sends the value whole.
             throw SyncError(.malformedMessage, "the chunks of \(entry.key) did not add up to the announced value; they were dropped and the value goes whole in the next session")
         }
         var complete = entry

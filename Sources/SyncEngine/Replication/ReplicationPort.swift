@@ -151,8 +151,8 @@ package protocol ReplicationPort: AnyObject {
 
     // MARK: large values
 
-    /// Stages one chunk; returns how many chunks from index 0 are staged without a gap.
-    func stageChunk(_ chunk: SyncMessage.Chunk) throws -> Int
+    /// Stages one chunk (replacing those staged for another value of its version).
+    func stageChunk(_ chunk: SyncMessage.Chunk) throws -> StagedChunks
     /// The staged chunks of one transfer, joined.
     func assembleChunks(key: String, version: HLCTimestamp) throws -> [UInt8]
     /// Drops staged chunks of `key` at or before `version`.
@@ -342,7 +342,7 @@ package final class SQLiteReplicationPort: ReplicationPort {
 
     package func rebaselineMark(forKey key: String) throws -> HLCTimestamp? { try store.rebaselineMark(forKey: key) }
 
-    package func stageChunk(_ chunk: SyncMessage.Chunk) throws -> Int {
+    package func stageChunk(_ chunk: SyncMessage.Chunk) throws -> StagedChunks {
         try store.stageChunk(chunk, encrypted: isEncrypted(chunk.entry.key))
     }
 
@@ -361,4 +361,17 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func partialTransfers() throws -> [PartialTransfer] { try store.partialTransfers() }
 
     private func isEncrypted(_ key: String) -> Bool { store.registry.descriptor(forEntry: key)?.security == .encrypted }
+}
+
+/// What staging a chunk left: how many chunks from index 0 are staged without
+/// a gap, and whether chunks staged for another value of its version (another
+/// total size or CRC-32: a resolver's merge) were dropped for it.
+package struct StagedChunks: Sendable, Equatable {
+    package var contiguous: Int
+    package var replacedAnotherValue: Bool
+
+    package init(contiguous: Int, replacedAnotherValue: Bool = false) {
+        self.contiguous = contiguous
+        self.replacedAnotherValue = replacedAnotherValue
+    }
 }

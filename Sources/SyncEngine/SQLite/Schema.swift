@@ -15,12 +15,14 @@
 /// messages of that registry pass over only the keys declared differently.
 /// Since v8 a re-baselined watch marks what the notice would remove
 /// (`sync_rebaseline_marks`) and removes what is still marked once the
-/// baseline came: values the baseline brings back never go.
+/// baseline came: values the baseline brings back never go. Since v9 a
+/// staged chunk names the value it belongs to (`total_size`, `total_crc`):
+/// a resolver's merge gives one version two values, whose chunks never join.
 ///
 /// Every store carries `PRAGMA application_id = 0x5379456E` (ASCII "SyEn"),
 /// set with the schema; `Database` refuses SQLite files with another id.
 enum Schema {
-    static let currentVersion = 8
+    static let currentVersion = 9
     /// `PRAGMA application_id` of a SyncEngine store: ASCII "SyEn".
     static let applicationID: Int32 = 0x5379_456E
 
@@ -182,6 +184,12 @@ enum Schema {
             ver  INTEGER NOT NULL,
             node INTEGER NOT NULL
         ) WITHOUT ROWID;
+        """,
+        // v9: the value a staged chunk belongs to (its transfer's total size and CRC-32; -1 for
+        // chunks staged before, which the next chunk of their version replaces).
+        """
+        ALTER TABLE sync_chunks ADD COLUMN total_size INTEGER NOT NULL DEFAULT -1;
+        ALTER TABLE sync_chunks ADD COLUMN total_crc INTEGER NOT NULL DEFAULT -1;
         """,
     ]
 

@@ -325,7 +325,9 @@ extension SyncStore {
     /// total (throws `.malformedMessage`); and when all staged transfers would
     /// exceed `StoreOptions.maxStagedChunkBytes`, the other transfers are
     /// dropped (they are resent from their start when their turn comes).
-    func stageChunk(_ chunk: SyncMessage.Chunk, encrypted: Bool) throws -> Int {
+    /// Chunks staged for another value of the version (another total size or
+    /// CRC-32: a resolver's merge) go first, and the result says so.
+    func stageChunk(_ chunk: SyncMessage.Chunk, encrypted: Bool) throws -> StagedChunks {
         try checkOpen()
         let key = chunk.entry.key
         let version = chunk.entry.version
@@ -337,6 +339,16 @@ extension SyncStore {
             stale.bind(2, version.packed)
             stale.bind(3, Int64(version.node))
             try stale.run()
+            let otherValue = try conn.statement("""
+                DELETE FROM sync_chunks WHERE key = ?1 AND ver = ?2 AND node = ?3 AND (total_size != ?4 OR total_crc != ?5)
+                """)
+            otherValue.bind(1, key)
+            otherValue.bind(2, version.packed)
+            otherValue.bind(3, Int64(version.node))
+            otherValue.bind(4, chunk.totalSize)
+            otherValue.bind(5, Int64(chunk.totalChecksum))
+            try otherValue.run()
+            let replaced = conn.changes > 0
             let mine = try conn.statement("""
                 SELECT coalesce(sum(length(data)), 0), count(*) FROM sync_chunks WHERE key = ?1 AND ver = ?2 AND node = ?3 AND idx != ?4
                 """)
@@ -367,14 +379,18 @@ extension SyncStore {
                 logger.notice("staged chunks of other large values were dropped to stay within maxStagedChunkBytes; they will be sent again")
             }
             let data = encrypted ? try cipherOrThrow().seal(chunk.bytes, keyName: key) : chunk.bytes
-            let insert = try conn.statement("INSERT OR REPLACE INTO sync_chunks(key, ver, node, idx, data) VALUES(?, ?, ?, ?, ?)")
+            let insert = try conn.statement("""
+                INSERT OR REPLACE INTO sync_chunks(key, ver, node, idx, data, total_size, total_crc) VALUES(?, ?, ?, ?, ?, ?, ?)
+                """)
             insert.bind(1, key)
             insert.bind(2, version.packed)
             insert.bind(3, Int64(version.node))
             insert.bind(4, chunk.index)
             insert.bind(5, data)
+            insert.bind(6, chunk.totalSize)
+            insert.bind(7, Int64(chunk.totalChecksum))
             try insert.run()
-            return try contiguousChunks(conn, key: key, version: version)
+            return StagedChunks(contiguous: try contiguousChunks(conn, key: key, version: version), replacedAnotherValue: replaced)
         }
     }
 
