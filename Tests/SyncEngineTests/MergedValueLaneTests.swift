@@ -172,10 +172,11 @@ extension SameVersionTransferTests {
     /// A transfer cut off after its first chunk; before the next session the
     /// watch joins the phone's value into its own at the same version, and the
     /// next session resumes that version from the chunk after, so the phone's
-    /// staged chunk is of the value before the merge. The value does not add
-    /// up: the phone drops the chunks and ends the session, and the session
-    /// after sends the merge whole. Before, the session stayed open with the
-    /// transfer unfinished on both sides, for as long as the connection lasted.
+    /// staged chunk is of the value before the merge (it names another
+    /// value): the phone drops it and ends the session, and the session after
+    /// sends the merge whole. Before, the two values' chunks joined, did not
+    /// add up, and the session stayed open with the transfer unfinished on
+    /// both sides, for as long as the connection lasted.
     @Test func aTransferResumedAfterAMergeAtItsVersionGoesWholeInTheNextSession() async throws {
         let pair = try Pair()
         pair.watchClock.advance(by: 1_000)
