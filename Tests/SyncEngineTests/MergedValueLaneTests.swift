@@ -215,13 +215,14 @@ extension SameVersionTransferTests {
 
 extension SameVersionTransferTests {
     /// The phone's large value is on its way in chunks when the watch's older
-    /// value arrives and the phone merges it in at the same version: the watch
-    /// stages the first chunk of the value before the merge, then gets the
-    /// merge's chunks, its first one last. The staged chunks name the value
-    /// they belong to, so the merge's replace the other's and join whole, in
-    /// the same session. Before, the two mixed, the value did not add up and
-    /// the session had to end (fuzz seed 17600634).
-    @Test func chunksOfTwoValuesOfOneVersionNeverJoin() async throws {
+    /// value arrives and the phone merges it in at the same version. An
+    /// acknowledgement names only key, version and index, so the merge's
+    /// transfer waits until every chunk of the value before it is
+    /// acknowledged; then it goes, and the watch joins it in. Before, the two
+    /// went at once and the watch's acknowledgements of the one were taken
+    /// for the other's: the watch kept the value before the merge for good
+    /// (fuzz seeds 17600634, 17800949).
+    @Test func theMergeOfAVersionUnderWayWaitsForItsChunksThenGoes() async throws {
         let pair = try Pair()
         let fromPhone = MergedValueLaneTests.tags("phone", count: 4_000)
         let fromWatch = MergedValueLaneTests.tags("watch", count: 2)
@@ -230,24 +231,73 @@ extension SameVersionTransferTests {
         try await pair.phone.set(fromPhone, for: TestKeys.tags)
         try pair.phone.requestManualSync()
         let link = Link(pair.phone, pair.watch)
-        var chunks: [(chunk: SyncMessage.Chunk, frame: Frame)] = []
+        var chunks: [SyncMessage.Chunk] = []
         link.run(link.a.start(now: link.now), link.b.start(now: link.now)) { frame in
             guard frame.type == SyncMessage.MessageType.chunk.rawValue, case .chunk(let chunk)? = try? SyncMessage(frame: frame) else { return false }
-            chunks.append((chunk, frame))
+            chunks.append(chunk)
             return true
         }
         let merged = try #require(try pair.phone.rawValue(forKey: TestKeys.tags.name))
-        let before = chunks.filter { $0.chunk.totalChecksum != Checksum.crc32(merged) }.map(\.frame)
-        let merge = chunks.filter { $0.chunk.totalChecksum == Checksum.crc32(merged) }.map(\.frame)
-        #expect(!before.isEmpty && merge.count >= 2, "\(chunks.map { "\($0.chunk.totalSize) \($0.chunk.index)" })")
-        link.run([before[0]], [])
-        link.run(Array(merge.dropFirst()), [])
-        link.run([merge[0]], [])
+        #expect(!chunks.isEmpty)
+        #expect(chunks.allSatisfy { $0.totalChecksum != Checksum.crc32(merged) }, "the merge went while the value before was unacknowledged")
+        // The value before goes again, then the merge.
+        link.now += 600_000
+        link.run(link.a.tick(now: link.now), [])
         link.settle()
+        #expect(link.frames.contains { frame in
+            guard frame.from == "a", case .chunk(let chunk)? = try? SyncMessage(frame: frame.frame) else { return false }
+            return chunk.totalChecksum == Checksum.crc32(merged)
+        })
         #expect(link.b.failure == nil, "\(String(describing: link.b.failure))")
         let union = Set(fromPhone + fromWatch)
         for store in [pair.phone, pair.watch] {
             #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == union, "on the \(store.role)")
         }
+    }
+}
+
+extension SameVersionTransferTests {
+    /// The watch holds the value before the merge (from a second watch) and is
+    /// receiving the merge at the same version when a late copy of a chunk of
+    /// the value it holds arrives: it is passed over without an
+    /// acknowledgement, which the phone would take for the merge's chunk of
+    /// that index.
+    @Test func aLateCopyOfAChunkOfTheValueHeldIsNotAcknowledgedWhileTheMergeComes() async throws {
+        let pair = try Pair()
+        let other = try SyncStore(path: pair.folder.file("other.sqlite"), role: .watch, registry: try TestKeys.registry(),
+                                  options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("other.key"))))
+        let fromPhone = MergedValueLaneTests.tags("phone", count: 4_000)
+        let fromOther = MergedValueLaneTests.tags("other", count: 2)
+        try await other.set(fromOther, for: TestKeys.tags)
+        pair.phoneClock.advance(by: 1_000)
+        try await pair.phone.set(fromPhone, for: TestKeys.tags)
+        try pair.phone.requestManualSync()
+        let before = Checksum.crc32(try #require(try pair.phone.rawValue(forKey: TestKeys.tags.name)))
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        link.settle()
+        #expect(Set(try pair.watch.storedValue(for: TestKeys.tags) ?? []) == Set(fromPhone))
+        let late = try #require(link.frames.first { frame in
+            guard frame.from == "a", case .chunk(let chunk)? = try? SyncMessage(frame: frame.frame) else { return false }
+            return chunk.totalChecksum == before
+        }).frame
+        // The other watch's older value reaches the phone, which merges it in at the same version.
+        let second = Link(pair.phone, other)
+        second.connect()
+        second.settle()
+        var held: [Frame] = []
+        link.run(link.a.pump(now: link.now), []) { frame in
+            guard case .chunk(let chunk)? = try? SyncMessage(frame: frame), chunk.index > 0 else { return false }
+            held.append(frame)
+            return true
+        }
+        #expect(!held.isEmpty, "the merge's chunks after its first")
+        let staged = try pair.watch.stagedChunkBytes()
+        #expect(staged > 0)
+        #expect(link.b.receive(late, now: link.now).isEmpty)
+        #expect(try pair.watch.stagedChunkBytes() == staged)
+        link.run(held, [])
+        link.settle()
+        #expect(Set(try pair.watch.storedValue(for: TestKeys.tags) ?? []) == Set(fromPhone + fromOther))
     }
 }

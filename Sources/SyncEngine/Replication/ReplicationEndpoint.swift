@@ -293,6 +293,7 @@ package final class ReplicationEndpoint {
                 if !session.stream.repairRows.isEmpty {
                     let rows = Array(session.stream.repairRows.prefix(configuration.maxBatchEntries))
                     if rows[0].isLarge {
+                        if session.hasChunksInFlight(key: rows[0].key, version: rows[0].entry.version) { break }
                         session.stream.repairRows.removeFirst()
                         try startTransfer(rows[0], upper: nil)
                     } else {
@@ -308,6 +309,9 @@ package final class ReplicationEndpoint {
                 let (fetched, scanned) = try port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: configuration.maxBatchEntries,
                                                                maxBytes: configuration.maxBatchBytes) { key, _ in excluded(key) }
                 let before = session.stream.scan
+                if fetched.count == 1, fetched[0].isLarge, session.hasChunksInFlight(key: fetched[0].key, version: fetched[0].entry.version) {
+                    break  // another value of that version is on its way (a merge since): one at a time
+                }
                 guard scanned > before else {
                     endRound()
                     // Nothing more to read: once nothing is in flight either, tell the peer (protocol 2).
@@ -419,8 +423,10 @@ package final class ReplicationEndpoint {
 
     /// Entries from the peer that changed this store, in this session so far.
     package internal(set) var entriesApplied = 0
-    /// The large value from the peer that is partly received (more chunks will come).
+    /// The large value from the peer that is partly received (more chunks will come),
+    /// and which value of that version (total size and CRC-32: a merge gives it two).
     var receiving: ChunkedVersion?
+    var receivingValue = (size: -1, checksum: UInt32(0))
 
     /// Whether a large value from the peer is partly received and still
     /// wanted: not once this store holds that version or a newer one of its
