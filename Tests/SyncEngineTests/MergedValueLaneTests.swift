@@ -10,6 +10,13 @@ import Testing
     /// `count` tags of about 30 bytes each, named after `who`.
     static func tags(_ who: String, count: Int) -> [String] { (0..<count).map { "\(who)-\($0)-" + String(repeating: "t", count: 20) } }
 
+    /// Both stores of `pair` hold `tags`.
+    static func expectTags(_ tags: Set<String>, on pair: Pair, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        for store in [pair.phone, pair.watch] {
+            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == tags, "on the \(store.role)", sourceLocation: sourceLocation)
+        }
+    }
+
     /// Whether `frame` carries entries (a batch or a chunk).
     static func carriesEntries(_ frame: Frame) -> Bool {
         frame.type == SyncMessage.MessageType.batch.rawValue || frame.type == SyncMessage.MessageType.chunk.rawValue
@@ -40,9 +47,7 @@ import Testing
         let second = Link(pair.watch, pair.phone)
         second.connect()
         second.settle()
-        for store in [pair.phone, pair.watch] {
-            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == union, "on the \(store.role)")
-        }
+        try MergedValueLaneTests.expectTags(union, on: pair)
         #expect(try pair.watch.entryInfo(forKey: TestKeys.tags.name)?.version == pair.phone.entryInfo(forKey: TestKeys.tags.name)?.version)
     }
 
@@ -72,9 +77,7 @@ import Testing
         #expect(Set(try pair.phone.storedValue(for: TestKeys.tags) ?? []) == Set(fromPhone), "waits for sync()")
         try pair.watch.requestManualSync()
         second.settle()
-        for store in [pair.phone, pair.watch] {
-            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == Set(fromPhone + fromWatch), "on the \(store.role)")
-        }
+        try MergedValueLaneTests.expectTags(Set(fromPhone + fromWatch), on: pair)
     }
 }
 
@@ -121,10 +124,7 @@ import Testing
         #expect(Set(try pair.phone.storedValue(for: TestKeys.tags) ?? []) == Set(fromWatch))
         link.run(Array(chunks.dropFirst()), [])
         link.settle()
-        let union = Set(fromPhone + fromWatch)
-        for store in [pair.phone, pair.watch] {
-            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == union, "on the \(store.role)")
-        }
+        try MergedValueLaneTests.expectTags(Set(fromPhone + fromWatch), on: pair)
         #expect(try pair.phone.entryInfo(forKey: TestKeys.tags.name)?.version == pair.watch.entryInfo(forKey: TestKeys.tags.name)?.version)
     }
 }
@@ -161,10 +161,7 @@ extension SameVersionTransferTests {
         link.run([own[0]], [])
         link.run(Array(merge.dropFirst()), [])
         link.settle()
-        let union = Set(fromPhone + fromWatch)
-        for store in [pair.phone, pair.watch] {
-            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == union, "on the \(store.role)")
-        }
+        try MergedValueLaneTests.expectTags(Set(fromPhone + fromWatch), on: pair)
     }
 }
 
@@ -206,9 +203,7 @@ extension SameVersionTransferTests {
         let four = Link(pair.watch, pair.phone)
         four.connect()
         four.settle()
-        for store in [pair.phone, pair.watch] {
-            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == union, "on the \(store.role)")
-        }
+        try MergedValueLaneTests.expectTags(union, on: pair)
         #expect(four.a.isIdle && four.b.isIdle)
     }
 }
@@ -249,10 +244,7 @@ extension SameVersionTransferTests {
             return chunk.totalChecksum == Checksum.crc32(merged)
         })
         #expect(link.b.failure == nil, "\(String(describing: link.b.failure))")
-        let union = Set(fromPhone + fromWatch)
-        for store in [pair.phone, pair.watch] {
-            #expect(Set(try store.storedValue(for: TestKeys.tags) ?? []) == union, "on the \(store.role)")
-        }
+        try MergedValueLaneTests.expectTags(Set(fromPhone + fromWatch), on: pair)
     }
 }
 
