@@ -101,13 +101,6 @@ extension ReplicationEndpoint {
         // At the very version held, only the same value is: a resolver's merge gives a version two
         // values, and the other is taken (its apply joins the two), checked once per transfer.
         let transfer = ChunkedVersion(key: entry.key, version: entry.version)
-        if receiving == transfer, receivingValue != (chunk.totalSize, chunk.totalChecksum), try port.localVersion(forKey: entry.key) == entry.version,
-           try port.holdsValue(forKey: entry.key, size: chunk.totalSize, checksum: chunk.totalChecksum) {
-            // A late copy of a chunk of the value held while another value of its version comes: its
-            // transfer is done (the peer sends one value of a version at a time), and an acknowledgement
-            // would be taken for the other value's chunk of that index.
-            return []
-        }
         if let local = try port.localVersion(forKey: entry.key), local >= entry.version, try port.rebaselineMark(forKey: entry.key) != local,
            try local > entry.version || receiving != transfer
                && port.holdsValue(forKey: entry.key, size: chunk.totalSize, checksum: chunk.totalChecksum) {
@@ -144,7 +137,6 @@ extension ReplicationEndpoint {
         }
         guard staged.contiguous >= chunk.count else {
             receiving = transfer
-            receivingValue = (chunk.totalSize, chunk.totalChecksum)
             return [ack(complete: false)]
         }
         receiving = nil

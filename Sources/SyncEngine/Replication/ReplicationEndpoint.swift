@@ -423,10 +423,8 @@ package final class ReplicationEndpoint {
 
     /// Entries from the peer that changed this store, in this session so far.
     package internal(set) var entriesApplied = 0
-    /// The large value from the peer that is partly received (more chunks will come),
-    /// and which value of that version (total size and CRC-32: a merge gives it two).
+    /// The large value from the peer that is partly received (more chunks will come).
     var receiving: ChunkedVersion?
-    var receivingValue = (size: -1, checksum: UInt32(0))
 
     /// Whether a large value from the peer is partly received and still
     /// wanted: not once this store holds that version or a newer one of its
