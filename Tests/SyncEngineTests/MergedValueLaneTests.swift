@@ -17,6 +17,24 @@ import Testing
         }
     }
 
+    /// The chunk `frame` carries, if it is one.
+    static func chunk(in frame: Frame) -> SyncMessage.Chunk? {
+        guard frame.type == SyncMessage.MessageType.chunk.rawValue, case .chunk(let chunk)? = try? SyncMessage(frame: frame) else { return nil }
+        return chunk
+    }
+
+    /// Starts both ends of `link` and runs them until quiet; every chunk from
+    /// `a` is lost on the way and kept (the first copy of each version and index).
+    static func startKeepingChunks(_ link: Link) -> [(chunk: SyncMessage.Chunk, frame: Frame)] {
+        var chunks: [(chunk: SyncMessage.Chunk, frame: Frame)] = []
+        link.run(link.a.start(now: link.now), link.b.start(now: link.now)) { frame in
+            guard let chunk = chunk(in: frame) else { return false }
+            if !chunks.contains(where: { $0.chunk.entry.version == chunk.entry.version && $0.chunk.index == chunk.index }) { chunks.append((chunk, frame)) }
+            return true
+        }
+        return chunks
+    }
+
     /// Whether `frame` carries entries (a batch or a chunk).
     static func carriesEntries(_ frame: Frame) -> Bool {
         frame.type == SyncMessage.MessageType.batch.rawValue || frame.type == SyncMessage.MessageType.chunk.rawValue
@@ -146,12 +164,7 @@ extension SameVersionTransferTests {
         pair.watchClock.advance(by: 1_000)
         try await pair.watch.set(fromWatch, for: TestKeys.tags)
         let link = Link(pair.phone, pair.watch)
-        var chunks: [(chunk: SyncMessage.Chunk, frame: Frame)] = []
-        link.run(link.a.start(now: link.now), link.b.start(now: link.now)) { frame in
-            guard frame.type == SyncMessage.MessageType.chunk.rawValue, case .chunk(let chunk)? = try? SyncMessage(frame: frame) else { return false }
-            if !chunks.contains(where: { $0.chunk.entry.version == chunk.entry.version && $0.chunk.index == chunk.index }) { chunks.append((chunk, frame)) }
-            return true
-        }
+        let chunks = MergedValueLaneTests.startKeepingChunks(link)
         let watchVersion = try #require(try pair.watch.entryInfo(forKey: TestKeys.tags.name)).version
         let merge = chunks.filter { $0.chunk.entry.version == watchVersion }.map(\.frame)
         let own = chunks.filter { $0.chunk.entry.version < watchVersion }.map(\.frame)
@@ -226,12 +239,7 @@ extension SameVersionTransferTests {
         try await pair.phone.set(fromPhone, for: TestKeys.tags)
         try pair.phone.requestManualSync()
         let link = Link(pair.phone, pair.watch)
-        var chunks: [SyncMessage.Chunk] = []
-        link.run(link.a.start(now: link.now), link.b.start(now: link.now)) { frame in
-            guard frame.type == SyncMessage.MessageType.chunk.rawValue, case .chunk(let chunk)? = try? SyncMessage(frame: frame) else { return false }
-            chunks.append(chunk)
-            return true
-        }
+        let chunks = MergedValueLaneTests.startKeepingChunks(link).map(\.chunk)
         let merged = try #require(try pair.phone.rawValue(forKey: TestKeys.tags.name))
         #expect(!chunks.isEmpty)
         #expect(chunks.allSatisfy { $0.totalChecksum != Checksum.crc32(merged) }, "the merge went while the value before was unacknowledged")
@@ -239,10 +247,7 @@ extension SameVersionTransferTests {
         link.now += 600_000
         link.run(link.a.tick(now: link.now), [])
         link.settle()
-        #expect(link.frames.contains { frame in
-            guard frame.from == "a", case .chunk(let chunk)? = try? SyncMessage(frame: frame.frame) else { return false }
-            return chunk.totalChecksum == Checksum.crc32(merged)
-        })
+        #expect(link.frames.contains { $0.from == "a" && MergedValueLaneTests.chunk(in: $0.frame)?.totalChecksum == Checksum.crc32(merged) })
         #expect(link.b.failure == nil, "\(String(describing: link.b.failure))")
         try MergedValueLaneTests.expectTags(Set(fromPhone + fromWatch), on: pair)
     }

@@ -40,6 +40,13 @@ extension ReplicationEndpoint {
         return frame
     }
 
+    /// Drops the staged chunks of `entry`'s version (and older ones) and returns
+    /// the error that ends the session: only a new session sends the value whole.
+    private func droppingStagedChunks(of entry: WireEntry, because reason: String) throws -> SyncError {
+        try port.discardStagedChunks(key: entry.key, through: entry.version)
+        return SyncError(.malformedMessage, "\(reason); the staged chunks were dropped and the value goes whole in the next session")
+    }
+
     /// What is inconsistent in a chunk's fields, if anything. The sender cuts
     /// a value of `totalSize` bytes into `count` chunks of one size `c` (the
     /// last one shorter), so `c * (count - 1) < totalSize <= c * count`.
@@ -124,16 +131,12 @@ extension ReplicationEndpoint {
         do {
             staged = try port.stageChunk(chunk)
         } catch let error as SyncError where error.code == .malformedMessage {
-            // More bytes than announced: they go, and the session ends (the next one sends the value whole).
-            try port.discardStagedChunks(key: entry.key, through: entry.version)
-            throw SyncError(.malformedMessage, "\(error.message); the staged chunks were dropped and the value goes whole in the next session")
+            throw try droppingStagedChunks(of: entry, because: error.message)  // more bytes than announced
         }
         if staged.replacedAnotherValue, receiving != transfer, chunk.index > 0 {
             // The sender resumed from chunks staged in an earlier session, of another value of this
-            // version (a resolver merged into it since): those before this one never come in this
-            // session. The session ends, and the next one sends the value whole.
-            try port.discardStagedChunks(key: entry.key, through: entry.version)
-            throw SyncError(.malformedMessage, "the transfer of \(entry.key) resumed from chunks of another value of its version; they were dropped and the value goes whole in the next session")
+            // version (a resolver merged into it since): those before this one never come in this session.
+            throw try droppingStagedChunks(of: entry, because: "the transfer of \(entry.key) resumed from chunks of another value of its version")
         }
         guard staged.contiguous >= chunk.count else {
             receiving = transfer
@@ -142,12 +145,8 @@ extension ReplicationEndpoint {
         receiving = nil
         let bytes = try port.assembleChunks(key: entry.key, version: entry.version)
         guard bytes.count == chunk.totalSize, Checksum.crc32(bytes) == chunk.totalChecksum else {
-            // Drops the staged chunks (nothing to apply, nothing acknowledged).
-            _ = try port.apply([], from: peer.node, completing: ChunkedVersion(key: entry.key, version: entry.version), durable: false,
-                               receivedThrough: nil) { _ in ApplyPlan() }
-            // Corrupt chunks (those of two values of one version never join): the sender has sent them
-            // all, so only a new session sends the value whole.
-            throw SyncError(.malformedMessage, "the chunks of \(entry.key) did not add up to the announced value; they were dropped and the value goes whole in the next session")
+            // Corrupt chunks (those of two values of one version never join): the sender has sent them all.
+            throw try droppingStagedChunks(of: entry, because: "the chunks of \(entry.key) did not add up to the announced value")
         }
         var complete = entry
         complete.value = bytes
