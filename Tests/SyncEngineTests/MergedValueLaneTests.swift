@@ -182,12 +182,16 @@ extension SameVersionTransferTests {
     /// A transfer cut off after its first chunk; before the next session the
     /// watch joins the phone's value into its own at the same version, and the
     /// next session resumes that version from the chunk after, so the phone's
-    /// staged chunk is of the value before the merge (it names another
-    /// value): the phone drops it and ends the session, and the session after
-    /// sends the merge whole. Before, the two values' chunks joined, did not
-    /// add up, and the session stayed open with the transfer unfinished on
-    /// both sides, for as long as the connection lasted.
-    @Test func aTransferResumedAfterAMergeAtItsVersionGoesWholeInTheNextSession() async throws {
+    /// staged chunk is of the value before the merge (it names another value).
+    /// From protocol 5 on the phone's acknowledgement of the chunk the
+    /// transfer resumed at says it holds none of this value, and the watch
+    /// sends it from chunk 0 in the same session. In a session of protocol 4
+    /// the phone drops the staged chunk and ends the session, and the session
+    /// after sends the merge whole. Before either, the two values' chunks
+    /// joined, did not add up, and the session stayed open with the transfer
+    /// unfinished on both sides, for as long as the connection lasted.
+    @Test(arguments: [UInt16(4), 5])
+    func aTransferResumedAfterAMergeAtItsVersionGoesWhole(protocolVersion: UInt16) async throws {
         let pair = try Pair()
         pair.watchClock.advance(by: 1_000)
         let fromWatch = MergedValueLaneTests.tags("watch", count: 4_000)
@@ -196,7 +200,8 @@ extension SameVersionTransferTests {
         try pair.watch.requestManualSync()
         let isChunk = { (frame: Frame) in frame.type == SyncMessage.MessageType.chunk.rawValue }
         var sent = 0
-        let one = Link(pair.watch, pair.phone)
+        let range = 1...protocolVersion
+        let one = Link(pair.watch, pair.phone, protocolRange: range)
         one.run(one.a.start(now: one.now), one.b.start(now: one.now)) { frame in
             guard isChunk(frame) else { return false }
             sent += 1
@@ -204,16 +209,25 @@ extension SameVersionTransferTests {
         }
         #expect(try pair.phone.stagedChunkBytes() > 0)
         try await pair.phone.set(fromPhone, for: TestKeys.tags)
-        let two = Link(pair.watch, pair.phone)
+        let two = Link(pair.watch, pair.phone, protocolRange: range)
         two.run(two.a.start(now: two.now), two.b.start(now: two.now), droppingToB: isChunk)
         let union = Set(fromPhone + fromWatch)
         #expect(Set(try pair.watch.storedValue(for: TestKeys.tags) ?? []) == union)
-        let three = Link(pair.watch, pair.phone)
+        let three = Link(pair.watch, pair.phone, protocolRange: range)
         three.connect()
         three.settle()
+        if protocolVersion >= SyncMessage.valueProtocol {
+            #expect(three.a.failure == nil && three.b.failure == nil)
+            try MergedValueLaneTests.expectTags(union, on: pair)
+            #expect(try pair.phone.stagedChunkBytes() == 0)
+            #expect(three.a.isIdle && three.b.isIdle)
+            let resumedAt = try #require(three.frames.compactMap { MergedValueLaneTests.chunk(in: $0.frame) }.first).index
+            #expect(resumedAt == 1, "the transfer resumes after the chunk the phone's hello names")
+            return
+        }
         #expect(three.b.failure?.code == .malformedMessage)
         #expect(try pair.phone.stagedChunkBytes() == 0)
-        let four = Link(pair.watch, pair.phone)
+        let four = Link(pair.watch, pair.phone, protocolRange: range)
         four.connect()
         four.settle()
         try MergedValueLaneTests.expectTags(union, on: pair)
@@ -253,3 +267,54 @@ extension SameVersionTransferTests {
     }
 }
 
+
+extension SameVersionTransferTests {
+    /// The phone's large value reaches watch X; then watch Y's concurrent
+    /// write reaches the phone, which merges it in at the same version and
+    /// sends the merge to X. A late copy of a chunk of the value before (the
+    /// one X holds) reaches X while the merge's transfer is under way. Its
+    /// acknowledgement names that value (protocol 5): the phone keeps the
+    /// merge's chunk of that index in flight, X keeps the merge's staged
+    /// chunks, and the merge is taken in the same session. Before, the
+    /// acknowledgement was taken for the merge's chunk and the copy replaced
+    /// the merge's staged chunks: the merge did not complete in that session.
+    @Test func aLateCopyOfAChunkOfTheValueBeforeAMergeLeavesTheMergeToComplete() async throws {
+        let pair = try Pair()
+        let other = try SyncStore(path: pair.folder.file("watch-y.sqlite"), role: .watch, registry: try TestKeys.registry(),
+                                  options: StoreOptions(clock: ManualClock(), encryption: .keyFile(path: pair.folder.file("watch-y.key"))))
+        let fromPhone = MergedValueLaneTests.tags("phone", count: 8_000)
+        let fromOther = MergedValueLaneTests.tags("watch-y", count: 2)
+        try await other.set(fromOther, for: TestKeys.tags)
+        pair.phoneClock.advance(by: 1_000)
+        try await pair.phone.set(fromPhone, for: TestKeys.tags)
+        try pair.phone.requestManualSync()
+        // X takes the phone's value; a copy of each of its chunks is kept.
+        let toX = Link(pair.phone, pair.watch)
+        var before: [Frame] = []
+        toX.run(toX.a.start(now: toX.now), toX.b.start(now: toX.now)) { frame in
+            if MergedValueLaneTests.chunk(in: frame) != nil { before.append(frame) }
+            return false
+        }
+        #expect(Set(try pair.watch.storedValue(for: TestKeys.tags) ?? []) == Set(fromPhone))
+        // Y's write reaches the phone, which merges it in at the version X holds.
+        let toY = Link(pair.phone, other)
+        toY.connect()
+        let merged = try #require(try pair.phone.rawValue(forKey: TestKeys.tags.name))
+        #expect(try pair.phone.entryInfo(forKey: TestKeys.tags.name)?.version == pair.watch.entryInfo(forKey: TestKeys.tags.name)?.version)
+        var merge: [Frame] = []
+        toX.run(toX.a.pump(now: toX.now), []) { frame in
+            guard let chunk = MergedValueLaneTests.chunk(in: frame), chunk.totalChecksum == Checksum.crc32(merged) else { return false }
+            merge.append(frame)
+            return true
+        }
+        #expect(before.count >= 3 && merge.count >= 3)
+        // The merge's first chunk, a late copy of the value before's second chunk, then the rest of the merge.
+        toX.run([merge[0]], [])
+        toX.run([before[1]], [])
+        toX.run(Array(merge.dropFirst()), [])
+        toX.settle()
+        #expect(toX.a.failure == nil && toX.b.failure == nil)
+        #expect(Set(try pair.watch.storedValue(for: TestKeys.tags) ?? []) == Set(fromPhone + fromOther))
+        #expect(toX.a.isIdle && toX.b.isIdle)
+    }
+}

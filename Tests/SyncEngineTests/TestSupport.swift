@@ -56,8 +56,9 @@ final class Link {
     var frames: [(from: String, frame: Frame)] = []
     var now: Int64 = 1_000
 
-    init(_ a: SyncStore, _ b: SyncStore, epoch: String = "test") {
-        let config = ReplicationConfiguration(pairingEpoch: epoch)
+    init(_ a: SyncStore, _ b: SyncStore, epoch: String = "test", protocolRange: ClosedRange<UInt16> = 1...SyncMessage.highestProtocolVersion) {
+        var config = ReplicationConfiguration(pairingEpoch: epoch)
+        config.protocolRange = protocolRange
         self.a = ReplicationEndpoint(store: a, configuration: config)
         self.b = ReplicationEndpoint(store: b, configuration: config)
     }

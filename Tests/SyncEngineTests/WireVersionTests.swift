@@ -45,13 +45,33 @@ import Testing
         Set(frames.filter { $0.type == SyncMessage.MessageType.batch.rawValue }.compactMap(\.payload.first))
     }
 
-    @Test func theDefaultSpeaksProtocolFour() {
-        #expect(ReplicationConfiguration().protocolRange == 1...4)
-        #expect(SyncMessage.highestProtocolVersion == 4)
+    @Test func theDefaultSpeaksProtocolFive() {
+        #expect(ReplicationConfiguration().protocolRange == 1...5)
+        #expect(SyncMessage.highestProtocolVersion == 5)
+    }
+
+    /// A large value crosses between this build and a build of protocol 4
+    /// (or older), either side the older one; the chunk acknowledgements name
+    /// the value (payload schema 5) only when both speak protocol 5. Were one
+    /// sent to an older peer, it would end the session with `malformed-message`.
+    @Test(arguments: [(UInt16(5), UInt16(5), UInt8(5)), (5, 4, 1), (4, 5, 1), (5, 1, 1), (1, 5, 1)])
+    func chunkAcknowledgementsNameTheValueWhenBothSpeakFive(phoneHighest: UInt16, watchHighest: UInt16, schema: UInt8) async throws {
+        let pair = try Pair()
+        let value = Data((0..<(300 * 1024)).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        try await pair.phone.set(value, for: TestKeys.blob)
+        try pair.phone.requestManualSync()
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: Self.configuration(1...phoneHighest))
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: Self.configuration(1...watchHighest))
+        let frames = Self.exchange(phone, watch, start: true)
+        #expect(phone.failure == nil && watch.failure == nil)
+        #expect(try pair.watch.storedValue(for: TestKeys.blob) == value)
+        let acks = frames.filter { $0.type == SyncMessage.MessageType.chunkAck.rawValue }
+        #expect(acks.count == 5)
+        #expect(Set(acks.compactMap(\.payload.first)) == [schema])
     }
 
     /// `phoneHighest`, `watchHighest`: the top of each side's protocol range (both start at 1).
-    @Test(arguments: [(UInt16(4), UInt16(4), UInt8(3)), (4, 3, 3), (3, 4, 3), (4, 1, 1), (3, 3, 3), (2, 3, 2), (3, 2, 2), (2, 2, 2), (1, 3, 1), (1, 2, 1), (2, 1, 1), (1, 1, 1)])
+    @Test(arguments: [(UInt16(5), UInt16(5), UInt8(3)), (5, 4, 3), (4, 5, 3), (5, 1, 1), (UInt16(4), UInt16(4), UInt8(3)), (4, 3, 3), (3, 4, 3), (4, 1, 1), (3, 3, 3), (2, 3, 2), (3, 2, 2), (2, 2, 2), (1, 3, 1), (1, 2, 1), (2, 1, 1), (1, 1, 1)])
     func batchesUseTheHighestProtocolBothSpeak(phoneHighest: UInt16, watchHighest: UInt16, schema: UInt8) async throws {
         let phoneRange = 1...phoneHighest, watchRange = 1...watchHighest
         let pair = try Pair()

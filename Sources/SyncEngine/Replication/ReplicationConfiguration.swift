@@ -8,8 +8,11 @@ public struct ReplicationConfiguration: Sendable {
     /// columns (smaller once deflated) and adds caught-up notices (a side is
     /// idle only once the peer has nothing more for it) and manual requests
     /// (`SyncPeer.requestManualChanges()`); 3 adds stream ranges and receipts
-    /// (a write whose acknowledgement was lost is not sent again). `1...1`
-    /// or `1...2` makes a node speak only those, as builds before them did.
+    /// (a write whose acknowledgement was lost is not sent again); 4 has a
+    /// re-baseline notice name its generation; 5 has a chunk acknowledgement
+    /// name its value (a resolver's merge gives a version two values).
+    /// `1...1` to `1...4` makes a node speak only those, as builds before
+    /// them did.
     public var protocolRange: ClosedRange<UInt16> = 1...SyncMessage.highestProtocolVersion
     /// Entries per batch message at most (one transaction on each side).
     public var maxBatchEntries = 2048

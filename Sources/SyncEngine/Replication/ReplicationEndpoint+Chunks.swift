@@ -17,8 +17,27 @@ extension ReplicationEndpoint {
             start = min(partial.received, count - 1)
         }
         session.stream.transferRanges[StreamProgress.TransferID(key: row.key, seq: row.seq)] = .some(upper)
+        let probes = start > 0 && (session.knownPeer?.protocolVersion ?? 1) >= SyncMessage.valueProtocol
         session.stream.transfer = StreamProgress.Transfer(upper: upper, key: row.key, seq: row.seq, entry: row.entry, bytes: bytes, count: count, next: start,
-                                                          checksum: Checksum.crc32(bytes), range: upper.map { session.stream.messageRange(through: $0, anchor: port.latestVersion()) })
+                                                          checksum: Checksum.crc32(bytes), range: upper.map { session.stream.messageRange(through: $0, anchor: port.latestVersion()) },
+                                                          resumedAt: probes ? start : nil)
+    }
+
+    /// The acknowledgement of the chunk a transfer resumed at (protocol 5):
+    /// the transfer goes on after the chunks of its value the receiver holds
+    /// (from chunk 0 when those it held were of another value of the version),
+    /// or stops when the value is done with.
+    func resumeTransfer(after ack: SyncMessage.ChunkAck) {
+        guard var transfer = session.stream.transfer, let resumedAt = transfer.resumedAt, ack.index == resumedAt,
+              ack.key == transfer.key, ack.version == transfer.entry.version,
+              ack.value == SyncMessage.ChunkedValue(totalSize: transfer.bytes.count, totalChecksum: transfer.checksum) else { return }
+        transfer.resumedAt = nil
+        if ack.complete {
+            session.stream.transfer = nil
+            return
+        }
+        if let staged = ack.staged { transfer.next = min(max(0, staged), transfer.count - 1) }
+        session.stream.transfer = transfer
     }
 
     func sendChunk(_ t: inout StreamProgress.Transfer, now: Int64) -> Frame {
@@ -81,9 +100,14 @@ extension ReplicationEndpoint {
 
     func receiveChunk(_ chunk: SyncMessage.Chunk, peer: ReplicationSession.Peer) throws -> [ChunkReply] {
         let entry = chunk.entry
-        func ack(complete: Bool, restsOnCommit: Bool = false) -> ChunkReply {
-            ChunkReply(frame: SyncMessage.chunkAck(.init(key: entry.key, version: entry.version, index: chunk.index, complete: complete)).frame(),
-                       restsOnCommit: restsOnCommit, completes: complete)
+        let value = SyncMessage.ChunkedValue(totalSize: chunk.totalSize, totalChecksum: chunk.totalChecksum)
+        // From protocol 5 on an acknowledgement names the value (and the chunks of it staged):
+        // the sender tells a resolver's merge from the value before it at one version.
+        let byValue = peer.protocolVersion >= SyncMessage.valueProtocol
+        func ack(complete: Bool, staged: Int = 0, restsOnCommit: Bool = false) -> ChunkReply {
+            let message = SyncMessage.chunkAck(.init(key: entry.key, version: entry.version, index: chunk.index, complete: complete,
+                                                     value: value, staged: staged))
+            return ChunkReply(frame: message.frame(protocolVersion: peer.protocolVersion), restsOnCommit: restsOnCommit, completes: complete)
         }
         guard let descriptor = port.registry.descriptor(forEntry: entry.key), descriptor.replicates(from: peer.role),
               !peer.mismatchedKeys.contains(descriptor.name), descriptor.encoding == entry.encoding,
@@ -107,14 +131,17 @@ extension ReplicationEndpoint {
         // taken again (its apply keeps the row and settles the mark; else the mark would remove it).
         // At the very version held, only the same value is: a resolver's merge gives a version two
         // values, and the other is taken (its apply joins the two), checked once per transfer.
-        let transfer = ChunkedVersion(key: entry.key, version: entry.version)
+        let transfer = IncomingTransfer(key: entry.key, version: entry.version, value: value)
+        let isCurrent = receiving.map { $0.isSame(as: transfer, byValue: byValue) } ?? false
         if let local = try port.localVersion(forKey: entry.key), local >= entry.version, try port.rebaselineMark(forKey: entry.key) != local,
-           try local > entry.version || receiving != transfer
+           try local > entry.version || !isCurrent
                && port.holdsValue(forKey: entry.key, size: chunk.totalSize, checksum: chunk.totalChecksum) {
-            if receiving == transfer { receiving = nil }
+            if isCurrent { receiving = nil }
             // This transfer's chunks go, and any older; those of a newer version held may be
-            // another transfer's, under way, of a merge at that version: they stay.
-            if local == entry.version {
+            // another transfer's, under way, of a merge at that version: they stay. So do those
+            // of the version held while another value of it comes (this chunk is a late copy).
+            let anotherValueComes = byValue && receiving.map { $0.key == entry.key && $0.version == local && $0.value != value } ?? false
+            if local == entry.version, !anotherValueComes {
                 try port.discardStagedChunks(key: entry.key, through: local)
             } else {
                 try port.discardStagedChunks(key: entry.key, before: local)
@@ -133,14 +160,15 @@ extension ReplicationEndpoint {
         } catch let error as SyncError where error.code == .malformedMessage {
             throw try droppingStagedChunks(of: entry, because: error.message)  // more bytes than announced
         }
-        if staged.replacedAnotherValue, receiving != transfer, chunk.index > 0 {
+        if staged.replacedAnotherValue, !isCurrent, chunk.index > 0, !byValue {
             // The sender resumed from chunks staged in an earlier session, of another value of this
-            // version (a resolver merged into it since): those before this one never come in this session.
+            // version (a resolver merged into it since): those before this one never come in this
+            // session. (From protocol 5 on the acknowledgement says none are staged: they come.)
             throw try droppingStagedChunks(of: entry, because: "the transfer of \(entry.key) resumed from chunks of another value of its version")
         }
         guard staged.contiguous >= chunk.count else {
             receiving = transfer
-            return [ack(complete: false)]
+            return [ack(complete: false, staged: staged.contiguous)]
         }
         receiving = nil
         let bytes = try port.assembleChunks(key: entry.key, version: entry.version)
@@ -151,6 +179,6 @@ extension ReplicationEndpoint {
         var complete = entry
         complete.value = bytes
         _ = try apply([complete], from: peer, completing: ChunkedVersion(key: entry.key, version: entry.version), reportsConflicts: false)
-        return [ack(complete: true, restsOnCommit: true)]
+        return [ack(complete: true, staged: chunk.count, restsOnCommit: true)]
     }
 }

@@ -132,7 +132,8 @@ package final class ReplicationEndpoint {
                     if reply.completes, let range = chunk.range { receivedStream.note(range) }
                 }
             case .chunkAck(let ack):
-                for case .chunk(let key, let seq, _, _, _) in session.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index)
+                resumeTransfer(after: ack)
+                for case .chunk(let key, let seq, _, _, _) in session.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index, value: ack.value)
                 where ack.complete {
                     if let upper = session.stream.transferRanges.removeValue(forKey: StreamProgress.TransferID(key: key, seq: seq)) {
                         if let upper { try complete(upper: upper) } else { try finishRepairIfDone() }
@@ -283,9 +284,11 @@ package final class ReplicationEndpoint {
         do {
             while session.hasCapacity {
                 if var current = session.stream.transfer {
+                    // A resumed transfer sends one chunk, then waits to learn where to go on.
+                    if current.awaitsResumeAck { break }
                     if current.next < current.count {
                         out.append(sendChunk(&current, now: now))
-                        session.stream.transfer = current.next < current.count ? current : nil
+                        session.stream.transfer = current.next < current.count || current.awaitsResumeAck ? current : nil
                         continue
                     }
                     session.stream.transfer = nil
@@ -424,7 +427,21 @@ package final class ReplicationEndpoint {
     /// Entries from the peer that changed this store, in this session so far.
     package internal(set) var entriesApplied = 0
     /// The large value from the peer that is partly received (more chunks will come).
-    var receiving: ChunkedVersion?
+    var receiving: IncomingTransfer?
+
+    /// A large value coming in chunks: its key, its version and which value of
+    /// the version it is (a resolver's merge gives a version two values).
+    struct IncomingTransfer: Equatable {
+        var key: String
+        var version: HLCTimestamp
+        var value: SyncMessage.ChunkedValue
+
+        /// Whether `other` is this transfer: the same value of the version when
+        /// acknowledgements name values (protocol 5), else the same version.
+        func isSame(as other: IncomingTransfer, byValue: Bool) -> Bool {
+            key == other.key && version == other.version && (!byValue || value == other.value)
+        }
+    }
 
     /// Whether a large value from the peer is partly received and still
     /// wanted: not once this store holds that version or a newer one of its

@@ -406,11 +406,24 @@ struct ReplicationSession {
     }
 
     /// A chunk ack: the payloads it acknowledges (that chunk as each transfer
-    /// of its value sent it), once.
-    mutating func acknowledgeChunk(key: String, version: HLCTimestamp, index: Int) -> [Payload] {
+    /// of its value sent it), once. An ack that names its value (protocol 5)
+    /// acknowledges only chunks of that value: another value of the version
+    /// (a resolver's merge) keeps its chunk of that index in flight.
+    mutating func acknowledgeChunk(key: String, version: HLCTimestamp, index: Int, value: SyncMessage.ChunkedValue? = nil) -> [Payload] {
         let chunk = chunkKey(key, version, index)
         return withEstablished { established in
-            let flights = (established.chunkKeys.removeValue(forKey: chunk) ?? []).compactMap { established.inFlight.removeValue(forKey: $0) }
+            var ids = established.chunkKeys.removeValue(forKey: chunk) ?? []
+            if let value {
+                let others = ids.filter { id in
+                    guard case .chunk(let sent)? = established.inFlight[id]?.message else { return false }
+                    return sent.totalSize != value.totalSize || sent.totalChecksum != value.totalChecksum
+                }
+                if !others.isEmpty {
+                    established.chunkKeys[chunk] = others
+                    ids.removeAll { others.contains($0) }
+                }
+            }
+            let flights = ids.compactMap { established.inFlight.removeValue(forKey: $0) }
             if let latest = flights.map(\.sentAt).max() { ReplicationSession.retransmitSoon(&established, sentBefore: latest) }
             return flights.map(\.payload)
         } ?? []

@@ -30,6 +30,14 @@ struct StreamProgress: Sendable {
         var checksum: UInt32
         /// The stream range its chunks carry (nil for a repair).
         var range: SyncMessage.StreamRange?
+        /// The chunk a resumed transfer started at, while its acknowledgement
+        /// is awaited (protocol 5): it says how many chunks of this value the
+        /// receiver holds, and the transfer goes on from there (the chunks the
+        /// peer's hello named may be of another value of the version).
+        var resumedAt: Int? = nil
+
+        /// Whether the transfer waits for the acknowledgement of the chunk it resumed at.
+        var awaitsResumeAck: Bool { resumedAt.map { next > $0 } ?? false }
     }
 
     /// The peer's cursor: every change of the stream up to it was acknowledged.

@@ -123,6 +123,23 @@ public enum SyncMessage: Sendable, Equatable {
         public var version: HLCTimestamp
         public var index: Int
         public var complete: Bool
+        /// The value the acknowledged chunk belongs to (protocol 5; nil before):
+        /// a resolver's merge gives one version two values.
+        public var value: ChunkedValue? = nil
+        /// How many chunks of that value, from index 0, the receiver holds staged
+        /// without a gap (protocol 5; nil before): where a resumed transfer goes on.
+        public var staged: Int? = nil
+    }
+
+    /// One value of a version, as its chunks name it: its size and CRC-32.
+    public struct ChunkedValue: Sendable, Hashable {
+        public var totalSize: Int
+        public var totalChecksum: UInt32
+
+        public init(totalSize: Int, totalChecksum: UInt32) {
+            self.totalSize = totalSize
+            self.totalChecksum = totalChecksum
+        }
     }
 
     public struct ErrorMessage: Sendable, Equatable {
@@ -201,14 +218,16 @@ public enum SyncMessage: Sendable, Equatable {
 }
 
 extension SyncMessage {
-    /// The highest session protocol version this build speaks: 4. From 2
+    /// The highest session protocol version this build speaks: 5. From 2
     /// on batches are columnar (`ColumnarBatch`, payload schema 2); from 3 on
     /// batches and chunks name the stretch of the stream they complete
     /// (payload schema 3 wraps their payload) and each side sends a
     /// `receipt` first; from 4 on a re-baseline notice names the generation
-    /// it starts (payload schema 4). Every other message, and every batch of
-    /// a session that negotiated 1, is schema 1.
-    public static let highestProtocolVersion: UInt16 = 4
+    /// it starts (payload schema 4); from 5 on a chunk acknowledgement names
+    /// the value and how many of its chunks are staged (payload schema 5).
+    /// Every other message, and every batch of a session that negotiated 1,
+    /// is schema 1.
+    public static let highestProtocolVersion: UInt16 = 5
 
     /// The payload schema of a batch or chunk that names its stream range
     /// (protocol 3): this byte, `varint` lower, `varint` upper, then the
@@ -222,14 +241,34 @@ extension SyncMessage {
     public static let generationPayloadSchema: UInt8 = 4
     /// The first protocol version whose re-baseline notices name their generation.
     public static let generationProtocol: UInt16 = 4
+    /// The payload schema of a chunk acknowledgement that names the value
+    /// (protocol 5): this byte, the schema-1 fields, `varint` totalSize,
+    /// `u32` totalChecksum, `varint` staged.
+    public static let valuePayloadSchema: UInt8 = 5
+    /// The first protocol version whose chunk acknowledgements name the value
+    /// and say how many of its chunks are staged.
+    public static let valueProtocol: UInt16 = 5
 
     /// Encodes the message for a session that negotiated `protocolVersion`:
     /// from 2 on, a batch is columnar (payload schema 2); from 3 on, a batch
     /// or chunk with a stream range is wrapped in payload schema 3; from 4
     /// on, a re-baseline notice with a generation is payload schema 4;
-    /// everything else is as `frame()` writes it (a notice's generation is
-    /// left out).
+    /// from 5 on, a chunk acknowledgement that names its value is payload
+    /// schema 5; everything else is as `frame()` writes it (a notice's
+    /// generation and an acknowledgement's value are left out).
     public func frame(protocolVersion: UInt16) -> Frame {
+        if protocolVersion >= SyncMessage.valueProtocol, case .chunkAck(let a) = self, let value = a.value, let staged = a.staged {
+            var w = ByteWriter()
+            w.writeUInt8(SyncMessage.valuePayloadSchema)
+            w.writeString(a.key)
+            w.write(a.version)
+            w.writeVarInt(UInt64(a.index))
+            w.writeUInt8(a.complete ? 1 : 0)
+            w.writeVarInt(UInt64(value.totalSize))
+            w.writeUInt32(value.totalChecksum)
+            w.writeVarInt(UInt64(max(0, staged)))
+            return Frame(type: MessageType.chunkAck.rawValue, payload: w.bytes)
+        }
         if protocolVersion >= SyncMessage.generationProtocol, case .rebaseline(let r) = self, let generation = r.generation {
             var w = ByteWriter()
             w.writeUInt8(SyncMessage.generationPayloadSchema)
@@ -400,6 +439,26 @@ extension SyncMessage {
                 }
                 guard r.isAtEnd else { throw SyncError(.malformedMessage, "\(type) message has \(r.remaining) trailing bytes") }
                 self = .rebaseline(Rebaseline(id: id, purgedThrough: purgedThrough, generation: Int64(generation)))
+                return
+            }
+            if schema == SyncMessage.valuePayloadSchema {
+                guard type == .chunkAck else {
+                    throw SyncError(.malformedMessage, "a \(type) message cannot be of payload schema \(schema) (only chunk acknowledgements are)")
+                }
+                let key = try r.readString(maxLength: SyncMessage.maxNameLength)
+                let version = try r.readTimestamp()
+                let index = Int(try r.readVarInt() & 0xFFFF_FFFF)
+                let complete = try r.readUInt8() != 0
+                let size = try r.readVarInt() & 0xFFFF_FFFF, checksum = try r.readUInt32(), staged = try r.readVarInt()
+                guard size >= 1 else {
+                    throw SyncError(.malformedMessage, "a chunk acknowledgement names a value of \(size) bytes, out of range")
+                }
+                guard staged <= UInt64(SyncMessage.maxCount) else {
+                    throw SyncError(.malformedMessage, "a chunk acknowledgement counts \(staged) staged chunks, out of range")
+                }
+                guard r.isAtEnd else { throw SyncError(.malformedMessage, "\(type) message has \(r.remaining) trailing bytes") }
+                self = .chunkAck(ChunkAck(key: key, version: version, index: index, complete: complete,
+                                          value: ChunkedValue(totalSize: Int(size), totalChecksum: checksum), staged: Int(staged)))
                 return
             }
             if schema == ColumnarBatch.payloadSchema, type == .batch {
