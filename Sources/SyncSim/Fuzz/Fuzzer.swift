@@ -23,6 +23,8 @@ public struct Fuzzer: Sendable {
     public var appUpdates = true
     /// Whether scenarios may get a key with the `union` resolver whose large values merge.
     public var largeMerges = true
+    /// Whether scenarios may start a node with an app of an older session protocol and update it.
+    public var olderProtocols = true
     /// The link the scenarios run over: `.tcp` runs them on real sockets, in
     /// real time (a failure is then not always reproduced by its seed).
     public var transport = SimTransport.sim
@@ -49,7 +51,8 @@ public struct Fuzzer: Sendable {
 
     /// Runs the scenarios; `progress(done, total)` is called after each. Returns the first failure by run index.
     public func run(progress: @Sendable (Int, Int) -> Void) async -> (completed: Int, failure: Failure?) {
-        let generator = ScenarioGenerator(ops: ops, maxWatches: maxWatches, powerCuts: powerCuts, mailbox: mailbox, purges: purges, appUpdates: appUpdates, largeMerges: largeMerges)
+        let generator = ScenarioGenerator(ops: ops, maxWatches: maxWatches, powerCuts: powerCuts, mailbox: mailbox, purges: purges, appUpdates: appUpdates, largeMerges: largeMerges,
+                                          olderProtocols: olderProtocols)
         let options = self.options
         let outDir = self.outDir
         let transport = self.transport

@@ -41,9 +41,14 @@ public struct ScenarioGenerator: Sendable {
     /// values, chunked and deferred to a manual sync, at the versions both
     /// sides hold.
     public var largeMerges: Bool
+    /// Whether scenarios may start one node with an app of an older session
+    /// protocol (about 3 in 10): its highest protocol 1 to 4, and in most of
+    /// them an `updateApp` step that gives it this build's.
+    public var olderProtocols: Bool
 
     public init(ops: Int = 100, maxWatches: Int = Scenario.maxWatches, powerCuts: Bool = true, mailbox: Bool = true, purges: Bool = true,
-                appUpdates: Bool = true, largeMerges: Bool = true) {
+                appUpdates: Bool = true, largeMerges: Bool = true, olderProtocols: Bool = true) {
+        self.olderProtocols = olderProtocols
         self.appUpdates = appUpdates
         self.largeMerges = largeMerges
         self.ops = ops
@@ -206,6 +211,19 @@ public struct ScenarioGenerator: Sendable {
                 }
             }
         }
+        // So do older protocols: a scenario without one is the one this seed always gave.
+        var o = SeededRandom(seed: seed ^ 0x01D_9A07_0C0_15)
+        var protocols: [ScenarioNode: UInt16] = [:]
+        if olderProtocols, o.nextBool(probability: 0.3), !steps.isEmpty {
+            let nodes: [ScenarioNode] = [.phone] + watches
+            let older = nodes[o.nextInt(in: 0...(nodes.count - 1))]
+            protocols[older] = UInt16(o.nextInt(in: 1...Int(Scenario.currentProtocol - 1)))
+            let updated = steps.contains { if case .updateApp(older) = $0.action { true } else { false } }
+            if !updated, o.nextBool(probability: 0.7) {
+                let index = o.nextInt(in: 0...(steps.count - 1))
+                steps.insert(Scenario.Step(at: steps[index].at, .updateApp(node: older)), at: index + 1)
+            }
+        }
         var faults = LinkFaults()
         if r.nextBool(probability: 0.5) {
             faults = LinkFaults(latencyMs: r.nextInt(in: 1...50), jitterMs: r.nextInt(in: 0...20), lossRate: Double(r.nextInt(in: 0...20)) / 100,
@@ -213,7 +231,8 @@ public struct ScenarioGenerator: Sendable {
         }
         return Scenario(description: "fuzz scenario from seed \(seed) (\(ops) ops, \(watchCount) watch\(watchCount == 1 ? "" : "es"))",
                         seed: seed, keys: keys, faults: faults, settleLimitMs: 300_000, watches: watchCount, tombstoneRetentionMs: retention, peerHorizonMs: horizon,
-                        mailbox: queued, mailboxMessages: mailboxMessages, queuedBatchEntries: queuedBatchEntries, olderApps: olderApps, timeline: steps)
+                        mailbox: queued, mailboxMessages: mailboxMessages, queuedBatchEntries: queuedBatchEntries, olderApps: olderApps,
+                        olderProtocols: protocols, timeline: steps)
     }
 
     /// The key of `largeMerges`.

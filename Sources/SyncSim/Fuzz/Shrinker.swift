@@ -61,6 +61,7 @@ public struct Shrinker: Sendable {
             var fewer = current
             fewer.watches = max(1, highest)
             fewer.olderApps = fewer.olderApps.filter { $0.key.watchNumber <= fewer.watches }
+            fewer.olderProtocols = fewer.olderProtocols.filter { $0.key.watchNumber <= fewer.watches }
             runs += 1
             if await fails(fewer, invariants) { current = fewer }
         }
@@ -77,20 +78,28 @@ public struct Shrinker: Sendable {
             Shrinker.dropSameApps(&sameApps)
             if await fails(sameApps, invariants) { current = sameApps }
         }
+        // Without older protocols at all, if it still fails so.
+        if !current.olderProtocols.isEmpty, runs < maxRuns + 3 {
+            var sameProtocols = current
+            sameProtocols.olderProtocols = [:]
+            Shrinker.dropSameApps(&sameProtocols)
+            if await fails(sameProtocols, invariants) { current = sameProtocols }
+        }
         current.description = "shrunk reproduction: " + scenario.description
         return current
     }
 
     /// Drops the older apps that declare what `keys` declares (no older app
-    /// after all), and the `updateApp` steps of nodes left without one.
+    /// after all), and the `updateApp` steps of nodes left without one (nor
+    /// an older protocol).
     static func dropSameApps(_ scenario: inout Scenario) {
         let keys = scenario.keys
         scenario.olderApps = scenario.olderApps.filter { _, older in
             older.count != keys.count || !older.allSatisfy { k in keys.contains { Scenario.declaredAlike($0, k) } }
         }
-        let older = scenario.olderApps
+        let older = Set(scenario.olderApps.keys).union(scenario.olderProtocols.keys)
         scenario.timeline.removeAll { step in
-            if case .updateApp(let node) = step.action { older[node] == nil } else { false }
+            if case .updateApp(let node) = step.action { !older.contains(node) } else { false }
         }
     }
 

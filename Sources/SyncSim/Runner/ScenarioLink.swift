@@ -59,6 +59,7 @@ final class RunState {
             let node = SimNode(name: name, nodeID: ids[index], folder: folder, wallStart: RunState.wallStart,
                                registry: olderRegistries[name] ?? registry)
             node.runsOlderApp = olderRegistries[name] != nil
+            node.highestProtocol = scenario.olderProtocols[name]
             node.tombstoneRetentionMs = scenario.tombstoneRetentionMs
             node.peerHorizonMs = scenario.peerHorizonMs
             if cut.contains(name) {
@@ -91,6 +92,16 @@ final class RunState {
         checker.olderApps[node.nodeID] = nil
         node.registry = registry
         node.runsOlderApp = false
+        node.highestProtocol = nil
+    }
+
+    /// The replication settings of `node`'s app for a pairing: the session
+    /// protocols it speaks (`olderProtocols`) and the run's testing faults.
+    func replication(of node: SimNode, epoch: String) -> ReplicationConfiguration {
+        var config = ReplicationConfiguration(pairingEpoch: epoch)
+        config.testingFaults = options.testingFaults
+        if let highest = node.highestProtocol { config.protocolRange = 1...highest }
+        return config
     }
 
     /// Sets every node's wall clock to virtual time `at` (each adds its own skew).

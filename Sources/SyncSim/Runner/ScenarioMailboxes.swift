@@ -33,8 +33,7 @@ final class ScenarioMailboxes {
         var limits = MailboxLimits.default
         if let messages = state.scenario.mailboxMessages { limits.maxMessages = messages }
         let mailbox = try Mailbox(directory: directory(epoch: epoch), role: node.role == .phone ? .phone : .watch, secret: secret, limits: limits)
-        var configuration = ReplicationConfiguration(pairingEpoch: epoch)
-        configuration.testingFaults = state.options.testingFaults
+        var configuration = state.replication(of: node, epoch: epoch)
         if let entries = state.scenario.queuedBatchEntries { configuration.maxBatchEntries = entries }
         let driver = MailboxReplicator(port: SQLiteReplicationPort(store), reporter: StoreReporter(store), configuration: configuration,
                                        mailbox: mailbox)

@@ -18,6 +18,8 @@ final class SimNode {
     var registry: KeyRegistry
     /// Whether `registry` is an older app's (`olderApps`).
     var runsOlderApp = false
+    /// The highest session protocol the node's app speaks, when an older app's (`olderProtocols`).
+    var highestProtocol: UInt16?
     var store: SyncStore?
     /// Counters of store objects dropped by crashes (they live in memory).
     private(set) var pastCounters = SyncCounters()

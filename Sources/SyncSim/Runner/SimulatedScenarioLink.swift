@@ -166,12 +166,6 @@ final class SimulatedScenarioLink: ScenarioLink {
 
     // MARK: sessions
 
-    func configuration(_ pair: Pair) -> ReplicationConfiguration {
-        var config = ReplicationConfiguration(pairingEpoch: pair.pairingEpoch)
-        config.testingFaults = state.options.testingFaults
-        return config
-    }
-
     /// Ends the pair's current session and starts a new one when both nodes are up.
     func startSession(_ pair: Pair) {
         let phone = state.phone, watch = pair.watch
@@ -183,9 +177,8 @@ final class SimulatedScenarioLink: ScenarioLink {
         pair.reconnectAt = nil
         guard let ps = phone.store, let ws = watch.store else { return }
         sessions += 1
-        let config = configuration(pair)
-        let pe = ReplicationEndpoint(store: ps, configuration: config)
-        let we = ReplicationEndpoint(store: ws, configuration: config)
+        let pe = ReplicationEndpoint(store: ps, configuration: state.replication(of: phone, epoch: pair.pairingEpoch))
+        let we = ReplicationEndpoint(store: ws, configuration: state.replication(of: watch, epoch: pair.pairingEpoch))
         pair.phoneEndpoint = pe
         pair.watchEndpoint = we
         send(pe.start(now: now), from: phone, in: pair)

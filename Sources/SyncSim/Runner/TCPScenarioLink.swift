@@ -33,12 +33,6 @@ final class TCPScenarioLink: ScenarioLink {
 
     func secret(_ watch: ScenarioNode) -> PairingSecret { secrets[watch]! }
 
-    func replication(_ epoch: String) -> ReplicationConfiguration {
-        var config = ReplicationConfiguration(pairingEpoch: epoch)
-        config.testingFaults = state.options.testingFaults
-        return config
-    }
-
     func start() async throws {
         for node in state.nodes { try await start(node) }
     }
@@ -185,7 +179,7 @@ final class TCPScenarioLink: ScenarioLink {
         if node.role == .phone {
             let pairings = state.watches.map { secret($0.name) }
             let watchOfEpoch = Dictionary(uniqueKeysWithValues: state.watches.map { (secret($0.name).epoch, $0.name) })
-            let peer = SyncPeer(store: store, configuration: replication(pairings[0].epoch))
+            let peer = SyncPeer(store: store, configuration: state.replication(of: node, epoch: pairings[0].epoch))
             peers[.phone] = peer
             let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: try TCPConfiguration(secrets: pairings))
             self.listener = listener
@@ -221,7 +215,7 @@ final class TCPScenarioLink: ScenarioLink {
         } else {
             let watch = node.name
             let configuration = TCPConfiguration(secret: secret(watch))
-            let peer = SyncPeer(store: store, configuration: replication(secret(watch).epoch))
+            let peer = SyncPeer(store: store, configuration: state.replication(of: node, epoch: secret(watch).epoch))
             peers[watch] = peer
             let end = TCPLinkState.End(watch: watch, atPhone: false)
             tasks[watch] = Task {

@@ -5,7 +5,7 @@ import SyncTransport
 /// A scenario file (format: `Fixtures/scenarios/README.md`), decoded and validated.
 struct ScenarioDocument: Decodable {
     static let fileKey = CodingUserInfoKey(rawValue: "syncsim.scenarioFile")!
-    static let fields = ["description", "seed", "keys", "keysFile", "faults", "settleLimitMs", "watches", "tombstoneRetentionMs", "peerHorizonMs", "mailbox", "mailboxMessages", "queuedBatchEntries", "olderApps", "timeline"]
+    static let fields = ["description", "seed", "keys", "keysFile", "faults", "settleLimitMs", "watches", "tombstoneRetentionMs", "peerHorizonMs", "mailbox", "mailboxMessages", "queuedBatchEntries", "olderApps", "olderProtocols", "timeline"]
 
     var scenario: Scenario
 
@@ -63,14 +63,27 @@ struct ScenarioDocument: Decodable {
                 olderApps[node] = older
             }
         }
+        var olderProtocols: [ScenarioNode: UInt16] = [:]
+        if let protocols = try root.object("olderProtocols") {
+            let declared = [ScenarioNode.phone] + ScenarioNode.watches.prefix(watches)
+            for field in protocols.container.allKeys.sorted(by: { $0.stringValue < $1.stringValue }) {
+                guard let node = ScenarioNode(rawValue: field.stringValue), declared.contains(node) else {
+                    throw protocols.fail(field.stringValue, "expected a node of the scenario: one of \(declared.map(\.rawValue).joined(separator: ", "))")
+                }
+                let highest = try protocols.integer(field.stringValue, range: 1...Int64(Scenario.currentProtocol))!
+                olderProtocols[node] = UInt16(highest)
+            }
+        }
         guard let items = try root.elements("timeline", of: "steps") else { throw root.fail("timeline", "is required") }
-        let steps = try items.map { try StepCoding.step(from: $0, registry: registry, watches: watches, olderApps: Set(olderApps.keys)) }
+        let steps = try items.map {
+            try StepCoding.step(from: $0, registry: registry, watches: watches, olderApps: Set(olderApps.keys).union(olderProtocols.keys))
+        }
         // Stable: steps at the same time keep file order.
         let ordered = steps.enumerated().sorted { ($0.element.at, $0.offset) < ($1.element.at, $1.offset) }.map(\.element)
         scenario = Scenario(description: description, seed: UInt64(seed), keys: keys, keysFile: keysFile, faults: faults,
                             settleLimitMs: settle, watches: watches, tombstoneRetentionMs: retention, peerHorizonMs: horizon,
                             mailbox: mailbox, mailboxMessages: mailboxMessages, queuedBatchEntries: queuedBatchEntries,
-                            olderApps: olderApps, timeline: ordered)
+                            olderApps: olderApps, olderProtocols: olderProtocols, timeline: ordered)
     }
 }
 
@@ -252,7 +265,7 @@ enum StepCoding {
             try item.checkKnown(["at", "op", "node"])
             let n = try node()!
             guard olderApps.contains(n) else {
-                throw item.fail("node", "\(n.rawValue) has no older app to update: name it in 'olderApps'")
+                throw item.fail("node", "\(n.rawValue) has no older app to update: name it in 'olderApps' or 'olderProtocols'")
             }
             action = .updateApp(node: n)
         case "checkpoint":
@@ -291,6 +304,10 @@ extension Scenario: Encodable {
             for (node, keys) in olderApps.sorted(by: { $0.key < $1.key }) {
                 try apps.encode(keys.map(KeyCoding.init(descriptor:)), forKey: FieldKey(node.rawValue))
             }
+        }
+        if !olderProtocols.isEmpty {
+            var protocols = c.nestedContainer(keyedBy: FieldKey.self, forKey: FieldKey("olderProtocols"))
+            for (node, highest) in olderProtocols.sorted(by: { $0.key < $1.key }) { try protocols.encode(highest, forKey: FieldKey(node.rawValue)) }
         }
         try c.encode(timeline, forKey: FieldKey("timeline"))
     }

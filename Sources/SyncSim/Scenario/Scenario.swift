@@ -39,6 +39,13 @@ public struct Scenario: Sendable, Equatable {
     /// `keys`; declarations may differ, keys may be missing). An `updateApp`
     /// step gives the node `keys`.
     public var olderApps: [ScenarioNode: [KeyDescriptor]]
+    /// Nodes whose older app speaks session protocols up to this one only
+    /// (`ReplicationConfiguration.protocolRange = 1...n`, a build before the
+    /// newer ones): live sessions and queued messages with it use what both
+    /// speak. An `updateApp` step gives the node this build's.
+    public var olderProtocols: [ScenarioNode: UInt16]
+    /// The highest session protocol of this build (every node's unless `olderProtocols` names it).
+    public static let currentProtocol = ReplicationConfiguration().protocolRange.upperBound
     /// The registry file the keys came from, as written in the scenario (nil when inline).
     public var keysFile: String?
     /// Link faults at the start.
@@ -66,7 +73,8 @@ public struct Scenario: Sendable, Equatable {
     public init(description: String, seed: UInt64, keys: [KeyDescriptor], keysFile: String? = nil, faults: LinkFaults = .init(),
                 settleLimitMs: Int64 = 600_000, watches: Int = 1, tombstoneRetentionMs: Int64? = nil, peerHorizonMs: Int64? = nil,
                 mailbox: Bool = false, mailboxMessages: Int? = nil, queuedBatchEntries: Int? = nil,
-                olderApps: [ScenarioNode: [KeyDescriptor]] = [:], timeline: [Step]) {
+                olderApps: [ScenarioNode: [KeyDescriptor]] = [:], olderProtocols: [ScenarioNode: UInt16] = [:], timeline: [Step]) {
+        self.olderProtocols = olderProtocols
         self.mailbox = mailbox
         self.mailboxMessages = mailboxMessages
         self.queuedBatchEntries = queuedBatchEntries
