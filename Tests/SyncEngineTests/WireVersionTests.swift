@@ -119,6 +119,24 @@ import Testing
         #expect(try pair.watch.storedValue(for: TestKeys.steps) == 8)
     }
 
+    /// A peer that negotiated protocol 4 and sends a chunk acknowledgement
+    /// that names its value anyway breaks the protocol: the session ends; the
+    /// same acknowledgement in schema 1 is taken.
+    @Test func aValueNamingChunkAcknowledgementInAProtocolFourSessionIsRefused() async throws {
+        let pair = try Pair()
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: Self.configuration(1...5))
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: Self.configuration(1...4))
+        _ = Self.exchange(phone, watch, start: true)
+        #expect(phone.isEstablished && phone.failure == nil)
+        let ack = SyncMessage.chunkAck(.init(key: "blob", version: HLCTimestamp(physicalMilliseconds: 1_000, counter: 0, node: pair.phone.nodeID),
+                                             index: 0, complete: false, value: .init(totalSize: 200_000, totalChecksum: 1), staged: 1))
+        _ = phone.receive(ack.frame(protocolVersion: 4), now: 1_000)
+        #expect(phone.failure == nil)
+        let reply = phone.receive(ack.frame(protocolVersion: 5), now: 1_000)
+        #expect(phone.failure?.code == .protocolViolation)
+        #expect(reply.compactMap { try? SyncMessage(frame: $0) }.contains { if case .error(let e) = $0 { e.code == "protocol-violation" } else { false } })
+    }
+
     /// A peer that negotiated protocol 2 and sends a stream range or a
     /// receipt anyway breaks the protocol: refused, nothing applied.
     @Test(arguments: [true, false])

@@ -132,6 +132,9 @@ package final class ReplicationEndpoint {
                     if reply.completes, let range = chunk.range { receivedStream.note(range) }
                 }
             case .chunkAck(let ack):
+                if ack.value != nil, let peer = session.knownPeer, peer.protocolVersion < SyncMessage.valueProtocol {
+                    return fail(SyncError(.protocolViolation, "the peer sent a chunk acknowledgement that names its value in a session that negotiated protocol \(peer.protocolVersion)"), notifyPeer: true)
+                }
                 resumeTransfer(after: ack)
                 for case .chunk(let key, let seq, _, _, _) in session.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index, value: ack.value)
                 where ack.complete {
