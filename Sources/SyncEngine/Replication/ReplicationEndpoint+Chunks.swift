@@ -3,6 +3,20 @@ import SyncTransport
 
 /// Large values: sent and received in chunks, staged durably, applied whole.
 extension ReplicationEndpoint {
+    /// A large value coming in chunks: its key, its version and which value of
+    /// the version it is (a resolver's merge gives a version two values).
+    struct IncomingTransfer: Equatable {
+        var key: String
+        var version: HLCTimestamp
+        var value: SyncMessage.ChunkedValue
+
+        /// Whether `other` is this transfer: the same value of the version when
+        /// acknowledgements name values (protocol 5), else the same version.
+        func isSame(as other: IncomingTransfer, byValue: Bool) -> Bool {
+            key == other.key && version == other.version && (!byValue || value == other.value)
+        }
+    }
+
     /// Starts sending a large value in chunks; `upper` is the stream position
     /// its range ends at (nil for a repair). A value changed since it was read
     /// is not sent (its newer change comes later in the stream).

@@ -432,20 +432,6 @@ package final class ReplicationEndpoint {
     /// The large value from the peer that is partly received (more chunks will come).
     var receiving: IncomingTransfer?
 
-    /// A large value coming in chunks: its key, its version and which value of
-    /// the version it is (a resolver's merge gives a version two values).
-    struct IncomingTransfer: Equatable {
-        var key: String
-        var version: HLCTimestamp
-        var value: SyncMessage.ChunkedValue
-
-        /// Whether `other` is this transfer: the same value of the version when
-        /// acknowledgements name values (protocol 5), else the same version.
-        func isSame(as other: IncomingTransfer, byValue: Bool) -> Bool {
-            key == other.key && version == other.version && (!byValue || value == other.value)
-        }
-    }
-
     /// Whether a large value from the peer is partly received and still
     /// wanted: not once this store holds that version or a newer one of its
     /// key (the peer stops a transfer its newer change overtook, and sends
