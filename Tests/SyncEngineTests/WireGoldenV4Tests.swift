@@ -50,14 +50,23 @@ import Testing
             ("a caught-up notice in schema 4", notice(type: .caughtUp, generation: 1)),
             ("a batch in schema 4", notice(type: .batch, generation: 1)),
         ]
+        WireGoldenTests.expectRefusedAsMalformed(cases)
+        #expect(try SyncMessage(frame: notice(generation: 1)) == .rebaseline(.init(id: 9, purgedThrough: 77, generation: 1)))
+    }
+}
+
+extension WireGoldenTests {
+    /// Each frame of `cases` is refused as `.malformedMessage` (the string says what it is).
+    static func expectRefusedAsMalformed(_ cases: [(String, Frame)], sourceLocation: SourceLocation = #_sourceLocation) {
         for (what, frame) in cases {
             do {
                 _ = try SyncMessage(frame: frame)
-                Issue.record("\(what) was decoded")
+                Issue.record("\(what) was decoded", sourceLocation: sourceLocation)
             } catch let error as SyncError {
-                #expect(error.code == .malformedMessage, "\(what): \(error)")
+                #expect(error.code == .malformedMessage, "\(what): \(error)", sourceLocation: sourceLocation)
+            } catch {
+                Issue.record("\(what): \(error)", sourceLocation: sourceLocation)
             }
         }
-        #expect(try SyncMessage(frame: notice(generation: 1)) == .rebaseline(.init(id: 9, purgedThrough: 77, generation: 1)))
     }
 }
