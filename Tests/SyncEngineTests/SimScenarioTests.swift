@@ -11,12 +11,18 @@ import Testing
             .appendingPathComponent("Fixtures/scenarios").path
     }()
 
-    static let scenarioNames = [
-        "basic-two-way", "policy-matrix", "large-values", "partition-heal", "flaky-link", "crash-phone-mid-batch",
-        "crash-watch-mid-batch", "clock-skew", "conflicts-and-deletes", "new-watch-epoch",
-        "watch-switch", "two-watches", "power-cut-mid-transaction", "tombstone-purge",
-        "queued-while-down", "app-update",
-    ]
+    /// The names of the scenario files in `folder` (every one, so that none added is left unrun).
+    static func scenarioFiles(in folder: String) -> [String] {
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+        return files.filter { $0.hasSuffix(".json") }.map { String($0.dropLast(".json".count)) }.sorted()
+    }
+
+    static let scenarioNames = scenarioFiles(in: fixtures)
+
+    @Test func everyFixtureFolderIsRead() {
+        #expect(Self.scenarioNames.count >= 17 && Self.scenarioNames.contains("basic-two-way") && Self.scenarioNames.contains("older-protocols"))
+        #expect(SimRegressionTests.names.count >= 46 && SimRegressionTests.names.contains("one-value-of-a-version-in-flight"))
+    }
 
     static func path(_ name: String) -> String { "\(fixtures)/\(name).json" }
 
@@ -166,26 +172,10 @@ import Testing
 
 /// Engine (and checker) bugs the fuzzer found, fixed, and kept as regression scenarios.
 @Suite struct SimRegressionTests {
-    @Test(arguments: ["resolver-tombstone-divergence", "rebaseline-after-skew", "retransmit-backoff-after-partition",
-                            "resume-note-direction", "purged-local-only-delete", "connected-watch-forgotten",
-                            "rebaselined-watch-manual-held", "older-delete-after-purge",
-                            "stale-resend-after-purge", "overtaken-transfer-never-idle",
-                            "rebaseline-after-early-ack", "forgotten-watch-older-write-vs-tombstone",
-                            "forgotten-watch-older-write-vs-own-delete", "released-manual-change-sent-back",
-                            "rebaselined-watch-newer-write-in-flight", "ack-overtakes-older-copy",
-                            "superseded-transfer-still-completes", "older-app-value-the-update-keeps-local",
-                            "older-app-entry-refused-by-name", "same-chunk-in-flight-twice",
-                            "forgotten-older-watch-keeps-passed-over-keys",
-                            "power-cut-fired-before-the-next-one",
-                            "refusals-of-older-messages-no-pause", "entry-refused-for-its-declaration-waits",
-                            "lossy-ack-backoff-outlasts-checkpoint", "overtaken-transfer-idle-after-review",
-                            "queued-ack-across-live-rebaseline", "forgotten-watch-keeps-registry-comparison",
-                            "rebaselined-watch-down-at-checkpoint", "queued-merge-during-live-session",
-                            "rebaselined-watch-own-write-awaits-baseline", "marked-large-value-sent-again",
-                            "marked-large-value-after-replace", "queued-batch-after-live-rebaseline",
-                            "queued-rebaseline-superseded-whole", "rebaseline-notice-copy-after-baseline",
-                            "rebaselined-watch-write-before-its-notice", "given-up-transfer-never-idle",
-                            "marked-row-merged-at-its-version"])
+    /// Every file of `regressions/`.
+    static let names = SimScenarioTests.scenarioFiles(in: SimScenarioTests.fixtures + "/regressions")
+
+    @Test(arguments: names)
     func fixedEngineBugStaysFixed(name: String) async throws {
         let outcome = await Simulation.run(path: "\(SimScenarioTests.fixtures)/regressions/\(name).json")
         let report = try #require(outcome.report)

@@ -71,6 +71,7 @@ final class RunState {
         crashVFSes = vfses
         checker = InvariantChecker(registry: registry, declaredDifferently: scenario.keysDeclaredDifferently)
         for node in nodes where node.runsOlderApp { checker.olderApps[node.nodeID] = node.registry }
+        noteSessionProtocols()
     }
 
     deinit {
@@ -93,6 +94,13 @@ final class RunState {
         node.registry = registry
         node.runsOlderApp = false
         node.highestProtocol = nil
+        noteSessionProtocols()
+    }
+
+    /// Tells each watch's `no-flicker` record whether it syncs in protocol 1.
+    private func noteSessionProtocols() {
+        let phoneSpeaks = phone.highestProtocol ?? Scenario.currentProtocol
+        for watch in watches { watch.removals.removesAtOnce = min(phoneSpeaks, watch.highestProtocol ?? Scenario.currentProtocol) < 2 }
     }
 
     /// The replication settings of `node`'s app for a pairing: the session

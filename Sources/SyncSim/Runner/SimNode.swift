@@ -170,6 +170,7 @@ final class SeenRemovals: Sendable {
     private struct State {
         var removed: [String: Set<HLCTimestamp>] = [:]
         var setAgain: [(key: String, version: HLCTimestamp)] = []
+        var removesAtOnce = false
     }
 
     private let state = Mutex(State())
@@ -179,7 +180,7 @@ final class SeenRemovals: Sendable {
             state.withLock { state in
                 switch change.kind {
                 case .removed:
-                    if change.origin == .remote { state.removed[change.key, default: []].insert(change.version) }
+                    if change.origin == .remote, !state.removesAtOnce { state.removed[change.key, default: []].insert(change.version) }
                 case .set:
                     if state.removed[change.key]?.contains(change.version) == true { state.setAgain.append((change.key, change.version)) }
                 }
@@ -196,5 +197,14 @@ final class SeenRemovals: Sendable {
     }
 
     /// A new device: nothing seen.
-    func forget() { state.withLock { $0 = State() } }
+    func forget() { state.withLock { $0.removed = [:]; $0.setAgain = [] } }
+
+    /// Whether the watch syncs in session protocol 1 (its app or the phone's
+    /// a build before protocol 2): with no caught-up notices, a re-baseline
+    /// notice removes at once what its baseline then brings back (README), so
+    /// the removals seen meanwhile are not held against the baseline.
+    var removesAtOnce: Bool {
+        get { state.withLock { $0.removesAtOnce } }
+        set { state.withLock { $0.removesAtOnce = newValue } }
+    }
 }
