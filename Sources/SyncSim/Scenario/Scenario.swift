@@ -41,8 +41,9 @@ public struct Scenario: Sendable, Equatable {
     public var olderApps: [ScenarioNode: [KeyDescriptor]]
     /// Nodes whose older app speaks session protocols up to this one only
     /// (`ReplicationConfiguration.protocolRange = 1...n`, a build before the
-    /// newer ones): live sessions and queued messages with it use what both
-    /// speak. An `updateApp` step gives the node this build's.
+    /// newer ones): live sessions with it use the highest both speak (its
+    /// queued messages are this build's). An `updateApp` step gives the node
+    /// this build's.
     public var olderProtocols: [ScenarioNode: UInt16]
     /// The highest session protocol of this build (every node's unless `olderProtocols` names it).
     public static let currentProtocol = ReplicationConfiguration().protocolRange.upperBound
