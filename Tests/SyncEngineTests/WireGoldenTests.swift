@@ -99,7 +99,10 @@ import Testing
         let pair = try Pair()
         try await pair.watch.set(99, for: TestKeys.steps)
         let before = try pair.watch.allEntryInfo()
-        let originals = WireGoldenTests.messages.map { $0.1.frame() }
+        // The golden messages of every protocol, each as its protocol writes it.
+        let originals = WireGoldenTests.messages.map { $0.1.frame() } + WireGoldenV2Tests.messages.map { $0.1.frame(protocolVersion: 2) }
+            + WireGoldenV3Tests.messages.map { $0.1.frame(protocolVersion: 3) } + WireGoldenV4Tests.messages.map { $0.1.frame(protocolVersion: 4) }
+            + WireGoldenV5Tests.messages.map { $0.1.frame(protocolVersion: 5) }
         for i in 0..<20_000 {
             var frame = originals[i % originals.count]
             let flips = 1 + Int(random.next(below: 4))
