@@ -254,6 +254,67 @@ import Testing
         #expect(try store.stageChunk(chunk, encrypted: false) == StagedChunks(contiguous: 0, replacedAnotherValue: true))
         #expect(try sqliteRows(path, "SELECT idx, total_size, total_crc FROM sync_chunks") == ["1|8|1"])
     }
+
+    /// A v9 file (entries and staged chunks in WITHOUT ROWID tables, where a
+    /// lookup reads every large value it passes) moves to v10: rowid tables,
+    /// the value last, every row, index, pending change and staged chunk kept.
+    @Test func v9RowsMoveToRowidTablesWithTheValueLast() async throws {
+        let folder = TempFolder()
+        let registry = try TestKeys.registry()
+        let options = StoreOptions(encryption: .keyFile(path: folder.file("phone.key")))
+        let path = folder.file("phone.sqlite")
+        let scratch = try SyncStore(path: path, role: .phone, registry: registry, options: options)
+        let large = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 13) })
+        try await scratch.set(large, for: TestKeys.blob)             // over the limit: waits for sync()
+        try await scratch.set(5, for: TestKeys.steps)                // automatic, pending
+        try await scratch.set("s3cret", for: TestKeys.secret)        // encrypted at rest
+        try await scratch.set("gone", for: TestKeys.units)
+        try await scratch.remove(TestKeys.units)                     // a tombstone
+        let before = try scratch.allEntryInfo()
+        scratch.close()
+
+        try sqlite(path) { db in
+            // Back to v9's tables, with the same rows.
+            try exec(db, """
+                CREATE TABLE v9_entries (key TEXT PRIMARY KEY NOT NULL, value BLOB, encoding TEXT NOT NULL, ver INTEGER NOT NULL,
+                    node INTEGER NOT NULL, base_ver INTEGER NOT NULL, base_node INTEGER NOT NULL, deleted INTEGER NOT NULL DEFAULT 0,
+                    encrypted INTEGER NOT NULL DEFAULT 0, size INTEGER NOT NULL, change_seq INTEGER NOT NULL DEFAULT 0,
+                    lane INTEGER NOT NULL DEFAULT 0, written_at INTEGER NOT NULL, in_file INTEGER NOT NULL DEFAULT 0,
+                    origin_peer INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+                INSERT INTO v9_entries SELECT key, value, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq,
+                    lane, written_at, in_file, origin_peer FROM entries;
+                DROP TABLE entries;
+                ALTER TABLE v9_entries RENAME TO entries;
+                CREATE INDEX sync_stream ON entries(change_seq) WHERE lane IN (1, 3);
+                CREATE INDEX sync_tombstones ON entries(ver) WHERE deleted = 1;
+                DROP TABLE sync_chunks;
+                CREATE TABLE sync_chunks (key TEXT NOT NULL, ver INTEGER NOT NULL, node INTEGER NOT NULL, idx INTEGER NOT NULL,
+                    data BLOB NOT NULL, total_size INTEGER NOT NULL DEFAULT -1, total_crc INTEGER NOT NULL DEFAULT -1,
+                    PRIMARY KEY (key, ver, node, idx)) WITHOUT ROWID;
+                INSERT INTO sync_chunks(key, ver, node, idx, data, total_size, total_crc) VALUES ('blob', 7, 77, 0, x'0001020304', 10, 99);
+                PRAGMA user_version = 9;
+                """)
+        }
+        #expect(try sqliteInt(path, "SELECT count(*) FROM sqlite_master WHERE sql LIKE '%WITHOUT ROWID%' AND name IN ('entries', 'sync_chunks')") == 2)
+
+        let phone = try SyncStore(path: path, role: .phone, registry: registry, options: options)
+        #expect(try sqliteInt(path, "PRAGMA user_version") == Int64(Schema.currentVersion))
+        #expect(try sqliteInt(path, "SELECT count(*) FROM sqlite_master WHERE sql LIKE '%WITHOUT ROWID%' AND name IN ('entries', 'sync_chunks')") == 0)
+        #expect(try sqliteRows(path, "SELECT name FROM pragma_table_info('entries') ORDER BY cid DESC LIMIT 1") == ["value"])
+        #expect(try sqliteRows(path, "SELECT name FROM pragma_table_info('sync_chunks') ORDER BY cid DESC LIMIT 1") == ["data"])
+        #expect(try sqliteRows(path, "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'sync_%' AND tbl_name = 'entries' ORDER BY name")
+                == ["sync_stream", "sync_tombstones"])
+        #expect(try phone.allEntryInfo() == before)
+        #expect(try phone.storedValue(for: TestKeys.blob) == large)
+        #expect(try phone.storedValue(for: TestKeys.secret) == "s3cret")
+        #expect(try sqliteRows(path, "SELECT key, ver, node, idx, hex(data), total_size, total_crc FROM sync_chunks") == ["blob|7|77|0|0001020304|10|99"])
+        // The stream goes on: a new write follows the migrated ones, and the upsert keeps one row per key.
+        try await phone.set(6, for: TestKeys.steps)
+        #expect(try phone.storedValue(for: TestKeys.steps) == 6)
+        #expect(try sqliteInt(path, "SELECT count(*) FROM entries WHERE key = 'health:daily:steps'") == 1)
+        #expect(try phone.entryInfo(forKey: TestKeys.steps.name)?.changeSequence ?? 0 > before.map(\.changeSequence).max() ?? 0)
+        phone.close()
+    }
 }
 
 private func sqlite(_ path: String, _ body: (OpaquePointer) throws -> Void) throws {

@@ -18,11 +18,13 @@
 /// baseline came: values the baseline brings back never go. Since v9 a
 /// staged chunk names the value it belongs to (`total_size`, `total_crc`):
 /// a resolver's merge gives one version two values, whose chunks never join.
+/// Since v10 `entries` and `sync_chunks` are rowid tables (a lookup in a
+/// WITHOUT ROWID table reads the large values it passes), the value last.
 ///
 /// Every store carries `PRAGMA application_id = 0x5379456E` (ASCII "SyEn"),
 /// set with the schema; `Database` refuses SQLite files with another id.
 enum Schema {
-    static let currentVersion = 9
+    static let currentVersion = 10
     /// `PRAGMA application_id` of a SyncEngine store: ASCII "SyEn".
     static let applicationID: Int32 = 0x5379_456E
 
@@ -190,6 +192,52 @@ enum Schema {
         """
         ALTER TABLE sync_chunks ADD COLUMN total_size INTEGER NOT NULL DEFAULT -1;
         ALTER TABLE sync_chunks ADD COLUMN total_crc INTEGER NOT NULL DEFAULT -1;
+        """,
+        // v10: `entries` and `sync_chunks` become rowid tables (their keys in a unique
+        // index), the value (a chunk's data) the last column. In a WITHOUT ROWID table the
+        // rows are the b-tree's keys: a lookup compares its key with whole rows, and reads
+        // every overflow page of each large value it meets on the way (a lookup beside a
+        // 1 MB value read 1 MB). Both tables are copied, with their indexes.
+        """
+        CREATE TABLE sync_entries_v10 (
+            key         TEXT PRIMARY KEY NOT NULL,
+            encoding    TEXT NOT NULL,
+            ver         INTEGER NOT NULL,
+            node        INTEGER NOT NULL,
+            base_ver    INTEGER NOT NULL,
+            base_node   INTEGER NOT NULL,
+            deleted     INTEGER NOT NULL DEFAULT 0,
+            encrypted   INTEGER NOT NULL DEFAULT 0,
+            size        INTEGER NOT NULL,
+            change_seq  INTEGER NOT NULL DEFAULT 0,
+            lane        INTEGER NOT NULL DEFAULT 0,
+            written_at  INTEGER NOT NULL,
+            in_file     INTEGER NOT NULL DEFAULT 0,
+            origin_peer INTEGER NOT NULL DEFAULT 0,
+            value       BLOB
+        );
+        INSERT INTO sync_entries_v10(key, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane,
+                                     written_at, in_file, origin_peer, value)
+            SELECT key, encoding, ver, node, base_ver, base_node, deleted, encrypted, size, change_seq, lane,
+                   written_at, in_file, origin_peer, value FROM entries;
+        DROP TABLE entries;
+        ALTER TABLE sync_entries_v10 RENAME TO entries;
+        CREATE INDEX sync_stream ON entries(change_seq) WHERE lane IN (1, 3);
+        CREATE INDEX sync_tombstones ON entries(ver) WHERE deleted = 1;
+        CREATE TABLE sync_chunks_v10 (
+            key        TEXT NOT NULL,
+            ver        INTEGER NOT NULL,
+            node       INTEGER NOT NULL,
+            idx        INTEGER NOT NULL,
+            total_size INTEGER NOT NULL DEFAULT -1,
+            total_crc  INTEGER NOT NULL DEFAULT -1,
+            data       BLOB NOT NULL,
+            PRIMARY KEY (key, ver, node, idx)
+        );
+        INSERT INTO sync_chunks_v10(key, ver, node, idx, total_size, total_crc, data)
+            SELECT key, ver, node, idx, total_size, total_crc, data FROM sync_chunks;
+        DROP TABLE sync_chunks;
+        ALTER TABLE sync_chunks_v10 RENAME TO sync_chunks;
         """,
     ]
 

@@ -145,10 +145,15 @@ extension SyncStore {
     }
 
     /// Metadata of one stored entry (no value): version, size, deletion, pending state.
+    /// The value is not read (a large one would be read whole for its version).
     public func entryInfo(forKey key: String) throws -> EntryInfo? {
         try checkOpen()
         return try readCommitted { conn in
-            guard let row = try loadRow(conn, key: key, valueFile: .skip) else { return nil }
+            let stmt = try conn.statement("SELECT \(SyncStore.infoColumns) FROM entries e WHERE e.key = ?")
+            stmt.bind(1, key)
+            defer { stmt.reset() }
+            guard try stmt.step() else { return nil }
+            let row = SyncStore.infoRow(stmt)
             return EntryInfo(row: row, isPending: isPending(row, peers: try SyncStore.peerRecords(conn)))
         }
     }
@@ -158,22 +163,27 @@ extension SyncStore {
         try checkOpen()
         return try readCommitted { conn in
             let peers = try SyncStore.peerRecords(conn)
-            let stmt = try conn.statement("""
-                SELECT e.key, e.encoding, e.ver, e.node, e.deleted, e.size, e.change_seq, e.lane, e.origin_peer, e.encrypted
-                FROM entries e ORDER BY e.key
-                """)
+            let stmt = try conn.statement("SELECT \(SyncStore.infoColumns) FROM entries e ORDER BY e.key")
             defer { stmt.reset() }
             var result: [EntryInfo] = []
             while try stmt.step() {
-                let row = StoredRow(key: stmt.string(0), value: nil, encoding: stmt.string(1),
-                                    version: HLCTimestamp(packed: stmt.int64(2), node: UInt32(truncatingIfNeeded: stmt.int64(3))),
-                                    base: .zero, deleted: stmt.int(4) != 0, encrypted: stmt.int(9) != 0, size: stmt.int(5),
-                                    changeSeq: stmt.int64(6), lane: SyncLane(rawValue: stmt.int(7)) ?? .none,
-                                    originPeer: UInt32(truncatingIfNeeded: stmt.int64(8)))
+                let row = SyncStore.infoRow(stmt)
                 result.append(EntryInfo(row: row, isPending: isPending(row, peers: peers)))
             }
             return result
         }
+    }
+
+    /// The columns `infoRow` reads: an entry's metadata, never its value.
+    static let infoColumns = "e.key, e.encoding, e.ver, e.node, e.deleted, e.size, e.change_seq, e.lane, e.origin_peer, e.encrypted"
+
+    /// The metadata of the row `stmt` is on (a SELECT of `infoColumns`), with no value.
+    static func infoRow(_ stmt: Statement) -> StoredRow {
+        StoredRow(key: stmt.string(0), value: nil, encoding: stmt.string(1),
+                  version: HLCTimestamp(packed: stmt.int64(2), node: UInt32(truncatingIfNeeded: stmt.int64(3))),
+                  base: .zero, deleted: stmt.int(4) != 0, encrypted: stmt.int(9) != 0, size: stmt.int(5),
+                  changeSeq: stmt.int64(6), lane: SyncLane(rawValue: stmt.int(7)) ?? .none,
+                  originPeer: UInt32(truncatingIfNeeded: stmt.int64(8)))
     }
 
     /// The stored bytes of an entry (decrypted), for tools like `syncsim`.
