@@ -237,8 +237,9 @@ extension SameVersionTransferTests {
 
 extension SameVersionTransferTests {
     /// The phone's large value is on its way in chunks when the watch's older
-    /// value arrives and the phone merges it in at the same version. An
-    /// acknowledgement names only key, version and index, so the merge's
+    /// value arrives and the phone merges it in at the same version. The
+    /// receiver stages one value of a version at a time (and before protocol 5
+    /// an acknowledgement names only key, version and index), so the merge's
     /// transfer waits until every chunk of the value before it is
     /// acknowledged; then it goes, and the watch joins it in. Before, the two
     /// went at once and the watch's acknowledgements of the one were taken

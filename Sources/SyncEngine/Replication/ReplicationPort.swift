@@ -260,7 +260,7 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func releaseManualChanges() throws -> Int { try store.requestManualSync() }
 
     package func largeValue(key: String, seq: Int64) throws -> [UInt8]? { try store.largeValue(key: key, seq: seq) }
-    package func localVersion(forKey key: String) throws -> HLCTimestamp? { try store.entryInfo(forKey: key)?.version }
+    package func localVersion(forKey key: String) throws -> HLCTimestamp? { try store.storedVersion(forKey: key) }
 
     package func holdsValue(forKey key: String, size: Int, checksum: UInt32) throws -> Bool {
         guard let bytes = try store.rawValue(forKey: key) else { return false }

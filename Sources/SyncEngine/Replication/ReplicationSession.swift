@@ -384,8 +384,9 @@ struct ReplicationSession {
     private func chunkKey(_ key: String, _ version: HLCTimestamp, _ index: Int) -> String { "\(key)\u{0}\(version)\u{0}\(index)" }
 
     /// Whether chunks of `key` at `version` are still unacknowledged. A resolver's
-    /// merge gives one version two values, and an acknowledgement names only the
-    /// key, version and index: the transfer of the other value waits until these are done.
+    /// merge gives one version two values, whose chunks the receiver stages one value
+    /// at a time (and, before protocol 5, acknowledges by key, version and index only):
+    /// the transfer of the other value waits until these are done.
     func hasChunksInFlight(key: String, version: HLCTimestamp) -> Bool {
         inFlight.values.contains { flight in
             if case .chunk(let k, _, let v, _, _) = flight.payload { k == key && v == version } else { false }

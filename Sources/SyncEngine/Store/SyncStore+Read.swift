@@ -158,6 +158,19 @@ extension SyncStore {
         }
     }
 
+    /// The version stored for `key` (a tombstone's too), read alone: the chunk
+    /// path asks it once per chunk, and needs neither the value nor the peers.
+    func storedVersion(forKey key: String) throws -> HLCTimestamp? {
+        try checkOpen()
+        return try readCommitted { conn in
+            let stmt = try conn.statement("SELECT ver, node FROM entries WHERE key = ?")
+            stmt.bind(1, key)
+            defer { stmt.reset() }
+            guard try stmt.step() else { return nil }
+            return HLCTimestamp(packed: stmt.int64(0), node: UInt32(truncatingIfNeeded: stmt.int64(1)))
+        }
+    }
+
     /// Every stored entry's metadata, ordered by key (no values).
     public func allEntryInfo() throws -> [EntryInfo] {
         try checkOpen()
