@@ -57,6 +57,9 @@ package final class ReplicationEndpoint {
     }
 
     package var isEstablished: Bool { session.isEstablished }
+    /// Whether time alone can make `tick` act (a hello or a message may be
+    /// due again); when not, and the session is idle, ticks may be far apart.
+    package var waitsOnTimers: Bool { session.waitsOnTimers }
     /// The peer's node id once established.
     package var peerNode: UInt32? { session.knownPeer?.node }
     /// Keys declared differently by the peer.

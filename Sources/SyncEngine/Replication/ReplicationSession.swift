@@ -164,6 +164,15 @@ struct ReplicationSession {
     }
 
     var established: Established? { if case .established(let established) = state { established } else { nil } }
+    /// Whether time alone can make `tick` act: the hello awaits its answer
+    /// (resent, or timed out), or sent messages wait to be sent again.
+    var waitsOnTimers: Bool {
+        switch state {
+        case .awaitingHello: true
+        case .established(let established): retransmits && (!established.inFlight.isEmpty || established.caughtUpNotice != nil)
+        case .idle, .failed, .closed: false
+        }
+    }
     var isEstablished: Bool { established != nil }
     /// The peer, while established.
     var peer: Peer? { established?.peer }

@@ -20,6 +20,7 @@ public final class SyncPeer: Sendable {
     private let idleChanges = Broadcaster<Bool>()
     private let clock: any PhysicalClock
     private let tickInterval: Duration
+    private let quietTickInterval: Duration
     /// Bumped when a session applied entries that the other sessions must send
     /// (only while there are several): their idea of "idle" is then stale.
     private let forwarded = Atomic<Int>(0)
@@ -63,12 +64,18 @@ public final class SyncPeer: Sendable {
         case describeIdle(reply: @Sendable ([String]) -> Void)
     }
 
+    /// A session wakes every `tickInterval` (for resends, timeouts and what
+    /// is left to send) while it has something to do; while it is idle, with
+    /// nothing to send again, its ticks grow apart, doubling up to
+    /// `quietTickInterval` (a device at rest is not woken several times a
+    /// second). Local writes, frames and `sync()` wake a session at once whatever its ticks.
     public init(store: SyncStore, configuration: ReplicationConfiguration, clock: any PhysicalClock = SystemClock(),
-                tickInterval: Duration = .milliseconds(200)) {
+                tickInterval: Duration = .milliseconds(200), quietTickInterval: Duration = .seconds(5)) {
         self.store = store
         self.configuration = configuration
         self.clock = clock
         self.tickInterval = tickInterval
+        self.quietTickInterval = quietTickInterval
     }
 
     /// Whether a session with some peer is established right now.
@@ -144,7 +151,6 @@ public final class SyncPeer: Sendable {
             if localChangeSignalled.raise() { continuation.yield(.localChange) }
         }
         defer { localWrites.cancel() }
-        let interval = tickInterval
         // Acknowledgements go out once their commits are on stable storage. The fsync runs
         // beside the session loop (group commit), which goes on applying what arrives meanwhile.
         let (ackSignals, ackSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
@@ -160,7 +166,7 @@ public final class SyncPeer: Sendable {
                                            configuration: sessionConfiguration, retransmits: !connection.deliversEveryFrame)
         endpoint.defersAcknowledgementSync = true
         var reason = "closed"
-        // The reader, the local-write watcher, the ticker and the acknowledger are child tasks of
+        // The reader and the acknowledger are child tasks of
         // this session: when the session loop ends, the connection is closed and they all end with it.
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
@@ -172,12 +178,6 @@ public final class SyncPeer: Sendable {
                     continuation.yield(.closed("the peer closed the connection"))
                 } catch {
                     continuation.yield(.closed("\(error)"))
-                }
-            }
-            group.addTask {
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: interval)
-                    continuation.yield(.tick)
                 }
             }
             group.addTask {
@@ -194,7 +194,7 @@ public final class SyncPeer: Sendable {
             }
             reason = await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate,
                                        localChangeSignalled: localChangeSignalled,
-                                       releaseHeld: { continuation.yield(.releaseHeld) },
+                                       releaseHeld: { continuation.yield(.releaseHeld) }, tick: { continuation.yield(.tick) },
                                        endInputs: { continuation.yield(.closed("no more frames")) }) { durable in
                 awaitingSync.append(durable)
                 ackSignal.yield()
@@ -218,14 +218,22 @@ public final class SyncPeer: Sendable {
     /// until the connection closes or the session fails; returns why it ended.
     private func sessionLoop(_ endpoint: ReplicationEndpoint, session: Int, inputs: AsyncStream<Input>, connection: any FrameConnection,
                              gate: ReadAheadGate, localChangeSignalled: LocalChangeSignal, releaseHeld: @escaping @Sendable () -> Void,
+                             tick: @escaping @Sendable () -> Void,
                              endInputs: @escaping @Sendable () -> Void, acknowledgeWhenDurable: ([Frame]) -> Void) async -> String {
         // The one timer for held commits, and the deadline it wakes the loop at.
         var releaseTimer: (task: Task<Void, Never>, deadline: ContinuousClock.Instant)?
-        defer { releaseTimer?.task.cancel() }
+        // The one timer for ticks, and the deadline it wakes the loop at (`TickSchedule`).
+        var tickTimer: (task: Task<Void, Never>, deadline: ContinuousClock.Instant)?
+        var ticks = TickSchedule(base: tickInterval, quiet: quietTickInterval)
+        defer {
+            releaseTimer?.task.cancel()
+            tickTimer?.task.cancel()
+        }
         // Whether this session looked for a manual request an earlier session with its peer left unanswered.
         var askedAgain = false
         do {
             for frame in endpoint.start(now: clock.nowMilliseconds()) { try await connection.send(frame) }
+            tickTimer = SyncPeer.timer(at: .now + tickInterval, tick)
             for await input in inputs {
                 let now = clock.nowMilliseconds()
                 let generation = self.generation
@@ -238,7 +246,9 @@ public final class SyncPeer: Sendable {
                         forwarded.add(1, ordering: .sequentiallyConsistent)
                     }
                     gate.release()
-                case .tick: frames = endpoint.tick(now: now)
+                case .tick:
+                    tickTimer = nil
+                    frames = endpoint.tick(now: now)
                 case .localChange:
                     localChangeSignalled.lower()  // before reading: a commit from now on signals again
                     let commits = store.localCommitInstants
@@ -262,18 +272,26 @@ public final class SyncPeer: Sendable {
                 }
                 if let deadline = endpoint.heldUntil, releaseTimer.map({ $0.deadline > deadline }) ?? true {
                     releaseTimer?.task.cancel()
-                    releaseTimer = (Task {
-                        try? await Task.sleep(until: deadline, tolerance: .microseconds(50), clock: .continuous)
-                        if !Task.isCancelled { releaseHeld() }
-                    }, deadline)
+                    releaseTimer = SyncPeer.timer(at: deadline, tolerance: .microseconds(50), releaseHeld)
                 }
                 let durable = endpoint.takeFramesAwaitingSync()
                 let cursorMoved = endpoint.takeCursorSyncRequest()
                 if !durable.isEmpty || cursorMoved { acknowledgeWhenDurable(durable) }
                 if let failure = endpoint.failure { return failure.description }
                 if let peer = endpoint.peerNode { localChangeSignalled.sessionPeer = peer }
-                updateState(session, Session(connected: endpoint.isEstablished, idle: endpoint.isIdle, generation: generation,
+                let idle = endpoint.isIdle
+                updateState(session, Session(connected: endpoint.isEstablished, idle: idle, generation: generation,
                                              peerNode: endpoint.peerNode))
+                let handled: TickSchedule.Handled = switch input {
+                case .tick: .tick(sent: !frames.isEmpty)
+                case .describeIdle: .diagnostics
+                default: .other
+                }
+                let deadline = ContinuousClock.now + ticks.next(after: handled, quiet: idle && !endpoint.waitsOnTimers)
+                if tickTimer.map({ $0.deadline > deadline }) ?? true {
+                    tickTimer?.task.cancel()
+                    tickTimer = SyncPeer.timer(at: deadline, tick)
+                }
             }
             return "closed"
         } catch {
@@ -286,6 +304,15 @@ public final class SyncPeer: Sendable {
             defer { giveUp.cancel() }
             return await peerError(amongUnhandled: inputs, endpoint, gate: gate) ?? "\(error)"
         }
+    }
+
+    /// A task that calls `fire` at `deadline` unless it is cancelled first.
+    private static func timer(at deadline: ContinuousClock.Instant, tolerance: Duration? = nil,
+                              _ fire: @escaping @Sendable () -> Void) -> (task: Task<Void, Never>, deadline: ContinuousClock.Instant) {
+        (Task {
+            try? await Task.sleep(until: deadline, tolerance: tolerance, clock: .continuous)
+            if !Task.isCancelled { fire() }
+        }, deadline)
     }
 
     /// After a send failed: the peer's error message among the frames still
