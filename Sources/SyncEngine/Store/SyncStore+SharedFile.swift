@@ -21,6 +21,10 @@ struct SharedFileState {
     /// Changes made by other connections, published once the lock is released.
     var unpublished: [StoreChange] = []
     var logInserts = 0
+    /// Whether the file is open elsewhere (set at open).
+    var presence: StorePresence?
+    /// Looks the poll timer took (tests count them).
+    var timerChecks = 0
 }
 
 extension SyncStore: TransactionObserver {
@@ -111,16 +115,31 @@ extension SyncStore: TransactionObserver {
             }
         }
         database.setObserver(self)
+        let presence = StorePresence(storePath: path)
+        shared.withLock { $0.presence = presence }
         if let interval = options.externalChangePollInterval {
+            // At `interval` while the file is open elsewhere; once a second while this store is
+            // alone (a process that opened, wrote and closed the file in between is still caught).
+            let alone = max(interval, SyncStore.alonePollInterval)
+            // Holds neither the store nor its presence between looks: a dropped store is freed at once.
             Task.detached { [weak self] in
+                var shared = self?.fileOpenElsewhere ?? false
                 while true {
-                    try? await Task.sleep(for: interval)
+                    try? await Task.sleep(for: shared ? interval : alone)
                     guard let store = self, !store.isClosed else { return }
+                    store.shared.withLock { $0.timerChecks += 1 }
                     try? store.checkForExternalChanges()
+                    shared = store.fileOpenElsewhere
                 }
             }
         }
     }
+
+    /// How often a store alone with its file looks for other writers' commits.
+    static let alonePollInterval = Duration.seconds(1)
+
+    /// Whether another store has this file open, in this process or another.
+    var fileOpenElsewhere: Bool { shared.withLock { $0.presence?.othersPresent ?? true } }
 
     private static func dataVersion(_ conn: SQLiteConnection) throws -> Int64 {
         let stmt = try conn.statement("PRAGMA data_version")
