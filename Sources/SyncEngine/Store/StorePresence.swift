@@ -24,8 +24,8 @@ final class StorePresence: Sendable {
         var inode: UInt64
 
         init(_ status: stat) {
-            device = UInt64(status.st_dev)
-            inode = UInt64(status.st_ino)
+            device = UInt64(truncatingIfNeeded: status.st_dev)
+            inode = UInt64(truncatingIfNeeded: status.st_ino)
         }
     }
 
