@@ -247,7 +247,8 @@ public final class SyncPeer: Sendable {
                     }
                     gate.release()
                 case .tick:
-                    tickTimer = nil
+                    // (A tick of a timer replaced after it fired leaves the newer timer in place.)
+                    if let timer = tickTimer, timer.deadline <= .now { tickTimer = nil }
                     frames = endpoint.tick(now: now)
                 case .localChange:
                     localChangeSignalled.lower()  // before reading: a commit from now on signals again
