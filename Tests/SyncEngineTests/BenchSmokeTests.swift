@@ -127,6 +127,15 @@ import Testing
         let during = try #require(figures.first { $0.name.hasPrefix("cache-miss read p99 during initial sync") })
         #expect(during.value > 0 && (during.baseline ?? 0) > 0)
     }
+
+    /// Counts, not timing: over the same span at rest, the sessions whose ticks grow apart
+    /// handle fewer inputs than those ticking every 200 ms (about 4 against 10 in a second).
+    @Test func idleBenchmarkQuickRun() async throws {
+        let figures = try await IdleBenchmark(quick: true).run()
+        let wakeups = try #require(figures.first { $0.name.hasPrefix("session-loop wake-ups at rest") })
+        #expect(wakeups.value < (wakeups.baseline ?? 0))
+        #expect(try #require(figures.first { $0.name.hasPrefix("CPU at rest") }).baseline ?? 0 > 0)
+    }
 }
 
 /// What `syncsim bench ARGUMENTS` (with `--json`) prints on stdout, decoded; it must exit 0.
