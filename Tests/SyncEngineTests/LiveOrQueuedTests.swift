@@ -88,6 +88,42 @@ import Testing
         _ = await watchQueued.value
         _ = await serving.value
     }
+
+    /// Rounds of queued delivery that move nothing grow apart (2 ms doubling
+    /// up to 40 ms here): over 400 ms at rest a handful, not about 200; what
+    /// the peer posts then is still read, and a local write goes at once.
+    @Test func queuedRoundsAtRestGrowApart() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let secret = PairingSecret.generate()
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let phone = SyncPeer(store: pair.phone, configuration: config)
+        let watch = SyncPeer(store: pair.watch, configuration: config)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        let phoneQueued = Task { await phone.runQueued(through: phoneBox, pollInterval: .milliseconds(2), quietPollInterval: .milliseconds(40)) }
+        let outcome = await Result {
+            let phoneEvents = pair.phone.events()
+            try await pair.phone.set(1, for: TestKeys.steps)
+            try await until(phoneEvents, "the phone to post its change") { postedSequence(phoneBox) != nil }
+            try watch.deliverQueued(through: watchBox)   // reads, applies, acknowledges
+            #expect(try pair.watch.storedValue(for: TestKeys.steps) == 1)
+            try await until(pair.phone.events(), "the watch's acknowledgement to move the phone's cursor") {
+                (try? pair.phone.pendingSummary(for: pair.watch.nodeID).total) == 0
+            }
+            let before = phone.queuedRounds.load(ordering: .relaxed)
+            try await Task.sleep(for: .milliseconds(400))  // the span observed, not a wait for an event
+            let rounds = phone.queuedRounds.load(ordering: .relaxed) - before
+            #expect(rounds < 30, "\(rounds) rounds in 400 ms at rest; each 2 ms apart would be about 200")
+            // The watch posts: the phone's timer reads it.
+            try await pair.watch.set(["queued"], for: TestKeys.tags)
+            try watch.deliverQueued(through: watchBox)
+            try await eventually(pair.phone, "the watch's posted change on the phone") { try pair.phone.storedValue(for: TestKeys.tags) == ["queued"] }
+        }
+        phoneQueued.cancel()
+        _ = await phoneQueued.value
+        try outcome.get()
+    }
 }
 
 /// The next sequence `mailbox` will post (its `sender.state`), nil before its first message.

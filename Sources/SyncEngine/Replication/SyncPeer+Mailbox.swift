@@ -31,6 +31,7 @@ extension SyncPeer {
     /// process replicates the store.
     @discardableResult
     public func deliverQueued(through mailbox: Mailbox) throws -> QueuedDeliveryReport {
+        queuedRounds.add(1, ordering: .relaxed)
         guard ReplicationLock.acquire(storePath: store.path) else { throw SyncPeer.lockedError(store.path) }
         defer { ReplicationLock.release(storePath: store.path) }
         var configuration = self.configuration
@@ -54,44 +55,55 @@ extension SyncPeer {
 
     /// Runs queued delivery through `mailbox` until the task is cancelled: a
     /// round (`deliverQueued(through:)`) at once, after every local write or
-    /// `sync()`, and every `pollInterval` (to read what the peer posted), and
-    /// when the live session ends (what it had not sent is queued). Once
-    /// cancelled, a last round posts what was committed until then.
-    public func runQueued(through mailbox: Mailbox, pollInterval: Duration = .milliseconds(250)) async {
+    /// `sync()`, when the live session ends (what it had not sent is queued),
+    /// and on a timer, to read what the peer posted: every `pollInterval`
+    /// after a round that moved something; each round that moved nothing
+    /// doubles the wait, up to `quietPollInterval` (a device at rest is not
+    /// woken several times a second). Once cancelled, a last round posts what
+    /// was committed until then.
+    public func runQueued(through mailbox: Mailbox, pollInterval: Duration = .milliseconds(250),
+                          quietPollInterval: Duration = .seconds(2)) async {
         let writes = store.localWrites.subscribe(bufferingNewest: 1)
         let reachability = reachabilityChanges()
-        let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        // true: the timer; false: a local write or a change of reachability.
+        let (wakeups, wake) = AsyncStream.makeStream(of: Bool.self, bufferingPolicy: .bufferingNewest(1))
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
-                for await _ in writes { wake.yield() }
+                for await _ in writes { wake.yield(false) }
             }
             group.addTask {
-                for await _ in reachability { wake.yield() }
+                for await _ in reachability { wake.yield(false) }
             }
-            group.addTask {
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: pollInterval)
-                    wake.yield()
+            var schedule = TickSchedule(base: pollInterval, quiet: quietPollInterval)
+            var timer: Task<Void, Never>?
+            func poll(after wait: Duration) {
+                timer?.cancel()
+                timer = Task {
+                    try? await Task.sleep(for: wait)
+                    if !Task.isCancelled { wake.yield(true) }
                 }
-                wake.finish()
             }
             var reportedLock = false
-            do {
-                try deliverQueued(through: mailbox)
-            } catch {
-                store.emit(.error(error as? SyncError ?? SyncError(.mailboxIO, "\(error)")))
-                reportedLock = true
-            }
-            for await _ in wakeups {
-                if Task.isCancelled { break }
+            /// One round; whether it moved anything (nil: it failed).
+            func round() -> Bool? {
                 do {
-                    try deliverQueued(through: mailbox)
+                    let report = try deliverQueued(through: mailbox)
                     reportedLock = false
+                    return report.messagesRead > 0 || report.messagesPosted > 0 || report.acknowledged
                 } catch {
                     if !reportedLock { store.emit(.error(error as? SyncError ?? SyncError(.mailboxIO, "\(error)"))) }
                     reportedLock = true
+                    return nil
                 }
             }
+            _ = round()
+            poll(after: pollInterval)
+            for await timed in wakeups {
+                if Task.isCancelled { break }
+                let moved = round()
+                poll(after: schedule.next(after: timed ? .tick(sent: moved ?? true) : .other, quiet: moved != nil))
+            }
+            timer?.cancel()
             group.cancelAll()
         }
         // Writes made just before the end (an app going to the background) are not left behind.

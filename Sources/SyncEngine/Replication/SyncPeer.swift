@@ -28,6 +28,8 @@ public final class SyncPeer: Sendable {
     let reachabilityHub = Broadcaster<Bool>()
     /// Queued delivery's state per mailbox (`SyncPeer+Mailbox`).
     let queuedDrivers = Mutex<[ObjectIdentifier: MailboxReplicator]>([:])
+    /// Rounds of queued delivery so far (tests count them).
+    let queuedRounds = Atomic<Int>(0)
 
     private struct Session {
         var connected = false
