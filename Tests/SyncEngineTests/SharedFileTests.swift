@@ -82,6 +82,52 @@ import Testing
         #expect(!StorePresence(storePath: folder.file("other.sqlite")).othersPresent)
     }
 
+    /// While another process holds the replication lock, a dialing peer looks
+    /// for it after 250 ms, then less and less often (up to every 2 s): about 4
+    /// looks in 3 s, not 12; and it takes over once the lock is released.
+    @Test func aPeerWaitingForTheReplicationLockLooksLessAndLessOften() async throws {
+        let pair = try Pair()
+        let path = pair.phone.path
+        // Another process holds the lock (flock(1) on the lock file), and says so once it does.
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/flock")
+        // (-o: only flock itself holds it, not its command, which ends when its input closes.)
+        holder.arguments = ["-o", ReplicationLock.lockPath(for: path), "-c", "echo locked; exec cat >/dev/null"]
+        let said = Pipe(), input = Pipe()
+        holder.standardOutput = said
+        holder.standardInput = input
+        try holder.run()
+        defer {
+            if holder.isRunning { kill(holder.processIdentifier, SIGKILL) }
+            try? input.fileHandleForWriting.close()
+            holder.waitUntilExit()
+        }
+        var lines = SyncEngineTests.lines(of: said).makeAsyncIterator()
+        #expect(await lines.next() == "locked")
+
+        let secret = PairingSecret.generate()
+        let tcp = TCPConfiguration(secret: secret)
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
+        let server = Task { await watch.serve(listener) }
+        let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
+        let dialing = Task { await phone.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: tcp) }
+        let outcome = await Result {
+            try await Task.sleep(for: .seconds(3))  // the span observed, not a wait for an event
+            let looks = ReplicationLock.refusals(storePath: path)
+            #expect(looks >= 2 && looks <= 6, "\(looks) looks for the lock in 3 s; every 250 ms would be about 12")
+            #expect(!phone.isConnected)
+            kill(holder.processIdentifier, SIGKILL)
+            try await reachability(of: [phone], becomes: true, "the phone to take over once the lock is free")
+        }
+        dialing.cancel()
+        await listener.close()
+        server.cancel()
+        _ = await (dialing.value, server.value)
+        try outcome.get()
+    }
+
     @Test func twoProcessesOnOneFileSeeEachOtherAndOnlyOneReplicates() async throws {
         let folder = TempFolder()
         let keys = folder.file("keys.json")

@@ -57,9 +57,9 @@ extension SyncPeer {
     /// round (`deliverQueued(through:)`) at once, after every local write or
     /// `sync()`, when the live session ends (what it had not sent is queued),
     /// and on a timer, to read what the peer posted: every `pollInterval`
-    /// after a round that moved something; each round that moved nothing
-    /// doubles the wait, up to `quietPollInterval` (a device at rest is not
-    /// woken several times a second). Once cancelled, a last round posts what
+    /// after a round that moved something; each round that moved nothing (or
+    /// found another process replicating the store) doubles the wait, up to
+    /// `quietPollInterval` (a device at rest is not woken several times a second). Once cancelled, a last round posts what
     /// was committed until then.
     public func runQueued(through mailbox: Mailbox, pollInterval: Duration = .milliseconds(250),
                           quietPollInterval: Duration = .seconds(2)) async {
@@ -84,8 +84,8 @@ extension SyncPeer {
                 }
             }
             var reportedLock = false
-            /// One round; whether it moved anything (nil: it failed).
-            func round() -> Bool? {
+            /// One round; whether it moved anything (not when another process replicates the store).
+            func round() -> Bool {
                 do {
                     let report = try deliverQueued(through: mailbox)
                     reportedLock = false
@@ -93,7 +93,7 @@ extension SyncPeer {
                 } catch {
                     if !reportedLock { store.emit(.error(error as? SyncError ?? SyncError(.mailboxIO, "\(error)"))) }
                     reportedLock = true
-                    return nil
+                    return false
                 }
             }
             _ = round()
@@ -101,7 +101,7 @@ extension SyncPeer {
             for await timed in wakeups {
                 if Task.isCancelled { break }
                 let moved = round()
-                poll(after: schedule.next(after: timed ? .tick(sent: moved ?? true) : .other, quiet: moved != nil))
+                poll(after: schedule.next(after: timed ? .tick(sent: moved) : .other, quiet: true))
             }
             timer?.cancel()
             group.cancelAll()

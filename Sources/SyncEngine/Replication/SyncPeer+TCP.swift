@@ -81,14 +81,17 @@ private final class ReplicationLockHold: Sendable {
     }
 
     /// Waits until this process may replicate the store (another process may
-    /// hold its lock), polling briskly: it is a local check. Reports the wait
-    /// once as an `.error` event. Throws `CancellationError` when cancelled.
+    /// hold its lock), looking again after 250 ms, then less and less often, up
+    /// to every 2 s. Reports the wait once as an `.error` event. Throws
+    /// `CancellationError` when cancelled.
     func acquire() async throws {
         var reported = false
+        var looks = TickSchedule(base: .milliseconds(250), quiet: .seconds(2))
         while !ReplicationLock.acquire(storePath: store.path) {
             if !reported { store.emit(.error(SyncPeer.lockedError(store.path))) }
             reported = true
-            try await Task.sleep(for: .milliseconds(250))
+            try await Task.sleep(for: looks.interval)
+            _ = looks.next(after: .tick(sent: false), quiet: true)
         }
         held.withLock { $0 = true }
     }
