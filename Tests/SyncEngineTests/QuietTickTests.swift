@@ -1,19 +1,9 @@
 import Foundation
 import Synchronization
 @testable import SyncEngine
+import SyncSim
 import SyncTransport
 import Testing
-
-/// The wall clock, counting its reads: a session loop reads it once for each input it handles.
-final class CountingClock: PhysicalClock {
-    private let reads = Atomic<Int>(0)
-    var count: Int { reads.load(ordering: .sequentiallyConsistent) }
-
-    func nowMilliseconds() -> Int64 {
-        reads.add(1, ordering: .sequentiallyConsistent)
-        return SystemClock().nowMilliseconds()
-    }
-}
 
 /// A session at rest is not woken several times a second: its ticks grow
 /// apart while it is idle, and anything it handles brings them back.
@@ -53,7 +43,7 @@ final class CountingClock: PhysicalClock {
         try pair.phone.setNow(1, for: TestKeys.daily["a"])
         let secret = PairingSecret.generate()
         let configuration = ReplicationConfiguration(pairingEpoch: secret.epoch)
-        let clock = CountingClock()
+        let clock = IdleBenchmark.CountingClock()
         let phone = SyncPeer(store: pair.phone, configuration: configuration, clock: clock,
                              tickInterval: .milliseconds(2), quietTickInterval: .milliseconds(40))
         let watch = SyncPeer(store: pair.watch, configuration: configuration, tickInterval: .milliseconds(2), quietTickInterval: .milliseconds(40))

@@ -1,4 +1,5 @@
 import Foundation
+import SyncEngine
 import SyncTransport
 
 /// Wall-clock measurement for benchmarks only (never in tests' assertions).
@@ -29,6 +30,12 @@ enum BenchClock {
         getrusage(PortablePOSIX.resourceUsageOfSelf, &usage)
         func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
         return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+    }
+
+    /// A phone's and a watch's store in `folder` (`phone.sqlite`, `watch.sqlite`).
+    static func stores(in folder: String, registry: KeyRegistry) throws -> (phone: SyncStore, watch: SyncStore) {
+        (try SyncStore(path: folder + "/phone.sqlite", role: .phone, registry: registry),
+         try SyncStore(path: folder + "/watch.sqlite", role: .watch, registry: registry))
     }
 
     /// A fresh temporary folder for one benchmark run.

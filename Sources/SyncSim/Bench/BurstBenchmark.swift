@@ -98,9 +98,7 @@ public struct BurstBenchmark: Sendable {
     func inMemoryLatency() async throws -> (p50: Double, p99: Double) {
         let folder = try BenchClock.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let registry = try KeyRegistry([SyncBenchmark.family])
-        let phone = try SyncStore(path: folder + "/phone.sqlite", role: .phone, registry: registry)
-        let watch = try SyncStore(path: folder + "/watch.sqlite", role: .watch, registry: registry)
+        let (phone, watch) = try BenchClock.stores(in: folder, registry: KeyRegistry([SyncBenchmark.family]))
         defer {
             phone.close()
             watch.close()

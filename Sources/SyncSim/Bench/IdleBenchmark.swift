@@ -20,11 +20,13 @@ public struct IdleBenchmark: Sendable {
     }
 
     /// The wall clock, counting its reads: a session loop reads it once for each input it handles.
-    final class CountingClock: PhysicalClock {
+    package final class CountingClock: PhysicalClock {
         private let reads = Atomic<Int>(0)
-        var count: Int { reads.load(ordering: .relaxed) }
+        package var count: Int { reads.load(ordering: .relaxed) }
 
-        func nowMilliseconds() -> Int64 {
+        package init() {}
+
+        package func nowMilliseconds() -> Int64 {
             reads.add(1, ordering: .relaxed)
             return SystemClock().nowMilliseconds()
         }
@@ -53,9 +55,7 @@ public struct IdleBenchmark: Sendable {
     func measure(quietTickInterval: Duration) async throws -> Measured {
         let folder = try BenchClock.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let registry = try KeyRegistry([SyncBenchmark.family])
-        let phone = try SyncStore(path: folder + "/phone.sqlite", role: .phone, registry: registry)
-        let watch = try SyncStore(path: folder + "/watch.sqlite", role: .watch, registry: registry)
+        let (phone, watch) = try BenchClock.stores(in: folder, registry: KeyRegistry([SyncBenchmark.family]))
         defer {
             phone.close()
             watch.close()
