@@ -82,6 +82,41 @@ import Testing
         #expect(!StorePresence(storePath: folder.file("other.sqlite")).othersPresent)
     }
 
+    /// The timer's look never waits for the writer (a thread of the
+    /// concurrency pool blocked behind a batch being applied): while a
+    /// transaction holds the connection it returns at once; that transaction
+    /// looked when it began.
+    @Test func theTimersLookNeverWaitsForATransaction() async throws {
+        let folder = TempFolder()
+        let app = try SyncStore(path: folder.file("shared.sqlite"), role: .phone, registry: TestKeys.registry(), options: options(nil, folder))
+        let (entered, enter) = AsyncStream.makeStream(of: Void.self)
+        let release = DispatchSemaphore(value: 0)
+        let (ended, end) = AsyncStream.makeStream(of: Void.self)
+        Thread.detachNewThread {
+            _ = try? app.database.write { _ in
+                enter.yield()
+                release.wait()
+            }
+            end.yield()
+        }
+        var iterator = entered.makeAsyncIterator()
+        _ = await iterator.next()  // the transaction is open
+        let outcome = await Result {
+            try await withDeadline("the timer's look to return while a transaction is open", within: .seconds(10)) {
+                await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                    Thread.detachNewThread {
+                        try? app.lookForExternalChangesUnlessBusy()
+                        done.resume()
+                    }
+                }
+            }
+        }
+        release.signal()
+        var endIterator = ended.makeAsyncIterator()
+        _ = await endIterator.next()
+        try outcome.get()
+    }
+
     /// While another process holds the replication lock, a dialing peer looks
     /// for it after 250 ms, then less and less often (up to every 2 s): about 4
     /// looks in 3 s, not 12; and it takes over once the lock is released.

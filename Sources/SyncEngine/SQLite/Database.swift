@@ -125,6 +125,12 @@ final class Database: Sendable {
         try connection.withLock { conn in try body(conn) }
     }
 
+    /// `read`, unless the connection is in use (a transaction, another read):
+    /// then nil at once, without waiting for it.
+    func readIfFree<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws -> T? {
+        try connection.withLockIfAvailable { conn in try body(conn) }
+    }
+
     /// Runs `body` on a reader connection, outside a transaction: each
     /// statement sees every commit made before it started, and nothing waits
     /// for the writer (a batch being applied) or for other readers beyond the

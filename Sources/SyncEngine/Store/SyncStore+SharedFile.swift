@@ -101,6 +101,16 @@ extension SyncStore: TransactionObserver {
         publishExternalChanges()
     }
 
+    /// The timer's look: none while the connection is in use (never waiting
+    /// for a transaction, on a thread of the concurrency pool); a write
+    /// transaction looks when it begins and tells observers when it ends, and
+    /// the next tick looks again.
+    func lookForExternalChangesUnlessBusy() throws {
+        try checkOpen()
+        guard try database.readIfFree({ conn in try catchUpWithOtherWriters(conn) }) != nil else { return }
+        publishExternalChanges()
+    }
+
     /// Records the current data version and log position, at open.
     func startSharedFileTracking() throws {
         try database.read { conn in
@@ -128,7 +138,7 @@ extension SyncStore: TransactionObserver {
                     try? await Task.sleep(for: shared ? interval : alone)
                     guard let store = self, !store.isClosed else { return }
                     store.shared.withLock { $0.timerChecks += 1 }
-                    try? store.checkForExternalChanges()
+                    try? store.lookForExternalChangesUnlessBusy()
                     shared = store.fileOpenElsewhere
                 }
             }
