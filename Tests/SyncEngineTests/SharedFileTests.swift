@@ -61,25 +61,20 @@ import Testing
         try await eventually(app, "the timer to notice the other writer") { steps.value == 21 }
     }
 
-    /// A store alone with its file looks for other writers once a second,
-    /// not at its poll interval (a device at rest is not woken for nothing);
-    /// from the moment another store opens the file, at its poll interval.
-    @Test func aStoreAloneWithItsFileLooksForOtherWritersOnceASecond() async throws {
+    /// Looks that find no other writer's commits grow apart (5 ms doubling up
+    /// to a second here): a handful in 300 ms, not about 60; a commit of
+    /// another connection is still seen by the timer (within a second).
+    @Test func looksThatFindNoOtherWriterGrowApart() async throws {
         let folder = TempFolder()
         let app = try SyncStore(path: folder.file("shared.sqlite"), role: .phone, registry: TestKeys.registry(), options: options(.milliseconds(5), folder))
-        #expect(!app.fileOpenElsewhere)
         try await Task.sleep(for: .milliseconds(300))  // the span observed, not a wait for an event
-        let aloneChecks = app.shared.withLock { $0.timerChecks }
-        #expect(aloneChecks <= 1, "\(aloneChecks) looks in 300 ms; each 5 ms apart would be about 60")
+        let quietLooks = app.shared.withLock { $0.timerChecks }
+        #expect(quietLooks <= 10, "\(quietLooks) looks in 300 ms; each 5 ms apart would be about 60")
         let widget = try SyncStore(path: folder.file("shared.sqlite"), role: .phone, registry: TestKeys.registry(), options: options(nil, folder))
-        #expect(app.fileOpenElsewhere && widget.fileOpenElsewhere)
         let steps = StoredValue(TestKeys.steps, store: app)
         #expect(steps.value == 0)
         try await widget.set(21, for: TestKeys.steps)
         try await eventually(app, "the timer to notice the other writer") { steps.value == 21 }
-        widget.close()
-        #expect(!app.fileOpenElsewhere)
-        #expect(!StorePresence(storePath: folder.file("other.sqlite")).othersPresent)
     }
 
     /// The timer's look never waits for the writer (a thread of the
@@ -211,7 +206,6 @@ import Testing
         let change = try await first(of: changes, "the child's write to reach this process")
         #expect(change.isFromAnotherProcess == true)
         #expect(try app.value(for: steps) == 7)
-        #expect(app.fileOpenElsewhere, "the other process has the file open")
         // … and this process's replication sends them.
         try await eventually(appWatch, "the child's write on the app's watch") { try appWatch.value(for: steps) == 7 }
 
@@ -228,7 +222,6 @@ import Testing
         try await eventually(watch, "this process's write on the child's watch") { try watch.value(for: steps) == 8 }
         child.send("quit")
         #expect(try await exitStatus(of: child.process, "the child to quit") == 0)
-        #expect(!app.fileOpenElsewhere, "the other process has quit")
         await listener.close()
         server.cancel()
         try await withDeadline("the watch's server to stop") { _ = await server.value }

@@ -19,9 +19,9 @@ public struct StoreOptions: Sendable {
     /// SQLite (what `FileValueStore` sets). A store created with a value
     /// directory must always be opened with the same one.
     public var valueDirectory: String?
-    /// How often to look for commits of other processes sharing the file
-    /// (an app and its extension) while another store has it open; a store
-    /// alone with its file looks once a second (or at this interval, if
+    /// How often to look for commits of other processes sharing the file (an
+    /// app and its extension) after a look that found some; each look that
+    /// finds none doubles the wait, up to a second (or this interval, if
     /// longer). nil only checks before each write and on `checkForExternalChanges()`.
     public var externalChangePollInterval: Duration? = .milliseconds(100)
     /// How durable a local write is when it returns. Whatever this says, a

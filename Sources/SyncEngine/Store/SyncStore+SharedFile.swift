@@ -21,8 +21,6 @@ struct SharedFileState {
     /// Changes made by other connections, published once the lock is released.
     var unpublished: [StoreChange] = []
     var logInserts = 0
-    /// Whether the file is open elsewhere (set at open).
-    var presence: StorePresence?
     /// Looks the poll timer took (tests count them).
     var timerChecks = 0
 }
@@ -97,18 +95,19 @@ extension SyncStore: TransactionObserver {
     /// changed and tells observers.
     public func checkForExternalChanges() throws {
         try checkOpen()
-        try database.read { conn in try catchUpWithOtherWriters(conn) }
+        _ = try database.read { conn in try catchUpWithOtherWriters(conn) }
         publishExternalChanges()
     }
 
-    /// The timer's look: none while the connection is in use (never waiting
-    /// for a transaction, on a thread of the concurrency pool); a write
-    /// transaction looks when it begins and tells observers when it ends, and
-    /// the next tick looks again.
-    func lookForExternalChangesUnlessBusy() throws {
+    /// The timer's look; whether it found other processes' commits. None
+    /// while the connection is in use (never waiting for a transaction, on a
+    /// thread of the concurrency pool): a write transaction looks when it
+    /// begins and tells observers when it ends, and the next tick looks again.
+    func lookForExternalChangesUnlessBusy() throws -> Bool {
         try checkOpen()
-        guard try database.readIfFree({ conn in try catchUpWithOtherWriters(conn) }) != nil else { return }
+        guard let found = try database.readIfFree({ conn in try catchUpWithOtherWriters(conn) }) else { return false }
         publishExternalChanges()
+        return found
     }
 
     /// Records the current data version and log position, at open.
@@ -125,31 +124,29 @@ extension SyncStore: TransactionObserver {
             }
         }
         database.setObserver(self)
-        let presence = StorePresence(storePath: path)
-        shared.withLock { $0.presence = presence }
         if let interval = options.externalChangePollInterval {
-            // At `interval` while the file is open elsewhere; once a second while this store is
-            // alone (a process that opened, wrote and closed the file in between is still caught).
-            let alone = max(interval, SyncStore.alonePollInterval)
-            // Holds neither the store nor its presence between looks: a dropped store is freed at once.
+            // `interval` after a look that found other processes' commits; each look that finds
+            // none doubles the wait, up to a second (or `interval`, if longer): a store nobody
+            // else writes is not looked at ten times a second, and a commit made by another
+            // process after a quiet spell is seen within a second. No lock is held for it (a
+            // process suspended holding a lock on a file in an App Group container is killed).
+            // Holds the store only while it looks: a dropped store is freed at once.
             Task.detached { [weak self] in
-                var shared = self?.fileOpenElsewhere ?? false
+                var looks = TickSchedule(base: interval, quiet: max(interval, SyncStore.quietPollInterval))
+                var wait = interval
                 while true {
-                    try? await Task.sleep(for: shared ? interval : alone)
+                    try? await Task.sleep(for: wait)
                     guard let store = self, !store.isClosed else { return }
                     store.shared.withLock { $0.timerChecks += 1 }
-                    try? store.lookForExternalChangesUnlessBusy()
-                    shared = store.fileOpenElsewhere
+                    let found = (try? store.lookForExternalChangesUnlessBusy()) ?? false
+                    wait = looks.next(after: .tick(sent: found), quiet: true)
                 }
             }
         }
     }
 
-    /// How often a store alone with its file looks for other writers' commits.
-    static let alonePollInterval = Duration.seconds(1)
-
-    /// Whether another store has this file open, in this process or another.
-    var fileOpenElsewhere: Bool { shared.withLock { $0.presence?.othersPresent ?? true } }
+    /// The longest wait between two looks of the timer that found nothing.
+    static let quietPollInterval = Duration.seconds(1)
 
     private static func dataVersion(_ conn: SQLiteConnection) throws -> Int64 {
         let stmt = try conn.statement("PRAGMA data_version")
@@ -158,11 +155,13 @@ extension SyncStore: TransactionObserver {
         return stmt.int64(0)
     }
 
-    /// Under the connection lock: reads what other connections committed since last time.
-    private func catchUpWithOtherWriters(_ conn: SQLiteConnection) throws {
+    /// Under the connection lock: reads what other connections committed
+    /// since last time; whether there was any.
+    @discardableResult
+    private func catchUpWithOtherWriters(_ conn: SQLiteConnection) throws -> Bool {
         let version = try SyncStore.dataVersion(conn)
         let lastLogID = shared.withLock { $0.dataVersion == version ? nil : $0.lastLogID }
-        guard let lastLogID else { return }
+        guard let lastLogID else { return false }
         let stmt = try conn.statement("SELECT id, changes FROM sync_commit_log WHERE id > ? ORDER BY id")
         stmt.bind(1, lastLogID)
         var newest = lastLogID
@@ -213,6 +212,7 @@ extension SyncStore: TransactionObserver {
             s.lastLogID = newest
             s.unpublished += changes
         }
+        return true
     }
 
     private func publishExternalChanges() {

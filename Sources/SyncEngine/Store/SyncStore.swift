@@ -151,7 +151,6 @@ public final class SyncStore: KeyValueBackend {
     /// Stops observers; the file stays as committed. Further use throws `.closed`.
     public func close() {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
-        shared.withLock { $0.presence?.leave() }
         changeHub.finishAll()
         eventHub.finishAll()
         peerEventHub.finishAll()
