@@ -90,8 +90,7 @@ import Testing
     }
 
     /// Rounds of queued delivery that move nothing grow apart (2 ms doubling
-    /// up to 40 ms here): over 400 ms at rest a handful, not about 200; what
-    /// the peer posts then is still read, and a local write goes at once.
+    /// up to 40 ms here); what the peer posts then is still read.
     @Test func queuedRoundsAtRestGrowApart() async throws {
         let pair = try Pair()
         let folder = TempFolder()
@@ -101,6 +100,7 @@ import Testing
         let watch = SyncPeer(store: pair.watch, configuration: config)
         let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
         let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        let waits = pair.phone.timedWaits.subscribe()
         let phoneQueued = Task { await phone.runQueued(through: phoneBox, pollInterval: .milliseconds(2), quietPollInterval: .milliseconds(40)) }
         let outcome = await Result {
             let phoneEvents = pair.phone.events()
@@ -111,10 +111,10 @@ import Testing
             try await until(pair.phone.events(), "the watch's acknowledgement to move the phone's cursor") {
                 (try? pair.phone.pendingSummary(for: pair.watch.nodeID).total) == 0
             }
-            let before = phone.queuedRounds.load(ordering: .relaxed)
-            try await Task.sleep(for: .milliseconds(400))  // the span observed, not a wait for an event
-            let rounds = phone.queuedRounds.load(ordering: .relaxed) - before
-            #expect(rounds < 30, "\(rounds) rounds in 400 ms at rest; each 2 ms apart would be about 200")
+            let rounds = try await timedWaits(in: waits, until: .milliseconds(40), "the empty rounds to grow 40 ms apart") {
+                if case .queuedRound(let wait) = $0 { wait } else { nil }
+            }
+            #expect(rounds.suffix(5) == [4, 8, 16, 32, 40].map { .milliseconds($0) }, "rounds at rest: \(rounds)")
             // The watch posts: the phone's timer reads it.
             try await pair.watch.set(["queued"], for: TestKeys.tags)
             try watch.deliverQueued(through: watchBox)

@@ -1,7 +1,6 @@
 import Foundation
 import Synchronization
 @testable import SyncEngine
-import SyncSim
 import SyncTransport
 import Testing
 
@@ -35,34 +34,50 @@ import Testing
         #expect(fast.next(after: .tick(sent: false), quiet: true) == .milliseconds(200))
     }
 
-    /// Ticks 2 ms apart while busy, at most 40 ms apart while idle: over 400 ms
-    /// of rest the phone's session loop handles a handful of ticks, not ~200.
-    /// A write made then still goes at once.
+    /// Ticks 2 ms apart while busy, at most 40 ms apart while idle: once the
+    /// pair is idle the phone's ticks double up to 40 ms and stay there; a
+    /// write made then still goes at once, and the ticks are 2 ms apart again.
     @Test func anIdleSessionIsWokenRarely() async throws {
         let pair = try Pair()
         try pair.phone.setNow(1, for: TestKeys.daily["a"])
         let secret = PairingSecret.generate()
         let configuration = ReplicationConfiguration(pairingEpoch: secret.epoch)
-        let clock = IdleBenchmark.CountingClock()
-        let phone = SyncPeer(store: pair.phone, configuration: configuration, clock: clock,
-                             tickInterval: .milliseconds(2), quietTickInterval: .milliseconds(40))
+        let phone = SyncPeer(store: pair.phone, configuration: configuration, tickInterval: .milliseconds(2), quietTickInterval: .milliseconds(40))
         let watch = SyncPeer(store: pair.watch, configuration: configuration, tickInterval: .milliseconds(2), quietTickInterval: .milliseconds(40))
         let (a, b) = InMemoryConnection.makePair()
+        let waits = pair.phone.timedWaits.subscribe()
         let tasks = [Task { await phone.run(over: a) }, Task { await watch.run(over: b) }]
         let outcome = await Result {
             try await eventually(pair.watch, "the phone's write") { try pair.watch.storedValue(for: TestKeys.daily["a"]) == 1 }
-            try await phone.waitUntilIdle(timeout: waitLimit)
-            try await watch.waitUntilIdle(timeout: waitLimit)
-            let before = clock.count
-            try await Task.sleep(for: .milliseconds(400))  // the span observed, not a wait for an event
-            let handled = clock.count - before
-            // 2 + 4 + 8 + 16 + 32 ms, then 40 ms apart: about 13 ticks (each 2 ms apart: about 200).
-            #expect(handled < 30, "the idle phone's session loop handled \(handled) inputs in 400 ms")
+            let ticks = try await timedWaits(in: waits, until: .milliseconds(40), "the idle phone's ticks to reach 40 ms") {
+                if case .tick(let wait) = $0 { wait } else { nil }
+            }
+            #expect(ticks.suffix(5) == [4, 8, 16, 32, 40].map { .milliseconds($0) }, "ticks after the pair went idle: \(ticks)")
+            #expect(try await timedWaits(in: waits, until: .milliseconds(40), "the next idle tick") {
+                if case .tick(let wait) = $0 { wait } else { nil }
+            } == [.milliseconds(40)])
             try pair.phone.setNow(2, for: TestKeys.daily["a"])
+            _ = try await timedWaits(in: waits, until: .milliseconds(2), "the ticks after a write to be 2 ms apart again") {
+                if case .tick(let wait) = $0 { wait } else { nil }
+            }
             try await eventually(pair.watch, "the write made at rest") { try pair.watch.storedValue(for: TestKeys.daily["a"]) == 2 }
         }
         await a.close()
         try await withDeadline("both peers to stop after the connection closed") { for task in tasks { _ = await task.value } }
         try outcome.get()
     }
+}
+
+/// The waits of one kind `stream` gives (`kind` picks them out), up to and
+/// including the first that is `last`: the timers' schedule, followed event by event.
+func timedWaits(in stream: AsyncStream<TimedWait>, until last: Duration, _ what: String,
+                sourceLocation: SourceLocation = #_sourceLocation,
+                _ kind: @escaping @Sendable (TimedWait) -> Duration?) async throws -> [Duration] {
+    let seen = Mutex<[Duration]>([])
+    _ = try await first(of: stream, what, sourceLocation: sourceLocation) { wait in
+        guard let duration = kind(wait) else { return false }
+        seen.withLock { $0.append(duration) }
+        return duration == last
+    }
+    return seen.withLock { $0 }
 }

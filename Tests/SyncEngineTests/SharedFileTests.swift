@@ -53,19 +53,26 @@ import Testing
 
     /// The timer notices other writers without any call; its looks that find
     /// no other writer's commits grow apart (5 ms doubling up to a second
-    /// here): a handful in 300 ms, not about 60, and a commit of another
-    /// connection after them is still seen (within a second).
+    /// here), a commit of another connection after them is still seen, and
+    /// the look after that one is 5 ms away again.
     @Test func theTimerNoticesOtherWritersAndItsEmptyLooksGrowApart() async throws {
         let folder = TempFolder()
         let app = try SyncStore(path: folder.file("shared.sqlite"), role: .phone, registry: TestKeys.registry(), options: options(.milliseconds(5), folder))
-        try await Task.sleep(for: .milliseconds(300))  // the span observed, not a wait for an event
-        let quietLooks = app.shared.withLock { $0.timerChecks }
-        #expect(quietLooks <= 10, "\(quietLooks) looks in 300 ms; each 5 ms apart would be about 60")
+        let waits = app.timedWaits.subscribe()
+        let looks = try await timedWaits(in: waits, until: .seconds(1), "the empty looks to grow a second apart") {
+            if case .externalLook(let wait) = $0 { wait } else { nil }
+        }
+        // (The first looks may come before the subscription: what it saw is the end of the schedule.)
+        let schedule: [Duration] = [10, 20, 40, 80, 160, 320, 640, 1_000].map { .milliseconds($0) }
+        #expect(looks.count >= 4 && Array(schedule.suffix(looks.count)) == looks, "looks: \(looks)")
         let widget = try SyncStore(path: folder.file("shared.sqlite"), role: .phone, registry: TestKeys.registry(), options: options(nil, folder))
         let steps = StoredValue(TestKeys.steps, store: app)
         #expect(steps.value == 0)
         try await widget.set(21, for: TestKeys.steps)
         try await eventually(app, "the timer to notice the other writer") { steps.value == 21 }
+        _ = try await timedWaits(in: waits, until: .milliseconds(5), "the look after a found commit to be 5 ms away") {
+            if case .externalLook(let wait) = $0 { wait } else { nil }
+        }
     }
 
     /// The timer's look never waits for the writer (a thread of the
@@ -104,8 +111,8 @@ import Testing
     }
 
     /// While another process holds the replication lock, a dialing peer looks
-    /// for it after 250 ms, then less and less often (up to every 2 s): about 4
-    /// looks in 3 s, not 12; and it takes over once the lock is released.
+    /// for it after 250 ms, then less and less often (up to every 2 s), and
+    /// takes over once the lock is released.
     @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/flock"), "holds the lock with flock(1) (util-linux)"))
     func aPeerWaitingForTheReplicationLockLooksLessAndLessOften() async throws {
         let pair = try Pair()
@@ -134,11 +141,13 @@ import Testing
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
         let server = Task { await watch.serve(listener) }
         let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
+        let waits = pair.phone.timedWaits.subscribe()
         let dialing = Task { await phone.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: tcp) }
         let outcome = await Result {
-            try await Task.sleep(for: .seconds(3))  // the span observed, not a wait for an event
-            let looks = ReplicationLock.refusals(storePath: path)
-            #expect(looks >= 2 && looks <= 6, "\(looks) looks for the lock in 3 s; every 250 ms would be about 12")
+            let looks = try await timedWaits(in: waits, until: .seconds(2), "the looks for the lock to grow 2 s apart") {
+                if case .replicationLock(let wait) = $0 { wait } else { nil }
+            }
+            #expect(looks == [250, 500, 1_000, 2_000].map { .milliseconds($0) })
             #expect(!phone.isConnected)
             kill(holder.processIdentifier, SIGKILL)
             try await reachability(of: [phone], becomes: true, "the phone to take over once the lock is free")

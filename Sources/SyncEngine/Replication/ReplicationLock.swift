@@ -13,13 +13,6 @@ enum ReplicationLock {
     }
 
     private static let held = Mutex<[String: Held]>([:])
-    /// Refused attempts per lock file (tests count them).
-    private static let refused = Mutex<[String: Int]>([:])
-
-    /// How many times the lock of the store at `storePath` was refused (held by another process).
-    static func refusals(storePath: String) -> Int {
-        refused.withLock { $0[lockPath(for: storePath)] ?? 0 }
-    }
 
     static func lockPath(for storePath: String) -> String {
         URL(fileURLWithPath: storePath).standardizedFileURL.path + ".sync-lock"
@@ -38,7 +31,6 @@ enum ReplicationLock {
             guard fd >= 0 else { return false }
             guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
                 close(fd)
-                refused.withLock { $0[path, default: 0] += 1 }
                 return false
             }
             held[path] = Held(descriptor: fd, sessions: 1)

@@ -31,7 +31,6 @@ extension SyncPeer {
     /// process replicates the store.
     @discardableResult
     public func deliverQueued(through mailbox: Mailbox) throws -> QueuedDeliveryReport {
-        queuedRounds.add(1, ordering: .relaxed)
         guard ReplicationLock.acquire(storePath: store.path) else { throw SyncPeer.lockedError(store.path) }
         defer { ReplicationLock.release(storePath: store.path) }
         var configuration = self.configuration
@@ -77,6 +76,7 @@ extension SyncPeer {
             var schedule = TickSchedule(base: pollInterval, quiet: quietPollInterval)
             var timer: Task<Void, Never>?
             func poll(after wait: Duration) {
+                store.timedWaits.publish(.queuedRound(wait))
                 timer?.cancel()
                 timer = Task {
                     try? await Task.sleep(for: wait)

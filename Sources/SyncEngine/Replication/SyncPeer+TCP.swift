@@ -90,6 +90,7 @@ private final class ReplicationLockHold: Sendable {
         while !ReplicationLock.acquire(storePath: store.path) {
             if !reported { store.emit(.error(SyncPeer.lockedError(store.path))) }
             reported = true
+            store.timedWaits.publish(.replicationLock(looks.interval))
             try await Task.sleep(for: looks.interval)
             _ = looks.next(after: .tick(sent: false), quiet: true)
         }

@@ -28,8 +28,6 @@ public final class SyncPeer: Sendable {
     let reachabilityHub = Broadcaster<Bool>()
     /// Queued delivery's state per mailbox (`SyncPeer+Mailbox`).
     let queuedDrivers = Mutex<[ObjectIdentifier: MailboxReplicator]>([:])
-    /// Rounds of queued delivery so far (tests count them).
-    let queuedRounds = Atomic<Int>(0)
 
     private struct Session {
         var connected = false
@@ -290,10 +288,12 @@ public final class SyncPeer: Sendable {
                 case .describeIdle: .diagnostics
                 default: .other
                 }
-                let deadline = ContinuousClock.now + ticks.next(after: handled, quiet: idle && !endpoint.waitsOnTimers)
+                let wait = ticks.next(after: handled, quiet: idle && !endpoint.waitsOnTimers)
+                let deadline = ContinuousClock.now + wait
                 if tickTimer.map({ $0.deadline > deadline }) ?? true {
                     tickTimer?.task.cancel()
                     tickTimer = SyncPeer.timer(at: deadline, tick)
+                    store.timedWaits.publish(.tick(wait))
                 }
             }
             return "closed"

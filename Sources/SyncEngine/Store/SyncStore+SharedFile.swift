@@ -21,8 +21,6 @@ struct SharedFileState {
     /// Changes made by other connections, published once the lock is released.
     var unpublished: [StoreChange] = []
     var logInserts = 0
-    /// Looks the poll timer took (tests count them).
-    var timerChecks = 0
 }
 
 extension SyncStore: TransactionObserver {
@@ -137,9 +135,9 @@ extension SyncStore: TransactionObserver {
                 while true {
                     try? await Task.sleep(for: wait)
                     guard let store = self, !store.isClosed else { return }
-                    store.shared.withLock { $0.timerChecks += 1 }
                     let found = (try? store.lookForExternalChangesUnlessBusy()) ?? false
                     wait = looks.next(after: .tick(sent: found), quiet: true)
+                    store.timedWaits.publish(.externalLook(wait))
                 }
             }
         }

@@ -38,6 +38,8 @@ public final class SyncStore: KeyValueBackend {
     /// Commits that may have something to send, by the peer they came from
     /// (`thisDevice` for this device's own writes): sessions with other peers wake.
     let localWrites = Broadcaster<UInt32>()
+    /// Each wait the engine's timers schedule for this store (tests follow them).
+    let timedWaits = Broadcaster<TimedWait>()
     /// The origin of a local commit in `localWrites` (no peer has node 0).
     static let thisDevice: UInt32 = 0
     let counters = Mutex(SyncCounters())
@@ -155,6 +157,7 @@ public final class SyncStore: KeyValueBackend {
         eventHub.finishAll()
         peerEventHub.finishAll()
         localWrites.finishAll()
+        timedWaits.finishAll()
     }
 
     var isClosed: Bool { closed.load(ordering: .relaxed) }

@@ -20,13 +20,11 @@ public struct IdleBenchmark: Sendable {
     }
 
     /// The wall clock, counting its reads: a session loop reads it once for each input it handles.
-    package final class CountingClock: PhysicalClock {
+    final class CountingClock: PhysicalClock {
         private let reads = Atomic<Int>(0)
-        package var count: Int { reads.load(ordering: .relaxed) }
+        var count: Int { reads.load(ordering: .relaxed) }
 
-        package init() {}
-
-        package func nowMilliseconds() -> Int64 {
+        func nowMilliseconds() -> Int64 {
             reads.add(1, ordering: .relaxed)
             return SystemClock().nowMilliseconds()
         }
