@@ -23,3 +23,4 @@ try await store.set(try await store.get(AppKeys.workouts) + ["swim"], for: AppKe
 try await peer.waitUntilIdle(timeout: .seconds(30))
 print("watch sees workouts \(try await store.get(AppKeys.workouts))")
 client.cancel()
+await client.value  // the session ends (and records what it received) before the program does

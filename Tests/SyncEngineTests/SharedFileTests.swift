@@ -98,7 +98,7 @@ import Testing
             try await withDeadline("the timer's look to return while a transaction is open", within: .seconds(10)) {
                 await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
                     Thread.detachNewThread {
-                        try? app.lookForExternalChangesUnlessBusy()
+                        _ = try? app.lookForExternalChangesUnlessBusy()
                         done.resume()
                     }
                 }

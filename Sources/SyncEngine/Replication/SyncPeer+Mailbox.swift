@@ -52,14 +52,15 @@ extension SyncPeer {
         return report
     }
 
-    /// Runs queued delivery through `mailbox` until the task is cancelled: a
-    /// round (`deliverQueued(through:)`) at once, after every local write or
-    /// `sync()`, when the live session ends (what it had not sent is queued),
-    /// and on a timer, to read what the peer posted: every `pollInterval`
-    /// after a round that moved something; each round that moved nothing (or
-    /// found another process replicating the store) doubles the wait, up to
-    /// `quietPollInterval` (a device at rest is not woken several times a second). Once cancelled, a last round posts what
-    /// was committed until then.
+    /// Runs queued delivery through `mailbox` until the task is cancelled or
+    /// the store closes: a round (`deliverQueued(through:)`) at once, after
+    /// every local write or `sync()`, when the live session ends (what it had
+    /// not sent is queued), and on a timer, to read what the peer posted: every
+    /// `pollInterval` after a round that moved something; each round that moved
+    /// nothing (or found another process replicating the store) doubles the
+    /// wait, up to `quietPollInterval` (a device at rest is not woken several
+    /// times a second). Once cancelled, a last round posts what was committed
+    /// until then.
     public func runQueued(through mailbox: Mailbox, pollInterval: Duration = .milliseconds(250),
                           quietPollInterval: Duration = .seconds(2)) async {
         let writes = store.localWrites.subscribe(bufferingNewest: 1)
@@ -69,6 +70,7 @@ extension SyncPeer {
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 for await _ in writes { wake.yield(false) }
+                wake.finish()  // the store closed (or the rounds ended)
             }
             group.addTask {
                 for await _ in reachability { wake.yield(false) }

@@ -4,8 +4,9 @@ import SyncTransport
 extension SyncPeer {
     /// The phone's side as a swift-service-lifecycle `Service`: `run()` runs
     /// the listener and one session per connection it accepts, each a child
-    /// task; graceful shutdown or cancellation stops accepting, ends every
-    /// session (each peer sees its connection close) and returns.
+    /// task; graceful shutdown, cancellation or closing the store stops
+    /// accepting, ends every session (each peer sees its connection close) and
+    /// returns.
     ///
     /// ```swift
     /// let listener = try await TCPListener(host: "0.0.0.0", port: 7000, configuration: TCPConfiguration(secrets: watchSecrets))
@@ -15,8 +16,8 @@ extension SyncPeer {
     public func serving(_ listener: TCPListener) -> ServingService { ServingService(peer: self, listener: listener) }
 
     /// The watch's side as a `Service`: `run()` keeps a session with the peer
-    /// at `host:port` up (`maintainConnection`) until graceful shutdown or
-    /// cancellation, which closes the session and returns.
+    /// at `host:port` up (`maintainConnection`) until graceful shutdown,
+    /// cancellation or closing the store, which ends the session and returns.
     public func dialing(host: String, port: Int, configuration: TCPConfiguration,
                         policy: ReconnectPolicy = ReconnectPolicy()) -> DialingService {
         DialingService(peer: self, host: host, port: port, configuration: configuration, policy: policy)

@@ -13,8 +13,11 @@ import SyncTransport
 extension SyncPeer {
     /// Runs one session per authenticated connection the listener accepts, at
     /// once (a phone serves each of its watches), until the listener closes or
-    /// the task is cancelled; then waits for the sessions to end.
+    /// the task is cancelled; then waits for the sessions to end. Closing the
+    /// store closes the listener and ends every session.
     public func serve(_ listener: TCPListener) async {
+        let storeClosing = store.whenClosed { Task { await listener.close() } }
+        defer { storeClosing.cancel() }
         await withTaskGroup(of: Void.self) { group in
             for await connection in listener.connections {
                 if Task.isCancelled {
@@ -28,7 +31,8 @@ extension SyncPeer {
 
     /// Keeps a session with the peer at `host:port` up: dials, runs the
     /// session, and redials with exponential backoff and jitter whenever the
-    /// connection fails or ends, until the task is cancelled. The backoff
+    /// connection fails or ends, until the task is cancelled or the store
+    /// closes. The backoff
     /// starts over only after a session that lasted 5 s: a peer that accepts
     /// and drops the connection, or refuses the session at once (another
     /// pairing, the wrong role), is redialed with growing delays.
@@ -62,6 +66,8 @@ extension SyncPeer {
                 throw error
             }
         }
+        let storeClosing = store.whenClosed { Task { await dialer.close() } }
+        defer { storeClosing.cancel() }
         for await connection in dialer {
             await run(over: connection)
             lock.release()
@@ -88,6 +94,7 @@ private final class ReplicationLockHold: Sendable {
         var reported = false
         var looks = TickSchedule(base: .milliseconds(250), quiet: .seconds(2))
         while !ReplicationLock.acquire(storePath: store.path) {
+            try store.checkOpen()
             if !reported { store.emit(.error(SyncPeer.lockedError(store.path))) }
             reported = true
             store.timedWaits.publish(.replicationLock(looks.interval))

@@ -125,10 +125,15 @@ public final class SyncPeer: Sendable {
         return inputs.count
     }
 
-    /// Runs one session over `connection` until it closes or fails. Returns the
-    /// reason it ended; never throws for network trouble (reconnecting is the caller's loop).
+    /// Runs one session over `connection` until it closes or fails, or the
+    /// store closes. Returns the reason it ended; never throws for network
+    /// trouble (reconnecting is the caller's loop).
     @discardableResult
     public func run(over connection: any FrameConnection) async -> String {
+        if store.isClosed {
+            await connection.close()
+            return SyncPeer.closedStoreReason(store.path)
+        }
         guard ReplicationLock.acquire(storePath: store.path) else {
             await connection.close()
             let error = SyncPeer.lockedError(store.path)
@@ -151,6 +156,9 @@ public final class SyncPeer: Sendable {
             if localChangeSignalled.raise() { continuation.yield(.localChange) }
         }
         defer { localWrites.cancel() }
+        // Closing the store ends the session (the peer sees the connection close).
+        let storeClosing = store.whenClosed { continuation.yield(.closed(SyncPeer.closedStoreReason(self.store.path))) }
+        defer { storeClosing.cancel() }
         // Acknowledgements go out once their commits are on stable storage. The fsync runs
         // beside the session loop (group commit), which goes on applying what arrives meanwhile.
         let (ackSignals, ackSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
@@ -336,6 +344,9 @@ public final class SyncPeer: Sendable {
         }
         return nil
     }
+
+    /// Why a session ends, or does not start, when its store is closed.
+    static func closedStoreReason(_ path: String) -> String { "the store at \(path) was closed" }
 
     static func lockedError(_ path: String) -> SyncError {
         SyncError(.replicationLocked, "another process replicates the store at \(path) (it holds \(ReplicationLock.lockPath(for: path))); this one stays local and retries when it is released")

@@ -32,7 +32,8 @@ public enum ChangeFilter: Sendable {
 }
 
 /// Fan-out of values to any number of subscribers: `AsyncStream`s, or
-/// handlers called synchronously by `publish`.
+/// handlers called synchronously by `publish`. `finishAll` ends every
+/// subscriber, and any that comes later at once (a closed store's streams end).
 final class Broadcaster<Element: Sendable>: Sendable {
     private struct Subscriber {
         let accepts: @Sendable (Element) -> Bool
@@ -40,41 +41,61 @@ final class Broadcaster<Element: Sendable>: Sendable {
         let finish: @Sendable () -> Void
     }
 
-    private let subscribers = Mutex<[Int: Subscriber]>([:])
+    private struct State {
+        var subscribers: [Int: Subscriber] = [:]
+        var finished = false
+    }
+
+    private let state = Mutex(State())
     private let nextID = Atomic<Int>(0)
 
     func subscribe(bufferingNewest limit: Int = 10_000, where accepts: @escaping @Sendable (Element) -> Bool = { _ in true }) -> AsyncStream<Element> {
         let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: .bufferingNewest(limit))
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
-        subscribers.withLock {
-            $0[id] = Subscriber(accepts: accepts, deliver: { continuation.yield($0) }, finish: { continuation.finish() })
+        let added = state.withLock { state -> Bool in
+            guard !state.finished else { return false }
+            state.subscribers[id] = Subscriber(accepts: accepts, deliver: { continuation.yield($0) }, finish: { continuation.finish() })
+            return true
+        }
+        guard added else {
+            continuation.finish()
+            return stream
         }
         continuation.onTermination = { [weak self] _ in
-            _ = self?.subscribers.withLock { $0.removeValue(forKey: id) }
+            _ = self?.state.withLock { $0.subscribers.removeValue(forKey: id) }
         }
         return stream
     }
 
     /// Calls `handler` on the publishing thread for each accepted element,
-    /// until the returned observation is cancelled or released.
-    func observe(where accepts: @escaping @Sendable (Element) -> Bool, _ handler: @escaping @Sendable (Element) -> Void) -> ChangeObservation {
+    /// until the returned observation is cancelled or released; `finished`
+    /// once `finishAll` ends it (at once if it already has).
+    func observe(where accepts: @escaping @Sendable (Element) -> Bool, finished: @escaping @Sendable () -> Void = {},
+                 _ handler: @escaping @Sendable (Element) -> Void) -> ChangeObservation {
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
-        subscribers.withLock { $0[id] = Subscriber(accepts: accepts, deliver: handler, finish: {}) }
-        return ChangeObservation { [weak self] in _ = self?.subscribers.withLock { $0.removeValue(forKey: id) } }
+        let added = state.withLock { state -> Bool in
+            guard !state.finished else { return false }
+            state.subscribers[id] = Subscriber(accepts: accepts, deliver: handler, finish: finished)
+            return true
+        }
+        if !added { finished() }
+        return ChangeObservation { [weak self] in _ = self?.state.withLock { $0.subscribers.removeValue(forKey: id) } }
     }
 
-    var hasSubscribers: Bool { subscribers.withLock { !$0.isEmpty } }
+    var hasSubscribers: Bool { state.withLock { !$0.subscribers.isEmpty } }
 
     func publish(_ element: Element) {
-        let targets = subscribers.withLock { $0.values.filter { $0.accepts(element) }.map(\.deliver) }
+        let targets = state.withLock { $0.subscribers.values.filter { $0.accepts(element) }.map(\.deliver) }
         for deliver in targets { deliver(element) }
     }
 
     func finishAll() {
-        let all = subscribers.withLock { s -> [Subscriber] in
-            let values = Array(s.values)
-            s.removeAll()
-            return values
+        let all = state.withLock { state -> [Subscriber] in
+            defer {
+                state.subscribers.removeAll()
+                state.finished = true
+            }
+            return Array(state.subscribers.values)
         }
         for subscriber in all { subscriber.finish() }
     }

@@ -40,6 +40,8 @@ public final class SyncStore: KeyValueBackend {
     let localWrites = Broadcaster<UInt32>()
     /// Each wait the engine's timers schedule for this store (tests follow them).
     let timedWaits = Broadcaster<TimedWait>()
+    /// Publishes nothing: it ends when the store closes (`whenClosed`).
+    private let closing = Broadcaster<Void>()
     /// The origin of a local commit in `localWrites` (no peer has node 0).
     static let thisDevice: UInt32 = 0
     let counters = Mutex(SyncCounters())
@@ -151,6 +153,8 @@ public final class SyncStore: KeyValueBackend {
     }
 
     /// Stops observers; the file stays as committed. Further use throws `.closed`.
+    /// End the store's sessions first (cancel the tasks running its `SyncPeer` and
+    /// await them): a session records how far it received its peer's changes as it ends.
     public func close() {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
         changeHub.finishAll()
@@ -158,9 +162,16 @@ public final class SyncStore: KeyValueBackend {
         peerEventHub.finishAll()
         localWrites.finishAll()
         timedWaits.finishAll()
+        closing.finishAll()
     }
 
     var isClosed: Bool { closed.load(ordering: .relaxed) }
+
+    /// Calls `handler` once when the store closes (at once if it is closed),
+    /// unless the observation is cancelled or released first.
+    func whenClosed(_ handler: @escaping @Sendable () -> Void) -> ChangeObservation {
+        closing.observe(where: { _ in false }, finished: handler) { _ in }
+    }
 
     /// When the last two local commits were made.
     var localCommitInstants: (previous: ContinuousClock.Instant?, latest: ContinuousClock.Instant?) { commitInstants.withLock { $0 } }

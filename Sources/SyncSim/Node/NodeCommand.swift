@@ -121,9 +121,12 @@ public struct NodeCommand: AsyncParsableCommand {
             await console.run()
             queuedDelivery?.cancel()
             await queuedDelivery?.value
-            store.close()
+            // The sessions end before the store closes: what a session records as it ends
+            // (how far the peer's changes were received) must reach the file.
             group.cancelAll()
+            try await group.waitForAll()
         }
+        store.close()
     }
 
     /// Loads every secret file; the same pairing in two files is refused (a

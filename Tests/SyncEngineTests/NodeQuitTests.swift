@@ -1,0 +1,51 @@
+import Foundation
+@_spi(Benchmarks) @testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// `quit` ends a `syncsim node`'s sessions before it closes its store, so
+/// what a session writes as it ends reaches the file.
+@Suite struct NodeQuitTests {
+    /// A batch records how far the peer's stream was received at most once a
+    /// second; the end of the session records the rest. The node closed its
+    /// store first, so that record failed (a warning at every quit) and the
+    /// file kept the position of the first of two quick writes.
+    @Test func quittingRecordsHowFarThePeersChangesWereReceived() async throws {
+        let folder = TempFolder()
+        let keys = folder.file("keys.json")
+        try Data(NodeMultiPairingTests.keys.utf8).write(to: URL(fileURLWithPath: keys))
+        let secretFile = folder.file("pair.secret")
+        try PairingSecret.generate().write(to: secretFile)
+
+        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
+                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
+        defer { phone.stop() }
+        let listening = try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
+        let port = try #require(listening["port"] as? Int)
+        let watch = try NodeProcess(["--role", "watch", "--db", folder.file("watch.sqlite"), "--keys", keys,
+                                     "--secret-file", secretFile, "--connect", "127.0.0.1:\(port)"])
+        defer { watch.stop() }
+
+        for steps in [1, 2] {
+            phone.send("put health:steps \(steps)")
+            #expect(try await phone.reply("put health:steps \(steps)")["ok"] as? Bool == true)
+            try await watch.next("health:steps \(steps) on the watch") { $0["event"] as? String == "change" }
+        }
+        phone.send("status")
+        let nodeHex = try #require(try await phone.reply("status")["node"] as? String)
+        let phoneNode = try #require(UInt32(nodeHex, radix: 16))
+        watch.send("quit")
+        #expect(try await exitStatus(of: watch.process, "the watch node to quit") == 0)
+        phone.send("quit")
+        #expect(try await exitStatus(of: phone.process, "the phone node to quit") == 0)
+
+        let registry = try KeyRegistry.load(jsonFile: keys)
+        let phoneStore = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry)
+        defer { phoneStore.close() }
+        let watchStore = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: registry)
+        defer { watchStore.close() }
+        let position = try SQLiteReplicationPort(phoneStore).streamPosition()
+        #expect(position >= 2)
+        #expect(try watchStore.receivedThrough(from: phoneNode).through == position)
+    }
+}

@@ -1,0 +1,98 @@
+import Foundation
+@testable import SyncEngine
+import SyncTransport
+import Synchronization
+import Testing
+
+/// Closing a store ends what runs on it: its streams, its sessions, the
+/// dialing and serving loops and queued delivery. Before, a watch whose store
+/// was closed kept redialing, and each new session failed on the closed store
+/// after the phone had sent it a batch again.
+@Suite(.timeLimit(.minutes(2))) struct StoreCloseTests {
+    @Test func streamsAskedForAfterTheStoreClosedEndAtOnce() async throws {
+        let pair = try Pair()
+        pair.watch.close()
+        try await withDeadline("the streams of a closed store to end") {
+            for await _ in pair.watch.events() {}
+            for await _ in pair.watch.changes() {}
+            for await _ in pair.watch.peerEvents() {}
+        }
+    }
+
+    @Test func aSessionOnAClosedStoreEndsAtOnce() async throws {
+        let pair = try Pair()
+        let peer = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: PairingSecret.generate().epoch))
+        pair.watch.close()
+        let (a, b) = InMemoryConnection.makePair()
+        let reason = try await withDeadline("a session on a closed store to end") { await peer.run(over: a) }
+        #expect(reason.contains("was closed"), "\(reason)")
+        try await withDeadline("the other end to see the connection close") { for try await _ in b.inbound {} }
+    }
+
+    @Test func closingTheWatchsStoreEndsItsSessionAndItsDialing() async throws {
+        let pair = try Pair()
+        let secret = PairingSecret.generate()
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
+        let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
+        let tcp = TCPConfiguration(secret: secret)
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
+        let phoneEvents = pair.phone.events()
+        let server = Task { await phone.serve(listener) }
+        let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: tcp) }
+        try await pair.phone.set(5, for: TestKeys.steps)
+        try await watch.waitUntilIdle(timeout: .seconds(30))
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == 5)
+
+        pair.watch.close()
+        try await withDeadline("the watch to stop dialing once its store closed") { await client.value }
+        // The phone sees the connection close, not an error from a session on the closed store.
+        try await withDeadline("the phone to see the watch go") {
+            var seen: [SyncEvent] = []
+            for await event in phoneEvents {
+                seen.append(event)
+                if case .disconnected = event { return seen }
+            }
+            return seen
+        }.forEach { event in
+            if case .error(let error) = event { Issue.record("the phone reported \(error)") }
+        }
+        #expect(!watch.isConnected)
+        await listener.close()
+        server.cancel()
+        await server.value
+    }
+
+    @Test func closingThePhonesStoreEndsServingAndItsSessions() async throws {
+        let pair = try Pair()
+        let secret = PairingSecret.generate()
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
+        let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
+        let tcp = TCPConfiguration(secret: secret)
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
+        let server = Task { await phone.serve(listener) }
+        let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: tcp) }
+        try await pair.watch.set(5, for: TestKeys.steps)
+        try await phone.waitUntilIdle(timeout: .seconds(30))
+
+        pair.phone.close()
+        try await withDeadline("serving to end once the phone's store closed") { await server.value }
+        #expect(!phone.isConnected)
+        client.cancel()
+        await client.value
+    }
+
+    @Test func queuedDeliveryEndsWhenTheStoreCloses() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let secret = PairingSecret.generate()
+        let peer = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
+        let mailbox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
+        let rounds = pair.phone.timedWaits.subscribe()
+        let queued = Task { await peer.runQueued(through: mailbox, pollInterval: .milliseconds(5)) }
+        _ = try await first(of: rounds, "a first round of queued delivery") { _ in true }
+        pair.phone.close()
+        try await withDeadline("queued delivery to end once the store closed") { await queued.value }
+    }
+}
