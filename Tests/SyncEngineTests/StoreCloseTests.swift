@@ -96,3 +96,24 @@ import Testing
         try await withDeadline("queued delivery to end once the store closed") { await queued.value }
     }
 }
+
+/// `waitUntilIdle` on a closed store: `.closed` at once, not `.timeout` at the end of its wait.
+@Suite(.timeLimit(.minutes(2))) struct WaitOnAClosedStoreTests {
+    @Test func waitingForIdleThrowsClosedWhenTheStoreCloses() async throws {
+        let pair = try Pair()
+        let peer = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: PairingSecret.generate().epoch))
+        let waiting = Task { try await peer.waitUntilIdle(timeout: .seconds(3_600)) }
+        pair.watch.close()
+        let outcome = try await withDeadline("the wait to end once the store closed") { await waiting.result }
+        #expect(outcome.failureCode == .closed)
+        let later = try await withDeadline("a wait on the closed store to end") { await Result { try await peer.waitUntilIdle(timeout: .seconds(3_600)) } }
+        #expect(later.failureCode == .closed)
+    }
+}
+
+private extension Result where Failure == any Error {
+    var failureCode: SyncError.Code? {
+        if case .failure(let error) = self { return (error as? SyncError)?.code }
+        return nil
+    }
+}

@@ -438,10 +438,15 @@ public final class SyncPeer: Sendable {
 
     /// Waits until every session is established with nothing pending or in
     /// flight (and there is at least one); throws `.timeout` after `timeout`,
-    /// naming what each session still waits for (`idleBlockers(within:)`).
+    /// naming what each session still waits for (`idleBlockers(within:)`),
+    /// and `.closed` as soon as the store is closed.
     public func waitUntilIdle(timeout: Duration) async throws {
+        try store.checkOpen()
         let changes = idleChanges.subscribe()
         if isCurrentlyIdle { return }
+        let (storeClosed, closing) = AsyncStream.makeStream(of: Void.self)
+        let storeClosing = store.whenClosed { closing.finish() }
+        defer { storeClosing.cancel() }
         let idle = await withTaskGroup(of: Bool.self) { group in
             group.addTask {
                 for await idle in changes where idle && self.isCurrentlyIdle { return true }
@@ -451,10 +456,15 @@ public final class SyncPeer: Sendable {
                 try? await Task.sleep(for: timeout)
                 return false
             }
+            group.addTask {
+                for await _ in storeClosed {}
+                return false
+            }
             let first = await group.next() ?? false
             group.cancelAll()
             return first
         }
+        try store.checkOpen()
         if !idle && !isCurrentlyIdle {
             let blockers = await idleBlockers(within: .milliseconds(500))
             let why = blockers.isEmpty ? (isConnected ? "changes are still in flight" : "no session with the peer") : blockers.joined(separator: " | ")
