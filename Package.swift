@@ -33,6 +33,8 @@ let package = Package(
             pkgConfig: "zlib",
             providers: [.apt(["zlib1g-dev"]), .brew(["zlib"])]
         ),
+        // The C library's heap statistics (glibc's mallinfo2, Darwin's mstats), for benchmarks.
+        .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
         // A SQLite VFS that simulates power loss (unsynced writes dropped), for tests and the simulator.
         .target(name: "CCrashVFS", dependencies: ["CSQLite"]),
         .target(
@@ -64,6 +66,7 @@ let package = Package(
                 "SyncEngine",
                 "SyncTransport",
                 "CZlib",
+                "CMalloc",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -153,3 +153,15 @@ func benchFigures(_ arguments: [String]) async throws -> [BenchFigure] {
     #expect(try await exitStatus(of: process, "\(what) to exit") == 0)
     return try JSONDecoder().decode([BenchFigure].self, from: data)
 }
+
+/// `syncsim bench reconnect --quick` in a process of its own (the heap is the
+/// process's): a phone keeps next to nothing of each watch session that ended.
+/// Before `serve` discarded its ended sessions, it kept about 17 KB of each.
+@Suite struct ReconnectBenchmarkSmokeTests {
+    @Test func endedSessionsLeaveNextToNothingOnTheHeap() async throws {
+        let figures = try await benchFigures(["reconnect", "--quick", "--json"])
+        let kept = try #require(figures.first { $0.name.hasPrefix("heap kept per watch session that ended") })
+        #expect(kept.value < 4_096, "\(kept.value) bytes per session")
+        #expect(kept.baseline != nil)
+    }
+}

@@ -1,17 +1,17 @@
 import ArgumentParser
 import Foundation
 
-/// `syncsim bench [store|sync|burst|reads|memory|fuzz|transport|idle|all] [--workload random|family] [--quick] [--json] [--runs N]`: figures against the machine's own limits.
+/// `syncsim bench [store|sync|burst|reads|memory|fuzz|transport|idle|reconnect|all] [--workload random|family] [--quick] [--json] [--runs N]`: figures against the machine's own limits.
 public struct BenchCommand: AsyncParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "bench",
         abstract: "Measure the engine against the machine's own limits (raw SQLite, raw zlib, raw loopback) in the same run.")
 
     public enum Suite: String, ExpressibleByArgument, CaseIterable, Sendable {
-        case store, sync, burst, reads, memory, fuzz, transport, idle, all
+        case store, sync, burst, reads, memory, fuzz, transport, idle, reconnect, all
     }
 
-    @Argument(help: "Which figures: store, sync, burst (wire bytes of a burst of single-key commits, write→visible latency), reads (cache-miss reads during an initial sync), memory (1 GB of 100 KB values, then 1 GB of 1 MB values in chunks, over TCP), fuzz (simulator scenarios/s), transport (CPU the listener spends per rejected stranger), idle (CPU and wake-ups of a connected pair at rest) or all (every one but memory).")
+    @Argument(help: "Which figures: store, sync, burst (wire bytes of a burst of single-key commits, write→visible latency), reads (cache-miss reads during an initial sync), memory (1 GB of 100 KB values, then 1 GB of 1 MB values in chunks, over TCP), fuzz (simulator scenarios/s), transport (CPU the listener spends per rejected stranger), idle (CPU and wake-ups of a connected pair at rest), reconnect (heap a phone keeps per watch session that ended) or all (every one but memory).")
     var suite: Suite = .all
 
     @Option(help: "What the sync figures write: random (~200-byte JSON strings) or family (one family of small JSON objects of one shape with a long repeated string).")
@@ -78,6 +78,9 @@ public struct BenchCommand: AsyncParsableCommand {
         }
         if suite == .idle || suite == .all {
             figures += try await IdleBenchmark(quick: quick).run(progress: progress)
+        }
+        if suite == .reconnect || suite == .all {
+            figures += try await ReconnectBenchmark(quick: quick).run(progress: progress)
         }
         if suite == .memory {
             if let memoryValues {
