@@ -1,3 +1,4 @@
+import Foundation
 import SyncTransport
 
 /// Live when reachable, queued when not (as an app does with WatchConnectivity's
@@ -28,14 +29,16 @@ extension SyncPeer {
     /// store's pending changes for the peer, unless a live session with it is
     /// up. Failures (a full spool, refused files) are `.error` events and in
     /// the report, never thrown; throws `replication-locked` when another
-    /// process replicates the store.
+    /// process replicates the store. Mailboxes of one directory, role and
+    /// pairing are one: an app may make one for each round (the first made
+    /// does the rounds of all).
     @discardableResult
     public func deliverQueued(through mailbox: Mailbox) throws -> QueuedDeliveryReport {
         guard ReplicationLock.acquire(storePath: store.path) else { throw SyncPeer.lockedError(store.path) }
         defer { ReplicationLock.release(storePath: store.path) }
         var configuration = self.configuration
         configuration.pairingEpoch = mailbox.pairingEpoch
-        let key = ObjectIdentifier(mailbox)
+        let key = QueuedDriverKey(mailbox)
         let connected = Set(connectedPeers)
         let store = self.store
         let report = queuedDrivers.withLock { drivers in
@@ -116,5 +119,19 @@ extension SyncPeer {
                 store.emit(.error(error as? SyncError ?? SyncError(.mailboxIO, "\(error)")))
             }
         }
+    }
+}
+
+/// Which queued-delivery driver a mailbox's rounds go to: its directory, role
+/// and pairing, not the object (an app may make a `Mailbox` for each round).
+struct QueuedDriverKey: Hashable, Sendable {
+    let directory: String
+    let role: MailboxRole
+    let pairingEpoch: String
+
+    init(_ mailbox: Mailbox) {
+        directory = URL(fileURLWithPath: mailbox.directory).standardizedFileURL.path
+        role = mailbox.role
+        pairingEpoch = mailbox.pairingEpoch
     }
 }

@@ -27,7 +27,7 @@ public final class SyncPeer: Sendable {
     /// Publishes `isReachable` each time it changes (`reachabilityChanges()`).
     let reachabilityHub = Broadcaster<Bool>()
     /// Queued delivery's state per mailbox (`SyncPeer+Mailbox`).
-    let queuedDrivers = Mutex<[ObjectIdentifier: MailboxReplicator]>([:])
+    let queuedDrivers = Mutex<[QueuedDriverKey: MailboxReplicator]>([:])
 
     private struct Session {
         var connected = false
