@@ -29,23 +29,44 @@ import Testing
         try await withDeadline("the other end to see the connection close") { for try await _ in b.inbound {} }
     }
 
+    /// A phone serving and a watch dialing it over TCP, each in a task of its own.
+    struct ServingAndDialing {
+        let phone: SyncPeer
+        let watch: SyncPeer
+        let listener: TCPListener
+        let server: Task<Void, Never>
+        let client: Task<Void, Never>
+
+        init(_ pair: Pair) async throws {
+            let secret = PairingSecret.generate()
+            let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+            let (phone, watch) = (SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50)),
+                                  SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50)))
+            let tcp = TCPConfiguration(secret: secret)
+            let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
+            (self.phone, self.watch, self.listener) = (phone, watch, listener)
+            server = Task { await phone.serve(listener) }
+            client = Task { await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: tcp) }
+        }
+
+        func stop() async {
+            client.cancel()
+            await listener.close()
+            server.cancel()
+            _ = await (server.value, client.value)
+        }
+    }
+
     @Test func closingTheWatchsStoreEndsItsSessionAndItsDialing() async throws {
         let pair = try Pair()
-        let secret = PairingSecret.generate()
-        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
-        let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
-        let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
-        let tcp = TCPConfiguration(secret: secret)
-        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
         let phoneEvents = pair.phone.events()
-        let server = Task { await phone.serve(listener) }
-        let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: tcp) }
+        let peers = try await ServingAndDialing(pair)
         try await pair.phone.set(5, for: TestKeys.steps)
-        try await watch.waitUntilIdle(timeout: .seconds(30))
+        try await peers.watch.waitUntilIdle(timeout: .seconds(30))
         #expect(try pair.watch.storedValue(for: TestKeys.steps) == 5)
 
         pair.watch.close()
-        try await withDeadline("the watch to stop dialing once its store closed") { await client.value }
+        try await withDeadline("the watch to stop dialing once its store closed") { await peers.client.value }
         // The phone sees the connection close, not an error from a session on the closed store.
         try await withDeadline("the phone to see the watch go") {
             var seen: [SyncEvent] = []
@@ -57,30 +78,20 @@ import Testing
         }.forEach { event in
             if case .error(let error) = event { Issue.record("the phone reported \(error)") }
         }
-        #expect(!watch.isConnected)
-        await listener.close()
-        server.cancel()
-        await server.value
+        #expect(!peers.watch.isConnected)
+        await peers.stop()
     }
 
     @Test func closingThePhonesStoreEndsServingAndItsSessions() async throws {
         let pair = try Pair()
-        let secret = PairingSecret.generate()
-        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
-        let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
-        let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
-        let tcp = TCPConfiguration(secret: secret)
-        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
-        let server = Task { await phone.serve(listener) }
-        let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: tcp) }
+        let peers = try await ServingAndDialing(pair)
         try await pair.watch.set(5, for: TestKeys.steps)
-        try await phone.waitUntilIdle(timeout: .seconds(30))
+        try await peers.phone.waitUntilIdle(timeout: .seconds(30))
 
         pair.phone.close()
-        try await withDeadline("serving to end once the phone's store closed") { await server.value }
-        #expect(!phone.isConnected)
-        client.cancel()
-        await client.value
+        try await withDeadline("serving to end once the phone's store closed") { await peers.server.value }
+        #expect(!peers.phone.isConnected)
+        await peers.stop()
     }
 
     @Test func queuedDeliveryEndsWhenTheStoreCloses() async throws {

@@ -32,17 +32,36 @@ enum BenchClock {
         return seconds(usage.ru_utime) + seconds(usage.ru_stime)
     }
 
-    /// A phone's and a watch's store in `folder` (`phone.sqlite`, `watch.sqlite`).
-    static func stores(in folder: String, registry: KeyRegistry) throws -> (phone: SyncStore, watch: SyncStore) {
-        (try SyncStore(path: folder + "/phone.sqlite", role: .phone, registry: registry),
-         try SyncStore(path: folder + "/watch.sqlite", role: .watch, registry: registry))
-    }
-
     /// A fresh temporary folder for one benchmark run.
     static func temporaryFolder() throws -> String {
         let path = NSTemporaryDirectory() + "syncsim-bench-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         return path
+    }
+}
+
+/// A phone's and a watch's store (`phone.sqlite`, `watch.sqlite`) in a fresh
+/// temporary folder; `remove()` closes them and deletes the folder.
+final class BenchStores {
+    let folder: String
+    let phone: SyncStore
+    let watch: SyncStore
+
+    init(registry: KeyRegistry) throws {
+        folder = try BenchClock.temporaryFolder()
+        do {
+            phone = try SyncStore(path: folder + "/phone.sqlite", role: .phone, registry: registry)
+            watch = try SyncStore(path: folder + "/watch.sqlite", role: .watch, registry: registry)
+        } catch {
+            try? FileManager.default.removeItem(atPath: folder)
+            throw error
+        }
+    }
+
+    func remove() {
+        phone.close()
+        watch.close()
+        try? FileManager.default.removeItem(atPath: folder)
     }
 }
 

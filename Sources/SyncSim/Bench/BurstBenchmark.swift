@@ -96,13 +96,9 @@ public struct BurstBenchmark: Sendable {
     /// write→visible of single writes between a phone and a watch joined by
     /// an `InMemoryConnection`: what the engine costs without the transport.
     func inMemoryLatency() async throws -> (p50: Double, p99: Double) {
-        let folder = try BenchClock.temporaryFolder()
-        defer { try? FileManager.default.removeItem(atPath: folder) }
-        let (phone, watch) = try BenchClock.stores(in: folder, registry: KeyRegistry([SyncBenchmark.family]))
-        defer {
-            phone.close()
-            watch.close()
-        }
+        let stores = try BenchStores(registry: KeyRegistry([SyncBenchmark.family]))
+        defer { stores.remove() }
+        let (phone, watch) = (stores.phone, stores.watch)
         let replication = ReplicationConfiguration(pairingEpoch: "bench")
         let phonePeer = SyncPeer(store: phone, configuration: replication, tickInterval: .milliseconds(50))
         let watchPeer = SyncPeer(store: watch, configuration: replication, tickInterval: .milliseconds(50))

@@ -51,13 +51,9 @@ public struct IdleBenchmark: Sendable {
     }
 
     func measure(quietTickInterval: Duration) async throws -> Measured {
-        let folder = try BenchClock.temporaryFolder()
-        defer { try? FileManager.default.removeItem(atPath: folder) }
-        let (phone, watch) = try BenchClock.stores(in: folder, registry: KeyRegistry([SyncBenchmark.family]))
-        defer {
-            phone.close()
-            watch.close()
-        }
+        let stores = try BenchStores(registry: KeyRegistry([SyncBenchmark.family]))
+        defer { stores.remove() }
+        let (phone, watch) = (stores.phone, stores.watch)
         try phone.batchNow { batch in
             for i in 0..<100 { try batch.set("{\"value\":\(i)}", for: SyncBenchmark.family["k\(i)"]) }
         }

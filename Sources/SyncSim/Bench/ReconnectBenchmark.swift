@@ -46,13 +46,9 @@ public struct ReconnectBenchmark: Sendable {
     static let settle = Duration.seconds(1.5)
 
     func heapGrowthPerRound(sessions: Bool) async throws -> Double {
-        let folder = try BenchClock.temporaryFolder()
-        defer { try? FileManager.default.removeItem(atPath: folder) }
-        let (phone, watch) = try BenchClock.stores(in: folder, registry: KeyRegistry([SyncBenchmark.family]))
-        defer {
-            phone.close()
-            watch.close()
-        }
+        let stores = try BenchStores(registry: KeyRegistry([SyncBenchmark.family]))
+        defer { stores.remove() }
+        let (phone, watch) = (stores.phone, stores.watch)
         let secret = PairingSecret.generate()
         // Short timers: a cancelled `Task.sleep` holds its memory until its deadline
         // (the heartbeat's 5 s, the dead-peer watchdog's 20 s, the handshake's 10 s by
