@@ -55,9 +55,18 @@ extension SyncPeer {
         return report
     }
 
+    /// Whether a round through `mailbox` would post nothing now: a live session
+    /// with its peer is up (with any peer, while the mailbox's is not known yet).
+    func isLive(through mailbox: Mailbox) -> Bool {
+        let connected = Set(connectedPeers)
+        guard !connected.isEmpty else { return false }
+        return queuedDrivers.withLock { $0[QueuedDriverKey(mailbox)]?.peerNode }.map(connected.contains) ?? true
+    }
+
     /// Runs queued delivery through `mailbox` until the task is cancelled or
     /// the store closes: a round (`deliverQueued(through:)`) at once, after
-    /// every local write or `sync()`, when the live session ends (what it had
+    /// every local write or `sync()` unless a live session with the mailbox's
+    /// peer is up (it sends them), when the live session ends (what it had
     /// not sent is queued), and on a timer, to read what the peer posted: every
     /// `pollInterval` after a round that moved something; each round that moved
     /// nothing (or found another process replicating the store) doubles the
@@ -68,24 +77,25 @@ extension SyncPeer {
                           quietPollInterval: Duration = .seconds(2)) async {
         let writes = store.localWrites.subscribe(bufferingNewest: 1)
         let reachability = reachabilityChanges()
-        // true: the timer; false: a local write or a change of reachability.
-        let (wakeups, wake) = AsyncStream.makeStream(of: Bool.self, bufferingPolicy: .bufferingNewest(1))
+        let (wakeups, wake) = AsyncStream.makeStream(of: QueuedWakeup.self, bufferingPolicy: .bufferingNewest(1))
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
-                for await _ in writes { wake.yield(false) }
+                for await _ in writes { wake.yield(.localWrite) }
                 wake.finish()  // the store closed (or the rounds ended)
             }
             group.addTask {
-                for await _ in reachability { wake.yield(false) }
+                for await _ in reachability { wake.yield(.reachability) }
             }
             var schedule = TickSchedule(base: pollInterval, quiet: quietPollInterval)
             var timer: Task<Void, Never>?
+            var timerDeadline = ContinuousClock.now
             func poll(after wait: Duration) {
                 store.timedWaits.publish(.queuedRound(wait))
                 timer?.cancel()
+                timerDeadline = .now + wait
                 timer = Task {
                     try? await Task.sleep(for: wait)
-                    if !Task.isCancelled { wake.yield(true) }
+                    if !Task.isCancelled { wake.yield(.timer) }
                 }
             }
             var reportedLock = false
@@ -103,8 +113,16 @@ extension SyncPeer {
             }
             _ = round()
             poll(after: pollInterval)
-            for await timed in wakeups {
+            for await wakeup in wakeups {
                 if Task.isCancelled { break }
+                var timed = wakeup == .timer
+                if wakeup == .localWrite, isLive(through: mailbox) {
+                    // The live session sends the write, and a round would post nothing: the
+                    // timer's round reads what the peer posted. (That round is due now if its
+                    // wake-up was replaced by this one.)
+                    guard ContinuousClock.now >= timerDeadline else { continue }
+                    timed = true
+                }
                 let moved = round()
                 poll(after: schedule.next(after: timed ? .tick(sent: moved) : .other, quiet: true))
             }
@@ -120,6 +138,11 @@ extension SyncPeer {
             }
         }
     }
+}
+
+/// What wakes `runQueued` for a round.
+enum QueuedWakeup: Sendable {
+    case timer, localWrite, reachability
 }
 
 /// Which queued-delivery driver a mailbox's rounds go to: its directory, role
