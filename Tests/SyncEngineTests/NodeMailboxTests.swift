@@ -49,6 +49,24 @@ import Testing
         #expect(try await exitStatus(of: node.process, what) == 0)
     }
 
+    /// `status` with the mailbox directory gone: everything else, and the
+    /// mailbox's error in its place (the whole command failed before).
+    @Test func statusReportsAMailboxItCannotReadInsteadOfFailing() async throws {
+        let setup = try Setup()
+        let phone = try setup.node("phone")
+        defer { phone.stop() }
+        phone.send("status")
+        #expect(try await phone.reply("status")["mailbox"] is [String: Any])
+        try FileManager.default.removeItem(atPath: setup.mailbox)
+        phone.send("status")
+        let status = try await phone.reply("status with the mailbox gone")
+        #expect(status["ok"] as? Bool == true)
+        #expect(status["role"] as? String == "phone")
+        let mailbox = try #require(status["mailbox"] as? [String: Any])
+        #expect((mailbox["error"] as? String)?.contains("mailbox-io") == true, "\(mailbox)")
+        try await quit(phone, "the phone node to quit")
+    }
+
     /// Two nodes whose keys files declare one key differently (one app updated
     /// first), with only the mailbox between them: after the first refusal and
     /// the exchange of declarations, the key declared alike flows both ways and

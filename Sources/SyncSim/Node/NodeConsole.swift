@@ -116,8 +116,13 @@ struct NodeConsole {
             "cache": ["hits": cache.hits, "misses": cache.misses, "skippedWrites": cache.skippedWrites],
         ]
         if let mailbox {
-            status["mailbox"] = ["outgoing": try mailbox.outgoingCount(), "incoming": try mailbox.incomingCount(),
-                                 "refused": try mailbox.refusedFiles().count]
+            // A mailbox it cannot read (its directory gone, say) is reported in its place, not as the command's failure.
+            do {
+                status["mailbox"] = ["outgoing": try mailbox.outgoingCount(), "incoming": try mailbox.incomingCount(),
+                                     "refused": try mailbox.refusedFiles().count]
+            } catch {
+                status["mailbox"] = ["error": (error as? SyncError)?.description ?? "\(error)"]
+            }
         }
         return status
     }
