@@ -7,17 +7,35 @@ import Testing
 /// SyncPeer live over TCP while connected, queued through the mailbox while
 /// not, with reachability that apps observe.
 @Suite(.timeLimit(.minutes(2))) struct LiveOrQueuedTests {
-    @Test func disconnectQueuesReconnectGoesLiveAndNothingIsLost() async throws {
-        let pair = try Pair()
+    /// A phone and a watch of one pairing (50 ms ticks), their mailboxes in one
+    /// folder, and a listener on 127.0.0.1 for the phone.
+    struct LiveOrQueued {
+        let pair: Pair
         let folder = TempFolder()
-        let secret = PairingSecret.generate()
-        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
-        let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
-        let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
-        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
-        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
-        let tcp = TCPConfiguration(secret: secret)
-        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
+        let phone: SyncPeer
+        let watch: SyncPeer
+        let phoneBox: Mailbox
+        let watchBox: Mailbox
+        let tcp: TCPConfiguration
+        let listener: TCPListener
+
+        init() async throws {
+            pair = try Pair()
+            let secret = PairingSecret.generate()
+            let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+            phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
+            watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
+            phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
+            watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+            tcp = TCPConfiguration(secret: secret)
+            listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
+        }
+    }
+
+    @Test func disconnectQueuesReconnectGoesLiveAndNothingIsLost() async throws {
+        let setup = try await LiveOrQueued()
+        let (pair, phone, watch, phoneBox, watchBox, tcp, listener) =
+            (setup.pair, setup.phone, setup.watch, setup.phoneBox, setup.watchBox, setup.tcp, setup.listener)
         let watchReachability = watch.reachabilityChanges()
         let serving = Task { await phone.serve(listener) }
         let phoneQueued = Task { await phone.runQueued(through: phoneBox, pollInterval: .milliseconds(50)) }
@@ -131,15 +149,8 @@ import Testing
     /// of 2,000 writes in `syncsim node` took a quarter more of the phone's CPU
     /// with `--mailbox` than without). The timer's rounds go on.
     @Test func localWritesWhileLiveStartNoQueuedRound() async throws {
-        let pair = try Pair()
-        let folder = TempFolder()
-        let secret = PairingSecret.generate()
-        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
-        let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
-        let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
-        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
-        let tcp = TCPConfiguration(secret: secret)
-        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
+        let setup = try await LiveOrQueued()
+        let (pair, phone, watch, phoneBox, tcp, listener) = (setup.pair, setup.phone, setup.watch, setup.phoneBox, setup.tcp, setup.listener)
         let serving = Task { await phone.serve(listener) }
         let dialing = Task { await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: tcp) }
         try await reachability(of: [phone, watch], becomes: true, "the pair to be live")
