@@ -3,14 +3,16 @@ import Foundation
 import SyncTransport
 import Testing
 
-/// `quit` ends a `syncsim node`'s sessions before it closes its store, so
-/// what a session writes as it ends reaches the file.
+/// `quit` (or SIGTERM, or SIGINT: Ctrl-C) ends a `syncsim node`'s sessions
+/// before it closes its store, so what a session writes as it ends reaches
+/// the file. A signal killed the process at once before.
 @Suite struct NodeQuitTests {
     /// A batch records how far the peer's stream was received at most once a
     /// second; the end of the session records the rest. The node closed its
     /// store first, so that record failed (a warning at every quit) and the
     /// file kept the position of the first of two quick writes.
-    @Test func quittingRecordsHowFarThePeersChangesWereReceived() async throws {
+    @Test(arguments: ["quit", "SIGTERM", "SIGINT"])
+    func quittingRecordsHowFarThePeersChangesWereReceived(how: String) async throws {
         let folder = TempFolder()
         let keys = folder.file("keys.json")
         try Data(NodeMultiPairingTests.keys.utf8).write(to: URL(fileURLWithPath: keys))
@@ -34,8 +36,12 @@ import Testing
         phone.send("status")
         let nodeHex = try #require(try await phone.reply("status")["node"] as? String)
         let phoneNode = try #require(UInt32(nodeHex, radix: 16))
-        watch.send("quit")
-        #expect(try await exitStatus(of: watch.process, "the watch node to quit") == 0)
+        switch how {
+        case "SIGTERM": kill(watch.process.processIdentifier, SIGTERM)
+        case "SIGINT": kill(watch.process.processIdentifier, SIGINT)
+        default: watch.send("quit")
+        }
+        #expect(try await exitStatus(of: watch.process, "the watch node to stop (\(how))") == 0)
         phone.send("quit")
         #expect(try await exitStatus(of: phone.process, "the phone node to quit") == 0)
 

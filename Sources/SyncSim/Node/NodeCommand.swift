@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import SyncEngine
 import SyncTransport
+import UnixSignals
 
 /// `syncsim node`: one peer in its own process. Prints one JSON line per
 /// event on stdout and answers each stdin command with one JSON line.
@@ -94,6 +95,7 @@ public struct NodeCommand: AsyncParsableCommand {
             throw ExitCode(2)
         }
 
+        let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
         // Subscribed before anything can emit: a child task starts when it is scheduled, and the
         // sessions' first events (a replication-locked error, say) would otherwise be lost under load.
         let events = store.peerEvents()
@@ -118,7 +120,13 @@ public struct NodeCommand: AsyncParsableCommand {
             // Outside the group: on quit it ends first, its last round posting what was written until then.
             let queuedDelivery = queued.map { mailbox in Task { await peer.runQueued(through: mailbox, pollInterval: .milliseconds(100)) } }
             let console = NodeConsole(store: store, peer: peer, output: output, mailbox: queued, live: listen != nil || connect != nil)
-            await console.run()
+            // SIGTERM and SIGINT (Ctrl-C) end the node as `quit` does.
+            await withTaskGroup(of: Void.self) { input in
+                input.addTask { await console.run() }
+                input.addTask { for await _ in signals { return } }
+                await input.next()
+                input.cancelAll()
+            }
             queuedDelivery?.cancel()
             await queuedDelivery?.value
             // The sessions end before the store closes: what a session records as it ends
