@@ -112,12 +112,7 @@ import Testing
     @Test func queuedRoundsAtRestGrowApart() async throws {
         let pair = try Pair()
         let folder = TempFolder()
-        let secret = PairingSecret.generate()
-        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
-        let phone = SyncPeer(store: pair.phone, configuration: config)
-        let watch = SyncPeer(store: pair.watch, configuration: config)
-        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
-        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        let (phone, phoneBox, watch, watchBox) = try QueuedDeliveryTests().peers(pair, directory: folder.path)
         let waits = pair.phone.timedWaits.subscribe()
         let phoneQueued = Task { await phone.runQueued(through: phoneBox, pollInterval: .milliseconds(2), quietPollInterval: .milliseconds(40)) }
         let outcome = await Result {

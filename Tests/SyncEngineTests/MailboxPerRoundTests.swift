@@ -12,10 +12,9 @@ import Testing
     @Test func aMailboxMadeForEachRoundIsOneMailbox() async throws {
         let pair = try Pair()
         let folder = TempFolder()
-        let secret = PairingSecret.generate()
-        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
-        let phone = SyncPeer(store: pair.phone, configuration: config)
-        let watch = SyncPeer(store: pair.watch, configuration: config)
+        let queued = QueuedDeliveryTests()
+        let (phone, _, watch, _) = try queued.peers(pair, directory: folder.path)
+        let secret = queued.secret
         var posted = 0
         for round in 1...20 {
             try await pair.phone.set(round, for: TestKeys.steps)

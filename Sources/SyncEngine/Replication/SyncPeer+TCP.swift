@@ -18,16 +18,10 @@ extension SyncPeer {
     public func serve(_ listener: TCPListener) async {
         let storeClosing = store.whenClosed { Task { await listener.close() } }
         defer { storeClosing.cancel() }
-        await serve(connections: listener.connections)
-    }
-
-    /// One session per connection, each a child task, until `connections` ends
-    /// or the task is cancelled; then waits for the sessions to end. A session
-    /// that ended leaves nothing behind (a discarding group: a phone that
-    /// serves for weeks while its watches come and go does not grow).
-    func serve(connections: some AsyncSequence<any FrameConnection, Never>) async {
+        // A discarding group: a session that ended leaves nothing behind (a phone that
+        // serves for weeks while its watches come and go does not grow).
         await withDiscardingTaskGroup { group in
-            for await connection in connections {
+            for await connection in listener.connections {
                 if Task.isCancelled {
                     await connection.close()
                     break
