@@ -15,8 +15,8 @@ public struct IdleBenchmark: Sendable {
     public var settle: Duration
 
     public init(quick: Bool) {
-        window = quick ? .seconds(1) : .seconds(10)
-        settle = quick ? .zero : .seconds(7)
+        window = quick ? .seconds(2) : .seconds(10)
+        settle = quick ? .seconds(2) : .seconds(7)
     }
 
     /// The wall clock, counting its reads: a session loop reads it once for each input it handles.
