@@ -57,6 +57,56 @@ import Glibc
         secondWatch.close()
     }
 
+    /// A phone live with the watch of one pairing still posts for the watch of
+    /// another pairing that it never met, through that watch's mailbox; the
+    /// mailbox of the live watch's pairing gets nothing (the session sends).
+    /// (It posted nothing for the never-met watch while any watch was live.)
+    @Test func aPhoneLiveWithOneWatchPostsForAWatchOfAnotherPairingItNeverMet() async throws {
+        let pair = try Pair()
+        let secondWatch = try SyncStore(
+            path: pair.folder.file("watch-2.sqlite"), role: .watch, registry: TestKeys.registry(),
+            options: StoreOptions(encryption: .keyFile(path: pair.folder.file("watch-2.key"))))
+        let pairingA = PairingSecret.generate()
+        let pairingB = PairingSecret.generate()
+        let phone = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: pairingA.epoch),
+                             tickInterval: .milliseconds(50))
+        let watchA = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: pairingA.epoch),
+                              tickInterval: .milliseconds(50))
+        let watchB = SyncPeer(store: secondWatch, configuration: ReplicationConfiguration(pairingEpoch: pairingB.epoch))
+        let folderA = TempFolder()
+        let folderB = TempFolder()
+        let phoneBoxA = try Mailbox(directory: folderA.path, role: .phone, secret: pairingA)
+        let phoneBoxB = try Mailbox(directory: folderB.path, role: .phone, secret: pairingB)
+        let watchBoxB = try Mailbox(directory: folderB.path, role: .watch, secret: pairingB)
+        let listener = try await TCPListener.bind(
+            host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secrets: [pairingA, pairingB]))
+        let server = Task { await phone.serve(listener) }
+        let port = listener.port
+        let client = Task { await watchA.maintainConnection(host: "127.0.0.1", port: port, configuration: TCPConfiguration(secret: pairingA)) }
+        let outcome = await Result {
+            try await reachability(of: [phone, watchA], becomes: true, "the watch of pairing A to be live")
+            try await pair.phone.set(5, for: TestKeys.steps)
+            try await eventually(pair.watch, "steps 5 on the live watch") { try pair.watch.storedValue(for: TestKeys.steps) == 5 }
+
+            #expect(!phone.isLive(through: phoneBoxB))
+            #expect(try phone.deliverQueued(through: phoneBoxB).messagesPosted > 0)
+            #expect(try watchB.deliverQueued(through: watchBoxB).entriesApplied > 0)
+            #expect(try secondWatch.storedValue(for: TestKeys.steps) == 5)
+
+            #expect(phone.isLive(through: phoneBoxA))
+            #expect(try phone.deliverQueued(through: phoneBoxA).messagesPosted == 0)
+        }
+        client.cancel()
+        server.cancel()
+        await listener.close()
+        try await withDeadline("the watch and the phone to stop") {
+            _ = await client.value
+            _ = await server.value
+        }
+        secondWatch.close()
+        try outcome.get()
+    }
+
     /// `maintainConnection` dials through `ReconnectingDialer`: its retries
     /// are logged to the TCP configuration's logger (with the reason and the
     /// next delay), and each failed dial is still a `not-connected` event.

@@ -98,6 +98,12 @@ package final class MailboxReplicator {
     /// queued, then, when `sendsPending`, posts what is pending for it.
     /// Never throws: failures are reported as `.error` events and in the report.
     package func exchange(sendsPending: Bool) -> QueuedDeliveryReport {
+        exchange { _ in sendsPending }
+    }
+
+    /// One round that posts when `sendsPending` answers true for the peer's
+    /// node (nil: not known yet), asked after what the peer queued was read.
+    package func exchange(sendsPending: (_ peerNode: UInt32?) -> Bool) -> QueuedDeliveryReport {
         var report = QueuedDeliveryReport()
         do {
             if peerNode == nil { peerNode = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)?.node }
@@ -105,7 +111,7 @@ package final class MailboxReplicator {
             let outboxWasEmpty = try mailbox.outgoingCount() == 0
             try receive(into: &report)
             // While no live re-baseline notice takes batches back (`QueuedSpools`).
-            if sendsPending { try port.whileQueuedPosting { try post(outboxWasEmpty: outboxWasEmpty, into: &report) } }
+            if sendsPending(peerNode) { try port.whileQueuedPosting { try post(outboxWasEmpty: outboxWasEmpty, into: &report) } }
         } catch let error as SyncError {
             emit(.error(error))
         } catch let error as TransportError {

@@ -39,14 +39,12 @@ extension SyncPeer {
         var configuration = self.configuration
         configuration.pairingEpoch = mailbox.pairingEpoch
         let key = QueuedDriverKey(mailbox)
-        let connected = Set(connectedPeers)
         let store = self.store
         let report = queuedDrivers.withLock { drivers in
             let driver = drivers[key] ?? MailboxReplicator(port: SQLiteReplicationPort(store), reporter: StoreReporter(store),
                                                            configuration: configuration, mailbox: mailbox)
             drivers[key] = driver
-            let live = driver.peerNode.map(connected.contains) ?? !connected.isEmpty
-            return driver.exchange(sendsPending: !live)
+            return driver.exchange { peerNode in !isConnected(to: peerNode, ofPairing: mailbox.pairingEpoch) }
         }
         if report.messagesRead > 0 || report.messagesPosted > 0 || report.acknowledged {
             store.emit(.queuedDelivery(read: report.messagesRead, applied: report.entriesApplied, posted: report.messagesPosted,
@@ -56,11 +54,10 @@ extension SyncPeer {
     }
 
     /// Whether a round through `mailbox` would post nothing now: a live session
-    /// with its peer is up (with any peer, while the mailbox's is not known yet).
+    /// with its peer is up (with a peer of its pairing, while its peer is not known yet).
     func isLive(through mailbox: Mailbox) -> Bool {
-        let connected = Set(connectedPeers)
-        guard !connected.isEmpty else { return false }
-        return queuedDrivers.withLock { $0[QueuedDriverKey(mailbox)]?.peerNode }.map(connected.contains) ?? true
+        let peerNode = queuedDrivers.withLock { $0[QueuedDriverKey(mailbox)]?.peerNode }
+        return isConnected(to: peerNode, ofPairing: mailbox.pairingEpoch)
     }
 
     /// Runs queued delivery through `mailbox` until the task is cancelled or

@@ -34,6 +34,8 @@ public final class SyncPeer: Sendable {
         var idle = false
         var generation = -1
         var peerNode: UInt32?
+        /// The pairing the session's connection authenticated with (else the configured one).
+        var pairingEpoch: String?
     }
 
     private struct State {
@@ -84,6 +86,16 @@ public final class SyncPeer: Sendable {
     /// The peers (node ids) with an established session right now.
     public var connectedPeers: [UInt32] {
         state.withLock { $0.sessions.values.filter(\.connected).compactMap(\.peerNode).sorted() }
+    }
+
+    /// Whether a session is established with `node`, or, while the node is
+    /// not known (nil), with any peer of the pairing `epoch`.
+    func isConnected(to node: UInt32?, ofPairing epoch: String) -> Bool {
+        state.withLock { state in
+            state.sessions.values.contains { session in
+                session.connected && (node.map { session.peerNode == $0 } ?? (session.pairingEpoch == epoch))
+            }
+        }
     }
 
     /// Local writes, `sync()` calls, changes applied from the mailbox and
@@ -290,7 +302,7 @@ public final class SyncPeer: Sendable {
                 if let peer = endpoint.peerNode { localChangeSignalled.sessionPeer = peer }
                 let idle = endpoint.isIdle
                 updateState(session, Session(connected: endpoint.isEstablished, idle: idle, generation: generation,
-                                             peerNode: endpoint.peerNode))
+                                             peerNode: endpoint.peerNode, pairingEpoch: endpoint.configuration.pairingEpoch))
                 let handled: TickSchedule.Handled = switch input {
                 case .tick: .tick(sent: !frames.isEmpty)
                 case .describeIdle: .diagnostics
