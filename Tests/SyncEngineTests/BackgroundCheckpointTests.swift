@@ -29,6 +29,25 @@ import Testing
         store.waitForBackgroundCheckpoints()
         #expect(Self.size(path) >= before + 100_000, "the database file is still \(Self.size(path)) bytes (\(before) at first)")
     }
+
+    /// A WAL that grew past its steady state (one large transaction here) is
+    /// cut back to `Database.walSizeLimit` once a checkpoint copied it all and
+    /// the next commit starts it over; it kept its largest size on disk (44 MB
+    /// after 300,000 rows) while the store stayed open.
+    @Test func aWALThatGrewIsCutBackOnceCheckpointed() async throws {
+        let folder = TempFolder()
+        let path = folder.file("store.sqlite")
+        let store = try SyncStore(path: path, role: .phone, registry: try TestKeys.registry(),
+                                  options: StoreOptions(encryption: .keyFile(path: folder.file("store.key"))))
+        defer { store.close() }
+        let rows = (0..<150_000).map { BackendWrite(key: TestKeys.daily["d\($0)"].name, bytes: Array("\($0)".utf8)) }
+        try store.commit(rows)
+        #expect(Self.size(path + "-wal") > Database.walSizeLimit)
+        store.waitForBackgroundCheckpoints()
+        try store.setNow(1, for: TestKeys.steps)
+        #expect(Self.size(path + "-wal") <= Database.walSizeLimit)
+        #expect(try store.storedValue(for: TestKeys.daily["d149999"]) == 149_999)
+    }
 }
 
 /// Power cuts while the background checkpointer copies the WAL into the

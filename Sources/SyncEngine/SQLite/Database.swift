@@ -22,6 +22,13 @@ final class Database: Sendable {
     /// Read-only connections for `readCommitted`; nil reads on the writer.
     private let readers: ReaderPool?
 
+    /// The bytes the WAL file keeps once a checkpoint has copied it all and
+    /// the next commit starts it over (`PRAGMA journal_size_limit`): the steady
+    /// state's 4,000 pages (`BackgroundCheckpointer.threshold`). A larger WAL
+    /// (one large transaction, a reader holding a checkpoint back) is cut
+    /// back to this instead of keeping its largest size on disk while the store is open.
+    static let walSizeLimit = 16 * 1024 * 1024
+
     /// Opens (or creates) the file and checks, before anything is written,
     /// that it is SQLite, that it is a SyncEngine store (`Schema.applicationID`,
     /// or an empty file, or a store made before the id existed) and, when
@@ -46,6 +53,7 @@ final class Database: Sendable {
         try conn.execute("PRAGMA journal_mode=WAL")
         try conn.execute(options.durability == .full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL")
         try conn.execute("PRAGMA cache_size=-8192")
+        try conn.execute("PRAGMA journal_size_limit=\(Database.walSizeLimit)")
         try conn.execute("PRAGMA foreign_keys=ON")
         try Schema.migrate(conn)
         self.path = path
