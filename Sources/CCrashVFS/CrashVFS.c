@@ -55,6 +55,7 @@ typedef struct CrashVFS {
     int64_t arm_countdown;
     uint64_t arm_seed;
     int arm_keep;
+    int full;              /* the disk is full: a write that would grow a file fails with SQLITE_FULL */
     crashvfs_stats stats;
     struct CrashVFS *next_vfs;
     char name[];
@@ -294,6 +295,19 @@ static int c_write(sqlite3_file *p, const void *data, int amount, sqlite3_int64 
     }
     v->stats.writes += 1;
     Node *n = f->node;
+    if (v->full) {
+        sqlite3_int64 size = 0;
+        if (n) {
+            size = n->size;
+        } else if (f->real->pMethods->xFileSize(f->real, &size) != SQLITE_OK) {
+            size = 0;
+        }
+        if (offset + amount > size) {
+            v->stats.full_writes += 1;
+            pthread_mutex_unlock(&v->mutex);
+            return SQLITE_FULL;
+        }
+    }
     if (!n) {
         pthread_mutex_unlock(&v->mutex);
         return f->real->pMethods->xWrite(f->real, data, amount, offset);
@@ -682,6 +696,15 @@ int crashvfs_arm(const char *name, int64_t operations, uint64_t seed, int keep_p
     v->arm_countdown = operations > 0 ? operations : 0;
     v->arm_seed = seed;
     v->arm_keep = keep_percent;
+    pthread_mutex_unlock(&v->mutex);
+    return SQLITE_OK;
+}
+
+int crashvfs_set_full(const char *name, int full) {
+    CrashVFS *v = lookup(name);
+    if (!v) return SQLITE_NOTFOUND;
+    pthread_mutex_lock(&v->mutex);
+    v->full = full != 0;
     pthread_mutex_unlock(&v->mutex);
     return SQLITE_OK;
 }

@@ -441,27 +441,29 @@ enum MailboxFiles {
     static func writeAtomically(_ bytes: [UInt8], directory: String, name: String) throws {
         let temporary = directory + "/.tmp-\(name)-\(UInt32.random(in: 0...UInt32.max))"
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else {
-            throw TransportError(.mailboxIO, "cannot create \(temporary): \(String(cString: strerror(errno)))")
-        }
-        var failure: Int32?
-        var offset = 0
-        while failure == nil, offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
-            if written < 0 {
-                if errno != EINTR { failure = errno }
-            } else {
-                offset += written
-            }
-        }
+        guard descriptor >= 0 else { throw writeError(errno, creating: temporary) }
+        var failure = FileWrite.writeAll(bytes, to: descriptor)
         if failure == nil, fsync(descriptor) != 0 { failure = errno }
         close(descriptor)
         if failure == nil, rename(temporary, directory + "/" + name) != 0 { failure = errno }
         if let failure {
             unlink(temporary)
-            throw TransportError(.mailboxIO, "cannot write \(directory)/\(name): \(String(cString: strerror(failure)))")
+            throw writeError(failure, writing: directory + "/" + name)
         }
         try syncDirectory(directory)
+    }
+
+    /// A mailbox file that could not be written: `storage-full` when the
+    /// device is full, else `mailbox-io`.
+    static func writeError(_ code: Int32, writing file: String) -> TransportError {
+        if FileWrite.isStorageFull(code) {
+            return TransportError(.storageFull, "cannot write \(file): \(FileWrite.describe(code)); the device's storage is full — free space (nothing was posted or accepted)")
+        }
+        return TransportError(.mailboxIO, "cannot write \(file): \(FileWrite.describe(code))")
+    }
+
+    private static func writeError(_ code: Int32, creating file: String) -> TransportError {
+        FileWrite.isStorageFull(code) ? writeError(code, writing: file) : TransportError(.mailboxIO, "cannot create \(file): \(FileWrite.describe(code))")
     }
 
     static func syncDirectory(_ directory: String) throws {

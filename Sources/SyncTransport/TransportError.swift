@@ -28,12 +28,15 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
         public static let replayedMessage = Code("replayed-message")
         /// A listener holds `TCPConfiguration.maxUntakenConnections` authenticated connections nobody took.
         public static let tooManyConnections = Code("too-many-connections")
+        /// The device's storage is full (`ENOSPC`, `EDQUOT`): a mailbox file could not be written.
+        public static let storageFull = Code("storage-full")
 
         /// Every code this build defines.
         static let all: [Code] = [
             .closed, .truncatedFrame, .oversizedFrame, .badMagic, .unsupportedVersion, .checksumMismatch,
             .decompressionFailed, .authenticationFailed, .decryptionFailed, .protocolViolation, .timeout,
             .connectFailed, .badSecretFile, .mailboxFull, .mailboxIO, .replayedMessage, .tooManyConnections,
+            .storageFull,
         ]
     }
 

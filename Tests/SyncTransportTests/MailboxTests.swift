@@ -20,6 +20,30 @@ import Testing
         return (messages, refused)
     }
 
+    #if os(Linux)
+    /// A write the device has no room for (`/dev/full` answers `ENOSPC`) is
+    /// `storage-full`, so an app can tell its user to free space; other write
+    /// failures stay `mailbox-io`.
+    @Test func aWriteWithNoRoomIsStorageFull() throws {
+        let full = open("/dev/full", O_WRONLY | O_CLOEXEC)
+        try #require(full >= 0)
+        defer { close(full) }
+        let failure = try #require(FileWrite.writeAll(Array(repeating: 7, count: 10_000), to: full))
+        #expect(FileWrite.isStorageFull(failure))
+        #expect(MailboxFiles.writeError(failure, writing: "phone-to-watch/1.msg").code == .storageFull)
+        #expect(MailboxFiles.writeError(EACCES, writing: "phone-to-watch/1.msg").code == .mailboxIO)
+
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("filewrite-\(UUID())").path
+        #expect(FileManager.default.createFile(atPath: folder, contents: nil))
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let file = open(folder, O_WRONLY | O_CLOEXEC)
+        try #require(file >= 0)
+        defer { close(file) }
+        #expect(FileWrite.writeAll(Array(repeating: 7, count: 100_000), to: file) == nil)
+        #expect((try FileManager.default.attributesOfItem(atPath: folder)[.size] as? Int) == 100_000)
+    }
+    #endif
+
     @Test func deliversInOrderWhileEitherSideIsDown() throws {
         let directory = try temporaryDirectory()
         let secret = PairingSecret.generate()

@@ -45,6 +45,10 @@ int crashvfs_power_on(const char *name);
  * (that operation fails with an I/O error and has no effect). 0 disarms. */
 int crashvfs_arm(const char *name, int64_t operations, uint64_t seed, int keep_percent);
 
+/* The disk is full (nonzero) or has room again (0): while full, a write that
+ * would make a file longer fails with SQLITE_FULL; writes within a file's size pass. */
+int crashvfs_set_full(const char *name, int full);
+
 /* Writes every unsynced write to disk without syncing (the kernel keeps them:
  * the process dies, the machine does not). Returns the number written, or -1. */
 int64_t crashvfs_write_back(const char *name);
@@ -57,6 +61,7 @@ typedef struct crashvfs_stats {
     int64_t cuts;            /* power cuts so far */
     int64_t dropped_writes;  /* unsynced writes thrown away by cuts */
     int64_t kept_writes;     /* unsynced writes that survived cuts */
+    int64_t full_writes;     /* writes refused because the disk was full */
     int powered;             /* 1 while the power is on */
     int armed;               /* 1 while a cut is armed */
 } crashvfs_stats;

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Synchronization
+import SyncTransport
 
 /// The directory of a store that keeps each value in its own file
 /// (`FileValueStore`). A file is named by its key's hash and version, so a new
@@ -46,22 +47,15 @@ final class ValueFiles: Sendable {
         let target = path(key: key, version: version)
         let temporary = target + ".tmp-\(UInt32.random(in: 0...UInt32.max))"
         transaction.withLock { $0.written.append(target) }
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-        guard fd >= 0 else { throw fileError("create", temporary) }
-        var ok = bytes.withUnsafeBytes { raw -> Bool in
-            var offset = 0
-            while offset < raw.count {
-                let n = Foundation.write(fd, raw.baseAddress! + offset, raw.count - offset)
-                if n <= 0 { return false }
-                offset += n
-            }
-            return true
-        }
-        ok = ok && fsync(fd) == 0
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw Self.fileError(errno, "create", temporary) }
+        var failure = FileWrite.writeAll(bytes, to: fd)
+        if failure == nil, fsync(fd) != 0 { failure = errno }
         close(fd)
-        guard ok, rename(temporary, target) == 0 else {
+        if failure == nil, rename(temporary, target) != 0 { failure = errno }
+        if let failure {
             unlink(temporary)
-            throw fileError("write", target)
+            throw Self.fileError(failure, "write", target)
         }
         let dir = open(directory, O_RDONLY)
         if dir >= 0 {
@@ -107,7 +101,11 @@ final class ValueFiles: Sendable {
         SyncError(.corruptValueFile, "the value file of key '\(key)' holds \(found) bytes where \(expected) were written; restore the file or write the key again")
     }
 
-    private func fileError(_ action: String, _ file: String) -> SyncError {
-        SyncError(.database, "cannot \(action) the value file \(file): \(String(cString: strerror(errno))); check free space and permissions")
+    /// A value file that could not be written: `storage-full` when the device is full.
+    static func fileError(_ code: Int32, _ action: String, _ file: String) -> SyncError {
+        if FileWrite.isStorageFull(code) {
+            return SyncError(.storageFull, "the device's storage is full: cannot \(action) the value file \(file) (\(FileWrite.describe(code))); nothing of this change was stored — free space and try again")
+        }
+        return SyncError(.database, "cannot \(action) the value file \(file): \(FileWrite.describe(code)); check free space and permissions")
     }
 }

@@ -80,6 +80,12 @@ import CSQLite
         _ = crashvfs_arm(name, 0, 0, 0)
     }
 
+    /// Whether the disk is full: while it is, a write that would make a file
+    /// longer fails (`SQLITE_FULL`, as a full file system gives); writes within a file pass.
+    public func setDiskFull(_ full: Bool) {
+        _ = crashvfs_set_full(name, full ? 1 : 0)
+    }
+
     /// Writes every unsynced write to disk without syncing: the process dies,
     /// the machine does not (the kernel keeps what it was given). Returns how many.
     @discardableResult
@@ -97,6 +103,8 @@ import CSQLite
         public var cuts: Int
         public var droppedWrites: Int
         public var keptWrites: Int
+        /// Writes refused while the disk was full (`setDiskFull`).
+        public var fullWrites: Int
         public var isPowered: Bool
         public var isArmed: Bool
     }
@@ -106,6 +114,6 @@ import CSQLite
         _ = crashvfs_get_stats(name, &raw)
         return Statistics(writes: Int(raw.writes), syncs: Int(raw.syncs), operations: Int(raw.operations),
                           unsyncedBytes: Int(raw.unsynced_bytes), cuts: Int(raw.cuts), droppedWrites: Int(raw.dropped_writes),
-                          keptWrites: Int(raw.kept_writes), isPowered: raw.powered != 0, isArmed: raw.armed != 0)
+                          keptWrites: Int(raw.kept_writes), fullWrites: Int(raw.full_writes), isPowered: raw.powered != 0, isArmed: raw.armed != 0)
     }
 }

@@ -107,6 +107,9 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
             markCorrupt()
             return CorruptionFlag.error(path: path)
         }
+        if primary == SQLITE_FULL {
+            return SyncError(.storageFull, "the device's storage is full: SQLite \(context) could not write to \(path) (\(message)); nothing of this change was stored and what was stored before is intact — free space and try again")
+        }
         if primary == SQLITE_NOTADB {
             return SyncError(.notADatabase, "the file at \(path) is not a valid SyncEngine store (\(message)); it was left untouched — move it aside or open another path")
         }

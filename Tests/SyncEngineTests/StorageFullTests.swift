@@ -1,0 +1,156 @@
+import Foundation
+@_spi(Testing) @testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// A device whose storage is full (the crash VFS refuses every write that
+/// would make a file longer, as a full file system does): writes fail with
+/// `storage-full`, nothing stored before is lost, a peer sees why its batches
+/// are not taken, and all of it goes through once there is room.
+@Suite(.serialized, .timeLimit(.minutes(2))) struct StorageFullTests {
+    static let vfs = try! CrashVFS.register(name: "syncengine-tests-storage-full")
+
+    /// A store on the disk that fills up (system clock, no key file).
+    static func store(_ folder: TempFolder, _ name: String, role: DeviceRole) throws -> SyncStore {
+        var options = StoreOptions()
+        options.vfsName = vfs.name
+        return try SyncStore(path: folder.file(name), role: role, registry: KeyRegistry([TestKeys.steps, TestKeys.daily]), options: options)
+    }
+
+    static func isStorageFull(_ event: SyncEvent) -> Bool {
+        if case .error(let error) = event { return error.code == .storageFull }
+        return false
+    }
+
+    @Test func aWriteOnAFullDiskThrowsStorageFullAndKeepsWhatWasStored() async throws {
+        let folder = TempFolder()
+        let store = try Self.store(folder, "watch.sqlite", role: .watch)
+        defer {
+            store.close()
+            Self.vfs.setDiskFull(false)
+        }
+        try await store.set(1, for: TestKeys.steps)
+        Self.vfs.setDiskFull(true)
+        var codes: [SyncError.Code?] = []
+        for i in 0..<500 {
+            do {
+                try await store.set(i, for: TestKeys.daily["d\(i)"])
+                codes.append(nil)
+            } catch {
+                codes.append((error as? SyncError)?.code)
+            }
+        }
+        #expect(Set(codes) == [.storageFull])
+        #expect(Self.vfs.statistics.fullWrites >= 500)
+        await #expect(throws: SyncError.self) { try await store.set(2, for: TestKeys.steps) }
+        #expect(try store.value(for: TestKeys.steps) == 1)
+        #expect(try store.storedValue(for: TestKeys.steps) == 1)
+        #expect(try store.storedValue(for: TestKeys.daily["d0"]) == nil)
+
+        Self.vfs.setDiskFull(false)
+        try await store.set(3, for: TestKeys.steps)
+        try await store.set(7, for: TestKeys.daily["d0"])
+        #expect(try store.storedValue(for: TestKeys.steps) == 3)
+        #expect(try store.storedValue(for: TestKeys.daily["d0"]) == 7)
+    }
+
+    #if os(Linux)
+    /// A value file (`FileValueStore`) that the device has no room for is
+    /// `storage-full` too (a real `ENOSPC`, from `/dev/full`).
+    @Test func aValueFileWithNoRoomIsStorageFull() throws {
+        let full = open("/dev/full", O_WRONLY | O_CLOEXEC)
+        try #require(full >= 0)
+        defer { close(full) }
+        let failure = try #require(FileWrite.writeAll(Array(repeating: 7, count: 10_000), to: full))
+        #expect(ValueFiles.fileError(failure, "write", "values/a.value").code == .storageFull)
+        #expect(ValueFiles.fileError(EACCES, "write", "values/a.value").code == .database)
+    }
+    #endif
+
+    /// The watch's session ends with `storage-full` and the phone's reports
+    /// it as the watch's reason; nothing is acknowledged, and once the watch
+    /// has room the next session brings everything.
+    @Test func aFullWatchTakesNothingThePhoneSeesWhyAndAllArrivesOnceThereIsRoom() async throws {
+        let folder = TempFolder()
+        let phoneStore = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: KeyRegistry([TestKeys.steps, TestKeys.daily]))
+        let watchStore = try Self.store(folder, "watch.sqlite", role: .watch)
+        defer {
+            phoneStore.close()
+            watchStore.close()
+            Self.vfs.setDiskFull(false)
+        }
+        let secret = PairingSecret.generate()
+        let configuration = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let phone = SyncPeer(store: phoneStore, configuration: configuration, tickInterval: .milliseconds(50))
+        let watch = SyncPeer(store: watchStore, configuration: configuration, tickInterval: .milliseconds(50))
+        let tcp = TCPConfiguration(secret: secret)
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
+        let serving = Task { await phone.serve(listener) }
+        let dialing = Task {
+            await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: tcp,
+                                           policy: ReconnectPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(200)))
+        }
+        let outcome = await Result {
+            try await reachability(of: [phone, watch], becomes: true, "the watch to be live")
+            let phoneEvents = phoneStore.events()
+            let watchEvents = watchStore.events()
+            Self.vfs.setDiskFull(true)
+            let rows = (0..<3_000).map { BackendWrite(key: TestKeys.daily["d\($0)"].name, bytes: Array("\($0)".utf8)) }
+            try phoneStore.commit(rows)
+            try await first(of: watchEvents, "the watch's storage-full error") { Self.isStorageFull($0) }
+            try await first(of: phoneEvents, "the phone's storage-full error from the watch") { Self.isStorageFull($0) }
+            #expect(try phoneStore.pendingSummary(for: watchStore.nodeID).total == 3_000)
+            #expect(try watchStore.storedValue(for: TestKeys.daily["d0"]) == nil)
+
+            Self.vfs.setDiskFull(false)
+            try await eventually(watchStore, "every row on the watch") { try watchStore.storedValue(for: TestKeys.daily["d2999"]) == 2_999 }
+            try await phone.waitUntilIdle(timeout: waitLimit)
+            #expect(try phoneStore.pendingSummary(for: watchStore.nodeID).total == 0)
+            #expect(try watchStore.storedValue(for: TestKeys.daily["d0"]) == 0)
+        }
+        dialing.cancel()
+        serving.cancel()
+        await listener.close()
+        try await withDeadline("the peers to stop") {
+            _ = await dialing.value
+            _ = await serving.value
+        }
+        try outcome.get()
+    }
+
+    /// A queued message that a full watch cannot apply stays in its inbox
+    /// (neither accepted nor refused) and is applied by the first round with room.
+    @Test func aFullWatchKeepsAQueuedMessageUntilThereIsRoom() async throws {
+        let folder = TempFolder()
+        let phoneStore = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: KeyRegistry([TestKeys.steps, TestKeys.daily]))
+        let watchStore = try Self.store(folder, "watch.sqlite", role: .watch)
+        defer {
+            phoneStore.close()
+            watchStore.close()
+            Self.vfs.setDiskFull(false)
+        }
+        let secret = PairingSecret.generate()
+        let configuration = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let phone = SyncPeer(store: phoneStore, configuration: configuration)
+        let watch = SyncPeer(store: watchStore, configuration: configuration)
+        let mailboxes = TempFolder()
+        let phoneBox = try Mailbox(directory: mailboxes.path, role: .phone, secret: secret)
+        let watchBox = try Mailbox(directory: mailboxes.path, role: .watch, secret: secret)
+        try await phoneStore.set(4, for: TestKeys.steps)
+        #expect(try phone.deliverQueued(through: phoneBox).messagesPosted == 1)
+
+        let watchEvents = watchStore.events()
+        Self.vfs.setDiskFull(true)
+        let full = try watch.deliverQueued(through: watchBox)
+        #expect(full.entriesApplied == 0)
+        try await first(of: watchEvents, "the watch's storage-full error") { Self.isStorageFull($0) }
+        #expect(try watchBox.incomingCount() == 1)
+        #expect(try watchBox.refusedFiles().isEmpty)
+        #expect(watchBox.acceptedSequence == 0)
+
+        Self.vfs.setDiskFull(false)
+        #expect(try watch.deliverQueued(through: watchBox).entriesApplied == 1)
+        #expect(try watchStore.storedValue(for: TestKeys.steps) == 4)
+        #expect(try watchBox.incomingCount() == 0)
+    }
+}
