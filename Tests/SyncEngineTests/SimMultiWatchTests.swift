@@ -90,6 +90,48 @@ import Testing
         #expect(try row(report, "phone").refusedWrites == 1)
     }
 
+    /// A watch, then the phone, runs out of disk: their own writes meanwhile
+    /// are refused (one each), their sessions fail and start again, the
+    /// watch restarts while still full (its store opens), and all converge
+    /// once there is room, with nothing acknowledged lost.
+    @Test(arguments: [SimTransport.sim, .tcp])
+    func aFullDiskRefusesWritesAndAllConvergeOnceThereIsRoom(transport: SimTransport) async throws {
+        let report = try await report("disk-full", transport: transport)
+        #expect(report.passed, "\(report.text)")
+        #expect(report.converged)
+        #expect(report.powerCuts == nil)
+        if transport == .sim { #expect(report.sessionFailures > 0) }  // the TCP link does not count failed sessions
+        #expect(try row(report, "watch").refusedWrites == 1)
+        #expect(try row(report, "phone").refusedWrites == 1)
+        #expect(try row(report, "watch2").refusedWrites == 0)
+        let scenario = try Scenario.load(path: SimScenarioTests.path("disk-full"))
+        #expect(try Scenario.parse(scenario.json) == scenario)
+        #expect(scenario.timeline.contains { $0.action == .fillDisk(node: .phone) })
+    }
+
+    /// About 2 in 10 generated scenarios fill a node's disk for a while,
+    /// without changing the others; they run and pass.
+    @Test func fuzzGeneratesFullDisks() async throws {
+        let generator = ScenarioGenerator(ops: 60, largeMerges: false)
+        let scenarios = (UInt64(1)...40).map(generator.scenario(seed:))
+        func fills(_ scenario: Scenario) -> Bool { scenario.timeline.contains { if case .fillDisk = $0.action { true } else { false } } }
+        let full = scenarios.filter(fills)
+        #expect(full.count >= 3)
+        #expect(full.contains { s in s.timeline.contains { if case .freeDisk = $0.action { true } else { false } } })
+        let plain = ScenarioGenerator(ops: 60, largeMerges: false, diskFull: false).scenario(seed: full[0].seed)
+        #expect(!fills(plain))
+        #expect(plain.timeline == full[0].timeline.filter { step in
+            switch step.action {
+            case .fillDisk, .freeDisk: false
+            default: true
+            }
+        })
+        for scenario in full.prefix(4) {
+            let report = try #require(await Simulation.run(scenario, name: "fuzz-\(scenario.seed)").report)
+            #expect(report.passed, "seed \(scenario.seed): \(report.text)")
+        }
+    }
+
     /// With acknowledgements sent before the batch is synced (the engine before
     /// durable acknowledgements), a power cut loses acknowledged entries, and
     /// the checker says so; with the engine as it is, no cut loses anything.

@@ -54,6 +54,28 @@ import Testing
         #expect(try store.storedValue(for: TestKeys.daily["d0"]) == 7)
     }
 
+    /// A store opens on a full disk, and reads what it holds: the tombstone
+    /// purge it runs at open (which records a purge mark for each known peer)
+    /// waits for room instead of failing the open.
+    @Test func aStoreOpensOnAFullDiskAndReads() async throws {
+        let folder = TempFolder()
+        do {
+            let store = try Self.store(folder, "watch.sqlite", role: .watch)
+            try await store.set(6, for: TestKeys.steps)
+            _ = try store.recordPeer(node: 0x1001, role: .phone, epoch: "pairing")
+            store.close()
+        }
+        Self.vfs.setDiskFull(true)
+        defer { Self.vfs.setDiskFull(false) }
+        let store = try Self.store(folder, "watch.sqlite", role: .watch)
+        defer { store.close() }
+        #expect(try store.value(for: TestKeys.steps) == 6)
+        await #expect(throws: SyncError.self) { try await store.set(7, for: TestKeys.steps) }
+        Self.vfs.setDiskFull(false)
+        try await store.set(7, for: TestKeys.steps)
+        #expect(try store.storedValue(for: TestKeys.steps) == 7)
+    }
+
     #if os(Linux)
     /// A value file (`FileValueStore`) that the device has no room for is
     /// `storage-full` too (a real `ENOSPC`, from `/dev/full`).

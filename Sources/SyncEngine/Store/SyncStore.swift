@@ -148,7 +148,12 @@ public final class SyncStore: KeyValueBackend {
         }
         if !valueStorage.keepsValuesInRows { try database.write { conn in try valueStorage.recover(in: conn) } }
         try assignLanesAfterMigration()
-        try purgeTombstones()
+        do {
+            try purgeTombstones()
+        } catch let error as SyncError where error.code == .storageFull {
+            // Housekeeping: a full device still opens its store and reads it (the purge runs again later).
+            logger.warning("purging tombstones at open waits for room", metadata: ["error": "\(error)"])
+        }
         try startSharedFileTracking()
     }
 

@@ -10,7 +10,7 @@ import SyncTransport
 /// (skews kept within it), a node that starts with an older app (keys
 /// declared otherwise or missing) and is updated at some point, or not, and
 /// a key with the `union` resolver whose values, some near or over the 100 KB
-/// limit, merge into larger ones.
+/// limit, merge into larger ones, and a node whose disk fills up for a while.
 public struct ScenarioGenerator: Sendable {
     /// Timeline steps per scenario.
     public var ops: Int
@@ -45,10 +45,15 @@ public struct ScenarioGenerator: Sendable {
     /// protocol (about 3 in 10): its highest protocol 1 to 4, and in most of
     /// them an `updateApp` step that gives it this build's.
     public var olderProtocols: Bool
+    /// Whether scenarios may fill one node's disk (about 2 in 10): a
+    /// `fillDisk` step at a random point and, in most of them, a `freeDisk`
+    /// 5–30 steps later (else the disk has room again only at the end).
+    public var diskFull: Bool
 
     public init(ops: Int = 100, maxWatches: Int = Scenario.maxWatches, powerCuts: Bool = true, mailbox: Bool = true, purges: Bool = true,
-                appUpdates: Bool = true, largeMerges: Bool = true, olderProtocols: Bool = true) {
+                appUpdates: Bool = true, largeMerges: Bool = true, olderProtocols: Bool = true, diskFull: Bool = true) {
         self.olderProtocols = olderProtocols
+        self.diskFull = diskFull
         self.appUpdates = appUpdates
         self.largeMerges = largeMerges
         self.ops = ops
@@ -223,6 +228,18 @@ public struct ScenarioGenerator: Sendable {
                 let index = o.nextInt(in: 0...(steps.count - 1))
                 steps.insert(Scenario.Step(at: steps[index].at, .updateApp(node: older)), at: index + 1)
             }
+        }
+        // So does a full disk: a scenario without one is the one this seed always gave.
+        var d = SeededRandom(seed: seed ^ 0x0D15_CF_0011)
+        if diskFull, d.nextBool(probability: 0.2), !steps.isEmpty {
+            let nodes: [ScenarioNode] = [.phone] + watches
+            let full = nodes[d.nextInt(in: 0...(nodes.count - 1))]
+            let first = d.nextInt(in: 0...(steps.count - 1))
+            if d.nextBool(probability: 0.8) {
+                let last = min(steps.count - 1, first + d.nextInt(in: 5...30))
+                steps.insert(Scenario.Step(at: steps[last].at, .freeDisk(node: full)), at: last + 1)
+            }
+            steps.insert(Scenario.Step(at: steps[first].at, .fillDisk(node: full)), at: first)
         }
         var faults = LinkFaults()
         if r.nextBool(probability: 0.5) {

@@ -107,7 +107,7 @@ public struct Shrinker: Sendable {
     static func highestWatch(named action: Scenario.Action) -> Int {
         let node: ScenarioNode? = switch action {
         case .put(let n, _, _, _), .delete(let n, _), .sync(let n), .crash(let n), .restart(let n), .skew(let n, _), .powerCut(let n, _),
-             .purge(let n), .updateApp(let n): n
+             .purge(let n), .updateApp(let n), .fillDisk(let n), .freeDisk(let n): n
         case .faults(_, let n), .partition(let n), .heal(let n), .replaceWatch(let n): n
         case .checkpoint: nil
         }

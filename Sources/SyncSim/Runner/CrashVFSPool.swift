@@ -3,7 +3,7 @@ import Synchronization
 
 /// The crash VFSes of this process, reused between runs: SQLite keeps a VFS
 /// registered for good, and a power cut fails every file of its VFS, so each
-/// node that may lose power gets one of its own for the length of a run.
+/// node that may lose power (or fill its disk) gets one of its own for the length of a run.
 enum CrashVFSPool {
     private struct Pool {
         var free: [CrashVFS] = []
@@ -27,6 +27,7 @@ enum CrashVFSPool {
         }
         vfs.disarm()
         vfs.powerOn()
+        vfs.setDiskFull(false)
         return vfs
     }
 
@@ -34,6 +35,7 @@ enum CrashVFSPool {
     static func release(_ vfs: CrashVFS) {
         vfs.disarm()
         vfs.powerOn()
+        vfs.setDiskFull(false)
         pool.withLock { $0.free.append(vfs) }
     }
 }

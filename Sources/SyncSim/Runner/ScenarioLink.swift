@@ -27,7 +27,7 @@ final class RunState {
     let nodes: [SimNode]
     var model = WriteModel()
     var checker: InvariantChecker
-    /// The crash VFS of each node a `powerCut` step names (released at the end).
+    /// The crash VFS of each node a `powerCut` or `fillDisk` step names (released at the end).
     private(set) var crashVFSes: [CrashVFS] = []
 
     /// Fixed node ids, so runs are reproducible.
@@ -52,7 +52,10 @@ final class RunState {
         let ids = [RunState.phoneNodeID, RunState.watchNodeID] + RunState.moreWatchNodeIDs
         let folder = self.folder
         let cut = Set(scenario.timeline.compactMap { step -> ScenarioNode? in
-            if case .powerCut(let node, _) = step.action { node } else { nil }
+            switch step.action {
+            case .powerCut(let node, _), .fillDisk(let node): node
+            default: nil
+            }
         })
         var vfses: [CrashVFS] = []
         nodes = try scenario.nodes.enumerated().map { index, name in

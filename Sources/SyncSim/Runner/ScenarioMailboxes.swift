@@ -85,7 +85,7 @@ final class ScenarioMailboxes {
                     state.checker.log.violate(.queuedDelivery, "\(label): the \(sender.counterpart) refused \(file) of the \(watch.name) pairing: \(reason.trimmingCharacters(in: .whitespacesAndNewlines))")
                 }
                 let waiting = files.filter { $0.hasSuffix(".msg") && !$0.hasPrefix(".") }.count
-                if waiting > 0, state.phone.isUp, watch.isUp {
+                if waiting > 0, state.phone.canSettle, watch.canSettle {
                     state.checker.log.violate(.queuedDelivery, "\(label): \(waiting) messages from the \(sender) still wait in the \(watch.name) pairing's mailbox while both run")
                 }
             }

@@ -50,6 +50,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
             // A power cut armed that has not fired by now is called off.
             await reapPowerCuts()
             for node in state.nodes where node.isUp { node.disarmPowerCut() }
+            for node in state.nodes { node.setDiskFull(false) }
             await link.setPartitioned(false, watches: Array(state.watches))
             for node in state.nodes where !node.isUp { try await restart(node) }
             var converged = await link.settle(limitMs: state.scenario.settleLimitMs, watches: Array(state.watches))
@@ -99,8 +100,8 @@ final class ScenarioRunner<Link: ScenarioLink> {
             link.willSync(on: node)
             do {
                 _ = try store.requestManualSync()
-            } catch where node.powerFailed {
-                return  // the power failed during the request: the app saw an error
+            } catch where node.powerFailed || node.diskFull {
+                return  // the power failed during the request, or the disk is full: the app saw an error
             }
             state.model.recordSync(node: node.role, nodeID: node.nodeID)
             link.localChange(on: node)
@@ -128,18 +129,25 @@ final class ScenarioRunner<Link: ScenarioLink> {
             guard node.isUp else { return }
             powerCuts += 1
             node.armPowerCut(afterOperations: operations)
+        case .fillDisk(let name):
+            state.node(name).setDiskFull(true)
+        case .freeDisk(let name):
+            state.node(name).setDiskFull(false)
         case .purge(let name):
             let node = state.node(name)
             guard let store = node.store else { return }
             do {
                 node.purgedByStep += try store.purgeTombstones()
-            } catch where node.powerFailed {
-                return  // the power failed during the purge: the app saw an error
+            } catch where node.powerFailed || node.diskFull {
+                return  // the power failed during the purge, or the disk is full: the app saw an error
             }
         case .checkpoint:
             checkpoints += 1
             // Each watch up with its link healed settles with the phone; the others are checked alone.
-            let reachable = state.phone.isUp ? state.watches.filter { $0.isUp && !link.isPartitioned($0) } : []
+            // While a running node's storage is full its sessions fail and start again (and over TCP
+            // the phone is never idle): nothing settles, every node is checked alone.
+            let diskFull = state.nodes.contains { $0.isUp && $0.diskFull }
+            let reachable = state.phone.isUp && !diskFull ? state.watches.filter { $0.isUp && !link.isPartitioned($0) } : []
             var settled: [SimNode] = []
             if !reachable.isEmpty {
                 let limit = state.options.checkpointLimitMs
@@ -159,7 +167,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
                     state.checker.log.violate(.convergence, "checkpoint at t=\(step.at): not idle within \(link.describeLimit(ms: limit))")
                 }
             }
-            if let mailboxes, state.phone.isUp {
+            if let mailboxes, state.phone.isUp, !diskFull {
                 // Queued delivery reaches the watches that run behind a partition too.
                 let queued = state.watches.filter { $0.isUp && link.isPartitioned($0) }
                 if !queued.isEmpty {
@@ -206,7 +214,11 @@ final class ScenarioRunner<Link: ScenarioLink> {
     /// Brings a node back: the power on (after a cut), its store reopened from its file, its sessions started.
     func restart(_ node: SimNode) async throws {
         node.powerOn()
-        try await link.restart(node)
+        do {
+            try await link.restart(node)
+        } catch let error as SyncError where error.code == .storageFull && node.diskFull {
+            node.crash()  // the app could not open its store on a full disk: it stays down until the next restart
+        }
     }
 
     /// Performs a local write and records it in the model when it made a new
@@ -304,7 +316,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
                          sessions: link.sessions, sessionFailures: link.sessionFailures, nodes: nodes,
                          invariants: state.checker.log.ordered.filter { state.scenario.mailbox || $0.name != Invariant.queuedDelivery.rawValue },
                          replay: replay,
-                         powerCuts: state.nodes.contains { $0.crashVFS != nil } ? powerCuts : nil,
+                         powerCuts: state.scenario.timeline.contains { if case .powerCut = $0.action { true } else { false } } ? powerCuts : nil,
                          tombstonePurge: state.scenario.showsTombstonePurge ? try state.nodes.map(SimReport.Purge.measure) : nil)
     }
 }

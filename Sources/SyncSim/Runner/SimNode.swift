@@ -37,8 +37,10 @@ final class SimNode {
     let removals = SeenRemovals()
     private var observation: ChangeObservation?
 
-    /// Set when a `powerCut` step names the node: its files go through this crash VFS.
+    /// Set when a `powerCut` or `fillDisk` step names the node: its files go through this crash VFS.
     var crashVFS: CrashVFS?
+    /// Whether the node's storage is full (`fillDisk` until `freeDisk`).
+    private(set) var diskFull = false
     /// The VFS's cut count when the current cut was armed (nil: none armed).
     var cutsBeforeArming: Int?
 
@@ -121,6 +123,17 @@ final class SimNode {
         cutsBeforeArming = nil
     }
 
+    /// Fills the node's storage (true) or frees it: while full, every write
+    /// that would make one of its files longer fails with `storage-full`.
+    func setDiskFull(_ full: Bool) {
+        guard let crashVFS else { return }
+        diskFull = full
+        crashVFS.setDiskFull(full)
+    }
+
+    /// Up, with room to store what it receives: a node that can settle with its peers.
+    var canSettle: Bool { isUp && !diskFull }
+
     /// Stops without closing: the objects are dropped, the file stays.
     func crash() {
         if let store { add(store.syncCounters) }
@@ -132,6 +145,7 @@ final class SimNode {
     /// Replaces this node with a new device: a new file and node id.
     func replace(nodeID: UInt32, folder: String) {
         crash()
+        setDiskFull(false)  // a new device
         removals.forget()
         self.nodeID = nodeID
         path = "\(folder)/\(role.rawValue)-\(String(nodeID, radix: 16)).sqlite"

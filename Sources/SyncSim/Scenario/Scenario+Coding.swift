@@ -201,7 +201,7 @@ struct FaultsCoding: Encodable {
 
 /// A timeline step (`{"at": ..., "op": ..., ...}`).
 enum StepCoding {
-    static let ops = "put, delete, sync, faults, partition, heal, crash, restart, skew, checkpoint, replaceWatch, powerCut, purge or updateApp"
+    static let ops = "put, delete, sync, faults, partition, heal, crash, restart, skew, checkpoint, replaceWatch, powerCut, fillDisk, freeDisk, purge or updateApp"
 
     static func step(from decoder: any Decoder, registry: KeyRegistry, watches: Int, olderApps: Set<ScenarioNode> = []) throws -> Scenario.Step {
         let item = try Fields(decoder)
@@ -241,13 +241,15 @@ enum StepCoding {
         case "delete":
             try item.checkKnown(["at", "op", "node", "key"])
             action = .delete(node: try node()!, key: try key())
-        case "sync", "crash", "restart", "purge":
+        case "sync", "crash", "restart", "purge", "fillDisk", "freeDisk":
             try item.checkKnown(["at", "op", "node"])
             let n = try node()!
             action = switch op {
             case "sync": .sync(node: n)
             case "crash": .crash(node: n)
             case "restart": .restart(node: n)
+            case "fillDisk": .fillDisk(node: n)
+            case "freeDisk": .freeDisk(node: n)
             default: .purge(node: n)
             }
         case "skew":
@@ -327,7 +329,8 @@ extension Scenario.Step: Encodable {
         case .delete(let node, let key):
             try c.encode(node.rawValue, forKey: FieldKey("node"))
             try c.encode(key, forKey: FieldKey("key"))
-        case .sync(let node), .crash(let node), .restart(let node), .purge(let node), .updateApp(let node):
+        case .sync(let node), .crash(let node), .restart(let node), .purge(let node), .updateApp(let node), .fillDisk(let node),
+             .freeDisk(let node):
             try c.encode(node.rawValue, forKey: FieldKey("node"))
         case .skew(let node, let ms):
             try c.encode(node.rawValue, forKey: FieldKey("node"))

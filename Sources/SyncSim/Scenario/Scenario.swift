@@ -130,6 +130,11 @@ public struct Scenario: Sendable, Equatable {
         /// write, truncate or sync from now fails (inside a transaction), and
         /// the node is down until `restart`, with what was synced to disk.
         case powerCut(node: ScenarioNode, afterOperations: Int)
+        /// The node's storage is full: every write that would make one of its
+        /// files longer fails (`storage-full`), until `freeDisk` (or the end).
+        case fillDisk(node: ScenarioNode)
+        /// The node's storage has room again.
+        case freeDisk(node: ScenarioNode)
         /// `store.purgeTombstones()` on the node: forgets watches unseen past the
         /// peer horizon (phone), purges the tombstones every known peer has.
         case purge(node: ScenarioNode)
@@ -153,6 +158,8 @@ public struct Scenario: Sendable, Equatable {
             case .checkpoint: "checkpoint"
             case .replaceWatch: "replaceWatch"
             case .powerCut: "powerCut"
+            case .fillDisk: "fillDisk"
+            case .freeDisk: "freeDisk"
             case .purge: "purge"
             case .updateApp: "updateApp"
             }
