@@ -11,14 +11,18 @@ import Glibc
 /// Issue 15 on the engine side: a phone with several watches, one pairing
 /// each, over one listener; and `maintainConnection` as the one reconnect loop.
 @Suite(.timeLimit(.minutes(3))) struct MultiPairingReplicationTests {
+    /// A watch store beside `pair`'s, for a second pairing.
+    static func secondWatch(in pair: Pair) throws -> SyncStore {
+        try SyncStore(path: pair.folder.file("watch-2.sqlite"), role: .watch, registry: TestKeys.registry(),
+                      options: StoreOptions(encryption: .keyFile(path: pair.folder.file("watch-2.key"))))
+    }
+
     /// The phone's configured epoch is its first pairing's; a watch of its
     /// second pairing still syncs, because the session takes the epoch of the
     /// pairing its connection authenticated with (`connection.pairingEpoch`).
     @Test func aPhoneServesEachWatchWithItsOwnPairing() async throws {
         let pair = try Pair()
-        let secondWatch = try SyncStore(
-            path: pair.folder.file("watch-2.sqlite"), role: .watch, registry: TestKeys.registry(),
-            options: StoreOptions(encryption: .keyFile(path: pair.folder.file("watch-2.key"))))
+        let secondWatch = try Self.secondWatch(in: pair)
         let pairingA = PairingSecret.generate()
         let pairingB = PairingSecret.generate()
         try await pair.phone.set(5, for: TestKeys.steps)
@@ -63,9 +67,7 @@ import Glibc
     /// (It posted nothing for the never-met watch while any watch was live.)
     @Test func aPhoneLiveWithOneWatchPostsForAWatchOfAnotherPairingItNeverMet() async throws {
         let pair = try Pair()
-        let secondWatch = try SyncStore(
-            path: pair.folder.file("watch-2.sqlite"), role: .watch, registry: TestKeys.registry(),
-            options: StoreOptions(encryption: .keyFile(path: pair.folder.file("watch-2.key"))))
+        let secondWatch = try Self.secondWatch(in: pair)
         let pairingA = PairingSecret.generate()
         let pairingB = PairingSecret.generate()
         let phone = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: pairingA.epoch),

@@ -17,6 +17,27 @@ import Testing
         return try SyncStore(path: folder.file(name), role: role, registry: KeyRegistry([TestKeys.steps, TestKeys.daily]), options: options)
     }
 
+    /// A phone on the real disk and a watch on the disk that fills up, of one pairing.
+    struct PhoneAndWatch {
+        let folder = TempFolder()
+        let phone: SyncStore
+        let watch: SyncStore
+        let secret = PairingSecret.generate()
+        var configuration: ReplicationConfiguration { ReplicationConfiguration(pairingEpoch: secret.epoch) }
+
+        init() throws {
+            phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: KeyRegistry([TestKeys.steps, TestKeys.daily]))
+            watch = try StorageFullTests.store(folder, "watch.sqlite", role: .watch)
+        }
+
+        /// Closes both, and gives the disk its room back.
+        func close() {
+            phone.close()
+            watch.close()
+            StorageFullTests.vfs.setDiskFull(false)
+        }
+    }
+
     static func isStorageFull(_ event: SyncEvent) -> Bool {
         if case .error(let error) = event { return error.code == .storageFull }
         return false
@@ -93,16 +114,9 @@ import Testing
     /// it as the watch's reason; nothing is acknowledged, and once the watch
     /// has room the next session brings everything.
     @Test func aFullWatchTakesNothingThePhoneSeesWhyAndAllArrivesOnceThereIsRoom() async throws {
-        let folder = TempFolder()
-        let phoneStore = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: KeyRegistry([TestKeys.steps, TestKeys.daily]))
-        let watchStore = try Self.store(folder, "watch.sqlite", role: .watch)
-        defer {
-            phoneStore.close()
-            watchStore.close()
-            Self.vfs.setDiskFull(false)
-        }
-        let secret = PairingSecret.generate()
-        let configuration = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let stores = try PhoneAndWatch()
+        defer { stores.close() }
+        let (phoneStore, watchStore, secret, configuration) = (stores.phone, stores.watch, stores.secret, stores.configuration)
         let phone = SyncPeer(store: phoneStore, configuration: configuration, tickInterval: .milliseconds(50))
         let watch = SyncPeer(store: watchStore, configuration: configuration, tickInterval: .milliseconds(50))
         let tcp = TCPConfiguration(secret: secret)
@@ -143,16 +157,9 @@ import Testing
     /// A queued message that a full watch cannot apply stays in its inbox
     /// (neither accepted nor refused) and is applied by the first round with room.
     @Test func aFullWatchKeepsAQueuedMessageUntilThereIsRoom() async throws {
-        let folder = TempFolder()
-        let phoneStore = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: KeyRegistry([TestKeys.steps, TestKeys.daily]))
-        let watchStore = try Self.store(folder, "watch.sqlite", role: .watch)
-        defer {
-            phoneStore.close()
-            watchStore.close()
-            Self.vfs.setDiskFull(false)
-        }
-        let secret = PairingSecret.generate()
-        let configuration = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let stores = try PhoneAndWatch()
+        defer { stores.close() }
+        let (phoneStore, watchStore, secret, configuration) = (stores.phone, stores.watch, stores.secret, stores.configuration)
         let phone = SyncPeer(store: phoneStore, configuration: configuration)
         let watch = SyncPeer(store: watchStore, configuration: configuration)
         let mailboxes = TempFolder()
