@@ -172,6 +172,83 @@ import Testing
         try await quit(again, "the restarted phone node to quit")
     }
 
+    /// A phone with two watches, one mailbox per pairing and no TCP: what
+    /// the phone writes reaches both; what one watch writes reaches the phone
+    /// and, through the phone, the other watch. `status` lists each mailbox.
+    @Test func aPhoneWithTwoWatchesQueuesForEachThroughItsOwnMailbox() async throws {
+        let setup = try Setup()
+        let secondSecret = setup.folder.file("pair-2.secret")
+        try PairingSecret.generate().write(to: secondSecret)
+        let secondMailbox = setup.folder.file("mailbox-2")
+        let phone = try NodeProcess(["--role", "phone", "--db", setup.folder.file("phone.sqlite"), "--keys", setup.keys,
+                                     "--secret-file", setup.secret, "--secret-file", secondSecret,
+                                     "--mailbox", setup.mailbox, "--mailbox", secondMailbox])
+        defer { phone.stop() }
+        let watch = try setup.node("watch")
+        defer { watch.stop() }
+        let watch2 = try NodeProcess(["--role", "watch", "--db", setup.folder.file("watch-2.sqlite"), "--keys", setup.keys,
+                                      "--secret-file", secondSecret, "--mailbox", secondMailbox])
+        defer { watch2.stop() }
+
+        phone.send("put health:steps 5")
+        #expect(try await phone.reply("put health:steps")["ok"] as? Bool == true)
+        for (node, name) in [(watch, "the first watch"), (watch2, "the second watch")] {
+            try await node.next("steps 5 on \(name)") { $0["event"] as? String == "change" && $0["key"] as? String == "health:steps" }
+        }
+        watch2.send("put health:steps 8")
+        #expect(try await watch2.reply("put health:steps on the second watch")["ok"] as? Bool == true)
+        try await watch.next("the second watch's steps on the first, through the phone") {
+            $0["event"] as? String == "change" && $0["key"] as? String == "health:steps"
+        }
+        watch.send("get health:steps")
+        #expect(try await watch.reply("get health:steps on the first watch")["value"] as? Int == 8)
+
+        phone.send("status")
+        let status = try await phone.reply("the phone's status")
+        let mailboxes = try #require(status["mailboxes"] as? [[String: Any]], "\(status)")
+        #expect(mailboxes.map { $0["directory"] as? String } == [setup.mailbox, secondMailbox])
+        #expect(mailboxes.allSatisfy { $0["refused"] as? Int == 0 })
+        #expect(status["mailbox"] == nil)
+        try await quit(watch, "the first watch node to quit")
+        try await quit(watch2, "the second watch node to quit")
+        try await quit(phone, "the phone node to quit")
+    }
+
+    /// A listening phone with two watches' mailboxes: while the first watch
+    /// is live, the second, never met and only reading its mailbox, still
+    /// gets the phone's writes (the phone posted nothing for it while any
+    /// watch was live).
+    @Test func aPhoneLiveWithOneWatchQueuesForTheOtherThatItNeverMet() async throws {
+        let setup = try Setup()
+        let secondSecret = setup.folder.file("pair-2.secret")
+        try PairingSecret.generate().write(to: secondSecret)
+        let secondMailbox = setup.folder.file("mailbox-2")
+        let phone = try NodeProcess(["--role", "phone", "--db", setup.folder.file("phone.sqlite"), "--keys", setup.keys,
+                                     "--secret-file", setup.secret, "--secret-file", secondSecret,
+                                     "--mailbox", setup.mailbox, "--mailbox", secondMailbox, "--listen", "127.0.0.1:0"])
+        defer { phone.stop() }
+        let listening = try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
+        let port = try #require(listening["port"] as? Int)
+        let watch = try setup.node("watch", ["--connect", "127.0.0.1:\(port)"])
+        defer { watch.stop() }
+        try await watch.next("the first watch to connect") { $0["event"] as? String == "connected" }
+
+        phone.send("put health:steps 3")
+        #expect(try await phone.reply("put health:steps")["ok"] as? Bool == true)
+        try await watch.next("steps over the live link") { $0["event"] as? String == "change" && $0["key"] as? String == "health:steps" }
+        let watch2 = try NodeProcess(["--role", "watch", "--db", setup.folder.file("watch-2.sqlite"), "--keys", setup.keys,
+                                      "--secret-file", secondSecret, "--mailbox", secondMailbox])
+        defer { watch2.stop() }
+        try await watch2.next("steps through the second watch's mailbox") {
+            $0["event"] as? String == "change" && $0["key"] as? String == "health:steps"
+        }
+        watch2.send("get health:steps")
+        #expect(try await watch2.reply("get health:steps on the second watch")["value"] as? Int == 3)
+        try await quit(watch2, "the second watch node to quit")
+        try await quit(watch, "the first watch node to quit")
+        try await quit(phone, "the phone node to quit")
+    }
+
     @Test func aListeningPhoneQueuesWhileItsWatchIsDown() async throws {
         let setup = try Setup()
         let phone = try setup.node("phone", ["--listen", "127.0.0.1:0"])
@@ -216,7 +293,7 @@ import Testing
     let base = ["--role", "watch", "--db", "w.sqlite", "--keys", "k.json", "--secret-file", "a"]
 
     @Test func aMailboxGoesWithOrWithoutTCPAndServesOnePairing() throws {
-        #expect(try NodeCommand.parse(base + ["--mailbox", "box"]).mailbox == "box")
+        #expect(try NodeCommand.parse(base + ["--mailbox", "box"]).mailbox == ["box"])
         _ = try NodeCommand.parse(base + ["--mailbox", "box", "--connect", "127.0.0.1:7000"])
         _ = try NodeCommand.parse(["--role", "phone", "--db", "p.sqlite", "--keys", "k.json", "--secret-file", "a",
                                    "--mailbox", "box", "--listen", "127.0.0.1:0"])
@@ -228,6 +305,15 @@ import Testing
             Issue.record("two pairings with one mailbox were accepted")
         } catch {
             #expect(NodeCommand.message(for: error).contains("--mailbox serves one pairing"), "\(NodeCommand.message(for: error))")
+        }
+        // A phone with two watches: one mailbox per pairing, in the order of the secret files, each its own directory.
+        let twoPairings = ["--role", "phone", "--db", "p.sqlite", "--keys", "k.json", "--secret-file", "a", "--secret-file", "b"]
+        #expect(try NodeCommand.parse(twoPairings + ["--mailbox", "box-a", "--mailbox", "box-b"]).mailbox == ["box-a", "box-b"])
+        do {
+            _ = try NodeCommand.parse(twoPairings + ["--mailbox", "box", "--mailbox", "./box"])
+            Issue.record("one mailbox directory for two pairings was accepted")
+        } catch {
+            #expect(NodeCommand.message(for: error).contains("is given twice"), "\(NodeCommand.message(for: error))")
         }
     }
 }

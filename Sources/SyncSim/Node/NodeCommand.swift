@@ -34,17 +34,22 @@ public struct NodeCommand: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp(
             "Queued delivery through this directory, shared by both nodes of the pairing.",
-            discussion: "With or without --listen/--connect: changes go live over TCP while connected and through the mailbox otherwise (DIR/phone-to-watch and DIR/watch-to-phone). Takes exactly one --secret-file."))
-    var mailbox: String?
+            discussion: "With or without --listen/--connect: changes go live over TCP while connected and through the mailbox otherwise (DIR/phone-to-watch and DIR/watch-to-phone). One per --secret-file, in the same order: a phone with several watches repeats it, one directory per watch."))
+    var mailbox: [String] = []
 
     public init() {}
 
     public func validate() throws {
-        guard (listen == nil) != (connect == nil) || (mailbox != nil && listen == nil && connect == nil) else {
+        guard (listen == nil) != (connect == nil) || (!mailbox.isEmpty && listen == nil && connect == nil) else {
             throw ValidationError("give exactly one of --listen HOST:PORT or --connect HOST:PORT (or only --mailbox DIR)")
         }
-        if mailbox != nil, secretFiles.count > 1 {
-            throw ValidationError("--mailbox serves one pairing: give exactly one --secret-file (got \(secretFiles.count))")
+        if !mailbox.isEmpty, mailbox.count != secretFiles.count {
+            throw ValidationError(
+                "--mailbox serves one pairing: give one --mailbox DIR per --secret-file, in the same order (got \(mailbox.count) and \(secretFiles.count))")
+        }
+        let directories = mailbox.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+        if let repeated = directories.first(where: { directory in directories.filter { $0 == directory }.count > 1 }) {
+            throw ValidationError("--mailbox \(repeated) is given twice: each watch's pairing needs a directory of its own")
         }
         if let address = listen ?? connect, NodeCommand.split(address) == nil {
             throw ValidationError("'\(address)' is not HOST:PORT")
@@ -87,9 +92,9 @@ public struct NodeCommand: AsyncParsableCommand {
         var tcpConfiguration = try TCPConfiguration(secrets: secrets)
         tcpConfiguration.logger = Logger(label: "syncsim.node.tcp") { _ in StreamLogHandler.standardError(label: "syncsim.node.tcp") }
         let tcp = tcpConfiguration
-        let queued: Mailbox?
+        let queued: [Mailbox]
         do {
-            queued = try mailbox.map { try Mailbox(directory: $0, role: role == .phone ? .phone : .watch, secret: secrets[0]) }
+            queued = try zip(mailbox, secrets).map { try Mailbox(directory: $0, role: role == .phone ? .phone : .watch, secret: $1) }
         } catch {
             output.write(["event": "error", "error": "\(error)"])
             throw ExitCode(2)
@@ -117,9 +122,9 @@ public struct NodeCommand: AsyncParsableCommand {
             } else if let connect, let (host, port) = NodeCommand.split(connect) {
                 group.addTask { await peer.maintainConnection(host: host, port: port, configuration: tcp) }
             }
-            // Outside the group: on quit it ends first, its last round posting what was written until then.
+            // Outside the group: on quit they end first, their last rounds posting what was written until then.
             let queuedDelivery = queued.map { mailbox in Task { await peer.runQueued(through: mailbox, pollInterval: .milliseconds(100)) } }
-            let console = NodeConsole(store: store, peer: peer, output: output, mailbox: queued, live: listen != nil || connect != nil)
+            let console = NodeConsole(store: store, peer: peer, output: output, mailboxes: queued, live: listen != nil || connect != nil)
             // SIGTERM and SIGINT (Ctrl-C) end the node as `quit` does.
             await withTaskGroup(of: Void.self) { input in
                 input.addTask { await console.run() }
@@ -127,8 +132,8 @@ public struct NodeCommand: AsyncParsableCommand {
                 await input.next()
                 input.cancelAll()
             }
-            queuedDelivery?.cancel()
-            await queuedDelivery?.value
+            for delivery in queuedDelivery { delivery.cancel() }
+            for delivery in queuedDelivery { await delivery.value }
             // The sessions end before the store closes: what a session records as it ends
             // (how far the peer's changes were received) must reach the file.
             group.cancelAll()

@@ -20,8 +20,8 @@ struct NodeConsole {
     let store: SyncStore
     let peer: SyncPeer
     let output: JSONLineWriter
-    /// The mailbox of queued delivery (`--mailbox`), if any.
-    var mailbox: Mailbox? = nil
+    /// The mailboxes of queued delivery (`--mailbox`, one per pairing), if any.
+    var mailboxes: [Mailbox] = []
     /// Whether the node syncs live (`--listen` or `--connect`), not only through the mailbox.
     var live = true
 
@@ -115,16 +115,23 @@ struct NodeConsole {
             "pending": ["automatic": pending.automatic, "manualReleased": pending.manualReleased, "manualWaiting": pending.manualWaiting],
             "cache": ["hits": cache.hits, "misses": cache.misses, "skippedWrites": cache.skippedWrites],
         ]
-        if let mailbox {
-            // A mailbox it cannot read (its directory gone, say) is reported in its place, not as the command's failure.
-            do {
-                status["mailbox"] = ["outgoing": try mailbox.outgoingCount(), "incoming": try mailbox.incomingCount(),
-                                     "refused": try mailbox.refusedFiles().count]
-            } catch {
-                status["mailbox"] = ["error": (error as? SyncError)?.description ?? "\(error)"]
-            }
+        if mailboxes.count == 1 {
+            status["mailbox"] = Self.counts(of: mailboxes[0])
+        } else if !mailboxes.isEmpty {
+            // A phone with several watches: one object per pairing's mailbox, in the order given.
+            status["mailboxes"] = mailboxes.map { mailbox in Self.counts(of: mailbox).merging(["directory": mailbox.directory]) { kept, _ in kept } }
         }
         return status
+    }
+
+    /// A mailbox's message counts, or the error that keeps them from being read
+    /// (its directory gone, say): reported in their place, not as the command's failure.
+    static func counts(of mailbox: Mailbox) -> [String: Any] {
+        do {
+            return ["outgoing": try mailbox.outgoingCount(), "incoming": try mailbox.incomingCount(), "refused": try mailbox.refusedFiles().count]
+        } catch {
+            return ["error": (error as? SyncError)?.description ?? "\(error)"]
+        }
     }
 
     static func json(_ event: SyncEvent) -> [String: Any] {
