@@ -1,6 +1,7 @@
 import Foundation
 @_spi(Testing) @testable import SyncEngine
 import SyncTransport
+import Synchronization
 import Testing
 
 /// A device whose storage is full (the crash VFS refuses every write that
@@ -36,6 +37,29 @@ import Testing
             watch.close()
             StorageFullTests.vfs.setDiskFull(false)
         }
+    }
+
+    /// The sessions a store's peer establishes from now on (its `connected` events).
+    final class ConnectionCount: Sendable {
+        private final class Count: Sendable {
+            let value = Mutex(0)
+        }
+        private let count = Count()
+        private let task: Task<Void, Never>
+
+        init(_ store: SyncStore) {
+            let events = store.events()
+            let count = self.count
+            task = Task {
+                for await event in events {
+                    if case .connected = event { count.value.withLock { $0 += 1 } }
+                }
+            }
+        }
+
+        deinit { task.cancel() }
+
+        var value: Int { count.value.withLock { $0 } }
     }
 
     static func isStorageFull(_ event: SyncEvent) -> Bool {
@@ -118,7 +142,9 @@ import Testing
         defer { stores.close() }
         let (phoneStore, watchStore, secret, configuration) = (stores.phone, stores.watch, stores.secret, stores.configuration)
         let phone = SyncPeer(store: phoneStore, configuration: configuration, tickInterval: .milliseconds(50))
-        let watch = SyncPeer(store: watchStore, configuration: configuration, tickInterval: .milliseconds(50))
+        var pausing = configuration
+        pausing.storageFullRetryInterval = .seconds(600)
+        let watch = SyncPeer(store: watchStore, configuration: pausing, tickInterval: .milliseconds(50))
         let tcp = TCPConfiguration(secret: secret)
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: tcp)
         let serving = Task { await phone.serve(listener) }
@@ -130,16 +156,24 @@ import Testing
             try await reachability(of: [phone, watch], becomes: true, "the watch to be live")
             let phoneEvents = phoneStore.events()
             let watchEvents = watchStore.events()
+            let watchWaits = watchStore.timedWaits.subscribe()
+            let sessions = ConnectionCount(phoneStore)
             Self.vfs.setDiskFull(true)
             let rows = (0..<3_000).map { BackendWrite(key: TestKeys.daily["d\($0)"].name, bytes: Array("\($0)".utf8)) }
             try phoneStore.commit(rows)
             try await first(of: watchEvents, "the watch's storage-full error") { Self.isStorageFull($0) }
             try await first(of: phoneEvents, "the phone's storage-full error from the watch") { Self.isStorageFull($0) }
+            // The watch does not redial at the backoff's pace (20-200 ms here), each session sending the batches again.
+            try await first(of: watchWaits, "the watch's pause before dialing again") { $0 == .storageFullPause(.seconds(600)) }
             #expect(try phoneStore.pendingSummary(for: watchStore.nodeID).total == 3_000)
             #expect(try watchStore.storedValue(for: TestKeys.daily["d0"]) == nil)
 
+            // Room again: the watch's app writes, which ends the pause.
             Self.vfs.setDiskFull(false)
+            try await watchStore.set(9, for: TestKeys.steps)
             try await eventually(watchStore, "every row on the watch") { try watchStore.storedValue(for: TestKeys.daily["d2999"]) == 2_999 }
+            try await eventually(phoneStore, "the watch's write on the phone") { try phoneStore.storedValue(for: TestKeys.steps) == 9 }
+            #expect(sessions.value == 1, "sessions while the watch was full, and after its write")
             try await phone.waitUntilIdle(timeout: waitLimit)
             #expect(try phoneStore.pendingSummary(for: watchStore.nodeID).total == 0)
             #expect(try watchStore.storedValue(for: TestKeys.daily["d0"]) == 0)
@@ -151,6 +185,39 @@ import Testing
             _ = await dialing.value
             _ = await serving.value
         }
+        try outcome.get()
+    }
+
+    /// `runQueued` on a full watch: after the round that failed, the next
+    /// timed round comes after the pause (it came at the poll interval, each
+    /// reading and decrypting the message again); a local write, once there
+    /// is room, starts a round at once, which applies what waited.
+    @Test func queuedRoundsPauseWhileTheWatchIsFull() async throws {
+        let stores = try PhoneAndWatch()
+        defer { stores.close() }
+        let (phoneStore, watchStore, secret) = (stores.phone, stores.watch, stores.secret)
+        var configuration = stores.configuration
+        configuration.storageFullRetryInterval = .seconds(600)
+        let phone = SyncPeer(store: phoneStore, configuration: configuration)
+        let watch = SyncPeer(store: watchStore, configuration: configuration)
+        let mailboxes = TempFolder()
+        let phoneBox = try Mailbox(directory: mailboxes.path, role: .phone, secret: secret)
+        let watchBox = try Mailbox(directory: mailboxes.path, role: .watch, secret: secret)
+        try await phoneStore.set(4, for: TestKeys.steps)
+        #expect(try phone.deliverQueued(through: phoneBox).messagesPosted == 1)
+
+        Self.vfs.setDiskFull(true)
+        let waits = watchStore.timedWaits.subscribe()
+        let rounds = Task { await watch.runQueued(through: watchBox, pollInterval: .milliseconds(5), quietPollInterval: .milliseconds(20)) }
+        let outcome = await Result {
+            try await first(of: waits, "the pause after the round that failed") { $0 == .queuedRound(.seconds(600)) }
+            #expect(try watchBox.incomingCount() == 1)
+            Self.vfs.setDiskFull(false)
+            try await watchStore.set(1, for: TestKeys.daily["from-the-watch"])
+            try await eventually(watchStore, "the queued steps on the watch") { try watchStore.storedValue(for: TestKeys.steps) == 4 }
+        }
+        rounds.cancel()
+        try await withDeadline("the rounds to end") { await rounds.value }
         try outcome.get()
     }
 

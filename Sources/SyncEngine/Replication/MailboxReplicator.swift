@@ -113,16 +113,20 @@ package final class MailboxReplicator {
             // While no live re-baseline notice takes batches back (`QueuedSpools`).
             if sendsPending(peerNode) { try port.whileQueuedPosting { try post(outboxWasEmpty: outboxWasEmpty, into: &report) } }
         } catch let error as SyncError {
+            report.failure = error
             emit(.error(error))
         } catch let error as TransportError {
             if error.code == .mailboxFull {
-                if !reportedFull { emit(.error(SyncError(error, context: "queued delivery waits for the peer to read"))) }
+                report.failure = SyncError(error, context: "queued delivery waits for the peer to read")
+                if !reportedFull { emit(.error(report.failure!)) }
                 reportedFull = true
             } else {
-                emit(.error(SyncError(error, context: "queued delivery")))
+                report.failure = SyncError(error, context: "queued delivery")
+                emit(.error(report.failure!))
             }
         } catch {
-            emit(.error(SyncError(.mailboxIO, "queued delivery: \(error)")))
+            report.failure = SyncError(.mailboxIO, "queued delivery: \(error)")
+            emit(.error(report.failure!))
         }
         return report
     }

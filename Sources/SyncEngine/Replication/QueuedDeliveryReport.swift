@@ -12,6 +12,10 @@ public struct QueuedDeliveryReport: Sendable, Equatable {
     public var acknowledged = false
     /// Files or messages refused, with their codes (also reported as `.error` events).
     public var refused: [SyncError] = []
+    /// The error that stopped the round (also an `.error` event), nil when it
+    /// ran through. `storage-full`: this device has no room; what it read
+    /// waits in its inbox for the next round.
+    public var failure: SyncError?
 
     public init() {}
 }

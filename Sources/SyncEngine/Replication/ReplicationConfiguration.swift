@@ -40,6 +40,15 @@ public struct ReplicationConfiguration: Sendable {
     /// How local commits made in a burst share batches (`SyncPeer`); nil
     /// sends each commit at once, as far as the window allows.
     public var burstCoalescing: BurstCoalescing? = BurstCoalescing()
+    /// How long a device waits after a session or a round of queued delivery
+    /// failed because a device's storage is full (`storage-full`: this one's,
+    /// or the peer's): before dialing again (`SyncPeer.maintainConnection`)
+    /// and before the next timed round (`runQueued`). A local write that
+    /// commits (there is room again) ends the wait at once. Each session
+    /// with a full peer sends its batches again for nothing: redialing at
+    /// the reconnect backoff's pace would cost a watch radio and battery
+    /// while its storage stays full.
+    public var storageFullRetryInterval: Duration = .seconds(60)
     public var helloRetryMilliseconds: Int64 = 1_000
     /// Over a connection that delivers every frame (TCP), how long the peer
     /// may leave our hello unanswered before the session fails with

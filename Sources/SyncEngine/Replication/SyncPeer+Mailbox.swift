@@ -68,7 +68,8 @@ extension SyncPeer {
     /// `pollInterval` after a round that moved something; each round that moved
     /// nothing (or found another process replicating the store) doubles the
     /// wait, up to `quietPollInterval` (a device at rest is not woken several
-    /// times a second). Once cancelled, a last round posts what was committed
+    /// times a second); after a round that failed for a full device, the
+    /// configuration's `storageFullRetryInterval` (a local write still starts one at once). Once cancelled, a last round posts what was committed
     /// until then.
     public func runQueued(through mailbox: Mailbox, pollInterval: Duration = .milliseconds(250),
                           quietPollInterval: Duration = .seconds(2)) async {
@@ -96,20 +97,22 @@ extension SyncPeer {
                 }
             }
             var reportedLock = false
-            /// One round; whether it moved anything (not when another process replicates the store).
-            func round() -> Bool {
+            /// One round; whether it moved anything (not when another process replicates the
+            /// store), and whether it stopped because a device's storage is full.
+            func round() -> (moved: Bool, storageFull: Bool) {
                 do {
                     let report = try deliverQueued(through: mailbox)
                     reportedLock = false
-                    return report.messagesRead > 0 || report.messagesPosted > 0 || report.acknowledged
+                    if report.failure?.code == .storageFull { return (false, true) }
+                    return (report.messagesRead > 0 || report.messagesPosted > 0 || report.acknowledged, false)
                 } catch {
                     if !reportedLock { store.emit(.error(error as? SyncError ?? SyncError(.mailboxIO, "\(error)"))) }
                     reportedLock = true
-                    return false
+                    return (false, false)
                 }
             }
-            _ = round()
-            poll(after: pollInterval)
+            let storageFullRetryInterval = configuration.storageFullRetryInterval
+            poll(after: round().storageFull ? storageFullRetryInterval : pollInterval)
             for await wakeup in wakeups {
                 if Task.isCancelled { break }
                 var timed = wakeup == .timer
@@ -120,8 +123,10 @@ extension SyncPeer {
                     guard ContinuousClock.now >= timerDeadline else { continue }
                     timed = true
                 }
-                let moved = round()
-                poll(after: schedule.next(after: timed ? .tick(sent: moved) : .other, quiet: true))
+                let (moved, storageFull) = round()
+                // A full device: the next timed round after a pause, not at the quick pace
+                // (each would read and decrypt what waits, and fail to store it again).
+                poll(after: storageFull ? storageFullRetryInterval : schedule.next(after: timed ? .tick(sent: moved) : .other, quiet: true))
             }
             timer?.cancel()
             group.cancelAll()

@@ -37,7 +37,10 @@ extension SyncPeer {
     /// closes. The backoff
     /// starts over only after a session that lasted 5 s: a peer that accepts
     /// and drops the connection, or refuses the session at once (another
-    /// pairing, the wrong role), is redialed with growing delays.
+    /// pairing, the wrong role), is redialed with growing delays. After a
+    /// session that failed for a full device (`storage-full`), it waits
+    /// `ReplicationConfiguration.storageFullRetryInterval` (or until a local
+    /// write commits) before dialing again.
     public func maintainConnection(host: String, port: Int, configuration: TCPConfiguration,
                                    initialDelay: Duration = .milliseconds(100), maxDelay: Duration = .seconds(10)) async {
         await maintainConnection(host: host, port: port, configuration: configuration,
@@ -71,10 +74,27 @@ extension SyncPeer {
         let storeClosing = store.whenClosed { Task { await dialer.close() } }
         defer { storeClosing.cancel() }
         for await connection in dialer {
-            await run(over: connection)
+            let ended = await runSession(over: connection)
             lock.release()
+            if ended.failure?.code == .storageFull { await pauseWhileStorageIsFull() }
         }
         lock.release()
+    }
+
+    /// After a session failed because a device's storage is full (this
+    /// one's, or the peer's): waits `configuration.storageFullRetryInterval`,
+    /// or until a local write commits (there is room again), the task is
+    /// cancelled or the store closes.
+    func pauseWhileStorageIsFull() async {
+        let interval = configuration.storageFullRetryInterval
+        let writes = store.localWrites.subscribe(bufferingNewest: 1)  // before the wait is announced: a write then ends it
+        store.timedWaits.publish(.storageFullPause(interval))
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await Task.sleep(for: interval) }
+            group.addTask { for await _ in writes { return } }
+            await group.next()
+            group.cancelAll()
+        }
     }
 }
 

@@ -142,15 +142,20 @@ public final class SyncPeer: Sendable {
     /// trouble (reconnecting is the caller's loop).
     @discardableResult
     public func run(over connection: any FrameConnection) async -> String {
+        await runSession(over: connection).reason
+    }
+
+    /// `run(over:)`, with the error the session failed with (nil: it ended without one).
+    func runSession(over connection: any FrameConnection) async -> (reason: String, failure: SyncError?) {
         if store.isClosed {
             await connection.close()
-            return SyncPeer.closedStoreReason(store.path)
+            return (SyncPeer.closedStoreReason(store.path), nil)
         }
         guard ReplicationLock.acquire(storePath: store.path) else {
             await connection.close()
             let error = SyncPeer.lockedError(store.path)
             store.emit(.error(error))
-            return error.description
+            return (error.description, error)
         }
         defer { ReplicationLock.release(storePath: store.path) }
         let session = state.withLock { state -> Int in
@@ -231,7 +236,7 @@ public final class SyncPeer: Sendable {
         }
         updateState(session, nil)
         store.emit(.disconnected(reason: reason), peer: peerNode)
-        return reason
+        return (reason, endpoint.failure)
     }
 
     /// Feeds the session's inputs to the endpoint and sends what it answers,

@@ -10,4 +10,7 @@ enum TimedWait: Sendable, Equatable {
     case replicationLock(Duration)
     /// The store timer's next look for other processes' commits.
     case externalLook(Duration)
+    /// The pause before dialing again after a session failed for a full
+    /// device (`ReplicationConfiguration.storageFullRetryInterval`).
+    case storageFullPause(Duration)
 }
