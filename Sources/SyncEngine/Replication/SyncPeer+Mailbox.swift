@@ -69,7 +69,8 @@ extension SyncPeer {
     /// nothing (or found another process replicating the store) doubles the
     /// wait, up to `quietPollInterval` (a device at rest is not woken several
     /// times a second); after a round that failed for a full device, the
-    /// configuration's `storageFullRetryInterval` (a local write still starts one at once). Once cancelled, a last round posts what was committed
+    /// configuration's `storageFullRetryInterval` (a local write still starts
+    /// one at once). Once cancelled, a last round posts what was committed
     /// until then.
     public func runQueued(through mailbox: Mailbox, pollInterval: Duration = .milliseconds(250),
                           quietPollInterval: Duration = .seconds(2)) async {
