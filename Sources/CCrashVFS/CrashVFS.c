@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #define ROUND8(x) (((x) + 7) & ~(size_t)7)
 
@@ -55,7 +56,8 @@ typedef struct CrashVFS {
     int64_t arm_countdown;
     uint64_t arm_seed;
     int arm_keep;
-    int full;              /* the disk is full: a write that would grow a file fails with SQLITE_FULL */
+    int full;              /* the disk is full: a write that would grow a file past the bytes freed since fails with SQLITE_FULL */
+    int64_t freed;         /* while full: bytes that truncates and deletes gave back, which growth may use again */
     crashvfs_stats stats;
     struct CrashVFS *next_vfs;
     char name[];
@@ -302,11 +304,13 @@ static int c_write(sqlite3_file *p, const void *data, int amount, sqlite3_int64 
         } else if (f->real->pMethods->xFileSize(f->real, &size) != SQLITE_OK) {
             size = 0;
         }
-        if (offset + amount > size) {
+        int64_t growth = offset + amount - size;
+        if (growth > v->freed) {
             v->stats.full_writes += 1;
             pthread_mutex_unlock(&v->mutex);
             return SQLITE_FULL;
         }
+        if (growth > 0) v->freed -= growth;
     }
     if (!n) {
         pthread_mutex_unlock(&v->mutex);
@@ -340,9 +344,12 @@ static int c_truncate(sqlite3_file *p, sqlite3_int64 size) {
     }
     Node *n = f->node;
     if (!n) {
+        sqlite3_int64 before = 0;
+        if (v->full && f->real->pMethods->xFileSize(f->real, &before) == SQLITE_OK && before > size) v->freed += before - size;
         pthread_mutex_unlock(&v->mutex);
         return f->real->pMethods->xTruncate(f->real, size);
     }
+    if (v->full && n->size > size) v->freed += n->size - size;
     /* Unsynced writes past the new end are gone; so are disk bytes past it. */
     Write **link = &n->head;
     Write *last = NULL;
@@ -544,6 +551,14 @@ static int v_delete(sqlite3_vfs *vfs, const char *path, int sync_dir) {
         return SQLITE_IOERR_DELETE;
     }
     Node *n = find_node(v, path);
+    if (v->full) {
+        struct stat info;
+        if (n) {
+            v->freed += n->size;
+        } else if (stat(path, &info) == 0) {
+            v->freed += (int64_t)info.st_size;
+        }
+    }
     if (n) {
         unlink_node(v, n);
         if (n->refs == 0) free_node(v, n);
@@ -705,6 +720,7 @@ int crashvfs_set_full(const char *name, int full) {
     if (!v) return SQLITE_NOTFOUND;
     pthread_mutex_lock(&v->mutex);
     v->full = full != 0;
+    v->freed = 0;
     pthread_mutex_unlock(&v->mutex);
     return SQLITE_OK;
 }

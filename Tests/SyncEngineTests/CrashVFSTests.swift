@@ -43,6 +43,29 @@ func powerCutOptions(clock: ManualClock = ManualClock(), vfs: CrashVFS? = nil) -
         #expect(try reopened.strings("SELECT k FROM t ORDER BY k") == ["synced"])
     }
 
+    /// A full disk: a write that would make a file longer fails (SQLite's
+    /// `SQLITE_FULL`: "database or disk is full"), writes in place pass, and
+    /// bytes a truncate gives back can be written again, as on a full file system.
+    @Test func aFullDiskRefusesGrowthUntilATruncateGivesBytesBack() throws {
+        let vfs = Self.vfs
+        vfs.powerOn()
+        defer { vfs.setDiskFull(false) }
+        let folder = TempFolder()
+        let db = try RawDatabase(path: folder.file("full.sqlite"), vfs: vfs.name)
+        try db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; CREATE TABLE t(k INTEGER PRIMARY KEY, v INTEGER)")
+        try db.exec("INSERT INTO t VALUES(1, 0)")
+        try db.exec("PRAGMA wal_checkpoint(TRUNCATE)")  // the row's page in the file, the WAL empty
+        for i in 1...50 { try db.exec("UPDATE t SET v = \(i) WHERE k = 1") }  // the WAL grows by a page each
+        vfs.setDiskFull(true)
+        #expect(throws: SyncError.self) { try db.exec("UPDATE t SET v = 51 WHERE k = 1") }
+        #expect(throws: SyncError.self) { try db.exec("INSERT INTO t VALUES(2, 0)") }
+        // The checkpoint writes the page in place; truncating the WAL gives its bytes back.
+        try db.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+        for i in 52...60 { try db.exec("UPDATE t SET v = \(i) WHERE k = 1") }
+        #expect(try db.strings("SELECT v FROM t") == ["60"])
+        vfs.setDiskFull(false)
+    }
+
     @Test func aProcessKillKeepsUnsyncedWrites() throws {
         let vfs = Self.vfs
         vfs.powerOn()

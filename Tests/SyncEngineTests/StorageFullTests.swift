@@ -10,10 +10,12 @@ import Testing
 @Suite(.serialized, .timeLimit(.minutes(2))) struct StorageFullTests {
     static let vfs = try! CrashVFS.register(name: "syncengine-tests-storage-full")
 
-    /// A store on the disk that fills up (system clock, no key file).
+    /// A store on the disk that fills up (system clock, no key file; every
+    /// commit synced, so the files on disk show their sizes).
     static func store(_ folder: TempFolder, _ name: String, role: DeviceRole) throws -> SyncStore {
         var options = StoreOptions()
         options.vfsName = vfs.name
+        options.durability = .full
         return try SyncStore(path: folder.file(name), role: role, registry: KeyRegistry([TestKeys.steps, TestKeys.daily]), options: options)
     }
 

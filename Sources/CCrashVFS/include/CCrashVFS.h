@@ -46,7 +46,9 @@ int crashvfs_power_on(const char *name);
 int crashvfs_arm(const char *name, int64_t operations, uint64_t seed, int keep_percent);
 
 /* The disk is full (nonzero) or has room again (0): while full, a write that
- * would make a file longer fails with SQLITE_FULL; writes within a file's size pass. */
+ * would make a file longer fails with SQLITE_FULL, unless truncates and deletes
+ * made since gave back as many bytes (as on a full file system); writes within
+ * a file's size pass. */
 int crashvfs_set_full(const char *name, int full);
 
 /* Writes every unsynced write to disk without syncing (the kernel keeps them:

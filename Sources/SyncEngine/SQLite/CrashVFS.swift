@@ -81,7 +81,8 @@ import CSQLite
     }
 
     /// Whether the disk is full: while it is, a write that would make a file
-    /// longer fails (`SQLITE_FULL`, as a full file system gives); writes within a file pass.
+    /// longer fails (`SQLITE_FULL`, as a full file system gives), unless
+    /// truncates and deletes made since gave back as many bytes; writes within a file pass.
     public func setDiskFull(_ full: Bool) {
         _ = crashvfs_set_full(name, full ? 1 : 0)
     }
