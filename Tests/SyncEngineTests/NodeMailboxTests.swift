@@ -26,6 +26,20 @@ import Testing
             try PairingSecret.generate().write(to: secret)
         }
 
+        /// A second watch's pairing: its secret file (made on first use) and its mailbox directory.
+        func secondPairing() throws -> (secret: String, mailbox: String) {
+            let secret = folder.file("pair-2.secret")
+            if !FileManager.default.fileExists(atPath: secret) { try PairingSecret.generate().write(to: secret) }
+            return (secret, folder.file("mailbox-2"))
+        }
+
+        /// A phone node of both pairings, with a mailbox for each.
+        func phoneOfTwoWatches(_ extra: [String] = []) throws -> NodeProcess {
+            let (secondSecret, secondMailbox) = try secondPairing()
+            return try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys, "--secret-file", secret,
+                                    "--secret-file", secondSecret, "--mailbox", mailbox, "--mailbox", secondMailbox] + extra)
+        }
+
         func node(_ role: String, _ extra: [String] = []) throws -> NodeProcess {
             try NodeProcess(["--role", role, "--db", folder.file("\(role).sqlite"), "--keys", keys, "--secret-file", secret,
                              "--mailbox", mailbox] + extra)
@@ -177,12 +191,8 @@ import Testing
     /// and, through the phone, the other watch. `status` lists each mailbox.
     @Test func aPhoneWithTwoWatchesQueuesForEachThroughItsOwnMailbox() async throws {
         let setup = try Setup()
-        let secondSecret = setup.folder.file("pair-2.secret")
-        try PairingSecret.generate().write(to: secondSecret)
-        let secondMailbox = setup.folder.file("mailbox-2")
-        let phone = try NodeProcess(["--role", "phone", "--db", setup.folder.file("phone.sqlite"), "--keys", setup.keys,
-                                     "--secret-file", setup.secret, "--secret-file", secondSecret,
-                                     "--mailbox", setup.mailbox, "--mailbox", secondMailbox])
+        let (secondSecret, secondMailbox) = try setup.secondPairing()
+        let phone = try setup.phoneOfTwoWatches()
         defer { phone.stop() }
         let watch = try setup.node("watch")
         defer { watch.stop() }
@@ -220,12 +230,8 @@ import Testing
     /// watch was live).
     @Test func aPhoneLiveWithOneWatchQueuesForTheOtherThatItNeverMet() async throws {
         let setup = try Setup()
-        let secondSecret = setup.folder.file("pair-2.secret")
-        try PairingSecret.generate().write(to: secondSecret)
-        let secondMailbox = setup.folder.file("mailbox-2")
-        let phone = try NodeProcess(["--role", "phone", "--db", setup.folder.file("phone.sqlite"), "--keys", setup.keys,
-                                     "--secret-file", setup.secret, "--secret-file", secondSecret,
-                                     "--mailbox", setup.mailbox, "--mailbox", secondMailbox, "--listen", "127.0.0.1:0"])
+        let (secondSecret, secondMailbox) = try setup.secondPairing()
+        let phone = try setup.phoneOfTwoWatches(["--listen", "127.0.0.1:0"])
         defer { phone.stop() }
         let listening = try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
         let port = try #require(listening["port"] as? Int)

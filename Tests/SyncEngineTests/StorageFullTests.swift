@@ -22,6 +22,7 @@ import Testing
     /// A phone on the real disk and a watch on the disk that fills up, of one pairing.
     struct PhoneAndWatch {
         let folder = TempFolder()
+        let mailboxFolder = TempFolder()
         let phone: SyncStore
         let watch: SyncStore
         let secret = PairingSecret.generate()
@@ -30,6 +31,12 @@ import Testing
         init() throws {
             phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: KeyRegistry([TestKeys.steps, TestKeys.daily]))
             watch = try StorageFullTests.store(folder, "watch.sqlite", role: .watch)
+        }
+
+        /// The two ends of a mailbox of their pairing, in a folder of its own.
+        func mailboxes() throws -> (phone: Mailbox, watch: Mailbox) {
+            (try Mailbox(directory: mailboxFolder.path, role: .phone, secret: secret),
+             try Mailbox(directory: mailboxFolder.path, role: .watch, secret: secret))
         }
 
         /// Closes both, and gives the disk its room back.
@@ -172,14 +179,12 @@ import Testing
     @Test func queuedRoundsPauseWhileTheWatchIsFull() async throws {
         let stores = try PhoneAndWatch()
         defer { stores.close() }
-        let (phoneStore, watchStore, secret) = (stores.phone, stores.watch, stores.secret)
+        let (phoneStore, watchStore) = (stores.phone, stores.watch)
         var configuration = stores.configuration
         configuration.storageFullRetryInterval = .seconds(600)
         let phone = SyncPeer(store: phoneStore, configuration: configuration)
         let watch = SyncPeer(store: watchStore, configuration: configuration)
-        let mailboxes = TempFolder()
-        let phoneBox = try Mailbox(directory: mailboxes.path, role: .phone, secret: secret)
-        let watchBox = try Mailbox(directory: mailboxes.path, role: .watch, secret: secret)
+        let (phoneBox, watchBox) = try stores.mailboxes()
         try await phoneStore.set(4, for: TestKeys.steps)
         #expect(try phone.deliverQueued(through: phoneBox).messagesPosted == 1)
 
@@ -203,12 +208,10 @@ import Testing
     @Test func aFullWatchKeepsAQueuedMessageUntilThereIsRoom() async throws {
         let stores = try PhoneAndWatch()
         defer { stores.close() }
-        let (phoneStore, watchStore, secret, configuration) = (stores.phone, stores.watch, stores.secret, stores.configuration)
+        let (phoneStore, watchStore, configuration) = (stores.phone, stores.watch, stores.configuration)
         let phone = SyncPeer(store: phoneStore, configuration: configuration)
         let watch = SyncPeer(store: watchStore, configuration: configuration)
-        let mailboxes = TempFolder()
-        let phoneBox = try Mailbox(directory: mailboxes.path, role: .phone, secret: secret)
-        let watchBox = try Mailbox(directory: mailboxes.path, role: .watch, secret: secret)
+        let (phoneBox, watchBox) = try stores.mailboxes()
         try await phoneStore.set(4, for: TestKeys.steps)
         #expect(try phone.deliverQueued(through: phoneBox).messagesPosted == 1)
 
