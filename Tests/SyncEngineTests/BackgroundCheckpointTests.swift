@@ -30,6 +30,23 @@ import Testing
         #expect(Self.size(path) >= before + 100_000, "the database file is still \(Self.size(path)) bytes (\(before) at first)")
     }
 
+    /// On a nearly full disk the WAL is copied into the file from
+    /// `lowSpaceThreshold` pages on, not at 4,000: the same 2,000 single-row
+    /// commits leave it at 1.3 MB (it reached 44 MB, and filled a
+    /// watch with less room than that before its data did).
+    @Test func aNearlyFullDiskCheckpointsEarly() async throws {
+        let folder = TempFolder()
+        let path = folder.file("store.sqlite")
+        var options = StoreOptions(encryption: .keyFile(path: folder.file("store.key")))
+        options.freeSpace = { _ in 10 << 20 }
+        let store = try SyncStore(path: path, role: .phone, registry: try TestKeys.registry(), options: options)
+        defer { store.close() }
+        for i in 0..<2_000 { try store.setNow(i, for: TestKeys.daily["d\(i)"]) }
+        store.waitForBackgroundCheckpoints()
+        #expect(Self.size(path + "-wal") < 1_000 * 4_096, "the WAL is \(Self.size(path + "-wal")) bytes")
+        #expect(try store.storedValue(for: TestKeys.daily["d1999"]) == 1_999)
+    }
+
     /// A WAL that grew past its steady state (one large transaction here) is
     /// cut back to `Database.walSizeLimit` once a checkpoint copied it all and
     /// the next commit starts it over; it kept its largest size on disk (44 MB

@@ -1,4 +1,5 @@
 import CSQLite
+import Foundation
 import Dispatch
 import Synchronization
 
@@ -8,7 +9,8 @@ import Synchronization
 ///
 /// A passive checkpoint never blocks the writer or readers. If the WAL still
 /// grows past `inlineLimit` pages (checkpoints falling behind), the writer
-/// checkpoints itself, as SQLite would, so the file stays bounded.
+/// checkpoints itself, as SQLite would, so the file stays bounded. On a
+/// nearly full disk the writer checkpoints itself at `lowSpaceThreshold` pages.
 final class BackgroundCheckpointer: Sendable {
     /// WAL pages after which a checkpoint is scheduled: four times SQLite's
     /// own default, fewer checkpoints (and fsyncs) beside the writes, a WAL
@@ -17,6 +19,13 @@ final class BackgroundCheckpointer: Sendable {
     static let threshold: Int32 = 4_000
     /// WAL pages after which the committing writer checkpoints inline.
     static let inlineLimit: Int32 = 16_000
+    /// WAL pages after which the writer checkpoints inline when the disk is
+    /// nearly full (`lowSpaceBytes`), so that the WAL starts over at about
+    /// 1 MB: one of 16 MB (or more, while commits keep coming) would fill a
+    /// device with less room than that before its data did.
+    static let lowSpaceThreshold: Int32 = 256
+    /// Free bytes under which the disk counts as nearly full.
+    static let lowSpaceBytes: Int64 = 64 << 20
 
     let path: String
     /// The VFS the store's connection uses (nil: SQLite's default); the checkpoint must use the same.
@@ -28,11 +37,34 @@ final class BackgroundCheckpointer: Sendable {
     private let stopped = Atomic<Bool>(false)
     /// The checkpoint connection, opened on first use; touched only on `queue`.
     private let connection = Mutex<OpaquePointer?>(nil)
+    /// Free bytes of the store's file system (`StoreOptions.freeSpace`).
+    private let freeSpace: @Sendable (String) -> Int64?
+    /// The WAL pages at which the free space is looked at next, between
+    /// `lowSpaceThreshold` and `threshold` (every 64 pages, not every commit).
+    private let nextSpaceLook = Atomic<Int32>(0)
 
-    init(path: String, vfs: String?, corruption: CorruptionFlag) {
+    init(path: String, vfs: String?, corruption: CorruptionFlag, freeSpace: @escaping @Sendable (String) -> Int64? = BackgroundCheckpointer.freeBytes(at:)) {
         self.path = path
         self.vfs = vfs
         self.corruption = corruption
+        self.freeSpace = freeSpace
+    }
+
+    /// The free bytes (for an unprivileged process) of the file system that holds `path`.
+    static func freeBytes(at path: String) -> Int64? {
+        var info = statvfs()
+        guard statvfs(path, &info) == 0 else { return nil }
+        return Int64(info.f_bavail) * Int64(info.f_frsize)
+    }
+
+    /// Whether a WAL of `pages` (under `threshold`) is worth a checkpoint now:
+    /// the disk is nearly full. Looked at every 64 pages the WAL grows.
+    private func checkpointsEarly(atPages pages: Int32) -> Bool {
+        let next = nextSpaceLook.load(ordering: .relaxed)
+        // A WAL smaller than at the last look has started over since.
+        guard pages >= next || pages + 64 < next else { return false }
+        nextSpaceLook.store(pages + 64, ordering: .relaxed)
+        return (freeSpace(path).map { $0 < BackgroundCheckpointer.lowSpaceBytes }) ?? false
     }
 
     /// Installs the hook on the writer's connection (replacing SQLite's automatic checkpoint).
@@ -52,7 +84,10 @@ final class BackgroundCheckpointer: Sendable {
 
     private func walGrew(pages: Int32, writer: OpaquePointer?, name: UnsafePointer<CChar>?) {
         if corruption.isSet { return }
-        if pages >= BackgroundCheckpointer.inlineLimit {
+        // Inline, the copy completes (no commit lands meanwhile) and the next commit starts the WAL
+        // over; in the background, commits that go on meanwhile keep it growing.
+        if pages >= BackgroundCheckpointer.inlineLimit
+            || (pages >= BackgroundCheckpointer.lowSpaceThreshold && pages < BackgroundCheckpointer.threshold && checkpointsEarly(atPages: pages)) {
             _ = sqlite3_wal_checkpoint_v2(writer, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
             return
         }

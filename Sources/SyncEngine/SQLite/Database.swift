@@ -60,7 +60,7 @@ final class Database: Sendable {
         corruption = conn.corruption
         syncsDurableWrites = options.durability != .full && options.syncsBeforeAcknowledging
         walSyncer = WALSyncer(path: path, vfs: options.vfsName)
-        checkpointer = BackgroundCheckpointer(path: path, vfs: options.vfsName, corruption: conn.corruption)
+        checkpointer = BackgroundCheckpointer(path: path, vfs: options.vfsName, corruption: conn.corruption, freeSpace: options.freeSpace)
         checkpointer.attach(to: conn.handle)
         readers = options.readerConnections > 0
             ? ReaderPool(path: path, vfs: options.vfsName, capacity: options.readerConnections, corruption: conn.corruption) : nil

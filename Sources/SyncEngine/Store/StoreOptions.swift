@@ -48,6 +48,9 @@ public struct StoreOptions: Sendable {
     /// behaviour before acknowledgements were durable), for the crash tests
     /// that must see the loss, and for benchmarks measuring the sync's cost.
     @_spi(Testing) public var syncsBeforeAcknowledging = true
+    /// The free bytes of the file system that holds a path (nil: unknown);
+    /// the background checkpointer asks it. Tests give a nearly full disk.
+    @_spi(Testing) public var freeSpace: @Sendable (_ path: String) -> Int64? = BackgroundCheckpointer.freeBytes(at:)
 
     /// Remote versions whose time is more than this ahead of this device's
     /// wall clock are refused (entry by entry, with a `versionRefused` event
