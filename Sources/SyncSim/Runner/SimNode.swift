@@ -40,7 +40,10 @@ final class SimNode {
     /// Set when a `powerCut` or `fillDisk` step names the node: its files go through this crash VFS.
     var crashVFS: CrashVFS?
     /// Whether the node's storage is full (`fillDisk` until `freeDisk`).
-    private(set) var diskFull = false
+    var diskFull: Bool { disk.isFull }
+    /// What the node's store is told of its free space: none while full,
+    /// plenty otherwise (never the machine's own, so runs repeat).
+    private let disk = SimDisk()
     /// The VFS's cut count when the current cut was armed (nil: none armed).
     var cutsBeforeArming: Int?
 
@@ -74,6 +77,8 @@ final class SimNode {
         if let tombstoneRetentionMs { options.tombstoneRetention = .milliseconds(tombstoneRetentionMs) }
         if let peerHorizonMs { options.peerHorizon = .milliseconds(peerHorizonMs) }
         options.externalChangePollInterval = nil   // one process per file here; no timer in a deterministic run
+        let disk = self.disk
+        options.freeSpace = { _ in disk.isFull ? 0 : 1 << 40 }
         options.logger = SimNode.logger(label: "syncsim.\(name.rawValue)")
         if let crashVFS {
             // A node that may lose power: its files go through the crash VFS, and a
@@ -127,7 +132,7 @@ final class SimNode {
     /// that would make one of its files longer fails with `storage-full`.
     func setDiskFull(_ full: Bool) {
         guard let crashVFS else { return }
-        diskFull = full
+        disk.isFull = full
         crashVFS.setDiskFull(full)
     }
 
@@ -174,6 +179,17 @@ final class SimNode {
         t.conflicts += c.conflicts
         t.deferred += c.deferred
         t.sessions += c.sessions
+    }
+}
+
+/// Whether a node's disk is full, for its store's free-space probe (on the
+/// checkpointer's thread).
+final class SimDisk: Sendable {
+    private let full = Atomic<Bool>(false)
+
+    var isFull: Bool {
+        get { full.load(ordering: .relaxed) }
+        set { full.store(newValue, ordering: .relaxed) }
     }
 }
 
