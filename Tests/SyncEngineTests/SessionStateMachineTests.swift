@@ -95,6 +95,25 @@ import Testing
         #expect(lossy.tick(now: 60_000) == [.send(lossy.hello(isReply: false))])
     }
 
+    /// Over a transport that delivers every frame the hello goes once: a
+    /// second one, sent because the answer was slow (over a second under
+    /// load), made the peer take it for a new session and start over (a
+    /// second `connected` event, what it had in flight forgotten). The
+    /// timeout still ends a session nobody answers.
+    @Test func overAReliableTransportTheHelloGoesOnce() throws {
+        var watch = ReplicationSession(identity: Self.identity(2, .watch))
+        watch.retransmits = false
+        watch.helloTimeout = 10_000
+        #expect(watch.start(now: 0) == [.send(watch.hello(isReply: false))])
+        #expect(watch.tick(now: 1_000).isEmpty)
+        #expect(watch.tick(now: 9_900).isEmpty)
+        guard case .fail(let error, notifyPeer: false)? = watch.tick(now: 10_000).first else {
+            Issue.record("expected the session to fail at its hello timeout")
+            return
+        }
+        #expect(error.code == .timeout)
+    }
+
     /// Over TCP a slow acknowledgement is not a lost frame: nothing is sent twice in one session.
     @Test func overAReliableTransportNothingIsResent() throws {
         var phone = try Self.establishedPhone()

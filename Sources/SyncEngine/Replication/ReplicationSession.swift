@@ -462,15 +462,17 @@ struct ReplicationSession {
         }
     }
 
-    /// Resends what timed out: the hello while waiting (or gives up after
-    /// `helloTimeout`), in-flight messages after `retransmitInterval`.
+    /// Resends what timed out: the hello while waiting (over a lossy
+    /// transport; or gives up after `helloTimeout`), in-flight messages after `retransmitInterval`.
     mutating func tick(now: Int64) -> [Action] {
         switch state {
         case .awaitingHello where helloTimeout.map { now - startedAt >= $0 } ?? false:
             let error = SyncError(.timeout, "the peer did not answer the hello within \(helloTimeout ?? 0) ms: no session runs at its end of the connection")
             state = .failed(error, peer: nil)
             return [.fail(error, notifyPeer: false)]
-        case .awaitingHello(let lastHelloAt) where now - lastHelloAt >= helloRetryInterval:
+        // Not over a transport that delivers every frame: the hello arrives, and a second one would
+        // make the peer start the session over (a peer slow to answer is not a lost hello).
+        case .awaitingHello(let lastHelloAt) where retransmits && now - lastHelloAt >= helloRetryInterval:
             state = .awaitingHello(lastHelloAt: now)
             return [.send(hello(isReply: false))]
         case .established where retransmits:
