@@ -49,6 +49,9 @@ public struct ReplicationConfiguration: Sendable {
     /// the reconnect backoff's pace would cost a watch radio and battery
     /// while its storage stays full.
     public var storageFullRetryInterval: Duration = .seconds(60)
+    /// Over a lossy connection, how long a hello may go unanswered before it
+    /// is sent again. Over one that delivers every frame (TCP) it goes once:
+    /// a second would make the peer start the session over.
     public var helloRetryMilliseconds: Int64 = 1_000
     /// Over a connection that delivers every frame (TCP), how long the peer
     /// may leave our hello unanswered before the session fails with
