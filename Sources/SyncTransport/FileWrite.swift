@@ -24,6 +24,30 @@ package enum FileWrite {
         return nil
     }
 
+    /// Why `replace` failed: the `errno`, the file it concerns, and whether
+    /// the temporary file could not even be created.
+    package struct Failure: Error {
+        package let code: Int32
+        package let file: String
+        package let creating: Bool
+    }
+
+    /// Puts `bytes` at `target` whole or not at all: written to `temporary`,
+    /// synced, renamed over `target` (the temporary file removed on failure).
+    /// The directory is not synced: the caller does, as it needs.
+    package static func replace(_ target: String, with bytes: [UInt8], through temporary: String) throws(Failure) {
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw Failure(code: errno, file: temporary, creating: true) }
+        var failure = writeAll(bytes, to: descriptor)
+        if failure == nil, fsync(descriptor) != 0 { failure = errno }
+        close(descriptor)
+        if failure == nil, rename(temporary, target) != 0 { failure = errno }
+        if let failure {
+            unlink(temporary)
+            throw Failure(code: failure, file: target, creating: false)
+        }
+    }
+
     /// Whether `code` (an `errno`) says the device's storage is full: no
     /// space left, or the user's quota used up.
     package static func isStorageFull(_ code: Int32) -> Bool {

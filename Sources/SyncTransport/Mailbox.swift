@@ -440,30 +440,21 @@ enum MailboxFiles {
     /// `fsync`, `rename`, `fsync` of the directory.
     static func writeAtomically(_ bytes: [UInt8], directory: String, name: String) throws {
         let temporary = directory + "/.tmp-\(name)-\(UInt32.random(in: 0...UInt32.max))"
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw writeError(errno, creating: temporary) }
-        var failure = FileWrite.writeAll(bytes, to: descriptor)
-        if failure == nil, fsync(descriptor) != 0 { failure = errno }
-        close(descriptor)
-        if failure == nil, rename(temporary, directory + "/" + name) != 0 { failure = errno }
-        if let failure {
-            unlink(temporary)
-            throw writeError(failure, writing: directory + "/" + name)
+        do {
+            try FileWrite.replace(directory + "/" + name, with: bytes, through: temporary)
+        } catch {
+            throw writeError(error.code, writing: error.file, creating: error.creating)
         }
         try syncDirectory(directory)
     }
 
     /// A mailbox file that could not be written: `storage-full` when the
     /// device is full, else `mailbox-io`.
-    static func writeError(_ code: Int32, writing file: String) -> TransportError {
+    static func writeError(_ code: Int32, writing file: String, creating: Bool = false) -> TransportError {
         if FileWrite.isStorageFull(code) {
             return TransportError(.storageFull, "cannot write \(file): \(FileWrite.describe(code)); the device's storage is full — free space (nothing was posted or accepted)")
         }
-        return TransportError(.mailboxIO, "cannot write \(file): \(FileWrite.describe(code))")
-    }
-
-    private static func writeError(_ code: Int32, creating file: String) -> TransportError {
-        FileWrite.isStorageFull(code) ? writeError(code, writing: file) : TransportError(.mailboxIO, "cannot create \(file): \(FileWrite.describe(code))")
+        return TransportError(.mailboxIO, "cannot \(creating ? "create" : "write") \(file): \(FileWrite.describe(code))")
     }
 
     static func syncDirectory(_ directory: String) throws {

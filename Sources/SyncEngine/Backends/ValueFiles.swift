@@ -47,15 +47,10 @@ final class ValueFiles: Sendable {
         let target = path(key: key, version: version)
         let temporary = target + ".tmp-\(UInt32.random(in: 0...UInt32.max))"
         transaction.withLock { $0.written.append(target) }
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw Self.fileError(errno, "create", temporary) }
-        var failure = FileWrite.writeAll(bytes, to: fd)
-        if failure == nil, fsync(fd) != 0 { failure = errno }
-        close(fd)
-        if failure == nil, rename(temporary, target) != 0 { failure = errno }
-        if let failure {
-            unlink(temporary)
-            throw Self.fileError(failure, "write", target)
+        do {
+            try FileWrite.replace(target, with: bytes, through: temporary)
+        } catch {
+            throw Self.fileError(error.code, error.creating ? "create" : "write", error.file)
         }
         let dir = open(directory, O_RDONLY)
         if dir >= 0 {

@@ -39,8 +39,8 @@ final class BackgroundCheckpointer: Sendable {
     private let connection = Mutex<OpaquePointer?>(nil)
     /// Free bytes of the store's file system (`StoreOptions.freeSpace`).
     private let freeSpace: @Sendable (String) -> Int64?
-    /// The WAL pages at which the free space is looked at next, between
-    /// `lowSpaceThreshold` and `threshold` (every 64 pages, not every commit).
+    /// The WAL pages at which the free space is looked at next, from
+    /// `lowSpaceThreshold` on (every 64 pages, not every commit).
     private let nextSpaceLook = Atomic<Int32>(0)
 
     init(path: String, vfs: String?, corruption: CorruptionFlag, freeSpace: @escaping @Sendable (String) -> Int64? = BackgroundCheckpointer.freeBytes(at:)) {
@@ -57,7 +57,7 @@ final class BackgroundCheckpointer: Sendable {
         return Int64(info.f_bavail) * Int64(info.f_frsize)
     }
 
-    /// Whether a WAL of `pages` (under `threshold`) is worth a checkpoint now:
+    /// Whether a WAL of `pages` is worth a checkpoint by the writer now:
     /// the disk is nearly full. Looked at every 64 pages the WAL grows.
     private func checkpointsEarly(atPages pages: Int32) -> Bool {
         let next = nextSpaceLook.load(ordering: .relaxed)
@@ -87,7 +87,7 @@ final class BackgroundCheckpointer: Sendable {
         // Inline, the copy completes (no commit lands meanwhile) and the next commit starts the WAL
         // over; in the background, commits that go on meanwhile keep it growing.
         if pages >= BackgroundCheckpointer.inlineLimit
-            || (pages >= BackgroundCheckpointer.lowSpaceThreshold && pages < BackgroundCheckpointer.threshold && checkpointsEarly(atPages: pages)) {
+            || (pages >= BackgroundCheckpointer.lowSpaceThreshold && checkpointsEarly(atPages: pages)) {
             _ = sqlite3_wal_checkpoint_v2(writer, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
             return
         }
