@@ -18,8 +18,11 @@ public struct BackendEntry: Sendable {
 
 /// One write handed to `KeyValueBackend.commit`.
 public struct BackendWrite: Sendable {
-    /// The full key name (a registered key or a family member).
-    public var key: String
+    /// The full key name (a registered key or a family member), kept in
+    /// Unicode NFC as every key name is.
+    public var key: String {
+        didSet { key = KeyName.canonical(key) }
+    }
     /// Serialized bytes; nil removes the key.
     public var bytes: [UInt8]?
     /// The decoded value, kept in the cache beside the bytes.
@@ -28,13 +31,16 @@ public struct BackendWrite: Sendable {
     var descriptor: KeyDescriptor?
 
     public init(key: String, bytes: [UInt8]?, decoded: (any Sendable)? = nil) {
-        self.key = key
+        self.key = KeyName.canonical(key)
         self.bytes = bytes
         self.decoded = decoded
     }
 
+    /// `key` is a typed key's name, already NFC.
     init(key: String, descriptor: KeyDescriptor, bytes: [UInt8]?, decoded: (any Sendable)?) {
-        self.init(key: key, bytes: bytes, decoded: decoded)
+        self.key = key
+        self.bytes = bytes
+        self.decoded = decoded
         self.descriptor = descriptor
     }
 }

@@ -3,8 +3,11 @@
 /// Typed `Key`s carry one; registries loaded from JSON (`syncsim node --keys`)
 /// are made of them directly.
 public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertible {
-    /// Full name, namespaces joined by `:` (e.g. `health:daily:steps`).
-    public var name: String
+    /// Full name, namespaces joined by `:` (e.g. `health:daily:steps`), kept
+    /// in Unicode NFC: two spellings Swift calls equal are one key.
+    public var name: String {
+        didSet { name = KeyName.canonical(name) }
+    }
     public var availability: Availability
     public var policy: SyncPolicy
     public var security: KeySecurity
@@ -14,8 +17,10 @@ public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertibl
     public var isFamily: Bool
     /// Name of a deterministic conflict resolver; nil for last-writer-wins.
     public var resolver: String?
-    /// An older key whose value moves over on first read.
-    public var legacyName: String?
+    /// An older key whose value moves over on first read (NFC, as `name`).
+    public var legacyName: String? {
+        didSet { legacyName = legacyName.map(KeyName.canonical) }
+    }
     /// The value's type name (`Int`, `Array<String>`, `Profile`), set by typed
     /// keys and by the `"type"` field of a keys file; nil when undeclared.
     /// Both peers must agree: `Key<Int>` and `Key<String>` under one name do
@@ -25,14 +30,14 @@ public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertibl
     public init(name: String, availability: Availability = .all, policy: SyncPolicy = .automaticSmall,
                 security: KeySecurity = .none, encoding: String = "json", isFamily: Bool = false,
                 resolver: String? = nil, legacyName: String? = nil, valueType: String? = nil) {
-        self.name = name
+        self.name = KeyName.canonical(name)
         self.availability = availability
         self.policy = policy
         self.security = security
         self.encoding = encoding
         self.isFamily = isFamily
         self.resolver = resolver
-        self.legacyName = legacyName
+        self.legacyName = legacyName.map(KeyName.canonical)
         self.valueType = valueType
     }
 
@@ -43,14 +48,14 @@ public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertibl
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
-        name = try c.decode(String.self, forKey: .name)
+        name = KeyName.canonical(try c.decode(String.self, forKey: .name))
         availability = try c.decodeIfPresent(Availability.self, forKey: .availability) ?? .all
         policy = try c.decodeIfPresent(SyncPolicy.self, forKey: .policy) ?? .automaticSmall
         security = try c.decodeIfPresent(KeySecurity.self, forKey: .security) ?? .none
         encoding = try c.decodeIfPresent(String.self, forKey: .encoding) ?? "json"
         isFamily = try c.decodeIfPresent(Bool.self, forKey: .family) ?? false
         resolver = try c.decodeIfPresent(String.self, forKey: .resolver)
-        legacyName = try c.decodeIfPresent(String.self, forKey: .legacyName)
+        legacyName = try c.decodeIfPresent(String.self, forKey: .legacyName).map(KeyName.canonical)
         valueType = try c.decodeIfPresent(String.self, forKey: .valueType)
     }
 

@@ -165,7 +165,7 @@ package enum QueuedMessage: Sendable, Equatable {
                 let applied = Int(try r.readVarInt() & 0xFFFF_FFFF)
                 var rejected: [SyncMessage.Rejection] = []
                 for _ in 0..<(try r.readCount()) {
-                    rejected.append(SyncMessage.Rejection(key: try r.readString(maxLength: SyncMessage.maxNameLength), code: try r.readString(maxLength: 128)))
+                    rejected.append(SyncMessage.Rejection(key: try r.readKeyName(), code: try r.readString(maxLength: 128)))
                 }
                 if (after, through) == Self.caughtUpFollowsRange || (after, through) == Self.caughtUpRange {
                     guard applied == 0, rejected.isEmpty else {
@@ -185,7 +185,7 @@ package enum QueuedMessage: Sendable, Equatable {
                 let answer = try r.readUInt8()
                 guard answer <= 1 else { throw SyncError(.malformedMessage, "queued key declarations name an unknown kind \(answer)") }
                 var lines: [String] = []
-                for _ in 0..<(try r.readCount()) { lines.append(try r.readString(maxLength: SyncMessage.maxNameLength)) }
+                for _ in 0..<(try r.readCount()) { lines.append(try r.readKeyName()) }
                 guard KeyRegistry.fingerprint(of: lines) == header.registryFingerprint else {
                     throw SyncError(.malformedMessage, "queued key declarations do not match the registry fingerprint they came with")
                 }

@@ -445,7 +445,7 @@ extension SyncMessage {
                 guard type == .chunkAck else {
                     throw SyncError(.malformedMessage, "a \(type) message cannot be of payload schema \(schema) (only chunk acknowledgements are)")
                 }
-                let key = try r.readString(maxLength: SyncMessage.maxNameLength)
+                let key = try r.readKeyName()
                 let version = try r.readTimestamp()
                 let index = Int(try r.readVarInt() & 0xFFFF_FFFF)
                 let complete = try r.readUInt8() != 0
@@ -479,10 +479,10 @@ extension SyncMessage {
                 let epoch = try r.readString(maxLength: 256)
                 let fingerprint = try r.readBytes(maxLength: 64)
                 var declarations: [String] = []
-                for _ in 0..<(try r.readCount()) { declarations.append(try r.readString(maxLength: SyncMessage.maxNameLength)) }
+                for _ in 0..<(try r.readCount()) { declarations.append(try r.readKeyName()) }
                 var partials: [PartialTransfer] = []
                 for _ in 0..<(try r.readCount()) {
-                    partials.append(PartialTransfer(key: try r.readString(maxLength: SyncMessage.maxNameLength), version: try r.readTimestamp(),
+                    partials.append(PartialTransfer(key: try r.readKeyName(), version: try r.readTimestamp(),
                                                     received: Int(try r.readVarInt() & 0xFFFF_FFFF)))
                 }
                 self = .hello(Hello(protocolRange: low...high, node: node, role: roleByte == 0 ? .phone : .watch, isReply: isReply,
@@ -497,7 +497,7 @@ extension SyncMessage {
                 let applied = Int(try r.readVarInt() & 0xFFFF_FFFF)
                 var rejected: [Rejection] = []
                 for _ in 0..<(try r.readCount()) {
-                    rejected.append(Rejection(key: try r.readString(maxLength: SyncMessage.maxNameLength), code: try r.readString(maxLength: 128)))
+                    rejected.append(Rejection(key: try r.readKeyName(), code: try r.readString(maxLength: 128)))
                 }
                 self = .ack(Ack(batchID: id, applied: applied, rejected: rejected))
             case .chunk:
@@ -511,7 +511,7 @@ extension SyncMessage {
                 guard index < count else { throw SyncError(.malformedMessage, "chunk \(index) of \(count) is out of range") }
                 self = .chunk(Chunk(entry: entry, totalSize: total, totalChecksum: totalChecksum, index: index, count: count, checksum: checksum, bytes: bytes))
             case .chunkAck:
-                self = .chunkAck(ChunkAck(key: try r.readString(maxLength: SyncMessage.maxNameLength), version: try r.readTimestamp(),
+                self = .chunkAck(ChunkAck(key: try r.readKeyName(), version: try r.readTimestamp(),
                                           index: Int(try r.readVarInt() & 0xFFFF_FFFF), complete: try r.readUInt8() != 0))
             case .error:
                 self = .error(ErrorMessage(code: try r.readString(maxLength: 128), message: try r.readString(maxLength: 4096)))
@@ -582,8 +582,11 @@ extension ByteReader {
         return Int(count)
     }
 
+    /// A key name (or declaration line) in NFC, whatever spelling the peer sent.
+    mutating func readKeyName() throws -> String { KeyName.canonical(try readString(maxLength: SyncMessage.maxNameLength)) }
+
     mutating func readEntry() throws -> WireEntry {
-        let key = try readString(maxLength: SyncMessage.maxNameLength)
+        let key = try readKeyName()
         let version = try readTimestamp()
         let base = try readTimestamp()
         let flags = try readUInt8()

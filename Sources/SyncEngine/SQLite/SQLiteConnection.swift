@@ -75,6 +75,21 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
         }
     }
 
+    /// Runs `body` in a savepoint of the open transaction: a throw undoes
+    /// what `body` did, and only that.
+    func savepoint<T>(_ body: () throws -> T) throws -> T {
+        try statement("SAVEPOINT sync_step").run()
+        do {
+            let result = try body()
+            try statement("RELEASE sync_step").run()
+            return result
+        } catch {
+            try? statement("ROLLBACK TO sync_step").run()
+            try? statement("RELEASE sync_step").run()
+            throw error
+        }
+    }
+
     var changes: Int { Int(sqlite3_changes(handle)) }
 
     /// The first column of the first row of `sql` (a query or pragma returning one integer).

@@ -20,11 +20,12 @@
 /// a resolver's merge gives one version two values, whose chunks never join.
 /// Since v10 `entries` and `sync_chunks` are rowid tables (a lookup in a
 /// WITHOUT ROWID table reads the large values it passes), the value last.
+/// Since v11 key names are in Unicode NFC (rows of other spellings moved once).
 ///
 /// Every store carries `PRAGMA application_id = 0x5379456E` (ASCII "SyEn"),
 /// set with the schema; `Database` refuses SQLite files with another id.
 enum Schema {
-    static let currentVersion = 10
+    static let currentVersion = 11
     /// `PRAGMA application_id` of a SyncEngine store: ASCII "SyEn".
     static let applicationID: Int32 = 0x5379_456E
 
@@ -238,6 +239,11 @@ enum Schema {
             SELECT key, ver, node, idx, total_size, total_crc, data FROM sync_chunks;
         DROP TABLE sync_chunks;
         ALTER TABLE sync_chunks_v10 RENAME TO sync_chunks;
+        """,
+        // v11: key names are kept in Unicode NFC; the rows of a name spelled otherwise move
+        // at the next open (`SyncStore.normalizeKeyNamesAfterMigration`).
+        """
+        INSERT OR REPLACE INTO sync_meta(name, value) VALUES ('keys_need_nfc', '1');
         """,
     ]
 

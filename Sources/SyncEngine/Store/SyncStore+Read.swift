@@ -4,7 +4,7 @@ extension SyncStore {
     /// The entry under `key` through the cache; on a miss the row is read
     /// (and a legacy key migrated) after checking `declared` against the registry.
     public func entry(forKey key: String, declaredAs declared: KeyDescriptor?) throws -> BackendEntry? {
-        try entry(forKey: key, declaredAs: declared, counted: true)
+        try entry(forKey: KeyName.canonical(key), declaredAs: declared, counted: true)
     }
 
     /// `counted: false` when the caller already counted this read's cache miss.
@@ -73,7 +73,7 @@ extension SyncStore {
     }
 
     public func rememberDecoded(_ value: any Sendable, forKey key: String, version: HLCTimestamp) {
-        cache.rememberDecoded(key, version: version, value: value)
+        cache.rememberDecoded(KeyName.canonical(key), version: version, value: value)
     }
 
     /// Reads the row from a reader connection, never waiting for the writer,
@@ -150,7 +150,7 @@ extension SyncStore {
         try checkOpen()
         return try readCommitted { conn in
             let stmt = try conn.statement("SELECT \(SyncStore.infoColumns) FROM entries e WHERE e.key = ?")
-            stmt.bind(1, key)
+            stmt.bind(1, KeyName.canonical(key))
             defer { stmt.reset() }
             guard try stmt.step() else { return nil }
             let row = SyncStore.infoRow(stmt)
@@ -203,7 +203,7 @@ extension SyncStore {
     public func rawValue(forKey key: String) throws -> [UInt8]? {
         try checkOpen()
         return try readCommitted { conn in
-            guard let row = try loadRow(conn, key: key), !row.deleted else { return nil }
+            guard let row = try loadRow(conn, key: KeyName.canonical(key)), !row.deleted else { return nil }
             return row.value
         }
     }

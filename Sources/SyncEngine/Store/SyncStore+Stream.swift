@@ -368,7 +368,7 @@ extension SyncStore {
     public func peerHas(key: String, atLeast version: HLCTimestamp) throws -> Bool {
         try checkOpen()
         return try database.read { conn in
-            guard let row = try loadRow(conn, key: key, valueFile: .skip), row.version >= version else { return false }
+            guard let row = try loadRow(conn, key: KeyName.canonical(key), valueFile: .skip), row.version >= version else { return false }
             let peers = try SyncStore.peerRecords(conn)
             guard !peers.isEmpty else { return row.originPeer != 0 }
             return peers.allSatisfy { peer in

@@ -155,6 +155,12 @@ public final class SyncStore: KeyValueBackend {
             logger.warning("purging tombstones at open waits for room", metadata: ["error": "\(error)"])
         }
         try startSharedFileTracking()
+        do {
+            // After the tracking starts: its commit is observed as any other (value files, other processes).
+            try normalizeKeyNamesAfterMigration()
+        } catch let error as SyncError where error.code == .storageFull {
+            logger.warning("moving key names to NFC at open waits for room", metadata: ["error": "\(error)"])
+        }
     }
 
     /// Stops observers; the file stays as committed. Further use throws `.closed`.

@@ -1,0 +1,22 @@
+import Foundation
+
+/// Swift compares strings by canonical equivalence ("José" with a precomposed
+/// é equals "Jose" + U+0301), SQLite compares bytes: every key name the
+/// store, the registry or the wire takes is kept in Unicode Normalization
+/// Form C, so that two spellings of one name are one key on every device.
+package enum KeyName {
+    /// `name` in NFC; an ASCII name (already NFC) is returned as it is.
+    package static func canonical(_ name: String) -> String {
+        if isASCII(name) { return name }
+        return name.precomposedStringWithCanonicalMapping
+    }
+
+    private static func isASCII(_ name: String) -> Bool {
+        var name = name
+        return name.withUTF8 { bytes in
+            var bits: UInt8 = 0
+            for byte in bytes { bits |= byte }
+            return bits < 0x80
+        }
+    }
+}

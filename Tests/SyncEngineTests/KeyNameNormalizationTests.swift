@@ -1,0 +1,149 @@
+import CSQLite
+import Foundation
+@_spi(Benchmarks) @testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// "José" with a precomposed é (NFC) and with e + U+0301 (NFD): one name to
+/// Swift, two byte strings to SQLite.
+private let precomposed = "Jos\u{E9}"
+private let decomposed = "Jose\u{301}"
+private let contacts = KeyFamily<Int>("contact", default: 0, availability: .all, policy: .automaticSmall)
+
+private func utf8(_ text: String) -> [UInt8] { Array(text.utf8) }
+
+/// Runs `sql` on the file at `path` with a connection of its own (the store closed).
+private func rawSQL(_ path: String, _ sql: String) throws {
+    var handle: OpaquePointer?
+    guard sqlite3_open(path, &handle) == SQLITE_OK, let db = handle else { throw SyncError(.database, "cannot open \(path)") }
+    defer { sqlite3_close(db) }
+    guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else {
+        throw SyncError(.database, String(cString: sqlite3_errmsg(db)))
+    }
+}
+
+@Suite(.timeLimit(.minutes(1))) struct KeyNameNormalizationTests {
+    @Test func twoSpellingsOfOneNameAreOneKeyBeforeAndAfterARestart() async throws {
+        #expect(precomposed == decomposed && utf8(precomposed) != utf8(decomposed))
+        let folder = TempFolder()
+        let path = folder.file("phone.sqlite")
+        let store = try SyncStore(path: path, role: .phone, registry: try KeyRegistry([contacts]))
+        try await store.set(1, for: contacts[precomposed])
+        try await store.set(2, for: contacts[decomposed])
+        #expect(try await store.get(contacts[precomposed]) == 2)
+        #expect(try store.allEntryInfo().map { utf8($0.key) } == [utf8("contact:" + precomposed)])
+        // Untyped reads find it by either spelling.
+        #expect(try store.entryInfo(forKey: "contact:" + decomposed) != nil)
+        #expect(try store.rawValue(forKey: "contact:" + decomposed) == utf8("2"))
+        store.close()
+
+        // The last write is what the app reads after a restart (it read the first one: two rows, one found).
+        let reopened = try SyncStore(path: path, role: .phone, registry: try KeyRegistry([contacts]))
+        #expect(try await reopened.get(contacts[precomposed]) == 2)
+        #expect(try await reopened.get(contacts[decomposed]) == 2)
+        reopened.close()
+    }
+
+    @Test func declaredNamesAndUntypedWritesAreKeptInNFC() throws {
+        let cafe = Key<String>("caf" + "e\u{301}", default: "")
+        #expect(utf8(cafe.name) == utf8("caf\u{E9}"))
+        let fromFile = try JSONDecoder().decode(KeyDescriptor.self, from: Data(#"{"name":"caf\u0065\u0301","legacyName":"old:\u0065\u0301"}"#.utf8))
+        #expect(utf8(fromFile.name) == utf8("caf\u{E9}"))
+        #expect(fromFile.legacyName.map(utf8) == utf8("old:\u{E9}"))
+        var member = fromFile
+        member.name = "contact:" + decomposed
+        #expect(utf8(member.name) == utf8("contact:" + precomposed))
+        #expect(utf8(BackendWrite(key: "contact:" + decomposed, bytes: nil).key) == utf8("contact:" + precomposed))
+    }
+
+    @Test func aPeerOnEitherSpellingConvergesOnOneKey() async throws {
+        let pair = try Pair(keys: [contacts])
+        let link = Link(pair.phone, pair.watch)
+        try await pair.phone.set(1, for: contacts[precomposed])
+        pair.watchClock.advance(by: 1_000)
+        try await pair.watch.set(2, for: contacts[decomposed])
+        link.connect()
+        link.settle()
+        for store in [pair.phone, pair.watch] {
+            #expect(try store.allEntryInfo().map { utf8($0.key) } == [utf8("contact:" + precomposed)])
+            #expect(try await store.get(contacts[precomposed]) == 2)
+        }
+    }
+
+    /// A peer of a build before names were kept in NFC sends the name as its app spelled it.
+    @Test func anEntryNamedInAnotherSpellingJoinsTheStoredKey() async throws {
+        let pair = try Pair(keys: [contacts])
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        try await pair.phone.set(1, for: contacts[precomposed])
+        link.settle()
+        let later = HLCTimestamp(packed: (pair.phoneClock.nowMilliseconds() + 1_000) << 16, node: pair.watch.nodeID)
+        let entry = WireEntry(key: "contact:" + decomposed, version: later, base: .zero, deleted: false, encoding: "json", value: utf8("2"))
+        for frame in [SyncMessage.batch(.init(id: 77, entries: [entry])).frame(),
+                      Frame(type: SyncMessage.MessageType.batch.rawValue, payload: ColumnarBatch.encode(id: 78, entries: [entry]))] {
+            _ = link.a.receive(frame, now: link.now)
+            #expect(link.a.failure == nil)
+        }
+        #expect(try pair.phone.allEntryInfo().map { utf8($0.key) } == [utf8("contact:" + precomposed)])
+        #expect(try await pair.phone.get(contacts[precomposed]) == 2)
+    }
+
+    /// A store written by a build that kept names as spelled: two rows of one
+    /// name become the one the merge rule keeps, and it reaches the peer.
+    @Test func aStoreWithTwoSpellingsOfANameIsMovedToOneAtOpen() async throws {
+        let pair = try Pair(keys: [contacts])
+        let phonePath = pair.folder.file("phone.sqlite")
+        try await pair.phone.set(1, for: contacts[precomposed])
+        try await pair.phone.set(5, for: contacts["Zoë"])
+        pair.phone.close()
+        // The older write under NFC, the newer one under NFD, a third name only under NFD: what the older build left.
+        try rawSQL(phonePath, "UPDATE entries SET key = 'contact:old' WHERE key = 'contact:\(precomposed)'")
+        var phone = try SyncStore(path: phonePath, role: .phone, registry: try KeyRegistry([contacts]),
+                                  options: StoreOptions(clock: pair.phoneClock))
+        pair.phoneClock.advance(by: 1_000)
+        try await phone.set(2, for: contacts[precomposed])
+        phone.close()
+        try rawSQL(phonePath, """
+            UPDATE entries SET key = 'contact:\(decomposed)' WHERE key = 'contact:\(precomposed)';
+            UPDATE entries SET key = 'contact:\(precomposed)' WHERE key = 'contact:old';
+            UPDATE entries SET key = 'contact:Zoe\u{308}' WHERE key = 'contact:Zo\u{EB}';
+            PRAGMA user_version = 10;
+            """)
+
+        phone = try SyncStore(path: phonePath, role: .phone, registry: try KeyRegistry([contacts]),
+                              options: StoreOptions(clock: pair.phoneClock))
+        #expect(try phone.allEntryInfo().map { utf8($0.key) } == [utf8("contact:" + precomposed), utf8("contact:Zo\u{EB}")])
+        #expect(try await phone.get(contacts[precomposed]) == 2)
+        #expect(try await phone.get(contacts["Zoe\u{308}"]) == 5)
+        let link = Link(phone, pair.watch)
+        link.connect()
+        link.settle()
+        #expect(try await pair.watch.get(contacts[precomposed]) == 2)
+        #expect(try await pair.watch.get(contacts["Zoë"]) == 5)
+        phone.close()
+    }
+
+    /// With value files, a moved value's file goes under its new name (and the old one goes).
+    @Test func aValueFileMovesWithItsName() async throws {
+        let folder = TempFolder()
+        let directory = folder.file("values")
+        var store = try FileValueStore(directory: directory, role: .phone, registry: try KeyRegistry([contacts]))
+        try await store.set(3, for: contacts[precomposed])
+        let version = try #require(try store.syncStore.entryInfo(forKey: "contact:" + precomposed)?.version)
+        store.close()
+        let oldFile = ValueFiles.fileName(key: "contact:" + decomposed, version: version)
+        let newFile = ValueFiles.fileName(key: "contact:" + precomposed, version: version)
+        let values = directory + "/values/"
+        #expect(rename(values + newFile, values + oldFile) == 0)
+        try rawSQL(directory + "/metadata.sqlite", """
+            UPDATE entries SET key = 'contact:\(decomposed)' WHERE key = 'contact:\(precomposed)';
+            PRAGMA user_version = 10;
+            """)
+
+        store = try FileValueStore(directory: directory, role: .phone, registry: try KeyRegistry([contacts]))
+        #expect(try await store.get(contacts[precomposed]) == 3)
+        let files = try FileManager.default.contentsOfDirectory(atPath: values).filter { $0.hasSuffix(".value") }
+        #expect(files == [newFile])
+        store.close()
+    }
+}
