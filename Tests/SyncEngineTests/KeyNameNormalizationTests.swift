@@ -147,3 +147,58 @@ private func rawSQL(_ path: String, _ sql: String) throws {
         store.close()
     }
 }
+
+/// A NUL ends a C string: SQLite took "contact:a\0b" for "contact:a".
+@Suite(.timeLimit(.minutes(1))) struct KeyNameNULTests {
+    @Test func aNameWithANULIsRefusedAndOverwritesNothing() async throws {
+        let folder = TempFolder()
+        let path = folder.file("phone.sqlite")
+        let store = try SyncStore(path: path, role: .phone, registry: try KeyRegistry([contacts]))
+        try await store.set(1, for: contacts["a"])
+        await #expect { try await store.set(2, for: contacts["a\u{0}b"]) } throws: { ($0 as? SyncError)?.code == .invalidKey }
+        await #expect { _ = try await store.get(contacts["a\u{0}b"]) } throws: { ($0 as? SyncError)?.code == .invalidKey }
+        #expect(throws: SyncError.self) { try store.setEncoded(Array("3".utf8), forKey: "contact:a\u{0}c") }
+        store.close()
+        let reopened = try SyncStore(path: path, role: .phone, registry: try KeyRegistry([contacts]))
+        #expect(try await reopened.get(contacts["a"]) == 1)
+        #expect(try reopened.allEntryInfo().map(\.key) == ["contact:a"])
+        reopened.close()
+    }
+
+    /// An older version under "contact:a\0x" replaced the newer "contact:a" on disk (not in the cache).
+    @Test func aPeersEntryNamedWithANULIsRefusedAndOverwritesNothing() async throws {
+        let pair = try Pair(keys: [contacts])
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        pair.phoneClock.advance(by: 10_000)
+        try await pair.phone.set(1, for: contacts["a"])
+        let older = HLCTimestamp(packed: (pair.phoneClock.nowMilliseconds() - 5_000) << 16, node: pair.watch.nodeID)
+        let entry = WireEntry(key: "contact:a\u{0}x", version: older, base: .zero, deleted: false, encoding: "json", value: utf8("9"))
+        let replies = link.a.receive(SyncMessage.batch(.init(id: 77, entries: [entry])).frame(), now: link.now)
+        #expect(link.a.failure == nil)
+        let acks = replies.compactMap { try? SyncMessage(frame: $0) }.compactMap { if case .ack(let ack) = $0 { ack } else { nil } }
+        #expect(acks.first?.rejected == [.init(key: "contact:a\u{0}x", code: "invalid-key")])
+        #expect(try pair.phone.rawValue(forKey: "contact:a") == utf8("1"))
+        #expect(try pair.phone.allEntryInfo().map(\.key) == ["contact:a"])
+    }
+
+    /// Text goes to SQLite and comes back whole, a NUL and all (a pairing epoch, an encoding).
+    @Test func textIsBoundAndReadWhole() throws {
+        let folder = TempFolder()
+        let conn = try SQLiteConnection(path: folder.file("t.sqlite"))
+        try conn.execute("CREATE TABLE t(x TEXT)")
+        for text in ["a\u{0}b", "", "Jos\u{E9}"] {
+            let insert = try conn.statement("INSERT INTO t(x) VALUES(?1)")
+            insert.bind(1, text)
+            try insert.run()
+        }
+        let select = try conn.statement("SELECT x, length(CAST(x AS BLOB)), x IS NULL FROM t ORDER BY rowid")
+        var read: [String] = []
+        while try select.step() {
+            read.append(select.string(0))
+            #expect(select.int(1) == read.last!.utf8.count && select.int(2) == 0)
+        }
+        select.reset()
+        #expect(read.map(utf8) == [utf8("a\u{0}b"), [], utf8("Jos\u{E9}")])
+    }
+}

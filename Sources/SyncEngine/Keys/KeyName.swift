@@ -11,6 +11,10 @@ package enum KeyName {
         return name.precomposedStringWithCanonicalMapping
     }
 
+    /// Whether `name` holds U+0000, which no key name may: C strings (and
+    /// SQLite's, and a log's) end there, so "day:a\0b" would be "day:a".
+    package static func containsNUL(_ name: String) -> Bool { name.utf8.contains(0) }
+
     private static func isASCII(_ name: String) -> Bool {
         var name = name
         return name.withUTF8 { bytes in

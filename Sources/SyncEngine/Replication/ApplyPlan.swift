@@ -105,6 +105,10 @@ package enum ApplyPlanner {
             func refuse(_ code: String, _ refusal: VersionRefusal? = nil) {
                 plan.steps.append(.init(entry: incoming, verdict: .refuse(code: code, versionRefusal: refusal)))
             }
+            if KeyName.containsNUL(incoming.key) {
+                refuse(SyncError.Code.invalidKey.rawValue)
+                continue
+            }
             guard let registered = registry.registered(forEntry: incoming.key) else {
                 refuse(SyncError.Code.unknownKey.rawValue)
                 continue

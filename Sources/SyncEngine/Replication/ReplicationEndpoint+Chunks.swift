@@ -123,7 +123,7 @@ extension ReplicationEndpoint {
                                                      value: value, staged: staged))
             return ChunkReply(frame: message.frame(protocolVersion: peer.protocolVersion), restsOnCommit: restsOnCommit, completes: complete)
         }
-        guard let descriptor = port.registry.descriptor(forEntry: entry.key), descriptor.replicates(from: peer.role),
+        guard !KeyName.containsNUL(entry.key), let descriptor = port.registry.descriptor(forEntry: entry.key), descriptor.replicates(from: peer.role),
               !peer.mismatchedKeys.contains(descriptor.name), descriptor.encoding == entry.encoding,
               chunk.totalSize <= port.maxValueSize else {
             count { $0.entriesRejected += 1 }

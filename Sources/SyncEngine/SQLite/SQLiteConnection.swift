@@ -194,7 +194,19 @@ struct Statement {
 
     func bind(_ index: Int32, _ value: Int64) { sqlite3_bind_int64(handle, index, value) }
     func bind(_ index: Int32, _ value: Int) { sqlite3_bind_int64(handle, index, Int64(value)) }
-    func bind(_ index: Int32, _ value: String) { sqlite3_bind_text(handle, index, value, -1, sqliteTransient) }
+    /// Binds all of `value`'s bytes (a length of -1 would end the text at a NUL).
+    func bind(_ index: Int32, _ value: String) {
+        var value = value
+        value.withUTF8 { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { text in
+                if let base = text.baseAddress {
+                    _ = sqlite3_bind_text(handle, index, base, Int32(text.count), sqliteTransient)
+                } else {
+                    _ = sqlite3_bind_text(handle, index, "", 0, sqliteTransient)  // a null pointer would bind NULL
+                }
+            }
+        }
+    }
     func bind(_ index: Int32, _ value: String?) {
         if let value { bind(index, value) } else { sqlite3_bind_null(handle, index) }
     }
@@ -228,9 +240,10 @@ struct Statement {
     func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
     func int(_ column: Int32) -> Int { Int(sqlite3_column_int64(handle, column)) }
     func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+    /// The text's bytes, all of them (a NUL does not end it).
     func string(_ column: Int32) -> String {
         guard let text = sqlite3_column_text(handle, column) else { return "" }
-        return String(cString: text)
+        return String(decoding: UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(handle, column))), as: UTF8.self)
     }
     func blob(_ column: Int32) -> [UInt8]? {
         if isNull(column) { return nil }
