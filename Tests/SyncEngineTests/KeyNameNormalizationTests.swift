@@ -2,6 +2,7 @@ import CSQLite
 import Foundation
 @_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
+import Synchronization
 import Testing
 
 /// "José" with a precomposed é (NFC) and with e + U+0301 (NFD): one name to
@@ -121,6 +122,23 @@ private func rawSQL(_ path: String, _ sql: String) throws {
         #expect(try await pair.watch.get(contacts[precomposed]) == 2)
         #expect(try await pair.watch.get(contacts["Zoë"]) == 5)
         phone.close()
+    }
+
+    /// A member id that starts with a combining mark: ':' and the mark are one Character, so
+    /// looking for ':' by Characters found no family (the write threw unknown-key) and a prefix
+    /// by Characters listed no member.
+    @Test func aMemberIdStartingWithACombiningMarkBelongsToItsFamily() async throws {
+        let folder = TempFolder()
+        let store = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: try KeyRegistry([contacts]))
+        let seen = Mutex<[String]>([])
+        let observation = store.observeChanges(matching: .namespace("contact")) { change in seen.withLock { $0.append(change.key) } }
+        let id = "\u{301}x"
+        try await store.set(4, for: contacts[id])
+        #expect(try await store.get(contacts[id]) == 4)
+        #expect(try store.members(of: contacts).map(utf8) == [utf8(id)])
+        #expect(seen.withLock { $0 }.map(utf8) == [utf8("contact:" + id)])
+        observation.cancel()
+        store.close()
     }
 
     /// With value files, a moved value's file goes under its new name (and the old one goes).

@@ -271,8 +271,11 @@ extension KeyValueBackend {
     /// out), sorted: which days have a step count. Reads the entries'
     /// metadata, no values.
     public func members<Value>(of family: KeyFamily<Value>) throws -> [String] {
-        let prefix = family.descriptor.name + ":"
-        return try allEntryInfo().filter { !$0.isDeleted && $0.key.hasPrefix(prefix) }.map { String($0.key.dropFirst(prefix.count)) }.sorted()
+        // By UTF-8 bytes (names are NFC): a member id may start with a combining mark, which a
+        // Character-wise prefix would join to the ':'.
+        let prefix = Array((family.descriptor.name + ":").utf8)
+        return try allEntryInfo().filter { !$0.isDeleted && $0.key.utf8.starts(with: prefix) }
+            .map { String(decoding: $0.key.utf8.dropFirst(prefix.count), as: UTF8.self) }.sorted()
     }
 
     public func changes<Value>(for key: Key<Value>) -> AsyncStream<StoreChange> { changes(matching: .key(key.name)) }

@@ -83,27 +83,13 @@ public struct KeyRegistry: Sendable {
     func registered(forEntry entryKey: String) -> Registered? {
         if !exact.isEmpty, let hit = exact[entryKey] { return hit }
         guard !families.isEmpty else { return nil }
-        // Fast path on UTF-8: a ':' byte between ASCII bytes is a ':' character
-        // of its own. Anything else is looked up by characters, as before.
+        // By UTF-8 bytes: a ':' byte is always the scalar ':' (a Character may join it to a
+        // combining mark that follows, as in a member id starting with one, and hide it).
         let utf8 = entryKey.utf8
         var end = utf8.endIndex
         while let colon = utf8[..<end].lastIndex(of: UInt8(ascii: ":")) {
-            let next = utf8.index(after: colon)
-            guard next == utf8.endIndex || utf8[next] < 0x80,
-                  colon == utf8.startIndex || utf8[utf8.index(before: colon)] < 0x80 else {
-                return registeredFamily(byCharacters: entryKey)
-            }
             end = colon
-            if let family = families[String(entryKey[..<colon])] { return family }
-        }
-        return nil
-    }
-
-    private func registeredFamily(byCharacters entryKey: String) -> Registered? {
-        var name = Substring(entryKey)
-        while let colon = name.lastIndex(of: ":") {
-            name = name[..<colon]
-            if let family = families[String(name)] { return family }
+            if let family = families[String(decoding: utf8[..<colon], as: UTF8.self)] { return family }
         }
         return nil
     }

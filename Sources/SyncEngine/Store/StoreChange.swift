@@ -26,7 +26,7 @@ public enum ChangeFilter: Sendable {
         switch self {
         case .all: true
         case .key(let name): key == name
-        case .namespace(let prefix): key.hasPrefix(prefix + ":")
+        case .namespace(let prefix): key.utf8.starts(with: (KeyName.canonical(prefix) + ":").utf8)  // bytes, as `members(of:)`
         }
     }
 }
