@@ -117,8 +117,8 @@ extension KeyRegistry {
     /// The registered declaration for `name`, checked against `declared` (the
     /// caller's own, whose name may be a family member's).
     func governingDescriptor(for name: String, declared: KeyDescriptor?) throws -> KeyDescriptor {
-        guard !KeyName.containsNUL(name) else {
-            throw SyncError(.invalidKey, "key name \(name.debugDescription) contains the NUL character (U+0000), which no key name may hold")
+        if let problem = KeyName.problem(name) {
+            throw SyncError(.invalidKey, "key name \(String(name.prefix(64)).debugDescription)\(name.count > 64 ? "…" : "") \(problem)")
         }
         guard let registered = descriptor(forEntry: name) else {
             throw SyncError(.unknownKey, "key '\(name)' is not in this store's registry; add it to the keys given to KeyRegistry")

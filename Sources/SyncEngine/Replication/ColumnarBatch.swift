@@ -160,7 +160,7 @@ enum ColumnarBatch {
         var encodingTable = try column("encodings")
         let encodingCount = try smallCount(&encodingTable, limit: min(n, encodingTable.remaining), "encodings")
         var encodings: [String] = []
-        for _ in 0..<encodingCount { encodings.append(try encodingTable.readString(maxLength: 64)) }
+        for _ in 0..<encodingCount { encodings.append(try encodingTable.readString(maxLength: SyncMessage.maxEncodingLength)) }
         try finish(encodingTable, "encodings")
 
         var keyColumn = try column("keys")

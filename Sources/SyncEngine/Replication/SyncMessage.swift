@@ -213,6 +213,8 @@ public enum SyncMessage: Sendable, Equatable {
     /// The payload schema version written as each payload's first byte.
     public static let payloadSchema: UInt8 = 1
     static let maxNameLength = 1024
+    /// The longest value encoding (serializer identifier) a peer accepts, in bytes.
+    static let maxEncodingLength = 64
     static let maxValueLength = 8 * 1024 * 1024
     static let maxCount = 1_000_000
 }
@@ -591,7 +593,7 @@ extension ByteReader {
         let base = try readTimestamp()
         let flags = try readUInt8()
         guard flags <= 1 else { throw SyncError(.malformedMessage, "entry flags \(flags) are not defined") }
-        let encoding = try readString(maxLength: 64)
+        let encoding = try readString(maxLength: SyncMessage.maxEncodingLength)
         let value: [UInt8]? = flags == 1 ? nil : try readBytes(maxLength: SyncMessage.maxValueLength)
         return WireEntry(key: key, version: version, base: base, deleted: flags == 1, encoding: encoding, value: value)
     }

@@ -83,7 +83,7 @@ extension SyncStore {
             while try stmt.step() {
                 let key = stmt.string(0)
                 let seq = stmt.int64(1)
-                if UInt32(truncatingIfNeeded: stmt.int64(12)) == peer || skip(key, seq) {
+                if UInt32(truncatingIfNeeded: stmt.int64(12)) == peer || skip(key, seq) || !isSendable(key) {
                     scanned = seq
                     continue
                 }
@@ -117,7 +117,7 @@ extension SyncStore {
             var rows: [OutboundRow] = []
             while try stmt.step(), rows.count < maxEntries {
                 let key = stmt.string(0)
-                guard let name = registry.descriptor(forEntry: key)?.name, names.contains(name) else { continue }
+                guard isSendable(key), let name = registry.descriptor(forEntry: key)?.name, names.contains(name) else { continue }
                 let size = stmt.int(2)
                 let deleted = stmt.int(3) != 0
                 rows.append(try outboundRow(stmt, key: key, seq: stmt.int64(1), size: size, deleted: deleted,
@@ -125,6 +125,17 @@ extension SyncStore {
             }
             return rows
         }
+    }
+
+    /// Whether a peer accepts `key`'s name. A build before names were bounded
+    /// stored longer ones; a batch holding one ended every session (the peer
+    /// refuses the whole frame), so such an entry is passed over, and said.
+    private func isSendable(_ key: String) -> Bool {
+        guard key.utf8.count > KeyName.maxBytes else { return true }
+        logger.error("an entry whose key name is too long for any peer is not sent", metadata: [
+            "key": "\(key.prefix(64))…", "bytes": "\(key.utf8.count)", "limit": "\(KeyName.maxBytes)",
+        ])
+        return false
     }
 
     /// One row of the stream queries above, its value decrypted (or read from its file).

@@ -220,3 +220,50 @@ private func rawSQL(_ path: String, _ sql: String) throws {
         #expect(read.map(utf8) == [utf8("a\u{0}b"), [], utf8("Jos\u{E9}")])
     }
 }
+
+/// What a peer's decoder refuses can never be sent: a batch holding it ended every session.
+@Suite(.timeLimit(.minutes(1))) struct KeyNameBoundTests {
+    @Test func aNameLongerThanAPeerAcceptsIsRefusedAndTheRestSyncs() async throws {
+        let pair = try Pair(keys: [contacts])
+        let long = String(repeating: "x", count: 2_000)
+        await #expect { try await pair.phone.set(1, for: contacts[long]) } throws: { ($0 as? SyncError)?.code == .invalidKey }
+        // The longest accepted name crosses.
+        let longest = String(repeating: "y", count: 1_024 - "contact:".utf8.count)
+        try await pair.phone.set(2, for: contacts[longest])
+        try await pair.phone.set(3, for: contacts["short"])
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        link.settle()
+        #expect(link.a.failure == nil && link.b.failure == nil)
+        #expect(try await pair.watch.get(contacts["short"]) == 3)
+        #expect(try await pair.watch.get(contacts[longest]) == 2)
+    }
+
+    /// A store written before names were bounded may hold a longer one: it is passed over, the rest goes.
+    @Test func aStoredNameTooLongToSendDoesNotStopTheRest() async throws {
+        let pair = try Pair(keys: [contacts])
+        let phonePath = pair.folder.file("phone.sqlite")
+        try await pair.phone.set(1, for: contacts["stretch"])
+        pair.phone.close()
+        try rawSQL(phonePath, "UPDATE entries SET key = 'contact:\(String(repeating: "z", count: 2_000))' WHERE key = 'contact:stretch'")
+        let phone = try SyncStore(path: phonePath, role: .phone, registry: try KeyRegistry([contacts]),
+                                  options: StoreOptions(clock: pair.phoneClock))
+        try await phone.set(3, for: contacts["short"])
+        let link = Link(phone, pair.watch)
+        link.connect()
+        link.settle()
+        #expect(link.a.failure == nil && link.b.failure == nil)
+        #expect(try await pair.watch.get(contacts["short"]) == 3)
+        #expect(try pair.watch.allEntryInfo().map(\.key) == ["contact:short"])
+        phone.close()
+    }
+
+    @Test func aDeclarationThatCannotCrossTheWireIsRefusedWhenTheRegistryIsBuilt() throws {
+        let serializer = ValueSerializer<Int>(identifier: String(repeating: "s", count: 65), encode: { Array(String($0).utf8) },
+                                             decode: { Int(String(decoding: $0, as: UTF8.self)) ?? 0 })
+        #expect { _ = try KeyRegistry([Key<Int>("wide", default: 0, serializer: serializer)]) }
+            throws: { ($0 as? SyncError)?.code == .invalidKey }
+        let fine = ValueSerializer<Int>(identifier: String(repeating: "s", count: 64), encode: serializer.encode, decode: serializer.decode)
+        _ = try KeyRegistry([Key<Int>("wide", default: 0, serializer: fine)])
+    }
+}
