@@ -14,16 +14,27 @@ public struct ReplicationConfiguration: Sendable {
     /// `1...1` to `1...4` makes a node speak only those, as builds before
     /// them did.
     public var protocolRange: ClosedRange<UInt16> = 1...SyncMessage.highestProtocolVersion
-    /// Entries per batch message at most (one transaction on each side).
-    public var maxBatchEntries = 2048
-    /// Value bytes per batch message at most (before compression).
-    public var maxBatchBytes = 512 * 1024
-    /// Size of one chunk of a large value.
-    public var chunkSize = 64 * 1024
-    /// Messages in flight without an acknowledgement (backpressure). Many
-    /// small batches may be in flight (single writes, each waiting for the
+    /// Entries per batch message at most (one transaction on each side); at least 1.
+    public var maxBatchEntries = 2048 {
+        didSet { maxBatchEntries = max(1, maxBatchEntries) }
+    }
+    /// Value bytes per batch message at most (before compression): 1 KiB to
+    /// 2 MiB, so that a batch stays within what a peer's transport accepts
+    /// (`FrameLimits`: 4 MiB on the wire); a larger setting is taken as 2 MiB.
+    public var maxBatchBytes = 512 * 1024 {
+        didSet { maxBatchBytes = min(max(maxBatchBytes, 1024), 2 << 20) }
+    }
+    /// Size of one chunk of a large value: 1 KiB to 1 MiB (a setting outside
+    /// is taken as the nearest bound; 0 would divide by zero).
+    public var chunkSize = 64 * 1024 {
+        didSet { chunkSize = min(max(chunkSize, 1024), 1 << 20) }
+    }
+    /// Messages in flight without an acknowledgement (backpressure), at least 1.
+    /// Many small batches may be in flight (single writes, each waiting for the
     /// peer's fsync before its acknowledgement); large ones are bounded by `maxBytesInFlight`.
-    public var window = 16
+    public var window = 16 {
+        didSet { window = max(1, window) }
+    }
     /// Value and key bytes in flight without an acknowledgement at most: four
     /// full batches (`maxBatchBytes`); chunks (64 KB) are bounded by `window`. A message always goes when nothing is in flight.
     public var maxBytesInFlight = 2 * 1024 * 1024
