@@ -243,7 +243,7 @@ public final class Mailbox: Sendable {
         let bytes: [UInt8]
         do {
             bytes = try MailboxFiles.read(path, limit: limits.maxMessageBytes)
-        } catch let error as TransportError where error.code == .oversizedFrame {
+        } catch let error as TransportError where error.code == .oversizedFrame || error.code == .notAMessageFile {
             try moveAside(name, error)
             return .refused(fileName: name, error: error)
         }
@@ -469,7 +469,8 @@ enum MailboxFiles {
     }
 
     static func read(_ path: String, limit: Int) throws -> [UInt8] {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        // Non-blocking: opening a FIFO for reading would wait for a writer.
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard descriptor >= 0 else {
             throw TransportError(.mailboxIO, "cannot open \(path): \(String(cString: strerror(errno)))")
         }
@@ -477,6 +478,9 @@ enum MailboxFiles {
         var info = stat()
         guard fstat(descriptor, &info) == 0 else {
             throw TransportError(.mailboxIO, "cannot inspect \(path): \(String(cString: strerror(errno)))")
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            throw TransportError(.notAMessageFile, "\(path) is not a regular file (a directory, a FIFO or a device), so no message")
         }
         guard Int(info.st_size) <= limit else {
             throw TransportError(.oversizedFrame, "the mailbox file \(path) has \(info.st_size) bytes, over the \(limit)-byte limit")

@@ -30,13 +30,16 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
         public static let tooManyConnections = Code("too-many-connections")
         /// The device's storage is full (`ENOSPC`, `EDQUOT`): a mailbox file could not be written.
         public static let storageFull = Code("storage-full")
+        /// An entry of a mailbox spool named as a message that is no regular
+        /// file (a directory, a FIFO, a device): set aside as refused.
+        public static let notAMessageFile = Code("not-a-message-file")
 
         /// Every code this build defines.
         static let all: [Code] = [
             .closed, .truncatedFrame, .oversizedFrame, .badMagic, .unsupportedVersion, .checksumMismatch,
             .decompressionFailed, .authenticationFailed, .decryptionFailed, .protocolViolation, .timeout,
             .connectFailed, .badSecretFile, .mailboxFull, .mailboxIO, .replayedMessage, .tooManyConnections,
-            .storageFull,
+            .storageFull, .notAMessageFile,
         ]
     }
 

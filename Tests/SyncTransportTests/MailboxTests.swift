@@ -122,6 +122,28 @@ import Testing
         #expect(try phone.outgoingCount() == 0)
     }
 
+    /// A directory or a FIFO under a message's name: reading the directory
+    /// failed at every round (the messages after it never came), and opening
+    /// the FIFO waited for a writer forever. Each is set aside as refused.
+    @Test func anEntryThatIsNotARegularFileIsRefusedAndTheNextComes() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        for text in ["one", "two", "three"] { try phone.post(frame(text)) }
+        let spool = directory + "/phone-to-watch"
+        try FileManager.default.removeItem(atPath: spool + "/00000000000000000001.msg")
+        try FileManager.default.createDirectory(atPath: spool + "/00000000000000000001.msg", withIntermediateDirectories: false)
+        try FileManager.default.removeItem(atPath: spool + "/00000000000000000002.msg")
+        try #require(mkfifo(spool + "/00000000000000000002.msg", 0o600) == 0)
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        let drained = try drain(watch)
+        #expect(drained.messages.map(\.frame) == [frame("three")])
+        #expect(drained.refused.count == 2)
+        #expect(drained.refused.allSatisfy { $0.code.rawValue == "not-a-message-file" })
+        #expect(try watch.refusedFiles().count == 2)
+        #expect(try watch.next() == nil)
+    }
+
     @Test func aReplayedMessageIsRefusedAndKeptAside() throws {
         let directory = try temporaryDirectory()
         let secret = PairingSecret.generate()
