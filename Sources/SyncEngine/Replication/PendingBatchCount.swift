@@ -54,7 +54,7 @@ extension SyncStore {
                 let seq = stmt.int64(1)
                 through = seq
                 if UInt32(truncatingIfNeeded: stmt.int64(4)) == peer || skip(key, seq) { continue }
-                let size = stmt.int(2)
+                let size = stmt.byteCount(2)
                 let deleted = stmt.int(3) != 0
                 if !deleted && size > SyncStore.inlineValueLimit {
                     close()  // a large value ends the batch before it and goes alone, in chunks

@@ -288,9 +288,9 @@ extension SyncMessage {
         guard protocolVersion >= SyncMessage.receiptProtocol, let range = streamRange else { return plain }
         var w = ByteWriter()
         w.writeUInt8(SyncMessage.rangedPayloadSchema)
-        w.writeVarInt(UInt64(range.lower))
-        w.writeVarInt(UInt64(range.upper))
-        w.writeVarInt(UInt64(range.anchor))
+        w.writeVarInt(UInt64(clamping: range.lower))
+        w.writeVarInt(UInt64(clamping: range.upper))
+        w.writeVarInt(UInt64(clamping: range.anchor))
         w.writeRaw(plain.payload)
         return Frame(type: plain.type, payload: w.bytes)
     }
@@ -382,10 +382,10 @@ extension SyncMessage {
         case .receipt(let receipt):
             type = .receipt
             w.writeVarInt(receipt.id)
-            w.writeVarInt(UInt64(receipt.receivedThrough))
-            w.writeVarInt(UInt64(receipt.receivedAnchor))
-            w.writeVarInt(UInt64(receipt.acknowledgedThrough))
-            w.writeVarInt(UInt64(receipt.acknowledgedAnchor))
+            w.writeVarInt(UInt64(clamping: receipt.receivedThrough))
+            w.writeVarInt(UInt64(clamping: receipt.receivedAnchor))
+            w.writeVarInt(UInt64(clamping: receipt.acknowledgedThrough))
+            w.writeVarInt(UInt64(clamping: receipt.acknowledgedAnchor))
         }
         return Frame(type: type.rawValue, payload: w.bytes)
     }

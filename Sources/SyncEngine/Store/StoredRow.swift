@@ -37,8 +37,8 @@ extension SyncStore {
         var value = stmt.blob(1)
         if stmt.int(12) != 0 && stmt.int(7) == 0 {
             switch valueFile {
-            case .required: value = try readValueFile(key: key, version: version, size: stmt.int(9), encrypted: encrypted)
-            case .ifReadable: value = try? readValueFile(key: key, version: version, size: stmt.int(9), encrypted: encrypted)
+            case .required: value = try readValueFile(key: key, version: version, size: stmt.byteCount(9), encrypted: encrypted)
+            case .ifReadable: value = try? readValueFile(key: key, version: version, size: stmt.byteCount(9), encrypted: encrypted)
             case .skip: value = nil
             }
         } else if encrypted, let sealed = value {
@@ -50,7 +50,7 @@ extension SyncStore {
         return StoredRow(key: key, value: value, encoding: stmt.string(2),
                          version: version,
                          base: HLCTimestamp(packed: stmt.int64(5), node: UInt32(truncatingIfNeeded: stmt.int64(6))),
-                         deleted: stmt.int(7) != 0, encrypted: encrypted, size: stmt.int(9),
+                         deleted: stmt.int(7) != 0, encrypted: encrypted, size: stmt.byteCount(9),
                          changeSeq: stmt.int64(10), lane: SyncLane(rawValue: stmt.int(11)) ?? .none,
                          originPeer: UInt32(truncatingIfNeeded: stmt.int64(13)))
     }
@@ -246,6 +246,41 @@ extension SyncStore {
     /// the clock), and the highest change sequence an entry holds or a peer
     /// acknowledged (queued changes are entries' own sequences): a reopened
     /// store numbers its next change above both.
+    /// `later - earlier`, saturating (a time read from a damaged file may be anything).
+    static func milliseconds(from earlier: Int64, to later: Int64) -> Int64 {
+        let (difference, overflow) = later.subtractingReportingOverflow(earlier)
+        return overflow ? (earlier < later ? .max : .min) : difference
+    }
+
+    /// The largest change sequence (or cursor) a store holds: 2^62, far
+    /// beyond any number of writes. Only a damaged file holds more.
+    static let maxSequence: Int64 = 1 << 62
+
+    /// A damaged file's change sequences beyond `maxSequence` (the next change
+    /// would overflow; a peer that acknowledged one would never be sent
+    /// another) are numbered afresh above the others, and cursors beyond it
+    /// or below 0 start over (the peer is sent everything again, which it
+    /// applies idempotently). Returns the highest sequence now held.
+    static func repairSequences(_ conn: SQLiteConnection) throws -> Int64 {
+        let top = try conn.integer("""
+            SELECT max(coalesce((SELECT max(change_seq) FROM entries WHERE change_seq <= \(maxSequence)), 0),
+                       coalesce((SELECT max(acked_through) FROM sync_peers WHERE acked_through <= \(maxSequence)), 0))
+            """)
+        try conn.execute("UPDATE sync_peers SET acked_through = 0 WHERE acked_through > \(maxSequence) OR acked_through < 0")
+        let damaged = try conn.statement("SELECT rowid FROM entries WHERE change_seq > \(maxSequence) ORDER BY change_seq, rowid")
+        var rowids: [Int64] = []
+        while try damaged.step() { rowids.append(damaged.int64(0)) }
+        damaged.reset()
+        let renumber = try conn.statement("UPDATE entries SET change_seq = ?2 WHERE rowid = ?1")
+        for (offset, rowid) in rowids.enumerated() {
+            renumber.reset()
+            renumber.bind(1, rowid)
+            renumber.bind(2, top + 1 + Int64(offset))
+            try renumber.run()
+        }
+        return top + Int64(rowids.count)
+    }
+
     static let sequenceFloorSQL = """
         SELECT coalesce((SELECT max(ver) FROM entries WHERE ver <= ?1), 0),
                max(coalesce((SELECT max(change_seq) FROM entries), 0),

@@ -194,7 +194,7 @@ extension SyncStore {
     static func infoRow(_ stmt: Statement) -> StoredRow {
         StoredRow(key: stmt.string(0), value: nil, encoding: stmt.string(1),
                   version: HLCTimestamp(packed: stmt.int64(2), node: UInt32(truncatingIfNeeded: stmt.int64(3))),
-                  base: .zero, deleted: stmt.int(4) != 0, encrypted: stmt.int(9) != 0, size: stmt.int(5),
+                  base: .zero, deleted: stmt.int(4) != 0, encrypted: stmt.int(9) != 0, size: stmt.byteCount(5),
                   changeSeq: stmt.int64(6), lane: SyncLane(rawValue: stmt.int(7)) ?? .none,
                   originPeer: UInt32(truncatingIfNeeded: stmt.int64(8)))
     }

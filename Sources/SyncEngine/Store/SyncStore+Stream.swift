@@ -87,7 +87,7 @@ extension SyncStore {
                     scanned = seq
                     continue
                 }
-                let size = stmt.int(2)
+                let size = stmt.byteCount(2)
                 let deleted = stmt.int(3) != 0
                 let isLarge = !deleted && size > SyncStore.inlineValueLimit
                 if isLarge && !rows.isEmpty { break }
@@ -118,7 +118,7 @@ extension SyncStore {
             while try stmt.step(), rows.count < maxEntries {
                 let key = stmt.string(0)
                 guard isSendable(key), let name = registry.descriptor(forEntry: key)?.name, names.contains(name) else { continue }
-                let size = stmt.int(2)
+                let size = stmt.byteCount(2)
                 let deleted = stmt.int(3) != 0
                 rows.append(try outboundRow(stmt, key: key, seq: stmt.int64(1), size: size, deleted: deleted,
                                             isLarge: !deleted && size > SyncStore.inlineValueLimit))
@@ -369,7 +369,8 @@ extension SyncStore {
             stmt.bind(2, Int64(peer))
             _ = try stmt.step()
             defer { stmt.reset() }
-            let oldest: Int64? = stmt.isNull(3) ? nil : max(0, now - stmt.int64(3))
+            // Saturating: a damaged file's time must not overflow.
+            let oldest: Int64? = stmt.isNull(3) ? nil : max(0, SyncStore.milliseconds(from: stmt.int64(3), to: now))
             return PendingSummary(automatic: stmt.int(0), manualReleased: stmt.int(1), manualWaiting: stmt.int(2), oldestPendingAgeMilliseconds: oldest)
         }
     }

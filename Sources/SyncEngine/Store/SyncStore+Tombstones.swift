@@ -304,7 +304,7 @@ struct PurgeMark: Equatable, Sendable {
         // Marks from the future (the clock went back) say nothing.
         var marks = recorded.filter { $0.at <= now }
         let current = PurgeMark(at: now, cursors: peers)
-        let settled = retention == 0 ? current : marks.last { now - $0.at >= retention }
+        let settled = retention == 0 ? current : marks.last { SyncStore.milliseconds(from: $0.at, to: now) >= retention }
         if let settled { marks.removeAll { $0.at < settled.at } }
         if marks.last.map({ $0.cursors != current.cursors }) ?? true { marks.append(current) }
         thin(&marks)

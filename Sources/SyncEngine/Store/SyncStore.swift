@@ -100,8 +100,12 @@ public final class SyncStore: KeyValueBackend {
             floorStmt.bind(1, SyncStore.versionBound(now: options.clock.nowMilliseconds(), ahead: options.maxRemoteClockAhead))
             _ = try floorStmt.step()
             let floor = floorStmt.int64(0)
-            let seq = floorStmt.int64(1)
+            var seq = floorStmt.int64(1)
             try floorStmt.run()
+            let lowestCursor = try conn.integer("SELECT coalesce(min(acked_through), 0) FROM sync_peers")
+            if seq > SyncStore.maxSequence || lowestCursor < 0 {
+                seq = try SyncStore.repairSequences(conn)
+            }
             let salt = [UInt8](Data(base64Encoded: meta["salt"] ?? "") ?? Data())
             var valueDirectory = meta["value_directory"]
             if let requestedDirectory {
