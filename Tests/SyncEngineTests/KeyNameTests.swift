@@ -227,6 +227,12 @@ private func rawSQL(_ path: String, _ sql: String) throws {
         let pair = try Pair(keys: [contacts])
         let long = String(repeating: "x", count: 2_000)
         await #expect { try await pair.phone.set(1, for: contacts[long]) } throws: { ($0 as? SyncError)?.code == .invalidKey }
+        // A key that never leaves the device has no such bound.
+        let notes = KeyFamily<Int>("notes", default: 0, policy: .never)
+        let local = try SyncStore(path: pair.folder.file("local.sqlite"), role: .phone, registry: try KeyRegistry([notes]))
+        try await local.set(8, for: notes[long])
+        #expect(try await local.get(notes[long]) == 8)
+        local.close()
         // The longest accepted name crosses.
         let longest = String(repeating: "y", count: 1_024 - "contact:".utf8.count)
         try await pair.phone.set(2, for: contacts[longest])

@@ -117,8 +117,8 @@ extension KeyRegistry {
     /// The registered declaration for `name`, checked against `declared` (the
     /// caller's own, whose name may be a family member's).
     func governingDescriptor(for name: String, declared: KeyDescriptor?) throws -> KeyDescriptor {
-        if let problem = KeyName.problem(name) {
-            throw SyncError(.invalidKey, "key name \(String(name.prefix(64)).debugDescription)\(name.count > 64 ? "…" : "") \(problem)")
+        guard !KeyName.containsNUL(name) else {
+            throw SyncError(.invalidKey, "key name \(String(name.prefix(64)).debugDescription) contains the NUL character (U+0000), which no key name may hold")
         }
         guard let registered = descriptor(forEntry: name) else {
             throw SyncError(.unknownKey, "key '\(name)' is not in this store's registry; add it to the keys given to KeyRegistry")
@@ -137,6 +137,10 @@ extension KeyRegistry {
     /// Checks a write of `bytes` (nil = removal) under `name` from `role`; returns its declaration.
     func checkedWrite(_ name: String, bytes: [UInt8]?, role: DeviceRole, maxValueSize: Int, known: KeyDescriptor?) throws -> KeyDescriptor {
         let descriptor = try known ?? governingDescriptor(for: name, declared: nil)
+        let nameBytes = name.utf8.count
+        if nameBytes > KeyName.maxBytes, descriptor.replicates(from: .phone) || descriptor.replicates(from: .watch) {
+            throw SyncError(.invalidKey, "key name \(String(name.prefix(64)).debugDescription)… has \(nameBytes) bytes, more than the \(KeyName.maxBytes) a replicated key's name may have (what a peer accepts)")
+        }
         guard descriptor.availability.canWrite(on: role) else {
             throw SyncError(.writeNotAllowed, "key '\(name)' is \(descriptor.availability.rawValue) and cannot be written on the \(role); write it on the \(role.counterpart)")
         }

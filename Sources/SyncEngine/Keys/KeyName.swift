@@ -15,18 +15,11 @@ package enum KeyName {
     /// SQLite's, and a log's) end there, so "day:a\0b" would be "day:a".
     package static func containsNUL(_ name: String) -> Bool { name.utf8.contains(0) }
 
-    /// The longest full name (a family member's too), in UTF-8 bytes: what a
-    /// peer's decoder accepts. A longer one could never be sent, and a batch
-    /// holding it would end every session.
+    /// The longest full name (a family member's too) of a key that
+    /// replicates, in UTF-8 bytes: what a peer's decoder accepts. A longer
+    /// one could never be sent, and a batch holding it would end every
+    /// session. A key that never leaves the device has no such bound.
     package static var maxBytes: Int { SyncMessage.maxNameLength }
-
-    /// Why `name` can be no key's name (NUL, too long), or nil.
-    package static func problem(_ name: String) -> String? {
-        if containsNUL(name) { return "contains the NUL character (U+0000), which no key name may hold" }
-        let count = name.utf8.count
-        if count > maxBytes { return "has \(count) bytes, more than the \(maxBytes) a key name may have (what a peer accepts)" }
-        return nil
-    }
 
     private static func isASCII(_ name: String) -> Bool {
         var name = name
