@@ -271,5 +271,7 @@ private func rawSQL(_ path: String, _ sql: String) throws {
             throws: { ($0 as? SyncError)?.code == .invalidKey }
         let fine = ValueSerializer<Int>(identifier: String(repeating: "s", count: 64), encode: serializer.encode, decode: serializer.decode)
         _ = try KeyRegistry([Key<Int>("wide", default: 0, serializer: fine)])
+        // A key that never leaves the device is not bounded by the wire.
+        _ = try KeyRegistry([Key<Int>("wide", default: 0, policy: .never, serializer: serializer)])
     }
 }

@@ -56,10 +56,12 @@ public struct KeyRegistry: Sendable {
         if let existing = exact[d.name] ?? families[d.name] {
             throw SyncError(.duplicateKey, "two keys are named '\(d.name)': \(existing.valueTypeName) \(existing.descriptor) and \(entry.valueTypeName) \(d); give one of them another name")
         }
-        if d.encoding.utf8.count > SyncMessage.maxEncodingLength {
+        // What crosses the wire must fit what a peer accepts (a key that never leaves the device need not).
+        let crosses = d.replicates(from: .phone) || d.replicates(from: .watch)
+        if crosses, d.encoding.utf8.count > SyncMessage.maxEncodingLength {
             throw SyncError(.invalidKey, "key '\(d.name)' has a serializer identifier of \(d.encoding.utf8.count) bytes; at most \(SyncMessage.maxEncodingLength) cross the wire")
         }
-        if d.wireDeclaration.utf8.count > SyncMessage.maxNameLength {
+        if crosses, d.wireDeclaration.utf8.count > SyncMessage.maxNameLength {
             throw SyncError(.invalidKey, "the declaration of key '\(d.name)' takes \(d.wireDeclaration.utf8.count) bytes (its value type is \(d.valueType ?? "-")); at most \(SyncMessage.maxNameLength) cross the wire")
         }
         if d.resolver != nil && entry.resolver == nil {
