@@ -4,14 +4,6 @@ import Foundation
 import SyncTransport
 import Testing
 
-/// Runs `sql` on the file at `path` with a connection of its own.
-private func rawSQL(_ path: String, _ sql: String) throws {
-    var handle: OpaquePointer?
-    guard sqlite3_open(path, &handle) == SQLITE_OK, let db = handle else { throw SyncError(.database, "cannot open \(path)") }
-    defer { sqlite3_close(db) }
-    guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else { throw SyncError(.database, String(cString: sqlite3_errmsg(db))) }
-}
-
 private func columns(_ path: String, _ table: String) throws -> [String] {
     var handle: OpaquePointer?
     guard sqlite3_open(path, &handle) == SQLITE_OK, let db = handle else { throw SyncError(.database, "cannot open \(path)") }

@@ -4,16 +4,6 @@ import Foundation
 import SyncTransport
 import Testing
 
-/// Runs `sql` on the file at `path` with a connection of its own.
-private func rawSQL(_ path: String, _ sql: String) throws {
-    var handle: OpaquePointer?
-    guard sqlite3_open(path, &handle) == SQLITE_OK, let db = handle else { throw SyncError(.database, "cannot open \(path)") }
-    defer { sqlite3_close(db) }
-    guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else {
-        throw SyncError(.database, String(cString: sqlite3_errmsg(db)))
-    }
-}
-
 /// The engine messages among `frames`.
 private func messages(_ frames: [Frame]) -> [SyncMessage] { frames.compactMap { try? SyncMessage(frame: $0) } }
 

@@ -13,16 +13,6 @@ private let contacts = KeyFamily<Int>("contact", default: 0, availability: .all,
 
 private func utf8(_ text: String) -> [UInt8] { Array(text.utf8) }
 
-/// Runs `sql` on the file at `path` with a connection of its own (the store closed).
-private func rawSQL(_ path: String, _ sql: String) throws {
-    var handle: OpaquePointer?
-    guard sqlite3_open(path, &handle) == SQLITE_OK, let db = handle else { throw SyncError(.database, "cannot open \(path)") }
-    defer { sqlite3_close(db) }
-    guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else {
-        throw SyncError(.database, String(cString: sqlite3_errmsg(db)))
-    }
-}
-
 @Suite(.timeLimit(.minutes(1))) struct KeyNameNormalizationTests {
     @Test func twoSpellingsOfOneNameAreOneKeyBeforeAndAfterARestart() async throws {
         #expect(precomposed == decomposed && utf8(precomposed) != utf8(decomposed))

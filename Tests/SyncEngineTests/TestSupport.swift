@@ -1,9 +1,19 @@
+import CSQLite
 import Logging
 import Foundation
 @_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
 import Synchronization
 import Testing
+
+/// Runs `sql` on the SQLite file at `path` with a connection of its own (a
+/// test changing a store's file behind its back, the store closed).
+func rawSQL(_ path: String, _ sql: String) throws {
+    var handle: OpaquePointer?
+    guard sqlite3_open(path, &handle) == SQLITE_OK, let db = handle else { throw SyncError(.database, "cannot open \(path)") }
+    defer { sqlite3_close(db) }
+    guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else { throw SyncError(.database, String(cString: sqlite3_errmsg(db))) }
+}
 
 /// A temporary folder removed when the value is released.
 final class TempFolder: Sendable {
