@@ -34,6 +34,17 @@ import Testing
         #expect(fast.next(after: .tick(sent: false), quiet: true) == .milliseconds(200))
     }
 
+    /// A tick (or external-change poll) interval of zero ticked in a loop that never
+    /// rested: zero doubled is zero. The base is at least 1 ms, and it backs off.
+    @Test func aZeroIntervalStillRestsAndBacksOff() {
+        for base in [Duration.zero, .milliseconds(-5)] {
+            var ticks = TickSchedule(base: base, quiet: .seconds(1))
+            #expect(ticks.interval == .milliseconds(1))
+            let waits = (0..<12).map { _ in ticks.next(after: .tick(sent: false), quiet: true) }
+            #expect(waits.first == .milliseconds(2) && waits.last == .seconds(1))
+        }
+    }
+
     /// Ticks 2 ms apart while busy, at most 40 ms apart while idle: once the
     /// pair is idle the phone's ticks double up to 40 ms and stay there; a
     /// write made then still goes at once, and the ticks are 2 ms apart again.

@@ -18,10 +18,14 @@ struct TickSchedule: Sendable {
     /// Ticks in a row that found the session idle with nothing to do.
     private(set) var quietTicks = 0
 
+    /// `base` is at least 1 ms: a tick interval or poll interval of zero (or
+    /// less) ticked in a loop that never rested, the backoff doubling nothing.
     init(base: Duration, quiet: Duration) {
-        self.base = base
-        self.quiet = max(quiet, base)
+        self.base = max(base, TickSchedule.shortest)
+        self.quiet = max(quiet, self.base)
     }
+
+    static let shortest = Duration.milliseconds(1)
 
     /// How long until the next tick after the loop handled `input`, the
     /// session then being `quiet` (idle, with no timer of its own pending).
