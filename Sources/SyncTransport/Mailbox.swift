@@ -500,10 +500,13 @@ enum MailboxFiles {
         return bytes
     }
 
-    /// A decimal number in a small state file, nil when missing or unreadable.
+    /// A decimal number in a small state file, nil when missing, unreadable or
+    /// beyond 2^62 (no spool reaches it: a damaged file, whose next sequence
+    /// would overflow).
     static func readNumber(_ path: String) -> UInt64? {
-        guard let bytes = try? read(path, limit: 64), let text = String(validating: bytes, as: UTF8.self) else { return nil }
-        return UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines))
+        guard let bytes = try? read(path, limit: 64), let text = String(validating: bytes, as: UTF8.self),
+              let number = UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines)), number <= 1 << 62 else { return nil }
+        return number
     }
 
     static func writeNumber(_ number: UInt64, to path: String) throws {

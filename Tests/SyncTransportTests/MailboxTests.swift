@@ -144,6 +144,27 @@ import Testing
         #expect(try watch.next() == nil)
     }
 
+    /// A state file damaged to the largest number: the next sequence overflowed
+    /// (opening the mailbox trapped). It counts as missing.
+    @Test func aStateFileAtTheLargestNumberCountsAsMissing() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        do {
+            let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+            try phone.post(frame("before"))
+            let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+            #expect(try drain(watch).messages.map(\.frame) == [frame("before")])
+        }
+        let spool = directory + "/phone-to-watch"
+        for state in ["sender.state", "receiver.state"] {
+            try Data("18446744073709551615\n".utf8).write(to: URL(fileURLWithPath: spool + "/" + state))
+        }
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        try phone.post(frame("after"))
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        #expect(try drain(watch).messages.map(\.frame) == [frame("after")])
+    }
+
     @Test func aReplayedMessageIsRefusedAndKeptAside() throws {
         let directory = try temporaryDirectory()
         let secret = PairingSecret.generate()
