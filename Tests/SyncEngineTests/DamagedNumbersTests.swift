@@ -19,7 +19,7 @@ private func columns(_ path: String, _ table: String) throws -> [String] {
 /// A store file whose numbers were damaged (a bit flip, a bad tool, a bug
 /// of an older build) that SQLite itself finds sound: a size, a sequence, a
 /// cursor or a time at the ends of Int64 trapped on arithmetic.
-@Suite(.timeLimit(.minutes(2))) struct DamagedNumbersTests {
+@Suite(.timeLimit(.minutes(8))) struct DamagedNumbersTests {
     /// A phone (with a large value, a tombstone, an encrypted key and a
     /// conflict log) synced with its watch, both closed; the files of both.
     private func syncedPair() async throws -> Pair {

@@ -197,7 +197,15 @@ extension SyncStore {
             ON CONFLICT(peer_node) DO UPDATE SET forgotten_at = excluded.forgotten_at, last_seen = excluded.last_seen
             """)
         let forget = try conn.statement("DELETE FROM sync_peers WHERE peer_node = ?1")
+        // A new re-baseline generation for each: an acknowledgement of a queued batch posted
+        // before it was forgotten (read after) moves no cursor, so a returning watch starts at
+        // 0 and gets its re-baseline notice. (It moved the new cursor past 0: no notice came,
+        // and the watch kept values whose deletes were purged meanwhile.)
+        let prefix = rebaselineGenerationMeta(0).dropLast()
+        var generation = try readMeta(conn).filter { $0.key.hasPrefix(prefix) }.values.compactMap { Int64($0) }.max() ?? 0
         for node in nodes {
+            generation &+= 1
+            try writeMeta(conn, rebaselineGenerationMeta(node), String(generation))
             remember.reset()
             remember.bind(1, Int64(node))
             remember.bind(2, now)
