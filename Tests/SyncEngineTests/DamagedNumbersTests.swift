@@ -44,19 +44,30 @@ private func columns(_ path: String, _ table: String) throws -> [String] {
                       options: StoreOptions(clock: clock, encryption: .keyFile(path: key)))
     }
 
-    @Test func aChangeSequenceAtTheEndOfInt64IsNumberedAfreshAndTheStoreSyncs() async throws {
-        let pair = try await syncedPair()
-        pair.phone.close()
-        let folder = pair.folder
-        try rawSQL(folder.file("phone.sqlite"), "UPDATE entries SET change_seq = 9223372036854775807 WHERE key = 'health:daily:steps'")
-        // It trapped at open: the next sequence overflowed.
-        let phone = try open(folder.file("phone.sqlite"), .phone, key: folder.file("phone.key"), clock: pair.phoneClock)
-        #expect(try phone.entryInfo(forKey: TestKeys.steps.name).map { $0.changeSequence < Int64(1) << 62 } == true)
-        try await phone.set("5", for: TestKeys.units)
-        let link = Link(phone, pair.watch)
+    /// `pair`'s store of `role` closed, `sql` run on its file, and the store opened again.
+    private func reopened(_ pair: Pair, _ role: DeviceRole, after sql: String) throws -> SyncStore {
+        let name = role == .phone ? "phone" : "watch"
+        (role == .phone ? pair.phone : pair.watch).close()
+        try rawSQL(pair.folder.file("\(name).sqlite"), sql)
+        return try open(pair.folder.file("\(name).sqlite"), role, key: pair.folder.file("\(name).key"),
+                        clock: role == .phone ? pair.phoneClock : pair.watchClock)
+    }
+
+    /// A session between `phone` and `watch` until quiet; whether neither side failed.
+    private func syncs(_ phone: SyncStore, _ watch: SyncStore) -> Bool {
+        let link = Link(phone, watch)
         link.connect()
         link.settle()
-        #expect(link.a.failure == nil && link.b.failure == nil)
+        return link.a.failure == nil && link.b.failure == nil
+    }
+
+    @Test func aChangeSequenceAtTheEndOfInt64IsNumberedAfreshAndTheStoreSyncs() async throws {
+        let pair = try await syncedPair()
+        // It trapped at open: the next sequence overflowed.
+        let phone = try reopened(pair, .phone, after: "UPDATE entries SET change_seq = 9223372036854775807 WHERE key = 'health:daily:steps'")
+        #expect(try phone.entryInfo(forKey: TestKeys.steps.name).map { $0.changeSequence < Int64(1) << 62 } == true)
+        try await phone.set("5", for: TestKeys.units)
+        #expect(syncs(phone, pair.watch))
         #expect(try await pair.watch.get(TestKeys.steps) == 4)
         #expect(try await pair.watch.get(TestKeys.units) == "5")
         phone.close()
@@ -64,16 +75,10 @@ private func columns(_ path: String, _ table: String) throws -> [String] {
 
     @Test func aNegativeCursorStartsOverAndTheStoreSyncs() async throws {
         let pair = try await syncedPair()
-        pair.watch.close()
-        let folder = pair.folder
-        try rawSQL(folder.file("watch.sqlite"), "UPDATE sync_peers SET acked_through = -1")
         // It trapped when the watch's receipt encoded the cursor.
-        let watch = try open(folder.file("watch.sqlite"), .watch, key: folder.file("watch.key"), clock: pair.watchClock)
+        let watch = try reopened(pair, .watch, after: "UPDATE sync_peers SET acked_through = -1")
         try await watch.set(9, for: TestKeys.daily["w"])
-        let link = Link(pair.phone, watch)
-        link.connect()
-        link.settle()
-        #expect(link.a.failure == nil && link.b.failure == nil)
+        #expect(syncs(pair.phone, watch))
         #expect(try await watch.get(TestKeys.steps) == 4)
         #expect(try await pair.phone.get(TestKeys.daily["w"]) == 9)
         watch.close()
@@ -81,15 +86,10 @@ private func columns(_ path: String, _ table: String) throws -> [String] {
 
     @Test func aSizeOrATimeAtTheEndOfInt64NeverOverflows() async throws {
         let pair = try await syncedPair()
-        pair.phone.close()
-        let folder = pair.folder
         // Sizes were added up as the stream was read; a pending change's age was now minus its time.
-        try rawSQL(folder.file("phone.sqlite"), "UPDATE entries SET size = -9223372036854775808, written_at = -9223372036854775808")
-        let phone = try open(folder.file("phone.sqlite"), .phone, key: folder.file("phone.key"), clock: pair.phoneClock)
+        let phone = try reopened(pair, .phone, after: "UPDATE entries SET size = -9223372036854775808, written_at = -9223372036854775808")
         #expect(try phone.pendingSummary().oldestPendingAgeMilliseconds == Int64.max)
-        let link = Link(phone, pair.watch)
-        link.connect()
-        link.settle()
+        _ = syncs(phone, pair.watch)
         #expect(try await pair.watch.get(TestKeys.steps) == 4)
         phone.close()
     }

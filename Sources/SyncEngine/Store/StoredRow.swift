@@ -241,11 +241,6 @@ extension SyncStore {
         lane == .manual && descriptor.policy == .automaticSmall
     }
 
-    /// The highest version in the file up to the bound `?1` (a row further in
-    /// the future, e.g. from a peer before versions were bounded, does not drag
-    /// the clock), and the highest change sequence an entry holds or a peer
-    /// acknowledged (queued changes are entries' own sequences): a reopened
-    /// store numbers its next change above both.
     /// `later - earlier`, saturating (a time read from a damaged file may be anything).
     static func milliseconds(from earlier: Int64, to later: Int64) -> Int64 {
         let (difference, overflow) = later.subtractingReportingOverflow(earlier)
@@ -281,6 +276,11 @@ extension SyncStore {
         return top + Int64(rowids.count)
     }
 
+    /// The highest version in the file up to the bound `?1` (a row further in
+    /// the future, e.g. from a peer before versions were bounded, does not drag
+    /// the clock), and the highest change sequence an entry holds or a peer
+    /// acknowledged (queued changes are entries' own sequences): a reopened
+    /// store numbers its next change above both.
     static let sequenceFloorSQL = """
         SELECT coalesce((SELECT max(ver) FROM entries WHERE ver <= ?1), 0),
                max(coalesce((SELECT max(change_seq) FROM entries), 0),

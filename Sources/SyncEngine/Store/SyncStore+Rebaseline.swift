@@ -66,9 +66,7 @@ extension SyncStore {
             // Past every generation this phone gave any watch (or a watch not known yet): batches
             // posted before, for whichever node, never pass for this baseline's, and a watch met
             // through the mailbox adopts the unknown peer's (`adoptRebaselineGeneration`).
-            let prefix = Self.rebaselineGenerationMeta(0).dropLast()
-            let generation = try SyncStore.readMeta(conn).filter { $0.key.hasPrefix(prefix) }.values.compactMap { Int64($0) }.max() ?? 0
-            try SyncStore.writeMeta(conn, Self.rebaselineGenerationMeta(peer), String(generation &+ 1))
+            try SyncStore.writeMeta(conn, Self.rebaselineGenerationMeta(peer), String(try SyncStore.latestRebaselineGeneration(conn) &+ 1))
             if let pairingEpoch { try SyncStore.writeMeta(conn, Self.queuedCaughtUpOwedMeta(pairingEpoch), "1") }
         }
         try syncCommitted()
@@ -84,6 +82,12 @@ extension SyncStore {
     }
 
     static func rebaselineGenerationMeta(_ peer: UInt32) -> String { "rebaseline_generation_\(peer)" }
+
+    /// The newest re-baseline generation this store started for any peer (0 before any).
+    static func latestRebaselineGeneration(_ conn: SQLiteConnection) throws -> Int64 {
+        let prefix = rebaselineGenerationMeta(0).dropLast()
+        return try readMeta(conn).filter { $0.key.hasPrefix(prefix) }.values.compactMap { Int64($0) }.max() ?? 0
+    }
     static func liveRebaselineGenerationMeta(_ peer: UInt32) -> String { "rebaseline_live_generation_\(peer)" }
     /// On a watch: the purged version of the last notice from `peer` acted on, while that one was live.
     static func liveRebaselineMarkMeta(_ peer: UInt32) -> String { "rebaselined_live_by_\(peer)" }

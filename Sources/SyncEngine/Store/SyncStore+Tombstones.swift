@@ -201,8 +201,7 @@ extension SyncStore {
         // before it was forgotten (read after) moves no cursor, so a returning watch starts at
         // 0 and gets its re-baseline notice. (It moved the new cursor past 0: no notice came,
         // and the watch kept values whose deletes were purged meanwhile.)
-        let prefix = rebaselineGenerationMeta(0).dropLast()
-        var generation = try readMeta(conn).filter { $0.key.hasPrefix(prefix) }.values.compactMap { Int64($0) }.max() ?? 0
+        var generation = try latestRebaselineGeneration(conn)
         for node in nodes {
             generation &+= 1
             try writeMeta(conn, rebaselineGenerationMeta(node), String(generation))
