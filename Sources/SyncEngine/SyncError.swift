@@ -72,6 +72,10 @@ public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let tooManyConnections = Code("too-many-connections")
         /// The store already keeps `StoreOptions.maxKnownPeers` peers; a new node is refused.
         public static let tooManyPeers = Code("too-many-peers")
+        /// A phone met the watch's node id through another pairing: the watch's
+        /// store was copied from another watch's. The watch takes a new node id
+        /// (`SyncStore.renewNodeID()`) and its next session syncs.
+        public static let nodeIDConflict = Code("node-id-conflict")
         /// The device's storage is full: nothing of the change was stored, what
         /// was stored before is intact; it works again once space is freed.
         /// From a peer (its session ended with it): that device is full.

@@ -228,6 +228,44 @@ final class PortFixture {
         #expect(baseline.rows.map(\.key) == [TestKeys.steps.name, TestKeys.units.name])
     }
 
+    /// A phone meeting a node through another pairing than before (a watch
+    /// set up from a copy of another watch's store, of a protocol that cannot
+    /// take a new node id): the node's pairing is the new one, its cursor
+    /// starts over, what came from that node id goes to it too (it may have
+    /// come from the other device), and how far its stream was received is
+    /// forgotten (the positions were the other device's).
+    @Test(arguments: PortFixture.Kind.allCases)
+    func aNodeMetThroughAnotherPairingGetsWhatCameFromItsNodeID(kind: PortFixture.Kind) throws {
+        let f = try PortFixture(kind)
+        _ = try f.port.recordPeer(node: Self.watchNode, role: .watch, epoch: "A")
+        #expect(try f.port.pairingEpoch(ofPeer: Self.watchNode) == "A")
+        #expect(try f.port.pairingEpoch(ofPeer: Self.otherWatch) == nil)
+        _ = try f.apply([f.entry(TestKeys.steps.name, f.json(3), at: f.clock.nowMilliseconds(), node: Self.watchNode)], from: Self.watchNode)
+        try f.port.recordReceived(from: Self.watchNode, through: 7, anchor: 70)
+        let same = try f.port.recordPeer(node: Self.watchNode, role: .watch, epoch: "A")
+        #expect(try f.port.pendingRows(for: Self.watchNode, after: same.cursor, maxEntries: 100, maxBytes: 1 << 20) { _, _ in false }.rows.isEmpty)
+
+        let moved = try f.port.recordPeer(node: Self.watchNode, role: .watch, epoch: "B")
+        #expect(moved.cursor == 0)
+        #expect(try f.port.pairingEpoch(ofPeer: Self.watchNode) == "B")
+        let baseline = try f.port.pendingRows(for: Self.watchNode, after: 0, maxEntries: 100, maxBytes: 1 << 20) { _, _ in false }
+        #expect(baseline.rows.map(\.key) == [TestKeys.steps.name])
+        #expect(try f.port.receivedThrough(from: Self.watchNode) == (0, 0))
+    }
+
+    /// A watch takes a new node id once: not 0, not a peer's, and a second
+    /// request naming the old one keeps the new one (another process took it).
+    @Test(arguments: PortFixture.Kind.allCases)
+    func aWatchTakesANewNodeIDOnce(kind: PortFixture.Kind) throws {
+        let f = try PortFixture(kind, role: .watch)
+        let old = f.port.nodeID
+        _ = try f.port.recordPeer(node: 0x55, role: .phone, epoch: "e")
+        let renewed = try f.port.renewNodeID(replacing: old)
+        #expect(renewed != old && renewed != 0 && renewed != 0x55 && renewed != MailboxReplicator.unknownPeer)
+        #expect(f.port.nodeID == renewed)
+        #expect(try f.port.renewNodeID(replacing: old) == renewed)
+    }
+
     @Test(arguments: PortFixture.Kind.allCases)
     func mismatchedKeysAreRecordedPerPeerAndEpoch(kind: PortFixture.Kind) throws {
         let f = try PortFixture(kind)

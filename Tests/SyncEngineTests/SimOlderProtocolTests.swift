@@ -71,7 +71,7 @@ import Testing
         let scenarios = (UInt64(1)...40).map(generator.scenario(seed:))
         let older = scenarios.filter { !$0.olderProtocols.isEmpty }
         #expect(older.count >= 6 && older.count <= 20)
-        #expect(older.allSatisfy { $0.olderProtocols.count == 1 && $0.olderProtocols.values.allSatisfy { (1...4).contains($0) } })
+        #expect(older.allSatisfy { $0.olderProtocols.count == 1 && $0.olderProtocols.values.allSatisfy { (1..<ReplicationConfiguration().protocolRange.upperBound).contains($0) } })
         #expect(older.contains { s in s.timeline.contains { if case .updateApp = $0.action { true } else { false } } })
         let plain = ScenarioGenerator(ops: 60, appUpdates: false, largeMerges: false, olderProtocols: false).scenario(seed: older[0].seed)
         #expect(plain.olderProtocols.isEmpty)

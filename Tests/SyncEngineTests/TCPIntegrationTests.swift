@@ -20,7 +20,7 @@ final class WireTap: Sendable {
 /// Runs a phone peer and a watch peer connected over `kind` while `body` runs.
 func withConnectedPeers(_ pair: Pair, over kind: LinkKind, tap: WireTap? = nil,
                         _ body: (SyncPeer, SyncPeer) async throws -> Void) async throws {
-    let secret = PairingSecret.generate()
+    let secret = pair.pairing
     let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
     let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
     let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))

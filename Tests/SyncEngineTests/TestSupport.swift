@@ -47,6 +47,9 @@ struct Pair {
     let folder = TempFolder()
     let phoneClock = ManualClock()
     let watchClock = ManualClock()
+    /// The two stores' pairing: every session between them (`withConnectedPeers`) is of it, as an
+    /// app's are (a watch whose node id the phone met through another pairing takes a new one).
+    let pairing = PairingSecret.generate()
     var phone: SyncStore
     var watch: SyncStore
 

@@ -39,13 +39,20 @@ public final class ManualClock: PhysicalClock {
 /// ahead of its wall clock before they reach here.
 public final class HybridLogicalClock: Sendable {
     private let physical: any PhysicalClock
-    public let node: UInt32
+    private let currentNode: Atomic<UInt32>
     private let last: Mutex<Int64>
+
+    /// The node id its versions carry (a store that takes a new node id,
+    /// `SyncStore.renewNodeID()`, changes it).
+    public var node: UInt32 { currentNode.load(ordering: .acquiring) }
+
+    /// Versions issued from now on carry `node`.
+    package func adopt(node: UInt32) { currentNode.store(node, ordering: .releasing) }
 
     /// `floor` is the largest packed time already used (e.g. read from disk),
     /// so a restart with a clock that went backwards never reissues a version.
     public init(node: UInt32, physical: any PhysicalClock, floor: Int64 = 0) {
-        self.node = node
+        self.currentNode = Atomic(node)
         self.physical = physical
         self.last = Mutex(min(max(0, floor), HLCTimestamp.maxPacked))
     }

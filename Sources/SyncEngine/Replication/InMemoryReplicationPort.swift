@@ -38,7 +38,7 @@ package final class InMemoryReplicationPort: ReplicationPort {
         var remote: HLCTimestamp
     }
 
-    package let nodeID: UInt32
+    package var nodeID: UInt32 { hlc.node }
     package let role: DeviceRole
     package let registry: KeyRegistry
     package var maxValueSize: Int
@@ -61,7 +61,6 @@ package final class InMemoryReplicationPort: ReplicationPort {
 
     package init(node: UInt32, role: DeviceRole, registry: KeyRegistry, clock: ManualClock = ManualClock(),
                  maxValueSize: Int = StoreOptions().maxValueSize, maxRemoteClockAhead: Duration = StoreOptions().maxRemoteClockAhead) {
-        self.nodeID = node
         self.role = role
         self.registry = registry
         self.clock = clock
@@ -284,9 +283,27 @@ package final class InMemoryReplicationPort: ReplicationPort {
             peers[node]!.role = role
             return known.record
         }
+        // A phone meeting a node through another pairing: what came from it may be another
+        // device's, and how far its stream was received tells nothing of this one's.
+        if self.role == .phone, peers[node] != nil {
+            for (key, row) in rows where row.originPeer == node { rows[key]!.originPeer = 0 }
+            received[node] = nil
+        }
         let record = PeerRecord(node: node, cursor: 0, mismatched: [])
         peers[node] = Peer(record: record, role: role, epoch: epoch)
         return record
+    }
+
+    package func pairingEpoch(ofPeer node: UInt32) throws -> String? { peers[node]?.epoch }
+
+    package func renewNodeID(replacing node: UInt32) throws -> UInt32 {
+        guard nodeID == node else { return nodeID }
+        var renewed: UInt32 = 0
+        while renewed == 0 || renewed == node || renewed == MailboxReplicator.unknownPeer || peers[renewed] != nil {
+            renewed = .random(in: 1...UInt32.max)
+        }
+        hlc.adopt(node: renewed)
+        return renewed
     }
 
     package func acknowledge(peer: UInt32, through sequence: Int64) throws {

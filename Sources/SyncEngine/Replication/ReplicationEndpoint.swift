@@ -212,6 +212,7 @@ package final class ReplicationEndpoint {
                 awaitsManualReply = false
                 emit(.manualRequestAnswered(accepted: reply.accepted, released: reply.released))
             case .error(let error):
+                renewNodeID(after: error)
                 // The peer's words, escaped and bounded: they end up in logs and events.
                 let reported = SyncError(SyncError.Code(PeerText.escaped(error.code, maxLength: 64)),
                                          "the peer ended the session: \(PeerText.escaped(error.message))")
@@ -513,6 +514,7 @@ package final class ReplicationEndpoint {
                 out.append(encoded(message))
             case .established(let peer):
                 do {
+                    if let conflict = try nodeIDConflict(with: peer) { return out + fail(conflict, notifyPeer: true) }
                     // Live before its row is recorded: `forgetPeer` then either runs first (the row
                     // comes back at cursor 0) or sees the session and refuses.
                     if livePeer == nil {

@@ -84,6 +84,11 @@ package protocol ReplicationPort: AnyObject {
     /// Records the peer of a new session and returns what is known of it; a
     /// new peer (or one under another pairing epoch) starts at cursor 0.
     func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord
+    /// The pairing epoch the peer `node` was last recorded under, if this store keeps it.
+    func pairingEpoch(ofPeer node: UInt32) throws -> String?
+    /// Takes a new node id, unless this store's is no longer `node` (another
+    /// process sharing the file took one: that one is kept); returns the node id now.
+    func renewNodeID(replacing node: UInt32) throws -> UInt32
     /// The peer of `role` under pairing `epoch` this store saw last (its node
     /// and cursor), if any: whom queued delivery through a mailbox writes to.
     func queuedPeer(role: DeviceRole, epoch: String) throws -> PeerRecord?
@@ -292,6 +297,9 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func queuedPeer(role: DeviceRole, epoch: String) throws -> PeerRecord? {
         try store.queuedPeer(role: role, epoch: epoch)
     }
+
+    package func pairingEpoch(ofPeer node: UInt32) throws -> String? { try store.pairingEpoch(ofPeer: node) }
+    package func renewNodeID(replacing node: UInt32) throws -> UInt32 { try store.renewNodeID(replacing: node) }
 
     package func forgottenRegistries(of node: UInt32) throws -> [UInt8]? { try store.forgottenRegistries(of: node) }
     package func noteAppliedOutsideSessions() { store.noteAppliedOutsideSessions() }

@@ -226,10 +226,10 @@ extension SyncMessage {
     /// (payload schema 3 wraps their payload) and each side sends a
     /// `receipt` first; from 4 on a re-baseline notice names the generation
     /// it starts (payload schema 4); from 5 on a chunk acknowledgement names
-    /// the value and how many of its chunks are staged (payload schema 5).
-    /// Every other message, and every batch of a session that negotiated 1,
-    /// is schema 1.
-    public static let highestProtocolVersion: UInt16 = 5
+    /// the value and how many of its chunks are staged (payload schema 5);
+    /// 6 adds no message (`nodeRenewalProtocol`). Every other message, and
+    /// every batch of a session that negotiated 1, is schema 1.
+    public static let highestProtocolVersion: UInt16 = 6
 
     /// The payload schema of a batch or chunk that names its stream range
     /// (protocol 3): this byte, `varint` lower, `varint` upper, then the

@@ -189,10 +189,11 @@ extension SyncStore {
         let now = physicalClock.nowMilliseconds()
         let limit = max(1, options.maxKnownPeers)
         return try database.write { conn in
-            let known = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_peers WHERE peer_node = ?1), (SELECT count(*) FROM sync_peers)")
+            let known = try conn.statement("SELECT (SELECT epoch FROM sync_peers WHERE peer_node = ?1), (SELECT count(*) FROM sync_peers)")
             known.bind(1, Int64(node))
             _ = try known.step()
-            let (isKnown, count) = (known.int(0) != 0, known.int(1))
+            let (knownEpoch, count) = (known.isNull(0) ? nil : known.string(0), known.int(1))
+            let isKnown = knownEpoch != nil
             known.reset()
             if !isKnown, count >= limit {
                 let remedy = role == .watch
@@ -212,6 +213,15 @@ extension SyncStore {
             upsert.bind(3, epoch)
             upsert.bind(4, now)
             try upsert.run()
+            if self.role == .phone, let knownEpoch, knownEpoch != epoch {
+                // The node was met through another pairing: what came from it may have come from
+                // another device with its node id (a copied store), and goes to this one too; and how
+                // far its stream was received tells nothing of this device's stream.
+                let origin = try conn.statement("UPDATE entries SET origin_peer = 0 WHERE origin_peer = ?1")
+                origin.bind(1, Int64(node))
+                try origin.run()
+                try SyncStore.deleteMeta(conn, SyncStore.receivedThroughName(node))
+            }
             let returned = try conn.statement("DELETE FROM sync_forgotten_peers WHERE peer_node = ?1")
             returned.bind(1, Int64(node))
             try returned.run()

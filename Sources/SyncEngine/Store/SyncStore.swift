@@ -15,8 +15,9 @@ import Synchronization
 public final class SyncStore: KeyValueBackend {
     public let role: DeviceRole
     public let registry: KeyRegistry
-    /// This store's node id, made once and kept in the file.
-    public let nodeID: UInt32
+    /// This store's node id, made once and kept in the file (a watch whose
+    /// phone finds it taken by another watch takes a new one: `renewNodeID(replacing:)`).
+    public var nodeID: UInt32 { clock.node }
     public let path: String
 
     let database: Database
@@ -123,7 +124,6 @@ public final class SyncStore: KeyValueBackend {
         if let storedRole = setup.storedRole, storedRole != role.rawValue {
             throw SyncError(.invalidConfiguration, "the store at \(path) belongs to a \(storedRole), not a \(role); open it with role \(storedRole) or use another file")
         }
-        nodeID = setup.node
         valueStorage = try setup.valueDirectory.map { try ValueFiles(directory: $0) } ?? RowValueStorage()
         nextSeq = Mutex(setup.seq + 1)
         clock = HybridLogicalClock(node: setup.node, physical: options.clock, floor: setup.floor)

@@ -19,7 +19,7 @@ public struct FuzzCommand: AsyncParsableCommand {
     @Flag(help: "No tombstone purges (short retention and peer horizon, purge steps).") var noPurges = false
     @Flag(help: "No node that starts with an older app (keys declared otherwise) and is updated later.") var noAppUpdates = false
     @Flag(help: "No key with the union resolver whose values (some near or over the 100 KB limit) merge.") var noLargeMerges = false
-    @Flag(help: "No node that starts with an app of an older session protocol (1 to 4) and is updated later.") var noOlderProtocols = false
+    @Flag(help: "No node that starts with an app of an older session protocol (1 to 5) and is updated later.") var noOlderProtocols = false
     @Flag(help: "No node whose disk fills up for a while (its writes and what it receives fail with storage-full).") var noDiskFull = false
     @Option(help: "sim (virtual time, default) or tcp (real sockets on 127.0.0.1, one scenario at a time, in real time: a failure may not repeat on replay).")
     var transport: SimTransport = .sim

@@ -42,7 +42,7 @@ public struct ScenarioGenerator: Sendable {
     /// sides hold.
     public var largeMerges: Bool
     /// Whether scenarios may start one node with an app of an older session
-    /// protocol (about 3 in 10): its highest protocol 1 to 4, and in most of
+    /// protocol (about 3 in 10): its highest protocol 1 to 5, and in most of
     /// them an `updateApp` step that gives it this build's.
     public var olderProtocols: Bool
     /// Whether scenarios may fill one node's disk (about 2 in 10): a

@@ -1,0 +1,31 @@
+import SyncTransport
+
+/// Node ids bound to pairings (protocol 6, `SyncStore+NodeIdentity`): a
+/// phone refuses a watch that names a node id it met through another pairing,
+/// and the watch takes a new one.
+extension ReplicationEndpoint {
+    /// On a phone: why a session with `peer` must not go on, if its node id
+    /// is recorded under another pairing (a watch set up from a copy of
+    /// another watch's store). A watch of an older protocol goes on: it
+    /// cannot take a new node id, and the pairing it comes through becomes its
+    /// node's (as before protocol 6).
+    func nodeIDConflict(with peer: ReplicationSession.Peer) throws -> SyncError? {
+        guard port.role == .phone, peer.protocolVersion >= SyncMessage.nodeRenewalProtocol,
+              let bound = try port.pairingEpoch(ofPeer: peer.node), bound != configuration.pairingEpoch else { return nil }
+        return SyncError(.nodeIDConflict, "the watch's node id \(String(peer.node, radix: 16)) belongs to a watch of another pairing (epoch \(PeerText.escaped(bound, maxLength: 64))): its store was copied from that watch's; it takes a new node id and syncs again")
+    }
+
+    /// On a watch whose phone ended the session with `node-id-conflict`: this
+    /// store takes a new node id (unless it took one since the hello of this
+    /// session named it), which the next session's hello names.
+    func renewNodeID(after error: SyncMessage.ErrorMessage) {
+        guard port.role == .watch, error.code == SyncError.Code.nodeIDConflict.rawValue else { return }
+        do {
+            let renewed = try port.renewNodeID(replacing: session.identity.node)
+            reporter.logger.notice("the phone found this watch's node id taken by another watch; this store took a new one",
+                                   metadata: ["old": "\(String(session.identity.node, radix: 16))", "new": "\(String(renewed, radix: 16))"])
+        } catch {
+            reporter.logger.error("could not take a new node id", metadata: ["error": "\(error)"])
+        }
+    }
+}

@@ -1,0 +1,68 @@
+import Foundation
+
+/// One node id per device.
+///
+/// A store makes a random node id when its file is created. A second watch
+/// set up from a copy of another watch's store file (a backup restored while
+/// the first is still paired) has the same one, and a phone never sends a
+/// change back to the node it came from: each of those watches would miss the
+/// other's changes. So a phone binds a node id to the pairing it met it
+/// through, and refuses a watch of another pairing that names it
+/// (`node-id-conflict`, protocol 6); the watch then takes a new node id and
+/// syncs as the new device it is.
+extension SyncStore {
+    /// The pairing epoch the peer `node` was last recorded under, if this store keeps it.
+    func pairingEpoch(ofPeer node: UInt32) throws -> String? {
+        try checkOpen()
+        return try database.read { conn in
+            let stmt = try conn.statement("SELECT epoch FROM sync_peers WHERE peer_node = ?1")
+            stmt.bind(1, Int64(node))
+            defer { stmt.reset() }
+            return try stmt.step() ? stmt.string(0) : nil
+        }
+    }
+
+    /// Gives this store a new random node id, kept in its file, and returns
+    /// it: the versions it writes from now on carry it, and its peers meet it
+    /// as a new device (a phone baselines it). For a store whose file was
+    /// copied from another device that still syncs; a watch of protocol 6
+    /// does it by itself when its phone finds its node id taken
+    /// (`node-id-conflict`).
+    @discardableResult
+    public func renewNodeID() throws -> UInt32 {
+        try renewNodeID(replacing: nil)
+    }
+
+    /// `renewNodeID()`, unless the store's node id is no longer `node`
+    /// (another process sharing the file renewed it): that one is kept.
+    @discardableResult
+    func renewNodeID(replacing node: UInt32?) throws -> UInt32 {
+        try checkOpen()
+        let (renewed, old) = try database.write { conn -> (UInt32, UInt32) in
+            let stored = UInt32(try SyncStore.readMeta(conn)["node_id"] ?? "") ?? 0
+            if let node, stored != node, stored != 0 { return (stored, stored) }
+            var taken: Set<UInt32> = [0, stored, MailboxReplicator.unknownPeer]
+            let peers = try conn.statement("SELECT peer_node FROM sync_peers UNION SELECT peer_node FROM sync_forgotten_peers")
+            while try peers.step() { taken.insert(UInt32(truncatingIfNeeded: peers.int64(0))) }
+            peers.reset()
+            var renewed: UInt32 = 0
+            while taken.contains(renewed) { renewed = .random(in: 1...UInt32.max) }
+            try SyncStore.writeMeta(conn, "node_id", String(renewed))
+            return (renewed, stored)
+        }
+        // On stable storage before a hello names it: a power cut must not bring the old one back.
+        try syncCommitted()
+        clock.adopt(node: renewed)
+        if renewed != old {
+            logger.notice("this store took a new node id", metadata: ["old": "\(String(old, radix: 16))", "new": "\(String(renewed, radix: 16))"])
+        }
+        return renewed
+    }
+}
+
+extension SyncMessage {
+    /// The first protocol version whose phone refuses a watch that names a
+    /// node id it met through another pairing (`node-id-conflict`), and whose
+    /// watch then takes a new node id (`SyncStore.renewNodeID()`).
+    public static let nodeRenewalProtocol: UInt16 = 6
+}

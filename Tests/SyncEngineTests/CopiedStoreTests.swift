@@ -1,0 +1,177 @@
+import Foundation
+@_spi(Benchmarks) @testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// A second watch set up from a copy of another watch's store file (a backup
+/// restored while the first is still paired) has the first's node id. A
+/// phone never sends a change back to the node it came from, so before
+/// protocol 6 each of the two watches missed the other's changes. Now the
+/// phone refuses the second (`node-id-conflict`), which takes a new node id.
+@Suite(.timeLimit(.minutes(3))) struct CopiedStoreTests {
+    /// Watch A's store copied (closed, its files copied, reopened) into a
+    /// store for watch B, with its key file; A reopened.
+    static func copyWatch(_ pair: inout Pair) throws -> SyncStore {
+        let registry = pair.watch.registry
+        pair.watch.close()
+        let files = FileManager.default
+        for suffix in ["", "-wal"] where files.fileExists(atPath: pair.folder.file("watch.sqlite") + suffix) {
+            try files.copyItem(atPath: pair.folder.file("watch.sqlite") + suffix, toPath: pair.folder.file("watch-b.sqlite") + suffix)
+        }
+        try files.copyItem(atPath: pair.folder.file("watch.key"), toPath: pair.folder.file("watch-b.key"))
+        pair.watch = try SyncStore(path: pair.folder.file("watch.sqlite"), role: .watch, registry: registry,
+                                   options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch.key"))))
+        return try SyncStore(path: pair.folder.file("watch-b.sqlite"), role: .watch, registry: registry,
+                             options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch-b.key"))))
+    }
+
+    /// One session between the phone and `watch` under `epoch`, run until quiet.
+    @discardableResult
+    static func session(_ phone: SyncStore, _ watch: SyncStore, epoch: String,
+                        protocolRange: ClosedRange<UInt16> = 1...SyncMessage.highestProtocolVersion) -> Link {
+        let link = Link(phone, watch, epoch: epoch, protocolRange: protocolRange)
+        link.connect()
+        return link
+    }
+
+    static func refusals(in link: Link) -> [String] {
+        link.frames.compactMap { frame -> String? in
+            guard case .error(let error)? = try? SyncMessage(frame: frame.frame) else { return nil }
+            return error.code
+        }
+    }
+
+    @Test func aWatchFromACopiedStoreTakesANewNodeIDAndTheTwoWatchesGetEachOthersChanges() async throws {
+        var pair = try Pair()
+        try await pair.watch.set(1, for: TestKeys.daily["a"])
+        Self.session(pair.phone, pair.watch, epoch: "pairing A")
+        #expect(try pair.phone.storedValue(for: TestKeys.daily["a"]) == 1)
+
+        let watchB = try Self.copyWatch(&pair)
+        defer { watchB.close() }
+        let copiedNode = watchB.nodeID
+        #expect(copiedNode == pair.watch.nodeID)
+        try await pair.watch.set(2, for: TestKeys.daily["a2"])
+        try await watchB.set(3, for: TestKeys.daily["b"])
+
+        // The phone met this node id through pairing A: the watch of pairing B is refused, and takes a new one.
+        let refused = Self.session(pair.phone, watchB, epoch: "pairing B")
+        #expect(Self.refusals(in: refused) == [SyncError.Code.nodeIDConflict.rawValue])
+        #expect(watchB.nodeID != copiedNode)
+        #expect(try pair.phone.storedValue(for: TestKeys.daily["b"]) == nil)
+
+        // Its next session syncs, and each watch gets the other's changes through the phone.
+        Self.session(pair.phone, watchB, epoch: "pairing B")
+        Self.session(pair.phone, pair.watch, epoch: "pairing A")
+        Self.session(pair.phone, watchB, epoch: "pairing B")
+        for store in [pair.phone, pair.watch, watchB] {
+            #expect(try store.storedValue(for: TestKeys.daily["a"]) == 1)
+            #expect(try store.storedValue(for: TestKeys.daily["a2"]) == 2)
+            #expect(try store.storedValue(for: TestKeys.daily["b"]) == 3)
+        }
+        // Watch A kept its node id, and its sessions were never refused.
+        #expect(pair.watch.nodeID == copiedNode)
+        #expect(Self.refusals(in: Self.session(pair.phone, pair.watch, epoch: "pairing A")).isEmpty)
+
+        // The new node id is in the file: the watch reopened names it, and versions it writes carry it.
+        let renewed = watchB.nodeID
+        let reopened = try SyncStore(path: watchB.path, role: .watch, registry: watchB.registry,
+                                     options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch-b.key"))))
+        defer { reopened.close() }
+        #expect(reopened.nodeID == renewed)
+    }
+
+    /// A watch of protocol 5 or older cannot take a new node id: it goes on
+    /// (its pairing becomes its node's, as before), and what the phone took
+    /// from that node id goes to the watch of each pairing, so the two still
+    /// get each other's changes (at the cost of a baseline at each switch).
+    @Test func aWatchOfAnOlderProtocolFromACopiedStoreStillGetsTheOtherWatchsChanges() async throws {
+        var pair = try Pair()
+        try await pair.watch.set(1, for: TestKeys.daily["a"])
+        Self.session(pair.phone, pair.watch, epoch: "pairing A")
+        let watchB = try Self.copyWatch(&pair)
+        defer { watchB.close() }
+        let copiedNode = watchB.nodeID
+        try await watchB.set(3, for: TestKeys.daily["b"])
+        try await pair.watch.set(2, for: TestKeys.daily["a2"])
+
+        let older: ClosedRange<UInt16> = 1...(SyncMessage.nodeRenewalProtocol - 1)
+        #expect(Self.refusals(in: Self.session(pair.phone, watchB, epoch: "pairing B", protocolRange: older)).isEmpty)
+        Self.session(pair.phone, pair.watch, epoch: "pairing A", protocolRange: older)
+        Self.session(pair.phone, watchB, epoch: "pairing B", protocolRange: older)
+        #expect(watchB.nodeID == copiedNode)
+        for store in [pair.phone, pair.watch, watchB] {
+            #expect(try store.storedValue(for: TestKeys.daily["a2"]) == 2)
+            #expect(try store.storedValue(for: TestKeys.daily["b"]) == 3)
+        }
+    }
+
+    /// Two processes share a store file (an app and its extension): the
+    /// second to hear of the conflict keeps the node id the first took,
+    /// rather than taking a third.
+    @Test func renewingKeepsANodeIDAnotherProcessTook() async throws {
+        let pair = try Pair()
+        let old = pair.watch.nodeID
+        let other = try SyncStore(path: pair.watch.path, role: .watch, registry: pair.watch.registry,
+                                  options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch.key"))))
+        defer { other.close() }
+        let renewed = try other.renewNodeID(replacing: old)
+        #expect(renewed != old && renewed != 0)
+        #expect(try pair.watch.renewNodeID(replacing: old) == renewed)
+        #expect(pair.watch.nodeID == renewed)
+        try await pair.watch.set(7, for: TestKeys.steps)
+        #expect(try pair.watch.entryInfo(forKey: TestKeys.steps.name)?.version.node == renewed)
+        // Asked by name (the app knows its store is a copy), it always takes a new one.
+        let again = try pair.watch.renewNodeID()
+        #expect(again != renewed && pair.watch.nodeID == again)
+    }
+
+    /// Over TCP, both watches connected to one listener at once: the copy is
+    /// refused once, redials with its new node id, and from then on neither
+    /// session replaces the other (before, each newly established session of
+    /// the shared node id replaced the other's, and neither watch got the
+    /// other's changes).
+    @Test func twoWatchesLiveAtOnceOneFromACopiedStoreBothSync() async throws {
+        var pair = try Pair()
+        let pairingA = PairingSecret.generate()
+        let pairingB = PairingSecret.generate()
+        try await pair.watch.set(1, for: TestKeys.daily["a"])
+        Self.session(pair.phone, pair.watch, epoch: pairingA.epoch)  // the phone met watch A
+        let watchB = try Self.copyWatch(&pair)
+        defer { watchB.close() }
+        let copiedNode = watchB.nodeID
+        let phone = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: pairingA.epoch),
+                             tickInterval: .milliseconds(50))
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secrets: [pairingA, pairingB]))
+        let server = Task { await phone.serve(listener) }
+        let port = listener.port
+        let watchA = pair.watch
+        let refusedB = watchB.events()
+        let clients = [(watchA, pairingA), (watchB, pairingB)].map { store, pairing in
+            let watch = SyncPeer(store: store, configuration: ReplicationConfiguration(pairingEpoch: pairing.epoch),
+                                 tickInterval: .milliseconds(50))
+            return Task { await watch.maintainConnection(host: "127.0.0.1", port: port, configuration: TCPConfiguration(secret: pairing)) }
+        }
+        let outcome = await Result {
+            try await first(of: refusedB, "watch B to hear that its node id is taken") { event in
+                if case .error(let error) = event, error.code == .nodeIDConflict { return true }
+                return false
+            }
+            try await watchA.set(2, for: TestKeys.daily["a2"])
+            try await watchB.set(3, for: TestKeys.daily["b"])
+            try await eventually(watchA, "watch B's change on watch A") { try watchA.storedValue(for: TestKeys.daily["b"]) == 3 }
+            try await eventually(watchB, "watch A's changes on watch B") {
+                try watchB.storedValue(for: TestKeys.daily["a2"]) == 2 && watchB.storedValue(for: TestKeys.daily["a"]) == 1
+            }
+        }
+        for client in clients { client.cancel() }
+        server.cancel()
+        await listener.close()
+        try await withDeadline("the watches and the phone to stop") {
+            for client in clients { _ = await client.value }
+            _ = await server.value
+        }
+        try outcome.get()
+        #expect(watchB.nodeID != copiedNode && watchA.nodeID == copiedNode)
+    }
+}
