@@ -81,6 +81,37 @@ import Testing
         #expect(reopened.nodeID == renewed)
     }
 
+    /// The copy was made before the phone deleted a value the first watch
+    /// wrote; the delete reached the first watch, and its tombstone was
+    /// purged a retention later. The copy, with its new node id, is
+    /// re-baselined: the phone's notice has it drop what the phone knew (the
+    /// first watch's writes the phone had acknowledged when the copy was
+    /// made), so the value does not come back. (Before, the copy's first
+    /// session, of another pairing, set its cursor for the phone to 0: that
+    /// value counted as never sent, and went to the phone again.)
+    @Test func aCopyOlderThanAPurgedDeleteDoesNotBringTheValueBack() async throws {
+        var pair = try Pair()
+        try await pair.watch.set(1, for: TestKeys.daily["old"])
+        try await pair.watch.set(5, for: TestKeys.steps)
+        Self.session(pair.phone, pair.watch, epoch: "pairing A")
+        let watchB = try Self.copyWatch(&pair)
+        defer { watchB.close() }
+        try await pair.phone.remove(TestKeys.daily["old"])
+        Self.session(pair.phone, pair.watch, epoch: "pairing A")
+        #expect(try pair.watch.storedValue(for: TestKeys.daily["old"]) == nil)
+        #expect(try pair.phone.purgeTombstones() == 0)  // records that watch A acknowledged the delete
+        for clock in [pair.phoneClock, pair.watchClock] { clock.advance(by: 31 * 24 * 3600 * 1000) }
+        #expect(try pair.phone.purgeTombstones() == 1)
+
+        Self.session(pair.phone, watchB, epoch: "pairing B")
+        Self.session(pair.phone, watchB, epoch: "pairing B")
+        Self.session(pair.phone, pair.watch, epoch: "pairing A")
+        for store in [pair.phone, pair.watch, watchB] {
+            #expect(try store.storedValue(for: TestKeys.daily["old"]) == nil, "the deleted value came back on \(store.path)")
+            #expect(try store.storedValue(for: TestKeys.steps) == 5)
+        }
+    }
+
     /// A watch of protocol 5 or older cannot take a new node id: it goes on
     /// (its pairing becomes its node's, as before), and what the phone took
     /// from that node id goes to the watch of each pairing, so the two still

@@ -253,6 +253,22 @@ final class PortFixture {
         #expect(try f.port.receivedThrough(from: Self.watchNode) == (0, 0))
     }
 
+    /// A watch meeting its phone (the same node) through a new pairing keeps
+    /// its cursor and the keys it passed over: the phone holds what it
+    /// acknowledged (a phone, by contrast, starts a node it meets through
+    /// another pairing over, as it may be another device).
+    @Test(arguments: PortFixture.Kind.allCases)
+    func aWatchKeepsItsCursorForItsPhoneThroughANewPairing(kind: PortFixture.Kind) throws {
+        let f = try PortFixture(kind, role: .watch)
+        let phone: UInt32 = 0x55
+        _ = try f.port.recordPeer(node: phone, role: .phone, epoch: "A")
+        try f.port.acknowledge(peer: phone, through: 5)
+        try f.port.setMismatchedKeys([TestKeys.steps.name], for: phone)
+        let record = try f.port.recordPeer(node: phone, role: .phone, epoch: "B")
+        #expect(record == PeerRecord(node: phone, cursor: 5, mismatched: [TestKeys.steps.name]))
+        #expect(try f.port.pairingEpoch(ofPeer: phone) == "B")
+    }
+
     /// A watch takes a new node id once: not 0, not a peer's, and a second
     /// request naming the old one keeps the new one (another process took it).
     @Test(arguments: PortFixture.Kind.allCases)

@@ -289,7 +289,9 @@ package final class InMemoryReplicationPort: ReplicationPort {
             for (key, row) in rows where row.originPeer == node { rows[key]!.originPeer = 0 }
             received[node] = nil
         }
-        let record = PeerRecord(node: node, cursor: 0, mismatched: [])
+        // A watch meeting its phone through a new pairing keeps its cursor (the phone holds what it acknowledged).
+        let record = self.role == .watch ? peers[node]?.record ?? PeerRecord(node: node, cursor: 0, mismatched: [])
+            : PeerRecord(node: node, cursor: 0, mismatched: [])
         peers[node] = Peer(record: record, role: role, epoch: epoch)
         return record
     }

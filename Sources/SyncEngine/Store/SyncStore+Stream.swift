@@ -204,14 +204,19 @@ extension SyncStore {
             let upsert = try conn.statement("""
                 INSERT INTO sync_peers(peer_node, peer_role, epoch, acked_through, last_seen) VALUES(?1, ?2, ?3, 0, ?4)
                 ON CONFLICT(peer_node) DO UPDATE SET peer_role = excluded.peer_role, epoch = excluded.epoch, last_seen = excluded.last_seen,
-                  acked_through = CASE WHEN sync_peers.epoch = excluded.epoch THEN sync_peers.acked_through ELSE 0 END,
-                  mismatched = CASE WHEN sync_peers.epoch = excluded.epoch THEN sync_peers.mismatched ELSE '' END,
+                  acked_through = CASE WHEN sync_peers.epoch = excluded.epoch OR ?5 THEN sync_peers.acked_through ELSE 0 END,
+                  mismatched = CASE WHEN sync_peers.epoch = excluded.epoch OR ?5 THEN sync_peers.mismatched ELSE '' END,
                   registries = CASE WHEN sync_peers.epoch = excluded.epoch THEN sync_peers.registries ELSE NULL END
                 """)
             upsert.bind(1, Int64(node))
             upsert.bind(2, role.rawValue)
             upsert.bind(3, epoch)
             upsert.bind(4, now)
+            // A watch meeting its phone (the same node) through a new pairing keeps its cursor: the
+            // phone still holds what it acknowledged, and a re-baseline notice counts it as the
+            // phone's (a watch set up from a copy of another's store would otherwise send the other
+            // watch's old writes again, among them values the phone deleted and purged since).
+            upsert.bind(5, self.role == .watch ? 1 : 0)
             try upsert.run()
             if self.role == .phone, let knownEpoch, knownEpoch != epoch {
                 // The node was met through another pairing: what came from it may have come from
