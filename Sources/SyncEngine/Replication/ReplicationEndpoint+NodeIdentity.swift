@@ -1,5 +1,3 @@
-import SyncTransport
-
 /// Node ids bound to pairings (protocol 6, `SyncStore+NodeIdentity`): a
 /// phone refuses a watch that names a node id it met through another pairing,
 /// and the watch takes a new one.
@@ -12,7 +10,8 @@ extension ReplicationEndpoint {
     func nodeIDConflict(with peer: ReplicationSession.Peer) throws -> SyncError? {
         guard port.role == .phone, peer.protocolVersion >= SyncMessage.nodeRenewalProtocol,
               let bound = try port.pairingEpoch(ofPeer: peer.node), bound != configuration.pairingEpoch else { return nil }
-        return SyncError(.nodeIDConflict, "the watch's node id \(String(peer.node, radix: 16)) belongs to a watch of another pairing (epoch \(PeerText.escaped(bound, maxLength: 64))): its store was copied from that watch's; it takes a new node id and syncs again")
+        // (The other pairing's epoch stays here: the refusal goes to a device of another pairing.)
+        return SyncError(.nodeIDConflict, "the watch's node id \(String(peer.node, radix: 16)) belongs to a watch of another pairing: its store was copied from that watch's; it takes a new node id and syncs again")
     }
 
     /// On a watch whose phone ended the session with `node-id-conflict`: this
