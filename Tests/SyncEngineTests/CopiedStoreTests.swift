@@ -112,6 +112,28 @@ import Testing
         }
     }
 
+    /// An app that pairs the same watch again (a new secret) and forgets the
+    /// old pairing's watches first: the watch keeps its node id, is not
+    /// refused, and is baselined as a forgotten watch is.
+    @Test func forgettingAPairingLetsItsWatchComeBackThroughANewOne() async throws {
+        let pair = try Pair()
+        try await pair.watch.set(1, for: TestKeys.daily["a"])
+        Self.session(pair.phone, pair.watch, epoch: "old pairing")
+        let node = pair.watch.nodeID
+        #expect(try pair.phone.knownPeers(ofPairing: "old pairing") == [node])
+        #expect(try pair.phone.knownPeers(ofPairing: "new pairing").isEmpty)
+        #expect(try pair.phone.forgetPeers(ofPairing: "old pairing") == [node])
+        #expect(try pair.phone.knownPeers().isEmpty)
+
+        try await pair.phone.set(9, for: TestKeys.steps)
+        #expect(Self.refusals(in: Self.session(pair.phone, pair.watch, epoch: "new pairing")).isEmpty)
+        #expect(pair.watch.nodeID == node)
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == 9)
+        #expect(try pair.phone.storedValue(for: TestKeys.daily["a"]) == 1)
+        #expect(try pair.phone.knownPeers(ofPairing: "new pairing") == [node])
+        #expect(throws: SyncError.self) { try pair.watch.forgetPeers(ofPairing: "new pairing") }
+    }
+
     /// A watch of protocol 5 or older cannot take a new node id: it goes on
     /// (its pairing becomes its node's, as before), and what the phone took
     /// from that node id goes to the watch of each pairing, so the two still

@@ -22,6 +22,32 @@ extension SyncStore {
         }
     }
 
+    /// The watches this phone last met through the pairing `epoch` (node ids,
+    /// ascending; a node id belongs to one pairing at a time).
+    public func knownPeers(ofPairing epoch: String) throws -> [UInt32] {
+        try checkOpen()
+        return try database.read { conn in
+            let stmt = try conn.statement("SELECT peer_node FROM sync_peers WHERE epoch = ?1 ORDER BY peer_node")
+            stmt.bind(1, epoch)
+            defer { stmt.reset() }
+            var nodes: [UInt32] = []
+            while try stmt.step() { nodes.append(UInt32(truncatingIfNeeded: stmt.int64(0))) }
+            return nodes
+        }
+    }
+
+    /// Forgets, as `forgetPeer(_:)` does, every watch this phone last met
+    /// through the pairing `epoch`, and returns their node ids: for an app
+    /// that removed that pairing (the watch was unpaired, or paired again
+    /// with a new secret). They no longer hold tombstones back, and a watch
+    /// of a new pairing with one of their node ids keeps it (it is not
+    /// refused with `node-id-conflict`; it is baselined as a forgotten watch
+    /// is). Throws `.writeNotAllowed` while a session with one of them runs.
+    @discardableResult
+    public func forgetPeers(ofPairing epoch: String) throws -> [UInt32] {
+        try knownPeers(ofPairing: epoch).filter { try forgetPeer($0) }
+    }
+
     /// Gives this store a new random node id, kept in its file, and returns
     /// it: the versions it writes from now on carry it, and its peers meet it
     /// as a new device (a phone baselines it). For a store whose file was
