@@ -134,6 +134,39 @@ import Testing
         #expect(throws: SyncError.self) { try pair.watch.forgetPeers(ofPairing: "new pairing") }
     }
 
+    /// A watch restored from an older backup of its own store (the same
+    /// pairing, the same node id) lacks what it received and wrote since;
+    /// its phone's cursor says it has it, and the phone never sends a watch
+    /// its own writes. Taking a new node id at the restore (README) makes it
+    /// a new watch to the phone, which baselines it: everything comes back,
+    /// its own later writes too, and its own changes still reach the phone.
+    @Test func aWatchRestoredFromItsOwnOlderBackupGetsEverythingBackWithANewNodeID() async throws {
+        var pair = try Pair()
+        try await pair.watch.set(1, for: TestKeys.daily["before"])
+        Self.session(pair.phone, pair.watch, epoch: "pairing")
+        let backup = try Self.copyWatch(&pair)
+        backup.close()
+        try await pair.phone.set(2, for: TestKeys.daily["phone-after"])
+        try await pair.watch.set(3, for: TestKeys.daily["watch-after"])
+        Self.session(pair.phone, pair.watch, epoch: "pairing")
+        #expect(try pair.phone.storedValue(for: TestKeys.daily["watch-after"]) == 3)
+
+        // The watch is erased and restored from the backup; the app knows (README) and renews.
+        pair.watch.close()
+        let restored = try SyncStore(path: pair.folder.file("watch-b.sqlite"), role: .watch, registry: pair.phone.registry,
+                                     options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch-b.key"))))
+        defer { restored.close() }
+        #expect(try restored.storedValue(for: TestKeys.daily["watch-after"]) == nil)
+        try restored.renewNodeID()
+        try await restored.set(4, for: TestKeys.daily["restored"])
+        Self.session(pair.phone, restored, epoch: "pairing")
+        for store in [pair.phone, restored] {
+            for (id, value) in [("before", 1), ("phone-after", 2), ("watch-after", 3), ("restored", 4)] {
+                #expect(try store.storedValue(for: TestKeys.daily[id]) == value, "\(id) on the \(store.role)")
+            }
+        }
+    }
+
     /// A watch of protocol 5 or older cannot take a new node id: it goes on
     /// (its pairing becomes its node's, as before), and what the phone took
     /// from that node id goes to the watch of each pairing, so the two still
