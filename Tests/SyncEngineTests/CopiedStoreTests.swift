@@ -167,6 +167,40 @@ import Testing
         }
     }
 
+    /// The same for a phone restored from an older backup of its own store:
+    /// with a new node id its watch meets it as a new phone and sends it
+    /// everything it holds (what the phone wrote since the backup too), and
+    /// the phone sends the watch what it holds.
+    @Test func aPhoneRestoredFromItsOwnOlderBackupGetsEverythingBackWithANewNodeID() async throws {
+        var pair = try Pair()
+        try await pair.phone.set(1, for: TestKeys.daily["before"])
+        Self.session(pair.phone, pair.watch, epoch: "pairing")
+        let registry = pair.phone.registry
+        pair.phone.close()
+        let files = FileManager.default
+        for suffix in ["", "-wal"] where files.fileExists(atPath: pair.folder.file("phone.sqlite") + suffix) {
+            try files.copyItem(atPath: pair.folder.file("phone.sqlite") + suffix, toPath: pair.folder.file("phone-backup.sqlite") + suffix)
+        }
+        pair.phone = try SyncStore(path: pair.folder.file("phone.sqlite"), role: .phone, registry: registry,
+                                   options: StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("phone.key"))))
+        try await pair.phone.set(2, for: TestKeys.daily["phone-after"])
+        try await pair.watch.set(3, for: TestKeys.daily["watch-after"])
+        Self.session(pair.phone, pair.watch, epoch: "pairing")
+
+        pair.phone.close()
+        let restored = try SyncStore(path: pair.folder.file("phone-backup.sqlite"), role: .phone, registry: registry,
+                                     options: StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("phone.key"))))
+        defer { restored.close() }
+        try restored.renewNodeID()
+        try await restored.set(4, for: TestKeys.daily["restored"])
+        Self.session(restored, pair.watch, epoch: "pairing")
+        for store in [restored, pair.watch] {
+            for (id, value) in [("before", 1), ("phone-after", 2), ("watch-after", 3), ("restored", 4)] {
+                #expect(try store.storedValue(for: TestKeys.daily[id]) == value, "\(id) on the \(store.role)")
+            }
+        }
+    }
+
     /// A watch of protocol 5 or older cannot take a new node id: it goes on
     /// (its pairing becomes its node's, as before), and what the phone took
     /// from that node id goes to the watch of each pairing, so the two still
