@@ -201,6 +201,75 @@ import Testing
         }
     }
 
+    static func markedOptions(_ clock: ManualClock, key: String) -> StoreOptions {
+        var options = StoreOptions(clock: clock, encryption: .keyFile(path: key))
+        options.renewsNodeIDWhenRestored = true
+        return options
+    }
+
+    /// `StoreOptions.renewsNodeIDWhenRestored`: a store keeps its node id
+    /// while its marker is beside it; opened without it (restored onto a
+    /// device, or copied to another) it takes a new one; a store that had
+    /// none yet (the option newly on) keeps its node id.
+    @Test func aStoreOpenedWithoutItsMarkerTakesANewNodeID() throws {
+        let folder = TempFolder()
+        let path = folder.file("watch.sqlite")
+        let key = folder.file("watch.key")
+        let clock = ManualClock()
+        let registry = try TestKeys.registry()
+        let plain = try SyncStore(path: path, role: .watch, registry: registry, options: StoreOptions(clock: clock, encryption: .keyFile(path: key)))
+        let original = plain.nodeID
+        plain.close()
+        func open() throws -> UInt32 {
+            let store = try SyncStore(path: path, role: .watch, registry: registry, options: Self.markedOptions(clock, key: key))
+            defer { store.close() }
+            return store.nodeID
+        }
+        #expect(try open() == original, "the option newly on: the store is this device's")
+        #expect(FileManager.default.fileExists(atPath: SyncStore.deviceMarkerPath(path)))
+        #expect(try open() == original)
+
+        try FileManager.default.removeItem(atPath: SyncStore.deviceMarkerPath(path))
+        let restored = try open()
+        #expect(restored != original, "restored onto this device: its marker was not in the backup")
+        #expect(try open() == restored)
+
+        try "another store's".write(toFile: SyncStore.deviceMarkerPath(path), atomically: true, encoding: .utf8)
+        let replaced = try open()
+        #expect(replaced != restored, "a marker naming another store")
+        #expect(try open() == replaced)
+    }
+
+    /// A watch set up from a copy of another watch's store *and* its pairing
+    /// secret is the same pairing to the phone, which cannot tell the two
+    /// apart; with `renewsNodeIDWhenRestored` the copy, opened without its
+    /// marker, takes a new node id at once, and the two watches get each
+    /// other's changes (without it, neither would).
+    @Test func aCopyWithTheOtherWatchsSecretTakesANewNodeIDAtOpen() async throws {
+        var pair = try Pair()
+        let registry = pair.watch.registry
+        pair.watch.close()
+        pair.watch = try SyncStore(path: pair.folder.file("watch.sqlite"), role: .watch, registry: registry,
+                                   options: Self.markedOptions(pair.watchClock, key: pair.folder.file("watch.key")))
+        try await pair.watch.set(1, for: TestKeys.daily["a"])
+        Self.session(pair.phone, pair.watch, epoch: "one pairing")
+        let plainCopy = try Self.copyWatch(&pair)
+        plainCopy.close()
+        let watchB = try SyncStore(path: pair.folder.file("watch-b.sqlite"), role: .watch, registry: registry,
+                                   options: Self.markedOptions(pair.watchClock, key: pair.folder.file("watch-b.key")))
+        defer { watchB.close() }
+        #expect(watchB.nodeID != pair.watch.nodeID)
+        try await pair.watch.set(2, for: TestKeys.daily["a2"])
+        try await watchB.set(3, for: TestKeys.daily["b"])
+        for watch in [watchB, pair.watch, watchB] {
+            #expect(Self.refusals(in: Self.session(pair.phone, watch, epoch: "one pairing")).isEmpty)
+        }
+        for store in [pair.phone, pair.watch, watchB] {
+            #expect(try store.storedValue(for: TestKeys.daily["a2"]) == 2)
+            #expect(try store.storedValue(for: TestKeys.daily["b"]) == 3)
+        }
+    }
+
     /// A watch of protocol 5 or older cannot take a new node id: it goes on
     /// (its pairing becomes its node's, as before), and what the phone took
     /// from that node id goes to the watch of each pairing, so the two still

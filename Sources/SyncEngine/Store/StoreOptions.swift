@@ -91,6 +91,13 @@ public struct StoreOptions: Sendable {
     /// A watch forgotten past `peerHorizon` frees its place, and a phone's
     /// `SyncStore.forgetPeer(_:)` frees one at once.
     public var maxKnownPeers = 32
+    /// Keep a marker beside the store file (`<path>.device`, excluded from
+    /// backups on Apple platforms) that names it; a store opened without its
+    /// marker was restored from a backup or copied from another device, and
+    /// takes a new node id (`SyncStore.renewNodeID()`) before any session,
+    /// so that its peers meet it as the new device it is. A store that had
+    /// no marker yet (this option newly on) gets one without a new node id.
+    public var renewsNodeIDWhenRestored = false
 
     public init(clock: any PhysicalClock = SystemClock(), encryption: EncryptionKeySource? = nil) {
         self.clock = clock

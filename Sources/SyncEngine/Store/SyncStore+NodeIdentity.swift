@@ -67,22 +67,71 @@ extension SyncStore {
         let (renewed, old) = try database.write { conn -> (UInt32, UInt32) in
             let stored = UInt32(try SyncStore.readMeta(conn)["node_id"] ?? "") ?? 0
             if let node, stored != node, stored != 0 { return (stored, stored) }
-            var taken: Set<UInt32> = [0, stored, MailboxReplicator.unknownPeer]
-            let peers = try conn.statement("SELECT peer_node FROM sync_peers UNION SELECT peer_node FROM sync_forgotten_peers")
-            while try peers.step() { taken.insert(UInt32(truncatingIfNeeded: peers.int64(0))) }
-            peers.reset()
-            var renewed: UInt32 = 0
-            while taken.contains(renewed) { renewed = .random(in: 1...UInt32.max) }
-            try SyncStore.writeMeta(conn, "node_id", String(renewed))
-            return (renewed, stored)
+            return (try SyncStore.writeNewNodeID(conn, replacing: stored), stored)
         }
-        // On stable storage before a hello names it: a power cut must not bring the old one back.
+        try adoptRenewed(renewed, old: old)
+        return renewed
+    }
+
+    /// Writes a new random node id: not 0, not `replacing`, not a peer's.
+    private static func writeNewNodeID(_ conn: SQLiteConnection, replacing stored: UInt32) throws -> UInt32 {
+        var taken: Set<UInt32> = [0, stored, MailboxReplicator.unknownPeer]
+        let peers = try conn.statement("SELECT peer_node FROM sync_peers UNION SELECT peer_node FROM sync_forgotten_peers")
+        while try peers.step() { taken.insert(UInt32(truncatingIfNeeded: peers.int64(0))) }
+        peers.reset()
+        var renewed: UInt32 = 0
+        while taken.contains(renewed) { renewed = .random(in: 1...UInt32.max) }
+        try SyncStore.writeMeta(conn, "node_id", String(renewed))
+        return renewed
+    }
+
+    /// The node id `renewed`, committed, goes to stable storage (a power cut
+    /// must not bring `old` back once a hello named it) and on new versions.
+    private func adoptRenewed(_ renewed: UInt32, old: UInt32) throws {
         try syncCommitted()
         clock.adopt(node: renewed)
         if renewed != old {
             logger.notice("this store took a new node id", metadata: ["old": "\(String(old, radix: 16))", "new": "\(String(renewed, radix: 16))"])
         }
-        return renewed
+    }
+
+    /// Where `StoreOptions.renewsNodeIDWhenRestored` keeps the marker of the store at `path`.
+    static func deviceMarkerPath(_ path: String) -> String { path + ".device" }
+
+    /// `StoreOptions.renewsNodeIDWhenRestored` at open: the marker beside the
+    /// file must name the token in the store; a store whose marker is missing
+    /// or names another token takes a new node id, and both get a new token.
+    /// Under the write lock, so that processes sharing the file agree.
+    func checkDeviceMarker() throws {
+        let markerPath = Self.deviceMarkerPath(path)
+        let (renewed, old) = try database.write { conn -> (UInt32?, UInt32) in
+            let meta = try SyncStore.readMeta(conn)
+            let stored = UInt32(meta["node_id"] ?? "") ?? 0
+            let onDisk = (try? String(contentsOfFile: markerPath, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+            let token = meta["device_marker"]
+            if let token, onDisk == token { return (nil, stored) }
+            // No token yet: the option is new to this store, which is this device's.
+            let renewed = token == nil ? nil : try SyncStore.writeNewNodeID(conn, replacing: stored)
+            let fresh = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+            try SyncStore.writeMeta(conn, "device_marker", fresh)
+            do {
+                try Data(fresh.utf8).write(to: URL(fileURLWithPath: markerPath), options: .atomic)
+                #if canImport(Darwin)
+                var marker = URL(fileURLWithPath: markerPath)
+                var values = URLResourceValues()
+                values.isExcludedFromBackup = true
+                try marker.setResourceValues(values)
+                #endif
+            } catch {
+                throw SyncError(.invalidConfiguration, "could not write the marker \(markerPath) (StoreOptions.renewsNodeIDWhenRestored): \(error); nothing was changed")
+            }
+            return (renewed, stored)
+        }
+        if let renewed {
+            try adoptRenewed(renewed, old: old)
+            logger.notice("the store was restored from a backup or copied (its marker is missing or another's): it took a new node id",
+                          metadata: ["marker": "\(markerPath)"])
+        }
     }
 }
 

@@ -151,6 +151,7 @@ public final class SyncStore: KeyValueBackend {
             self.cipher = nil
         }
         if !valueStorage.keepsValuesInRows { try database.write { conn in try valueStorage.recover(in: conn) } }
+        if options.renewsNodeIDWhenRestored { try checkDeviceMarker() }
         try assignLanesAfterMigration()
         do {
             try purgeTombstones()
