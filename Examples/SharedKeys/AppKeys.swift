@@ -10,9 +10,11 @@ public enum AppKeys {
     public static let token = Key<String>("token", default: "", availability: .phoneOnly, security: .encrypted)
     public static let all: [any KeyDeclaration] = [steps, workouts, units, profile, token]
 
-    /// Opens this device's store in `folder`.
+    /// Opens this device's store in `folder` (a store restored from a backup,
+    /// or copied from another device, takes a new node id at open).
     public static func openStore(role: DeviceRole, folder: String) throws -> SyncStore {
-        try SyncStore(path: "\(folder)/\(role).sqlite", role: role, registry: try KeyRegistry(all),
-                      options: StoreOptions(encryption: .keyFile(path: "\(folder)/\(role).key")))
+        var options = StoreOptions(encryption: .keyFile(path: "\(folder)/\(role).key"))
+        options.renewsNodeIDWhenRestored = true
+        return try SyncStore(path: "\(folder)/\(role).sqlite", role: role, registry: try KeyRegistry(all), options: options)
     }
 }
