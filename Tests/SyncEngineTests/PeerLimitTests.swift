@@ -137,7 +137,8 @@ import Testing
         #expect(try stores.phone.knownPeers() == [stores.watches[0].nodeID])
     }
 
-    /// `syncsim node`: `status` lists the peers the store keeps, `forget-peer NODE` forgets one.
+    /// `syncsim node`: `status` lists the peers the store keeps, `forget-peer NODE` forgets one,
+    /// `renew-node-id` gives the store a new node id.
     @Test func theNodeConsoleListsAndForgetsPeers() async throws {
         let stores = try Stores(limit: 2, watches: 0)
         try stores.phone.recordPeer(node: 0xABC, role: .watch, epoch: "node")
@@ -151,6 +152,12 @@ import Testing
         let again = await console.execute("forget-peer ABC")
         #expect(again["ok"] as? Bool == true && again["forgotten"] as? Bool == false, "\(again)")
         #expect(try console.status()["peers"] as? [String] == [])
+
+        let old = stores.phone.nodeID
+        let renewed = await console.execute("renew-node-id")
+        #expect(renewed["ok"] as? Bool == true && renewed["old"] as? String == String(old, radix: 16), "\(renewed)")
+        #expect(renewed["node"] as? String == String(stores.phone.nodeID, radix: 16) && stores.phone.nodeID != old, "\(renewed)")
+        #expect(try console.status()["node"] as? String == String(stores.phone.nodeID, radix: 16))
     }
 
     /// Over TCP as in memory: a watch the full phone refuses is told why.

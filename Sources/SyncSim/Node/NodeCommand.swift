@@ -81,6 +81,7 @@ public struct NodeCommand: AsyncParsableCommand {
                 options.encryption = .keyFile(path: keyFile ?? db + ".key")
             }
             options.logger = Logger(label: "syncsim.node") { _ in StreamLogHandler.standardError(label: "syncsim.node") }
+            options.renewsNodeIDWhenRestored = true  // as an app should: a copied --db file takes a new node id
             store = try SyncStore(path: db, role: role, registry: registry, options: options)
         } catch {
             output.write(["event": "error", "error": "\(error)"])

@@ -83,6 +83,10 @@ struct NodeConsole {
                     return ["ok": false, "error": "forget-peer takes a peer's node id in hex, as status lists them in peers"]
                 }
                 return ["ok": true, "peer": String(node, radix: 16), "forgotten": try store.forgetPeer(node)]
+            case ("renew-node-id", 1):
+                // A store copied from another device (or restored from an older backup): its peers meet it anew.
+                let old = store.nodeID
+                return ["ok": true, "old": String(old, radix: 16), "node": String(try store.renewNodeID(), radix: 16)]
             case ("wait-idle", 2):
                 guard let seconds = Double(parts[1]), seconds >= 0 else { return ["ok": false, "error": "wait-idle takes a number of seconds"] }
                 guard live else {
@@ -92,7 +96,7 @@ struct NodeConsole {
                 try await peer.waitUntilIdle(timeout: .milliseconds(Int(seconds * 1000)))
                 return ["ok": true, "idle": true]
             default:
-                return ["ok": false, "error": "unknown command '\(line.prefix(40))'; use put KEY JSON | get KEY | delete KEY | sync | request-manual | status | wait-idle SECONDS | forget-peer NODE | quit"]
+                return ["ok": false, "error": "unknown command '\(line.prefix(40))'; use put KEY JSON | get KEY | delete KEY | sync | request-manual | status | wait-idle SECONDS | forget-peer NODE | renew-node-id | quit"]
             }
         } catch let error as SyncError {
             return ["ok": false, "error": error.description, "code": error.code.rawValue]
