@@ -9,7 +9,9 @@ import Foundation
 /// other's changes. So a phone binds a node id to the pairing it met it
 /// through, and refuses a watch of another pairing that names it
 /// (`node-id-conflict`, protocol 6); the watch then takes a new node id and
-/// syncs as the new device it is.
+/// syncs as the new device it is. A store restored from an older backup of
+/// its own, or a copy that also has the other watch's pairing secret, is
+/// caught at open by a marker file (`StoreOptions.renewsNodeIDWhenRestored`).
 extension SyncStore {
     /// The pairing epoch the peer `node` was last recorded under, if this store keeps it.
     func pairingEpoch(ofPeer node: UInt32) throws -> String? {
@@ -51,9 +53,10 @@ extension SyncStore {
     /// Gives this store a new random node id, kept in its file, and returns
     /// it: the versions it writes from now on carry it, and its peers meet it
     /// as a new device (a phone baselines it). For a store whose file was
-    /// copied from another device that still syncs; a watch of protocol 6
-    /// does it by itself when its phone finds its node id taken
-    /// (`node-id-conflict`).
+    /// copied from another device that still syncs, or restored from an
+    /// older backup of its own (`StoreOptions.renewsNodeIDWhenRestored` does
+    /// it at open); a watch of protocol 6 does it by itself when its phone
+    /// finds its node id taken (`node-id-conflict`).
     @discardableResult
     public func renewNodeID() throws -> UInt32 {
         try renewNodeID(replacing: nil)
