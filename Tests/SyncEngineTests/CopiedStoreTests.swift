@@ -295,6 +295,43 @@ import Testing
         }
     }
 
+    /// Through the mailbox alone the phone cannot tell which build wrote a
+    /// queued message: the copy is served as a watch before protocol 6 is
+    /// (the node's pairing moves with each watch's messages), and still each
+    /// watch gets the other's changes (README, "A phone with several watches").
+    @Test func throughTheMailboxAloneACopiedWatchStillGetsTheOtherWatchsChanges() async throws {
+        var pair = try Pair()
+        let pairingA = PairingSecret.generate()
+        let pairingB = PairingSecret.generate()
+        try await pair.watch.set(1, for: TestKeys.daily["a"])
+        Self.session(pair.phone, pair.watch, epoch: pairingA.epoch)
+        let watchB = try Self.copyWatch(&pair)
+        defer { watchB.close() }
+        try await pair.watch.set(2, for: TestKeys.daily["a2"])
+        try await watchB.set(3, for: TestKeys.daily["b"])
+
+        let (folderA, folderB) = (TempFolder(), TempFolder())
+        let phone = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: pairingA.epoch))
+        let watches = [(SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: pairingA.epoch)),
+                        try Mailbox(directory: folderA.path, role: .watch, secret: pairingA),
+                        try Mailbox(directory: folderA.path, role: .phone, secret: pairingA)),
+                       (SyncPeer(store: watchB, configuration: ReplicationConfiguration(pairingEpoch: pairingB.epoch)),
+                        try Mailbox(directory: folderB.path, role: .watch, secret: pairingB),
+                        try Mailbox(directory: folderB.path, role: .phone, secret: pairingB))]
+        for _ in 0..<4 {
+            for (watch, watchBox, phoneBox) in watches {
+                _ = try watch.deliverQueued(through: watchBox)
+                _ = try phone.deliverQueued(through: phoneBox)
+                _ = try watch.deliverQueued(through: watchBox)
+            }
+        }
+        for store in [pair.phone, pair.watch, watchB] {
+            #expect(try store.storedValue(for: TestKeys.daily["a"]) == 1)
+            #expect(try store.storedValue(for: TestKeys.daily["a2"]) == 2, "a2 on \(store.path)")
+            #expect(try store.storedValue(for: TestKeys.daily["b"]) == 3, "b on \(store.path)")
+        }
+    }
+
     /// Two processes share a store file (an app and its extension): the
     /// second to hear of the conflict keeps the node id the first took,
     /// rather than taking a third.
