@@ -104,15 +104,20 @@ extension SyncStore {
     /// `StoreOptions.renewsNodeIDWhenRestored` at open: the marker beside the
     /// file must name the token in the store; a store whose marker is missing
     /// or names another token takes a new node id, and both get a new token.
-    /// Under the write lock, so that processes sharing the file agree.
+    /// A marker that matches costs a read; one to mend is written under the
+    /// write lock, so that processes sharing the file agree.
     func checkDeviceMarker() throws {
         let markerPath = Self.deviceMarkerPath(path)
+        func markerMatches(_ meta: [String: String]) -> Bool {
+            let onDisk = (try? String(contentsOfFile: markerPath, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+            return meta["device_marker"].map { $0 == onDisk } ?? false
+        }
+        if markerMatches(try database.read { conn in try SyncStore.readMeta(conn) }) { return }
         let (renewed, old) = try database.write { conn -> (UInt32?, UInt32) in
             let meta = try SyncStore.readMeta(conn)
             let stored = UInt32(meta["node_id"] ?? "") ?? 0
-            let onDisk = (try? String(contentsOfFile: markerPath, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
             let token = meta["device_marker"]
-            if let token, onDisk == token { return (nil, stored) }
+            if markerMatches(meta) { return (nil, stored) }  // another process mended it meanwhile
             // No token yet: the option is new to this store, which is this device's.
             let renewed = token == nil ? nil : try SyncStore.writeNewNodeID(conn, replacing: stored)
             let fresh = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()

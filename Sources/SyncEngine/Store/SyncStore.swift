@@ -16,7 +16,7 @@ public final class SyncStore: KeyValueBackend {
     public let role: DeviceRole
     public let registry: KeyRegistry
     /// This store's node id, made once and kept in the file (a watch whose
-    /// phone finds it taken by another watch takes a new one: `renewNodeID(replacing:)`).
+    /// phone finds it taken by another watch takes a new one: `renewNodeID()`).
     public var nodeID: UInt32 { clock.node }
     public let path: String
 
