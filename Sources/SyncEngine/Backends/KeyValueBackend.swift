@@ -151,10 +151,23 @@ extension KeyRegistry {
     }
 }
 
-/// Writes collected for one transaction with `batch`.
+/// Writes collected for one transaction with `batch`. Collect them through
+/// the batch passed to the body only: a copy of it commits nothing.
 public struct WriteBatch: Sendable {
     let registry: KeyRegistry
-    var writes: [BackendWrite] = []
+    /// The writes collected and not yet handed to `pipeline`.
+    private var writes: [BackendWrite] = []
+    /// Where a large batch's full chunks go while its body still runs (a store's helper thread).
+    private var pipeline: BulkWritePipeline?
+    /// Shared by copies of the batch: a copy stops the hand-off (only the batch passed to the body commits).
+    private var identity = Identity()
+    /// How many writes went to `pipeline`.
+    private var handedOff = 0
+
+    init(registry: KeyRegistry, pipeline: BulkWritePipeline? = nil) {
+        self.registry = registry
+        self.pipeline = pipeline
+    }
 
     /// Adds a write of `value` under `key`. Inlined into the caller, so that
     /// encoding runs specialized for `Value` (no generic metadata look-ups).
@@ -171,15 +184,43 @@ public struct WriteBatch: Sendable {
     }
 
     @usableFromInline
-    mutating func append(_ name: String, descriptor: KeyDescriptor, bytes: [UInt8], decoded: any Sendable) {
+    mutating func append(_ name: String, descriptor: KeyDescriptor, bytes: [UInt8]?, decoded: (any Sendable)?) {
         writes.append(BackendWrite(key: name, descriptor: descriptor, bytes: bytes, decoded: decoded))
+        if writes.count >= BulkWritePipeline.chunkSize, pipeline != nil { handOff() }
     }
 
     /// Adds a removal of `key` (a tombstone that replicates).
     public mutating func remove<Value>(_ key: Key<Value>) throws {
         let descriptor = try registry.governingDescriptor(for: key.name, declared: key.descriptor)
-        writes.append(BackendWrite(key: key.name, descriptor: descriptor, bytes: nil, decoded: nil))
+        append(key.name, descriptor: descriptor, bytes: nil, decoded: nil)
     }
+
+    /// How many writes the batch holds.
+    var count: Int { handedOff + writes.count }
+
+    /// The writes not handed off, leaving none.
+    mutating func takeWrites() -> [BackendWrite] {
+        defer { writes = [] }
+        return writes
+    }
+
+    private mutating func handOff() {
+        guard let pipeline else { return }
+        guard isKnownUniquelyReferenced(&identity) else {
+            // A copy of the batch exists: which one is the body's cannot be told, so nothing
+            // more goes early, and the batch commits as a whole when the body returns.
+            pipeline.stop()
+            self.pipeline = nil
+            return
+        }
+        handedOff += writes.count
+        let chunk = writes
+        writes = []
+        writes.reserveCapacity(BulkWritePipeline.chunkSize)
+        pipeline.handOff(chunk)
+    }
+
+    private final class Identity: Sendable {}
 }
 
 // MARK: the typed API, written once for every backend
@@ -254,9 +295,10 @@ extension KeyValueBackend {
 
     /// Synchronous form of `batch`.
     public func batchNow(_ body: (inout WriteBatch) throws -> Void) throws {
+        if let store = self as? SyncStore { return try store.commitBatch(body) }
         var batch = WriteBatch(registry: registry)
         try body(&batch)
-        try commit(batch.writes)
+        try commit(batch.takeWrites())
     }
 
     /// Removes every value this device may write, in one transaction.

@@ -101,5 +101,5 @@ extension WriteBatch {
 
     /// How many writes the batch holds.
     @_spi(Benchmarks)
-    public var count: Int { writes.count }
+    public var writeCount: Int { count }
 }

@@ -10,6 +10,11 @@ final class Database: Sendable {
     /// Weak: the observer (the store) owns this database.
     private let observer = Mutex(WeakObserver())
     private let checkpointer: BackgroundCheckpointer
+    /// Threads for which another thread holds (or is about to take) the
+    /// writer: each one's own use of the connection first calls `stop`
+    /// (`BulkWritePipeline`), which must release the writer before it returns.
+    private let writerClaims = Mutex<[WriterClaim]>([])
+    private let writerClaimCount = Atomic<Int>(0)
     let path: String
 
     /// Set once SQLite reports the file damaged; every write checks it.
@@ -130,7 +135,8 @@ final class Database: Sendable {
 
     /// Runs `body` with the connection, outside a transaction.
     func read<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
-        try connection.withLock { conn in try body(conn) }
+        releaseWriterClaimedForThisThread()
+        return try connection.withLock { conn in try body(conn) }
     }
 
     /// `read`, unless the connection is in use (a transaction, another read):
@@ -138,6 +144,9 @@ final class Database: Sendable {
     func readIfFree<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws -> T? {
         try connection.withLockIfAvailable { conn in try body(conn) }
     }
+
+    /// Whether `readCommitted` reads on reader connections (not on the writer).
+    var hasReaders: Bool { readers != nil }
 
     /// Runs `body` on a reader connection, outside a transaction: each
     /// statement sees every commit made before it started, and nothing waits
@@ -156,6 +165,7 @@ final class Database: Sendable {
     /// Throws `.databaseCorrupt`, writing nothing, once the file was found damaged.
     func write<T: Sendable>(_ body: (SQLiteConnection) throws -> T, onCommit: (T) -> Void = { _ in }) throws -> T {
         if corruption.isSet { throw CorruptionFlag.error(path: path) }
+        releaseWriterClaimedForThisThread()
         let observer = self.observer.withLock { $0.value }
         let result = try connection.withLock { conn in
             let result: T
@@ -202,6 +212,39 @@ final class Database: Sendable {
         try await walSyncer.syncAsync(through: generation) { [weak self] in
             self?.commitGeneration.load(ordering: .acquiring) ?? generation
         }
+    }
+
+    /// Notes that another thread holds (or will take) the writer for work of
+    /// `thread`, which must not wait for it: the first use of the connection
+    /// on `thread` calls `stop` (outside any lock here), which must end that
+    /// work and call `releaseWriter(for:)` before it returns.
+    func claimWriter(for thread: ObjectIdentifier, stop: @escaping @Sendable () -> Void) {
+        writerClaims.withLock { $0.append(WriterClaim(thread: thread, stop: stop)) }
+        writerClaimCount.add(1, ordering: .releasing)
+    }
+
+    /// Ends a claim of `claimWriter(for:stop:)` (nothing when there is none).
+    func releaseWriter(for thread: ObjectIdentifier) {
+        let removed = writerClaims.withLock { claims -> Bool in
+            guard let index = claims.firstIndex(where: { $0.thread == thread }) else { return false }
+            claims.remove(at: index)
+            return true
+        }
+        if removed { writerClaimCount.subtract(1, ordering: .releasing) }
+    }
+
+    /// On a thread with a claim, stops the work that holds the writer for it
+    /// (else this thread would wait for that work, and it for this thread).
+    private func releaseWriterClaimedForThisThread() {
+        guard writerClaimCount.load(ordering: .acquiring) > 0 else { return }
+        let thread = ObjectIdentifier(Thread.current)
+        guard let claim = writerClaims.withLock({ $0.first { $0.thread == thread } }) else { return }
+        claim.stop()
+    }
+
+    private struct WriterClaim: Sendable {
+        let thread: ObjectIdentifier
+        let stop: @Sendable () -> Void
     }
 
     /// Sets the one observer of write transactions (the store, once it is set up).

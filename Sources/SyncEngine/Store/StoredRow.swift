@@ -110,24 +110,24 @@ extension SyncStore {
     /// `distinctKeys`: the caller knows no key occurs twice in `rows` (then no
     /// run is checked for repeats). `changes`: the rows' changes as `logWrite`
     /// would make them (the caller made them already), logged in one step.
-    func saveRows(_ conn: SQLiteConnection, _ rows: [StoredRow], encrypt: (StoredRow) -> Bool, writtenAt: Int64,
-                  distinctKeys: Bool = false, changes: [StoreChange]? = nil) throws {
+    func saveRows(_ conn: SQLiteConnection, _ rows: ArraySlice<StoredRow>, encrypt: (StoredRow) -> Bool, writtenAt: Int64,
+                  distinctKeys: Bool = false, changes: ArraySlice<StoreChange>? = nil) throws {
         guard valueStorage.keepsValuesInRows else {
             for row in rows { try saveRow(conn, row, encrypt: encrypt(row), writtenAt: writtenAt) }
             return
         }
-        var start = 0
+        var start = rows.startIndex
         var keys = Set<String>()
         // One prepared statement per group size, reused without a lookup by its SQL.
         var statements = [Statement?](repeating: nil, count: SyncStore.saveRowsSQL.count)
-        while start < rows.count {
+        while start < rows.endIndex {
             // A run without a repeated key, so one statement never writes a key twice.
             var end = start
             if distinctKeys {
-                end = min(rows.count, start + SyncStore.saveRowsGroup)
+                end = min(rows.endIndex, start + SyncStore.saveRowsGroup)
             } else {
                 keys.removeAll(keepingCapacity: true)
-                while end < rows.count, end - start < SyncStore.saveRowsGroup, keys.insert(rows[end].key).inserted { end += 1 }
+                while end < rows.endIndex, end - start < SyncStore.saveRowsGroup, keys.insert(rows[end].key).inserted { end += 1 }
             }
             while start < end {
                 var count = SyncStore.saveRowsGroup

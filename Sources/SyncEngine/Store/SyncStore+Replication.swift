@@ -156,7 +156,7 @@ extension SyncStore {
                 writes.append(row)
                 outcome.changes.append(StoreChange(key: row.key, kind: row.deleted ? .removed : .set, origin: .remote, version: row.version))
             }
-            try saveRows(conn, writes, encrypt: { !encrypted.isEmpty && encrypted.contains($0.key) }, writtenAt: now)
+            try saveRows(conn, writes[...], encrypt: { !encrypted.isEmpty && encrypted.contains($0.key) }, writtenAt: now)
             if !marked.isEmpty {
                 try settleRebaselineMarks(conn, kept: keptMarked, written: writes.lazy.map(\.key).filter { marked[$0] != nil }, from: peer)
             }

@@ -84,7 +84,7 @@ extension SyncStore: TransactionObserver {
     }
 
     /// Notes the changes of rows written in the open transaction (each as `logWrite` makes it), in one step.
-    func logWrites(_ changes: [StoreChange]) {
+    func logWrites(_ changes: ArraySlice<StoreChange>) {
         shared.withLock { $0.transactionChanges.append(contentsOf: changes) }
     }
 

@@ -12,111 +12,203 @@ extension SyncStore {
     func commitLocal(_ writes: [BackendWrite]) throws -> [StoreChange] {
         try checkOpen()
         guard !writes.isEmpty else { return [] }
+        // Every write is checked before the transaction begins.
+        let descriptors = try checkedDescriptors(writes)
+        let now = physicalClock.nowMilliseconds()
+        let outcome = try database.write({ conn -> LocalCommitOutcome in
+            var outcome = LocalCommitOutcome(writtenAt: now)
+            var preparation = LocalRowPreparation()
+            let prepared = try prepareLocalRows(writes, descriptors: descriptors, preparation: &preparation,
+                                                loadRows: { try loadRows(conn, keys: $0, valueFile: .ifReadable) },
+                                                loadRow: { try loadRow(conn, key: $0, valueFile: .ifReadable) })
+            try saveLocalRows(prepared, into: &outcome, conn)
+            try runWillCommitHooks(outcome)
+            return outcome
+        }, onCommit: localCommitDidCommit)
+        return finishLocalCommit(outcome)
+    }
+
+    /// Commits the writes `body` collects, in one transaction: a large batch
+    /// is written chunk by chunk on a helper thread while `body` still runs
+    /// (`BulkWritePipeline`); a small one as `commitLocal` does.
+    func commitBatch(_ body: (inout WriteBatch) throws -> Void) throws {
+        try checkOpen()
+        // Without reader connections the chunks could only be prepared on the writer.
+        let pipeline = database.hasReaders ? BulkWritePipeline(store: self) : nil
+        var batch = WriteBatch(registry: registry, pipeline: pipeline)
+        do {
+            try body(&batch)
+        } catch {
+            pipeline?.abandon()
+            throw error
+        }
+        guard let pipeline else {
+            try commitLocal(batch.takeWrites())
+            return
+        }
+        switch try pipeline.finish(rest: batch.takeWrites()) {
+        case .committed(let outcome): finishLocalCommit(outcome)
+        case .commitTogether(let writes): try commitLocal(writes)
+        }
+    }
+
+    /// The helper thread's part of `commitBatch`: one transaction, which
+    /// calls `began` once it holds the write lock, saves the chunks `next`
+    /// hands over, and commits when it says so.
+    func commitLocalInChunks(began: () -> Void, next: () -> BulkWritePipeline.Step) throws -> LocalCommitOutcome {
+        try checkOpen()
+        let now = physicalClock.nowMilliseconds()
+        return try database.write({ conn -> LocalCommitOutcome in
+            began()
+            var outcome = LocalCommitOutcome(writtenAt: now)
+            while true {
+                switch next() {
+                case .write(let prepared):
+                    try saveLocalRows(prepared, into: &outcome, conn)
+                    bulkChunksSaved.add(1, ordering: .relaxed)
+                case .rollBack:
+                    throw BulkWritePipeline.Stopped()
+                case .commit:
+                    try runWillCommitHooks(outcome)
+                    return outcome
+                }
+            }
+        }, onCommit: localCommitDidCommit)
+    }
+
+    /// Each write checked against the registry, this device's role and the size limit.
+    func checkedDescriptors(_ writes: [BackendWrite]) throws -> [KeyDescriptor] {
         var descriptors: [KeyDescriptor] = []
         descriptors.reserveCapacity(writes.count)
         for write in writes {
             descriptors.append(try registry.checkedWrite(write.key, bytes: write.bytes, role: role, maxValueSize: options.maxValueSize, known: write.descriptor))
         }
-        struct Outcome {
-            var changes: [StoreChange] = []
-            /// The rows written, and the decoded value of each (for the cache).
-            var rows: [StoredRow] = []
-            var decoded: [(any Sendable)?] = []
-            var deferred: [(String, Int)] = []
-            var skipped = 0
-        }
+        return descriptors
+    }
+
+    /// The rows `writes` make after those `preparation` has seen, without
+    /// versions or sequence numbers (`saveLocalRows` gives them). The current
+    /// state of each key comes from the cache, else from `loadRows` (128 keys
+    /// per statement, for a large batch) or `loadRow`; it must be what the
+    /// transaction that saves the rows sees, apart from this batch's own rows.
+    func prepareLocalRows(_ writes: [BackendWrite], descriptors: [KeyDescriptor], preparation: inout LocalRowPreparation,
+                          loadRows: ([String]) throws -> [String: StoredRow],
+                          loadRow: (String) throws -> StoredRow?) throws -> PreparedLocalRows {
         let grouped = writes.count >= SyncStore.groupedWriteThreshold
-        let now = physicalClock.nowMilliseconds()
-        let outcome = try database.write({ conn -> Outcome in
-            var outcome = Outcome()
-            outcome.rows.reserveCapacity(writes.count)
-            outcome.decoded.reserveCapacity(writes.count)
-            outcome.changes.reserveCapacity(writes.count)
-            // What the cache knows of each key (one lock per group of keys), then the
-            // keys it does not know read 128 per statement when the batch is large
-            // (a single write reads its one row as before).
-            let cached = cache.peekStates(count: writes.count) { writes[$0].key }
-            var stored: [String: StoredRow] = [:]
-            if grouped {
-                // A key written twice may be read twice: harmless, and cheaper than a set.
-                var missing: [String] = []
-                for i in writes.indices where cached[i] == nil { missing.append(writes[i].key) }
-                stored = try loadRows(conn, keys: missing, valueFile: .ifReadable)
+        var prepared = PreparedLocalRows()
+        prepared.rows.reserveCapacity(writes.count)
+        prepared.decoded.reserveCapacity(writes.count)
+        if preparation.values.isEmpty {
+            // Later chunks grow it as inserts do (reserving each chunk's exact size would copy it every time).
+            preparation.written.reserveCapacity(writes.count)
+        }
+        // What the cache knows of each key (one lock per group of keys), then the
+        // keys it does not know read 128 per statement when the batch is large
+        // (a single write reads its one row as before).
+        let cached = cache.peekStates(count: writes.count) { writes[$0].key }
+        var stored: [String: StoredRow] = [:]
+        if grouped {
+            // A key written twice may be read twice: harmless, and cheaper than a set.
+            var missing: [String] = []
+            for i in writes.indices where cached[i] == nil { missing.append(writes[i].key) }
+            stored = try loadRows(missing)
+        }
+        for i in writes.indices {
+            // Fields, not whole writes: no copy of each write and its declaration.
+            let key = writes[i].key
+            let bytes = writes[i].bytes
+            let current: (version: HLCTimestamp, bytes: [UInt8]?)?
+            let row = preparation.values.count
+            let earlier = preparation.written.updateValue(row, forKey: key)
+            if let earlier {
+                prepared.repeated = true
+                current = (.zero, preparation.values[earlier])
+            } else if let state = cached[i] {
+                current = state
+            } else if let row = grouped ? (stored.isEmpty ? nil : stored[key]) : try loadRow(key) {
+                // A value whose file is damaged reads as [] here, so that writing or removing the key repairs it.
+                current = (row.version, row.deleted ? nil : (row.value ?? []))
+            } else {
+                current = nil
             }
-            // The row each key got earlier in this transaction (a key written twice).
-            var written: [String: Int] = [:]
-            written.reserveCapacity(writes.count)
-            var repeated = false
-            // Rows whose base is the version an earlier row of this transaction gets (row, earlier row).
-            var baseFromEarlier: [(Int, Int)] = []
-            var encrypted = Set<String>()
-            for i in writes.indices {
-                // Fields, not whole writes: no copy of each write and its declaration.
-                let key = writes[i].key
-                let bytes = writes[i].bytes
-                let current: (version: HLCTimestamp, bytes: [UInt8]?)?
-                let earlier = written.updateValue(outcome.rows.count, forKey: key)
-                if let earlier {
-                    repeated = true
-                    current = (.zero, outcome.rows[earlier].value)
-                } else if let state = cached[i] {
-                    current = state
-                } else if let row = grouped ? (stored.isEmpty ? nil : stored[key]) : try loadRow(conn, key: key, valueFile: .ifReadable) {
-                    // A value whose file is damaged reads as [] here, so that writing or removing the key repairs it.
-                    current = (row.version, row.deleted ? nil : (row.value ?? []))
-                } else {
-                    current = nil
-                }
-                let unchanged = bytes.map { new in current?.bytes.map { $0 == new } ?? false } ?? (current?.bytes == nil)
-                if unchanged {
-                    // No row: the key keeps the row it had before this write (if any).
-                    if let earlier { written[key] = earlier } else { written.removeValue(forKey: key) }
-                    if bytes != nil { outcome.skipped += 1 }
-                    continue
-                }
-                let size = bytes?.count ?? 0
-                let lane = lane(for: descriptors[i], size: size, deleted: bytes == nil)
-                if let earlier { baseFromEarlier.append((outcome.rows.count, earlier)) }
-                // Version and change sequence are given below, to all rows at once.
-                outcome.rows.append(StoredRow(key: key, value: bytes, encoding: descriptors[i].encoding, version: .zero,
-                                              base: current?.version ?? .zero, deleted: bytes == nil, encrypted: false, size: size,
-                                              changeSeq: 0, lane: lane))
-                outcome.decoded.append(writes[i].decoded)
-                if descriptors[i].security == .encrypted { encrypted.insert(key) }
-                if lane == .manual && descriptors[i].policy == .automaticSmall { outcome.deferred.append((key, size)) }
+            let unchanged = bytes.map { new in current?.bytes.map { $0 == new } ?? false } ?? (current?.bytes == nil)
+            if unchanged {
+                // No row: the key keeps the row it had before this write (if any).
+                if let earlier { preparation.written[key] = earlier } else { preparation.written.removeValue(forKey: key) }
+                if bytes != nil { prepared.skipped += 1 }
+                continue
             }
-            if !outcome.rows.isEmpty {
-                // Consecutive versions and sequence numbers, in the order of the writes
-                // (what one `clock.now()` and `takeSeq()` per row would give within a millisecond).
-                let firstVersion = try clock.reserve(outcome.rows.count)
-                let firstSeq = takeSeqs(outcome.rows.count)
-                for i in outcome.rows.indices {
-                    let version = HLCTimestamp(packed: firstVersion + Int64(i), node: clock.node)
-                    outcome.rows[i].version = version
-                    outcome.rows[i].changeSeq = firstSeq + Int64(i)
-                    outcome.changes.append(StoreChange(key: outcome.rows[i].key, kind: outcome.rows[i].deleted ? .removed : .set,
-                                                       origin: .local, version: version))
-                }
-                for (row, earlier) in baseFromEarlier { outcome.rows[row].base = outcome.rows[earlier].version }
-            }
-            if outcome.rows.count == 1 {
-                try saveRow(conn, outcome.rows[0], encrypt: !encrypted.isEmpty, writtenAt: now)
-            } else if !outcome.rows.isEmpty {
-                // Several rows per INSERT (row by row for a store that keeps values in files).
-                try saveRows(conn, outcome.rows, encrypt: { !encrypted.isEmpty && encrypted.contains($0.key) }, writtenAt: now,
-                             distinctKeys: !repeated, changes: outcome.changes)
-            }
-            let willCommit = hooks.withLock { $0.willCommit }
-            if !outcome.changes.isEmpty {
-                for hook in willCommit { try hook(outcome.changes) }
-            }
-            return outcome
-        }, onCommit: { outcome in
-            // When the commit was made, not when its observers were told: a thread descheduled
-            // in between must not make the next commit look like part of a burst.
-            if !outcome.changes.isEmpty { noteLocalCommit() }
-            cache.store(outcome.rows, decoded: outcome.decoded)
-        })
+            let size = bytes?.count ?? 0
+            let lane = lane(for: descriptors[i], size: size, deleted: bytes == nil)
+            if let earlier { prepared.baseFromEarlier.append((row, earlier)) }
+            preparation.values.append(bytes)
+            // Version and change sequence are given when the rows are saved, to all rows at once.
+            prepared.rows.append(StoredRow(key: key, value: bytes, encoding: descriptors[i].encoding, version: .zero,
+                                           base: current?.version ?? .zero, deleted: bytes == nil, encrypted: false, size: size,
+                                           changeSeq: 0, lane: lane))
+            prepared.decoded.append(writes[i].decoded)
+            if descriptors[i].security == .encrypted { prepared.encrypted.insert(key) }
+            if lane == .manual && descriptors[i].policy == .automaticSmall { prepared.deferred.append((key, size)) }
+        }
+        return prepared
+    }
+
+    /// Saves `prepared` in the open transaction after the rows `outcome`
+    /// holds, giving them versions and change sequence numbers.
+    func saveLocalRows(_ prepared: PreparedLocalRows, into outcome: inout LocalCommitOutcome, _ conn: SQLiteConnection) throws {
+        outcome.skipped += prepared.skipped
+        outcome.deferred.append(contentsOf: prepared.deferred)
+        guard !prepared.rows.isEmpty else { return }
+        let firstRow = outcome.rows.count
+        if firstRow == 0 {
+            outcome.rows = prepared.rows
+            outcome.decoded = prepared.decoded
+            outcome.changes.reserveCapacity(prepared.rows.count)
+        } else {
+            outcome.rows.append(contentsOf: prepared.rows)
+            outcome.decoded.append(contentsOf: prepared.decoded)
+        }
+        let newRows = firstRow..<outcome.rows.count
+        // Consecutive versions and sequence numbers, in the order of the writes
+        // (what one `clock.now()` and `takeSeq()` per row would give within a millisecond).
+        let firstVersion = try clock.reserve(newRows.count)
+        let firstSeq = takeSeqs(newRows.count)
+        for (offset, i) in newRows.enumerated() {
+            let version = HLCTimestamp(packed: firstVersion + Int64(offset), node: clock.node)
+            outcome.rows[i].version = version
+            outcome.rows[i].changeSeq = firstSeq + Int64(offset)
+            outcome.changes.append(StoreChange(key: outcome.rows[i].key, kind: outcome.rows[i].deleted ? .removed : .set,
+                                               origin: .local, version: version))
+        }
+        for (row, earlier) in prepared.baseFromEarlier { outcome.rows[row].base = outcome.rows[earlier].version }
+        let encrypted = prepared.encrypted
+        if newRows.count == 1 && firstRow == 0 {
+            try saveRow(conn, outcome.rows[0], encrypt: !encrypted.isEmpty, writtenAt: outcome.writtenAt)
+        } else {
+            // Several rows per INSERT (row by row for a store that keeps values in files).
+            try saveRows(conn, outcome.rows[newRows], encrypt: { !encrypted.isEmpty && encrypted.contains($0.key) },
+                         writtenAt: outcome.writtenAt, distinctKeys: !prepared.repeated, changes: outcome.changes[newRows])
+        }
+    }
+
+    private func runWillCommitHooks(_ outcome: LocalCommitOutcome) throws {
+        let willCommit = hooks.withLock { $0.willCommit }
+        if !outcome.changes.isEmpty {
+            for hook in willCommit { try hook(outcome.changes) }
+        }
+    }
+
+    /// Under the lock, right after COMMIT.
+    private func localCommitDidCommit(_ outcome: LocalCommitOutcome) {
+        // When the commit was made, not when its observers were told: a thread descheduled
+        // in between must not make the next commit look like part of a burst.
+        if !outcome.changes.isEmpty { noteLocalCommit() }
+        cache.store(outcome.rows, decoded: outcome.decoded)
+    }
+
+    /// After the lock: counters, events, observers, the session's wake-up.
+    @discardableResult
+    private func finishLocalCommit(_ outcome: LocalCommitOutcome) -> [StoreChange] {
         for _ in 0..<outcome.skipped { cache.countSkippedWrite() }
         if !outcome.deferred.isEmpty {
             counters.withLock { $0.deferred += outcome.deferred.count }
@@ -132,4 +224,40 @@ extension SyncStore {
 
     /// Writes of at least this many keys read the current rows in groups and write several rows per statement.
     static let groupedWriteThreshold = 8
+}
+
+/// What a local commit wrote, gathered in its transaction.
+struct LocalCommitOutcome: Sendable {
+    var changes: [StoreChange] = []
+    /// The rows written, and the decoded value of each (for the cache).
+    var rows: [StoredRow] = []
+    var decoded: [(any Sendable)?] = []
+    var deferred: [(String, Int)] = []
+    var skipped = 0
+    /// The wall-clock milliseconds every row is marked as written at.
+    let writtenAt: Int64
+
+    init(writtenAt: Int64) { self.writtenAt = writtenAt }
+}
+
+/// What `prepareLocalRows` keeps from one chunk of a transaction's writes to the next.
+struct LocalRowPreparation: Sendable {
+    /// The row each key got (a key written twice keeps its last).
+    var written: [String: Int] = [:]
+    /// The value of each row prepared so far, by row.
+    var values: [[UInt8]?] = []
+}
+
+/// Rows of one chunk of local writes, ready to save but for their versions and sequence numbers.
+struct PreparedLocalRows: Sendable {
+    var rows: [StoredRow] = []
+    var decoded: [(any Sendable)?] = []
+    /// Rows whose base is the version an earlier row of the transaction gets (row, earlier row), by row of the transaction.
+    var baseFromEarlier: [(Int, Int)] = []
+    var deferred: [(String, Int)] = []
+    /// Keys among the rows declared encrypted.
+    var encrypted = Set<String>()
+    var skipped = 0
+    /// Whether a key of the chunk was written earlier in the transaction (in this chunk or before).
+    var repeated = false
 }

@@ -58,6 +58,8 @@ public final class SyncStore: KeyValueBackend {
     /// Bumped by every local commit, manual-sync request and change applied
     /// from the mailbox, so a replication loop can tell whether its idea of "idle" is current.
     let localGeneration = Atomic<Int>(0)
+    /// Chunks of large batches saved while their body still ran (`BulkWritePipeline`), for tests.
+    let bulkChunksSaved = Atomic<Int>(0)
     /// When the last two local commits were made (burst coalescing tells a burst by them).
     private let commitInstants = Mutex<(previous: ContinuousClock.Instant?, latest: ContinuousClock.Instant?)>((nil, nil))
     /// When tombstones were last purged (physical milliseconds), to purge after

@@ -57,7 +57,7 @@ public struct StoreBenchmark: Sendable {
         let collectSeconds = try BenchClock.seconds {
             for i in 0..<rows { try collected.set(values[i], for: family["k\(i)"]) }
         }
-        if collected.count != rows { print("") }
+        if collected.writeCount != rows { print("") }
         collected = WriteBatch.detached(for: store)
 
         progress("\(reads) cached reads")
