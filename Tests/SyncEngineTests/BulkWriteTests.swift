@@ -76,6 +76,10 @@ import Testing
         #expect(throws: AppError.self) {
             try store.batchNow { batch in
                 for i in 0..<(3 * Self.chunk + 5) { try batch.set(100 + i, for: TestKeys.daily["d\(i)"]) }
+                // Until the helper has saved two chunks (it does so as soon as it gets them), so
+                // that the throw has saved rows to roll back.
+                let deadline = ContinuousClock.now + .seconds(30)
+                while store.bulkChunksSaved.load(ordering: .relaxed) < 2 && ContinuousClock.now < deadline { sched_yield() }
                 throw AppError()
             }
         }

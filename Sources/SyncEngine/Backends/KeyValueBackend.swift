@@ -288,7 +288,10 @@ extension KeyValueBackend {
         try commit([BackendWrite(key: key.name, descriptor: descriptor, bytes: nil, decoded: nil)])
     }
 
-    /// Runs several writes in one transaction: all commit or none do.
+    /// Runs several writes in one transaction: all commit or none do. On a
+    /// `SyncStore`, a batch of 2,048 writes or more is saved while `body`
+    /// still runs, holding the write lock from its 2,048th write until `body`
+    /// returns (other writers wait): keep such a body to collecting writes.
     public func batch(_ body: (inout WriteBatch) throws -> Void) async throws {
         try batchNow(body)
     }

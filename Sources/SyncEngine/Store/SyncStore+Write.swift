@@ -118,8 +118,8 @@ extension SyncStore {
             let key = writes[i].key
             let bytes = writes[i].bytes
             let current: (version: HLCTimestamp, bytes: [UInt8]?)?
-            let row = preparation.values.count
-            let earlier = preparation.written.updateValue(row, forKey: key)
+            let rowIndex = preparation.values.count
+            let earlier = preparation.written.updateValue(rowIndex, forKey: key)
             if let earlier {
                 prepared.repeated = true
                 current = (.zero, preparation.values[earlier])
@@ -140,7 +140,7 @@ extension SyncStore {
             }
             let size = bytes?.count ?? 0
             let lane = lane(for: descriptors[i], size: size, deleted: bytes == nil)
-            if let earlier { prepared.baseFromEarlier.append((row, earlier)) }
+            if let earlier { prepared.baseFromEarlier.append((rowIndex, earlier)) }
             preparation.values.append(bytes)
             // Version and change sequence are given when the rows are saved, to all rows at once.
             prepared.rows.append(StoredRow(key: key, value: bytes, encoding: descriptors[i].encoding, version: .zero,
