@@ -6,7 +6,7 @@ import Testing
 /// A large `batch` is saved chunk by chunk on a helper thread while its body
 /// still runs (`BulkWritePipeline`): it must commit what the one-transaction
 /// path commits, all or nothing, and never wait for itself.
-@Suite struct BulkWriteTests {
+@Suite(.timeLimit(.minutes(1))) struct BulkWriteTests {
     static let chunk = BulkWritePipeline.chunkSize
 
     private func openStore(_ folder: TempFolder, options: StoreOptions? = nil) throws -> SyncStore {
@@ -131,6 +131,23 @@ import Testing
         #expect(try reopened.value(for: TestKeys.daily["d\(2 * Self.chunk + 99)"]) == 2 * Self.chunk + 99)
         #expect(try reopened.value(for: TestKeys.daily["e\(Self.chunk - 1)"]) == Self.chunk)
         #expect(try reopened.allEntryInfo().count == 1 + 2 * Self.chunk + 100 + Self.chunk)
+    }
+
+    @Test func aLargeBatchInsideALargeBatchDoesNotWaitForIt() throws {
+        let folder = TempFolder()
+        let store = try openStore(folder)
+        try store.batchNow { outer in
+            for i in 0..<(2 * Self.chunk + 1) { try outer.set(i, for: TestKeys.daily["d\(i)"]) }
+            try store.batchNow { inner in
+                for i in 0..<(2 * Self.chunk + 1) { try inner.set(-i, for: TestKeys.daily["i\(i)"]) }
+                try inner.set(-1, for: TestKeys.daily["d0"])
+            }
+            for i in 0..<Self.chunk { try outer.set(i, for: TestKeys.daily["e\(i)"]) }
+        }
+        let reopened = try openStore(folder)
+        #expect(try reopened.value(for: TestKeys.daily["i\(2 * Self.chunk)"]) == -2 * Self.chunk)
+        #expect(try reopened.value(for: TestKeys.daily["d0"]) == 0)   // the outer batch commits last
+        #expect(try reopened.allEntryInfo().count == 2 * (2 * Self.chunk + 1) + Self.chunk)
     }
 
     @Test func writesOfOtherThreadsWaitForTheBatchAndLandAfterIt() throws {

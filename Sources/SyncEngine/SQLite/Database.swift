@@ -235,7 +235,7 @@ final class Database: Sendable {
 
     /// On a thread with a claim, stops the work that holds the writer for it
     /// (else this thread would wait for that work, and it for this thread).
-    private func releaseWriterClaimedForThisThread() {
+    func releaseWriterClaimedForThisThread() {
         guard writerClaimCount.load(ordering: .acquiring) > 0 else { return }
         let thread = ObjectIdentifier(Thread.current)
         guard let claim = writerClaims.withLock({ $0.first { $0.thread == thread } }) else { return }

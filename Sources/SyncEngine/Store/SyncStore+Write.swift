@@ -33,6 +33,8 @@ extension SyncStore {
     /// (`BulkWritePipeline`); a small one as `commitLocal` does.
     func commitBatch(_ body: (inout WriteBatch) throws -> Void) throws {
         try checkOpen()
+        // A batch inside a large batch's body: the outer one stops saving early (this one needs the writer).
+        database.releaseWriterClaimedForThisThread()
         // Without reader connections the chunks could only be prepared on the writer.
         let pipeline = database.hasReaders ? BulkWritePipeline(store: self) : nil
         var batch = WriteBatch(registry: registry, pipeline: pipeline)
