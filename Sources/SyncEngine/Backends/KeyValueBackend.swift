@@ -80,6 +80,11 @@ public protocol KeyValueBackend: AnyObject, Sendable {
     @discardableResult
     func commit(_ writes: [BackendWrite]) throws -> [StoreChange]
 
+    /// Commits the writes `body` collects in one transaction (`batch`). The
+    /// default collects them all, then calls `commit`; a `SyncStore` saves a
+    /// large batch while `body` still runs.
+    func batchNow(_ body: (inout WriteBatch) throws -> Void) throws
+
     /// Metadata of every entry (live and removed), ordered by key; no values.
     func allEntryInfo() throws -> [EntryInfo]
 
@@ -298,7 +303,6 @@ extension KeyValueBackend {
 
     /// Synchronous form of `batch`.
     public func batchNow(_ body: (inout WriteBatch) throws -> Void) throws {
-        if let store = self as? SyncStore { return try store.commitBatch(body) }
         var batch = WriteBatch(registry: registry)
         try body(&batch)
         try commit(batch.takeWrites())

@@ -108,7 +108,8 @@ final class BulkWritePipeline: Sendable {
     }
 
     /// Stops the hand-off: the helper rolls back what it wrote and releases
-    /// the write lock before this returns; the batch commits as a whole at its end.
+    /// the write lock before this returns; the batch commits as a whole at its
+    /// end (or not at all, when its body threw).
     func stop() {
         let wait = state.withLock { s -> Bool in
             guard !s.stopped else { return false }
@@ -123,10 +124,11 @@ final class BulkWritePipeline: Sendable {
     }
 
     /// Ends the batch after its body returned: hands `rest` over and waits for
-    /// the commit. Throws what the helper threw (a write refused, a full disk).
+    /// the commit. Throws the first write refused, or what the helper threw (a full disk).
     func finish(rest: [BackendWrite]) throws -> Ending {
-        let (running, handed) = state.withLock { s in (s.started && !s.stopped, s.handed) }
-        guard running else { return .commitTogether(handed.flatMap { $0 } + rest) }
+        if let handed = state.withLock({ s in s.started && !s.stopped ? nil : s.handed }) {
+            return .commitTogether(handed.flatMap { $0 } + rest)
+        }
         if !rest.isEmpty { queue(rest) }
         state.withLock { $0.finished = true }
         work.signal()
@@ -136,9 +138,6 @@ final class BulkWritePipeline: Sendable {
         if let refused { throw refused }
         return .committed(try result!.get())
     }
-
-    /// The batch's body threw: roll back whatever the helper wrote.
-    func abandon() { stop() }
 
     private func runHelper() {
         let result = Result { try store.commitLocalInChunks(began: { locked.signal() }, next: nextStep) }

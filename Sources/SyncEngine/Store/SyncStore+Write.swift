@@ -28,10 +28,11 @@ extension SyncStore {
         return finishLocalCommit(outcome)
     }
 
-    /// Commits the writes `body` collects, in one transaction: a large batch
-    /// is written chunk by chunk on a helper thread while `body` still runs
-    /// (`BulkWritePipeline`); a small one as `commitLocal` does.
-    func commitBatch(_ body: (inout WriteBatch) throws -> Void) throws {
+    /// Commits the writes `body` collects, in one transaction: a batch of
+    /// 2,048 writes or more is saved chunk by chunk while `body` still runs,
+    /// holding the write lock from its 2,048th write (`BulkWritePipeline`); a
+    /// smaller one as `commit` does.
+    public func batchNow(_ body: (inout WriteBatch) throws -> Void) throws {
         try checkOpen()
         // A batch inside a large batch's body: the outer one stops saving early (this one needs the writer).
         database.releaseWriterClaimedForThisThread()
@@ -41,7 +42,7 @@ extension SyncStore {
         do {
             try body(&batch)
         } catch {
-            pipeline?.abandon()
+            pipeline?.stop()
             throw error
         }
         guard let pipeline else {
@@ -54,7 +55,7 @@ extension SyncStore {
         }
     }
 
-    /// The helper thread's part of `commitBatch`: one transaction, which
+    /// The helper thread's part of `batchNow`: one transaction, which
     /// calls `began` once it holds the write lock, saves the chunks `next`
     /// hands over, and commits when it says so.
     func commitLocalInChunks(began: () -> Void, next: () -> BulkWritePipeline.Step) throws -> LocalCommitOutcome {
