@@ -214,6 +214,38 @@ import Testing
         #expect(session.phone.heldUntil == nil)
     }
 
+    /// A writer that waits for each write to be visible never has two
+    /// commits waiting at once, so it is never a burst, however quick: here
+    /// each acknowledgement comes back before the next commit but one, so
+    /// three commits in a row are within `gap` (which made a burst before,
+    /// and the third waited `pause`: write→visible over the in-memory link
+    /// had a mode at ≈ 1.1 ms). The third waits for `gap` at most.
+    @Test func quickWritesOfAWriterThatWaitsAreNoBurst() throws {
+        let session = try Session(coalescing: BurstCoalescing(gap: .microseconds(250), pause: .milliseconds(1), maxDelay: .seconds(60)))
+        let first = try session.commit(0, at: session.at(0))
+        #expect(try Self.batchSizes(first) == [1])
+        // Its acknowledgement is back before the next commit: nothing in flight, at once.
+        #expect(try Self.batchSizes(first.flatMap { session.watch.receive($0, now: 0) }.flatMap { session.phone.receive($0, now: 0) }).isEmpty)
+        #expect(session.phone.isIdle)
+        let second = try session.commit(1, at: session.at(200))
+        #expect(try Self.batchSizes(second) == [1])
+        // The next is quick again, with the second in flight: held, for `gap` at most.
+        #expect(try session.commit(2, at: session.at(400)).isEmpty)
+        #expect(session.phone.heldUntil == session.at(650))
+    }
+
+    /// A commit held alone (not a burst) goes out as soon as the
+    /// acknowledgement it waited behind empties the window, not at `gap`;
+    /// a burst's commits go on waiting (`aBurstKeepsFillingItsBatchAfterTheWindowEmpties`).
+    @Test func aCommitHeldAloneGoesWithTheAcknowledgement() throws {
+        let session = try Session(coalescing: BurstCoalescing(gap: .microseconds(250), pause: .milliseconds(1), maxDelay: .seconds(60)))
+        let first = try session.commit(0, at: session.at(0))
+        #expect(try session.commit(1, at: session.at(100)).isEmpty)
+        let acks = first.flatMap { session.watch.receive($0, now: 0) }
+        #expect(try Self.batchSizes(acks.flatMap { session.phone.receive($0, now: 0) }) == [1])
+        #expect(session.phone.heldUntil == nil)
+    }
+
     /// A tick sends held commits too.
     @Test func aTickSendsHeldCommits() throws {
         let session = try Session()

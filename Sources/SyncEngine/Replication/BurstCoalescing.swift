@@ -5,18 +5,20 @@
 /// it ends a pause of at least `gap` since the commit before it (a single
 /// write, even while an earlier one awaits its acknowledgement). A commit that
 /// follows the previous one within `gap` while a batch is in flight waits to
-/// join the next batch, for `gap` at most if no commit follows it (two quick
-/// writes are not yet a burst: a writer that waits for each write to be
-/// visible must not wait `pause` each time it is quick). Three commits in a
-/// row, each within `gap` of the one before, are a burst, which lasts until a
-/// pause of `pause` (a thread descheduled for a moment does not end it); its
-/// commits wait to join the next batch, which goes out when the burst pauses
-/// or the oldest waiting commit has waited `maxDelay` (acknowledgements
-/// arriving meanwhile do not send it, and the burst's later commits join it
-/// even once nothing is in flight). What waited then goes out as usual: in
-/// batches of at most `maxBatchEntries`, as far as the window allows.
+/// join the next batch, for `gap` at most, and goes as soon as the
+/// acknowledgement it waits behind empties the window. A quick commit made
+/// while another waits is a burst (a writer that waits for each write to be
+/// visible never makes one, however quick, and must not wait `pause`), which
+/// lasts until a pause of `pause` (a thread descheduled for a moment does not
+/// end it); its commits wait to join the next batch, which goes out when the
+/// burst pauses or the oldest waiting commit has waited `maxDelay`
+/// (acknowledgements arriving meanwhile do not send it, and the burst's later
+/// commits join it even once nothing is in flight). What waited then goes
+/// out as usual: in batches of at most `maxBatchEntries`, as far as the
+/// window allows.
 public struct BurstCoalescing: Sendable, Equatable {
-    /// Commits closer together than this start a burst.
+    /// A commit this close behind the one before waits while a batch is in
+    /// flight; another as close while it waits starts a burst.
     public var gap: Duration
     /// A burst ends at a pause between commits of at least this (never less than `gap`).
     public var pause: Duration
@@ -36,10 +38,8 @@ struct CoalescingState {
     var lastChange: ContinuousClock.Instant?
     /// When the oldest commit held back arrived; nil when none is held.
     var heldSince: ContinuousClock.Instant?
-    /// Commits in a row so far, each within `gap` of the one before.
-    var quickCommits = 0
-    /// Whether the commits heard of last are a burst: three in a row within
-    /// `gap`, lasting until a pause of `pause`.
+    /// Whether the commits heard of last are a burst: a commit within `gap`
+    /// of the one before while another waited, lasting until a pause of `pause`.
     var inBurst = false
 
     /// Whether a commit made at `instant` (the one before it at `previous`;
@@ -47,12 +47,14 @@ struct CoalescingState {
     mutating func holds(at instant: ContinuousClock.Instant, previous: ContinuousClock.Instant? = nil,
                         policy: BurstCoalescing, inFlight: Bool) -> Bool {
         let interval = (previous ?? lastChange).map { instant - $0 }
-        quickCommits = interval.map { $0 < policy.gap } == true ? quickCommits + 1 : 0
-        inBurst = quickCommits >= 2 || (inBurst && interval.map { $0 < policy.pause } == true)
+        let quick = interval.map { $0 < policy.gap } == true
+        // Quick commits alone are no burst: a writer that waits for each write to be visible
+        // makes them whenever its writes travel faster than `gap`, but never one while another waits.
+        inBurst = (quick && heldSince != nil) || (inBurst && interval.map { $0 < policy.pause } == true)
         lastChange = max(lastChange ?? instant, instant)
         // Once commits are held, the burst goes on filling the next batch even
         // if the acknowledgements emptied the window meanwhile.
-        guard quickCommits > 0 || inBurst, inFlight || heldSince != nil else { return false }
+        guard quick || inBurst, inFlight || heldSince != nil else { return false }
         let since = heldSince ?? instant
         guard instant - since < policy.maxDelay else { return false }
         heldSince = since

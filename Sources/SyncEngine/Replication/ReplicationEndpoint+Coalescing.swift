@@ -10,7 +10,8 @@ extension ReplicationEndpoint {
     /// batch is in flight during a burst (`ReplicationConfiguration.burstCoalescing`).
     /// Held commits go out from `releaseHeld` once `heldUntil` passed (the
     /// burst paused, or the oldest waited `maxDelay`), or with the next `tick`
-    /// or explicit `pump`; frames from the peer do not send them.
+    /// or explicit `pump`; frames from the peer send them only when one
+    /// commit waits alone (not a burst) and nothing is in flight any more.
     /// `previousCommit`: when the commit before it was made (nil: the last
     /// instant given here), so that a session loop that fell behind still sees
     /// how close together the commits were.

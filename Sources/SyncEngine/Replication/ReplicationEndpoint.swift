@@ -227,8 +227,9 @@ package final class ReplicationEndpoint {
         } catch {
             return out + fail(SyncError(.database, "\(error)"), notifyPeer: true)
         }
-        // Commits held back during a burst wait for its pause or `maxDelay`, not for this frame.
-        return out + (holdsLocalChanges ? [] : pump(now: now))
+        // Commits held back during a burst wait for its pause or `maxDelay`, not for this frame;
+        // a quick commit held alone waits only while a batch is in flight.
+        return out + (holdsLocalChanges && (coalescing.inBurst || !session.isQuiet) ? [] : pump(now: now))
     }
 
     /// Asks the peer for its manual changes (it may decline; either way a
