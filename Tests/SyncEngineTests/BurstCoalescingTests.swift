@@ -182,14 +182,14 @@ import Testing
         #expect(try Self.batchSizes(session.phone.releaseHeld(now: 0, at: session.at(6_500))) == [1])
     }
 
-    /// Once a burst started (three commits within `gap` of each other), a
+    /// Once a burst started (a quick commit while another waits), a
     /// hiccup shorter than `pause` (a descheduled writer) does not end it; a
     /// commit after a longer pause goes at once.
     @Test func aBurstLastsUntilAPause() throws {
         let session = try Session(coalescing: BurstCoalescing(gap: .microseconds(250), pause: .milliseconds(1), maxDelay: .seconds(60)))
         #expect(try Self.batchSizes(try session.commit(0, at: session.at(0))) == [1])
         #expect(try session.commit(1, at: session.at(100)).isEmpty)     // 100 µs: held
-        #expect(try session.commit(2, at: session.at(200)).isEmpty)     // the third within `gap`: a burst
+        #expect(try session.commit(2, at: session.at(200)).isEmpty)     // within `gap` while one waits: a burst
         #expect(try session.commit(3, at: session.at(800)).isEmpty)     // 600 µs later: still the burst
         #expect(session.phone.heldUntil == session.at(1_800))
         #expect(try Self.batchSizes(try session.commit(4, at: session.at(2_100))) == [4])  // 1.3 ms later: it ended
