@@ -240,6 +240,31 @@ import Testing
         #expect(try open() == replaced)
     }
 
+    /// A store found restored or copied at open takes `StoreOptions.nodeID`
+    /// when one is given (the simulator's runs repeat), and a random id when
+    /// that one is a peer's; a store that is this device's keeps its own.
+    @Test func aRestoredStoreTakesTheNodeIDItsOptionsGive() throws {
+        let folder = TempFolder()
+        let path = folder.file("watch.sqlite")
+        let key = folder.file("watch.key")
+        let clock = ManualClock()
+        let registry = try TestKeys.registry()
+        func open(preferring node: UInt32) throws -> UInt32 {
+            var options = Self.markedOptions(clock, key: key)
+            options.nodeID = node
+            let store = try SyncStore(path: path, role: .watch, registry: registry, options: options)
+            defer { store.close() }
+            return store.nodeID
+        }
+        #expect(try open(preferring: 0x51) == 0x51, "a new file")
+        #expect(try open(preferring: 0x52) == 0x51, "its marker is beside it: it keeps its id")
+        try FileManager.default.removeItem(atPath: SyncStore.deviceMarkerPath(path))
+        #expect(try open(preferring: 0x52) == 0x52, "restored: the id its options give")
+        try FileManager.default.removeItem(atPath: SyncStore.deviceMarkerPath(path))
+        let random = try open(preferring: 0x52)
+        #expect(random != 0x52 && random != 0, "the id it had is not taken again")
+    }
+
     /// A watch set up from a copy of another watch's store *and* its pairing
     /// secret is the same pairing to the phone, which cannot tell the two
     /// apart; with `renewsNodeIDWhenRestored` the copy, opened without its

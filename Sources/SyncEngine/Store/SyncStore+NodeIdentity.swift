@@ -76,13 +76,13 @@ extension SyncStore {
         return renewed
     }
 
-    /// Writes a new random node id: not 0, not `replacing`, not a peer's.
-    private static func writeNewNodeID(_ conn: SQLiteConnection, replacing stored: UInt32) throws -> UInt32 {
+    /// Writes a new node id, `preferred` if given and free, else random: not 0, not `replacing`, not a peer's.
+    private static func writeNewNodeID(_ conn: SQLiteConnection, replacing stored: UInt32, preferred: UInt32? = nil) throws -> UInt32 {
         var taken: Set<UInt32> = [0, stored, MailboxReplicator.unknownPeer]
         let peers = try conn.statement("SELECT peer_node FROM sync_peers UNION SELECT peer_node FROM sync_forgotten_peers")
         while try peers.step() { taken.insert(UInt32(truncatingIfNeeded: peers.int64(0))) }
         peers.reset()
-        var renewed: UInt32 = 0
+        var renewed = preferred ?? 0
         while taken.contains(renewed) { renewed = .random(in: 1...UInt32.max) }
         try SyncStore.writeMeta(conn, "node_id", String(renewed))
         return renewed
@@ -119,7 +119,7 @@ extension SyncStore {
             let token = meta["device_marker"]
             if markerMatches(meta) { return (nil, stored) }  // another process mended it meanwhile
             // No token yet: the option is new to this store, which is this device's.
-            let renewed = token == nil ? nil : try SyncStore.writeNewNodeID(conn, replacing: stored)
+            let renewed = token == nil ? nil : try SyncStore.writeNewNodeID(conn, replacing: stored, preferred: options.nodeID)
             let fresh = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
             try SyncStore.writeMeta(conn, "device_marker", fresh)
             do {

@@ -18,10 +18,18 @@ struct InvariantChecker {
     /// record of the notices it sent), from every check so far: one that is
     /// down at a later check still counts.
     var rebaselinedWatches: Set<UInt32> = []
+    /// For a watch set up from a backup of another's store: the node ids
+    /// whose local-only values it may hold (the source's, and its sources').
+    var inherited: [UInt32: Set<UInt32>] = [:]
 
     init(registry: KeyRegistry, declaredDifferently: Set<String> = []) {
         self.registry = registry
         self.declaredDifferently = declaredDifferently
+    }
+
+    /// Node `node` was set up from a backup of `source`'s store.
+    mutating func inherit(_ node: UInt32, from source: UInt32) {
+        inherited[node] = (inherited[source] ?? []).union([source])
     }
 
     /// How node `nodeID`'s app declares the key of entry `key`.
@@ -266,8 +274,10 @@ struct InvariantChecker {
                 }
                 if !d.availability.canWrite(on: node.role) && !d.replicates(from: node.role.counterpart) {
                     log.violate(.placement, "\(label): \(node.name) holds \(d.availability.rawValue)/\(d.policy.rawValue) key \(key)")
-                } else if !crosses(d), let writer = node.entries[key]?.version.node, writer != node.nodeID {
-                    // A key that never crosses holds only its own node's writes (a watch's watchOnly value stays on that watch).
+                } else if !crosses(d), let writer = node.entries[key]?.version.node, writer != node.nodeID,
+                          inherited[node.nodeID]?.contains(writer) != true {
+                    // A key that never crosses holds only its own node's writes (a watch's watchOnly value stays
+                    // on that watch), or those of the store it was restored from.
                     log.violate(.placement, "\(label): \(node.name) holds \(d.availability.rawValue)/\(d.policy.rawValue) key \(key) written by node \(String(writer, radix: 16))")
                 }
             }

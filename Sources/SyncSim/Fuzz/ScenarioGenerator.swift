@@ -10,7 +10,8 @@ import SyncTransport
 /// (skews kept within it), a node that starts with an older app (keys
 /// declared otherwise or missing) and is updated at some point, or not, and
 /// a key with the `union` resolver whose values, some near or over the 100 KB
-/// limit, merge into larger ones, and a node whose disk fills up for a while.
+/// limit, merge into larger ones, a node whose disk fills up for a while, and
+/// watches replaced by a device restored from a backup of one of the watches.
 public struct ScenarioGenerator: Sendable {
     /// Timeline steps per scenario.
     public var ops: Int
@@ -49,9 +50,15 @@ public struct ScenarioGenerator: Sendable {
     /// `fillDisk` step at a random point and, in most of them, a `freeDisk`
     /// 5–30 steps later (else the disk has room again only at the end).
     public var diskFull: Bool
+    /// Whether a `replaceWatch` step may set the new watch up from a backup
+    /// of a watch's store (half of them): the replaced one's, or with several
+    /// watches another's that stays paired (`restoredFrom`).
+    public var restoredCopies: Bool
 
     public init(ops: Int = 100, maxWatches: Int = Scenario.maxWatches, powerCuts: Bool = true, mailbox: Bool = true, purges: Bool = true,
-                appUpdates: Bool = true, largeMerges: Bool = true, olderProtocols: Bool = true, diskFull: Bool = true) {
+                appUpdates: Bool = true, largeMerges: Bool = true, olderProtocols: Bool = true, diskFull: Bool = true,
+                restoredCopies: Bool = true) {
+        self.restoredCopies = restoredCopies
         self.olderProtocols = olderProtocols
         self.diskFull = diskFull
         self.appUpdates = appUpdates
@@ -94,6 +101,14 @@ public struct ScenarioGenerator: Sendable {
         // The merged key comes from a stream of its own: a scenario without it is the one this seed always gave.
         var v = SeededRandom(seed: seed ^ 0x5E7_0F_A2_6E_B1)
         let merging = largeMerges && v.nextBool(probability: 0.4)
+
+        // Restored backups come from a stream of their own, drawn only at `replaceWatch`
+        // steps: a scenario without them is the one this seed always gave.
+        var b = SeededRandom(seed: seed ^ 0x2B4C_0F_5E_ED_07)
+        func restoredFrom(replacing node: ScenarioNode) -> ScenarioNode? {
+            guard restoredCopies, b.nextBool(probability: 0.5) else { return nil }
+            return b.nextBool(probability: 0.5) ? node : watches[b.nextInt(in: 0...(watchCount - 1))]
+        }
 
         var steps: [Scenario.Step] = []
         var at: Int64 = 0
@@ -138,7 +153,7 @@ public struct ScenarioGenerator: Sendable {
                 action = .restart(node: target)
             case 92..<96: action = .skew(node: node, ms: Int64(r.nextInt(in: -600...600)) * 1000)
             case 96..<99: action = .checkpoint
-            default: action = .replaceWatch(node: watchCount == 1 ? nil : watch)
+            default: action = .replaceWatch(node: watchCount == 1 ? nil : watch, restoredFrom: restoredFrom(replacing: watch))
             }
             if merging, case .put(let writer, _, _, _) = action, v.nextBool(probability: 0.2) {
                 action = Self.mergedWrite(by: writer, using: &v)

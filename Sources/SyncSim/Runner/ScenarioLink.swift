@@ -65,6 +65,8 @@ final class RunState {
             node.highestProtocol = scenario.olderProtocols[name]
             node.tombstoneRetentionMs = scenario.tombstoneRetentionMs
             node.peerHorizonMs = scenario.peerHorizonMs
+            // With a backup restored, every device marks its store as an app that wants copies caught does.
+            node.marksDevice = scenario.restoresBackups
             if cut.contains(name) {
                 node.crashVFS = try CrashVFSPool.acquire()
                 vfses.append(node.crashVFS!)

@@ -186,11 +186,15 @@ final class ScenarioRunner<Link: ScenarioLink> {
                 }
             }
             try checkState(label: "checkpoint t=\(step.at)", connected: settled)
-        case .replaceWatch(let name):
+        case .replaceWatch(let name, let sourceName):
             let watch = state.node(name ?? .watch)
+            // The backup is taken before the old device goes (it may be the one restored).
+            let source = sourceName.map { state.node($0) }
+            let backup = try source?.backUp(to: "\(state.folder)/backup-\(String(nextWatchID, radix: 16)).sqlite")
+            if let source, backup != nil { state.checker.inherit(nextWatchID, from: source.nodeID) }
             await link.willReplace(watch)
             state.model.retire(nodeID: watch.nodeID)
-            watch.replace(nodeID: nextWatchID, folder: state.folder)
+            try watch.replace(nodeID: nextWatchID, folder: state.folder, restoring: backup)
             watch.powerOn()  // a new device: whatever cut the old one had is not its
             nextWatchID += 1
             state.updateApp(of: watch)  // a new device gets the current app

@@ -46,6 +46,14 @@ final class SimNode {
     private let disk = SimDisk()
     /// The VFS's cut count when the current cut was armed (nil: none armed).
     var cutsBeforeArming: Int?
+    /// Whether this device was set up from a backup of a watch's store
+    /// (`replaceWatch` with `restoredFrom`): it must find itself restored
+    /// when its store opens, and take `nodeID`.
+    var restoredCopy = false
+    /// Whether the store is opened with `renewsNodeIDWhenRestored` (a
+    /// scenario that restores backups: a copy is caught by the marker its
+    /// source kept).
+    var marksDevice = false
 
     init(name: ScenarioNode, nodeID: UInt32, folder: String, wallStart: Int64, registry: KeyRegistry) {
         self.name = name
@@ -77,6 +85,7 @@ final class SimNode {
         if let tombstoneRetentionMs { options.tombstoneRetention = .milliseconds(tombstoneRetentionMs) }
         if let peerHorizonMs { options.peerHorizon = .milliseconds(peerHorizonMs) }
         options.externalChangePollInterval = nil   // one process per file here; no timer in a deterministic run
+        options.renewsNodeIDWhenRestored = marksDevice || restoredCopy
         let disk = self.disk
         options.freeSpace = { _ in disk.isFull ? 0 : 1 << 40 }
         options.logger = SimNode.logger(label: "syncsim.\(name.rawValue)")
@@ -92,6 +101,10 @@ final class SimNode {
         }
         StoreTemplate.install(at: path)
         let store = try SyncStore(path: path, role: role, registry: registry, options: options)
+        guard !restoredCopy || store.nodeID == nodeID else {
+            store.close()
+            throw SyncError(.invalidConfiguration, "\(name.rawValue)'s store opened with node id \(String(store.nodeID, radix: 16)), not \(String(nodeID, radix: 16))")
+        }
         self.store = store
         observation?.cancel()
         if role == .watch { observation = removals.observe(store) }
@@ -147,13 +160,35 @@ final class SimNode {
         observation = nil
     }
 
-    /// Replaces this node with a new device: a new file and node id.
-    func replace(nodeID: UInt32, folder: String) {
+    /// Replaces this node with a new device: a new file and node id; with
+    /// `backup`, the file (and its key file, if any) of a store backup to
+    /// set the new device up from.
+    func replace(nodeID: UInt32, folder: String, restoring backup: (store: String, key: String?)? = nil) throws {
         crash()
         setDiskFull(false)  // a new device
         removals.forget()
         self.nodeID = nodeID
         path = "\(folder)/\(role.rawValue)-\(String(nodeID, radix: 16)).sqlite"
+        restoredCopy = backup != nil
+        guard let backup else { return }
+        let files = FileManager.default
+        try files.moveItem(atPath: backup.store, toPath: path)
+        if let key = backup.key {
+            try? files.removeItem(atPath: keyPath)
+            try files.moveItem(atPath: key, toPath: keyPath)
+        }
+    }
+
+    /// A backup of this node's store as it is now, at `destination` (with a copy of its
+    /// key file beside it, if it has one): nil when the node is not running.
+    func backUp(to destination: String) throws -> (store: String, key: String?)? {
+        guard isUp, !powerFailed else { return nil }
+        try StoreFileBackup.copy(path, vfs: crashVFS?.name, to: destination)
+        guard FileManager.default.fileExists(atPath: keyPath) else { return (destination, nil) }
+        let key = destination + ".key"
+        try? FileManager.default.removeItem(atPath: key)
+        try FileManager.default.copyItem(atPath: keyPath, toPath: key)
+        return (destination, key)
     }
 
     /// Counters since the run started, across restarts.

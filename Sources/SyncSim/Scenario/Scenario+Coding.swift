@@ -259,10 +259,22 @@ enum StepCoding {
             try item.checkKnown(["at", "op", "faults", "node"])
             guard let faults = try item.object("faults") else { throw item.fail("faults", "is required") }
             action = .faults(try FaultsCoding.faults(from: faults), node: try node(required: false, watchOnly: true))
-        case "partition", "heal", "replaceWatch":
+        case "partition", "heal":
             try item.checkKnown(["at", "op", "node"])
             let n = try node(required: false, watchOnly: true)
-            action = op == "partition" ? .partition(node: n) : op == "heal" ? .heal(node: n) : .replaceWatch(node: n)
+            action = op == "partition" ? .partition(node: n) : .heal(node: n)
+        case "replaceWatch":
+            try item.checkKnown(["at", "op", "node", "restoredFrom"])
+            let n = try node(required: false, watchOnly: true)
+            var source: ScenarioNode?
+            if let name = try item.string("restoredFrom", required: false) {
+                let watches = declared.dropFirst()
+                guard let watch = ScenarioNode(rawValue: name), watches.contains(watch) else {
+                    throw item.fail("restoredFrom", "expected a watch the scenario declares: one of \(watches.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))")
+                }
+                source = watch
+            }
+            action = .replaceWatch(node: n, restoredFrom: source)
         case "updateApp":
             try item.checkKnown(["at", "op", "node"])
             let n = try node()!
@@ -338,8 +350,11 @@ extension Scenario.Step: Encodable {
         case .faults(let faults, let node):
             try c.encode(FaultsCoding(faults: faults), forKey: FieldKey("faults"))
             try c.encodeIfPresent(node?.rawValue, forKey: FieldKey("node"))
-        case .partition(let node), .heal(let node), .replaceWatch(let node):
+        case .partition(let node), .heal(let node):
             try c.encodeIfPresent(node?.rawValue, forKey: FieldKey("node"))
+        case .replaceWatch(let node, let source):
+            try c.encodeIfPresent(node?.rawValue, forKey: FieldKey("node"))
+            try c.encodeIfPresent(source?.rawValue, forKey: FieldKey("restoredFrom"))
         case .checkpoint:
             break
         case .powerCut(let node, let operations):

@@ -104,6 +104,13 @@ public struct Scenario: Sendable, Equatable {
         }
     }
 
+    /// Whether a step sets a watch up from a backup (`replaceWatch` with `restoredFrom`).
+    public var restoresBackups: Bool {
+        timeline.contains { step in
+            if case .replaceWatch(_, let source?) = step.action { source.watchNumber > 0 } else { false }
+        }
+    }
+
     /// What a step does.
     public enum Action: Sendable, Equatable {
         /// Writes `value` (JSON), or a generated value of `size` serialized bytes.
@@ -125,7 +132,10 @@ public struct Scenario: Sendable, Equatable {
         /// Runs until the connected nodes are idle, then checks the invariants.
         case checkpoint
         /// A new watch (new file, node id and pairing epoch) replaces the named one (nil: `watch`).
-        case replaceWatch(node: ScenarioNode? = nil)
+        /// With `restoredFrom`, the new watch is set up from a backup of that
+        /// watch's store taken now (itself, or another that stays paired): a
+        /// copy of its file and key, opened with `renewsNodeIDWhenRestored`.
+        case replaceWatch(node: ScenarioNode? = nil, restoredFrom: ScenarioNode? = nil)
         /// Arms a power cut on the node: its `afterOperations`-th SQLite file
         /// write, truncate or sync from now fails (inside a transaction), and
         /// the node is down until `restart`, with what was synced to disk.

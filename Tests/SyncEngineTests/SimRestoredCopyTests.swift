@@ -1,0 +1,83 @@
+import Foundation
+@_spi(Testing) @_spi(Benchmarks) @testable import SyncEngine
+@_spi(Testing) @testable import SyncSim
+import Testing
+
+/// `replaceWatch` with `restoredFrom`: a watch set up from a backup of a
+/// watch's store (its own, or another's that stays paired), found copied at
+/// open, under a new node id, checked like any other.
+@Suite struct SimRestoredCopyTests {
+    @Test func restoredFromRoundTripsAndNamesAWatch() throws {
+        let text = """
+        {"description": "d", "seed": 1, "watches": 2, "keys": [{"name": "a"}],
+         "timeline": [{"at": 0, "op": "replaceWatch", "node": "watch2", "restoredFrom": "watch"}, {"at": 1, "op": "replaceWatch"}]}
+        """
+        let scenario = try Scenario.parse(text)
+        #expect(scenario.timeline.map(\.action) == [.replaceWatch(node: .watch2, restoredFrom: .watch), .replaceWatch(node: nil)])
+        #expect(scenario.restoresBackups)
+        #expect(try Scenario.parse(scenario.json) == scenario)
+        for bad in ["\"phone\"", "\"watch3\"", "\"elsewhere\""] {
+            #expect(throws: ScenarioError.self, "restoredFrom \(bad)") {
+                try Scenario.parse("""
+                {"description": "d", "seed": 1, "watches": 2, "keys": [], "timeline": [{"at": 0, "op": "replaceWatch", "restoredFrom": \(bad)}]}
+                """)
+            }
+        }
+    }
+
+    /// Each restored watch took the node id the simulator gave it (the store
+    /// found itself copied: the run fails otherwise), and holds the face it
+    /// was restored with (written by the watch it came from) beside its own writes.
+    @Test(arguments: [SimTransport.sim, .tcp])
+    func aRestoredWatchSyncsAsTheNewDeviceItIs(transport: SimTransport) async throws {
+        let outcome = await Simulation.run(path: SimScenarioTests.path("restored-copy"), transport: transport)
+        #expect(outcome.runError == nil, "\(outcome.runError ?? "")")
+        let report = try #require(outcome.report)
+        #expect(report.passed, "\(report.text)")
+        #expect(report.nodes.map(\.nodeID) == ["1001", "3004", "3003"])
+        #expect(report.nodes.allSatisfy { $0.entries == 4 || $0.role == "phone" })
+    }
+
+    /// The checker lets a restored watch hold the local-only values of the
+    /// store it came from (and of that store's source), and no other watch's.
+    @Test func aRestoredWatchMayHoldItsSourcesLocalValues() throws {
+        let registry = try KeyRegistry(descriptors: [KeyDescriptor(name: "face", availability: .watchOnly, policy: .automaticSmall)])
+        func snapshot(_ id: UInt32, face writer: UInt32) -> InvariantChecker.Snapshot {
+            let info = EntryInfo(key: "face", encoding: "json", version: HLCTimestamp(packed: 1 << 16, node: writer), isDeleted: false,
+                                 size: 1, changeSequence: 1, lane: .automatic, isPending: false, isEncrypted: false)
+            return .init(role: .watch, nodeID: id, entries: ["face": info], values: ["face": [1]], name: "watch\(id)")
+        }
+        var checker = InvariantChecker(registry: registry)
+        checker.inherit(3, from: 2)
+        checker.inherit(4, from: 3)
+        checker.checkState(nodes: [snapshot(3, face: 2), snapshot(4, face: 2)], connected: [], model: WriteModel(), label: "t")
+        #expect(checker.log.results[.placement]!.passed)
+        checker.checkState(nodes: [snapshot(5, face: 2)], connected: [], model: WriteModel(), label: "t")
+        #expect(checker.log.results[.placement]!.violations.first?.contains("written by node 2") == true)
+    }
+
+    /// Generated scenarios restore backups at some `replaceWatch` steps, from
+    /// a stream of their own: without them each is the scenario its seed
+    /// gave before. Some run, and pass.
+    @Test func fuzzGeneratesRestoredCopies() async throws {
+        let generator = ScenarioGenerator(ops: 150)
+        let plain = ScenarioGenerator(ops: 150, restoredCopies: false)
+        var restoring: [Scenario] = []
+        for seed in UInt64(1)...80 {
+            let scenario = generator.scenario(seed: seed)
+            var stripped = scenario
+            stripped.timeline = scenario.timeline.map { step in
+                guard case .replaceWatch(let node, _) = step.action else { return step }
+                return Scenario.Step(at: step.at, .replaceWatch(node: node))
+            }
+            #expect(stripped == plain.scenario(seed: seed), "seed \(seed)")
+            if scenario.restoresBackups { restoring.append(scenario) }
+        }
+        #expect(restoring.count >= 5)
+        #expect(restoring.contains { s in s.timeline.contains { if case .replaceWatch(let n, let source?) = $0.action { (n ?? .watch) != source } else { false } } })
+        for scenario in restoring.prefix(6) {
+            let report = try #require(await Simulation.run(scenario, name: "fuzz-\(scenario.seed)").report)
+            #expect(report.passed, "seed \(scenario.seed): \(report.text)")
+        }
+    }
+}
