@@ -173,10 +173,9 @@ final class SimNode {
         guard let backup else { return }
         let files = FileManager.default
         try files.moveItem(atPath: backup.store, toPath: path)
-        if let key = backup.key {
-            try? files.removeItem(atPath: keyPath)
-            try files.moveItem(atPath: key, toPath: keyPath)
-        }
+        // The restored device has the key that came with the backup, or none yet.
+        try? files.removeItem(atPath: keyPath)
+        if let key = backup.key { try files.moveItem(atPath: key, toPath: keyPath) }
     }
 
     /// A backup of this node's store as it is now, at `destination` (with a copy of its

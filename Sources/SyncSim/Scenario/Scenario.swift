@@ -107,7 +107,7 @@ public struct Scenario: Sendable, Equatable {
     /// Whether a step sets a watch up from a backup (`replaceWatch` with `restoredFrom`).
     public var restoresBackups: Bool {
         timeline.contains { step in
-            if case .replaceWatch(_, let source?) = step.action { source.watchNumber > 0 } else { false }
+            if case .replaceWatch(_, .some) = step.action { true } else { false }
         }
     }
 
