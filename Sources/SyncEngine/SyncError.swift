@@ -38,6 +38,10 @@ public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let corruptValueFile = Code("corrupt-value-file")
         /// Another process replicates this store file right now.
         public static let replicationLocked = Code("replication-locked")
+        /// The replication lock file (`<store>.sync-lock`) could not be opened
+        /// or locked: too many open files, no permission, not a regular file.
+        /// Nothing was lost; the store stays local until it can be taken.
+        public static let replicationLockUnavailable = Code("replication-lock-unavailable")
         public static let handshakeFailed = Code("handshake-failed")
         public static let pairingMismatch = Code("pairing-mismatch")
         public static let protocolViolation = Code("protocol-violation")

@@ -166,4 +166,38 @@ import Glibc
         close(other)
         await listener.close()
     }
+
+    /// A lock file that cannot be opened (here a directory in its place; in
+    /// the field too many open files) is said as such, not as another process
+    /// replicating: a session, a queued round and the dialing loop each name
+    /// it, and the loop dials once it can be opened.
+    @Test func aLockFileThatCannotBeOpenedIsNotCalledLocked() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let secret = PairingSecret.generate()
+        let lockPath = ReplicationLock.lockPath(for: pair.watch.path)
+        try FileManager.default.createDirectory(atPath: lockPath, withIntermediateDirectories: false)
+        let watch = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
+
+        let (a, _) = InMemoryConnection.makePair()
+        let reason = try await withDeadline("a session without its lock to end") { await watch.run(over: a) }
+        #expect(reason.hasPrefix("replication-lock-unavailable") && reason.contains(lockPath), "\(reason)")
+        let mailbox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        #expect { try watch.deliverQueued(through: mailbox) } throws: { ($0 as? SyncError)?.code == .replicationLockUnavailable }
+
+        let configuration = TCPConfiguration(secret: secret)
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: configuration)
+        let events = pair.watch.events()
+        let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: listener.port, configuration: configuration) }
+        try await first(of: events, "the dialing loop's replication-lock-unavailable event") { event in
+            if case .error(let error) = event { return error.code == .replicationLockUnavailable }
+            return false
+        }
+        try FileManager.default.removeItem(atPath: lockPath)
+        let connection = try await first(of: listener.connections, "the watch's dial once the lock file can be opened")
+        client.cancel()
+        try await withDeadline("maintainConnection to return when cancelled") { await client.value }
+        await connection.close()
+        await listener.close()
+    }
 }

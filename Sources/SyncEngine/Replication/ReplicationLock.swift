@@ -18,24 +18,37 @@ enum ReplicationLock {
         URL(fileURLWithPath: storePath).standardizedFileURL.path + ".sync-lock"
     }
 
-    /// Takes the lock for one session; false when another process holds it.
-    static func acquire(storePath: String) -> Bool {
+    /// Takes the lock for one session. Throws `replication-locked` when
+    /// another process holds it, and `replication-lock-unavailable` (or
+    /// `storage-full`) when its file cannot be opened or locked at all: too
+    /// many open files, no permission, a directory in its place.
+    static func acquire(storePath: String) throws(SyncError) {
         let path = lockPath(for: storePath)
-        return held.withLock { held in
+        let failure: SyncError? = held.withLock { held in
             if var existing = held[path] {
                 existing.sessions += 1
                 held[path] = existing
-                return true
+                return nil
             }
             let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { return false }
+            guard fd >= 0 else { return unavailable(path, "open", errno: errno) }
             guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+                let code = errno
                 close(fd)
-                return false
+                return code == EWOULDBLOCK ? SyncPeer.lockedError(storePath) : unavailable(path, "lock", errno: code)
             }
             held[path] = Held(descriptor: fd, sessions: 1)
-            return true
+            return nil
         }
+        if let failure { throw failure }
+    }
+
+    /// The lock file could not be opened or locked (not: another process holds it).
+    private static func unavailable(_ path: String, _ operation: String, errno code: Int32) -> SyncError {
+        let reason = String(cString: strerror(code))
+        let full = code == ENOSPC || code == EDQUOT
+        return SyncError(full ? .storageFull : .replicationLockUnavailable,
+                         "cannot \(operation) the replication lock file \(path) (\(reason), errno \(code)); the store stays local and retries")
     }
 
     /// Ends one session's hold; the last one releases the lock.

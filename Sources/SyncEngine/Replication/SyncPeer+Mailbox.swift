@@ -29,12 +29,13 @@ extension SyncPeer {
     /// store's pending changes for the peer, unless a live session with it is
     /// up. Failures (a full spool, refused files) are `.error` events and in
     /// the report, never thrown; throws `replication-locked` when another
-    /// process replicates the store. Mailboxes of one directory, role and
+    /// process replicates the store (`replication-lock-unavailable` when its
+    /// lock file cannot be opened). Mailboxes of one directory, role and
     /// pairing are one: an app may make one for each round (the first made
     /// does the rounds of all).
     @discardableResult
     public func deliverQueued(through mailbox: Mailbox) throws -> QueuedDeliveryReport {
-        guard ReplicationLock.acquire(storePath: store.path) else { throw SyncPeer.lockedError(store.path) }
+        try ReplicationLock.acquire(storePath: store.path)
         defer { ReplicationLock.release(storePath: store.path) }
         var configuration = self.configuration
         configuration.pairingEpoch = mailbox.pairingEpoch

@@ -109,16 +109,24 @@ private final class ReplicationLockHold: Sendable {
     }
 
     /// Waits until this process may replicate the store (another process may
-    /// hold its lock), looking again after 250 ms, then less and less often, up
-    /// to every 2 s. Reports the wait once as an `.error` event. Throws
-    /// `CancellationError` when cancelled.
+    /// hold its lock, or its lock file cannot be opened for now: too many
+    /// open files), looking again after 250 ms, then less and less often, up
+    /// to every 2 s. Reports each reason to wait once as an `.error` event.
+    /// Throws `CancellationError` when cancelled.
     func acquire() async throws {
-        var reported = false
+        var reported: SyncError.Code?
         var looks = TickSchedule(base: .milliseconds(250), quiet: .seconds(2))
-        while !ReplicationLock.acquire(storePath: store.path) {
+        while true {
+            let failure: SyncError
+            do {
+                try ReplicationLock.acquire(storePath: store.path)
+                break
+            } catch {
+                failure = error
+            }
             try store.checkOpen()
-            if !reported { store.emit(.error(SyncPeer.lockedError(store.path))) }
-            reported = true
+            if reported != failure.code { store.emit(.error(failure)) }
+            reported = failure.code
             store.timedWaits.publish(.replicationLock(looks.interval))
             try await Task.sleep(for: looks.interval)
             _ = looks.next(after: .tick(sent: false), quiet: true)

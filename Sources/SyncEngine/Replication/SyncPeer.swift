@@ -151,9 +151,10 @@ public final class SyncPeer: Sendable {
             await connection.close()
             return (SyncPeer.closedStoreReason(store.path), nil)
         }
-        guard ReplicationLock.acquire(storePath: store.path) else {
+        do {
+            try ReplicationLock.acquire(storePath: store.path)
+        } catch {
             await connection.close()
-            let error = SyncPeer.lockedError(store.path)
             store.emit(.error(error))
             return (error.description, error)
         }
