@@ -59,7 +59,7 @@ extension SyncSimCommands {
             guard root.exitCode(for: error) == .failure, let failure = runtimeFailure(error, command: name) else {
                 root.exit(withError: error)
             }
-            FileHandle.standardError.write(Data((failure.line + "\n").utf8))
+            try? FileHandle.standardError.write(contentsOf: Data((failure.line + "\n").utf8))
             exit(failure.exitCode)
         }
         root.exit()

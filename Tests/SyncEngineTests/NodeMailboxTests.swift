@@ -1,4 +1,5 @@
 import Foundation
+import SyncEngine
 import SyncTransport
 @_spi(Testing) @testable import SyncSim
 import Testing
@@ -61,6 +62,31 @@ import Testing
     func quit(_ node: NodeProcess, _ what: String) async throws {
         node.send("quit")
         #expect(try await exitStatus(of: node.process, what) == 0)
+    }
+
+    /// A node whose stdout is closed (whoever read its lines is gone) ends as
+    /// on `quit`, with one line on stderr and exit code 3, its write kept.
+    /// Before, the write of its reply trapped (or SIGPIPE killed it).
+    @Test func aNodeWhoseOutputIsClosedEndsAsOnQuitAndKeepsItsWrites() async throws {
+        let setup = try Setup()
+        let process = Process()
+        let (input, output, errors) = (Pipe(), Pipe(), Pipe())
+        process.executableURL = URL(fileURLWithPath: syncsimBinary())
+        process.arguments = ["node", "--role", "phone", "--db", setup.folder.file("phone.sqlite"), "--keys", setup.keys,
+                             "--secret-file", setup.secret, "--mailbox", setup.mailbox]
+        (process.standardInput, process.standardOutput, process.standardError) = (input, output, errors)
+        let errorLines = lines(of: errors)
+        try process.run()
+        try output.fileHandleForReading.close()
+        try input.fileHandleForWriting.write(contentsOf: Data("put health:steps 41\n".utf8))
+        #expect(try await exitStatus(of: process, "the node to end once its reply cannot be written") == Simulation.Exit.runtimeFailure)
+        #expect(process.terminationReason == .exit)
+        let line = try await first(of: errorLines, "the node's error line") { $0.hasPrefix("syncsim node: error:") }
+        #expect(line.contains("stdout could not be written"), "\(line)")
+        let registry = try KeyRegistry.load(jsonFile: setup.keys)
+        let store = try SyncStore(path: setup.folder.file("phone.sqlite"), role: .phone, registry: registry)
+        defer { store.close() }
+        #expect(try store.entryInfo(forKey: "health:steps") != nil)
     }
 
     /// `status` with the mailbox directory gone: everything else, and the

@@ -43,7 +43,7 @@ public struct BenchCommand: AsyncParsableCommand {
 
     public func run() async throws {
         let progress: (String) -> Void = { message in
-            FileHandle.standardError.write(Data("  … \(message)\n".utf8))
+            try? FileHandle.standardError.write(contentsOf: Data("  … \(message)\n".utf8))
         }
         var figuresOfEachRun: [[BenchFigure]] = []
         for run in 0..<runs {

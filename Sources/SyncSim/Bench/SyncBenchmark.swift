@@ -172,7 +172,7 @@ public struct SyncBenchmark: Sendable {
         var toB = a.start(now: 0)
         var toA = b.start(now: 0)
         var rounds = 0
-        defer { FileHandle.standardError.write(Data("  … receiver side \(receiverTime), rounds \(rounds)\n".utf8)) }
+        defer { try? FileHandle.standardError.write(contentsOf: Data("  … receiver side \(receiverTime), rounds \(rounds)\n".utf8)) }
         while (!toA.isEmpty || !toB.isEmpty) && rounds < 10_000_000 {
             rounds += 1
             let sendB = toB, sendA = toA

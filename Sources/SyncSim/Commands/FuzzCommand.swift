@@ -98,7 +98,7 @@ final class ProgressBar: Sendable {
 
     /// `isTerminal`: whether stderr is a terminal (`isatty`); `write` receives the text (stderr by default).
     init(isTerminal: Bool = isatty(STDERR_FILENO) == 1,
-         write: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }) {
+         write: @escaping @Sendable (String) -> Void = { try? FileHandle.standardError.write(contentsOf: Data($0.utf8)) }) {
         self.isTerminal = isTerminal
         self.write = write
     }

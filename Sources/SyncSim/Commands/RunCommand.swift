@@ -52,7 +52,7 @@ public struct RunCommand: AsyncParsableCommand {
 }
 
 func printError(_ message: String) {
-    FileHandle.standardError.write(Data((message + "\n").utf8))
+    try? FileHandle.standardError.write(contentsOf: Data((message + "\n").utf8))
 }
 
 extension SimTransport: ExpressibleByArgument {}

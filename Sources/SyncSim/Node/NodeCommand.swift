@@ -69,6 +69,8 @@ public struct NodeCommand: AsyncParsableCommand {
     }
 
     public func run() async throws {
+        // A closed stdout is an error of `write`, not a SIGPIPE that kills the node with its store open.
+        signal(SIGPIPE, SIG_IGN)
         let output = JSONLineWriter()
         let registry: KeyRegistry
         let secrets: [PairingSecret]
@@ -126,10 +128,12 @@ public struct NodeCommand: AsyncParsableCommand {
             // Outside the group: on quit they end first, their last rounds posting what was written until then.
             let queuedDelivery = queued.map { mailbox in Task { await peer.runQueued(through: mailbox, pollInterval: .milliseconds(100)) } }
             let console = NodeConsole(store: store, peer: peer, output: output, mailboxes: queued, live: listen != nil || connect != nil)
-            // SIGTERM and SIGINT (Ctrl-C) end the node as `quit` does.
+            // SIGTERM and SIGINT (Ctrl-C) end the node as `quit` does, and so does
+            // stdout that can no longer be written (whoever read its lines is gone).
             await withTaskGroup(of: Void.self) { input in
                 input.addTask { await console.run() }
                 input.addTask { for await _ in signals { return } }
+                input.addTask { for await _ in output.failures { return } }
                 await input.next()
                 input.cancelAll()
             }
@@ -141,6 +145,10 @@ public struct NodeCommand: AsyncParsableCommand {
             try await group.waitForAll()
         }
         store.close()
+        if let failure = output.writeFailure {
+            throw CommandFailure(exitCode: Simulation.Exit.runtimeFailure,
+                                 "stdout could not be written (\(failure)); the node ended as on quit, its store closed")
+        }
     }
 
     /// Loads every secret file; the same pairing in two files is refused (a

@@ -3,14 +3,41 @@ import Synchronization
 import SyncEngine
 import SyncTransport
 
-/// Writes one JSON object per line to stdout, never interleaved.
+/// Writes one JSON object per line to stdout, never interleaved. Once a
+/// write fails (whoever read the node's lines is gone: a closed pipe), every
+/// later line is dropped and `failures` yields why, once: the node ends as
+/// on `quit`.
 final class JSONLineWriter: Sendable {
-    private let lock = Mutex(())
+    /// Why writing failed; nil while it works.
+    private let failure = Mutex<String?>(nil)
+    private let handle: FileHandle
+    /// Yields the first write failure, then finishes.
+    let failures: AsyncStream<String>
+    private let failed: AsyncStream<String>.Continuation
+
+    init(handle: FileHandle = .standardOutput) {
+        self.handle = handle
+        (failures, failed) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    /// Why writing failed, if it did.
+    var writeFailure: String? { failure.withLock { $0 } }
 
     func write(_ object: [String: Any]) {
         guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .fragmentsAllowed]) else { return }
-        lock.withLock { _ in
-            FileHandle.standardOutput.write(data + Data("\n".utf8))
+        let newFailure = failure.withLock { failure -> String? in
+            guard failure == nil else { return nil }
+            do {
+                try handle.write(contentsOf: data + Data("\n".utf8))
+                return nil
+            } catch {
+                failure = "\(error)"
+                return failure
+            }
+        }
+        if let newFailure {
+            failed.yield(newFailure)
+            failed.finish()
         }
     }
 }

@@ -24,7 +24,7 @@ public struct WriteLoopCommand: ParsableCommand {
                 for i in start..<(start + batch) { try b.set(i, for: WriteLoopCommand.family["k\(i)"]) }
             }
             next += batch
-            FileHandle.standardOutput.write(Data("\(next - 1)\n".utf8))
+            try FileHandle.standardOutput.write(contentsOf: Data("\(next - 1)\n".utf8))
         }
     }
 }
