@@ -47,6 +47,10 @@ public enum Simulation {
         return faults
     }
 
+    /// How many runs this process runs at once on each transport (twice the
+    /// cores, 4 to 16); the others wait for a slot.
+    public static var concurrentRunLimit: Int { RunSlots.defaultWidth }
+
     /// Loads and runs a scenario file over `transport` (the simulated link by default).
     public static func run(path: String, options: RunOptions = RunOptions(), transport: SimTransport = .sim) async -> Outcome {
         let scenario: Scenario
@@ -64,11 +68,22 @@ public enum Simulation {
     }
 
     /// Runs a parsed scenario; `name` is used in the replay command.
+    ///
+    /// Runs in one process share a bound: at most `concurrentRunLimit` at once
+    /// on each transport; a run started beyond it waits for one to end (a test
+    /// suite that starts every scenario at once does not run out of file
+    /// descriptors). A run in virtual time gives the same report whenever it starts.
     public static func run(_ scenario: Scenario, name: String, options: RunOptions = RunOptions(), transport: SimTransport = .sim) async -> Outcome {
         do {
             let report = switch transport {
-            case .sim: try await ScenarioRunner<SimulatedScenarioLink>(scenario: scenario, options: options).run(scenarioName: name)
-            case .tcp: try await ScenarioRunner<TCPScenarioLink>(scenario: scenario, options: options).run(scenarioName: name)
+            case .sim:
+                try await RunSlots.simulated.withSlot {
+                    try await ScenarioRunner<SimulatedScenarioLink>(scenario: scenario, options: options).run(scenarioName: name)
+                }
+            case .tcp:
+                try await RunSlots.overTCP.withSlot {
+                    try await ScenarioRunner<TCPScenarioLink>(scenario: scenario, options: options).run(scenarioName: name)
+                }
             }
             return Outcome(report: report, scenarioError: nil, runError: nil, exitCode: report.passed ? Exit.passed : Exit.invariantFailed)
         } catch {

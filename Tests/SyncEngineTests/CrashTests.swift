@@ -90,11 +90,11 @@ import Synchronization
         #expect(lastAcknowledged >= 5_000)
 
         var handle: OpaquePointer?
-        #expect(sqlite3_open(db, &handle) == SQLITE_OK)
+        try #require(sqlite3_open(db, &handle) == SQLITE_OK)
         var stmt: OpaquePointer?
-        sqlite3_prepare_v2(handle, "PRAGMA integrity_check", -1, &stmt, nil)
-        #expect(sqlite3_step(stmt) == SQLITE_ROW)
-        #expect(String(cString: sqlite3_column_text(stmt, 0)) == "ok")
+        try #require(sqlite3_prepare_v2(handle, "PRAGMA integrity_check", -1, &stmt, nil) == SQLITE_OK)
+        try #require(sqlite3_step(stmt) == SQLITE_ROW)
+        #expect(sqlite3_column_text(stmt, 0).map { String(cString: $0) } == "ok")
         sqlite3_finalize(stmt)
         sqlite3_close(handle)
 

@@ -28,7 +28,7 @@ final class NodeProcess: Sendable {
     /// Kills the child if it still runs (SIGKILL: a stuck child cannot ignore it) and reaps it.
     func stop() {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
+        waitForExit(process)
     }
 
     /// Event lines a `reply` passed over, oldest first: the next `next` looks

@@ -268,7 +268,7 @@ import Testing
         let pair = try Pair()
         try await pair.phone.set(9, for: TestKeys.steps)
         var db: OpaquePointer?
-        #expect(sqlite3_open(pair.folder.file("phone.sqlite"), &db) == SQLITE_OK)
+        try #require(sqlite3_open(pair.folder.file("phone.sqlite"), &db) == SQLITE_OK)
         defer { sqlite3_close(db) }
         var stmt: OpaquePointer?
         sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name", -1, &stmt, nil)
@@ -283,7 +283,7 @@ import Testing
         sqlite3_finalize(stmt)
         sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &stmt, nil)
         sqlite3_step(stmt)
-        #expect(String(cString: sqlite3_column_text(stmt, 0)) == "wal")
+        #expect(sqlite3_column_text(stmt, 0).map { String(cString: $0) } == "wal")
         sqlite3_finalize(stmt)
         sqlite3_prepare_v2(db, "SELECT ver, node, change_seq FROM entries WHERE key = 'health:daily:steps'", -1, &stmt, nil)
         #expect(sqlite3_step(stmt) == SQLITE_ROW)

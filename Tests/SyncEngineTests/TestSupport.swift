@@ -15,10 +15,25 @@ func rawSQL(_ path: String, _ sql: String) throws {
     guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else { throw SyncError(.database, String(cString: sqlite3_errmsg(db))) }
 }
 
+/// Raises this process's soft limit of open files to its hard limit, once
+/// (as the Go runtime does at start): Swift Testing runs the whole suite at
+/// once, and its peak, about 1,100 descriptors (stores, sockets, pipes of
+/// child processes), is above the 1,024 a shell often starts with. Every test
+/// that makes a `TempFolder` makes sure of it first.
+let openFileLimitRaised: Void = {
+    #if os(Linux)
+    var limit = rlimit()
+    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+    limit.rlim_cur = limit.rlim_max
+    _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    #endif
+}()
+
 /// A temporary folder removed when the value is released.
 final class TempFolder: Sendable {
     let path: String
     init() {
+        openFileLimitRaised
         path = NSTemporaryDirectory() + "syncengine-tests-" + UUID().uuidString
         try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
     }

@@ -19,9 +19,18 @@ func eventually(
     try await first(of: changes, what, within: limit, sourceLocation: sourceLocation) { _ in try condition() }
 }
 
+/// Blocks until `process` has exited (at once when it is not running).
+/// Not Foundation's `waitUntilExit`: that spins a run loop, whose descriptors
+/// it cannot make in a process that has none left (EMFILE), and traps.
+func waitForExit(_ process: Process) {
+    let exited = DispatchSemaphore(value: 0)
+    process.terminationHandler = { _ in exited.signal() }
+    if process.isRunning { exited.wait() }
+}
+
 /// The exit status of `process`, which must end within `limit`; at the
 /// deadline the process is killed and `WaitFailed` thrown. Never blocks a
-/// thread of the concurrency pool (`waitUntilExit` runs on a thread of its own).
+/// thread of the concurrency pool (the wait runs on a thread of its own).
 @discardableResult
 func exitStatus(
     of process: Process, _ what: String, within limit: Duration = waitLimit, sourceLocation: SourceLocation = #_sourceLocation
@@ -30,7 +39,7 @@ func exitStatus(
         return try await withDeadline(what, within: limit, sourceLocation: sourceLocation) {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 Thread.detachNewThread {
-                    process.waitUntilExit()
+                    waitForExit(process)
                     continuation.resume()
                 }
             }
