@@ -18,6 +18,10 @@ import Glibc
     static func rawConnect(port: Int) -> Int32? {
         let fd = PortablePOSIX.streamSocket()
         guard fd >= 0 else { return nil }
+        // A blocking read on it gives up after 30 s: a listener that never
+        // takes the connection (out of descriptors, say) cannot hang the test.
+        var timeout = timeval(tv_sec: 30, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
