@@ -25,10 +25,10 @@ final class NodeProcess: Sendable {
         input.fileHandleForWriting.write(Data((command + "\n").utf8))
     }
 
-    /// Kills the child if it still runs (SIGKILL: a stuck child cannot ignore it) and reaps it.
+    /// Kills the child if it still runs (SIGKILL: a stuck child cannot ignore it) and waits, up to 10 s, for it to be reaped.
     func stop() {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        waitForExit(process)
+        waitForExit(process, within: .seconds(10))
     }
 
     /// Event lines a `reply` passed over, oldest first: the next `next` looks

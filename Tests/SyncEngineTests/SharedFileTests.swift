@@ -129,7 +129,7 @@ import Testing
         defer {
             if holder.isRunning { kill(holder.processIdentifier, SIGKILL) }
             try? input.fileHandleForWriting.close()
-            waitForExit(holder)
+            waitForExit(holder, within: .seconds(10))
         }
         var lines = SyncEngineTests.lines(of: said).makeAsyncIterator()
         #expect(await lines.next() == "locked")

@@ -22,10 +22,19 @@ func eventually(
 /// Blocks until `process` has exited (at once when it is not running).
 /// Not Foundation's `waitUntilExit`: that spins a run loop, whose descriptors
 /// it cannot make in a process that has none left (EMFILE), and traps.
-func waitForExit(_ process: Process) {
+/// With `limit`, gives up after it and returns false (a process out of
+/// descriptors may never hear of its child's end: a teardown must not hang).
+@discardableResult
+func waitForExit(_ process: Process, within limit: Duration? = nil) -> Bool {
     let exited = DispatchSemaphore(value: 0)
     process.terminationHandler = { _ in exited.signal() }
-    if process.isRunning { exited.wait() }
+    guard process.isRunning else { return true }
+    guard let limit else {
+        exited.wait()
+        return true
+    }
+    let nanoseconds = limit.components.seconds * 1_000_000_000 + limit.components.attoseconds / 1_000_000_000
+    return exited.wait(timeout: .now() + .nanoseconds(Int(nanoseconds))) == .success || !process.isRunning
 }
 
 /// The exit status of `process`, which must end within `limit`; at the
