@@ -7,7 +7,9 @@ import Synchronization
 ///
 /// A lock, not an actor: taking a free credit and returning one never
 /// suspend, so neither the reader nor the loop hops to another executor per frame.
-final class ReadAheadGate: Sendable {
+/// (A counting semaphore, first come first served: the simulator bounds its
+/// concurrent runs with one too.)
+@_spi(Testing) public final class ReadAheadGate: Sendable {
     private struct State {
         var credits: Int
         var waiters: [CheckedContinuation<Void, Never>] = []
@@ -16,10 +18,13 @@ final class ReadAheadGate: Sendable {
 
     private let state: Mutex<State>
 
-    init(credits: Int) { state = Mutex(State(credits: credits)) }
+    public init(credits: Int) { state = Mutex(State(credits: credits)) }
+
+    /// How many wait for a credit now.
+    public var waitingCount: Int { state.withLock { $0.waiters.count } }
 
     /// Takes a credit, waiting for one while none is left (never once the gate is open).
-    func acquire() async {
+    public func acquire() async {
         let taken = state.withLock { s -> Bool in
             guard s.isOpen, s.credits <= 0 else {
                 if s.isOpen { s.credits -= 1 }
@@ -43,7 +48,7 @@ final class ReadAheadGate: Sendable {
     }
 
     /// Returns a credit, or hands it to the reader waiting for one.
-    func release() {
+    public func release() {
         let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
             if s.waiters.isEmpty {
                 s.credits += 1
@@ -55,7 +60,7 @@ final class ReadAheadGate: Sendable {
     }
 
     /// Lets every waiting and future reader through (the session is over).
-    func open() {
+    public func open() {
         let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
             s.isOpen = false
             defer { s.waiters.removeAll() }

@@ -117,16 +117,14 @@ private final class ReplicationLockHold: Sendable {
         var reported: SyncError.Code?
         var looks = TickSchedule(base: .milliseconds(250), quiet: .seconds(2))
         while true {
-            let failure: SyncError
-            do {
+            do throws(SyncError) {
                 try ReplicationLock.acquire(storePath: store.path)
                 break
             } catch {
-                failure = error
+                try store.checkOpen()
+                if reported != error.code { store.emit(.error(error)) }
+                reported = error.code
             }
-            try store.checkOpen()
-            if reported != failure.code { store.emit(.error(failure)) }
-            reported = failure.code
             store.timedWaits.publish(.replicationLock(looks.interval))
             try await Task.sleep(for: looks.interval)
             _ = looks.next(after: .tick(sent: false), quiet: true)

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+@_spi(Testing) import SyncEngine
 
 /// At most `width` simulation runs at once in one process; the others wait
 /// for a slot, first come first served. A test suite that runs every fixture
@@ -9,18 +9,14 @@ import Synchronization
 /// into `EMFILE` failures of unrelated tests. A run in virtual time gives the
 /// same report whenever it starts.
 final class RunSlots: Sendable {
-    private struct State {
-        var free: Int
-        var waiting: [CheckedContinuation<Void, Never>] = []
-    }
-
-    private let state: Mutex<State>
+    /// The engine's counting semaphore, first come first served.
+    private let gate: ReadAheadGate
     /// How many runs may hold a slot at once.
     let width: Int
 
     init(width: Int) {
         self.width = max(1, width)
-        state = Mutex(State(free: max(1, width)))
+        gate = ReadAheadGate(credits: self.width)
     }
 
     /// Runs on a simulated link (CPU-bound) and over TCP (bound by real time
@@ -30,37 +26,12 @@ final class RunSlots: Sendable {
     static var defaultWidth: Int { min(16, max(4, 2 * ProcessInfo.processInfo.activeProcessorCount)) }
 
     /// How many runs wait for a slot now.
-    var waitingCount: Int { state.withLock { $0.waiting.count } }
+    var waitingCount: Int { gate.waitingCount }
 
     /// Runs `body` while holding a slot.
     func withSlot<T>(_ body: () async throws -> T) async rethrows -> T {
-        await acquire()
-        defer { release() }
+        await gate.acquire()
+        defer { gate.release() }
         return try await body()
-    }
-
-    private func acquire() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let now = state.withLock { state -> Bool in
-                guard state.free > 0 else {
-                    state.waiting.append(continuation)
-                    return false
-                }
-                state.free -= 1
-                return true
-            }
-            if now { continuation.resume() }
-        }
-    }
-
-    private func release() {
-        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard !state.waiting.isEmpty else {
-                state.free += 1
-                return nil
-            }
-            return state.waiting.removeFirst()
-        }
-        next?.resume()
     }
 }
