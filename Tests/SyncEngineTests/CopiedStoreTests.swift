@@ -265,6 +265,29 @@ import Testing
         #expect(random != 0x52 && random != 0, "the id it had is not taken again")
     }
 
+    /// A copy opened without a marker keeps the copied node id until its
+    /// phone refuses it; the node id it then takes is `StoreOptions.nodeID`
+    /// when one is given (the simulator's runs repeat), as at open.
+    @Test func aWatchRefusedForItsNodeIDTakesTheOneItsOptionsGive() async throws {
+        var pair = try Pair()
+        try await pair.watch.set(1, for: TestKeys.daily["a"])
+        Self.session(pair.phone, pair.watch, epoch: "pairing A")
+        let plainCopy = try Self.copyWatch(&pair)
+        let copiedNode = plainCopy.nodeID
+        plainCopy.close()
+        var options = StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch-b.key")))
+        options.nodeID = 0x5157
+        let watchB = try SyncStore(path: pair.folder.file("watch-b.sqlite"), role: .watch, registry: pair.watch.registry, options: options)
+        defer { watchB.close() }
+        #expect(watchB.nodeID == copiedNode, "an existing file keeps its id at open")
+        let refused = Self.session(pair.phone, watchB, epoch: "pairing B")
+        #expect(Self.refusals(in: refused) == [SyncError.Code.nodeIDConflict.rawValue])
+        #expect(watchB.nodeID == 0x5157)
+        #expect(Self.refusals(in: Self.session(pair.phone, watchB, epoch: "pairing B")).isEmpty)
+        #expect(try watchB.storedValue(for: TestKeys.daily["a"]) == 1)
+        #expect(try pair.phone.knownPeers(ofPairing: "pairing B") == [0x5157])
+    }
+
     /// A watch set up from a copy of another watch's store *and* its pairing
     /// secret is the same pairing to the phone, which cannot tell the two
     /// apart; with `renewsNodeIDWhenRestored` the copy, opened without its

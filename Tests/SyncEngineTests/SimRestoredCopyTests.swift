@@ -25,6 +25,50 @@ import Testing
         }
     }
 
+    /// `"marker": false`: the copy's app keeps no device marker; only with `restoredFrom`.
+    @Test func markerFalseRoundTripsAndNeedsACopy() throws {
+        let scenario = try Scenario.parse("""
+        {"description": "d", "seed": 1, "watches": 2, "keys": [],
+         "timeline": [{"at": 0, "op": "replaceWatch", "node": "watch2", "restoredFrom": "watch", "marker": false}]}
+        """)
+        #expect(scenario.timeline.map(\.action) == [.replaceWatch(node: .watch2, restoredFrom: .watch, marker: false)])
+        #expect(try Scenario.parse(scenario.json) == scenario)
+        #expect(throws: ScenarioError.self) {
+            try Scenario.parse("""
+            {"description": "d", "seed": 1, "watches": 2, "keys": [], "timeline": [{"at": 0, "op": "replaceWatch", "marker": false}]}
+            """)
+        }
+    }
+
+    /// A copy whose app keeps no device marker opens with the node id it was
+    /// copied with and writes under it; its phone refuses it
+    /// (`node-id-conflict`), and it takes the node id the simulator gives it
+    /// (the run fails if its store names any other), is baselined, and syncs.
+    @Test(arguments: [SimTransport.sim, .tcp])
+    func aCopyCaughtByItsPhoneSyncsUnderItsNewNodeID(transport: SimTransport) async throws {
+        let outcome = await Simulation.run(path: SimScenarioTests.path("copy-caught-by-phone"), transport: transport)
+        #expect(outcome.runError == nil, "\(outcome.runError ?? "")")
+        let report = try #require(outcome.report)
+        #expect(report.passed, "\(report.text)")
+        #expect(report.nodes.map(\.nodeID) == ["1001", "3004", "3003"])
+        #expect(report.nodes.allSatisfy { $0.entries == 4 || $0.role == "phone" })
+        if transport == .sim { #expect(report.text.contains("(2 failed)"), "the two refused sessions: \(report.text)") }
+    }
+
+    /// When the phone meets a node id through a marker-less copy's pairing
+    /// first (here the copy's queued messages, through the mailbox, while the
+    /// phone was down), it is the copy's *source* that it refuses and that
+    /// takes a new node id. The simulator follows only a copy's own renewal,
+    /// and says so rather than check the run under the wrong identities.
+    @Test func aSourceRefusedForItsCopysNodeIDIsNamedAsWhatTheSimulatorDoesNotFollow() async throws {
+        let scenario = try Scenario.parse(#"""
+        {"description":"a copy without its marker reaches the phone first; its source is the watch refused","faults":{"duplicateRate":0.04,"jitterMs":4,"latencyMs":49,"lossRate":0.16,"reorderRate":0.17},"keys":[{"availability":"all","name":"k:all-auto","policy":"automaticSmall","security":"none"},{"availability":"phoneWithWatchSync","name":"k:phone-sync","policy":"automaticSmall","security":"none"}],"mailbox":true,"seed":98000637,"settleLimitMs":300000,"timeline":[{"at":3503,"node":"watch2","op":"replaceWatch","restoredFrom":"watch2"},{"afterOperations":9,"at":3778,"node":"phone","op":"powerCut"},{"at":8590,"key":"k:phone-sync","node":"phone","op":"put","value":"v47"},{"at":8686,"marker":false,"node":"watch","op":"replaceWatch","restoredFrom":"watch2"},{"at":9071,"node":"watch","op":"partition"},{"at":9177,"key":"k:all-auto","node":"watch2","op":"put","value":"v4"},{"at":9920,"node":"phone","op":"restart"},{"at":9966,"node":"watch","op":"restart"},{"at":10660,"node":"watch2","op":"crash"}],"watches":2}
+        """#)
+        let outcome = await Simulation.run(scenario, name: "source-refused")
+        let error = try #require(outcome.runError)
+        #expect(error.contains("took a new one during the run") && error.contains("follows only the copy's own renewal"), "\(error)")
+    }
+
     /// Each restored watch took the node id the simulator gave it (the store
     /// found itself copied: the run fails otherwise), and holds the face it
     /// was restored with (written by the watch it came from) beside its own writes.
@@ -67,14 +111,14 @@ import Testing
             let scenario = generator.scenario(seed: seed)
             var stripped = scenario
             stripped.timeline = scenario.timeline.map { step in
-                guard case .replaceWatch(let node, _) = step.action else { return step }
+                guard case .replaceWatch(let node, _, _) = step.action else { return step }
                 return Scenario.Step(at: step.at, .replaceWatch(node: node))
             }
             #expect(stripped == plain.scenario(seed: seed), "seed \(seed)")
             if scenario.restoresBackups { restoring.append(scenario) }
         }
         #expect(restoring.count >= 5)
-        #expect(restoring.contains { s in s.timeline.contains { if case .replaceWatch(let n, let source?) = $0.action { (n ?? .watch) != source } else { false } } })
+        #expect(restoring.contains { s in s.timeline.contains { if case .replaceWatch(let n, let source?, _) = $0.action { (n ?? .watch) != source } else { false } } })
         for scenario in restoring.prefix(6) {
             let report = try #require(await Simulation.run(scenario, name: "fuzz-\(scenario.seed)").report)
             #expect(report.passed, "seed \(scenario.seed): \(report.text)")

@@ -13,9 +13,10 @@ public struct StoreOptions: Sendable {
     /// Where the store and its sessions log (message types and codes, never values). Silent by default.
     public var logger = SyncStore.disabledLogger
     /// The node id given to a new store file, and taken by a file found
-    /// restored or copied at open (`renewsNodeIDWhenRestored`) unless one of
-    /// its peers has it (random when nil). Other existing files keep theirs.
-    /// The simulator sets it so that runs are reproducible.
+    /// restored or copied at open (`renewsNodeIDWhenRestored`) or by a watch
+    /// whose phone finds its node id taken (`node-id-conflict`), unless one
+    /// of its peers has it (random when nil). Other existing files keep
+    /// theirs. The simulator sets it so that runs are reproducible.
     public var nodeID: UInt32?
     /// Keep every value in its own file in this directory, with the metadata in
     /// SQLite (what `FileValueStore` sets). A store created with a value

@@ -63,14 +63,16 @@ extension SyncStore {
     }
 
     /// `renewNodeID()`, unless the store's node id is no longer `node`
-    /// (another process sharing the file renewed it): that one is kept.
+    /// (another process sharing the file renewed it): that one is kept. With
+    /// `node` (a phone found it taken), `StoreOptions.nodeID` is the new one
+    /// if it is free, as at open.
     @discardableResult
     func renewNodeID(replacing node: UInt32?) throws -> UInt32 {
         try checkOpen()
         let (renewed, old) = try database.write { conn -> (UInt32, UInt32) in
             let stored = UInt32(try SyncStore.readMeta(conn)["node_id"] ?? "") ?? 0
             if let node, stored != node, stored != 0 { return (stored, stored) }
-            return (try SyncStore.writeNewNodeID(conn, replacing: stored), stored)
+            return (try SyncStore.writeNewNodeID(conn, replacing: stored, preferred: node == nil ? nil : options.nodeID), stored)
         }
         try adoptRenewed(renewed, old: old)
         return renewed

@@ -230,14 +230,16 @@ struct InvariantChecker {
         }
     }
 
-    static func snapshot(_ store: SyncStore, name: ScenarioNode? = nil) throws -> Snapshot {
+    /// `nodeID`: the device's in the run (the store's own unless given: a
+    /// copy that has not yet taken its own still names the one it was copied with).
+    static func snapshot(_ store: SyncStore, name: ScenarioNode? = nil, nodeID: UInt32? = nil) throws -> Snapshot {
         var entries: [String: EntryInfo] = [:]
         var values: [String: [UInt8]] = [:]
         for info in try store.allEntryInfo() {
             entries[info.key] = info
             if !info.isDeleted, let value = try store.rawValue(forKey: info.key) { values[info.key] = value }
         }
-        return Snapshot(role: store.role, nodeID: store.nodeID, entries: entries, values: values, name: name?.rawValue,
+        return Snapshot(role: store.role, nodeID: nodeID ?? store.nodeID, entries: entries, values: values, name: name?.rawValue,
                         purgedThrough: try store.purgedThrough(), rebaselined: !(try store.rebaselinedBy()).isEmpty,
                         rebaselinedPeers: try store.rebaselinedPeers())
     }

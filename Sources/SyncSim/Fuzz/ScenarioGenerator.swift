@@ -153,6 +153,9 @@ public struct ScenarioGenerator: Sendable {
                 action = .restart(node: target)
             case 92..<96: action = .skew(node: node, ms: Int64(r.nextInt(in: -600...600)) * 1000)
             case 96..<99: action = .checkpoint
+            // Restored copies keep their marker: a copy without one may make
+            // its source the watch its phone refuses, a renewal the checker's
+            // node identities do not follow (`"marker": false` runs from files).
             default: action = .replaceWatch(node: watchCount == 1 ? nil : watch, restoredFrom: restoredFrom(replacing: watch))
             }
             if merging, case .put(let writer, _, _, _) = action, v.nextBool(probability: 0.2) {

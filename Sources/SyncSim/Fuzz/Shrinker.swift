@@ -109,7 +109,7 @@ public struct Shrinker: Sendable {
         case .put(let n, _, _, _), .delete(let n, _), .sync(let n), .crash(let n), .restart(let n), .skew(let n, _), .powerCut(let n, _),
              .purge(let n), .updateApp(let n), .fillDisk(let n), .freeDisk(let n): n
         case .faults(_, let n), .partition(let n), .heal(let n): n
-        case .replaceWatch(let n, let source): [n, source].compactMap { $0 }.max()
+        case .replaceWatch(let n, let source, _): [n, source].compactMap { $0 }.max()
         case .checkpoint: nil
         }
         return max(1, node?.watchNumber ?? 1)

@@ -186,15 +186,17 @@ final class ScenarioRunner<Link: ScenarioLink> {
                 }
             }
             try checkState(label: "checkpoint t=\(step.at)", connected: settled)
-        case .replaceWatch(let name, let sourceName):
+        case .replaceWatch(let name, let sourceName, let marker):
             let watch = state.node(name ?? .watch)
             // The backup is taken before the old device goes (it may be the one restored).
             let source = sourceName.map { state.node($0) }
+            let copiedNodeID = source?.store?.nodeID
             let backup = try source?.backUp(to: "\(state.folder)/backup-\(String(nextWatchID, radix: 16)).sqlite")
             if let source, backup != nil { state.checker.inherit(nextWatchID, from: source.nodeID) }
             await link.willReplace(watch)
             state.model.retire(nodeID: watch.nodeID)
-            try watch.replace(nodeID: nextWatchID, folder: state.folder, restoring: backup)
+            try watch.replace(nodeID: nextWatchID, folder: state.folder, restoring: backup,
+                              unmarkedCopyOf: marker ? nil : copiedNodeID)
             watch.powerOn()  // a new device: whatever cut the old one had is not its
             nextWatchID += 1
             state.updateApp(of: watch)  // a new device gets the current app
@@ -296,7 +298,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
         for node in state.nodes {
             guard let store = node.store else { continue }
             do {
-                snapshots.append(try InvariantChecker.snapshot(store, name: node.name))
+                snapshots.append(try InvariantChecker.snapshot(store, name: node.name, nodeID: node.nodeID))
                 if state.scenario.showsTombstonePurge { node.forgottenSeen.formUnion(try store.forgottenPeers()) }
             } catch where node.powerFailed {
                 continue  // the power failed while reading: the node is down

@@ -50,6 +50,12 @@ final class SimNode {
     /// (`replaceWatch` with `restoredFrom`): it must find itself restored
     /// when its store opens, and take `nodeID`.
     var restoredCopy = false
+    /// For a copy whose app keeps no device marker: the node id it was copied
+    /// with, which it keeps until its phone refuses it (`node-id-conflict`)
+    /// and it takes `nodeID`.
+    var unmarkedCopyOf: UInt32?
+    /// The node id this device's store named when it first opened (nil before then).
+    private var openedWith: UInt32?
     /// Whether the store is opened with `renewsNodeIDWhenRestored` (a
     /// scenario that restores backups: a copy is caught by the marker its
     /// source kept).
@@ -85,7 +91,7 @@ final class SimNode {
         if let tombstoneRetentionMs { options.tombstoneRetention = .milliseconds(tombstoneRetentionMs) }
         if let peerHorizonMs { options.peerHorizon = .milliseconds(peerHorizonMs) }
         options.externalChangePollInterval = nil   // one process per file here; no timer in a deterministic run
-        options.renewsNodeIDWhenRestored = marksDevice || restoredCopy
+        options.renewsNodeIDWhenRestored = (marksDevice || restoredCopy) && unmarkedCopyOf == nil
         let disk = self.disk
         options.freeSpace = { _ in disk.isFull ? 0 : 1 << 40 }
         options.logger = SimNode.logger(label: "syncsim.\(name.rawValue)")
@@ -101,11 +107,14 @@ final class SimNode {
         }
         StoreTemplate.install(at: path)
         let store = try SyncStore(path: path, role: role, registry: registry, options: options)
-        guard !restoredCopy || store.nodeID == nodeID else {
+        guard store.nodeID == nodeID || store.nodeID == unmarkedCopyOf else {
             store.close()
-            throw SyncError(.invalidConfiguration, "\(name.rawValue)'s store opened with node id \(String(store.nodeID, radix: 16)), not \(String(nodeID, radix: 16))")
+            let renewed = openedWith == nil ? "" : " (it took a new one during the run: its phone met its node id through"
+                + " the pairing of a copy without its marker first, and refused it; the simulator follows only the copy's own renewal)"
+            throw SyncError(.invalidConfiguration, "\(name.rawValue)'s store opened with node id \(String(store.nodeID, radix: 16)), not \(String(nodeID, radix: 16))" + renewed)
         }
         self.store = store
+        if openedWith == nil { openedWith = store.nodeID }
         observation?.cancel()
         if role == .watch { observation = removals.observe(store) }
     }
@@ -163,13 +172,16 @@ final class SimNode {
     /// Replaces this node with a new device: a new file and node id; with
     /// `backup`, the file (and its key file, if any) of a store backup to
     /// set the new device up from.
-    func replace(nodeID: UInt32, folder: String, restoring backup: (store: String, key: String?)? = nil) throws {
+    func replace(nodeID: UInt32, folder: String, restoring backup: (store: String, key: String?)? = nil,
+                 unmarkedCopyOf copied: UInt32? = nil) throws {
         crash()
         setDiskFull(false)  // a new device
         removals.forget()
         self.nodeID = nodeID
         path = "\(folder)/\(role.rawValue)-\(String(nodeID, radix: 16)).sqlite"
         restoredCopy = backup != nil
+        unmarkedCopyOf = backup == nil ? nil : copied
+        openedWith = nil
         guard let backup else { return }
         let files = FileManager.default
         try files.moveItem(atPath: backup.store, toPath: path)

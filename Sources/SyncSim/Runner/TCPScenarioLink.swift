@@ -94,11 +94,13 @@ final class TCPScenarioLink: ScenarioLink {
         guard state.phone.isUp, watches.allSatisfy({ $0.isUp && !shared.isPartitioned($0.name) }),
               let phone = peers[.phone] else { return false }
         let involved = [state.phone] + watches
-        let wanted = Set(watches.map(\.nodeID))
         let slice: Duration = .seconds(5)
         let deadline = ContinuousClock.now + Self.idleTimeout
         while ContinuousClock.now < deadline {
             if involved.contains(where: \.powerFailed) { return false }
+            // The node ids the watches' stores name now (a copy names the one
+            // it was copied with until its phone refuses it and it takes its own).
+            let wanted = Set(watches.map { $0.store?.nodeID ?? $0.nodeID })
             guard wanted.isSubset(of: Set(phone.connectedPeers)) else {
                 try? await Task.sleep(for: .milliseconds(10))
                 continue
@@ -127,7 +129,7 @@ final class TCPScenarioLink: ScenarioLink {
         var busy: [String] = []
         if let phone = peers[.phone] {
             let connected = Set(phone.connectedPeers)
-            for watch in watches where !connected.contains(watch.nodeID) { busy.append("\(watch.name.rawValue) not connected to the phone") }
+            for watch in watches where !connected.contains(watch.store?.nodeID ?? watch.nodeID) { busy.append("\(watch.name.rawValue) not connected to the phone") }
         }
         for node in [state.phone] + watches {
             guard let peer = peers[node.name] else { continue }

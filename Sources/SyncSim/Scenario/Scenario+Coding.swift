@@ -264,7 +264,7 @@ enum StepCoding {
             let n = try node(required: false, watchOnly: true)
             action = op == "partition" ? .partition(node: n) : .heal(node: n)
         case "replaceWatch":
-            try item.checkKnown(["at", "op", "node", "restoredFrom"])
+            try item.checkKnown(["at", "op", "node", "restoredFrom", "marker"])
             let n = try node(required: false, watchOnly: true)
             var source: ScenarioNode?
             if let name = try item.string("restoredFrom", required: false) {
@@ -274,7 +274,9 @@ enum StepCoding {
                 }
                 source = watch
             }
-            action = .replaceWatch(node: n, restoredFrom: source)
+            let marker = try item.bool("marker") ?? true
+            if !marker, source == nil { throw item.fail("marker", "false needs 'restoredFrom' (only a copied store can lack its marker)") }
+            action = .replaceWatch(node: n, restoredFrom: source, marker: marker)
         case "updateApp":
             try item.checkKnown(["at", "op", "node"])
             let n = try node()!
@@ -352,9 +354,10 @@ extension Scenario.Step: Encodable {
             try c.encodeIfPresent(node?.rawValue, forKey: FieldKey("node"))
         case .partition(let node), .heal(let node):
             try c.encodeIfPresent(node?.rawValue, forKey: FieldKey("node"))
-        case .replaceWatch(let node, let source):
+        case .replaceWatch(let node, let source, let marker):
             try c.encodeIfPresent(node?.rawValue, forKey: FieldKey("node"))
             try c.encodeIfPresent(source?.rawValue, forKey: FieldKey("restoredFrom"))
+            if !marker { try c.encode(false, forKey: FieldKey("marker")) }
         case .checkpoint:
             break
         case .powerCut(let node, let operations):

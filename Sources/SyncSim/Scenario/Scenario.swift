@@ -107,7 +107,7 @@ public struct Scenario: Sendable, Equatable {
     /// Whether a step sets a watch up from a backup (`replaceWatch` with `restoredFrom`).
     public var restoresBackups: Bool {
         timeline.contains { step in
-            if case .replaceWatch(_, .some) = step.action { true } else { false }
+            if case .replaceWatch(_, .some, _) = step.action { true } else { false }
         }
     }
 
@@ -134,8 +134,10 @@ public struct Scenario: Sendable, Equatable {
         /// A new watch (new file, node id and pairing epoch) replaces the named one (nil: `watch`).
         /// With `restoredFrom`, the new watch is set up from a backup of that
         /// watch's store taken now (itself, or another that stays paired): a
-        /// copy of its file and key, opened with `renewsNodeIDWhenRestored`.
-        case replaceWatch(node: ScenarioNode? = nil, restoredFrom: ScenarioNode? = nil)
+        /// copy of its file and key, opened with `renewsNodeIDWhenRestored`
+        /// (`marker` false: without it, so the copy keeps the node id it was
+        /// copied with until its phone refuses it with `node-id-conflict`).
+        case replaceWatch(node: ScenarioNode? = nil, restoredFrom: ScenarioNode? = nil, marker: Bool = true)
         /// Arms a power cut on the node: its `afterOperations`-th SQLite file
         /// write, truncate or sync from now fails (inside a transaction), and
         /// the node is down until `restart`, with what was synced to disk.
