@@ -56,17 +56,40 @@ import Testing
     }
 
     /// When the phone meets a node id through a marker-less copy's pairing
-    /// first (here the copy's queued messages, through the mailbox, while the
-    /// phone was down), it is the copy's *source* that it refuses and that
-    /// takes a new node id. The simulator follows only a copy's own renewal,
-    /// and says so rather than check the run under the wrong identities.
-    @Test func aSourceRefusedForItsCopysNodeIDIsNamedAsWhatTheSimulatorDoesNotFollow() async throws {
+    /// first (here: the phone was down, and the copy's queued messages came
+    /// first), it is the copy's *source* that it refuses and that takes a new
+    /// node id; the run follows it, and everything converges.
+    @Test func aSourceRefusedForItsCopysNodeIDIsFollowed() async throws {
         let scenario = try Scenario.parse(#"""
         {"description":"a copy without its marker reaches the phone first; its source is the watch refused","faults":{"duplicateRate":0.04,"jitterMs":4,"latencyMs":49,"lossRate":0.16,"reorderRate":0.17},"keys":[{"availability":"all","name":"k:all-auto","policy":"automaticSmall","security":"none"},{"availability":"phoneWithWatchSync","name":"k:phone-sync","policy":"automaticSmall","security":"none"}],"mailbox":true,"seed":98000637,"settleLimitMs":300000,"timeline":[{"at":3503,"node":"watch2","op":"replaceWatch","restoredFrom":"watch2"},{"afterOperations":9,"at":3778,"node":"phone","op":"powerCut"},{"at":8590,"key":"k:phone-sync","node":"phone","op":"put","value":"v47"},{"at":8686,"marker":false,"node":"watch","op":"replaceWatch","restoredFrom":"watch2"},{"at":9071,"node":"watch","op":"partition"},{"at":9177,"key":"k:all-auto","node":"watch2","op":"put","value":"v4"},{"at":9920,"node":"phone","op":"restart"},{"at":9966,"node":"watch","op":"restart"},{"at":10660,"node":"watch2","op":"crash"}],"watches":2}
         """#)
         let outcome = await Simulation.run(scenario, name: "source-refused")
-        let error = try #require(outcome.runError)
-        #expect(error.contains("took a new one during the run") && error.contains("follows only the copy's own renewal"), "\(error)")
+        #expect(outcome.runError == nil, "\(outcome.runError ?? "")")
+        let report = try #require(outcome.report)
+        #expect(report.passed, "\(report.text)")
+        // phone, watch (the copy, 3004), watch2 (its source, 3003 until its phone refused it)
+        #expect(report.nodes.map(\.nodeID).prefix(2) == ["1001", "3004"])
+        #expect(report.nodes.count == 3 && report.nodes[2].nodeID != "3003", "the source took a new node id")
+    }
+
+    /// Known issue, not fixed: a copy without its marker and its source, both
+    /// reached only through their mailboxes (behind a partition), each name
+    /// the same node id from another pairing. The phone, which cannot tell
+    /// from a queued message which build wrote it, serves them as it serves
+    /// watches before protocol 6: the node follows the pairing of the last
+    /// message read, a baseline at each switch. Each baseline is acknowledged
+    /// through the other mailbox, which switches it back, so the mailboxes
+    /// never go quiet until a live session lets the phone refuse one of them.
+    /// (`syncsim fuzz` does not generate it.)
+    @Test func aCopyAndItsSourceOnlyThroughTheirMailboxesNeverGoQuiet() async throws {
+        let scenario = try Scenario.parse(#"""
+        {"description":"a copy without its marker and its source, both behind a partition, reached only through their mailboxes","keys":[{"availability":"all","name":"k:set","policy":"automaticSmall","resolver":"union","security":"none"}],"mailbox":true,"seed":98000672,"settleLimitMs":300000,"timeline":[{"at":5469,"op":"partition"},{"at":6147,"marker":false,"node":"watch2","op":"replaceWatch","restoredFrom":"watch"},{"at":6247,"key":"k:set","node":"watch","op":"put","size":102398},{"at":6897,"op":"partition"},{"at":6993,"op":"checkpoint"}],"watches":2}
+        """#)
+        let report = try #require(await Simulation.run(scenario, name: "mailboxes-only").report)
+        withKnownIssue("the phone switches the node id between the two pairings at each queued message") {
+            #expect(report.passed, "\(report.text)")
+        }
+        #expect(report.text.contains("pairing's mailbox while both run") || report.passed, "\(report.text)")
     }
 
     /// Each restored watch took the node id the simulator gave it (the store
@@ -119,7 +142,9 @@ import Testing
         }
         #expect(restoring.count >= 5)
         #expect(restoring.contains { s in s.timeline.contains { if case .replaceWatch(let n, let source?, _) = $0.action { (n ?? .watch) != source } else { false } } })
-        for scenario in restoring.prefix(6) {
+        let unmarked = restoring.filter { s in s.timeline.contains { if case .replaceWatch(_, .some, false) = $0.action { true } else { false } } }
+        #expect(unmarked.count >= 2, "some copies keep no marker: their phone catches them")
+        for scenario in restoring.prefix(6) + unmarked.prefix(3) {
             let report = try #require(await Simulation.run(scenario, name: "fuzz-\(scenario.seed)").report)
             #expect(report.passed, "seed \(scenario.seed): \(report.text)")
         }

@@ -32,6 +32,15 @@ struct InvariantChecker {
         inherited[node] = (inherited[source] ?? []).union([source])
     }
 
+    /// The device known as `old` took the node id `new` during the run: the
+    /// values it wrote under `old` (and those it may hold through it) are its
+    /// own still, and its app and re-baseline follow it.
+    mutating func follow(_ old: UInt32, to new: UInt32) {
+        inherited[new] = (inherited.removeValue(forKey: old) ?? []).union(inherited[new] ?? []).union([old])
+        if let app = olderApps.removeValue(forKey: old) { olderApps[new] = app }
+        if rebaselinedWatches.contains(old) { rebaselinedWatches.insert(new) }
+    }
+
     /// How node `nodeID`'s app declares the key of entry `key`.
     func declaration(_ key: String, on nodeID: UInt32) -> KeyDescriptor? {
         (olderApps[nodeID] ?? registry).descriptor(forEntry: key)

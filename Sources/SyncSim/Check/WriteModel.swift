@@ -53,6 +53,14 @@ struct WriteModel {
         for i in writes.indices where writes[i].nodeID == nodeID { writes[i].retired = true }
     }
 
+    /// The device known as `old` took the node id `new` (its phone refused
+    /// `old`): its writes, syncs and re-baselines are `new`'s from now on.
+    mutating func rename(_ old: UInt32, to new: UInt32) {
+        for i in writes.indices where writes[i].nodeID == old { writes[i].nodeID = new }
+        for i in syncs.indices where syncs[i].nodeID == old { syncs[i].nodeID = new }
+        if let order = rebaselines.removeValue(forKey: old) { rebaselines[new] = max(order, rebaselines[new] ?? order) }
+    }
+
     /// The write that produced `version` on `nodeID`, if the model has it.
     func write(key: String, version: HLCTimestamp) -> Write? {
         writes.last { $0.key == key && $0.version == version }

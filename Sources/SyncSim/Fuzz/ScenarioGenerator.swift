@@ -1,4 +1,4 @@
-import SyncEngine
+@_spi(Benchmarks) import SyncEngine
 import SyncTransport
 
 /// Makes random scenarios from a seed: mixed keys over every availability
@@ -109,6 +109,13 @@ public struct ScenarioGenerator: Sendable {
             guard restoredCopies, b.nextBool(probability: 0.5) else { return nil }
             return b.nextBool(probability: 0.5) ? node : watches[b.nextInt(in: 0...(watchCount - 1))]
         }
+        // Whether a restored copy's app keeps no device marker (its phone then
+        // refuses the copy, or its source): a stream of its own, drawn only for a copy.
+        var unmarked = SeededRandom(seed: seed ^ 0x0C_0B1E_D1D)
+        func replaceWatch(_ node: ScenarioNode?, replacing watch: ScenarioNode) -> Scenario.Action {
+            let source = restoredFrom(replacing: watch)
+            return .replaceWatch(node: node, restoredFrom: source, marker: source == nil || !unmarked.nextBool(probability: 0.4))
+        }
 
         var steps: [Scenario.Step] = []
         var at: Int64 = 0
@@ -153,10 +160,7 @@ public struct ScenarioGenerator: Sendable {
                 action = .restart(node: target)
             case 92..<96: action = .skew(node: node, ms: Int64(r.nextInt(in: -600...600)) * 1000)
             case 96..<99: action = .checkpoint
-            // Restored copies keep their marker: a copy without one may make
-            // its source the watch its phone refuses, a renewal the checker's
-            // node identities do not follow (`"marker": false` runs from files).
-            default: action = .replaceWatch(node: watchCount == 1 ? nil : watch, restoredFrom: restoredFrom(replacing: watch))
+            default: action = replaceWatch(watchCount == 1 ? nil : watch, replacing: watch)
             }
             if merging, case .put(let writer, _, _, _) = action, v.nextBool(probability: 0.2) {
                 action = Self.mergedWrite(by: writer, using: &v)
@@ -262,6 +266,17 @@ public struct ScenarioGenerator: Sendable {
                 steps.insert(Scenario.Step(at: steps[last].at, .freeDisk(node: full)), at: last + 1)
             }
             steps.insert(Scenario.Step(at: steps[first].at, .fillDisk(node: full)), at: first)
+        }
+        if queued || protocols[.phone].map({ $0 < SyncMessage.nodeRenewalProtocol }) == true {
+            // A copy without its marker keeps it here: a phone before protocol 6 cannot tell the
+            // copy from its source (the two miss each other's changes, as before protocol 6), and
+            // (known issue) a copy and its source both reached only through their mailboxes keep
+            // the phone switching the node id between their pairings, a baseline each time: the
+            // mailboxes never go quiet (`SimRestoredCopyTests`).
+            steps = steps.map { step in
+                guard case .replaceWatch(let node, let source?, false) = step.action else { return step }
+                return Scenario.Step(at: step.at, .replaceWatch(node: node, restoredFrom: source))
+            }
         }
         var faults = LinkFaults()
         if r.nextBool(probability: 0.5) {

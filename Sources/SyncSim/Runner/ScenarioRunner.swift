@@ -44,6 +44,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
                     await reapPowerCuts()
                 }
                 try await apply(step)
+                followRenewals()
                 stepsRun += 1
             }
             // Settle: heal, bring crashed nodes back, wait until all is idle.
@@ -292,7 +293,21 @@ final class ScenarioRunner<Link: ScenarioLink> {
 
     /// Checks the stores of the nodes that are up; convergence only between
     /// the phone and the watches in `connected` (settled with it).
+    /// A watch whose phone refused its node id (`node-id-conflict`: a copy
+    /// without its marker, or the source of one that the phone met first)
+    /// took a new one: the run knows it by that one from now on. A copy keeps
+    /// its run's id while its store still names the one it was copied with.
+    func followRenewals() {
+        for node in state.nodes {
+            guard let id = node.store?.nodeID, id != node.nodeID, id != node.unmarkedCopyOf else { continue }
+            state.model.rename(node.nodeID, to: id)
+            state.checker.follow(node.nodeID, to: id)
+            node.follow(renewedTo: id)
+        }
+    }
+
     func checkState(label: String, connected: [SimNode]) throws {
+        followRenewals()
         link.observeSentFrames()
         var snapshots: [InvariantChecker.Snapshot] = []
         for node in state.nodes {

@@ -107,11 +107,11 @@ final class SimNode {
         }
         StoreTemplate.install(at: path)
         let store = try SyncStore(path: path, role: role, registry: registry, options: options)
-        guard store.nodeID == nodeID || store.nodeID == unmarkedCopyOf else {
+        // A restored copy must find itself copied at its first open (a later
+        // one may name an id its phone had it take: the runner follows it).
+        guard !restoredCopy || openedWith != nil || store.nodeID == nodeID || store.nodeID == unmarkedCopyOf else {
             store.close()
-            let renewed = openedWith == nil ? "" : " (it took a new one during the run: its phone met its node id through"
-                + " the pairing of a copy without its marker first, and refused it; the simulator follows only the copy's own renewal)"
-            throw SyncError(.invalidConfiguration, "\(name.rawValue)'s store opened with node id \(String(store.nodeID, radix: 16)), not \(String(nodeID, radix: 16))" + renewed)
+            throw SyncError(.invalidConfiguration, "\(name.rawValue)'s store opened with node id \(String(store.nodeID, radix: 16)), not \(String(nodeID, radix: 16))")
         }
         self.store = store
         if openedWith == nil { openedWith = store.nodeID }
@@ -188,6 +188,11 @@ final class SimNode {
         // The restored device has the key that came with the backup, or none yet.
         try? files.removeItem(atPath: keyPath)
         if let key = backup.key { try files.moveItem(atPath: key, toPath: keyPath) }
+    }
+
+    /// The node's store took `id` (its phone refused the one it had): the run knows it by `id` from now on.
+    func follow(renewedTo id: UInt32) {
+        nodeID = id
     }
 
     /// A backup of this node's store as it is now, at `destination` (with a copy of its
