@@ -291,8 +291,6 @@ final class ScenarioRunner<Link: ScenarioLink> {
 
     // MARK: checks and report
 
-    /// Checks the stores of the nodes that are up; convergence only between
-    /// the phone and the watches in `connected` (settled with it).
     /// A watch whose phone refused its node id (`node-id-conflict`: a copy
     /// without its marker, or the source of one that the phone met first)
     /// took a new one: the run knows it by that one from now on. A copy keeps
@@ -306,6 +304,8 @@ final class ScenarioRunner<Link: ScenarioLink> {
         }
     }
 
+    /// Checks the stores of the nodes that are up; convergence only between
+    /// the phone and the watches in `connected` (settled with it).
     func checkState(label: String, connected: [SimNode]) throws {
         followRenewals()
         link.observeSentFrames()

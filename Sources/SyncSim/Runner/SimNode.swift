@@ -48,7 +48,7 @@ final class SimNode {
     var cutsBeforeArming: Int?
     /// Whether this device was set up from a backup of a watch's store
     /// (`replaceWatch` with `restoredFrom`): it must find itself restored
-    /// when its store opens, and take `nodeID`.
+    /// when its store first opens, and take `nodeID` (unless `unmarkedCopyOf`).
     var restoredCopy = false
     /// For a copy whose app keeps no device marker: the node id it was copied
     /// with, which it keeps until its phone refuses it (`node-id-conflict`)
