@@ -12,11 +12,12 @@ public struct StoreOptions: Sendable {
     public var maxCachedValueSize = 64 * 1024
     /// Where the store and its sessions log (message types and codes, never values). Silent by default.
     public var logger = SyncStore.disabledLogger
-    /// The node id given to a new store file, and taken by a file found
-    /// restored or copied at open (`renewsNodeIDWhenRestored`) or by a watch
-    /// whose phone finds its node id taken (`node-id-conflict`), unless one
-    /// of its peers has it (random when nil). Other existing files keep
-    /// theirs. The simulator sets it so that runs are reproducible.
+    /// The node id given to a new store file, and the one a store takes when
+    /// it renews its id (found restored or copied at open with
+    /// `renewsNodeIDWhenRestored`, refused by its phone with
+    /// `node-id-conflict`, or `renewNodeID()`), unless it is the id being
+    /// replaced or a peer's (random then, and when nil). Other existing files
+    /// keep theirs. The simulator sets it so that runs are reproducible.
     public var nodeID: UInt32?
     /// Keep every value in its own file in this directory, with the metadata in
     /// SQLite (what `FileValueStore` sets). A store created with a value

@@ -50,9 +50,9 @@ extension SyncStore {
         try knownPeers(ofPairing: epoch).filter { try forgetPeer($0) }
     }
 
-    /// Gives this store a new random node id, kept in its file, and returns
-    /// it: the versions it writes from now on carry it, and its peers meet it
-    /// as a new device (a phone baselines it). For a store whose file was
+    /// Gives this store a new node id (`StoreOptions.nodeID` if that one is
+    /// free, else a random one), kept in its file, and returns it: the
+    /// versions it writes from now on carry it, and its peers meet it as a new device (a phone baselines it). For a store whose file was
     /// copied from another device that still syncs, or restored from an
     /// older backup of its own (`StoreOptions.renewsNodeIDWhenRestored` does
     /// it at open); a watch of protocol 6 does it by itself when its phone
@@ -63,16 +63,14 @@ extension SyncStore {
     }
 
     /// `renewNodeID()`, unless the store's node id is no longer `node`
-    /// (another process sharing the file renewed it): that one is kept. With
-    /// `node` (a phone found it taken), `StoreOptions.nodeID` is the new one
-    /// if it is free, as at open.
+    /// (another process sharing the file renewed it): that one is kept.
     @discardableResult
     func renewNodeID(replacing node: UInt32?) throws -> UInt32 {
         try checkOpen()
         let (renewed, old) = try database.write { conn -> (UInt32, UInt32) in
             let stored = UInt32(try SyncStore.readMeta(conn)["node_id"] ?? "") ?? 0
             if let node, stored != node, stored != 0 { return (stored, stored) }
-            return (try SyncStore.writeNewNodeID(conn, replacing: stored, preferred: node == nil ? nil : options.nodeID), stored)
+            return (try SyncStore.writeNewNodeID(conn, replacing: stored, preferred: options.nodeID), stored)
         }
         try adoptRenewed(renewed, old: old)
         return renewed
