@@ -343,11 +343,18 @@ import Testing
         }
     }
 
-    /// Through the mailbox alone the phone cannot tell which build wrote a
-    /// queued message: the copy is served as a watch before protocol 6 is
-    /// (the node's pairing moves with each watch's messages), and still each
-    /// watch gets the other's changes (README, "A phone with several watches").
-    @Test func throughTheMailboxAloneACopiedWatchStillGetsTheOtherWatchsChanges() async throws {
+    /// Through the mailbox alone: a watch of protocol 6 says first that it
+    /// takes a new node id when refused for its own (`renewsNodeID`), so the
+    /// phone refuses the copy's node id, bound to the other pairing; the copy
+    /// takes a new one and posts again under it. Each watch gets the other's
+    /// changes, and the mailboxes go quiet (before, the node id's pairing
+    /// followed each message read, with a baseline each time, for ever).
+    /// A copy of an older protocol cannot take a new node id: it keeps its
+    /// own, which becomes its pairing's, and the other watch takes a new one.
+    /// A phone of an older protocol serves both as before (the pairing follows
+    /// each message), and still each watch gets the other's changes.
+    @Test(arguments: [ThroughMailboxes.current, .olderWatch, .olderPhone])
+    func throughTheMailboxAloneACopiedWatchGetsTheOtherWatchsChanges(builds: ThroughMailboxes) async throws {
         var pair = try Pair()
         let pairingA = PairingSecret.generate()
         let pairingB = PairingSecret.generate()
@@ -355,29 +362,105 @@ import Testing
         Self.session(pair.phone, pair.watch, epoch: pairingA.epoch)
         let watchB = try Self.copyWatch(&pair)
         defer { watchB.close() }
+        let copiedNode = watchB.nodeID
         try await pair.watch.set(2, for: TestKeys.daily["a2"])
         try await watchB.set(3, for: TestKeys.daily["b"])
 
+        func configuration(_ pairing: PairingSecret, older: Bool) -> ReplicationConfiguration {
+            var configuration = ReplicationConfiguration(pairingEpoch: pairing.epoch)
+            if older { configuration.protocolRange = 1...(SyncMessage.nodeRenewalProtocol - 1) }
+            return configuration
+        }
         let (folderA, folderB) = (TempFolder(), TempFolder())
-        let phone = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: pairingA.epoch))
-        let watches = [(SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: pairingA.epoch)),
+        let phone = SyncPeer(store: pair.phone, configuration: configuration(pairingA, older: builds == .olderPhone))
+        let watches = [(SyncPeer(store: pair.watch, configuration: configuration(pairingA, older: false)),
                         try Mailbox(directory: folderA.path, role: .watch, secret: pairingA),
                         try Mailbox(directory: folderA.path, role: .phone, secret: pairingA)),
-                       (SyncPeer(store: watchB, configuration: ReplicationConfiguration(pairingEpoch: pairingB.epoch)),
+                       (SyncPeer(store: watchB, configuration: configuration(pairingB, older: builds == .olderWatch)),
                         try Mailbox(directory: folderB.path, role: .watch, secret: pairingB),
                         try Mailbox(directory: folderB.path, role: .phone, secret: pairingB))]
-        for _ in 0..<4 {
+        /// One round of each watch with the phone; the messages the phone posted.
+        func round() throws -> Int {
+            var posted = 0
             for (watch, watchBox, phoneBox) in watches {
                 _ = try watch.deliverQueued(through: watchBox)
-                _ = try phone.deliverQueued(through: phoneBox)
+                posted += try phone.deliverQueued(through: phoneBox).messagesPosted
                 _ = try watch.deliverQueued(through: watchBox)
             }
+            return posted
         }
+        for _ in 0..<6 { _ = try round() }
         for store in [pair.phone, pair.watch, watchB] {
             #expect(try store.storedValue(for: TestKeys.daily["a"]) == 1)
             #expect(try store.storedValue(for: TestKeys.daily["a2"]) == 2, "a2 on \(store.path)")
             #expect(try store.storedValue(for: TestKeys.daily["b"]) == 3, "b on \(store.path)")
         }
+        switch builds {
+        case .current:
+            #expect(watchB.nodeID != copiedNode && pair.watch.nodeID == copiedNode, "the copy took a new node id")
+        case .olderWatch:
+            // The copy cannot take one: the node id became its pairing's, and the watch of the other gave way.
+            #expect(watchB.nodeID == copiedNode && pair.watch.nodeID != copiedNode, "the source took a new node id")
+        case .olderPhone:
+            #expect(watchB.nodeID == copiedNode && pair.watch.nodeID == copiedNode)
+        }
+        if builds != .olderPhone {
+            #expect(try pair.phone.knownPeers(ofPairing: pairingA.epoch) == [pair.watch.nodeID])
+            #expect(try pair.phone.knownPeers(ofPairing: pairingB.epoch) == [watchB.nodeID])
+            #expect(try round() == 0, "the mailboxes are quiet")
+        }
+    }
+
+    /// A queued refusal of a watch's node id names it: a watch that took a
+    /// new one since (the phone refused it live, or refused an older message
+    /// once more after a restart) keeps the one it has; one that names its
+    /// node id makes it take a new one, and what it posted goes again under it.
+    @Test func aQueuedRefusalOfAnotherNodeIDIsPassedOverAndOfItsOwnRenewsIt() async throws {
+        let pair = try Pair()
+        let pairing = PairingSecret.generate()
+        let folder = TempFolder()
+        let watch = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: pairing.epoch))
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing)
+        try await pair.watch.set(4, for: TestKeys.daily["w"])
+        _ = try watch.deliverQueued(through: watchBox)
+        let phoneHeader = QueuedHeader(protocolVersion: 1, node: pair.phone.nodeID, role: .phone, pairingEpoch: pairing.epoch,
+                                       registryFingerprint: pair.phone.registry.fingerprint(for: .phone))
+        func refuse(_ node: UInt32) throws {
+            let error = SyncError.nodeIDConflict(node: node)
+            try phoneBox.post(QueuedMessage.refusal(phoneHeader, code: error.code.rawValue, message: error.message).frame())
+        }
+        /// The node ids of the batches waiting for the phone that carry `key`.
+        func batches(of key: Key<Int>) throws -> [UInt32] {
+            try watchBox.outgoingMessages().compactMap { message -> UInt32? in
+                guard case .batch(let header, _, _, let entries) = try QueuedMessage(frame: message.frame),
+                      entries.contains(where: { $0.key == key.name }) else { return nil }
+                return header.node
+            }
+        }
+        let old = pair.watch.nodeID
+        try refuse(old &+ 1)
+        var report = try watch.deliverQueued(through: watchBox)
+        #expect(pair.watch.nodeID == old && report.refused.isEmpty)
+        try await pair.watch.set(5, for: TestKeys.daily["x"])
+        _ = try watch.deliverQueued(through: watchBox)
+        #expect(try batches(of: TestKeys.daily["x"]) == [old], "posting went on")
+        try refuse(old)
+        report = try watch.deliverQueued(through: watchBox)
+        #expect(pair.watch.nodeID != old)
+        #expect(report.refused.map(\.code) == [.nodeIDConflict])
+        // What it posted goes again, under the new node id.
+        #expect(try batches(of: TestKeys.daily["w"]) == [old, pair.watch.nodeID])
+        #expect(try batches(of: TestKeys.daily["x"]) == [old, pair.watch.nodeID])
+        #expect(SyncError.conflictingNode(in: SyncError.nodeIDConflict(node: 0xFFFF_FFFF).message) == 0xFFFF_FFFF)
+        for text in ["", "the watch's node id ", "the watch's node id 123456789 belongs", "the watch's node id zz", "node id 12"] {
+            #expect(SyncError.conflictingNode(in: text) == nil, "\(text)")
+        }
+    }
+
+    enum ThroughMailboxes: String, CustomTestStringConvertible, Sendable {
+        case current, olderWatch, olderPhone
+        var testDescription: String { rawValue }
     }
 
     /// Two processes share a store file (an app and its extension): the

@@ -116,7 +116,7 @@ import Testing
         try stores.phone.recordPeer(node: other, role: .watch, epoch: secret.epoch)
 
         try await stores.watches[0].set(12, for: TestKeys.steps)
-        #expect(try watch.deliverQueued(through: watchBox).messagesPosted == 1)
+        #expect(try watch.deliverQueued(through: watchBox).messagesPosted == 2)  // its node renewal notice, its batch
         let refused = try phone.deliverQueued(through: phoneBox)
         #expect(refused.refused.map(\.code) == [.tooManyPeers], "\(refused.refused)")
         #expect(refused.entriesApplied == 0)

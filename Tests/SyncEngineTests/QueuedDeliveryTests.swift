@@ -42,6 +42,7 @@ import Testing
                                        registryFingerprint: KeyRegistry.fingerprint(of: ["a|x", "b|y"])), ["a|x", "b|y"], isAnswer: false),
             .caughtUpFollows(header),
             .caughtUp(header),
+            .renewsNodeID(QueuedHeader(protocolVersion: 1, node: 0x2002, role: .watch, pairingEpoch: "epoch", registryFingerprint: [1, 2])),
         ]
         for message in messages {
             let frame = message.frame()
@@ -59,16 +60,22 @@ import Testing
         } catch let error as SyncError {
             #expect(error.code == .malformedMessage && error.message.contains("re-baseline"), "\(error)")
         }
-        // A caught-up marker is an acknowledgement of a stretch no stream position reaches, of nothing.
-        for (range, marker) in [(QueuedMessage.caughtUpFollowsRange, QueuedMessage.caughtUpFollows(header)), (QueuedMessage.caughtUpRange, .caughtUp(header))] {
+        // A marker is an acknowledgement of a stretch no stream position reaches (in any generation), of nothing.
+        let markers = [(QueuedMessage.caughtUpFollowsRange, QueuedMessage.caughtUpFollows(header)), (QueuedMessage.caughtUpRange, .caughtUp(header)),
+                       (QueuedMessage.renewsNodeIDRange, .renewsNodeID(header))]
+        #expect(Set(markers.map { "\($0.0)" } + ["\(MailboxReplicator.repairRange)"]).count == 4, "each names a stretch of its own")
+        for (range, marker) in markers {
             #expect(marker.frame().type == QueuedMessage.MessageType.ack.rawValue)
-            #expect(QueuedStreamPosition.position(range.through, generation: 0) == nil)
+            for generation in [0, 1, 2, QueuedStreamPosition.generations - 1, QueuedStreamPosition.generations] as [Int64] {
+                #expect(QueuedStreamPosition.position(range.after, generation: generation) == nil)
+                #expect(QueuedStreamPosition.position(range.through, generation: generation) == nil)
+            }
             let counted = QueuedMessage.ack(header, after: range.after, through: range.through, applied: 1, rejected: []).frame()
             do {
                 _ = try QueuedMessage(frame: counted)
-                Issue.record("a caught-up marker that names applied entries decoded")
+                Issue.record("a \(marker.kindName) that names applied entries decoded")
             } catch let error as SyncError {
-                #expect(error.code == .malformedMessage && error.message.contains("caught-up marker"), "\(error)")
+                #expect(error.code == .malformedMessage && error.message.contains(marker.kindName), "\(error)")
             }
         }
         // Declarations must be those the fingerprint they came with was taken of.
@@ -158,9 +165,9 @@ import Testing
         }
         #expect(Set(seen) == ["tags", "health:daily:steps"])
         #expect(pair.watch.syncCounters.entriesReceived == 4)
-        // Both acknowledgements reach the phone; the cursor moves once.
+        // Both acknowledgements reach the phone (after the watch's node renewal notice); the cursor moves once.
         let acks = try phone.deliverQueued(through: phoneBox)
-        #expect(acks.messagesRead == 2)
+        #expect(acks.messagesRead == 3)
         #expect(try pair.phone.pendingSummary(for: pair.watch.nodeID).total == 0)
     }
 

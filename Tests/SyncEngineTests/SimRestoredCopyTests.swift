@@ -40,41 +40,41 @@ import Testing
         }
     }
 
-    /// When the phone meets a node id through a marker-less copy's pairing
-    /// first (here: the phone was down, and the copy's queued messages came
-    /// first), it is the copy's *source* that it refuses and that takes a new
-    /// node id; the run follows it, and everything converges.
-    @Test func aSourceRefusedForItsCopysNodeIDIsFollowed() async throws {
+    /// A marker-less copy whose queued messages reach a phone that binds its
+    /// node id to its source's pairing (the phone was cut off and came back
+    /// meanwhile) is refused through its mailbox: it said first that it
+    /// renews, so it takes its own node id (3004) and its source keeps its
+    /// (before, the phone gave the node id to the copy's pairing and refused
+    /// the source at its next live session). Everything converges.
+    @Test func aCopyReachingThePhoneThroughItsMailboxTakesItsOwnNodeID() async throws {
         let scenario = try Scenario.parse(#"""
-        {"description":"a copy without its marker reaches the phone first; its source is the watch refused","faults":{"duplicateRate":0.04,"jitterMs":4,"latencyMs":49,"lossRate":0.16,"reorderRate":0.17},"keys":[{"availability":"all","name":"k:all-auto","policy":"automaticSmall","security":"none"},{"availability":"phoneWithWatchSync","name":"k:phone-sync","policy":"automaticSmall","security":"none"}],"mailbox":true,"seed":98000637,"settleLimitMs":300000,"timeline":[{"at":3503,"node":"watch2","op":"replaceWatch","restoredFrom":"watch2"},{"afterOperations":9,"at":3778,"node":"phone","op":"powerCut"},{"at":8590,"key":"k:phone-sync","node":"phone","op":"put","value":"v47"},{"at":8686,"marker":false,"node":"watch","op":"replaceWatch","restoredFrom":"watch2"},{"at":9071,"node":"watch","op":"partition"},{"at":9177,"key":"k:all-auto","node":"watch2","op":"put","value":"v4"},{"at":9920,"node":"phone","op":"restart"},{"at":9966,"node":"watch","op":"restart"},{"at":10660,"node":"watch2","op":"crash"}],"watches":2}
+        {"description":"a copy without its marker reaches, through its mailbox, a phone that binds its node id to its source","faults":{"duplicateRate":0.04,"jitterMs":4,"latencyMs":49,"lossRate":0.16,"reorderRate":0.17},"keys":[{"availability":"all","name":"k:all-auto","policy":"automaticSmall","security":"none"},{"availability":"phoneWithWatchSync","name":"k:phone-sync","policy":"automaticSmall","security":"none"}],"mailbox":true,"seed":98000637,"settleLimitMs":300000,"timeline":[{"at":3503,"node":"watch2","op":"replaceWatch","restoredFrom":"watch2"},{"afterOperations":9,"at":3778,"node":"phone","op":"powerCut"},{"at":8590,"key":"k:phone-sync","node":"phone","op":"put","value":"v47"},{"at":8686,"marker":false,"node":"watch","op":"replaceWatch","restoredFrom":"watch2"},{"at":9071,"node":"watch","op":"partition"},{"at":9177,"key":"k:all-auto","node":"watch2","op":"put","value":"v4"},{"at":9920,"node":"phone","op":"restart"},{"at":9966,"node":"watch","op":"restart"},{"at":10660,"node":"watch2","op":"crash"}],"watches":2}
         """#)
-        let outcome = await Simulation.run(scenario, name: "source-refused")
+        let outcome = await Simulation.run(scenario, name: "copy-refused-queued")
         #expect(outcome.runError == nil, "\(outcome.runError ?? "")")
         let report = try #require(outcome.report)
         #expect(report.passed, "\(report.text)")
-        // phone, watch (the copy, 3004), watch2 (its source, 3003 until its phone refused it)
-        #expect(report.nodes.map(\.nodeID).prefix(2) == ["1001", "3004"])
-        #expect(report.nodes.count == 3 && report.nodes[2].nodeID != "3003", "the source took a new node id")
+        // phone, watch (the copy, 3003 until its phone refused it), watch2 (its source)
+        #expect(report.nodes.map(\.nodeID) == ["1001", "3004", "3003"])
     }
 
-    /// Known issue, not fixed: a copy without its marker and its source, both
-    /// reached only through their mailboxes (behind a partition), each name
-    /// the same node id from another pairing. The phone, which cannot tell
-    /// from a queued message which build wrote it, serves them as it serves
-    /// watches before protocol 6: the node follows the pairing of the last
-    /// message read, a baseline at each switch. Each baseline is acknowledged
-    /// through the other mailbox, which switches it back, so the mailboxes
-    /// never go quiet until a live session lets the phone refuse one of them.
-    /// (`syncsim fuzz` does not generate it.)
-    @Test func aCopyAndItsSourceOnlyThroughTheirMailboxesNeverGoQuiet() async throws {
+    /// A copy without its marker and its source, both reached only through
+    /// their mailboxes (behind a partition), name the same node id from two
+    /// pairings. Each says first that it renews (`renewsNodeID`), so the
+    /// phone refuses the copy's node id through its mailbox, and the copy
+    /// takes its own (3003). Before, the phone served them as watches before
+    /// protocol 6: the node id followed the pairing of the last message read,
+    /// a baseline at each switch, each acknowledged through the other mailbox,
+    /// which switched it back; the mailboxes never went quiet (the phone sent
+    /// its one entry 235 times) until a live session refused one.
+    @Test func aCopyAndItsSourceOnlyThroughTheirMailboxesGoQuiet() async throws {
         let scenario = try Scenario.parse(#"""
         {"description":"a copy without its marker and its source, both behind a partition, reached only through their mailboxes","keys":[{"availability":"all","name":"k:set","policy":"automaticSmall","resolver":"union","security":"none"}],"mailbox":true,"seed":98000672,"settleLimitMs":300000,"timeline":[{"at":5469,"op":"partition"},{"at":6147,"marker":false,"node":"watch2","op":"replaceWatch","restoredFrom":"watch"},{"at":6247,"key":"k:set","node":"watch","op":"put","size":102398},{"at":6897,"op":"partition"},{"at":6993,"op":"checkpoint"}],"watches":2}
         """#)
         let report = try #require(await Simulation.run(scenario, name: "mailboxes-only").report)
-        withKnownIssue("the phone switches the node id between the two pairings at each queued message") {
-            #expect(report.passed, "\(report.text)")
-        }
-        #expect(report.text.contains("pairing's mailbox while both run") || report.passed, "\(report.text)")
+        #expect(report.passed, "\(report.text)")
+        #expect(report.nodes.map(\.nodeID) == ["1001", "2002", "3003"])
+        #expect(report.nodes[0].entriesSent <= 4, "the phone sends its one entry to each watch, not at each switch: \(report.text)")
     }
 
     /// Each restored watch took the node id the simulator gave it, and holds

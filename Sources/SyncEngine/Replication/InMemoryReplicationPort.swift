@@ -48,6 +48,8 @@ package final class InMemoryReplicationPort: ReplicationPort {
     package private(set) var rows: [String: Row] = [:]
     private var nextSeq: Int64 = 1
     private var peers: [UInt32: Peer] = [:]
+    /// Pairings whose watch takes a new node id when refused for it (`noteQueuedPeerRenewsNodeID`).
+    private var queuedRenewals: Set<String> = []
     private var chunks: [ChunkedVersion: [Int: [UInt8]]] = [:]
     /// The value the staged chunks of each version belong to.
     private var chunkValues: [ChunkedVersion: ChunkedValue] = [:]
@@ -297,6 +299,8 @@ package final class InMemoryReplicationPort: ReplicationPort {
     }
 
     package func pairingEpoch(ofPeer node: UInt32) throws -> String? { peers[node]?.epoch }
+    package func queuedPeerRenewsNodeID(in epoch: String) throws -> Bool { queuedRenewals.contains(epoch) }
+    package func noteQueuedPeerRenewsNodeID(in epoch: String) throws { queuedRenewals.insert(epoch) }
 
     package func renewNodeID(replacing node: UInt32) throws -> UInt32 {
         guard nodeID == node else { return nodeID }

@@ -9,7 +9,8 @@ extension MailboxReplicator {
     func validate(_ message: QueuedMessage) throws -> SyncError? {
         let header = message.header
         let isRefusal = if case .refusal = message { true } else { false }
-        let isDeclarations = if case .declarations = message { true } else { false }
+        // Key declarations, and a watch's node renewal notice, whatever the peer's registry.
+        let isDeclarations = switch message { case .declarations, .renewsNodeID: true; default: false }
         if header.role != port.role.counterpart {
             return SyncError(.protocolViolation, "a queued message from a \(header.role) reached a \(port.role)")
         }

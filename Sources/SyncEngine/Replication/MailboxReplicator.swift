@@ -22,7 +22,7 @@ package final class MailboxReplicator {
     /// The peer's node, once known (from the store, or its first message).
     package private(set) var peerNode: UInt32?
     /// The stream position posted through (nil: not decided since start).
-    private var postedThrough: Int64?
+    var postedThrough: Int64?
     /// The re-baseline generation `postedThrough` was posted in.
     private var postedGeneration: Int64?
     /// The watch and generation whose superseded batches were last taken back (`withdrawSuperseded`).
@@ -72,6 +72,10 @@ package final class MailboxReplicator {
     package var afterReading: ((QueuedMessage) -> Void)?
     /// Whether the last round failed to post because the peer's spool was full (reported once).
     private var reportedFull = false
+    /// On a watch: this process posted its node renewal notice (`announceNodeRenewal`).
+    var announcedNodeRenewal = false
+    /// On a phone: the node ids this process refused through this mailbox for being another pairing's.
+    var refusedTakenNodes: Set<UInt32> = []
     /// A re-baseline notice was posted ahead of the baseline now being posted (from cursor 0).
     private var rebaselinePosted = false
     /// A queued notice's baseline owes its caught-up marker (nil: not read from the store yet).
@@ -89,7 +93,7 @@ package final class MailboxReplicator {
     /// end speaks: the queued format (payload schema 1) is the same in
     /// protocols 1 to 3, so a build of any of them reads it, and a build that
     /// speaks only older protocols than ours refuses it.
-    private var header: QueuedHeader {
+    var header: QueuedHeader {
         QueuedHeader(protocolVersion: configuration.protocolRange.lowerBound, node: port.nodeID, role: port.role,
                      pairingEpoch: configuration.pairingEpoch, registryFingerprint: ourFingerprint)
     }
@@ -109,6 +113,7 @@ package final class MailboxReplicator {
             if peerNode == nil { peerNode = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)?.node }
             try port.whileQueuedPosting { try withdrawSuperseded() }
             let outboxWasEmpty = try mailbox.outgoingCount() == 0
+            try announceNodeRenewal(into: &report)
             try receive(into: &report)
             // While no live re-baseline notice takes batches back (`QueuedSpools`).
             if sendsPending(peerNode) { try port.whileQueuedPosting { try post(outboxWasEmpty: outboxWasEmpty, into: &report) } }
@@ -166,7 +171,17 @@ package final class MailboxReplicator {
                                  into: &report)
                     continue
                 }
+                if decoded.isFromWatchOnly, port.role != .phone {
+                    try setAside(message, SyncError(.protocolViolation, "a queued \(decoded.kindName) reached a \(port.role); only a watch sends them to its phone"),
+                                 into: &report)
+                    continue
+                }
                 afterReading?(decoded)
+                // Before the sender is learnt: neither moves the node id's pairing.
+                if try takesNodeRenewalNotice(decoded) || refusesTakenNodeID(decoded.header, into: &report) {
+                    try mailbox.accept(message)
+                    continue
+                }
                 var peer: PeerRecord
                 do {
                     peer = try learn(decoded.header)
@@ -233,6 +248,7 @@ package final class MailboxReplicator {
                 case .refusal(let refuser, let code, let text):
                     let error = SyncError(SyncError.Code(PeerText.escaped(code, maxLength: 64)),
                                           "the peer refused our queued messages: \(PeerText.escaped(text))")
+                    if try renewsNodeID(after: error, text: text, into: &report) { break }
                     // Refused for our registry although we compared the two since (live, or by declarations):
                     // the peer had not when it refused (it refused before our declarations came, or they were lost).
                     let comparedSince = error.code == .keyDeclarationMismatch
@@ -287,6 +303,8 @@ package final class MailboxReplicator {
                 case .caughtUp:
                     // Everything the phone had for this watch came ahead of the marker: what is still marked goes.
                     if try port.sweepRebaselineMarks(after: .queuedCaughtUp) > 0 { port.noteAppliedOutsideSessions() }
+                case .renewsNodeID:
+                    break  // taken above (`takesNodeRenewalNotice`)
                 }
                 try mailbox.accept(message)
             }
@@ -348,43 +366,6 @@ package final class MailboxReplicator {
         }
         peerNode = header.node
         return record
-    }
-
-    /// Applies a batch's entries; nil (nothing applied) when a live re-baseline
-    /// notice was acted on since `rebaselinesBefore` (`ReplicationPort.liveRebaselineCount`).
-    private func apply(_ entries: [WireEntry], from peer: PeerRecord, mismatched: Set<String>,
-                       unlessRebaselinedSince rebaselinesBefore: Int) throws -> ApplyPlan? {
-        let context = ApplyPlanner.Context(peerRole: port.role.counterpart, mismatched: mismatched, versionBound: port.versionBound(),
-                                           now: port.nowMilliseconds(), maxValueSize: port.maxValueSize,
-                                           lastArrivalWins: configuration.testingFaults.lastArrivalWins)
-        let registry = port.registry
-        var plan = ApplyPlan()
-        var superseded = false
-        let port = self.port
-        let outcome = try port.apply(entries, from: peer.node, completing: nil, durable: true, receivedThrough: nil) { local in
-            // Inside the write transaction: a notice's marks are committed before, or wait until after.
-            guard port.liveRebaselineCount == rebaselinesBefore else {
-                superseded = true
-                return plan
-            }
-            plan = ApplyPlanner.plan(entries, local: local, registry: registry, context: context)
-            return plan
-        }
-        if superseded { return nil }
-        var delta = SyncCounters()
-        delta.batchesReceived = 1
-        delta.entriesReceived = entries.count
-        delta.entriesIgnored = plan.ignored
-        delta.entriesRejected = plan.rejected.count
-        delta.conflicts = outcome.conflicts.count
-        delta.deferred = outcome.deferred.count
-        delta.versionsRefused = plan.versionRefusals.count
-        reporter.count(delta)
-        for refusal in plan.versionRefusals { emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds)) }
-        emit(.received(entries: entries.count, applied: plan.applied))
-        for (key, size) in outcome.deferred { emit(.deferred(key: key, size: size)) }
-        for conflict in outcome.conflicts { emit(.conflictResolved(key: conflict.key, winner: conflict.winner, rule: conflict.rule)) }
-        return plan
     }
 
     // MARK: posting
@@ -585,7 +566,7 @@ package final class MailboxReplicator {
         return !descriptor.replicates(from: port.role) || (!mismatchedForPeer.isEmpty && mismatchedForPeer.contains(descriptor.name))
     }
 
-    private func emit(_ event: SyncEvent) {
+    func emit(_ event: SyncEvent) {
         reporter.report(event, peer: peerNode)
     }
 }

@@ -41,6 +41,11 @@ package enum QueuedMessage: Sendable, Equatable {
     /// the baseline did not bring back goes. An acknowledgement frame of
     /// `caughtUpRange`, which builds before it pass over.
     case caughtUp(QueuedHeader)
+    /// From a watch, ahead of anything else it posts: this watch takes a new
+    /// node id when its phone refuses its node id (`node-id-conflict`), as a
+    /// live watch of protocol 6 does. An acknowledgement frame of
+    /// `renewsNodeIDRange`, which builds before it pass over.
+    case renewsNodeID(QueuedHeader)
 
     package enum MessageType: UInt8 {
         case batch = 0x11, ack = 0x12, refusal = 0x13, rebaseline = 0x14, declarations = 0x15
@@ -48,17 +53,18 @@ package enum QueuedMessage: Sendable, Equatable {
 
     static let payloadSchema: UInt8 = 1
 
-    /// The stretches that name the two markers in an acknowledgement frame
+    /// The stretches that name the markers in an acknowledgement frame
     /// (`0x12`): past any stream position, and other than a repair batch's
     /// `(2^63 - 2, 2^63 - 1]`, so that an acknowledgement of them moves no
     /// cursor in any build.
     static let caughtUpFollowsRange = (after: Int64.max - 3, through: Int64.max - 2)
     static let caughtUpRange = (after: Int64.max - 5, through: Int64.max - 4)
+    static let renewsNodeIDRange = (after: Int64.max - 7, through: Int64.max - 6)
 
     package var header: QueuedHeader {
         switch self {
         case .batch(let h, _, _, _), .ack(let h, _, _, _, _), .refusal(let h, _, _), .rebaseline(let h, _), .declarations(let h, _, _),
-             .caughtUpFollows(let h), .caughtUp(let h): h
+             .caughtUpFollows(let h), .caughtUp(let h), .renewsNodeID(let h): h
         }
     }
 
@@ -71,6 +77,7 @@ package enum QueuedMessage: Sendable, Equatable {
         case .rebaseline: "re-baseline notice"
         case .declarations: "key declarations"
         case .caughtUpFollows, .caughtUp: "caught-up marker"
+        case .renewsNodeID: "node renewal notice"
         }
     }
 
@@ -78,8 +85,13 @@ package enum QueuedMessage: Sendable, Equatable {
     var isFromPhoneOnly: Bool {
         switch self {
         case .rebaseline, .caughtUpFollows, .caughtUp: true
-        case .batch, .ack, .refusal, .declarations: false
+        case .batch, .ack, .refusal, .declarations, .renewsNodeID: false
         }
+    }
+
+    /// A message only a watch sends (a phone refuses it from anyone else).
+    var isFromWatchOnly: Bool {
+        if case .renewsNodeID = self { true } else { false }
     }
 
     package func frame() -> Frame {
@@ -108,6 +120,9 @@ package enum QueuedMessage: Sendable, Equatable {
         case .caughtUp:
             type = .ack
             Self.writeAck(&w, after: Self.caughtUpRange.after, through: Self.caughtUpRange.through, applied: 0, rejected: [])
+        case .renewsNodeID:
+            type = .ack
+            Self.writeAck(&w, after: Self.renewsNodeIDRange.after, through: Self.renewsNodeIDRange.through, applied: 0, rejected: [])
         case .refusal(_, let code, let message):
             type = .refusal
             w.writeString(code)
@@ -167,11 +182,13 @@ package enum QueuedMessage: Sendable, Equatable {
                 for _ in 0..<(try r.readCount()) {
                     rejected.append(SyncMessage.Rejection(key: try r.readKeyName(), code: try r.readString(maxLength: 128)))
                 }
-                if (after, through) == Self.caughtUpFollowsRange || (after, through) == Self.caughtUpRange {
+                let markers = [(Self.caughtUpFollowsRange, QueuedMessage.caughtUpFollows(header)), (Self.caughtUpRange, .caughtUp(header)),
+                               (Self.renewsNodeIDRange, .renewsNodeID(header))]
+                if let marker = markers.first(where: { $0.0 == (after, through) })?.1 {
                     guard applied == 0, rejected.isEmpty else {
-                        throw SyncError(.malformedMessage, "a queued caught-up marker names \(applied) applied entries and \(rejected.count) rejections")
+                        throw SyncError(.malformedMessage, "a queued \(marker.kindName) names \(applied) applied entries and \(rejected.count) rejections")
                     }
-                    self = (after, through) == Self.caughtUpRange ? .caughtUp(header) : .caughtUpFollows(header)
+                    self = marker
                 } else {
                     self = .ack(header, after: after, through: through, applied: applied, rejected: rejected)
                 }

@@ -11,7 +11,7 @@ extension ReplicationEndpoint {
         guard port.role == .phone, peer.protocolVersion >= SyncMessage.nodeRenewalProtocol,
               let bound = try port.pairingEpoch(ofPeer: peer.node), bound != configuration.pairingEpoch else { return nil }
         // (The other pairing's epoch stays here: the refusal goes to a device of another pairing.)
-        return SyncError(.nodeIDConflict, "the watch's node id \(String(peer.node, radix: 16)) belongs to a watch of another pairing: its store was copied from that watch's; it takes a new node id and syncs again")
+        return SyncError.nodeIDConflict(node: peer.node)
     }
 
     /// On a watch whose phone ended the session with `node-id-conflict`: this
@@ -26,5 +26,24 @@ extension ReplicationEndpoint {
         } catch {
             reporter.logger.error("could not take a new node id", metadata: ["error": "\(error)"])
         }
+    }
+}
+
+extension SyncError {
+    /// A phone's refusal of a watch whose node id it met through another pairing.
+    /// The text names the node id (`conflictingNode(in:)` reads it back): a
+    /// queued refusal says which node id it refused, so that a watch that
+    /// took a new one since keeps it.
+    static func nodeIDConflict(node: UInt32) -> SyncError {
+        SyncError(.nodeIDConflict, "the watch's node id \(String(node, radix: 16)) belongs to a watch of another pairing: its store was copied from that watch's; it takes a new node id and syncs again")
+    }
+
+    /// The node id a `nodeIDConflict(node:)` text names, if it names one.
+    static func conflictingNode(in text: String) -> UInt32? {
+        let prefix = "the watch's node id "
+        guard text.hasPrefix(prefix) else { return nil }
+        let digits = text.dropFirst(prefix.count).prefix { $0.isHexDigit }
+        guard (1...8).contains(digits.count) else { return nil }
+        return UInt32(digits, radix: 16)
     }
 }

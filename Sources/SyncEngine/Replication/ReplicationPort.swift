@@ -89,6 +89,11 @@ package protocol ReplicationPort: AnyObject {
     /// Takes a new node id, unless this store's is no longer `node` (another
     /// process sharing the file took one: that one is kept); returns the node id now.
     func renewNodeID(replacing node: UInt32) throws -> UInt32
+    /// On a phone: the watch of pairing `epoch` said through its mailbox that
+    /// it takes a new node id when refused for its node id (`QueuedMessage.renewsNodeID`).
+    func queuedPeerRenewsNodeID(in epoch: String) throws -> Bool
+    /// Remembers (on stable storage) that the watch of pairing `epoch` takes a new node id when refused for it.
+    func noteQueuedPeerRenewsNodeID(in epoch: String) throws
     /// The peer of `role` under pairing `epoch` this store saw last (its node
     /// and cursor), if any: whom queued delivery through a mailbox writes to.
     func queuedPeer(role: DeviceRole, epoch: String) throws -> PeerRecord?
@@ -300,6 +305,8 @@ package final class SQLiteReplicationPort: ReplicationPort {
 
     package func pairingEpoch(ofPeer node: UInt32) throws -> String? { try store.pairingEpoch(ofPeer: node) }
     package func renewNodeID(replacing node: UInt32) throws -> UInt32 { try store.renewNodeID(replacing: node) }
+    package func queuedPeerRenewsNodeID(in epoch: String) throws -> Bool { try store.queuedPeerRenewsNodeID(in: epoch) }
+    package func noteQueuedPeerRenewsNodeID(in epoch: String) throws { try store.noteQueuedPeerRenewsNodeID(in: epoch) }
 
     package func forgottenRegistries(of node: UInt32) throws -> [UInt8]? { try store.forgottenRegistries(of: node) }
     package func noteAppliedOutsideSessions() { store.noteAppliedOutsideSessions() }

@@ -24,6 +24,20 @@ extension SyncStore {
         }
     }
 
+    /// On a phone: whether the watch of pairing `epoch` said (through its
+    /// mailbox) that it takes a new node id when refused for its node id.
+    func queuedPeerRenewsNodeID(in epoch: String) throws -> Bool {
+        try meta(Self.queuedRenewalMeta(epoch)) != nil
+    }
+
+    /// On a phone: the watch of pairing `epoch` takes a new node id when refused for it (kept in the file).
+    func noteQueuedPeerRenewsNodeID(in epoch: String) throws {
+        guard try !queuedPeerRenewsNodeID(in: epoch) else { return }
+        try database.write { conn in try SyncStore.writeMeta(conn, Self.queuedRenewalMeta(epoch), "1") }
+    }
+
+    static func queuedRenewalMeta(_ epoch: String) -> String { "queued_renews_node_id_\(epoch)" }
+
     /// The watches this phone last met through the pairing `epoch` (node ids,
     /// ascending; a node id belongs to one pairing at a time).
     public func knownPeers(ofPairing epoch: String) throws -> [UInt32] {

@@ -21,6 +21,9 @@ struct InvariantChecker {
     /// For a watch set up from a backup of another's store: the node ids
     /// whose local-only values it may hold (the source's, and its sources').
     var inherited: [UInt32: Set<UInt32>] = [:]
+    /// A watch was set up from a copy that keeps its source's node id (no
+    /// device marker): its phone may refuse that node id through the mailbox.
+    var hasUnmarkedCopies = false
 
     init(registry: KeyRegistry, declaredDifferently: Set<String> = []) {
         self.registry = registry
@@ -149,6 +152,8 @@ struct InvariantChecker {
             if sender != .phone { log.violate(.direction, "t=\(time) a \(sender) posted a re-baseline notice; only a phone sends them") }
         case .caughtUpFollows, .caughtUp:
             if sender != .phone { log.violate(.direction, "t=\(time) a \(sender) posted a caught-up marker; only a phone sends them") }
+        case .renewsNodeID:
+            if sender != .watch { log.violate(.direction, "t=\(time) a \(sender) posted a node renewal notice; only a watch sends them") }
         case .declarations:
             // Without older apps every node has the scenario's one registry: nothing to compare.
             if declaredDifferently.isEmpty {
@@ -160,7 +165,8 @@ struct InvariantChecker {
     /// Whether a queued refusal with `code` is part of comparing registries that
     /// differ (a scenario with older apps), not a fault.
     func refusalExpected(code: String) -> Bool {
-        !declaredDifferently.isEmpty && code == SyncError.Code.keyDeclarationMismatch.rawValue
+        (!declaredDifferently.isEmpty && code == SyncError.Code.keyDeclarationMismatch.rawValue)
+            || (hasUnmarkedCopies && code == SyncError.Code.nodeIDConflict.rawValue)
     }
 
     /// An entry of a key the sender's and the receiver's apps declare

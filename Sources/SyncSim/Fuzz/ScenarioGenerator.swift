@@ -267,12 +267,9 @@ public struct ScenarioGenerator: Sendable {
             }
             steps.insert(Scenario.Step(at: steps[first].at, .fillDisk(node: full)), at: first)
         }
-        if queued || protocols[.phone].map({ $0 < SyncMessage.nodeRenewalProtocol }) == true {
+        if protocols[.phone].map({ $0 < SyncMessage.nodeRenewalProtocol }) == true {
             // A copy without its marker keeps it here: a phone before protocol 6 cannot tell the
-            // copy from its source (the two miss each other's changes, as before protocol 6), and
-            // (known issue) a copy and its source both reached only through their mailboxes keep
-            // the phone switching the node id between their pairings, a baseline each time: the
-            // mailboxes never go quiet (`SimRestoredCopyTests`).
+            // copy from its source (the two miss each other's changes, as before protocol 6).
             steps = steps.map { step in
                 guard case .replaceWatch(let node, let source?, false) = step.action else { return step }
                 return Scenario.Step(at: step.at, .replaceWatch(node: node, restoredFrom: source))

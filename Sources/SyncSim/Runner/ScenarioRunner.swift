@@ -194,6 +194,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
             let copiedNodeID = source?.store?.nodeID
             let backup = try source?.backUp(to: "\(state.folder)/backup-\(String(nextWatchID, radix: 16)).sqlite")
             if let source, backup != nil { state.checker.inherit(nextWatchID, from: source.nodeID) }
+            if backup != nil, !marker { state.checker.hasUnmarkedCopies = true }
             await link.willReplace(watch)
             state.model.retire(nodeID: watch.nodeID)
             try watch.replace(nodeID: nextWatchID, folder: state.folder, restoring: backup,
