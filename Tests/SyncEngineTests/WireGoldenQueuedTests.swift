@@ -31,6 +31,7 @@ import Testing
         ("queued-declarations", .declarations(header(.watch, fingerprint: KeyRegistry.fingerprint(of: declarations)), declarations, isAnswer: false)),
         ("queued-caught-up-follows", .caughtUpFollows(header())),
         ("queued-caught-up", .caughtUp(header())),
+        ("queued-renews-node-id", .renewsNodeID(header(.watch))),
     ]
 
     @Test func goldenFramesDecodeAndThisBuildWritesThemByteForByte() throws {
