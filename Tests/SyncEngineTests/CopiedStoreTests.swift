@@ -122,8 +122,10 @@ import Testing
         let node = pair.watch.nodeID
         #expect(try pair.phone.knownPeers(ofPairing: "old pairing") == [node])
         #expect(try pair.phone.knownPeers(ofPairing: "new pairing").isEmpty)
+        try pair.phone.noteQueuedPeerRenewsNodeID(in: "old pairing")  // its watch's node renewal notice came
         #expect(try pair.phone.forgetPeers(ofPairing: "old pairing") == [node])
         #expect(try pair.phone.knownPeers().isEmpty)
+        #expect(try !pair.phone.queuedPeerRenewsNodeID(in: "old pairing"), "what the pairing's watch said goes with it")
 
         try await pair.phone.set(9, for: TestKeys.steps)
         #expect(Self.refusals(in: Self.session(pair.phone, pair.watch, epoch: "new pairing")).isEmpty)

@@ -136,6 +136,32 @@ import Testing
         #expect(try phoneBox.outgoingCount() == 0)
     }
 
+    /// A watch whose outbox is full (its reserve too: the phone has not read
+    /// for long) still reads and applies what the phone queued; its node
+    /// renewal notice, which goes ahead of anything else it posts, waits for
+    /// room as its acknowledgements do, and goes first once there is.
+    @Test func aWatchWithAFullOutboxStillReadsAndItsNoticeGoesFirstLater() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let (phone, phoneBox, watch, watchBox) = try peers(pair, directory: folder.path,
+                                                          limits: MailboxLimits(maxMessages: 2, acknowledgementReserve: 1))
+        try await pair.phone.set(3, for: TestKeys.steps)
+        try phone.deliverQueued(through: phoneBox)
+        let filler = QueuedMessage.refusal(QueuedHeader(protocolVersion: 1, node: pair.watch.nodeID, role: .watch, pairingEpoch: secret.epoch,
+                                                        registryFingerprint: []), code: "test", message: "filler")
+        for _ in 0..<3 { try watchBox.post(filler.frame(), reserve: true) }
+        let report = try watch.deliverQueued(through: watchBox)
+        #expect(report.entriesApplied == 1)
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == 3)
+        #expect(report.failure?.code.rawValue == TransportError.Code.mailboxFull.rawValue, "\(String(describing: report.failure))")
+        // The phone reads the fillers (each refusal of nothing it sent); the watch posts again, its notice first.
+        _ = try phone.deliverQueued(through: phoneBox)
+        _ = try watch.deliverQueued(through: watchBox)
+        let kinds = try watchBox.outgoingMessages().map { try QueuedMessage(frame: $0.frame).kindName }
+        #expect(kinds.first == "node renewal notice", "\(kinds)")
+        #expect(kinds.contains("acknowledgement"), "\(kinds)")
+    }
+
     @Test func aRedeliveredBatchAppliesNothingTwice() async throws {
         let pair = try Pair()
         let folder = TempFolder()

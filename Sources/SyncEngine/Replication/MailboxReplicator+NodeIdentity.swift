@@ -14,7 +14,11 @@ extension MailboxReplicator {
         guard port.role == .watch, !announcedNodeRenewal,
               configuration.protocolRange.upperBound >= SyncMessage.nodeRenewalProtocol else { return }
         let notice = QueuedMessage.renewsNodeID(header)
-        try mailbox.post(notice.frame(), reserve: true)
+        do {
+            try mailbox.post(notice.frame(), reserve: true)
+        } catch let error as TransportError where error.code == .mailboxFull {
+            return  // next round (nothing else fits before it either): the peer's inbox is read meanwhile
+        }
         onPost?(notice)
         report.messagesPosted += 1
         announcedNodeRenewal = true

@@ -61,7 +61,9 @@ extension SyncStore {
     /// is). Throws `.writeNotAllowed` while a session with one of them runs.
     @discardableResult
     public func forgetPeers(ofPairing epoch: String) throws -> [UInt32] {
-        try knownPeers(ofPairing: epoch).filter { try forgetPeer($0) }
+        let forgotten = try knownPeers(ofPairing: epoch).filter { try forgetPeer($0) }
+        try database.write { conn in try SyncStore.deleteMeta(conn, Self.queuedRenewalMeta(epoch)) }
+        return forgotten
     }
 
     /// Gives this store a new node id (`StoreOptions.nodeID` if that one is
