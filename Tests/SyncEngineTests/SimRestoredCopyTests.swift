@@ -77,6 +77,18 @@ import Testing
         #expect(report.nodes[0].entriesSent <= 4, "the phone sends its one entry to each watch, not at each switch: \(report.text)")
     }
 
+    /// `copy-caught-through-mailbox`: behind a partition the copy is caught
+    /// through its mailbox and takes its own node id (the source keeps its);
+    /// over TCP too, where the mailbox carries everything while partitioned.
+    @Test(arguments: [SimTransport.sim, .tcp])
+    func aCopyCaughtThroughItsMailboxTakesItsOwnNodeID(transport: SimTransport) async throws {
+        let outcome = await Simulation.run(path: SimScenarioTests.path("copy-caught-through-mailbox"), transport: transport)
+        #expect(outcome.runError == nil, "\(outcome.runError ?? "")")
+        let report = try #require(outcome.report)
+        #expect(report.passed, "\(report.text)")
+        #expect(report.nodes.map(\.nodeID) == ["1001", "2002", "3003"])
+    }
+
     /// Each restored watch took the node id the simulator gave it, and holds
     /// the face it was restored with (written by the watch it came from)
     /// beside its own writes. In `restored-copy` each store found itself
@@ -135,6 +147,7 @@ import Testing
         #expect(restoring.contains { s in s.timeline.contains { if case .replaceWatch(let n, let source?, _) = $0.action { (n ?? .watch) != source } else { false } } })
         let unmarked = restoring.filter { s in s.timeline.contains { if case .replaceWatch(_, .some, false) = $0.action { true } else { false } } }
         #expect(unmarked.count >= 2, "some copies keep no marker: their phone catches them")
+        #expect(unmarked.contains(where: \.mailbox), "live or through the mailbox")
         for scenario in restoring.prefix(6) + unmarked.prefix(3) {
             let report = try #require(await Simulation.run(scenario, name: "fuzz-\(scenario.seed)").report)
             #expect(report.passed, "seed \(scenario.seed): \(report.text)")
