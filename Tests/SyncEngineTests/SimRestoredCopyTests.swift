@@ -147,7 +147,7 @@ import Testing
         #expect(restoring.contains { s in s.timeline.contains { if case .replaceWatch(let n, let source?, _) = $0.action { (n ?? .watch) != source } else { false } } })
         let unmarked = restoring.filter { s in s.timeline.contains { if case .replaceWatch(_, .some, false) = $0.action { true } else { false } } }
         #expect(unmarked.count >= 2, "some copies keep no marker: their phone catches them")
-        #expect(unmarked.contains(where: \.mailbox), "live or through the mailbox")
+        #expect(unmarked.contains { $0.mailbox }, "live or through the mailbox")
         for scenario in restoring.prefix(6) + unmarked.prefix(3) {
             let report = try #require(await Simulation.run(scenario, name: "fuzz-\(scenario.seed)").report)
             #expect(report.passed, "seed \(scenario.seed): \(report.text)")
