@@ -1,6 +1,7 @@
 import Foundation
 @_spi(Testing) @_spi(Benchmarks) @testable import SyncEngine
 @_spi(Testing) @testable import SyncSim
+import SyncTransport
 import Testing
 
 /// `replaceWatch` with `restoredFrom`: a watch set up from a backup of a
@@ -87,6 +88,27 @@ import Testing
         let report = try #require(outcome.report)
         #expect(report.passed, "\(report.text)")
         #expect(report.nodes.map(\.nodeID) == ["1001", "2002", "3003"])
+    }
+
+    /// Over TCP a watch that took a new node id during the run (refused for
+    /// its own) is known by it from then on: its frames are recorded under
+    /// it, with the syncs counted for it, rather than under the id it
+    /// started with (whose checks, keyed by the sender, then found nothing).
+    @Test func tcpFramesOfARenamedWatchAreRecordedUnderItsNewID() throws {
+        let link = TCPLinkState()
+        let registry = try KeyRegistry(descriptors: [KeyDescriptor(name: "k", availability: .all, policy: .automaticSmall)])
+        let phone = TCPLinkState.App(nodeID: 0x1001, registry: registry)
+        link.setApp(TCPLinkState.App(nodeID: 0x3003, registry: registry), of: .watch2)
+        link.noteSync(nodeID: 0x3003)
+        let frame = Frame(type: 0x08, payload: [1])  // only recorded, never decoded here
+        link.record(frame, role: .watch, from: .watch2, fallback: 0x3003, to: phone)
+        link.renamed(.watch2, from: 0x3003, to: 0xABCD)
+        link.noteSync(nodeID: 0xABCD)
+        link.record(frame, role: .watch, from: .watch2, fallback: 0x3003, to: phone)
+        let sent = link.drainSent()
+        #expect(sent.map(\.nodeID) == [0x3003, 0xABCD])
+        #expect(sent.map(\.syncsVisible) == [1, 2])
+        #expect(link.app(of: .watch2)?.nodeID == 0xABCD)
     }
 
     /// Each restored watch took the node id the simulator gave it, and holds

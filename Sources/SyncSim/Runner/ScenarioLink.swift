@@ -178,6 +178,9 @@ protocol ScenarioLink: AnyObject {
     func unsettledAtEnd(limitMs: Int64) -> String
     /// Hands the frames sent since the last call to the checker (the simulated link checks each as it is sent).
     func observeSentFrames()
+    /// The watch the run knew as `old` is known by `node.nodeID` from now on
+    /// (`ScenarioRunner.followRenewals`): the frames it sends carry that one.
+    func didRename(_ node: SimNode, from old: UInt32)
     /// Stops every peer (the stores stay open, for the report).
     func stop() async
     /// The run's time at the end, for the report.

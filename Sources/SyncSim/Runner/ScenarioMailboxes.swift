@@ -37,9 +37,10 @@ final class ScenarioMailboxes {
         if let entries = state.scenario.queuedBatchEntries { configuration.maxBatchEntries = entries }
         let driver = MailboxReplicator(port: SQLiteReplicationPort(store), reporter: StoreReporter(store), configuration: configuration,
                                        mailbox: mailbox)
-        let role = node.role, nodeID = node.nodeID
-        driver.onPost = { [unowned self] message in
-            state.checker.observeQueued(message, from: role, senderID: nodeID, model: state.model, at: now)
+        let role = node.role
+        // The node's id when it posts: a watch refused for its node id is known by its new one from then on.
+        driver.onPost = { [unowned self, unowned node] message in
+            state.checker.observeQueued(message, from: role, senderID: node.nodeID, model: state.model, at: now)
         }
         drivers[key] = (ObjectIdentifier(store), driver)
         return driver

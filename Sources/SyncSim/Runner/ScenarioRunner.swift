@@ -296,12 +296,17 @@ final class ScenarioRunner<Link: ScenarioLink> {
     /// without its marker, or the source of one that the phone met first)
     /// took a new one: the run knows it by that one from now on. A copy keeps
     /// its run's id while its store still names the one it was copied with.
+    /// Frames sent until now are checked under the id the watch had (the
+    /// data the checker keeps for it is the same under either).
     func followRenewals() {
         for node in state.nodes {
             guard let id = node.store?.nodeID, id != node.nodeID, id != node.unmarkedCopyOf else { continue }
-            state.model.rename(node.nodeID, to: id)
-            state.checker.follow(node.nodeID, to: id)
+            link.observeSentFrames()
+            let old = node.nodeID
+            state.model.rename(old, to: id)
+            state.checker.follow(old, to: id)
             node.follow(renewedTo: id)
+            link.didRename(node, from: old)
         }
     }
 

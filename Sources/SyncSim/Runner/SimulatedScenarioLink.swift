@@ -147,6 +147,7 @@ final class SimulatedScenarioLink: ScenarioLink {
     }
 
     func observeSentFrames() {}
+    func didRename(_ node: SimNode, from old: UInt32) {}  // each frame is checked as it is sent, under the node's id then
 
     func stop() async {}
 

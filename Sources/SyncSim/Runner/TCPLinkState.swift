@@ -89,8 +89,23 @@ final class TCPLinkState: Sendable {
         state.withLock { $0.apps[node] }
     }
 
-    func record(_ frame: Frame, role: DeviceRole, nodeID: UInt32, to receiver: App) {
-        state.withLock { $0.sent.append(Sent(role: role, nodeID: nodeID, frame: frame, syncsVisible: $0.syncs[nodeID] ?? 0, receiver: receiver)) }
+    /// A watch the run knew as `old` is known as `new` from now on (its phone
+    /// refused its node id and it took another): its frames are recorded under
+    /// `new`, and the syncs counted for it go with it.
+    func renamed(_ node: ScenarioNode, from old: UInt32, to new: UInt32) {
+        state.withLock { s in
+            s.apps[node]?.nodeID = new
+            if let syncs = s.syncs.removeValue(forKey: old) { s.syncs[new, default: 0] += syncs }
+        }
+    }
+
+    /// Records a frame `sender` sent, under the id the run knows it by now
+    /// (`fallback` before it set its app).
+    func record(_ frame: Frame, role: DeviceRole, from sender: ScenarioNode, fallback: UInt32, to receiver: App) {
+        state.withLock { s in
+            let nodeID = s.apps[sender]?.nodeID ?? fallback
+            s.sent.append(Sent(role: role, nodeID: nodeID, frame: frame, syncsVisible: s.syncs[nodeID] ?? 0, receiver: receiver))
+        }
     }
 
     /// The frames recorded since the last call.
@@ -122,6 +137,8 @@ final class TCPLinkState: Sendable {
 struct RecordingConnection: FrameConnection {
     let base: any FrameConnection
     let role: DeviceRole
+    /// The sending node, and its id when the connection opened.
+    let sender: ScenarioNode
     let nodeID: UInt32
     /// The node at the other end, as it was when the connection opened.
     let receiver: TCPLinkState.App
@@ -130,7 +147,7 @@ struct RecordingConnection: FrameConnection {
     var inbound: AsyncThrowingStream<Frame, any Error> { base.inbound }
 
     func send(_ frame: Frame) async throws {
-        link.record(frame, role: role, nodeID: nodeID, to: receiver)
+        link.record(frame, role: role, from: sender, fallback: nodeID, to: receiver)
         try await base.send(frame)
     }
 

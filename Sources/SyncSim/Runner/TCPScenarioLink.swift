@@ -152,6 +152,10 @@ final class TCPScenarioLink: ScenarioLink {
         }
     }
 
+    func didRename(_ node: SimNode, from old: UInt32) {
+        shared.renamed(node.name, from: old, to: node.nodeID)
+    }
+
     func stop() async {
         for watch in state.watches { await stop(watch, crash: false) }
         await stop(state.phone, crash: false)
@@ -199,7 +203,8 @@ final class TCPScenarioLink: ScenarioLink {
                             continue
                         }
                         let end = TCPLinkState.End(watch: watch, atPhone: true)
-                        let recording = RecordingConnection(base: connection, role: .phone, nodeID: nodeID, receiver: receiver, link: link)
+                        let recording = RecordingConnection(base: connection, role: .phone, sender: .phone, nodeID: nodeID, receiver: receiver,
+                                                            link: link)
                         link.setConnection(end, recording)
                         // Checked after registering: `stop` and `partition` set their flag before closing
                         // the registered connections, so one of the two closes this connection.
@@ -239,7 +244,7 @@ final class TCPScenarioLink: ScenarioLink {
                         await connection.close()
                         continue
                     }
-                    let recording = RecordingConnection(base: connection, role: .watch, nodeID: nodeID, receiver: receiver, link: link)
+                    let recording = RecordingConnection(base: connection, role: .watch, sender: watch, nodeID: nodeID, receiver: receiver, link: link)
                     link.setConnection(end, recording)
                     if Task.isCancelled || link.isPartitioned(watch) {
                         await connection.close()
