@@ -144,8 +144,9 @@ struct InvariantChecker {
                 checkEntryKey(rejection.key, from: sender, senderID: senderID, time: time, what: "queued ack rejection", directional: false)
             }
         case .refusal(_, let code, let text):
-            // Apps with registries not compared yet refuse each other's messages until they have compared them.
-            if !(refusalExpected(code: code)) {
+            // Apps with registries not compared yet refuse each other's messages until they have compared
+            // them, and a phone refuses a marker-less copy's node id (or its source's).
+            if !refusalExpected(code: code) {
                 log.violate(.queuedDelivery, "t=\(time) \(sender) refused a queued message: \(code): \(text)")
             }
         case .rebaseline:
@@ -163,7 +164,8 @@ struct InvariantChecker {
     }
 
     /// Whether a queued refusal with `code` is part of comparing registries that
-    /// differ (a scenario with older apps), not a fault.
+    /// differ (a scenario with older apps), or of a phone catching a copy that
+    /// kept its source's node id (`hasUnmarkedCopies`), not a fault.
     func refusalExpected(code: String) -> Bool {
         (!declaredDifferently.isEmpty && code == SyncError.Code.keyDeclarationMismatch.rawValue)
             || (hasUnmarkedCopies && code == SyncError.Code.nodeIDConflict.rawValue)
