@@ -42,6 +42,7 @@ extension MailboxReplicator {
     /// pairing's, whose watch's acknowledgements go on moving its cursor.
     func refusesTakenNodeID(_ sender: QueuedHeader, into report: inout QueuedDeliveryReport) throws -> Bool {
         guard port.role == .phone, configuration.protocolRange.upperBound >= SyncMessage.nodeRenewalProtocol,
+              sender.role == .watch, sender.pairingEpoch == configuration.pairingEpoch,
               let bound = try port.pairingEpoch(ofPeer: sender.node), bound != configuration.pairingEpoch,
               try port.queuedPeerRenewsNodeID(in: configuration.pairingEpoch) else { return false }
         if refusedTakenNodes.contains(sender.node) { return true }
@@ -69,7 +70,7 @@ extension MailboxReplicator {
         reporter.logger.notice("the phone found this watch's node id taken by another watch (queued); this store took a new one",
                                metadata: ["old": "\(String(refused, radix: 16))", "new": "\(String(renewed, radix: 16))"])
         // What was posted under the old node id was taken unused: it goes again under the new one.
-        postedThrough = nil
+        startOverUnderNewNodeID()
         report.refused.append(error)
         emit(.error(error))
         return true

@@ -22,7 +22,7 @@ package final class MailboxReplicator {
     /// The peer's node, once known (from the store, or its first message).
     package private(set) var peerNode: UInt32?
     /// The stream position posted through (nil: not decided since start).
-    var postedThrough: Int64?
+    private var postedThrough: Int64?
     /// The re-baseline generation `postedThrough` was posted in.
     private var postedGeneration: Int64?
     /// The watch and generation whose superseded batches were last taken back (`withdrawSuperseded`).
@@ -158,6 +158,12 @@ package final class MailboxReplicator {
                     try setAside(message, error, into: &report)
                     continue
                 }
+                // Before the registry is compared (a refusal for it would pause the watch's posting,
+                // and its declarations would be taken unused): the watch takes a new node id first.
+                if try refusesTakenNodeID(decoded.header, into: &report) {
+                    try mailbox.accept(message)
+                    continue
+                }
                 if let problem = try validate(decoded) {
                     try setAside(message, problem, into: &report)
                     // Another registry that no session compared with ours: our declarations go to
@@ -177,8 +183,8 @@ package final class MailboxReplicator {
                     continue
                 }
                 afterReading?(decoded)
-                // Before the sender is learnt: neither moves the node id's pairing.
-                if try takesNodeRenewalNotice(decoded) || refusesTakenNodeID(decoded.header, into: &report) {
+                // Before the sender is learnt: it does not move the node id's pairing.
+                if try takesNodeRenewalNotice(decoded) {
                     try mailbox.accept(message)
                     continue
                 }
@@ -564,6 +570,18 @@ package final class MailboxReplicator {
     private func excluded(_ key: String) -> Bool {
         guard let descriptor = port.registry.descriptor(forEntry: key) else { return true }
         return !descriptor.replicates(from: port.role) || (!mismatchedForPeer.isEmpty && mismatchedForPeer.contains(descriptor.name))
+    }
+
+    /// On a watch that took a new node id: what it posted under the old one
+    /// was taken unused (its declarations too), so posting starts over from
+    /// the cursor, and a pause after a refusal of those messages ends.
+    func startOverUnderNewNodeID() {
+        postedThrough = nil
+        stalled = nil
+        stalledRegistries = nil
+        declarationsPostedFor = nil
+        retriedRegistries = nil
+        repairPosted = false
     }
 
     func emit(_ event: SyncEvent) {
