@@ -89,7 +89,7 @@ package enum QueuedMessage: Sendable, Equatable {
         }
     }
 
-    /// A message only a watch sends (a phone refuses it from anyone else).
+    /// A message only a watch sends, to its phone (a watch sets one aside).
     var isFromWatchOnly: Bool {
         if case .renewsNodeID = self { true } else { false }
     }
