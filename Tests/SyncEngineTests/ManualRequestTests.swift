@@ -135,7 +135,7 @@ func withConfiguredPeers(_ pair: Pair, over kind: LinkKind, phone phoneConfigura
 
         let (c, d) = InMemoryConnection.makePair()
         let second = [Task { await phone.run(over: c) }, Task { await watch.run(over: d) }]
-        #expect(try await SyncEngineTests.first(of: watchEvents, "the answer to the request asked again", within: .seconds(20),
+        #expect(try await SyncEngineTests.first(of: watchEvents, "the answer to the request asked again",
                                                 where: ManualRequestTests.isAnswer) == .manualRequestAnswered(accepted: true, released: 1))
         try await eventually(pair.watch, "the phone's manual change") { try pair.watch.storedValue(for: TestKeys.name) == "Ada" }
         await c.close()

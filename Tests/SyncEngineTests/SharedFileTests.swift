@@ -95,7 +95,7 @@ import Testing
         var iterator = entered.makeAsyncIterator()
         _ = await iterator.next()  // the transaction is open
         let outcome = await Result {
-            try await withDeadline("the timer's look to return while a transaction is open", within: .seconds(10)) {
+            try await withDeadline("the timer's look to return while a transaction is open") {
                 await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
                     Thread.detachNewThread {
                         _ = try? app.lookForExternalChangesUnlessBusy()

@@ -18,16 +18,26 @@ func rawSQL(_ path: String, _ sql: String) throws {
 /// Raises this process's soft limit of open files to its hard limit, once
 /// (as the Go runtime does at start): Swift Testing runs the whole suite at
 /// once, and its peak, about 1,100 descriptors (stores, sockets, pipes of
-/// child processes), is above the 1,024 a shell often starts with. Every test
-/// that makes a `TempFolder` makes sure of it first.
+/// child processes), is above the 1,024 a Linux shell often starts with (256
+/// on macOS). Every test that makes a `TempFolder` makes sure of it first.
 let openFileLimitRaised: Void = {
-    #if os(Linux)
     var limit = rlimit()
-    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
-    limit.rlim_cur = limit.rlim_max
-    _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-    #endif
+    guard getrlimit(openFilesResource, &limit) == 0 else { return }
+    let wanted = min(limit.rlim_max, openFilesCeiling)
+    guard limit.rlim_cur < wanted else { return }
+    limit.rlim_cur = wanted
+    _ = setrlimit(openFilesResource, &limit)
 }()
+
+#if os(Linux)
+private let openFilesResource = Int32(RLIMIT_NOFILE.rawValue)
+private let openFilesCeiling = rlim_t.max
+#else
+private let openFilesResource = RLIMIT_NOFILE
+/// Darwin refuses a soft limit above `OPEN_MAX` (10,240) even when the hard
+/// limit is unlimited, which it is by default.
+private let openFilesCeiling = rlim_t(10_240)
+#endif
 
 /// A temporary folder removed when the value is released.
 final class TempFolder: Sendable {
