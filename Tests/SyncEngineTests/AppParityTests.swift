@@ -19,7 +19,7 @@ func withPeers(phone: SyncStore, watch: SyncStore, _ body: (SyncPeer, SyncPeer) 
     try outcome.get()
 }
 
-@Suite(.timeLimit(.minutes(1))) struct FileValueStoreTests {
+@Suite(.timeLimit(.minutes(5))) struct FileValueStoreTests {
     private func valueFiles(_ store: FileValueStore) throws -> [String] {
         try FileManager.default.contentsOfDirectory(atPath: store.directory + "/values").filter { $0.hasSuffix(".value") }.sorted()
     }
@@ -115,7 +115,7 @@ func withPeers(phone: SyncStore, watch: SyncStore, _ body: (SyncPeer, SyncPeer) 
     }
 }
 
-@Suite(.timeLimit(.minutes(1))) struct ReplacingStoreTests {
+@Suite(.timeLimit(.minutes(5))) struct ReplacingStoreTests {
     static let plainToken = Key<String>("account:token", default: "")
     static let sealedToken = Key<String>("account:token", default: "", security: .encrypted)
     static let theme = Key<String>("theme", default: "light")
@@ -178,7 +178,7 @@ func withPeers(phone: SyncStore, watch: SyncStore, _ body: (SyncPeer, SyncPeer) 
     }
 }
 
-@Suite(.timeLimit(.minutes(1))) struct StoredWrapperTests {
+@Suite(.timeLimit(.minutes(5))) struct StoredWrapperTests {
     final class Settings {
         @Stored(TestKeys.steps, store: Settings.store) var steps: Int
         static let folder = TempFolder()

@@ -72,7 +72,7 @@ import Testing
 /// file (the crash VFS drops every write not synced when the cut lands):
 /// every commit that was on stable storage before the cut is there after it,
 /// and the file is intact.
-@Suite(.serialized, .timeLimit(.minutes(3))) struct CheckpointPowerCutTests {
+@Suite(.serialized, .timeLimit(.minutes(5))) struct CheckpointPowerCutTests {
     static let vfs = try! CrashVFS.register(name: "syncengine-tests-crash-checkpoint")
 
     @Test func aPowerCutDuringCheckpointsLosesNoSyncedCommit() async throws {

@@ -5,7 +5,7 @@ import Synchronization
 @_spi(Benchmarks) import SyncTransport
 import Testing
 
-@Suite(.timeLimit(.minutes(1))) struct BatchProgressTests {
+@Suite(.timeLimit(.minutes(5))) struct BatchProgressTests {
     /// A round's total is counted when it begins and stays fixed while
     /// changes keep coming: they go to the next round, which counts from 1.
     @Test func aRoundsTotalStaysFixedWhileNewChangesGoToTheNextRound() async throws {
@@ -70,7 +70,7 @@ import Testing
     }
 }
 
-@Suite(.timeLimit(.minutes(1))) struct PendingBatchCountTests {
+@Suite(.timeLimit(.minutes(5))) struct PendingBatchCountTests {
     /// The store counts a round's batches from keys and sizes alone: the same
     /// count and end as reading the rows the way a session sends them, over
     /// seeded mixes of small, large, deleted, other-peer and skipped changes.

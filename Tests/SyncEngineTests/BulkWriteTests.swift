@@ -6,7 +6,7 @@ import Testing
 /// A large `batch` is saved chunk by chunk on a helper thread while its body
 /// still runs (`BulkWritePipeline`): it must commit what the one-transaction
 /// path commits, all or nothing, and never wait for itself.
-@Suite(.timeLimit(.minutes(1))) struct BulkWriteTests {
+@Suite(.timeLimit(.minutes(5))) struct BulkWriteTests {
     static let chunk = BulkWritePipeline.chunkSize
 
     private func openStore(_ folder: TempFolder, options: StoreOptions? = nil) throws -> SyncStore {

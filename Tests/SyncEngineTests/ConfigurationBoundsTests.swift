@@ -3,7 +3,7 @@ import Foundation
 import SyncTransport
 import Testing
 
-@Suite(.timeLimit(.minutes(1))) struct ConfigurationBoundsTests {
+@Suite(.timeLimit(.minutes(5))) struct ConfigurationBoundsTests {
     /// A chunk size of 0 divided by zero at the first large value; a batch or
     /// chunk larger than a peer's transport accepts was refused whole, every time.
     @Test func settingsOutsideTheirBoundsAreTakenAsTheNearestBoundAndSyncStillWorks() async throws {

@@ -8,7 +8,7 @@ import Testing
 /// phone never sends a change back to the node it came from, so before
 /// protocol 6 each of the two watches missed the other's changes. Now the
 /// phone refuses the second (`node-id-conflict`), which takes a new node id.
-@Suite(.timeLimit(.minutes(3))) struct CopiedStoreTests {
+@Suite(.timeLimit(.minutes(5))) struct CopiedStoreTests {
     /// Watch A's store copied (closed, its files copied, reopened) into a
     /// store for watch B, with its key file; A reopened.
     static func copyWatch(_ pair: inout Pair) throws -> SyncStore {

@@ -14,7 +14,7 @@ func powerCutOptions(clock: ManualClock = ManualClock(), vfs: CrashVFS? = nil) -
 }
 
 /// The crash VFS itself: what a power cut keeps and drops.
-@Suite(.serialized, .timeLimit(.minutes(2))) struct CrashVFSTests {
+@Suite(.serialized, .timeLimit(.minutes(5))) struct CrashVFSTests {
     static let vfs = try! CrashVFS.register(name: "syncengine-tests-crash-unit")
 
     @Test func aPowerCutKeepsWhatWasSyncedAndDropsTheRest() throws {
@@ -109,7 +109,7 @@ func powerCutOptions(clock: ManualClock = ManualClock(), vfs: CrashVFS? = nil) -
 }
 
 /// `StoreOptions.durability`: what a local write survives.
-@Suite(.serialized, .timeLimit(.minutes(2))) struct LocalDurabilityTests {
+@Suite(.serialized, .timeLimit(.minutes(5))) struct LocalDurabilityTests {
     static let vfs = try! CrashVFS.register(name: "syncengine-tests-crash-local")
 
     /// Writes one value, cuts the power once the write returned, reopens with the real VFS.

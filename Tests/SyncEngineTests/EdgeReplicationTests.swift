@@ -13,7 +13,7 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
 
 // MARK: - A peer's version can never wedge a store
 
-@Suite(.timeLimit(.minutes(1))) struct RemoteVersionBoundTests {
+@Suite(.timeLimit(.minutes(5))) struct RemoteVersionBoundTests {
     private func batch(_ entries: [WireEntry], id: UInt64 = 99) -> Frame {
         SyncMessage.batch(.init(id: id, entries: entries)).frame()
     }
@@ -101,7 +101,7 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
 
 // MARK: - Key declarations that differ are caught, whatever differs
 
-@Suite(.timeLimit(.minutes(1))) struct KeyDeclarationMismatchTests {
+@Suite(.timeLimit(.minutes(5))) struct KeyDeclarationMismatchTests {
     @Test func valueTypeMismatchIsReportedOnBothSidesAndOnlyThatKeyStops() async throws {
         let folder = TempFolder()
         let shared = Key<Int>("shared", default: 0)
@@ -198,7 +198,7 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
 
 // MARK: - Partly received large values are bounded
 
-@Suite(.timeLimit(.minutes(1))) struct ChunkBoundsTests {
+@Suite(.timeLimit(.minutes(5))) struct ChunkBoundsTests {
     private func chunk(_ key: String, version: HLCTimestamp, total: Int, index: Int, count: Int, bytes: [UInt8]) -> Frame {
         let entry = WireEntry(key: key, version: version, base: .zero, deleted: false, encoding: "data", value: [])
         return SyncMessage.chunk(.init(entry: entry, totalSize: total, totalChecksum: 0, index: index, count: count,
@@ -442,7 +442,7 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
 
 // MARK: - The conflict log is bounded
 
-@Suite(.timeLimit(.minutes(1))) struct ConflictLogBoundTests {
+@Suite(.timeLimit(.minutes(5))) struct ConflictLogBoundTests {
     /// The watch's losing write arrives twice: one resolution, logged once.
     @Test func duplicatedDeliveryLogsTheConflictOnce() async throws {
         let pair = try Pair()

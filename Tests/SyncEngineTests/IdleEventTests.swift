@@ -47,7 +47,7 @@ final class BatchHoldingConnection: FrameConnection {
     func close() async { await base.close() }
 }
 
-@Suite(.timeLimit(.minutes(2))) struct IdleEventTests {
+@Suite(.timeLimit(.minutes(5))) struct IdleEventTests {
     /// The phone's first batch is lost and resent after the retransmit
     /// interval: the watch, which has nothing to send, is idle only once the
     /// resent entries arrived and the phone said it has nothing more.

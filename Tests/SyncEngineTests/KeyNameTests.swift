@@ -13,7 +13,7 @@ private let contacts = KeyFamily<Int>("contact", default: 0, availability: .all,
 
 private func utf8(_ text: String) -> [UInt8] { Array(text.utf8) }
 
-@Suite(.timeLimit(.minutes(1))) struct KeyNameNormalizationTests {
+@Suite(.timeLimit(.minutes(5))) struct KeyNameNormalizationTests {
     @Test func twoSpellingsOfOneNameAreOneKeyBeforeAndAfterARestart() async throws {
         #expect(precomposed == decomposed && utf8(precomposed) != utf8(decomposed))
         let folder = TempFolder()
@@ -157,7 +157,7 @@ private func utf8(_ text: String) -> [UInt8] { Array(text.utf8) }
 }
 
 /// A NUL ends a C string: SQLite took "contact:a\0b" for "contact:a".
-@Suite(.timeLimit(.minutes(1))) struct KeyNameNULTests {
+@Suite(.timeLimit(.minutes(5))) struct KeyNameNULTests {
     @Test func aNameWithANULIsRefusedAndOverwritesNothing() async throws {
         let folder = TempFolder()
         let path = folder.file("phone.sqlite")
@@ -212,7 +212,7 @@ private func utf8(_ text: String) -> [UInt8] { Array(text.utf8) }
 }
 
 /// What a peer's decoder refuses can never be sent: a batch holding it ended every session.
-@Suite(.timeLimit(.minutes(1))) struct KeyNameBoundTests {
+@Suite(.timeLimit(.minutes(5))) struct KeyNameBoundTests {
     @Test func aNameLongerThanAPeerAcceptsIsRefusedAndTheRestSyncs() async throws {
         let pair = try Pair(keys: [contacts])
         let long = String(repeating: "x", count: 2_000)

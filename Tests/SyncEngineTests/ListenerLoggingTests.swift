@@ -5,7 +5,7 @@ import Synchronization
 @_spi(Benchmarks) import SyncTransport
 import Testing
 
-@Suite(.timeLimit(.minutes(1))) struct ListenerLoggingTests {
+@Suite(.timeLimit(.minutes(5))) struct ListenerLoggingTests {
     /// A dialer of another pairing is turned away: the listener logs it, to
     /// its injected logger, with the dialer's address and the reason.
     @Test func aDialerThatFailsPairingIsLoggedAtTheListenerWithItsAddressAndReason() async throws {

@@ -6,7 +6,7 @@ import Testing
 
 /// SyncPeer live over TCP while connected, queued through the mailbox while
 /// not, with reachability that apps observe.
-@Suite(.timeLimit(.minutes(2))) struct LiveOrQueuedTests {
+@Suite(.timeLimit(.minutes(5))) struct LiveOrQueuedTests {
     /// A phone and a watch of one pairing (50 ms ticks), their mailboxes in one
     /// folder, and a listener on 127.0.0.1 for the phone.
     struct LiveOrQueued {

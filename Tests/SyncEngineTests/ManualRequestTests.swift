@@ -37,7 +37,7 @@ func withConfiguredPeers(_ pair: Pair, over kind: LinkKind, phone phoneConfigura
     }
 }
 
-@Suite(.timeLimit(.minutes(3))) struct ManualRequestTests {
+@Suite(.timeLimit(.minutes(5))) struct ManualRequestTests {
     static func isAnswer(_ event: SyncEvent) -> Bool { if case .manualRequestAnswered = event { true } else { false } }
     static func isRequest(_ event: SyncEvent) -> Bool { if case .manualRequestReceived = event { true } else { false } }
 

@@ -45,7 +45,7 @@ final class MemoryKeyProvider: MasterKeyProvider {
     }
 }
 
-@Suite(.timeLimit(.minutes(2))) struct MasterKeyProviderTests {
+@Suite(.timeLimit(.minutes(5))) struct MasterKeyProviderTests {
     let folder = TempFolder()
 
     func open(_ source: EncryptionKeySource, file name: String = "s.sqlite") throws -> SyncStore {

@@ -6,7 +6,7 @@ import Testing
 /// Where a resolver's merge waits: a change `sync()` released stays released
 /// when a merge replaces it, and a merge over the automatic limit is
 /// reported as deferred, as a write of that size is.
-@Suite(.timeLimit(.minutes(1))) struct MergedValueLaneTests {
+@Suite(.timeLimit(.minutes(5))) struct MergedValueLaneTests {
     /// `count` tags of about 30 bytes each, named after `who`.
     static func tags(_ who: String, count: Int) -> [String] { (0..<count).map { "\(who)-\($0)-" + String(repeating: "t", count: 20) } }
 
@@ -100,7 +100,7 @@ import Testing
 }
 
 /// Large values at a version the receiver takes another value of while the transfer is under way.
-@Suite(.timeLimit(.minutes(1))) struct SameVersionTransferTests {
+@Suite(.timeLimit(.minutes(5))) struct SameVersionTransferTests {
     /// The watch's value reaches the phone twice at one version: first its
     /// own write in a batch, late, then its merge with the phone's value in
     /// chunks. The batch lands between the chunks, over the phone's delete;

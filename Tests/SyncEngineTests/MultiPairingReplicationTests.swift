@@ -10,7 +10,7 @@ import Glibc
 /// Log messages as an async stream, so tests wait for a line instead of sleeping.
 /// Issue 15 on the engine side: a phone with several watches, one pairing
 /// each, over one listener; and `maintainConnection` as the one reconnect loop.
-@Suite(.timeLimit(.minutes(3))) struct MultiPairingReplicationTests {
+@Suite(.timeLimit(.minutes(5))) struct MultiPairingReplicationTests {
     /// A watch store beside `pair`'s, for a second pairing.
     static func secondWatch(in pair: Pair) throws -> SyncStore {
         try SyncStore(path: pair.folder.file("watch-2.sqlite"), role: .watch, registry: TestKeys.registry(),

@@ -53,7 +53,7 @@ final class Household: Sendable {
     }
 }
 
-@Suite(.timeLimit(.minutes(2))) struct MultiWatchTests {
+@Suite(.timeLimit(.minutes(5))) struct MultiWatchTests {
     /// Two watches connected at once converge through the phone: a watch's
     /// change reaches the other watch, and is never sent back to its writer.
     @Test func twoWatchesConvergeThroughThePhone() async throws {

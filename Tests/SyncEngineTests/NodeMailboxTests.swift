@@ -6,7 +6,7 @@ import Testing
 
 /// `syncsim node --mailbox DIR`: two node processes sharing a mailbox
 /// directory, one of them down while the other writes.
-@Suite(.timeLimit(.minutes(3))) struct NodeMailboxTests {
+@Suite(.timeLimit(.minutes(5))) struct NodeMailboxTests {
     static let keys = """
         {"keys":[
           {"name":"health:steps","availability":"all","policy":"automaticSmall","security":"none"},

@@ -5,7 +5,7 @@ import Testing
 
 /// `syncsim node`'s `request-manual`: the watch asks the phone for its manual
 /// changes, both print an event, and the change arrives.
-@Suite(.timeLimit(.minutes(2))) struct NodeManualRequestTests {
+@Suite(.timeLimit(.minutes(5))) struct NodeManualRequestTests {
     @Test func theWatchNodeAsksThePhoneNodeForItsManualChanges() async throws {
         let folder = TempFolder()
         let keys = folder.file("keys.json")

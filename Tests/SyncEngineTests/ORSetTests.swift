@@ -8,7 +8,7 @@ enum ORSetKeys {
     static let all: [any KeyDeclaration] = TestKeys.all + [lists]
 }
 
-@Suite(.timeLimit(.minutes(2))) struct ORSetTests {
+@Suite(.timeLimit(.minutes(5))) struct ORSetTests {
     static let phone: UInt32 = 1, watch: UInt32 = 2
 
     /// Different elements added on one device and removed on the other: both edits survive, in either merge order.

@@ -9,7 +9,7 @@ import Testing
 /// hostile) is refused with `too-many-peers` once the store is full, live
 /// or queued, and nothing is applied from it. A phone frees a place with
 /// `forgetPeer(_:)` (or `peerHorizon`).
-@Suite(.timeLimit(.minutes(2))) struct PeerLimitTests {
+@Suite(.timeLimit(.minutes(5))) struct PeerLimitTests {
     /// A phone that keeps at most `limit` peers, and `watches` watches, each a store of its own.
     struct Stores {
         let folder = TempFolder()

@@ -6,7 +6,7 @@ import Testing
 
 /// A session at rest is not woken several times a second: its ticks grow
 /// apart while it is idle, and anything it handles brings them back.
-@Suite(.timeLimit(.minutes(2))) struct QuietTickTests {
+@Suite(.timeLimit(.minutes(5))) struct QuietTickTests {
     @Test func ticksThatFindNothingToDoDoubleUpToTheQuietInterval() {
         var ticks = TickSchedule(base: .milliseconds(200), quiet: .seconds(5))
         #expect(ticks.interval == .milliseconds(200))

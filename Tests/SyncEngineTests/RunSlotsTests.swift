@@ -6,7 +6,7 @@ import Testing
 /// Simulation runs in one process share a bound (`RunSlots`): a suite that
 /// starts every fixture at once held 130 runs' stores and sockets open
 /// together, 2,600 descriptors, and failed with EMFILE under `ulimit -n 1024`.
-@Suite(.timeLimit(.minutes(1))) struct RunSlotsTests {
+@Suite(.timeLimit(.minutes(5))) struct RunSlotsTests {
     /// How many runs are inside their slot now, and the most there were at once.
     final class Occupancy: Sendable {
         private let counts = Mutex((inside: 0, most: 0))

@@ -22,7 +22,7 @@ import Testing
 /// (the session failed, or entries were rejected) or ignored; all three must
 /// occur, so the fuzz demonstrably reaches apply. The counts are reported, not
 /// pinned: validation added later may move inputs from applied to refused.
-@Suite(.timeLimit(.minutes(3))) struct SessionFuzzTests {
+@Suite(.timeLimit(.minutes(5))) struct SessionFuzzTests {
     @Test func mutatedTrafficInEstablishedSessions() async throws {
         let seed = UInt64(ProcessInfo.processInfo.environment["SYNCENGINE_SESSION_FUZZ_SEED"] ?? "") ?? 20_261_201
         let sessions = Int(ProcessInfo.processInfo.environment["SYNCENGINE_SESSION_FUZZ_SESSIONS"] ?? "") ?? 200

@@ -8,7 +8,7 @@ import Testing
 /// other end is gone and this end has not noticed yet (half-open, until the
 /// dead-peer timeout), or the peer is buggy or hostile. The newer session
 /// replaces the older one as soon as it is established.
-@Suite(.timeLimit(.minutes(2))) struct SessionReplacementTests {
+@Suite(.timeLimit(.minutes(5))) struct SessionReplacementTests {
     @Test func aNewerSessionWithTheSamePeerReplacesTheOlderOne() async throws {
         let pair = try Pair()
         let config = ReplicationConfiguration(pairingEpoch: "replace")

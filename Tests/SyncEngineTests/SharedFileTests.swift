@@ -6,7 +6,7 @@ import Testing
 
 /// One store file shared by two processes (an app and its extension), and by
 /// two connections in one process.
-@Suite(.timeLimit(.minutes(2))) struct SharedFileTests {
+@Suite(.timeLimit(.minutes(5))) struct SharedFileTests {
     static let keysJSON = """
         {"keys":[
           {"name":"health:steps","availability":"all","policy":"automaticSmall","security":"none"},

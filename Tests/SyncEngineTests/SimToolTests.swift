@@ -79,7 +79,7 @@ import Testing
 }
 
 /// `syncsim fuzz` as a user runs it: the binary, its output and exit status.
-@Suite(.timeLimit(.minutes(3))) struct FuzzCommandTests {
+@Suite(.timeLimit(.minutes(5))) struct FuzzCommandTests {
     /// Runs `syncsim fuzz` with `arguments`; its standard output and exit status.
     static func fuzz(_ arguments: [String]) async throws -> (text: String, status: Int32) {
         let process = Process()

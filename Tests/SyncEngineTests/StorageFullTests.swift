@@ -7,7 +7,7 @@ import Testing
 /// would make a file longer, as a full file system does): writes fail with
 /// `storage-full`, nothing stored before is lost, a peer sees why its batches
 /// are not taken, and all of it goes through once there is room.
-@Suite(.serialized, .timeLimit(.minutes(2))) struct StorageFullTests {
+@Suite(.serialized, .timeLimit(.minutes(5))) struct StorageFullTests {
     static let vfs = try! CrashVFS.register(name: "syncengine-tests-storage-full")
 
     /// A store on the disk that fills up (system clock, no key file; every

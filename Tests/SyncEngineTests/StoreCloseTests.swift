@@ -8,7 +8,7 @@ import Testing
 /// dialing and serving loops and queued delivery. Before, a watch whose store
 /// was closed kept redialing, and each new session failed on the closed store
 /// after the phone had sent it a batch again.
-@Suite(.timeLimit(.minutes(2))) struct StoreCloseTests {
+@Suite(.timeLimit(.minutes(5))) struct StoreCloseTests {
     @Test func streamsAskedForAfterTheStoreClosedEndAtOnce() async throws {
         let pair = try Pair()
         pair.watch.close()
@@ -109,7 +109,7 @@ import Testing
 }
 
 /// `waitUntilIdle` on a closed store: `.closed` at once, not `.timeout` at the end of its wait.
-@Suite(.timeLimit(.minutes(2))) struct WaitOnAClosedStoreTests {
+@Suite(.timeLimit(.minutes(5))) struct WaitOnAClosedStoreTests {
     @Test func waitingForIdleThrowsClosedWhenTheStoreCloses() async throws {
         let pair = try Pair()
         let peer = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: PairingSecret.generate().epoch))

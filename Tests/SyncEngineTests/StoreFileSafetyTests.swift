@@ -5,7 +5,7 @@ import Testing
 
 /// Key files and store files are never replaced or adopted by mistake, and a
 /// damaged store is never written to.
-@Suite(.timeLimit(.minutes(2))) struct StoreFileSafetyTests {
+@Suite(.timeLimit(.minutes(5))) struct StoreFileSafetyTests {
     // MARK: key files
 
     @Test func aMissingKeyFileOfAStoreWithEncryptedValuesIsReportedAndNotCreated() async throws {

@@ -6,7 +6,7 @@ import Testing
 
 /// SyncPeer as swift-service-lifecycle services: the phone serving its
 /// listener, the watch dialing; graceful shutdown ends both and returns.
-@Suite(.timeLimit(.minutes(2))) struct SyncPeerServiceTests {
+@Suite(.timeLimit(.minutes(5))) struct SyncPeerServiceTests {
     let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
 
     @Test func servingAndDialingRunInAServiceGroupAndShutDownGracefully() async throws {

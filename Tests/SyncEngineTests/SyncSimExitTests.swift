@@ -7,7 +7,7 @@ import Testing
 
 /// `syncsim`'s failures at run time: one line on stderr, the documented exit
 /// code, no usage; the usage only for usage errors. Fuzz progress without a terminal.
-@Suite(.timeLimit(.minutes(3))) struct SyncSimExitTests {
+@Suite(.timeLimit(.minutes(5))) struct SyncSimExitTests {
     struct Result {
         var status: Int32
         var stderr: String

@@ -433,7 +433,7 @@ import Testing
 
     /// The same return over TCP (127.0.0.1, port 0): the phone's listener
     /// serves the returning watch, which dials with `maintainConnection`.
-    @Test(.timeLimit(.minutes(3))) func returningWatchOverTCPIsRebaselined() async throws {
+    @Test(.timeLimit(.minutes(5))) func returningWatchOverTCPIsRebaselined() async throws {
         let pairing = PairingSecret.generate()
         let home = try await Neighbourhood.withForgottenWatch(pairing: pairing)
         #expect(try home.phone.entryInfo(forKey: TestKeys.steps.name) == nil)

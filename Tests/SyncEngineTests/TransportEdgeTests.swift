@@ -39,7 +39,7 @@ private func onThread(_ body: @escaping @Sendable () -> Void) async {
     }
 }
 
-@Suite(.timeLimit(.minutes(2))) struct TransportEdgeTests {
+@Suite(.timeLimit(.minutes(5))) struct TransportEdgeTests {
     /// Two mis-paired devices (the TCP handshake succeeds, the session fails
     /// at once: two phones) must not redial in a tight loop:
     /// `maintainConnection` backs off although every dial succeeds. (Over TCP

@@ -4,7 +4,7 @@ import Testing
 
 /// The wait helpers fail when what they wait for does not come: the tests that
 /// use them can fail instead of hanging.
-@Suite(.timeLimit(.minutes(1))) struct WaitingTests {
+@Suite(.timeLimit(.minutes(5))) struct WaitingTests {
     @Test func aWaitThatIgnoresCancellationStillFailsAtItsDeadline() async throws {
         let finished = Atomic<Bool>(false)
         let error = await #expect(throws: WaitFailed.self) {
@@ -57,7 +57,7 @@ import Testing
 
 /// Apart from `WaitingTests` and its one-minute limit: spawning children is
 /// slow while the rest of the suite runs on two cores.
-@Suite(.timeLimit(.minutes(4))) struct PipeLinesTests {
+@Suite(.timeLimit(.minutes(5))) struct PipeLinesTests {
     /// The end of a child's output is always seen, even when the child writes
     /// and exits at once, over and over (readability handlers missed it now and
     /// then on Linux, and the example-apps test hung in CI).

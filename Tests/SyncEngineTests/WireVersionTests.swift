@@ -7,7 +7,7 @@ import Testing
 /// batches; a node that speaks only protocol 1 (`protocolRange = 1...1`,
 /// what every earlier build announces) and one of protocol 2 still sync, in
 /// protocol 1; a columnar batch in a protocol-1 session is refused.
-@Suite(.timeLimit(.minutes(3))) struct WireVersionTests {
+@Suite(.timeLimit(.minutes(5))) struct WireVersionTests {
     static func configuration(_ range: ClosedRange<UInt16>, epoch: String = "test") -> ReplicationConfiguration {
         var configuration = ReplicationConfiguration(pairingEpoch: epoch)
         configuration.protocolRange = range

@@ -12,7 +12,7 @@ import Glibc
 /// Before a peer authenticated it gets no work beyond what its bytes justify
 /// (no inflating, exact message lengths), and nothing it wrote reaches our
 /// logs, errors or events.
-@Suite(.timeLimit(.minutes(2))) struct PreAuthenticationTests {
+@Suite(.timeLimit(.minutes(5))) struct PreAuthenticationTests {
     let secret = PairingSecret.generate()
 
     /// A hello whose compressed payload fits the 4096-byte handshake limit and

@@ -5,7 +5,7 @@ import Testing
 /// Reconnect loops back off until a session stayed up for
 /// `ReconnectPolicy.resetAfter`: a connection that is accepted, then dropped
 /// or failed at once, counts as a failure.
-@Suite(.timeLimit(.minutes(2))) struct ReconnectBackoffTests {
+@Suite(.timeLimit(.minutes(5))) struct ReconnectBackoffTests {
     let secret = PairingSecret.generate()
 
     @Test func backoffGrowsUntilASessionIsStable() {

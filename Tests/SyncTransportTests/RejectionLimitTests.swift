@@ -9,7 +9,7 @@ import Glibc
 
 /// A flood of strangers costs a bounded number of log lines and rejection
 /// events; the suppressed ones are counted, not lost.
-@Suite(.timeLimit(.minutes(2))) struct RejectionLimitTests {
+@Suite(.timeLimit(.minutes(5))) struct RejectionLimitTests {
     let secret = PairingSecret.generate()
 
     /// `count` blocking raw connections that each send garbage and wait for

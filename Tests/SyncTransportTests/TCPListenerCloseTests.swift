@@ -11,7 +11,7 @@ import Glibc
 /// accepted channel unclosed (apple/swift-nio #2637: the process aborts with
 /// "Deinited NIOAsyncWriter without calling finish()"). An abort kills the
 /// test process, so this suite fails by crashing when the window is open.
-@Suite(.timeLimit(.minutes(3))) struct TCPListenerCloseTests {
+@Suite(.timeLimit(.minutes(10))) struct TCPListenerCloseTests {
     let secret = PairingSecret.generate()
 
     /// Opens a blocking TCP connection to 127.0.0.1:port; `nil` if refused.

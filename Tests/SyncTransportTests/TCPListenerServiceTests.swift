@@ -6,7 +6,7 @@ import Testing
 /// The listener as a swift-service-lifecycle `Service`: `init` binds and
 /// starts nothing, `run()` accepts until graceful shutdown, and returns
 /// having closed what it owned.
-@Suite(.timeLimit(.minutes(2))) struct TCPListenerServiceTests {
+@Suite(.timeLimit(.minutes(5))) struct TCPListenerServiceTests {
     let secret = PairingSecret.generate()
     let quiet = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
 

@@ -3,7 +3,7 @@ import Synchronization
 import Testing
 @_spi(Benchmarks) @testable import SyncTransport
 
-@Suite(.timeLimit(.minutes(2))) struct TCPTransportTests {
+@Suite(.timeLimit(.minutes(5))) struct TCPTransportTests {
     let secret = PairingSecret.generate()
 
     enum Link: String, CaseIterable { case memory, tcp }
