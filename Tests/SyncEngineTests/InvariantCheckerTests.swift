@@ -8,9 +8,10 @@ import Testing
     let registry: KeyRegistry
     let units = Key<String>("units", default: "", availability: .phoneWithWatchSync, policy: .automaticSmall)
     let token = Key<String>("token", default: "", availability: .phoneOnly, policy: .automaticSmall)
+    let notes = Key<String>("notes", default: "", availability: .all, policy: .manual)
 
     init() throws {
-        registry = try KeyRegistry([units, token])
+        registry = try KeyRegistry([units, token, notes])
     }
 
     func hello(from role: DeviceRole, resuming keys: [String]) -> Frame {
@@ -47,6 +48,33 @@ import Testing
         let results = result([(.watch, batch(from: .watch, key: "units"))])
         #expect(!results[.direction]!.passed)
         #expect(results[.direction]!.violations.first?.contains("watch value of phoneWithWatchSync key units") == true)
+    }
+
+    /// A manual key's change leaves the node that wrote it only after a
+    /// `sync` there made after the write; the other node may pass it on.
+    @Test func aManualChangeSentBeforeItsWritersSyncIsFlagged() {
+        let version = HLCTimestamp(packed: 1 << 16, node: 2)
+        func manualResult(_ steps: (inout WriteModel) -> Void, sentBy sender: DeviceRole, deleted: Bool = false) -> InvariantResult {
+            var model = WriteModel()
+            steps(&model)
+            let frame = SyncMessage.batch(.init(id: 1, entries: [WireEntry(key: "notes", version: version, base: .zero, deleted: deleted,
+                                                                           encoding: "json", value: deleted ? nil : Array("\"x\"".utf8))])).frame()
+            var checker = InvariantChecker(registry: registry)
+            checker.observe(frame, from: sender, senderID: sender == .phone ? 1 : 2, model: model, at: 0)
+            return checker.log.results[.manualUntilSync]!
+        }
+        let write: (inout WriteModel) -> Void = { $0.recordWrite(node: .watch, nodeID: 2, key: "notes", version: version, deleted: false, size: 3) }
+        let unsynced = manualResult(write, sentBy: .watch)
+        #expect(!unsynced.passed && unsynced.checks == 1)
+        #expect(unsynced.violations.first?.contains("watch sent manual key notes") == true, "\(unsynced.violations)")
+        let syncedBefore = manualResult({ $0.recordSync(node: .watch, nodeID: 2); write(&$0) }, sentBy: .watch)
+        #expect(!syncedBefore.passed, "a sync made before the write does not release it")
+        #expect(manualResult({ write(&$0); $0.recordSync(node: .watch, nodeID: 2) }, sentBy: .watch).passed)
+        #expect(manualResult({ write(&$0); $0.recordSync(node: .phone, nodeID: 1) }, sentBy: .watch).passed == false,
+                "the phone's sync does not release the watch's change")
+        #expect(manualResult(write, sentBy: .phone).passed, "the phone passes on a change it received")
+        let delete: (inout WriteModel) -> Void = { $0.recordWrite(node: .watch, nodeID: 2, key: "notes", version: version, deleted: true, size: 0) }
+        #expect(!manualResult(delete, sentBy: .watch, deleted: true).passed, "a delete waits for the sync too")
     }
 
     @Test func localOnlyKeyInAResumeNoteIsFlagged() {

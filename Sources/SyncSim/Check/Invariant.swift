@@ -6,6 +6,9 @@ public enum Invariant: String, Sendable, CaseIterable, Codable {
     case placement
     case direction
     case largeValuesManual = "large-values-manual"
+    /// An entry of a `manual` key leaves the node that wrote it only after a
+    /// `sync` on that node made after the write.
+    case manualUntilSync = "manual-until-sync"
     /// Scenarios with a mailbox: nothing is refused, and once both ends ran
     /// their rounds to quiescence neither spool holds a message.
     case queuedDelivery = "queued-delivery"

@@ -100,6 +100,7 @@ struct InvariantChecker {
             for entry in batch.entries {
                 checkEntryKey(entry.key, from: sender, senderID: senderID, time: time, what: "batch entry")
                 checkDeclaredAlike(entry.key, from: sender, senderID: senderID, to: receiverID, app: receiverApp, time: time, what: "batch entry")
+                checkManual(entry.key, version: entry.version, from: sender, senderID: senderID, model: model, time: time, visible: syncsVisible)
                 if !entry.deleted, let value = entry.value, value.count > SyncPolicy.automaticLimit {
                     checkLarge(entry.key, version: entry.version, from: sender, senderID: senderID, model: model, time: time, visible: syncsVisible)
                 }
@@ -107,6 +108,7 @@ struct InvariantChecker {
         case .chunk(let chunk):
             checkEntryKey(chunk.entry.key, from: sender, senderID: senderID, time: time, what: "chunk")
             checkDeclaredAlike(chunk.entry.key, from: sender, senderID: senderID, to: receiverID, app: receiverApp, time: time, what: "chunk")
+            checkManual(chunk.entry.key, version: chunk.entry.version, from: sender, senderID: senderID, model: model, time: time, visible: syncsVisible)
             if chunk.totalSize > SyncPolicy.automaticLimit {
                 checkLarge(chunk.entry.key, version: chunk.entry.version, from: sender, senderID: senderID, model: model, time: time, visible: syncsVisible)
             }
@@ -135,6 +137,7 @@ struct InvariantChecker {
         case .batch(_, _, _, let entries):
             for entry in entries {
                 checkEntryKey(entry.key, from: sender, senderID: senderID, time: time, what: "queued batch entry")
+                checkManual(entry.key, version: entry.version, from: sender, senderID: senderID, model: model, time: time, visible: nil)
                 if !entry.deleted, let value = entry.value, value.count > SyncPolicy.automaticLimit {
                     checkLarge(entry.key, version: entry.version, from: sender, senderID: senderID, model: model, time: time, visible: nil)
                 }
@@ -214,6 +217,21 @@ struct InvariantChecker {
         guard let write = model.write(key: key, version: version), write.nodeID == senderID else { return }
         if !model.syncedAfter(order: write.order, nodeID: senderID, visible: visible) {
             log.violate(.largeValuesManual, "t=\(time) \(sender) sent \(key) (\(write.size) bytes, version \(version)) without a manual sync after the write")
+        }
+    }
+
+    /// An entry (a value or a delete) of a key its writer declares `manual`
+    /// goes out from that writer only after a `sync` there made after the
+    /// write. Forwarded by another node, it was released by its writer's sync
+    /// before (checked when the writer sent it). Keys the apps declare
+    /// differently are left out: an update may change a key's policy.
+    private mutating func checkManual(_ key: String, version: HLCTimestamp, from sender: DeviceRole, senderID: UInt32, model: WriteModel,
+                                      time: Int64, visible: Int?) {
+        guard !isDeclaredDifferently(key), let d = declaration(key, on: senderID), d.policy == .manual else { return }
+        log.checked(.manualUntilSync)
+        guard let write = model.write(key: key, version: version), write.nodeID == senderID else { return }
+        if !model.syncedAfter(order: write.order, nodeID: senderID, visible: visible) {
+            log.violate(.manualUntilSync, "t=\(time) \(sender) sent manual key \(key) (version \(version)\(write.deleted ? ", a delete" : "")) without a sync after the write")
         }
     }
 
