@@ -235,6 +235,18 @@ struct InvariantChecker {
         }
     }
 
+    /// Whether `frame` accepts a manual request: its sender released its
+    /// manual changes, as a sync there would, before it sent the answer.
+    static func acceptsManualRequest(_ frame: Frame) -> Bool {
+        guard frame.type == SyncMessage.MessageType.manualReply.rawValue, case .manualReply(let reply)? = try? SyncMessage(frame: frame) else { return false }
+        return reply.accepted
+    }
+
+    /// Whether `frame` asks its receiver for its manual changes.
+    static func asksForManualChanges(_ frame: Frame) -> Bool {
+        frame.type == SyncMessage.MessageType.manualRequest.rawValue
+    }
+
     // MARK: state
 
     /// One node's stored state, for comparison.

@@ -22,6 +22,7 @@ public struct FuzzCommand: AsyncParsableCommand {
     @Flag(help: "No node that starts with an app of an older session protocol (1 to 5) and is updated later.") var noOlderProtocols = false
     @Flag(help: "No node whose disk fills up for a while (its writes and what it receives fail with storage-full).") var noDiskFull = false
     @Flag(help: "No replaced watch set up from a backup of a watch's store (its own, or another's that stays paired).") var noRestoredCopies = false
+    @Flag(help: "No node asking its peers for their manual changes (requestManual steps).") var noManualRequests = false
     @Option(help: "sim (virtual time, default) or tcp (real sockets on 127.0.0.1, one scenario at a time, in real time: a failure may not repeat on replay).")
     var transport: SimTransport = .sim
     @Option(name: .customLong("inject-fault"), help: .hidden) var injectFault: [String] = []
@@ -57,6 +58,7 @@ public struct FuzzCommand: AsyncParsableCommand {
         fuzzer.olderProtocols = !noOlderProtocols
         fuzzer.diskFull = !noDiskFull
         fuzzer.restoredCopies = !noRestoredCopies
+        fuzzer.manualRequests = !noManualRequests
         fuzzer.transport = transport
         // Over TCP each scenario runs its nodes' tasks in real time: one at a time, so that two do not starve each other.
         if transport == .tcp { fuzzer.workers = 1 }

@@ -29,6 +29,8 @@ public struct Fuzzer: Sendable {
     public var diskFull = true
     /// Whether a replaced watch may be a device restored from a backup of a watch's store.
     public var restoredCopies = true
+    /// Whether a node may ask its peers for their manual changes instead of a sync on them.
+    public var manualRequests = true
     /// The link the scenarios run over: `.tcp` runs them on real sockets, in
     /// real time (a failure is then not always reproduced by its seed).
     public var transport = SimTransport.sim
@@ -56,7 +58,8 @@ public struct Fuzzer: Sendable {
     /// Runs the scenarios; `progress(done, total)` is called after each. Returns the first failure by run index.
     public func run(progress: @Sendable (Int, Int) -> Void) async -> (completed: Int, failure: Failure?) {
         let generator = ScenarioGenerator(ops: ops, maxWatches: maxWatches, powerCuts: powerCuts, mailbox: mailbox, purges: purges, appUpdates: appUpdates, largeMerges: largeMerges,
-                                          olderProtocols: olderProtocols, diskFull: diskFull, restoredCopies: restoredCopies)
+                                          olderProtocols: olderProtocols, diskFull: diskFull, restoredCopies: restoredCopies,
+                                          manualRequests: manualRequests)
         let options = self.options
         let outDir = self.outDir
         let transport = self.transport

@@ -54,11 +54,15 @@ public struct ScenarioGenerator: Sendable {
     /// of a watch's store (half of them): the replaced one's, or with several
     /// watches another's that stays paired (`restoredFrom`).
     public var restoredCopies: Bool
+    /// Whether a `sync` step may instead be a `requestManual` step on the
+    /// other side (3 in 10): the node's peer asks it for its manual changes.
+    public var manualRequests: Bool
 
     public init(ops: Int = 100, maxWatches: Int = Scenario.maxWatches, powerCuts: Bool = true, mailbox: Bool = true, purges: Bool = true,
                 appUpdates: Bool = true, largeMerges: Bool = true, olderProtocols: Bool = true, diskFull: Bool = true,
-                restoredCopies: Bool = true) {
+                restoredCopies: Bool = true, manualRequests: Bool = true) {
         self.restoredCopies = restoredCopies
+        self.manualRequests = manualRequests
         self.olderProtocols = olderProtocols
         self.diskFull = diskFull
         self.appUpdates = appUpdates
@@ -117,6 +121,10 @@ public struct ScenarioGenerator: Sendable {
             return .replaceWatch(node: node, restoredFrom: source, marker: source == nil || !unmarked.nextBool(probability: 0.4))
         }
 
+        // Manual requests come from a stream of their own, drawn only at `sync` steps:
+        // a scenario without them is the one this seed always gave.
+        var q = SeededRandom(seed: seed ^ 0x6D_A7_0A_12_E0)
+
         var steps: [Scenario.Step] = []
         var at: Int64 = 0
         var crashed: [ScenarioNode] = []
@@ -144,7 +152,12 @@ public struct ScenarioGenerator: Sendable {
                     action = .put(node: writer, key: key, value: .string("v\(r.nextInt(in: 0...99))"), size: nil)
                 }
             case 46..<60: action = .delete(node: writer, key: key)
-            case 60..<70: action = .sync(node: node)
+            case 60..<70:
+                if manualRequests, q.nextBool(probability: 0.3) {
+                    action = .requestManual(node: role == .phone ? watches[q.nextInt(in: 0...(watchCount - 1))] : .phone)
+                } else {
+                    action = .sync(node: node)
+                }
             case 70..<75:
                 action = .faults(LinkFaults(latencyMs: r.nextInt(in: 1...200), jitterMs: r.nextInt(in: 0...100),
                                             lossRate: Double(r.nextInt(in: 0...30)) / 100, duplicateRate: Double(r.nextInt(in: 0...20)) / 100,

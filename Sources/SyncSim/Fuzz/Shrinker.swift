@@ -106,7 +106,7 @@ public struct Shrinker: Sendable {
     /// The number of the highest watch a step names (1 when it names none).
     static func highestWatch(named action: Scenario.Action) -> Int {
         let node: ScenarioNode? = switch action {
-        case .put(let n, _, _, _), .delete(let n, _), .sync(let n), .crash(let n), .restart(let n), .skew(let n, _), .powerCut(let n, _),
+        case .put(let n, _, _, _), .delete(let n, _), .sync(let n), .requestManual(let n), .crash(let n), .restart(let n), .skew(let n, _), .powerCut(let n, _),
              .purge(let n), .updateApp(let n), .fillDisk(let n), .freeDisk(let n): n
         case .faults(_, let n), .partition(let n), .heal(let n): n
         case .replaceWatch(let n, let source, _): [n, source].compactMap { $0 }.max()

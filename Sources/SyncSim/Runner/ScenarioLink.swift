@@ -150,6 +150,10 @@ protocol ScenarioLink: AnyObject {
     func localChange(on node: SimNode)
     /// Before a sync request on `node` (frames it releases must see it).
     func willSync(on node: SimNode)
+    /// Asks the peers `node` has a session with for their manual changes
+    /// (`requestManualChanges`); the model counts a peer's accepted answer as a
+    /// sync on that peer.
+    func requestManual(on node: SimNode) async
     /// Replaces the faults of the links of `watches`; a partition stays as it is.
     func setFaults(_ faults: LinkFaults, watches: [SimNode])
     /// The pairing epoch of the watch's pairing with the phone (its sessions' and its mailbox's).

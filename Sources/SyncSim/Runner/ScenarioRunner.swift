@@ -106,6 +106,10 @@ final class ScenarioRunner<Link: ScenarioLink> {
             }
             state.model.recordSync(node: node.role, nodeID: node.nodeID)
             link.localChange(on: node)
+        case .requestManual(let name):
+            let node = state.node(name)
+            guard node.isUp else { return }
+            await link.requestManual(on: node)
         case .faults(let faults, let name):
             link.setFaults(faults, watches: state.watches(name))
         case .partition(let name):

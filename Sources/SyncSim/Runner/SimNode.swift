@@ -196,10 +196,17 @@ final class SimNode {
     }
 
     /// A backup of this node's store as it is now, at `destination` (with a copy of its
-    /// key file beside it, if it has one): nil when the node is not running.
+    /// key file beside it, if it has one): nil when the node is not running, or
+    /// its armed power cut fires while the copy is taken (over TCP the node's
+    /// sessions write beside the runner): its files are dead then, as when down.
     func backUp(to destination: String) throws -> (store: String, key: String?)? {
         guard isUp, !powerFailed else { return nil }
-        try StoreFileBackup.copy(path, vfs: crashVFS?.name, to: destination)
+        do {
+            try StoreFileBackup.copy(path, vfs: crashVFS?.name, to: destination)
+        } catch where powerFailed {
+            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: destination + suffix) }
+            return nil
+        }
         guard FileManager.default.fileExists(atPath: keyPath) else { return (destination, nil) }
         let key = destination + ".key"
         try? FileManager.default.removeItem(atPath: key)

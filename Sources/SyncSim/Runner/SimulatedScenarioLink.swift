@@ -70,6 +70,13 @@ final class SimulatedScenarioLink: ScenarioLink {
 
     func willSync(on node: SimNode) {}
 
+    func requestManual(on node: SimNode) {
+        for pair in pairs {
+            let endpoint = node.role == .phone ? pair.phoneEndpoint : (pair.watch === node ? pair.watchEndpoint : nil)
+            if let endpoint, endpoint.isEstablished { send(endpoint.requestManualChanges(now: now), from: node, in: pair) }
+        }
+    }
+
     func setFaults(_ faults: LinkFaults, watches: [SimNode]) {
         for watch in watches {
             let pair = pair(watch)
@@ -189,6 +196,8 @@ final class SimulatedScenarioLink: ScenarioLink {
     func send(_ frames: [Frame], from node: SimNode, in pair: Pair) {
         for frame in frames {
             let receiver = node.role == .phone ? pair.watch : state.phone
+            // The answer goes before what it released: a sync on the answering node from here on.
+            if InvariantChecker.acceptsManualRequest(frame) { state.model.recordSync(node: node.role, nodeID: node.nodeID) }
             state.checker.observe(frame, from: node.role, senderID: node.nodeID, receiverID: receiver.nodeID, model: state.model, at: now)
             pair.link.send(frame, from: node.role == .phone ? .a : .b, at: now)
         }

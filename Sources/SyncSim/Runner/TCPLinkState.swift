@@ -35,6 +35,10 @@ final class TCPLinkState: Sendable {
         var connections: [End: any FrameConnection] = [:]
         var sent: [Sent] = []
         var syncs: [UInt32: Int] = [:]
+        /// Nodes that may accept a manual request now.
+        var manualAnswerers: Set<ScenarioNode> = []
+        /// Nodes that accepted one since the step asked.
+        var manualAccepted: Set<ScenarioNode> = []
         var statistics: [ScenarioNode: ConnectionStatistics] = [:]
         var apps: [ScenarioNode: App] = [:]
     }
@@ -75,6 +79,33 @@ final class TCPLinkState: Sendable {
     }
 
     /// Counts a sync before it is requested, so frames it releases see it.
+    /// Lets `nodes` accept a manual request (a `requestManual` step waits for them).
+    func openManualAnswers(_ nodes: [ScenarioNode]) {
+        state.withLock { s in
+            s.manualAnswerers = Set(nodes)
+            s.manualAccepted = []
+        }
+    }
+
+    /// No node accepts a manual request from now on; returns those that accepted one since `openManualAnswers`.
+    func closeManualAnswers() -> Set<ScenarioNode> {
+        state.withLock { s in
+            s.manualAnswerers = []
+            return s.manualAccepted
+        }
+    }
+
+    /// Whether `node` accepts the manual request it got (once per step); if
+    /// so, what it sends from now on comes after a sync.
+    func answersManualRequest(by node: ScenarioNode) -> Bool {
+        state.withLock { s in
+            guard s.manualAnswerers.remove(node) != nil else { return false }
+            s.manualAccepted.insert(node)
+            if let nodeID = s.apps[node]?.nodeID { s.syncs[nodeID, default: 0] += 1 }
+            return true
+        }
+    }
+
     func noteSync(nodeID: UInt32) {
         state.withLock { $0.syncs[nodeID, default: 0] += 1 }
     }

@@ -43,6 +43,82 @@ final class TCPScenarioLink: ScenarioLink {
 
     func localChange(on node: SimNode) {}
 
+    /// The node's replication configuration; it answers a manual request
+    /// only while a `requestManual` step waits for it (a request asked again
+    /// in a later session is declined: its release would come at no step).
+    func replication(of node: SimNode, epoch: String) -> ReplicationConfiguration {
+        var configuration = state.replication(of: node, epoch: epoch)
+        let (shared, name) = (self.shared, node.name)
+        configuration.answersManualRequests = { _ in shared.answersManualRequest(by: name) }
+        return configuration
+    }
+
+    /// How long a `requestManual` step waits for the peers asked to answer:
+    /// a peer of protocol 1 is never asked (it is counted among them all the same).
+    static let manualAnswerGrace: Duration = .seconds(2)
+
+    /// Asks the node's peers for their manual changes and waits until each
+    /// peer asked has released them (or `manualAnswerGrace` passed, and each
+    /// that accepted by then has released), so that no later step runs beside
+    /// a release; each release is a sync in the model.
+    func requestManual(on node: SimNode) async {
+        guard let peer = peers[node.name] else { return }
+        let answering = (node.role == .phone ? state.watches : [state.phone]).filter { peers[$0.name] != nil }
+        let events = answering.compactMap { peer in peer.store.map { (peer, $0.events()) } }
+        shared.openManualAnswers(answering.map(\.name))
+        let asked = peer.requestManualChanges()
+        let released = asked == 0 ? [] : await releases(in: events, asked: asked)
+        _ = shared.closeManualAnswers()
+        for answered in released { state.model.recordSync(node: answered.role, nodeID: answered.nodeID) }
+    }
+
+    /// The nodes among `events` that released their manual changes for the
+    /// request: until `asked` did, or once the grace passed, until each that
+    /// accepted by then did (at most `idleTimeout`: a release that failed
+    /// sends no event).
+    func releases(in events: [(SimNode, AsyncStream<SyncEvent>)], asked: Int) async -> [SimNode] {
+        let (signals, signal) = AsyncStream.makeStream(of: Int?.self)  // a node's index; nil: the grace passed; -1: the long wait
+        let watchers = events.map(\.1).enumerated().map { index, stream in Self.signalRelease(in: stream, as: index, to: signal) }
+        var timers = [Self.signal(nil, after: Self.manualAnswerGrace, to: signal)]
+        defer {
+            for task in watchers { task.cancel() }
+            for task in timers { task.cancel() }
+            signal.finish()
+        }
+        var released: Set<Int> = []
+        var accepted: Set<ScenarioNode>?  // known once the window closed
+        for await next in signals {
+            if next == -1 { break }
+            if let index = next { released.insert(index) }
+            if accepted == nil, next == nil || released.count >= asked {
+                accepted = shared.closeManualAnswers()
+                timers.append(Self.signal(-1, after: Self.idleTimeout, to: signal))
+            }
+            if let accepted, accepted.isSubset(of: Set(released.map { events[$0].0.name })) { break }
+        }
+        return released.sorted().map { events[$0].0 }
+    }
+
+    /// A task that yields `index` once `events` shows an accepted manual request.
+    static func signalRelease(in events: AsyncStream<SyncEvent>, as index: Int, to signal: AsyncStream<Int?>.Continuation) -> Task<Void, Never> {
+        Task {
+            for await event in events {
+                if case .manualRequestReceived(accepted: true, _) = event {
+                    signal.yield(index)
+                    return
+                }
+            }
+        }
+    }
+
+    /// A task that yields `value` after `delay`.
+    static func signal(_ value: Int?, after delay: Duration, to signal: AsyncStream<Int?>.Continuation) -> Task<Void, Never> {
+        Task {
+            try? await Task.sleep(for: delay)
+            signal.yield(value)
+        }
+    }
+
     func willSync(on node: SimNode) {
         shared.noteSync(nodeID: node.nodeID)
     }
@@ -185,7 +261,7 @@ final class TCPScenarioLink: ScenarioLink {
         if node.role == .phone {
             let pairings = state.watches.map { secret($0.name) }
             let watchOfEpoch = Dictionary(uniqueKeysWithValues: state.watches.map { (secret($0.name).epoch, $0.name) })
-            let peer = SyncPeer(store: store, configuration: state.replication(of: node, epoch: pairings[0].epoch))
+            let peer = SyncPeer(store: store, configuration: replication(of: node, epoch: pairings[0].epoch))
             peers[.phone] = peer
             let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: try TCPConfiguration(secrets: pairings))
             self.listener = listener
@@ -222,7 +298,7 @@ final class TCPScenarioLink: ScenarioLink {
         } else {
             let watch = node.name
             let configuration = TCPConfiguration(secret: secret(watch))
-            let peer = SyncPeer(store: store, configuration: state.replication(of: node, epoch: secret(watch).epoch))
+            let peer = SyncPeer(store: store, configuration: replication(of: node, epoch: secret(watch).epoch))
             peers[watch] = peer
             let end = TCPLinkState.End(watch: watch, atPhone: false)
             tasks[watch] = Task {

@@ -241,11 +241,12 @@ enum StepCoding {
         case "delete":
             try item.checkKnown(["at", "op", "node", "key"])
             action = .delete(node: try node()!, key: try key())
-        case "sync", "crash", "restart", "purge", "fillDisk", "freeDisk":
+        case "sync", "requestManual", "crash", "restart", "purge", "fillDisk", "freeDisk":
             try item.checkKnown(["at", "op", "node"])
             let n = try node()!
             action = switch op {
             case "sync": .sync(node: n)
+            case "requestManual": .requestManual(node: n)
             case "crash": .crash(node: n)
             case "restart": .restart(node: n)
             case "fillDisk": .fillDisk(node: n)
@@ -343,8 +344,8 @@ extension Scenario.Step: Encodable {
         case .delete(let node, let key):
             try c.encode(node.rawValue, forKey: FieldKey("node"))
             try c.encode(key, forKey: FieldKey("key"))
-        case .sync(let node), .crash(let node), .restart(let node), .purge(let node), .updateApp(let node), .fillDisk(let node),
-             .freeDisk(let node):
+        case .sync(let node), .requestManual(let node), .crash(let node), .restart(let node), .purge(let node), .updateApp(let node),
+             .fillDisk(let node), .freeDisk(let node):
             try c.encode(node.rawValue, forKey: FieldKey("node"))
         case .skew(let node, let ms):
             try c.encode(node.rawValue, forKey: FieldKey("node"))

@@ -118,6 +118,9 @@ public struct Scenario: Sendable, Equatable {
         case delete(node: ScenarioNode, key: String)
         /// `store.requestManualSync()` on the node.
         case sync(node: ScenarioNode)
+        /// `peer.requestManualChanges()` on the node: each peer it has a
+        /// session with releases its manual changes, as its own sync would.
+        case requestManual(node: ScenarioNode)
         /// Replaces the faults of the named watch's link (nil: every link).
         case faults(LinkFaults, node: ScenarioNode? = nil)
         /// Nothing crosses the named watch's link (nil: every link).
@@ -161,6 +164,7 @@ public struct Scenario: Sendable, Equatable {
             case .put: "put"
             case .delete: "delete"
             case .sync: "sync"
+            case .requestManual: "requestManual"
             case .faults: "faults"
             case .partition: "partition"
             case .heal: "heal"
