@@ -242,11 +242,6 @@ struct InvariantChecker {
         return reply.accepted
     }
 
-    /// Whether `frame` asks its receiver for its manual changes.
-    static func asksForManualChanges(_ frame: Frame) -> Bool {
-        frame.type == SyncMessage.MessageType.manualRequest.rawValue
-    }
-
     // MARK: state
 
     /// One node's stored state, for comparison.

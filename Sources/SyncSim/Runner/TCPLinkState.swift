@@ -78,7 +78,6 @@ final class TCPLinkState: Sendable {
         await closeConnections { $0.watch == watch }
     }
 
-    /// Counts a sync before it is requested, so frames it releases see it.
     /// Lets `nodes` accept a manual request (a `requestManual` step waits for them).
     func openManualAnswers(_ nodes: [ScenarioNode]) {
         state.withLock { s in
@@ -106,6 +105,7 @@ final class TCPLinkState: Sendable {
         }
     }
 
+    /// Counts a sync before it is requested, so frames it releases see it.
     func noteSync(nodeID: UInt32) {
         state.withLock { $0.syncs[nodeID, default: 0] += 1 }
     }
