@@ -77,6 +77,20 @@ import Testing
         #expect(!manualResult(delete, sentBy: .watch, deleted: true).passed, "a delete waits for the sync too")
     }
 
+    /// Queued declarations, like a hello's, name no key that never leaves the sender.
+    @Test func localOnlyKeyInQueuedDeclarationsIsFlagged() {
+        let header = QueuedHeader(protocolVersion: 6, node: 1, role: .phone, pairingEpoch: "e", registryFingerprint: [])
+        func placement(_ lines: [String]) -> InvariantResult {
+            var checker = InvariantChecker(registry: registry)
+            checker.observeQueued(.declarations(header, lines, isAnswer: false), from: .phone, senderID: 1, model: WriteModel(), at: 0)
+            return checker.log.results[.placement]!
+        }
+        #expect(placement(registry.wireDeclarations(from: .phone)).passed, "what the engine posts")
+        let leaked = placement([token.descriptor.wireDeclaration])
+        #expect(!leaked.passed)
+        #expect(leaked.violations.first?.contains("queued declarations declares local-only key token") == true, "\(leaked.violations)")
+    }
+
     @Test func localOnlyKeyInAResumeNoteIsFlagged() {
         let results = result([(.watch, hello(from: .watch, resuming: ["token"]))])
         #expect(!results[.placement]!.passed)

@@ -86,12 +86,7 @@ struct InvariantChecker {
         }
         switch message {
         case .hello(let hello):
-            for line in hello.declarations {
-                let name = String(line.prefix { $0 != "|" })
-                if let d = declaration(name, on: senderID), !crosses(d) {
-                    log.violate(.placement, "t=\(time) \(sender)'s hello declares local-only key \(name)")
-                }
-            }
+            checkDeclarations(hello.declarations, from: sender, senderID: senderID, time: time, what: "hello")
             // A partial transfer is the receiver's note of chunks it holds: the value comes from the other side.
             for partial in hello.partialTransfers {
                 checkEntryKey(partial.key, from: sender, senderID: senderID, time: time, what: "hello partial transfer", valueFrom: sender.counterpart)
@@ -158,7 +153,8 @@ struct InvariantChecker {
             if sender != .phone { log.violate(.direction, "t=\(time) a \(sender) posted a caught-up marker; only a phone sends them") }
         case .renewsNodeID:
             if sender != .watch { log.violate(.direction, "t=\(time) a \(sender) posted a node renewal notice; only a watch sends them") }
-        case .declarations:
+        case .declarations(_, let lines, _):
+            checkDeclarations(lines, from: sender, senderID: senderID, time: time, what: "queued declarations")
             // Without older apps every node has the scenario's one registry: nothing to compare.
             if declaredDifferently.isEmpty {
                 log.violate(.queuedDelivery, "t=\(time) \(sender) posted its key declarations although both sides share one registry")
@@ -217,6 +213,16 @@ struct InvariantChecker {
         guard let write = model.write(key: key, version: version), write.nodeID == senderID else { return }
         if !model.syncedAfter(order: write.order, nodeID: senderID, visible: visible) {
             log.violate(.largeValuesManual, "t=\(time) \(sender) sent \(key) (\(write.size) bytes, version \(version)) without a manual sync after the write")
+        }
+    }
+
+    /// Declarations (a hello's, or queued ones) name no key that never leaves the sender.
+    private mutating func checkDeclarations(_ lines: [String], from sender: DeviceRole, senderID: UInt32, time: Int64, what: String) {
+        for line in lines {
+            let name = String(line.prefix { $0 != "|" })
+            if let d = declaration(name, on: senderID), !crosses(d) {
+                log.violate(.placement, "t=\(time) \(sender)'s \(what) declares local-only key \(name)")
+            }
         }
     }
 
