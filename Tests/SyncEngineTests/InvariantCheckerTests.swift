@@ -9,9 +9,10 @@ import Testing
     let units = Key<String>("units", default: "", availability: .phoneWithWatchSync, policy: .automaticSmall)
     let token = Key<String>("token", default: "", availability: .phoneOnly, policy: .automaticSmall)
     let notes = Key<String>("notes", default: "", availability: .all, policy: .manual)
+    let pin = Key<String>("pin", default: "", availability: .all, policy: .automaticSmall, security: .encrypted)
 
     init() throws {
-        registry = try KeyRegistry([units, token, notes])
+        registry = try KeyRegistry([units, token, notes, pin])
     }
 
     func hello(from role: DeviceRole, resuming keys: [String]) -> Frame {
@@ -89,6 +90,26 @@ import Testing
         let leaked = placement([token.descriptor.wireDeclaration])
         #expect(!leaked.passed)
         #expect(leaked.violations.first?.contains("queued declarations declares local-only key token") == true, "\(leaked.violations)")
+    }
+
+    /// A live value of a key declared encrypted is stored encrypted on every node.
+    @Test func anUnencryptedValueOfAnEncryptedKeyIsFlagged() {
+        func atRest(_ key: String, encrypted: Bool, deleted: Bool = false) -> InvariantResult {
+            let version = HLCTimestamp(packed: 1 << 16, node: 2)
+            let info = EntryInfo(key: key, encoding: "json", version: version, isDeleted: deleted, size: 3, changeSequence: 1, lane: .automatic,
+                                 isPending: false, isEncrypted: encrypted)
+            let node = InvariantChecker.Snapshot(role: .watch, nodeID: 2, entries: [key: info], values: deleted ? [:] : [key: Array("\"x\"".utf8)],
+                                                 name: "watch")
+            var checker = InvariantChecker(registry: registry)
+            checker.checkState(nodes: [node], connected: [], model: WriteModel(), label: "end")
+            return checker.log.results[.encryptedAtRest]!
+        }
+        #expect(atRest("pin", encrypted: true).passed)
+        let plain = atRest("pin", encrypted: false)
+        #expect(!plain.passed)
+        #expect(plain.violations.first?.contains("watch holds pin") == true, "\(plain.violations)")
+        #expect(atRest("pin", encrypted: false, deleted: true).passed, "a tombstone has no value")
+        #expect(atRest("notes", encrypted: false).passed, "a key not declared encrypted")
     }
 
     @Test func localOnlyKeyInAResumeNoteIsFlagged() {

@@ -9,6 +9,9 @@ public enum Invariant: String, Sendable, CaseIterable, Codable {
     /// An entry of a `manual` key leaves the node that wrote it only after a
     /// `sync` on that node made after the write.
     case manualUntilSync = "manual-until-sync"
+    /// Every live value of a key declared `encrypted` is stored encrypted on
+    /// every node that holds it, written there or received.
+    case encryptedAtRest = "encrypted-at-rest"
     /// Scenarios with a mailbox: nothing is refused, and once both ends ran
     /// their rounds to quiescence neither spool holds a message.
     case queuedDelivery = "queued-delivery"

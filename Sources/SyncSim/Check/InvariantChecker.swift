@@ -216,6 +216,19 @@ struct InvariantChecker {
         }
     }
 
+    /// Every live value of a key the node's app declares `encrypted` is stored
+    /// encrypted there (keys an older app declares otherwise are left out: an
+    /// update may change a key's security, and values stay as they were written).
+    private mutating func checkEncryptedAtRest(_ nodes: [Snapshot], label: String) {
+        log.checked(.encryptedAtRest)
+        for node in nodes {
+            for (key, entry) in node.entries.sorted(by: { $0.key < $1.key }) where !entry.isDeleted && !entry.isEncrypted {
+                guard !isDeclaredDifferently(key), declaration(key, on: node.nodeID)?.security == .encrypted else { continue }
+                log.violate(.encryptedAtRest, "\(label): \(node.name) holds \(key) at \(entry.version) unencrypted")
+            }
+        }
+    }
+
     /// Declarations (a hello's, or queued ones) name no key that never leaves the sender.
     private mutating func checkDeclarations(_ lines: [String], from sender: DeviceRole, senderID: UInt32, time: Int64, what: String) {
         for line in lines {
@@ -332,6 +345,7 @@ struct InvariantChecker {
                 }
             }
         }
+        checkEncryptedAtRest(nodes, label: label)
         // no lost acknowledged write
         log.checked(.noLostAcknowledgedWrite)
         let held = heldBack(nodes: nodes, model: model)

@@ -74,10 +74,11 @@ final class TCPScenarioLink: ScenarioLink {
 
     /// The nodes among `events` that released their manual changes for the
     /// request: until `asked` did, or once the grace passed, until each that
-    /// accepted by then did (at most `idleTimeout`: a release that failed
-    /// sends no event).
+    /// accepted by then did or cannot (its power failed, its disk is full or
+    /// it is down: a release that fails sends no event), at most `idleTimeout`.
     func releases(in events: [(SimNode, AsyncStream<SyncEvent>)], asked: Int) async -> [SimNode] {
-        let (signals, signal) = AsyncStream.makeStream(of: Int?.self)  // a node's index; nil: the grace passed; -1: the long wait
+        // A node's index; nil: the grace passed; -1: the long wait passed; -2: look again.
+        let (signals, signal) = AsyncStream.makeStream(of: Int?.self)
         let watchers = events.map(\.1).enumerated().map { index, stream in Self.signalRelease(in: stream, as: index, to: signal) }
         var timers = [Self.signal(nil, after: Self.manualAnswerGrace, to: signal)]
         defer {
@@ -89,12 +90,20 @@ final class TCPScenarioLink: ScenarioLink {
         var accepted: Set<ScenarioNode>?  // known once the window closed
         for await next in signals {
             if next == -1 { break }
-            if let index = next { released.insert(index) }
+            if let index = next, index >= 0 { released.insert(index) }
             if accepted == nil, next == nil || released.count >= asked {
                 accepted = shared.closeManualAnswers()
                 timers.append(Self.signal(-1, after: Self.idleTimeout, to: signal))
+                timers.append(Task {
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: .milliseconds(100))
+                        signal.yield(-2)
+                    }
+                })
             }
-            if let accepted, accepted.isSubset(of: Set(released.map { events[$0].0.name })) { break }
+            guard let accepted else { continue }
+            let waiting = events.indices.filter { accepted.contains(events[$0].0.name) && !released.contains($0) }.map { events[$0].0 }
+            if waiting.allSatisfy({ !$0.isUp || $0.powerFailed || $0.diskFull }) { break }
         }
         return released.sorted().map { events[$0].0 }
     }
