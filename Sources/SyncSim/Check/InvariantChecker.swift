@@ -210,8 +210,7 @@ struct InvariantChecker {
         guard let d = declaration(key, on: senderID), d.policy == .automaticSmall else { return }
         log.checked(.largeValuesManual)
         // Only values written on the sender are checked (a value that arrived from the peer has no local write).
-        guard let write = model.write(key: key, version: version), write.nodeID == senderID else { return }
-        if !model.syncedAfter(order: write.order, nodeID: senderID, visible: visible) {
+        if let write = model.unreleasedWrite(key: key, version: version, by: senderID, visible: visible) {
             log.violate(.largeValuesManual, "t=\(time) \(sender) sent \(key) (\(write.size) bytes, version \(version)) without a manual sync after the write")
         }
     }
@@ -248,8 +247,7 @@ struct InvariantChecker {
                                       time: Int64, visible: Int?) {
         guard !isDeclaredDifferently(key), let d = declaration(key, on: senderID), d.policy == .manual else { return }
         log.checked(.manualUntilSync)
-        guard let write = model.write(key: key, version: version), write.nodeID == senderID else { return }
-        if !model.syncedAfter(order: write.order, nodeID: senderID, visible: visible) {
+        if let write = model.unreleasedWrite(key: key, version: version, by: senderID, visible: visible) {
             log.violate(.manualUntilSync, "t=\(time) \(sender) sent manual key \(key) (version \(version)\(write.deleted ? ", a delete" : "")) without a sync after the write")
         }
     }

@@ -66,6 +66,15 @@ struct WriteModel {
         writes.last { $0.key == key && $0.version == version }
     }
 
+    /// The write of `key` at `version` made on `nodeID` with no sync there
+    /// after it (among the first `visible` syncs, when given); nil when it was
+    /// released, or not written on that node (it arrived from a peer).
+    func unreleasedWrite(key: String, version: HLCTimestamp, by nodeID: UInt32, visible: Int?) -> Write? {
+        guard let write = write(key: key, version: version), write.nodeID == nodeID,
+              !syncedAfter(order: write.order, nodeID: nodeID, visible: visible) else { return nil }
+        return write
+    }
+
     /// Whether `nodeID` requested a manual sync after model event `order`;
     /// with `visible`, only its first `visible` syncs count (those made before a frame was sent).
     func syncedAfter(order: Int, nodeID: UInt32, visible: Int? = nil) -> Bool {
