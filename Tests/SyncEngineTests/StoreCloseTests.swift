@@ -62,7 +62,7 @@ import Testing
         let phoneEvents = pair.phone.events()
         let peers = try await ServingAndDialing(pair)
         try await pair.phone.set(5, for: TestKeys.steps)
-        try await peers.watch.waitUntilIdle(timeout: .seconds(30))
+        try await peers.watch.waitUntilIdle(timeout: waitLimit)
         #expect(try pair.watch.storedValue(for: TestKeys.steps) == 5)
 
         pair.watch.close()
@@ -86,7 +86,7 @@ import Testing
         let pair = try Pair()
         let peers = try await ServingAndDialing(pair)
         try await pair.watch.set(5, for: TestKeys.steps)
-        try await peers.phone.waitUntilIdle(timeout: .seconds(30))
+        try await peers.phone.waitUntilIdle(timeout: waitLimit)
 
         pair.phone.close()
         try await withDeadline("serving to end once the phone's store closed") { await peers.server.value }
