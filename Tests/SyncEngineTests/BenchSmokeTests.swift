@@ -37,6 +37,12 @@ import Testing
         let wireToZlib = try figure("TCP wire bytes ÷ zlib-6(raw key+value), initial").value
         #expect(wireToZlib > 0.8 && wireToZlib < 2 * sessions)
         #expect(try figure("TCP wire bytes ÷ zlib-6(raw key+value), incremental").value > 0.8)
+        // The floor under write→visible is measured in the same run, and the samples are reported against it.
+        let floor50 = try figure("write→visible floor p50"), floor99 = try figure("write→visible floor p99")
+        #expect(floor50.value > 0 && floor99.value >= floor50.value)
+        let overFloor = try figure("write→visible p99 ÷ its floor's p99")
+        #expect(overFloor.baseline == floor99.value)
+        #expect(abs(overFloor.value * floor99.value - (try figure("write→visible p99 (TCP, idle link)").value)) < 1e-6 * overFloor.value * floor99.value)
     }
 
     /// Values over the automatic limit take the chunked path (manual, released

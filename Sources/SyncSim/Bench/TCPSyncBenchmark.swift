@@ -102,6 +102,9 @@ struct TCPSyncBenchmark {
         _ = await (server.value, client.value)
         phone.close()
         watch.close()
+        // The floor under those samples, on the same machine in the same run.
+        let floor = isComparison || samples == 0 ? []
+            : try LoopbackBaseline.writeToVisibleFloor(folder: folder, samples: samples, value: Array("{\"sample\":1234}".utf8))
 
         let rate = Double(entries) / syncSeconds
         let rawRate = Double(entries) / rawSeconds
@@ -162,6 +165,23 @@ struct TCPSyncBenchmark {
             BenchFigure(name: "write→visible p99 (TCP, idle link)", value: p99, unit: "µs", baseline: loopback.roundTripMicroseconds,
                         baselineName: "raw RTT µs", ratio: p99 / loopback.roundTripMicroseconds, target: "≤ 10× RTT"),
             BenchFigure(name: "write→visible max", value: latencies.last ?? 0, unit: "µs"),
+        ] + floorFigures(floor, p50: p50, p99: p99, roundTrip: loopback.roundTripMicroseconds)
+    }
+
+    /// The floor of write→visible (`LoopbackBaseline.writeToVisibleFloor`) and the engine's samples against it.
+    private func floorFigures(_ floor: [Double], p50: Double, p99: Double, roundTrip: Double) -> [BenchFigure] {
+        guard !floor.isEmpty else { return [] }
+        let floor50 = floor[floor.count / 2], floor99 = floor[min(floor.count - 1, floor.count * 99 / 100)]
+        let what = "(raw SQLite commit, loopback round trip, raw SQLite commit)"
+        return [
+            BenchFigure(name: "write→visible floor p50 \(what)", value: floor50, unit: "µs", baseline: roundTrip,
+                        baselineName: "raw RTT µs", ratio: floor50 / roundTrip),
+            BenchFigure(name: "write→visible floor p99 \(what)", value: floor99, unit: "µs", baseline: roundTrip,
+                        baselineName: "raw RTT µs", ratio: floor99 / roundTrip),
+            BenchFigure(name: "write→visible p50 ÷ its floor's p50", value: p50 / floor50, unit: "×", baseline: floor50,
+                        baselineName: "floor p50 µs", ratio: p50 / floor50),
+            BenchFigure(name: "write→visible p99 ÷ its floor's p99", value: p99 / floor99, unit: "×", baseline: floor99,
+                        baselineName: "floor p99 µs", ratio: p99 / floor99),
         ]
     }
 }
