@@ -31,6 +31,34 @@ import Testing
         #expect(Self.size(path) >= before + 100_000, "the database file is still \(Self.size(path)) bytes (\(before) at first)")
     }
 
+    /// While commits come faster than a checkpoint completes, the WAL does not
+    /// start over, and every commit past the threshold scheduled another
+    /// checkpoint at once: hundreds (two fsyncs each) for 1,300 commits. Now
+    /// one starts at least `minimumInterval` after the last one ended; the
+    /// commits of the last interval are still copied.
+    @Test func aBurstOfCommitsIsNotCheckpointedAfterEachOne() async throws {
+        let folder = TempFolder()
+        let path = folder.file("store.sqlite")
+        var options = StoreOptions(encryption: .keyFile(path: folder.file("store.key")))
+        options.freeSpace = { _ in 1 << 40 }
+        let store = try SyncStore(path: path, role: .phone, registry: try TestKeys.registry(), options: options)
+        defer { store.close() }
+        let sizeBefore = Self.size(path)
+        // Past the threshold (about 5.4 pages a commit), below the inline limit.
+        for i in 0..<800 { try store.setNow(i, for: TestKeys.daily["d\(i)"]) }
+        let start = ContinuousClock.now
+        let runsBefore = store.database.backgroundCheckpointRuns
+        for i in 800..<2_000 { try store.setNow(i, for: TestKeys.daily["d\(i)"]) }
+        let runs = store.database.backgroundCheckpointRuns - runsBefore
+        let elapsed = ContinuousClock.now - start
+        #expect(runs >= 1, "no background checkpoint ran during the burst")
+        #expect(runs <= Int(elapsed / BackgroundCheckpointer.minimumInterval) + 2,
+                "\(runs) background checkpoints in \(elapsed) of commits")
+        store.waitForBackgroundCheckpoints()
+        #expect(Self.size(path) >= sizeBefore + 100_000, "the database file is \(Self.size(path)) bytes (\(sizeBefore) at first)")
+        #expect(try store.storedValue(for: TestKeys.daily["d1999"]) == 1_999)
+    }
+
     /// On a nearly full disk the WAL is copied into the file from
     /// `lowSpaceThreshold` pages on, not at 4,000: the same 2,000 single-row
     /// commits leave it at 1.3 MB (it reached 44 MB, and filled a

@@ -75,6 +75,9 @@ final class Database: Sendable {
     /// Returns once every background checkpoint scheduled so far has run.
     func drainCheckpoints() { checkpointer.drain() }
 
+    /// How many background checkpoints ran (tests).
+    var backgroundCheckpointRuns: Int { checkpointer.runs.load(ordering: .relaxed) }
+
     deinit {
         connection.withLock { checkpointer.detach(from: $0.handle) }
         checkpointer.stop()
