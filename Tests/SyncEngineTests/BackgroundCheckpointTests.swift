@@ -11,12 +11,18 @@ import Testing
         ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int) ?? 0
     }
 
+    /// A phone store at `folder`'s `store.sqlite`, on a disk with `freeBytes` left
+    /// (a machine with little room left would checkpoint early).
+    static func store(in folder: TempFolder, freeBytes: Int64 = 1 << 40) throws -> SyncStore {
+        var options = StoreOptions(encryption: .keyFile(path: folder.file("store.key")))
+        options.freeSpace = { _ in freeBytes }
+        return try SyncStore(path: folder.file("store.sqlite"), role: .phone, registry: try TestKeys.registry(), options: options)
+    }
+
     @Test func theWALIsCopiedIntoTheFileInTheBackground() async throws {
         let folder = TempFolder()
         let path = folder.file("store.sqlite")
-        var options = StoreOptions(encryption: .keyFile(path: folder.file("store.key")))
-        options.freeSpace = { _ in 1 << 40 }  // a machine with little room left would checkpoint early
-        let store = try SyncStore(path: path, role: .phone, registry: try TestKeys.registry(), options: options)
+        let store = try Self.store(in: folder)
         defer { store.close() }
         let before = Self.size(path)
         // Single-row commits: well over the WAL frames that schedule a checkpoint
@@ -33,15 +39,13 @@ import Testing
 
     /// While commits come faster than a checkpoint completes, the WAL does not
     /// start over, and every commit past the threshold scheduled another
-    /// checkpoint at once: hundreds (two fsyncs each) for 1,300 commits. Now
+    /// checkpoint at once: hundreds (two fsyncs each) for 1,200 commits. Now
     /// one starts at least `minimumInterval` after the last one ended; the
     /// commits of the last interval are still copied.
     @Test func aBurstOfCommitsIsNotCheckpointedAfterEachOne() async throws {
         let folder = TempFolder()
         let path = folder.file("store.sqlite")
-        var options = StoreOptions(encryption: .keyFile(path: folder.file("store.key")))
-        options.freeSpace = { _ in 1 << 40 }
-        let store = try SyncStore(path: path, role: .phone, registry: try TestKeys.registry(), options: options)
+        let store = try Self.store(in: folder)
         defer { store.close() }
         let sizeBefore = Self.size(path)
         // Past the threshold (about 5.4 pages a commit), below the inline limit.
@@ -66,9 +70,7 @@ import Testing
     @Test func aNearlyFullDiskCheckpointsEarly() async throws {
         let folder = TempFolder()
         let path = folder.file("store.sqlite")
-        var options = StoreOptions(encryption: .keyFile(path: folder.file("store.key")))
-        options.freeSpace = { _ in 10 << 20 }
-        let store = try SyncStore(path: path, role: .phone, registry: try TestKeys.registry(), options: options)
+        let store = try Self.store(in: folder, freeBytes: 10 << 20)
         defer { store.close() }
         for i in 0..<2_000 { try store.setNow(i, for: TestKeys.daily["d\(i)"]) }
         store.waitForBackgroundCheckpoints()
