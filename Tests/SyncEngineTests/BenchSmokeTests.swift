@@ -6,7 +6,7 @@ import Testing
 @Suite struct BenchSmokeTests {
     @Test func storeBenchmarkQuickRun() throws {
         let figures = try StoreBenchmark(quick: true).run()
-        #expect(figures.count == 8)
+        #expect(figures.count == 14)
         #expect(figures.allSatisfy { $0.value > 0 })
         // The typed writes are the fastest of three runs, as their raw baselines are: never slower than the first run.
         let typed = try #require(figures.first { $0.name.hasPrefix("batched typed writes/s (") })
@@ -16,6 +16,17 @@ import Testing
         let layout = try #require(figures.first { $0.name.hasPrefix("raw SQLite insert into the store's table layout") })
         let collecting = try #require(figures.first { $0.name.hasPrefix("collecting") })
         #expect(layout.baseline == collecting.baseline && (layout.baseline ?? 0) > 0)
+        // The single write and a remote entry applied alone, each against a raw one-row commit of the same run.
+        let raw50 = try #require(figures.first { $0.name.hasPrefix("raw one-row SQLite commit p50") })
+        let raw99 = try #require(figures.first { $0.name.hasPrefix("raw one-row SQLite commit p99") })
+        #expect(raw50.value <= raw99.value)
+        for name in ["one committed write", "one remote entry applied"] {
+            for (percentile, raw) in [("p50", raw50), ("p99", raw99)] {
+                let figure = try #require(figures.first { $0.name.hasPrefix(name) && $0.name.contains("\(percentile) ÷ raw commit") }, "\(name) \(percentile)")
+                #expect(figure.baseline == raw.value)
+                #expect(abs((figure.ratio ?? 0) - figure.value / raw.value) < 1e-9)
+            }
+        }
     }
 
     @Test func syncBenchmarkQuickRun() async throws {

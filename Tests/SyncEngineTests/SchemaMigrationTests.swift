@@ -315,6 +315,53 @@ import Testing
         #expect(try phone.entryInfo(forKey: TestKeys.steps.name)?.changeSequence ?? 0 > before.map(\.changeSequence).max() ?? 0)
         phone.close()
     }
+
+    /// A v11 file's commit log (AUTOINCREMENT, its counter in `sqlite_sequence`)
+    /// becomes a plain rowid table at open: its rows keep their ids, the
+    /// counter's row goes, and the next commit's row follows the largest id,
+    /// so another connection that read the log up to there misses nothing.
+    @Test func v11CommitLogKeepsItsIdsWithoutACounter() async throws {
+        let folder = TempFolder()
+        let registry = try TestKeys.registry()
+        let path = folder.file("phone.sqlite")
+        var noPolling = StoreOptions(encryption: .keyFile(path: folder.file("phone.key")))
+        noPolling.externalChangePollInterval = nil
+        do {
+            let store = try SyncStore(path: path, role: .phone, registry: registry, options: noPolling)
+            for value in 1...3 { try await store.set(value, for: TestKeys.steps) }
+            store.close()
+        }
+        // Back to v11: the log as v2 made it, with its rows and their counter.
+        try sqlite(path) { db in
+            try exec(db, "ALTER TABLE sync_commit_log RENAME TO sync_commit_log_v11")
+            try exec(db, "CREATE TABLE sync_commit_log (id INTEGER PRIMARY KEY AUTOINCREMENT, changes BLOB NOT NULL)")
+            try exec(db, "INSERT INTO sync_commit_log(id, changes) SELECT id, changes FROM sync_commit_log_v11")
+            try exec(db, "DROP TABLE sync_commit_log_v11")
+            try exec(db, "PRAGMA user_version = 11")
+        }
+        let logged = try sqliteRows(path, "SELECT id, hex(changes) FROM sync_commit_log ORDER BY id")
+        let newest = try sqliteInt(path, "SELECT max(id) FROM sync_commit_log")
+        #expect(logged.count >= 3)
+        #expect(try sqliteInt(path, "SELECT seq FROM sqlite_sequence WHERE name = 'sync_commit_log'") == newest)
+
+        let phone = try SyncStore(path: path, role: .phone, registry: registry, options: noPolling)
+        #expect(try sqliteInt(path, "PRAGMA user_version") == Int64(Schema.currentVersion))
+        #expect(try sqliteInt(path, "SELECT count(*) FROM sqlite_master WHERE name = 'sync_commit_log' AND sql LIKE '%AUTOINCREMENT%'") == 0)
+        #expect(try sqliteInt(path, "SELECT count(*) FROM sqlite_sequence WHERE name = 'sync_commit_log'") == 0)
+        #expect(try sqliteRows(path, "SELECT id, hex(changes) FROM sync_commit_log ORDER BY id") == logged)
+        // Another connection to the file, caught up with the migrated log, sees the next commit.
+        let other = try SyncStore(path: path, role: .phone, registry: registry, options: noPolling)
+        #expect(try other.value(for: TestKeys.steps) == 3)
+        let changes = other.changes(for: TestKeys.steps)
+        try await phone.set(4, for: TestKeys.steps)
+        #expect(try sqliteInt(path, "SELECT max(id) FROM sync_commit_log") == newest + 1)
+        try other.checkForExternalChanges()
+        let change = try await first(of: changes, "the other connection's change")
+        #expect(change.isFromAnotherProcess == true && change.kind == .set)
+        #expect(try other.value(for: TestKeys.steps) == 4)
+        other.close()
+        phone.close()
+    }
 }
 
 private func sqlite(_ path: String, _ body: (OpaquePointer) throws -> Void) throws {

@@ -21,11 +21,14 @@
 /// Since v10 `entries` and `sync_chunks` are rowid tables (a lookup in a
 /// WITHOUT ROWID table reads the large values it passes), the value last.
 /// Since v11 key names are in Unicode NFC (rows of other spellings moved once).
+/// Since v12 `sync_commit_log` numbers its rows without `AUTOINCREMENT`: a
+/// commit writes no `sqlite_sequence` page (the newest row is never pruned,
+/// so ids still only grow).
 ///
 /// Every store carries `PRAGMA application_id = 0x5379456E` (ASCII "SyEn"),
 /// set with the schema; `Database` refuses SQLite files with another id.
 enum Schema {
-    static let currentVersion = 11
+    static let currentVersion = 12
     /// `PRAGMA application_id` of a SyncEngine store: ASCII "SyEn".
     static let applicationID: Int32 = 0x5379_456E
 
@@ -244,6 +247,19 @@ enum Schema {
         // at the next open (`SyncStore.normalizeKeyNamesAfterMigration`).
         """
         INSERT OR REPLACE INTO sync_meta(name, value) VALUES ('keys_need_nfc', '1');
+        """,
+        // v12: the commit log without AUTOINCREMENT, which made every commit write its counter
+        // in `sqlite_sequence` (a fourth page for a single write). Ids keep growing without it:
+        // a new row takes the largest id plus one, and pruning never removes the largest.
+        """
+        CREATE TABLE sync_commit_log_v12 (
+            id      INTEGER PRIMARY KEY,
+            changes BLOB NOT NULL
+        );
+        INSERT INTO sync_commit_log_v12(id, changes) SELECT id, changes FROM sync_commit_log;
+        DROP TABLE sync_commit_log;
+        ALTER TABLE sync_commit_log_v12 RENAME TO sync_commit_log;
+        DELETE FROM sqlite_sequence WHERE name = 'sync_commit_log';
         """,
     ]
 

@@ -84,7 +84,33 @@ public struct StoreBenchmark: Sendable {
             latencies.append(try BenchClock.seconds { try store.setNow(i, for: single) })
         }
         latencies.sort()
+
+        // The watch's half of a write→visible: a session applying a batch of one entry, each
+        // a newer version of one key written over the one before (no conflict).
+        progress("one remote entry applied at a time")
+        let remoteKey = family["remote"]
+        let remoteValue = try ValueSerializer<String>.json.encode("{\"sample\":1234}")
+        let firstMilliseconds = Int64(Date().timeIntervalSince1970 * 1000)
+        var previous = HLCTimestamp.zero
+        var applyLatencies: [Double] = []
+        for i in 0..<latencies.count {
+            let version = HLCTimestamp(physicalMilliseconds: firstMilliseconds, counter: UInt16(i), node: StoreBenchmark.remoteNode)
+            let entry = WireEntry(key: remoteKey.name, version: version, base: previous, deleted: false,
+                                  encoding: family.descriptor.encoding, value: remoteValue)
+            var applied = 0
+            applyLatencies.append(try BenchClock.seconds { applied = try store.applyRemoteBatch([entry], from: .watch) })
+            guard applied == 1 else { throw BenchError("remote entry \(i) was not applied") }
+            previous = version
+        }
+        applyLatencies.sort()
         store.close()
+
+        // What both are measured against: a raw one-row SQLite commit with the store's pragmas.
+        progress("raw one-row SQLite commits")
+        let raw = try RawCommitBaseline(path: folder + "/commits.sqlite")
+        var rawCommits: [Double] = []
+        for _ in 0..<latencies.count { rawCommits.append(try BenchClock.seconds { try raw.commit(remoteValue, key: "one") }) }
+        rawCommits.sort()
 
         let rawRate = Double(rows) / rawSeconds
         let typedRate = Double(rows) / typedSeconds
@@ -105,7 +131,29 @@ public struct StoreBenchmark: Sendable {
                         baseline: rawRate, baselineName: "raw SQLite insert rows/s", ratio: Double(rows) / collectSeconds / rawRate),
             BenchFigure(name: "one committed write p50", value: latencies[latencies.count / 2] * 1e6, unit: "µs"),
             BenchFigure(name: "one committed write p99", value: latencies[latencies.count * 99 / 100] * 1e6, unit: "µs"),
+        ] + againstRawCommit(rawCommits, ("one committed write", latencies),
+                             ("one remote entry applied (a batch of one, as a session applies it)", applyLatencies))
+    }
+
+    /// The node id of the remote entries the benchmark applies.
+    static let remoteNode: UInt32 = 0xBEEF
+
+    /// The raw commit's p50 and p99, and each of `measured` against them (seconds in, µs out).
+    private func againstRawCommit(_ raw: [Double], _ measured: (String, [Double])...) -> [BenchFigure] {
+        func percentile(_ sorted: [Double], _ p: Int) -> Double { sorted[min(sorted.count - 1, sorted.count * p / 100)] * 1e6 }
+        let raw50 = percentile(raw, 50), raw99 = percentile(raw, 99)
+        var figures = [
+            BenchFigure(name: "raw one-row SQLite commit p50 (the store's pragmas)", value: raw50, unit: "µs"),
+            BenchFigure(name: "raw one-row SQLite commit p99 (the store's pragmas)", value: raw99, unit: "µs"),
         ]
+        for (name, latencies) in measured {
+            let p50 = percentile(latencies, 50), p99 = percentile(latencies, 99)
+            figures.append(BenchFigure(name: name + " p50 ÷ raw commit p50", value: p50, unit: "µs", baseline: raw50,
+                                       baselineName: "raw commit µs", ratio: p50 / raw50))
+            figures.append(BenchFigure(name: name + " p99 ÷ raw commit p99", value: p99, unit: "µs", baseline: raw99,
+                                       baselineName: "raw commit µs", ratio: p99 / raw99))
+        }
+        return figures
     }
 
     /// The machine's insert limit: the fastest of `runs` raw SQLite C-API inserts
