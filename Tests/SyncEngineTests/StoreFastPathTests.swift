@@ -107,6 +107,28 @@ import Testing
         #expect(try store.value(for: TestKeys.daily["s4"]) == 5)
         #expect(store.cacheStatistics == CacheStatistics(hits: 1, misses: 0))
     }
+
+    /// `loadRows` finds exactly the stored rows of the keys asked for, for
+    /// every size of group its statements take (1, 8, 32, 128 keys) and
+    /// across groups, keys that exist and keys that do not, one twice.
+    @Test func loadRowsFindsTheAskedKeysAtEveryGroupSize() throws {
+        let folder = TempFolder()
+        let store = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: try TestKeys.registry(),
+                                  options: StoreOptions(encryption: .keyFile(path: folder.file("master.key"))))
+        try store.batchNow { batch in
+            for i in stride(from: 0, to: 400, by: 2) { try batch.set(i, for: TestKeys.daily["k\(i)"]) }
+        }
+        for count in [1, 2, 7, 8, 9, 31, 32, 33, 127, 128, 129, 300] {
+            let keys = (0..<count).map { TestKeys.daily["k\($0)"].name } + (count > 4 ? [TestKeys.daily["k4"].name] : [])
+            let rows = try store.database.read { conn in try store.loadRows(conn, keys: keys) }
+            let expected = Set((0..<count).filter { $0 % 2 == 0 }.map { TestKeys.daily["k\($0)"].name })
+            #expect(Set(rows.keys) == expected, "\(count) keys")
+            for i in 0..<count where i % 2 == 0 {
+                let row = try #require(rows[TestKeys.daily["k\(i)"].name], "k\(i) of \(count) keys")
+                #expect(try TestKeys.daily.serializer.decode(row.value ?? []) == i)
+            }
+        }
+    }
 }
 
 extension CacheStatistics {

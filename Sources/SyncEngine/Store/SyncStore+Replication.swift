@@ -224,34 +224,35 @@ extension SyncStore {
     }
 
     /// The stored rows of `keys` (those that exist), by key: one statement per
-    /// group of `loadRowsGroup` keys instead of one `loadRow` per key.
+    /// group of up to `loadRowsGroup` keys instead of one `loadRow` per key,
+    /// each group with the smallest statement that takes it (a batch of one
+    /// entry looks up one key, not one and 127 NULLs).
     func loadRows(_ conn: SQLiteConnection, keys: [String], valueFile: ValueFileRead = .required) throws -> [String: StoredRow] {
         var rows: [String: StoredRow] = [:]
-        guard !keys.isEmpty else { return rows }
-        let group = SyncStore.loadRowsGroup
-        let stmt = try conn.statement(SyncStore.loadRowsSQL)
-        defer { stmt.reset() }
         var start = 0
         while start < keys.count {
-            if start > 0 {
-                stmt.reset()
-                stmt.clearBindings()
-            }
-            // Unused parameters of the last group stay NULL: they match no key.
-            for (offset, key) in keys[start..<min(keys.count, start + group)].enumerated() {
+            let group = keys[start..<min(keys.count, start + SyncStore.loadRowsGroup)]
+            let size = SyncStore.loadRowsSQL.firstIndex { $0.parameters >= group.count }!
+            let stmt = try conn.statement(SyncStore.loadRowsSQL[size].sql)
+            defer { stmt.reset() }
+            // Unused parameters stay NULL (a statement comes from the cache cleared): they match no key.
+            for (offset, key) in group.enumerated() {
                 stmt.bind(Int32(offset + 1), key)
             }
             while try stmt.step() {
                 let row = try decodeRow(stmt, valueFile: valueFile)
                 rows[row.key] = row
             }
-            start += group
+            start += group.count
         }
         return rows
     }
 
     static let loadRowsGroup = 128
-    static let loadRowsSQL = "SELECT \(rowColumns) FROM entries WHERE key IN (\((1...loadRowsGroup).map { "?\($0)" }.joined(separator: ", ")))"
+    /// `loadRows`' statements by the number of keys they take, the largest `loadRowsGroup`.
+    static let loadRowsSQL: [(parameters: Int, sql: String)] = [1, 8, 32, loadRowsGroup].map { count in
+        (count, "SELECT \(rowColumns) FROM entries WHERE key IN (\((1...count).map { "?\($0)" }.joined(separator: ", ")))")
+    }
 
     private func logConflict(_ conn: SQLiteConnection, _ result: inout ApplyOutcome, key: String, local: HLCTimestamp,
                              remote: HLCTimestamp, winner: ConflictWinner, rule: ConflictRule, now: Int64) throws {
