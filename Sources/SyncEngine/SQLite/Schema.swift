@@ -23,7 +23,7 @@
 /// Since v11 key names are in Unicode NFC (rows of other spellings moved once).
 /// Since v12 `sync_commit_log` numbers its rows without `AUTOINCREMENT`: a
 /// commit writes no `sqlite_sequence` page (the newest row is never pruned,
-/// so ids still only grow).
+/// so ids still only grow); its rows name their format, 2 being compact.
 ///
 /// Every store carries `PRAGMA application_id = 0x5379456E` (ASCII "SyEn"),
 /// set with the schema; `Database` refuses SQLite files with another id.
@@ -251,10 +251,13 @@ enum Schema {
         // v12: the commit log without AUTOINCREMENT, which made every commit write its counter
         // in `sqlite_sequence` (a fourth page for a single write). Ids keep growing without it:
         // a new row takes the largest id plus one, and pruning never removes the largest.
+        // Rows name their format (`CommitLogRecord`): 2 is compact, and a row an older build
+        // still writes (it names none) is read as 1.
         """
         CREATE TABLE sync_commit_log_v12 (
             id      INTEGER PRIMARY KEY,
-            changes BLOB NOT NULL
+            changes BLOB NOT NULL,
+            format  INTEGER NOT NULL DEFAULT 1
         );
         INSERT INTO sync_commit_log_v12(id, changes) SELECT id, changes FROM sync_commit_log;
         DROP TABLE sync_commit_log;

@@ -40,19 +40,9 @@ extension SyncStore: TransactionObserver {
         let seqHigh = nextSeq.withLock { $0 } - 1
         let (changes, seqAtBegin) = shared.withLock { s in (s.transactionChanges, s.seqAtBegin) }
         guard !changes.isEmpty || seqHigh >= seqAtBegin else { return }
-        var writer = ByteWriter()
-        writer.writeVarInt(UInt64(max(seqHigh, 0)))
-        writer.writeUInt64(UInt64(bitPattern: clock.latest))
-        writer.writeVarInt(UInt64(changes.count))
-        for change in changes {
-            writer.writeString(change.key)
-            writer.writeUInt8(change.kind == .set ? 0 : 1)
-            writer.writeUInt8(change.origin == .local ? 0 : 1)
-            writer.writeUInt64(UInt64(bitPattern: change.version.packed))
-            writer.writeUInt32(change.version.node)
-        }
-        let insert = try conn.statement("INSERT INTO sync_commit_log(changes) VALUES(?)")
-        insert.bind(1, writer.bytes)
+        let record = CommitLogRecord(sequenceHigh: seqHigh, clockLatest: clock.latest, changes: changes)
+        let insert = try conn.statement("INSERT INTO sync_commit_log(changes, format) VALUES(?, \(CommitLogRecord.currentFormat))")
+        insert.bind(1, record.encoded())
         try insert.run()
         let id = sqlite3_last_insert_rowid(conn.handle)
         let prune = shared.withLock { s -> Bool in
@@ -160,7 +150,7 @@ extension SyncStore: TransactionObserver {
         let version = try SyncStore.dataVersion(conn)
         let lastLogID = shared.withLock { $0.dataVersion == version ? nil : $0.lastLogID }
         guard let lastLogID else { return false }
-        let stmt = try conn.statement("SELECT id, changes FROM sync_commit_log WHERE id > ? ORDER BY id")
+        let stmt = try conn.statement("SELECT id, changes, format FROM sync_commit_log WHERE id > ? ORDER BY id")
         stmt.bind(1, lastLogID)
         var newest = lastLogID
         var changes: [StoreChange] = []
@@ -171,21 +161,11 @@ extension SyncStore: TransactionObserver {
             let id = stmt.int64(0)
             if newest == lastLogID && id != lastLogID + 1 { gap = true }
             newest = id
-            var reader = ByteReader(stmt.blob(1) ?? [])
             do {
-                seqHigh = max(seqHigh, Int64(try reader.readVarInt()))
-                let latest = Int64(bitPattern: try reader.readUInt64())
-                if latest <= versionBound() { clock.observe(HLCTimestamp(packed: latest, node: nodeID)) }
-                let count = Int(try reader.readVarInt())
-                for _ in 0..<min(count, 1_000_000) {
-                    let key = try reader.readString(maxLength: 4096)
-                    let kind: StoreChange.Kind = try reader.readUInt8() == 0 ? .set : .removed
-                    let origin: StoreChange.Origin = try reader.readUInt8() == 0 ? .local : .remote
-                    let packed = Int64(bitPattern: try reader.readUInt64())
-                    let node = try reader.readUInt32()
-                    changes.append(StoreChange(key: key, kind: kind, origin: origin, version: HLCTimestamp(packed: packed, node: node),
-                                               isFromAnotherProcess: true))
-                }
+                let record = try CommitLogRecord(stmt.blob(1) ?? [], format: stmt.int(2))
+                seqHigh = max(seqHigh, record.sequenceHigh)
+                if record.clockLatest <= versionBound() { clock.observe(HLCTimestamp(packed: record.clockLatest, node: nodeID)) }
+                changes += record.changes
             } catch {
                 damaged = true
             }
