@@ -55,8 +55,10 @@ extension SyncStore {
                          originPeer: UInt32(truncatingIfNeeded: stmt.int64(13)))
     }
 
+    static let loadRowSQL = "SELECT \(rowColumns) FROM entries WHERE key = ?"
+
     func loadRow(_ conn: SQLiteConnection, key: String, valueFile: ValueFileRead = .required) throws -> StoredRow? {
-        let stmt = try conn.statement("SELECT \(SyncStore.rowColumns) FROM entries WHERE key = ?")
+        let stmt = try conn.statement(SyncStore.loadRowSQL)
         stmt.bind(1, key)
         defer { stmt.reset() }
         return try stmt.step() ? decodeRow(stmt, valueFile: valueFile) : nil

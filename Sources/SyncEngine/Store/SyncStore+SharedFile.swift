@@ -26,6 +26,7 @@ struct SharedFileState {
 extension SyncStore: TransactionObserver {
     /// Log rows kept for processes that have not caught up yet.
     static let commitLogRetention: Int64 = 10_000
+    static let commitLogInsertSQL = "INSERT INTO sync_commit_log(changes, format) VALUES(?, \(CommitLogRecord.currentFormat))"
 
     func transactionBegan(_ conn: SQLiteConnection) throws {
         try catchUpWithOtherWriters(conn)
@@ -41,7 +42,7 @@ extension SyncStore: TransactionObserver {
         let (changes, seqAtBegin) = shared.withLock { s in (s.transactionChanges, s.seqAtBegin) }
         guard !changes.isEmpty || seqHigh >= seqAtBegin else { return }
         let record = CommitLogRecord(sequenceHigh: seqHigh, clockLatest: clock.latest, changes: changes)
-        let insert = try conn.statement("INSERT INTO sync_commit_log(changes, format) VALUES(?, \(CommitLogRecord.currentFormat))")
+        let insert = try conn.statement(SyncStore.commitLogInsertSQL)
         insert.bind(1, record.encoded())
         try insert.run()
         let id = sqlite3_last_insert_rowid(conn.handle)

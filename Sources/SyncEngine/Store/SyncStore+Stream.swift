@@ -60,6 +60,15 @@ extension SyncStore {
 
     // MARK: reading the stream
 
+    /// The stream after a cursor (`?1`), values up to `?3` bytes inline: built once, not on every read.
+    static let pendingRowsSQL = """
+        SELECT e.key, e.change_seq, e.size, e.deleted, e.encoding, e.ver, e.node, e.base_ver, e.base_node, e.encrypted,
+               CASE WHEN e.size <= ?3 THEN e.value END, e.in_file, e.origin_peer
+        FROM entries e
+        WHERE e.change_seq > ?1 AND \(isSentCondition)
+        ORDER BY e.change_seq
+        """
+
     /// Changes for `peer` after `cursor`, in sequence order, until `maxEntries`
     /// or `maxBytes`; stops before the second large value. Values of large rows
     /// are not loaded. `scannedThrough` is the sequence the scan reached
@@ -67,13 +76,7 @@ extension SyncStore {
     func pendingRows(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int,
                      skip: (String, Int64) -> Bool) throws -> (rows: [OutboundRow], scannedThrough: Int64) {
         try database.read { conn in
-            let stmt = try conn.statement("""
-                SELECT e.key, e.change_seq, e.size, e.deleted, e.encoding, e.ver, e.node, e.base_ver, e.base_node, e.encrypted,
-                       CASE WHEN e.size <= ?3 THEN e.value END, e.in_file, e.origin_peer
-                FROM entries e
-                WHERE e.change_seq > ?1 AND \(SyncStore.isSentCondition)
-                ORDER BY e.change_seq
-                """)
+            let stmt = try conn.statement(SyncStore.pendingRowsSQL)
             stmt.bind(1, cursor)
             stmt.bind(3, SyncStore.inlineValueLimit)
             defer { stmt.reset() }
