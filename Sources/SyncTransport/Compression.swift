@@ -1,11 +1,24 @@
 import CZlib
+#if canImport(CLibdeflate)
+import CLibdeflate
+#endif
 
 /// zlib-format compression (RFC 1950) with bounded inflation.
 public enum Compression {
-    /// How `deflate(_:settings:)` compresses: a zlib level, a strategy and,
-    /// optionally, a shorter hash-chain search than the level's own. Any of
-    /// them decodes with any inflater: they change only the sender's work.
+    /// How `deflate(_:settings:)` compresses: with zlib (a level, a strategy
+    /// and, optionally, a shorter hash-chain search than the level's own) or
+    /// with libdeflate (a level). Every one of them writes the zlib format and
+    /// decodes with any inflater: they change only the sender's work.
     public struct Settings: Sendable, Equatable {
+        /// The library that compresses.
+        public enum Compressor: Sendable, Equatable {
+            /// The system's zlib.
+            case zlib
+            /// libdeflate (whole buffers; levels 0–12), where this build has it
+            /// (`Compression.hasLibdeflate`).
+            case libdeflate
+        }
+
         /// zlib's strategies that matter here.
         public enum Strategy: Int32, Sendable {
             /// zlib's default matching.
@@ -14,7 +27,9 @@ public enum Compression {
             case filtered = 1
         }
 
-        /// 0 = store, 9 = smallest, -1 = zlib's default (6).
+        /// Which library compresses (`.zlib` unless made with `libdeflate(level:)`).
+        public var compressor: Compressor = .zlib
+        /// 0 = store, 9 = smallest (12 with libdeflate), -1 = zlib's default (6).
         public var level: Int32
         /// Which matches are taken.
         public var strategy: Strategy
@@ -30,14 +45,38 @@ public enum Compression {
             self.maxChain = maxChain
         }
 
-        /// Level 5, `Z_FILTERED`, 8 candidates per match: what frames are
-        /// deflated with. Measured on the benchmark's batches (`syncsim bench
-        /// sync`, docs/PERFORMANCE.md): against plain level 5, the random
-        /// workload's batches come out the same size in 0.63× the time (short
-        /// matches in random digits cost more than the literals they replace,
-        /// so dropping them pays for the shorter search), the family
-        /// workload's 3 % larger in 0.81×.
-        public static let frames = Settings(level: 5, strategy: .filtered, maxChain: 8)
+        /// libdeflate at `level` (0 = store, 12 = smallest); where this build
+        /// has no libdeflate, `deflate(_:settings:)` throws for these settings.
+        public static func libdeflate(level: Int32) -> Settings {
+            var settings = Settings(level: level)
+            settings.compressor = .libdeflate
+            return settings
+        }
+
+        /// zlib's level 5, `Z_FILTERED`, 8 candidates per match: what frames
+        /// were deflated with before libdeflate, and still are where this build
+        /// has none. Measured on the benchmark's batches (`syncsim bench sync`,
+        /// docs/PERFORMANCE.md): against plain level 5, the random workload's
+        /// batches come out the same size in 0.63× the time (short matches in
+        /// random digits cost more than the literals they replace, so dropping
+        /// them pays for the shorter search), the family workload's 3 % larger
+        /// in 0.81×.
+        public static let zlibFrames = Settings(level: 5, strategy: .filtered, maxChain: 8)
+
+        /// What frames are deflated with: libdeflate's level 5 where this build
+        /// has it (Linux), else `zlibFrames`. On the benchmark's batches
+        /// libdeflate's level 5 comes out about 4 % smaller than `zlibFrames`
+        /// in about 0.8× its time (docs/PERFORMANCE.md).
+        public static let frames = hasLibdeflate ? libdeflate(level: 5) : zlibFrames
+    }
+
+    /// Whether this build deflates with libdeflate (`Settings.libdeflate(level:)`).
+    public static var hasLibdeflate: Bool {
+        #if canImport(CLibdeflate)
+        true
+        #else
+        false
+        #endif
     }
 
     /// Compresses `bytes` in zlib format at `level` (0 = store, 9 = smallest,
@@ -48,6 +87,40 @@ public enum Compression {
 
     /// Compresses `bytes` in zlib format with `settings`.
     public static func deflate(_ bytes: [UInt8], settings: Settings) throws -> [UInt8] {
+        switch settings.compressor {
+        case .zlib: try zlibDeflate(bytes, settings: settings)
+        case .libdeflate: try libdeflateDeflate(bytes, level: settings.level)
+        }
+    }
+
+    private static func libdeflateDeflate(_ bytes: [UInt8], level: Int32) throws -> [UInt8] {
+        guard (0...12).contains(level) else {
+            throw TransportError(.protocolViolation, "libdeflate's compression level \(level) is not in 0...12")
+        }
+        #if canImport(CLibdeflate)
+        guard let compressor = libdeflate_alloc_compressor(level) else {
+            throw TransportError(.decompressionFailed, "libdeflate could not start compressing (out of memory)")
+        }
+        defer { libdeflate_free_compressor(compressor) }
+        let bound = libdeflate_zlib_compress_bound(compressor, bytes.count)
+        var written = 0
+        // Uninitialized: the compressor writes the bytes kept, and nothing reads the rest.
+        let output = [UInt8](unsafeUninitializedCapacity: bound) { out, count in
+            written = bytes.withUnsafeBytes { source in
+                libdeflate_zlib_compress(compressor, source.baseAddress, source.count, out.baseAddress, out.count)
+            }
+            count = written
+        }
+        guard written > 0 else {
+            throw TransportError(.decompressionFailed, "libdeflate could not compress \(bytes.count) bytes into its own bound")
+        }
+        return output
+        #else
+        throw TransportError(.protocolViolation, "this build has no libdeflate: compress with zlib (Compression.Settings.zlibFrames)")
+        #endif
+    }
+
+    private static func zlibDeflate(_ bytes: [UInt8], settings: Settings) throws -> [UInt8] {
         let level = settings.level
         guard level == Z_DEFAULT_COMPRESSION || (0...9).contains(level) else {
             throw TransportError(.protocolViolation, "compression level \(level) is not in -1...9")

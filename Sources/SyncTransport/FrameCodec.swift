@@ -14,11 +14,15 @@ public struct FrameCodec: Sendable {
     public var compression: Compression.Settings
 
     /// Creates a codec with the given limits and compression settings (a
-    /// level outside -1...9 is clamped to it; -1 is zlib's default, 6).
+    /// level outside zlib's -1...9, or libdeflate's 0...12, is clamped to it;
+    /// -1 is zlib's default, 6).
     public init(limits: FrameLimits = .default, compression: Compression.Settings = .frames) {
         self.limits = limits
         self.compression = compression
-        self.compression.level = min(9, max(-1, compression.level))
+        self.compression.level = switch compression.compressor {
+        case .zlib: min(9, max(-1, compression.level))
+        case .libdeflate: min(12, max(0, compression.level))
+        }
     }
 
     /// Creates a codec that deflates at zlib level `compressionLevel` (-1–9), zlib's defaults otherwise.

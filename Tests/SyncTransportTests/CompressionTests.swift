@@ -60,6 +60,43 @@ import Testing
         }
     }
 
+    /// libdeflate writes the zlib format: zlib inflates what it writes, at every level.
+    @Test(.enabled(if: Compression.hasLibdeflate), arguments: [Int32(0), 1, 5, 12])
+    func libdeflateOutputInflatesWithZlib(level: Int32) throws {
+        let notes = Self.notes(count: 500)
+        for input in [[], [42], notes, randomBytes(70_000, seed: 4)] {
+            let deflated = try Compression.deflate(input, settings: .libdeflate(level: level))
+            #expect(try Compression.inflate(deflated, maxOutputSize: input.count) == input)
+            if level > 0, input == notes { #expect(deflated.count < notes.count / 2) }
+        }
+    }
+
+    @Test func libdeflateLevelsAreChecked() {
+        expectCode(.protocolViolation) { _ = try Compression.deflate([1], settings: .libdeflate(level: 13)) }
+        expectCode(.protocolViolation) { _ = try Compression.deflate([1], settings: .libdeflate(level: -1)) }
+        if !Compression.hasLibdeflate {
+            expectCode(.protocolViolation) { _ = try Compression.deflate([1], settings: .libdeflate(level: 5)) }
+        }
+    }
+
+    /// Frames are deflated with libdeflate's level 5 where the build has it:
+    /// smaller than zlib's frame settings on the benchmark's kind of batch.
+    @Test func framesUseLibdeflateWhereTheBuildHasIt() throws {
+        #if os(Linux)
+        #expect(Compression.hasLibdeflate, "Linux builds link libdeflate (libdeflate-dev)")
+        #endif
+        guard Compression.hasLibdeflate else {
+            #expect(Compression.Settings.frames == .zlibFrames)
+            return
+        }
+        #expect(Compression.Settings.frames == .libdeflate(level: 5))
+        let notes = Self.notes(count: 2_000)
+        let framed = try Compression.deflate(notes, settings: .frames)
+        let zlibFramed = try Compression.deflate(notes, settings: .zlibFrames)
+        #expect(try Compression.inflate(framed, maxOutputSize: notes.count) == notes)
+        #expect(framed.count < zlibFramed.count, "libdeflate 5: \(framed.count) bytes, zlib's frame settings: \(zlibFramed.count)")
+    }
+
     @Test func inflateStopsAtTheLimit() throws {
         // A 16 MiB bomb that deflates to ~16 KiB.
         let bomb = try Compression.deflate([UInt8](repeating: 0, count: 16 << 20), level: 9)

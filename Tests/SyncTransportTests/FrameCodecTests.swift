@@ -45,6 +45,10 @@ import Testing
         let zlibDefault = FrameCodec(compressionLevel: -1)
         #expect(try zlibDefault.decodeEnvelope(zlibDefault.encode(Frame(type: 1, payload: payload))).payload
             == (try Compression.deflate(payload, level: 6)))
+        // libdeflate's levels clamp to its own 0...12.
+        #expect(FrameCodec(compression: .libdeflate(level: 20)).compression == .libdeflate(level: 12))
+        #expect(FrameCodec(compression: .libdeflate(level: -3)).compression == .libdeflate(level: 0))
+        #expect(FrameCodec(compression: Compression.Settings(level: 12)).compression == Compression.Settings(level: 9))
     }
 
     @Test func encodeRefusesOversizedFramesAndUnknownVersions() {
