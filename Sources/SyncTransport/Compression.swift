@@ -167,7 +167,63 @@ public enum Compression {
     /// Inflates zlib-format `bytes`. Output beyond `maxOutputSize` bytes
     /// throws `.decompressionFailed` without allocating more than the limit;
     /// corrupt, truncated or trailing input throws `.decompressionFailed`.
+    /// With libdeflate where this build has it (`hasLibdeflate`), else zlib.
     public static func inflate(_ bytes: [UInt8], maxOutputSize: Int) throws -> [UInt8] {
+        #if canImport(CLibdeflate)
+        try libdeflateInflate(bytes, maxOutputSize: maxOutputSize)
+        #else
+        try zlibInflate(bytes, maxOutputSize: maxOutputSize)
+        #endif
+    }
+
+    #if canImport(CLibdeflate)
+    /// `inflate` with libdeflate, which inflates whole buffers: into room for
+    /// four times the input, then sixteen times, and so on up to the limit,
+    /// each try from the start (what a bomb costs stays within 4/3 of the limit).
+    static func libdeflateInflate(_ bytes: [UInt8], maxOutputSize: Int) throws -> [UInt8] {
+        guard !bytes.isEmpty else {
+            throw TransportError(.decompressionFailed, "compressed data is empty")
+        }
+        let limit = max(0, maxOutputSize)
+        guard let decompressor = libdeflate_alloc_decompressor() else {
+            throw TransportError(.decompressionFailed, "libdeflate could not start inflating (out of memory)")
+        }
+        defer { libdeflate_free_decompressor(decompressor) }
+        var room = min(limit, max(256, bytes.count.multipliedReportingOverflow(by: 4).overflow ? limit : bytes.count * 4))
+        while true {
+            var result = LIBDEFLATE_SUCCESS
+            var consumed = 0
+            let output = [UInt8](unsafeUninitializedCapacity: max(room, 1)) { out, count in
+                var produced = 0
+                result = bytes.withUnsafeBytes { source in
+                    libdeflate_zlib_decompress_ex(decompressor, source.baseAddress, source.count, out.baseAddress, room,
+                                                  &consumed, &produced)
+                }
+                count = result == LIBDEFLATE_SUCCESS ? produced : 0
+            }
+            switch result {
+            case LIBDEFLATE_SUCCESS:
+                guard consumed == bytes.count else {
+                    throw TransportError(.decompressionFailed, "\(bytes.count - consumed) trailing bytes after the compressed data")
+                }
+                // Room left far beyond what came out is given back (the array would keep it).
+                guard output.count + output.count / 4 + 4096 < room else { return output }
+                return [UInt8](unsafeUninitializedCapacity: output.count) { copy, count in
+                    count = copy.initialize(fromContentsOf: output)
+                }
+            case LIBDEFLATE_INSUFFICIENT_SPACE where room < limit:
+                room = room > limit / 4 ? limit : room * 4
+            case LIBDEFLATE_INSUFFICIENT_SPACE:
+                throw TransportError(.decompressionFailed, "inflated data exceeds the \(limit)-byte limit")
+            default:
+                throw TransportError(.decompressionFailed, "compressed data is corrupt or truncated (libdeflate result \(result.rawValue))")
+            }
+        }
+    }
+    #endif
+
+    /// `inflate` with zlib's streaming inflater.
+    static func zlibInflate(_ bytes: [UInt8], maxOutputSize: Int) throws -> [UInt8] {
         guard !bytes.isEmpty else {
             throw TransportError(.decompressionFailed, "compressed data is empty")
         }

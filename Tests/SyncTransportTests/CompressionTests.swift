@@ -97,27 +97,58 @@ import Testing
         #expect(framed.count < zlibFramed.count, "libdeflate 5: \(framed.count) bytes, zlib's frame settings: \(zlibFramed.count)")
     }
 
-    @Test func inflateStopsAtTheLimit() throws {
+    /// Both inflaters: `inflate` (libdeflate where the build has it) and zlib's, which
+    /// builds without libdeflate use; every inflate test runs over each.
+    static let inflaters: [(name: String, inflate: @Sendable ([UInt8], Int) throws -> [UInt8])] = [
+        ("inflate", { try Compression.inflate($0, maxOutputSize: $1) }),
+        ("zlib", { try Compression.zlibInflate($0, maxOutputSize: $1) }),
+    ]
+
+    @Test(arguments: inflaters.indices)
+    func inflateStopsAtTheLimit(_ which: Int) throws {
+        let inflate = Self.inflaters[which].inflate
         // A 16 MiB bomb that deflates to ~16 KiB.
         let bomb = try Compression.deflate([UInt8](repeating: 0, count: 16 << 20), level: 9)
         #expect(bomb.count < 20_000)
-        let error = expectCode(.decompressionFailed) { _ = try Compression.inflate(bomb, maxOutputSize: 1 << 20) }
+        let error = expectCode(.decompressionFailed) { _ = try inflate(bomb, 1 << 20) }
         #expect(error?.message.contains("1048576-byte limit") == true)
         // Exactly at the limit is fine; one byte less is not.
         let exact = try Compression.deflate([UInt8](repeating: 7, count: 1000))
-        #expect(try Compression.inflate(exact, maxOutputSize: 1000).count == 1000)
-        expectCode(.decompressionFailed) { _ = try Compression.inflate(exact, maxOutputSize: 999) }
-        expectCode(.decompressionFailed) { _ = try Compression.inflate(exact, maxOutputSize: 0) }
+        #expect(try inflate(exact, 1000).count == 1000)
+        expectCode(.decompressionFailed) { _ = try inflate(exact, 999) }
+        expectCode(.decompressionFailed) { _ = try inflate(exact, 0) }
+        // Output of every size, past the first room (four times the input) and the next.
+        for size in [0, 1, 255, 4_096, 100_000, 1 << 20] {
+            let zeros = [UInt8](repeating: 0, count: size), notes = Array(Self.notes(count: size / 150 + 1).prefix(size))
+            for input in [zeros, notes] {
+                let deflated = try Compression.deflate(input, settings: .frames)
+                #expect(try inflate(deflated, size) == input, "\(Self.inflaters[which].name), \(size) bytes")
+                #expect(try inflate(deflated, 16 << 20) == input)
+                if size > 0 { expectCode(.decompressionFailed) { _ = try inflate(deflated, size - 1) } }
+            }
+        }
     }
 
-    @Test func inflateRejectsGarbageTruncationAndTrailingBytes() throws {
+    @Test(arguments: inflaters.indices)
+    func inflateRejectsGarbageTruncationAndTrailingBytes(_ which: Int) throws {
+        let inflate = Self.inflaters[which].inflate
         let good = try Compression.deflate(Array("some text to compress, some text to compress".utf8))
-        expectCode(.decompressionFailed) { _ = try Compression.inflate([], maxOutputSize: 100) }
-        expectCode(.decompressionFailed) { _ = try Compression.inflate(Array("not zlib at all".utf8), maxOutputSize: 100) }
-        expectCode(.decompressionFailed) { _ = try Compression.inflate(Array(good.dropLast(3)), maxOutputSize: 100) }
-        expectCode(.decompressionFailed) { _ = try Compression.inflate(good + [0], maxOutputSize: 100) }
+        expectCode(.decompressionFailed) { _ = try inflate([], 100) }
+        expectCode(.decompressionFailed) { _ = try inflate(Array("not zlib at all".utf8), 100) }
+        expectCode(.decompressionFailed) { _ = try inflate(Array(good.dropLast(3)), 100) }
+        expectCode(.decompressionFailed) { _ = try inflate(good + [0], 100) }
         var corrupt = good
         corrupt[corrupt.count - 1] ^= 0xFF  // Adler-32 trailer
-        expectCode(.decompressionFailed) { _ = try Compression.inflate(corrupt, maxOutputSize: 100) }
+        expectCode(.decompressionFailed) { _ = try inflate(corrupt, 100) }
+        // Every truncation of a larger stream, and a flipped bit in each byte of its first 64.
+        let notes = try Compression.deflate(Self.notes(count: 20), settings: .frames)
+        for cut in stride(from: 1, to: notes.count, by: 7) {
+            expectCode(.decompressionFailed) { _ = try inflate(Array(notes.prefix(cut)), 1 << 20) }
+        }
+        for index in 0..<64 {
+            var flipped = notes
+            flipped[index] ^= 0x10
+            #expect(throws: TransportError.self) { _ = try inflate(flipped, 1 << 20) }
+        }
     }
 }
