@@ -74,9 +74,17 @@ package final class ReplicationEndpoint {
     /// Handles one frame from the peer; returns the frames to send.
     package func receive(_ frame: Frame, now: Int64) -> [Frame] {
         guard failure == nil else { return [] }
+        return receive(frame, decoded: Result { try SyncMessage(frame: frame) }, now: now)
+    }
+
+    /// `receive(_:now:)` of a frame whose message was decoded beforehand
+    /// (`SyncMessage(frame:)`, pure): a driver's reader decodes the next
+    /// frame while this endpoint applies the one before.
+    package func receive(_ frame: Frame, decoded: Result<SyncMessage, any Error>, now: Int64) -> [Frame] {
+        guard failure == nil else { return [] }
         let message: SyncMessage
         do {
-            message = try SyncMessage(frame: frame)
+            message = try decoded.get()
         } catch let error as SyncError {
             return fail(error, notifyPeer: true)
         } catch {

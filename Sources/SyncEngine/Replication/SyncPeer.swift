@@ -55,7 +55,8 @@ public final class SyncPeer: Sendable {
     }
 
     private enum Input: Sendable {
-        case frame(Frame)
+        /// A frame from the peer, with its message as the reader decoded it (beside the loop).
+        case frame(Frame, decoded: Result<SyncMessage, any Error>)
         case closed(String)
         case localChange
         case tick
@@ -199,7 +200,8 @@ public final class SyncPeer: Sendable {
                 do {
                     for try await frame in connection.inbound {
                         await gate.acquire()
-                        continuation.yield(.frame(frame))
+                        // Decoded here, so the loop's turn for the frame is only the apply.
+                        continuation.yield(.frame(frame, decoded: Result { try SyncMessage(frame: frame) }))
                     }
                     continuation.yield(.closed("the peer closed the connection"))
                 } catch {
@@ -265,9 +267,9 @@ public final class SyncPeer: Sendable {
                 let generation = self.generation
                 let frames: [Frame]
                 switch input {
-                case .frame(let frame):
+                case .frame(let frame, let decoded):
                     let appliedBefore = endpoint.entriesApplied
-                    frames = endpoint.receive(frame, now: now)
+                    frames = endpoint.receive(frame, decoded: decoded, now: now)
                     if endpoint.entriesApplied > appliedBefore, state.withLock({ $0.sessions.count > 1 }) {
                         forwarded.add(1, ordering: .sequentiallyConsistent)
                     }
@@ -350,10 +352,10 @@ public final class SyncPeer: Sendable {
     private func peerError(amongUnhandled inputs: AsyncStream<Input>, _ endpoint: ReplicationEndpoint, gate: ReadAheadGate) async -> String? {
         for await input in inputs {
             switch input {
-            case .frame(let frame):
+            case .frame(let frame, let decoded):
                 gate.release()
                 guard frame.type == SyncMessage.MessageType.error.rawValue else { continue }
-                _ = endpoint.receive(frame, now: clock.nowMilliseconds())
+                _ = endpoint.receive(frame, decoded: decoded, now: clock.nowMilliseconds())
                 if let failure = endpoint.failure { return failure.description }
             case .describeIdle(let reply): reply(["the session is ending"])
             case .closed: return nil
