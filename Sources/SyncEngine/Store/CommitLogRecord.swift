@@ -38,23 +38,31 @@ struct CommitLogRecord: Equatable {
         writer.writeVarInt(UInt64(max(sequenceHigh, 0)))
         writer.writeUInt64(UInt64(bitPattern: clockLatest))
         writer.writeVarInt(UInt64(changes.count))
+        // The previous key's bytes, in one buffer reused for every change: no
+        // allocation per change (a transaction of a large batch writes thousands).
         var previousKey: [UInt8] = []
+        previousKey.reserveCapacity(64)
         var previousTime: Int64 = 0
         var previousNode: UInt32 = 0
         for change in changes {
-            let key = Array(change.key.utf8)
-            var shared = 0
-            while shared < key.count, shared < previousKey.count, key[shared] == previousKey[shared] { shared += 1 }
-            let nodeDiffers = change.version.node != previousNode
-            var flags: UInt8 = change.kind == .removed ? Self.removedFlag : 0
-            if change.origin == .remote { flags |= Self.remoteFlag }
-            if nodeDiffers { flags |= Self.nodeFlag }
-            writer.writeUInt8(flags)
-            writer.writeVarInt(UInt64(shared))
-            writer.writeBytes(Array(key[shared...]))
-            writer.writeVarInt(ColumnarBatch.zigzag(change.version.packed &- previousTime))
-            if nodeDiffers { writer.writeUInt32(change.version.node) }
-            previousKey = key
+            var name = change.key
+            name.withUTF8 { key in
+                var shared = 0
+                let common = min(key.count, previousKey.count)
+                while shared < common, key[shared] == previousKey[shared] { shared += 1 }
+                let nodeDiffers = change.version.node != previousNode
+                var flags: UInt8 = change.kind == .removed ? Self.removedFlag : 0
+                if change.origin == .remote { flags |= Self.remoteFlag }
+                if nodeDiffers { flags |= Self.nodeFlag }
+                writer.writeUInt8(flags)
+                writer.writeVarInt(UInt64(shared))
+                writer.writeVarInt(UInt64(key.count - shared))
+                writer.bytes.append(contentsOf: UnsafeBufferPointer(rebasing: key[shared...]))
+                writer.writeVarInt(ColumnarBatch.zigzag(change.version.packed &- previousTime))
+                if nodeDiffers { writer.writeUInt32(change.version.node) }
+                previousKey.removeAll(keepingCapacity: true)
+                previousKey.append(contentsOf: key)
+            }
             previousTime = change.version.packed
             previousNode = change.version.node
         }
