@@ -43,7 +43,7 @@ public struct SyncBenchmark: Sendable {
         let changedDeflated = try Compression.deflate(try rows.rawKeysAndValues(0..<changed, changed: true), level: 6).count
         var deflated: [UInt8] = []
         let deflateSeconds = try BenchClock.seconds { deflated = try Compression.deflate(rawPayload, level: 6) }
-        let inflateSeconds = try BenchClock.seconds { _ = try Compression.inflate(deflated, maxOutputSize: rawPayload.count) }
+        let inflateSeconds = try BenchClock.seconds { _ = try Compression.zlibInflate(deflated, maxOutputSize: rawPayload.count) }
 
         // In memory, twice each way, alternating: acknowledgements synced to disk
         // first (durable, the default) and not (what `synchronous=NORMAL` alone gave).
