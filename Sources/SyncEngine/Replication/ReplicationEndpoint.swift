@@ -27,7 +27,8 @@ package final class ReplicationEndpoint {
     /// default, for step-driven use) every such acknowledgement is returned
     /// only after its commit was synced.
     package var defersAcknowledgementSync = false
-    private var awaitingSync: [Frame] = []
+    /// Acknowledgements waiting for their commits to be synced (`ReplicationEndpoint+DurableAcks.swift`).
+    var awaitingSync: [Frame] = []
     /// Local commits held back to join the next batch (`localChange(now:at:)`).
     var coalescing = CoalescingState()
 
@@ -407,37 +408,11 @@ package final class ReplicationEndpoint {
     /// A watch's cursor moved and waits for `syncCommitted()` (only with `defersAcknowledgementSync`).
     var cursorAwaitsSync = false
 
-    /// Whether the driver must sync the store's commits even with no
-    /// acknowledgement waiting (a watch's cursor moved); taking it clears it.
-    package func takeCursorSyncRequest() -> Bool {
-        defer { cursorAwaitsSync = false }
-        return cursorAwaitsSync
-    }
-
     /// Once every repaired key's changes were acknowledged, the peer's record
     /// of mismatched keys is what this session found.
     private func finishRepairIfDone() throws {
         guard session.stream.finishRepairIfDone(), let peer = session.knownPeer else { return }
         try port.setMismatchedKeys(ReplicationSession.declared(peer.mismatchedKeys, in: port.registry.wireDeclarations(from: port.role)), for: peer.node)
-    }
-
-    /// Acknowledgements whose commits must be on stable storage before they
-    /// are sent (only with `defersAcknowledgementSync`); taking them empties the list.
-    package func takeFramesAwaitingSync() -> [Frame] {
-        defer { awaitingSync.removeAll() }
-        return awaitingSync
-    }
-
-    /// Sends `frame`, an acknowledgement of commits, once they are on stable
-    /// storage: now (after a sync, free when they already are), or through
-    /// `takeFramesAwaitingSync()`.
-    private func acknowledgeDurably(_ frame: Frame, into out: inout [Frame]) throws {
-        if defersAcknowledgementSync {
-            awaitingSync.append(frame)
-        } else {
-            try port.syncCommitted()
-            out.append(frame)
-        }
     }
 
     /// Entries from the peer that changed this store, in this session so far.
