@@ -141,6 +141,39 @@ final class PortFixture {
         #expect(try f.state(TestKeys.daily["y"].name) == nil)
     }
 
+    /// A key twice in one batch: the second entry meets the state the first left
+    /// (not the stored one), whichever of the two is newer, for a stored key and a new one.
+    @Test(arguments: PortFixture.Kind.allCases)
+    func aKeyTwiceInOneBatchMeetsWhatTheFirstLeft(kind: PortFixture.Kind) throws {
+        let f = try PortFixture(kind)
+        let steps = TestKeys.steps.name, fresh = TestKeys.daily["twice"].name
+        try f.writeLocal(steps, f.json(1))
+        let now = f.clock.nowMilliseconds()
+        let newer = f.entry(steps, f.json(3), at: now + 20, node: Self.watchNode)
+        let older = f.entry(steps, f.json(2), at: now + 10, node: Self.watchNode)
+        let first = f.entry(fresh, f.json(1), at: now + 1, node: Self.watchNode)
+        let second = f.entry(fresh, f.json(2), at: now + 2, node: Self.watchNode)
+        let (plan, outcome) = try f.apply([newer, older, first, second], from: Self.watchNode)
+        let verdicts = plan.steps.map(\.verdict)
+        guard case .take = verdicts[0] else {
+            Issue.record("expected the newer entry taken, got \(verdicts[0])")
+            return
+        }
+        // Against the stored value (at `now`) the older entry would be taken; against the newer one it is not.
+        guard case .ignore = verdicts[1] else {
+            Issue.record("the older entry met the stored state, not the newer entry's: \(verdicts[1])")
+            return
+        }
+        #expect(verdicts[2] == .take(nil))
+        guard case .take = verdicts[3] else {
+            Issue.record("expected the second entry of a new key taken over the first, got \(verdicts[3])")
+            return
+        }
+        #expect(try f.state(steps) == newer.state)
+        #expect(try f.state(fresh) == second.state)
+        #expect(outcome.changes.map(\.key) == [steps, fresh, fresh])
+    }
+
     @Test(arguments: PortFixture.Kind.allCases)
     func cursorReadsSkipAcknowledgedChangesAndAcknowledgingMovesTheCursor(kind: PortFixture.Kind) throws {
         let f = try PortFixture(kind)

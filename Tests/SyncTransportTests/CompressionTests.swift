@@ -2,6 +2,20 @@ import Testing
 @testable import SyncTransport
 
 @Suite struct CompressionTests {
+    /// Frames and chunks are checked with libdeflate's CRC-32 where the build has it:
+    /// zlib's values, whole and continued, at every length and split.
+    @Test func crc32IsZlibsAtEveryLengthAndSplit() {
+        var random = SeededRandom(seed: 32)
+        for count in [0, 1, 2, 3, 7, 8, 15, 16, 31, 63, 64, 255, 4096, 65_537, 1 << 20] {
+            let bytes = (0..<count).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+            #expect(Checksum.crc32(bytes) == Checksum.zlibCRC32(bytes, continuing: 0), "\(count) bytes")
+            let split = count == 0 ? 0 : Int(random.next(below: UInt64(count)))
+            let head = Array(bytes[..<split]), tail = Array(bytes[split...])
+            #expect(Checksum.crc32(tail, continuing: Checksum.crc32(head)) == Checksum.crc32(bytes), "\(count) bytes split at \(split)")
+        }
+        #expect(Checksum.crc32([], continuing: 0xDEAD_BEEF) == 0xDEAD_BEEF)
+    }
+
     @Test func crc32MatchesKnownValues() {
         #expect(Checksum.crc32([]) == 0)
         #expect(Checksum.crc32(Array("123456789".utf8)) == 0xCBF4_3926)

@@ -102,6 +102,55 @@ public struct KeyRegistry: Sendable {
         return nil
     }
 
+    /// `registered(forEntry:)` through `memo`, which remembers the last family
+    /// prefix (the bytes before a key's last `:`) and what it resolved to: the
+    /// keys of a batch are mostly members of one family, and a byte comparison
+    /// then replaces making a string and a hash lookup per key. Same answers.
+    func registered(forEntry entryKey: String, memo: inout FamilyLookupMemo) -> Registered? {
+        if !exact.isEmpty, let hit = exact[entryKey] { return hit }
+        guard !families.isEmpty else { return nil }
+        var remembered: Registered??
+        var seen: [UInt8]?
+        entryKey.utf8.withContiguousStorageIfAvailable { bytes in
+            // No ':' leaves no family to look in (as `registered(forEntry:)` finds).
+            guard let colon = bytes.lastIndex(of: UInt8(ascii: ":")) else {
+                remembered = .some(nil)
+                return
+            }
+            let prefix = UnsafeBufferPointer(rebasing: bytes[..<colon])
+            if memo.holds(prefix) {
+                remembered = .some(memo.result)
+            } else {
+                seen = Array(prefix)
+            }
+        }
+        if let remembered { return remembered }
+        let found = registered(forEntry: entryKey)
+        if let seen { memo.remember(seen, found) }
+        return found
+    }
+
+    /// The last family prefix `registered(forEntry:memo:)` resolved, for one
+    /// registry and one run of lookups (a local variable beside a loop).
+    struct FamilyLookupMemo {
+        private var prefix: [UInt8]?
+        fileprivate private(set) var result: Registered?
+
+        init() {}
+
+        fileprivate func holds(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+            guard let prefix, prefix.count == bytes.count else { return false }
+            return prefix.withUnsafeBufferPointer { mine in
+                bytes.isEmpty || memcmp(mine.baseAddress!, bytes.baseAddress!, bytes.count) == 0
+            }
+        }
+
+        fileprivate mutating func remember(_ bytes: [UInt8], _ found: Registered?) {
+            prefix = bytes
+            result = found
+        }
+    }
+
     /// The descriptor that governs `entryKey`, if any.
     public func descriptor(forEntry entryKey: String) -> KeyDescriptor? {
         registered(forEntry: entryKey)?.descriptor

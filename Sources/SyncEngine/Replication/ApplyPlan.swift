@@ -101,6 +101,9 @@ package enum ApplyPlanner {
         var plan = ApplyPlan()
         plan.steps.reserveCapacity(entries.count)
         var current = local
+        // Room for every key of the batch: no rehashing while it grows.
+        current.reserveCapacity(local.count + entries.count)
+        var lookups = KeyRegistry.FamilyLookupMemo()
         for incoming in entries {
             func refuse(_ code: String, _ refusal: VersionRefusal? = nil) {
                 plan.steps.append(.init(entry: incoming, verdict: .refuse(code: code, versionRefusal: refusal)))
@@ -109,7 +112,7 @@ package enum ApplyPlanner {
                 refuse(SyncError.Code.invalidKey.rawValue)
                 continue
             }
-            guard let registered = registry.registered(forEntry: incoming.key) else {
+            guard let registered = registry.registered(forEntry: incoming.key, memo: &lookups) else {
                 refuse(SyncError.Code.unknownKey.rawValue)
                 continue
             }
@@ -130,24 +133,33 @@ package enum ApplyPlanner {
                 refuse(SyncError.Code.versionOutOfRange.rawValue, refusal)
                 continue
             }
-            let localState = current[incoming.key]
-            var decision = MergeRule.decide(local: localState, incoming: incoming.state, resolver: registered.resolver?.merge)
-            if context.lastArrivalWins, let localState, localState.version != incoming.version {
-                decision = MergeRule.Decision(outcome: .take)
-            }
-            let conflict = decision.conflict.flatMap { c in localState.map { ApplyPlan.Conflict(local: $0.version, winner: c.winner, rule: c.rule) } }
-            switch decision.outcome {
-            case .ignore:
-                plan.steps.append(.init(entry: incoming, verdict: .ignore(conflict), registered: registered))
-            case .take:
-                plan.steps.append(.init(entry: incoming, verdict: .take(conflict), registered: registered))
-                current[incoming.key] = incoming.state
-            case .merged(let value, let version):
-                plan.steps.append(.init(entry: incoming, verdict: .merge(value: value, version: version, conflict), registered: registered))
-                current[incoming.key] = EntryState(version: version, base: version, deleted: false, value: value)
-            }
+            // One hash lookup reads the state the entry meets and records the one it leaves.
+            decide(incoming, registered: registered, against: &current[incoming.key], context: context, into: &plan)
         }
         return plan
+    }
+
+    /// The merge rule's step for an entry that passed the checks: `state` is
+    /// what it meets (stored, or left by an entry before it in the batch), and
+    /// becomes what it leaves.
+    private static func decide(_ incoming: WireEntry, registered: KeyRegistry.Registered, against state: inout EntryState?,
+                               context: Context, into plan: inout ApplyPlan) {
+        let localState = state
+        var decision = MergeRule.decide(local: localState, incoming: incoming.state, resolver: registered.resolver?.merge)
+        if context.lastArrivalWins, let localState, localState.version != incoming.version {
+            decision = MergeRule.Decision(outcome: .take)
+        }
+        let conflict = decision.conflict.flatMap { c in localState.map { ApplyPlan.Conflict(local: $0.version, winner: c.winner, rule: c.rule) } }
+        switch decision.outcome {
+        case .ignore:
+            plan.steps.append(.init(entry: incoming, verdict: .ignore(conflict), registered: registered))
+        case .take:
+            plan.steps.append(.init(entry: incoming, verdict: .take(conflict), registered: registered))
+            state = incoming.state
+        case .merged(let value, let version):
+            plan.steps.append(.init(entry: incoming, verdict: .merge(value: value, version: version, conflict), registered: registered))
+            state = EntryState(version: version, base: version, deleted: false, value: value)
+        }
     }
 
     /// The refusal code of an entry whose key the peer may not send (or sent with another encoding).

@@ -31,6 +31,16 @@ package final class ReplicationEndpoint {
     var awaitingSync: [Frame] = []
     /// Local commits held back to join the next batch (`localChange(now:at:)`).
     var coalescing = CoalescingState()
+    /// At most this many frames of the stream (batches, chunks) per `pump(now:)`;
+    /// unbounded by default (step-driven use gets everything the window allows at
+    /// once). A shell that sends as it goes (`SyncPeer`) sets 1 and pumps again while
+    /// `pumpStoppedEarly`: the first batch of a session is on the wire while the next
+    /// is read and compressed, rather than after the whole window was.
+    package var framesPerPump = Int.max {
+        didSet { framesPerPump = max(1, framesPerPump) }
+    }
+    /// Whether the last `pump(now:)` stopped at `framesPerPump` with room left in the window.
+    package private(set) var pumpStoppedEarly = false
 
     /// `retransmits: false` for a transport that delivers every frame while
     /// connected (see `FrameConnection.deliversEveryFrame`).
@@ -297,9 +307,14 @@ package final class ReplicationEndpoint {
     package func pump(now: Int64) -> [Frame] {
         guard session.isEstablished, failure == nil, !awaitsPeerReceipt, let peer = session.knownPeer else { return [] }
         coalescing.heldSince = nil  // whatever was held is read now
+        pumpStoppedEarly = false
         var out: [Frame] = []
         do {
             while session.hasCapacity {
+                if out.count >= framesPerPump {
+                    pumpStoppedEarly = true
+                    break
+                }
                 if var current = session.stream.transfer {
                     // A resumed transfer sends one chunk, then waits to learn where to go on.
                     if current.awaitsResumeAck { break }
@@ -326,8 +341,12 @@ package final class ReplicationEndpoint {
                     }
                     continue
                 }
+                var lookups = KeyRegistry.FamilyLookupMemo()
+                let registry = port.registry, role = port.role, mismatched = session.knownPeer?.mismatchedKeys ?? []
                 let (fetched, scanned) = try port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: configuration.maxBatchEntries,
-                                                               maxBytes: configuration.maxBatchBytes) { key, _ in excluded(key) }
+                                                               maxBytes: configuration.maxBatchBytes) { key, _ in
+                    excluded(key, registry: registry, role: role, mismatched: mismatched, memo: &lookups)
+                }
                 let before = session.stream.scan
                 if fetched.count == 1, fetched[0].isLarge, session.hasChunksInFlight(key: fetched[0].key, version: fetched[0].entry.version) {
                     break  // another value of that version is on its way (a merge since): one at a time
@@ -485,9 +504,19 @@ package final class ReplicationEndpoint {
         message.frame(protocolVersion: session.knownPeer?.protocolVersion ?? 1)
     }
 
+    /// Whether `key` stays out of this session: undeclared, not replicating from
+    /// this device, or declared otherwise by the peer.
     func excluded(_ key: String) -> Bool {
-        guard let descriptor = port.registry.descriptor(forEntry: key) else { return true }
-        return !descriptor.replicates(from: port.role) || (session.knownPeer?.mismatchedKeys.contains(descriptor.name) ?? false)
+        var lookups = KeyRegistry.FamilyLookupMemo()
+        return excluded(key, registry: port.registry, role: port.role, mismatched: session.knownPeer?.mismatchedKeys ?? [], memo: &lookups)
+    }
+
+    /// `excluded(_:)` for a run of keys: the port's registry, role and the peer's
+    /// mismatched names read once, each key's declaration looked up through `memo`.
+    func excluded(_ key: String, registry: KeyRegistry, role: DeviceRole, mismatched: Set<String>,
+                  memo: inout KeyRegistry.FamilyLookupMemo) -> Bool {
+        guard let descriptor = registry.registered(forEntry: key, memo: &memo)?.descriptor else { return true }
+        return !descriptor.replicates(from: role) || (!mismatched.isEmpty && mismatched.contains(descriptor.name))
     }
 
     private func perform(_ actions: [ReplicationSession.Action], now: Int64) -> [Frame] {

@@ -192,6 +192,7 @@ public final class SyncPeer: Sendable {
         let endpoint = ReplicationEndpoint(port: SQLiteReplicationPort(store), reporter: StoreReporter(store),
                                            configuration: sessionConfiguration, retransmits: !connection.deliversEveryFrame)
         endpoint.defersAcknowledgementSync = true
+        endpoint.framesPerPump = 1
         var reason = "closed"
         // The reader and the acknowledger are child tasks of
         // this session: when the session loop ends, the connection is closed and they all end with it.
@@ -293,6 +294,10 @@ public final class SyncPeer: Sendable {
                     return why
                 }
                 for frame in frames { try await connection.send(frame) }
+                // One batch at a time (`framesPerPump`): each is on its way while the next is made.
+                while endpoint.pumpStoppedEarly {
+                    for frame in endpoint.pump(now: clock.nowMilliseconds()) { try await connection.send(frame) }
+                }
                 if !askedAgain, endpoint.isEstablished, let peer = endpoint.peerNode {
                     askedAgain = true
                     if state.withLock({ $0.unansweredManualRequests.remove(peer) != nil }) {

@@ -1,0 +1,43 @@
+import Foundation
+import Testing
+@testable import SyncEngine
+
+/// `KeyRegistry.registered(forEntry:memo:)` remembers the last family prefix
+/// it resolved; it must answer as the plain lookup does, whatever the run of keys.
+@Suite struct FamilyLookupMemoTests {
+    static let outer = KeyFamily<Int>("outer", default: 0, availability: .all, policy: .automaticSmall)
+    static let inner = KeyFamily<Int>("inner", in: Namespace("outer"), default: 0, availability: .all, policy: .manual)
+    static let exactMember = Key<Int>("special", in: Namespace("outer"), default: 0, availability: .phoneOnly, policy: .automaticSmall)
+    static let plain = Key<Int>("plain", default: 0, availability: .all, policy: .automaticSmall)
+
+    static func registry() throws -> KeyRegistry { try KeyRegistry([outer, inner, exactMember, plain]) }
+
+    static let keys = [
+        "outer:1", "outer:2", "outer:inner:1", "outer:inner:2", "outer:3",  // a family, the family inside it, back
+        "outer:special", "outer:4",                                         // an exact key shaped like a member
+        "plain", "plain:1", "nocolon", "", ":", ":x", "outer:", "outer::x", // no family, empty prefixes and members
+        "other:1", "other:2", "outer:5", "outer:inner:",                     // an undeclared prefix between members
+        "outer:\u{301}accent", "outër:1", "outer:1",                         // a combining mark after the ':', another prefix
+    ]
+
+    @Test func answersAsThePlainLookupForEveryOrderOfKeys() throws {
+        let registry = try Self.registry()
+        var random = SystemRandomNumberGenerator()
+        for round in 0..<50 {
+            let keys = round == 0 ? Self.keys : Self.keys.shuffled(using: &random)
+            var memo = KeyRegistry.FamilyLookupMemo()
+            for key in keys {
+                let remembered = registry.registered(forEntry: key, memo: &memo)?.descriptor.name
+                #expect(remembered == registry.registered(forEntry: key)?.descriptor.name, "key \(key) in order \(keys)")
+            }
+        }
+    }
+
+    @Test func resolvesMembersToTheirFamiliesAndExactKeysToThemselves() throws {
+        let registry = try Self.registry()
+        var memo = KeyRegistry.FamilyLookupMemo()
+        let names = ["outer:1", "outer:inner:9", "outer:special", "outer:2", "other:1", "plain:1", "plain"]
+            .map { registry.registered(forEntry: $0, memo: &memo)?.descriptor.name }
+        #expect(names == ["outer", "outer:inner", "outer:special", "outer", nil, nil, "plain"])
+    }
+}
