@@ -59,6 +59,34 @@ import Testing
         #expect(single.mostPerCall == 1 && single.stoppedEarly)
     }
 
+    /// A session that failed while its pump had more to send: the next pump sends
+    /// nothing and does not ask to be called again (the loop would spin).
+    @Test func aFailedSessionStopsPumping() async throws {
+        let pair = try Pair()
+        for day in 1...40 { try await pair.phone.set(day, for: TestKeys.daily["d\(day)"]) }
+        var config = ReplicationConfiguration(pairingEpoch: "pump")
+        config.maxBatchEntries = 7
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
+        phone.framesPerPump = 1
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+        var toWatch = phone.start(now: 0), toPhone: [Frame] = []
+        for frame in watch.start(now: 0) { toWatch += phone.receive(frame, now: 0) }
+        var rounds = 0
+        while !phone.pumpStoppedEarly, rounds < 20 {
+            rounds += 1
+            for frame in toWatch { toPhone += watch.receive(frame, now: 0) }
+            toWatch = []
+            for frame in toPhone { toWatch += phone.receive(frame, now: 0) }
+            toPhone = []
+        }
+        #expect(phone.pumpStoppedEarly)
+        let garbage = Frame(type: SyncMessage.MessageType.batch.rawValue, payload: [0xFF, 0x01, 0x02])
+        _ = phone.receive(garbage, now: 0)
+        #expect(phone.failure != nil)
+        #expect(phone.pump(now: 0).isEmpty)
+        #expect(!phone.pumpStoppedEarly)
+    }
+
     @Test func aBoundBelowOneIsOne() throws {
         let pair = try Pair()
         let phone = ReplicationEndpoint(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: "pump"))

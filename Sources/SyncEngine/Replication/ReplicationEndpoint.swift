@@ -305,9 +305,10 @@ package final class ReplicationEndpoint {
     /// stream after this session's read position (automatic changes, and
     /// manual ones released by `sync()`).
     package func pump(now: Int64) -> [Frame] {
+        // Cleared first: a pump that sends nothing never asks to be called again.
+        pumpStoppedEarly = false
         guard session.isEstablished, failure == nil, !awaitsPeerReceipt, let peer = session.knownPeer else { return [] }
         coalescing.heldSince = nil  // whatever was held is read now
-        pumpStoppedEarly = false
         var out: [Frame] = []
         do {
             while session.hasCapacity {
