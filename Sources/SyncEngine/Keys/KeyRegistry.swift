@@ -90,6 +90,11 @@ public struct KeyRegistry: Sendable {
     /// itself, or the longest family whose name is a `:`-prefix of it.
     func registered(forEntry entryKey: String) -> Registered? {
         if !exact.isEmpty, let hit = exact[entryKey] { return hit }
+        return family(forEntry: entryKey)
+    }
+
+    /// The longest family whose name is a `:`-prefix of `entryKey`, if any.
+    private func family(forEntry entryKey: String) -> Registered? {
         guard !families.isEmpty else { return nil }
         // By UTF-8 bytes: a ':' byte is always the scalar ':' (a Character may join it to a
         // combining mark that follows, as in a member id starting with one, and hide it).
@@ -125,7 +130,7 @@ public struct KeyRegistry: Sendable {
             }
         }
         if let remembered { return remembered }
-        let found = registered(forEntry: entryKey)
+        let found = family(forEntry: entryKey)
         if let seen { memo.remember(seen, found) }
         return found
     }
