@@ -14,10 +14,17 @@ extension ReplicationEndpoint {
     /// commit waits alone (not a burst) and nothing is in flight any more.
     /// `previousCommit`: when the commit before it was made (nil: the last
     /// instant given here), so that a session loop that fell behind still sees
-    /// how close together the commits were.
+    /// how close together the commits were. A wake-up for commits the stream
+    /// was already read past (a frame's receipt pumped first) sends and holds nothing.
     package func localChange(now: Int64, at instant: ContinuousClock.Instant, previousCommit: ContinuousClock.Instant? = nil) -> [Frame] {
         guard let policy = configuration.burstCoalescing else { return pump(now: now) }
         let inFlight = session.isEstablished && !session.isQuiet
+        if inFlight, (try? port.streamPosition()).map({ $0 <= session.stream.scan }) == true {
+            // A wake-up queued behind a frame whose receipt read the stream: its commit is on its
+            // way already, and nothing waits (held, it would make the next quick commit a burst).
+            coalescing.lastChange = max(coalescing.lastChange ?? instant, instant)
+            return []
+        }
         if coalescing.holds(at: instant, previous: previousCommit, policy: policy, inFlight: inFlight) { return [] }
         return pump(now: now)
     }
