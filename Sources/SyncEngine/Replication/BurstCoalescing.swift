@@ -43,15 +43,19 @@ struct CoalescingState {
     var inBurst = false
 
     /// Whether a commit made at `instant` (the one before it at `previous`;
-    /// nil: the last one this state heard of) waits, given whether a batch is in flight.
+    /// nil: the last one this state heard of) waits, given whether a batch is
+    /// in flight. `alreadyRead`: the stream was read past it (its wake-up came
+    /// after a pump sent it), so nothing waits, but it still counts for the intervals.
     mutating func holds(at instant: ContinuousClock.Instant, previous: ContinuousClock.Instant? = nil,
-                        policy: BurstCoalescing, inFlight: Bool) -> Bool {
+                        policy: BurstCoalescing, inFlight: Bool, alreadyRead: Bool = false) -> Bool {
         let interval = (previous ?? lastChange).map { instant - $0 }
         let quick = interval.map { $0 < policy.gap } == true
         // Quick commits alone are no burst: a writer that waits for each write to be visible
         // makes them whenever its writes travel faster than `gap`, but never one while another waits.
         inBurst = (quick && heldSince != nil) || (inBurst && interval.map { $0 < policy.pause } == true)
         lastChange = max(lastChange ?? instant, instant)
+        // Held though sent, it would make the next quick commit a burst, which waits `pause`.
+        if alreadyRead { return false }
         // Once commits are held, the burst goes on filling the next batch even
         // if the acknowledgements emptied the window meanwhile.
         guard quick || inBurst, inFlight || heldSince != nil else { return false }

@@ -19,14 +19,12 @@ extension ReplicationEndpoint {
     package func localChange(now: Int64, at instant: ContinuousClock.Instant, previousCommit: ContinuousClock.Instant? = nil) -> [Frame] {
         guard let policy = configuration.burstCoalescing else { return pump(now: now) }
         let inFlight = session.isEstablished && !session.isQuiet
-        if inFlight, (try? port.streamPosition()).map({ $0 <= session.stream.scan }) == true {
-            // A wake-up queued behind a frame whose receipt read the stream: its commit is on its
-            // way already, and nothing waits (held, it would make the next quick commit a burst).
-            coalescing.lastChange = max(coalescing.lastChange ?? instant, instant)
+        // A wake-up queued behind a frame whose receipt pumped: its commit is on its way already.
+        let alreadyRead = inFlight && (try? port.streamPosition()).map { $0 <= session.stream.scan } == true
+        if coalescing.holds(at: instant, previous: previousCommit, policy: policy, inFlight: inFlight, alreadyRead: alreadyRead) {
             return []
         }
-        if coalescing.holds(at: instant, previous: previousCommit, policy: policy, inFlight: inFlight) { return [] }
-        return pump(now: now)
+        return alreadyRead ? [] : pump(now: now)
     }
 
     /// When held commits go out if nothing sends them first; nil when none is held.
