@@ -33,6 +33,14 @@ import Testing
             try pair.phone.setNow(i, for: TestKeys.daily["s\(i)"])
             return phone.localChange(now: 0, at: instant)
         }
+
+        /// `commit(_:at:)` for a write that began at `began` and committed at `instant`,
+        /// the commit before it made at `previous`.
+        func commit(_ i: Int, began: ContinuousClock.Instant, at instant: ContinuousClock.Instant,
+                    previous: ContinuousClock.Instant) throws -> [Frame] {
+            try pair.phone.setNow(i, for: TestKeys.daily["s\(i)"])
+            return phone.localChange(now: 0, at: instant, previousCommit: previous, startedAt: began)
+        }
     }
 
     /// The entries of each batch among `frames`.
@@ -281,5 +289,54 @@ import Testing
         _ = try session.commit(0, at: session.at(0))
         #expect(try session.commit(1, at: session.at(10)).isEmpty)
         #expect(try Self.batchSizes(session.phone.tick(now: 1)) == [1])
+    }
+
+    /// The pause that decides is the writer's, from the commit before to the
+    /// start of this write, not from commit to commit. With the default
+    /// `gap`, a writer that waits for each write to be visible (here 150 µs
+    /// after the last commit, less than the round trip and two commits that
+    /// takes on this machine) sends each write at once. Before, commits 180 µs
+    /// apart were within the 250 µs `gap`, and 8–9 % of `bench sync`'s
+    /// write→visible samples waited 300–450 µs for the release timer.
+    @Test func aWriterThatWaitsForEachWriteIsNotHeld() throws {
+        let session = try Session(coalescing: BurstCoalescing())
+        #expect(try Self.batchSizes(try session.commit(0, at: session.at(0))) == [1])
+        // The first still in flight; the next write began 150 µs after it and took 30 µs.
+        let second = try session.commit(1, began: session.at(150), at: session.at(180), previous: session.at(0))
+        #expect(try Self.batchSizes(second) == [1])
+        #expect(session.phone.heldUntil == nil)
+    }
+
+    /// A burst of slow commits (300 µs each, a large value or a slow device)
+    /// from a writer in a loop is still a burst: each write begins right after
+    /// the commit before. Timed from commit to commit, each looked like the
+    /// end of a pause and went in a batch of its own.
+    @Test func aBurstOfSlowCommitsIsABurst() throws {
+        let session = try Session(coalescing: BurstCoalescing())
+        var committed = session.at(0)
+        #expect(try Self.batchSizes(try session.commit(0, at: committed)) == [1])
+        for i in 1...3 {
+            let began = committed + .microseconds(5)
+            let frames = try session.commit(i, began: began, at: began + .microseconds(300), previous: committed)
+            #expect(frames.isEmpty, "commit \(i) was sent at once")
+            if i == 1 {
+                // Held alone: until `gap` and as long again as its commit took, for the next one of a burst.
+                #expect(session.phone.heldUntil == began + .microseconds(300) + .microseconds(100) + .microseconds(300))
+            }
+            committed = began + .microseconds(300)
+        }
+        // The burst pauses: its three commits go in one batch.
+        #expect(try Self.batchSizes(session.phone.releaseHeld(now: 0, at: committed + .milliseconds(1))) == [3])
+    }
+
+    /// The store records when a local write began, before its commit.
+    @Test func aCommitRecordsWhenItsWriteBegan() throws {
+        let pair = try Pair()
+        let before = ContinuousClock.now
+        try pair.phone.setNow(1, for: TestKeys.daily["a"])
+        let after = ContinuousClock.now
+        let instants = pair.phone.localCommitInstants
+        let began = try #require(instants.latestStarted), committed = try #require(instants.latest)
+        #expect(before <= began && began <= committed && committed <= after)
     }
 }

@@ -16,12 +16,13 @@ extension ReplicationEndpoint {
     /// instant given here), so that a session loop that fell behind still sees
     /// how close together the commits were. A wake-up for commits the stream
     /// was already read past (a frame's receipt pumped first) sends and holds nothing.
-    package func localChange(now: Int64, at instant: ContinuousClock.Instant, previousCommit: ContinuousClock.Instant? = nil) -> [Frame] {
+    package func localChange(now: Int64, at instant: ContinuousClock.Instant, previousCommit: ContinuousClock.Instant? = nil,
+                             startedAt: ContinuousClock.Instant? = nil) -> [Frame] {
         guard let policy = configuration.burstCoalescing else { return pump(now: now) }
         let inFlight = session.isEstablished && !session.isQuiet
         // A wake-up queued behind a frame whose receipt pumped: its commit is on its way already.
         let alreadyRead = inFlight && (try? port.streamPosition()).map { $0 <= session.stream.scan } == true
-        if coalescing.holds(at: instant, previous: previousCommit, policy: policy, inFlight: inFlight, alreadyRead: alreadyRead) {
+        if coalescing.holds(at: instant, previous: previousCommit, startedAt: startedAt, policy: policy, inFlight: inFlight, alreadyRead: alreadyRead) {
             return []
         }
         return alreadyRead ? [] : pump(now: now)

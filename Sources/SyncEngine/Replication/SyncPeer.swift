@@ -282,7 +282,8 @@ public final class SyncPeer: Sendable {
                 case .localChange:
                     localChangeSignalled.lower()  // before reading: a commit from now on signals again
                     let commits = store.localCommitInstants
-                    frames = endpoint.localChange(now: now, at: commits.latest ?? .now, previousCommit: commits.previous)
+                    frames = endpoint.localChange(now: now, at: commits.latest ?? .now, previousCommit: commits.previous,
+                                                  startedAt: commits.latestStarted)
                 case .releaseHeld:
                     releaseTimer = nil
                     frames = endpoint.releaseHeld(now: now, at: .now, lastCommit: store.localCommitInstants.latest)

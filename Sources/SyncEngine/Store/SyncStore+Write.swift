@@ -12,11 +12,12 @@ extension SyncStore {
     func commitLocal(_ writes: [BackendWrite]) throws -> [StoreChange] {
         try checkOpen()
         guard !writes.isEmpty else { return [] }
+        let started = ContinuousClock.now
         // Every write is checked before the transaction begins.
         let descriptors = try checkedDescriptors(writes)
         let now = physicalClock.nowMilliseconds()
         let outcome = try database.write({ conn -> LocalCommitOutcome in
-            var outcome = LocalCommitOutcome(writtenAt: now)
+            var outcome = LocalCommitOutcome(writtenAt: now, startedAt: started)
             var preparation = LocalRowPreparation()
             let prepared = try prepareLocalRows(writes, descriptors: descriptors, preparation: &preparation,
                                                 loadRows: { try loadRows(conn, keys: $0, valueFile: .ifReadable) },
@@ -61,9 +62,10 @@ extension SyncStore {
     func commitLocalInChunks(began: () -> Void, next: () -> BulkWritePipeline.Step) throws -> LocalCommitOutcome {
         try checkOpen()
         let now = physicalClock.nowMilliseconds()
+        let started = ContinuousClock.now
         return try database.write({ conn -> LocalCommitOutcome in
             began()
-            var outcome = LocalCommitOutcome(writtenAt: now)
+            var outcome = LocalCommitOutcome(writtenAt: now, startedAt: started)
             while true {
                 switch next() {
                 case .write(let prepared):
@@ -205,7 +207,7 @@ extension SyncStore {
     private func localCommitDidCommit(_ outcome: LocalCommitOutcome) {
         // When the commit was made, not when its observers were told: a thread descheduled
         // in between must not make the next commit look like part of a burst.
-        if !outcome.changes.isEmpty { noteLocalCommit() }
+        if !outcome.changes.isEmpty { noteLocalCommit(startedAt: outcome.startedAt) }
         cache.store(outcome.rows, decoded: outcome.decoded)
     }
 
@@ -239,8 +241,13 @@ struct LocalCommitOutcome: Sendable {
     var skipped = 0
     /// The wall-clock milliseconds every row is marked as written at.
     let writtenAt: Int64
+    /// When the write began (burst coalescing times the writer's pause from the commit before to it).
+    let startedAt: ContinuousClock.Instant
 
-    init(writtenAt: Int64) { self.writtenAt = writtenAt }
+    init(writtenAt: Int64, startedAt: ContinuousClock.Instant) {
+        self.writtenAt = writtenAt
+        self.startedAt = startedAt
+    }
 }
 
 /// What `prepareLocalRows` keeps from one chunk of a transaction's writes to the next.

@@ -61,7 +61,7 @@ public final class SyncStore: KeyValueBackend {
     /// Chunks of large batches saved while their body still ran (`BulkWritePipeline`), for tests.
     let bulkChunksSaved = Atomic<Int>(0)
     /// When the last two local commits were made (burst coalescing tells a burst by them).
-    private let commitInstants = Mutex<(previous: ContinuousClock.Instant?, latest: ContinuousClock.Instant?)>((nil, nil))
+    private let commitInstants = Mutex(LocalCommitInstants())
     /// When tombstones were last purged (physical milliseconds), to purge after
     /// acknowledgements at most once a minute.
     let purgeState = Mutex<Int64>(0)
@@ -191,13 +191,20 @@ public final class SyncStore: KeyValueBackend {
         closing.observe(where: { _ in false }, finished: handler) { _ in }
     }
 
-    /// When the last two local commits were made.
-    var localCommitInstants: (previous: ContinuousClock.Instant?, latest: ContinuousClock.Instant?) { commitInstants.withLock { $0 } }
+    /// When the last two local commits were made, and when the latest one's write began.
+    struct LocalCommitInstants: Sendable {
+        var previous: ContinuousClock.Instant?
+        var latest: ContinuousClock.Instant?
+        var latestStarted: ContinuousClock.Instant?
+    }
 
-    /// Records a local commit's time, for burst coalescing.
-    func noteLocalCommit() {
+    /// When the last two local commits were made (burst coalescing).
+    var localCommitInstants: LocalCommitInstants { commitInstants.withLock { $0 } }
+
+    /// Records a local commit's time and when its write began, for burst coalescing.
+    func noteLocalCommit(startedAt: ContinuousClock.Instant) {
         let now = ContinuousClock.now
-        commitInstants.withLock { $0 = ($0.latest, now) }
+        commitInstants.withLock { $0 = LocalCommitInstants(previous: $0.latest, latest: now, latestStarted: startedAt) }
     }
 
     /// Puts every commit so far on stable storage, before acknowledging what
