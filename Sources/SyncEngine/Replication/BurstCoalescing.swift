@@ -28,7 +28,7 @@ public struct BurstCoalescing: Sendable, Equatable {
     /// last one; one that waits for each write to be visible on the peer, a
     /// round trip and two commits later (100 µs at the least over loopback).
     public var gap: Duration
-    /// A burst ends at a pause between commits of at least this (never less than `gap`).
+    /// A burst ends at a writer's pause (a commit to the next write's start) of at least this (never less than `gap`).
     public var pause: Duration
     /// The longest a commit waits to join a batch.
     public var maxDelay: Duration

@@ -60,7 +60,7 @@ public final class SyncStore: KeyValueBackend {
     let localGeneration = Atomic<Int>(0)
     /// Chunks of large batches saved while their body still ran (`BulkWritePipeline`), for tests.
     let bulkChunksSaved = Atomic<Int>(0)
-    /// When the last two local commits were made (burst coalescing tells a burst by them).
+    /// When the last two local commits were made and the latest one's write began (burst coalescing tells a burst by them).
     private let commitInstants = Mutex(LocalCommitInstants())
     /// When tombstones were last purged (physical milliseconds), to purge after
     /// acknowledgements at most once a minute.
@@ -198,7 +198,7 @@ public final class SyncStore: KeyValueBackend {
         var latestStarted: ContinuousClock.Instant?
     }
 
-    /// When the last two local commits were made (burst coalescing).
+    /// The store's latest `LocalCommitInstants`.
     var localCommitInstants: LocalCommitInstants { commitInstants.withLock { $0 } }
 
     /// Records a local commit's time and when its write began, for burst coalescing.
