@@ -8,37 +8,9 @@ import Synchronization
 /// succeeded. Three loops run for it, in the task that owns the socket:
 /// the reader (decrypts, answers heartbeats and control frames, hands
 /// application frames to `inbound` through a bounded buffer), the writer
-/// (compresses, seals and writes queued frames, suspending while the socket
-/// holds more than `maxPendingOutboundBytes` unwritten), and the timers
-/// (heartbeats, dead-peer watchdog).
-///
-/// A small frame sent while the writer has nothing queued and the socket is
-/// not backed up is sealed and handed to the socket by `send` itself, in the
-/// caller's task: a single commit or an acknowledgement then reaches the
-/// event loop without waking the writer first. Both paths seal under one
-/// lock, so frames leave in the order `send` took them.
+/// (seals and writes queued frames, suspending while the socket is not
+/// writable), and the timers (heartbeats, dead-peer watchdog).
 final class TCPConnection: FrameConnection {
-    /// What the two write paths share; every seal and hand-off to the
-    /// channel happens under its lock, so nonces and bytes stay in order.
-    private struct Outbound {
-        var sealer: FrameSealer
-        /// Frames pushed to the writer's queue and not yet handed to the channel.
-        var queued = 0
-        /// Bytes handed to the channel whose write has not completed.
-        var unwritten = 0
-        /// The writer, waiting for `unwritten` to fall to half the bound.
-        var drainWaiter: CheckedContinuation<Void, Never>?
-        /// The last write handed to the channel: once it completes, all have.
-        var lastWrite: EventLoopFuture<Void>?
-        /// Set when the writer stopped: nothing more may be handed to the channel.
-        var finished = false
-    }
-
-    /// Frames up to this payload size skip the writer's queue when it is empty.
-    /// Larger ones (batches worth compressing) go through the writer, so their
-    /// compression overlaps with the sender's next batch.
-    static let directSendLimit = 4_096
-
     private struct State {
         var statistics = ConnectionStatistics()
         /// Why the connection ended; `nil` for a normal close.
@@ -66,24 +38,17 @@ final class TCPConnection: FrameConnection {
     private let inboundQueue: AsyncBoundedQueue<Frame>
     private let outboundQueue: AsyncBoundedQueue<Frame>
     private let state = Mutex(State())
-    private let outbound: Mutex<Outbound>
-    private let codec: FrameCodec
-    private let keys: SessionKeys
     private let closed = Latch()
     private let logger: Logger
 
     init(
-        channel: any Channel, activity: SocketActivity, keys: SessionKeys, peer: String,
+        channel: any Channel, activity: SocketActivity, version: UInt8, pairingEpoch: String, peer: String,
         configuration: TCPConfiguration
     ) {
         self.channel = channel
         self.activity = activity
-        self.version = keys.version
-        self.pairingEpoch = keys.pairingEpoch
-        self.keys = keys
-        let codec = FrameCodec(limits: configuration.limits)
-        self.codec = codec
-        self.outbound = Mutex(Outbound(sealer: FrameSealer(key: keys.outbound, version: keys.version, codec: codec)))
+        self.version = version
+        self.pairingEpoch = pairingEpoch
         self.peerDescription = peer
         self.configuration = configuration
         var logger = configuration.logger
@@ -111,80 +76,7 @@ final class TCPConnection: FrameConnection {
         if let failure = state.withLock({ $0.closing ? ($0.closeReason ?? TransportError(.closed, "the connection is closed")) : nil }) {
             throw TransportError(.closed, "the connection is closed (\(failure.code))")
         }
-        try await enqueue(frame)
-    }
-
-    /// Hands a small frame to the socket at once when nothing waits before it;
-    /// otherwise queues it for the writer (suspending while the queue is full).
-    private func enqueue(_ frame: Frame) async throws {
-        if frame.payload.count <= Self.directSendLimit {
-            let capacity = configuration.maxPendingOutboundBytes
-            let sent = try outbound.withLock { outbound throws -> Bool in
-                if outbound.finished { throw TransportError(.closed, "the connection is closed") }
-                guard outbound.queued == 0, outbound.unwritten < capacity else { return false }
-                let plain = try codec.makeEnvelope(frame, version: version)
-                try write(plain, type: frame.type, plainSize: frame.payload.count, &outbound)
-                return true
-            }
-            if sent { return }
-        }
-        outbound.withLock { $0.queued += 1 }
-        do {
-            try await outboundQueue.push(frame, cost: frame.payload.count + FrameEnvelope.headerSize)
-        } catch {
-            outbound.withLock { $0.queued -= 1 }
-            throw error
-        }
-    }
-
-    /// Seals `plain` and hands it to the channel. Called under the outbound lock.
-    private func write(_ plain: Envelope, type: UInt8, plainSize: Int, _ outbound: inout Outbound) throws {
-        let envelope = try outbound.sealer.seal(envelope: plain)
-        let bytes = try codec.encodeEnvelope(envelope)
-        let size = bytes.count
-        outbound.unwritten += size
-        let promise = channel.eventLoop.makePromise(of: Void.self)
-        promise.futureResult.whenComplete { [self] result in didWrite(size, result) }
-        outbound.lastWrite = promise.futureResult
-        channel.writeAndFlush(ByteBuffer(bytes: bytes), promise: promise)
-        state.withLock {
-            $0.lastSent = .now
-            $0.statistics.bytesSent += size
-            if type < Frame.firstReservedType {
-                $0.statistics.framesSent += 1
-                $0.statistics.payloadBytesSent += plainSize
-            }
-        }
-    }
-
-    /// A write handed to the channel completed (on the event loop).
-    private func didWrite(_ size: Int, _ result: Result<Void, any Error>) {
-        let capacity = configuration.maxPendingOutboundBytes
-        let waiter = outbound.withLock { outbound -> CheckedContinuation<Void, Never>? in
-            outbound.unwritten -= size
-            guard outbound.unwritten <= capacity / 2 || outbound.finished else { return nil }
-            defer { outbound.drainWaiter = nil }
-            return outbound.drainWaiter
-        }
-        waiter?.resume()
-        if case .failure(let error) = result {
-            let failure = Self.transportError(error)
-            state.withLock { if $0.closeReason == nil, !$0.closing { $0.closeReason = failure } }
-            channel.close(promise: nil)
-        }
-    }
-
-    /// Suspends the writer until the socket took half of what it holds unwritten.
-    private func waitForDrain() async {
-        let capacity = configuration.maxPendingOutboundBytes
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ready = outbound.withLock { outbound -> Bool in
-                if outbound.unwritten <= capacity / 2 || outbound.finished { return true }
-                outbound.drainWaiter = continuation
-                return false
-            }
-            if ready { continuation.resume() }
-        }
+        try await outboundQueue.push(frame, cost: frame.payload.count + FrameEnvelope.headerSize)
     }
 
     func close() async {
@@ -216,14 +108,20 @@ final class TCPConnection: FrameConnection {
 
     /// Runs the connection until it ends. Called by the task that owns the
     /// socket, right after the handshake, with the rest of its inbound stream.
-    func run(inbound iterator: inout NIOAsyncChannelInboundStream<Envelope>.AsyncIterator) async {
+    func run(
+        inbound iterator: inout NIOAsyncChannelInboundStream<Envelope>.AsyncIterator,
+        outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>,
+        keys: SessionKeys
+    ) async {
+        let codec = FrameCodec(limits: configuration.limits)
+        let sealer = FrameSealer(key: keys.outbound, version: keys.version, codec: codec)
         var opener = FrameOpener(key: keys.inbound, version: keys.version, codec: codec)
         state.withLock {
             $0.lastHeard = .now
             $0.lastSent = .now
         }
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { await self.writeLoop() }
+            group.addTask { await self.writeLoop(outbound: outbound, sealer: sealer, codec: codec) }
             group.addTask { await self.heartbeatLoop() }
             group.addTask { await self.watchdogLoop() }
             let failure = await readLoop(&iterator, opener: &opener)
@@ -279,36 +177,29 @@ final class TCPConnection: FrameConnection {
         }
     }
 
-    private func writeLoop() async {
-        let capacity = configuration.maxPendingOutboundBytes
+    private func writeLoop(outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>, sealer: FrameSealer, codec: FrameCodec) async {
+        var sealer = sealer
         do {
             while let frame = try await outboundQueue.pop() {
-                // Compression needs no order: it runs outside the lock.
-                let plain = try codec.makeEnvelope(frame, version: version)
-                let backedUp = try outbound.withLock { outbound throws -> Bool in
-                    outbound.queued -= 1
-                    try write(plain, type: frame.type, plainSize: frame.payload.count, &outbound)
-                    return outbound.unwritten > capacity
+                let envelope = try sealer.seal(frame)
+                let bytes = try codec.encodeEnvelope(envelope)
+                try await outbound.write(ByteBuffer(bytes: bytes))
+                state.withLock {
+                    $0.lastSent = .now
+                    $0.statistics.bytesSent += bytes.count
+                    if frame.type < Frame.firstReservedType {
+                        $0.statistics.framesSent += 1
+                        $0.statistics.payloadBytesSent += frame.payload.count
+                    }
                 }
-                if backedUp { await waitForDrain() }
             }
         } catch is CancellationError {
         } catch {
             let failure = Self.transportError(error)
             state.withLock { if $0.closeReason == nil, !$0.closing { $0.closeReason = failure } }
         }
-        // Everything queued was handed over (or the connection failed): close
-        // the socket once the last write reached it.
-        let lastWrite = outbound.withLock { outbound -> EventLoopFuture<Void>? in
-            outbound.finished = true
-            return outbound.lastWrite
-        }
-        let channel = self.channel
-        if let lastWrite {
-            lastWrite.whenComplete { _ in channel.close(promise: nil) }
-        } else {
-            channel.close(promise: nil)
-        }
+        // Everything queued was written (or the connection failed): close the socket.
+        channel.close(promise: nil)
     }
 
     private func heartbeatLoop() async {
@@ -319,7 +210,7 @@ final class TCPConnection: FrameConnection {
             if ContinuousClock.now >= due {
                 do {
                     state.withLock { $0.lastSent = .now }
-                    try await enqueue(Frame(type: TransportFrameType.heartbeat, payload: []))
+                    try await outboundQueue.push(Frame(type: TransportFrameType.heartbeat, payload: []), cost: FrameEnvelope.headerSize)
                 } catch {
                     return
                 }

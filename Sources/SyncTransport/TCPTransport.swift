@@ -130,13 +130,14 @@ public enum TCPTransport {
                     return
                 }
                 let connection = TCPConnection(
-                    channel: channel, activity: activity, keys: keys, peer: peer, configuration: configuration)
+                    channel: channel, activity: activity, version: keys.version, pairingEpoch: keys.pairingEpoch,
+                    peer: peer, configuration: configuration)
                 established = connection
                 logger.info(
                     "connection authenticated", metadata: ["version": "\(keys.version)", "pairing": "\(keys.pairingEpoch)"])
                 resumed = true
                 continuation.resume(returning: connection)
-                await connection.run(inbound: &iterator)
+                await connection.run(inbound: &iterator, outbound: outbound, keys: keys)
             }
         } catch {
             if !resumed {
