@@ -139,6 +139,18 @@ import Testing
         #expect(try #require(figures.first { $0.name.hasPrefix("write→visible p99 (TCP") }).value > 0)
     }
 
+    @Test func frameRoundTripBenchmarkQuickRun() async throws {
+        let figures = try await FrameRoundTripBenchmark(quick: true).run()
+        let raw = try #require(figures.first { $0.name.hasPrefix("raw loopback round trip p50") })
+        let p50 = try #require(figures.first { $0.name.hasPrefix("frame round trip p50") })
+        let p99 = try #require(figures.first { $0.name.hasPrefix("frame round trip p99") })
+        #expect(raw.value > 0 && p50.value > 0 && p50.value <= p99.value)
+        for figure in [p50, p99] {
+            #expect(figure.baseline == raw.value)
+            #expect(abs((figure.ratio ?? 0) - figure.value / raw.value) < 1e-9)
+        }
+    }
+
     @Test func readDuringSyncBenchmarkQuickRun() async throws {
         let figures = try await ReadDuringSyncBenchmark(quick: true).run()
         let during = try #require(figures.first { $0.name.hasPrefix("cache-miss read p99 during initial sync") })

@@ -11,7 +11,7 @@ public struct BenchCommand: AsyncParsableCommand {
         case store, sync, burst, reads, memory, fuzz, transport, idle, reconnect, all
     }
 
-    @Argument(help: "Which figures: store, sync, burst (wire bytes of a burst of single-key commits, write→visible latency), reads (cache-miss reads during an initial sync), memory (1 GB of 100 KB values, then 1 GB of 1 MB values in chunks, over TCP), fuzz (simulator scenarios/s), transport (CPU the listener spends per rejected stranger), idle (CPU and wake-ups of a connected pair at rest), reconnect (heap a phone keeps per watch session that ended) or all (every one but memory).")
+    @Argument(help: "Which figures: store, sync, burst (wire bytes of a burst of single-key commits, write→visible latency), reads (cache-miss reads during an initial sync), memory (1 GB of 100 KB values, then 1 GB of 1 MB values in chunks, over TCP), fuzz (simulator scenarios/s), transport (CPU the listener spends per rejected stranger; a frame's round trip through the transport), idle (CPU and wake-ups of a connected pair at rest), reconnect (heap a phone keeps per watch session that ended) or all (every one but memory).")
     var suite: Suite = .all
 
     @Option(help: "What the sync figures write: random (~200-byte JSON strings) or family (one family of small JSON objects of one shape with a long repeated string).")
@@ -75,6 +75,7 @@ public struct BenchCommand: AsyncParsableCommand {
         }
         if suite == .transport || suite == .all {
             figures += try await RejectionBenchmark(quick: quick).run(progress: progress)
+            figures += try await FrameRoundTripBenchmark(quick: quick).run(progress: progress)
         }
         if suite == .idle || suite == .all {
             figures += try await IdleBenchmark(quick: quick).run(progress: progress)
