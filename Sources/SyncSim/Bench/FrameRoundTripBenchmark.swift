@@ -35,32 +35,48 @@ public struct FrameRoundTripBenchmark: Sendable {
     private func roundTrips() async throws -> [Double] {
         let secret = PairingSecret.generate()
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: secret))
-        let dialer = try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: TCPConfiguration(secret: secret))
+        let dialer: any FrameConnection
+        do {
+            dialer = try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: TCPConfiguration(secret: secret))
+        } catch {
+            await listener.close()
+            throw error
+        }
         var accepted: (any FrameConnection)?
         for await connection in listener.connections {
             accepted = connection
             break
         }
-        guard let echo = accepted else { throw BenchError("the listener accepted no connection") }
+        guard let echo = accepted else {
+            await dialer.close()
+            await listener.close()
+            throw BenchError("the listener accepted no connection")
+        }
         let echoTask = Task {
             for try await frame in echo.inbound { try await echo.send(frame) }
         }
-        defer { echoTask.cancel() }
-        let frame = Frame(type: 1, payload: [UInt8](repeating: 0x42, count: 64))
-        var iterator = dialer.inbound.makeAsyncIterator()
-        var trips: [Double] = []
-        trips.reserveCapacity(samples)
-        for index in 0..<(samples + 100) {
-            let start = ContinuousClock.now
-            try await dialer.send(frame)
-            guard try await iterator.next() != nil else { throw BenchError("the echo closed the connection") }
-            // The first 100 warm up (lazy set-up, first allocations).
-            if index >= 100 { trips.append(BenchClock.seconds(since: start) * 1e6) }
+        func measure() async throws -> [Double] {
+            let frame = Frame(type: 1, payload: [UInt8](repeating: 0x42, count: 64))
+            var iterator = dialer.inbound.makeAsyncIterator()
+            var trips: [Double] = []
+            trips.reserveCapacity(self.samples)
+            for index in 0..<(self.samples + 100) {
+                let start = ContinuousClock.now
+                try await dialer.send(frame)
+                guard try await iterator.next() != nil else { throw BenchError("the echo closed the connection") }
+                // The first 100 warm up (lazy set-up, first allocations).
+                if index >= 100 { trips.append(BenchClock.seconds(since: start) * 1e6) }
+            }
+            return trips.sorted()
         }
+        let measured: Result<[Double], any Error>
+        do { measured = .success(try await measure()) } catch { measured = .failure(error) }
+        // Closed whether the round trips succeeded or not.
         await dialer.close()
         await echo.close()
         await listener.close()
+        echoTask.cancel()
         _ = await echoTask.result
-        return trips.sorted()
+        return try measured.get()
     }
 }
