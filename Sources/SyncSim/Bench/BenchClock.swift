@@ -32,6 +32,14 @@ enum BenchClock {
         return seconds(usage.ru_utime) + seconds(usage.ru_stime)
     }
 
+    /// Context switches of this process so far, voluntary (a thread waited)
+    /// and involuntary (a thread was preempted).
+    static func processContextSwitches() -> Int {
+        var usage = rusage()
+        getrusage(PortablePOSIX.resourceUsageOfSelf, &usage)
+        return Int(usage.ru_nvcsw) + Int(usage.ru_nivcsw)
+    }
+
     /// A fresh temporary folder for one benchmark run.
     static func temporaryFolder() throws -> String {
         let path = NSTemporaryDirectory() + "syncsim-bench-" + UUID().uuidString

@@ -88,6 +88,8 @@ struct TCPSyncBenchmark {
         let changes = watch.changes(for: probe)
         var iterator = changes.makeAsyncIterator()
         var latencies: [Double] = []
+        let latencyCPUBefore = BenchClock.processCPUSeconds()
+        let latencySwitchesBefore = BenchClock.processContextSwitches()
         for i in 0..<samples {
             let begin = ContinuousClock.now
             try phone.setNow("{\"sample\":\(i)}", for: probe)
@@ -95,6 +97,8 @@ struct TCPSyncBenchmark {
             let took = ContinuousClock.now - begin
             latencies.append(Double(took.components.seconds) * 1e6 + Double(took.components.attoseconds) / 1e12)
         }
+        let latencyCPU = BenchClock.processCPUSeconds() - latencyCPUBefore
+        let latencySwitches = BenchClock.processContextSwitches() - latencySwitchesBefore
         latencies.sort()
         client.cancel()
         await listener.close()
@@ -165,6 +169,9 @@ struct TCPSyncBenchmark {
             BenchFigure(name: "write→visible p99 (TCP, idle link)", value: p99, unit: "µs", baseline: loopback.roundTripMicroseconds,
                         baselineName: "raw RTT µs", ratio: p99 / loopback.roundTripMicroseconds, target: "≤ 10× RTT"),
             BenchFigure(name: "write→visible max", value: latencies.last ?? 0, unit: "µs"),
+            BenchFigure(name: "write→visible CPU per write, both peers", value: samples == 0 ? 0 : latencyCPU * 1e6 / Double(samples), unit: "µs",
+                        baseline: p50, baselineName: "write→visible p50 µs", ratio: samples == 0 || p50 == 0 ? nil : latencyCPU * 1e6 / Double(samples) / p50),
+            BenchFigure(name: "write→visible context switches per write, both peers", value: samples == 0 ? 0 : Double(latencySwitches) / Double(samples), unit: "switches"),
         ] + floorFigures(floor, p50: p50, p99: p99, roundTrip: loopback.roundTripMicroseconds)
     }
 
