@@ -54,6 +54,11 @@ import Testing
         let overFloor = try figure("write→visible p99 ÷ its floor's p99")
         #expect(overFloor.baseline == floor99.value)
         #expect(abs(overFloor.value * floor99.value - (try figure("write→visible p99 (TCP, idle link)").value)) < 1e-6 * overFloor.value * floor99.value)
+        // The CPU both peers spend per write→visible sample, against the samples' p50; and the threads' switches per sample.
+        let cpu = try figure("write→visible CPU per write, both peers"), p50 = try figure("write→visible p50 (TCP, idle link)")
+        #expect(cpu.value > 0 && cpu.baseline == p50.value)
+        #expect(abs((cpu.ratio ?? 0) - cpu.value / p50.value) < 1e-9 * cpu.value / p50.value)
+        #expect(try figure("write→visible context switches per write, both peers").value > 0)
     }
 
     /// Values over the automatic limit take the chunked path (manual, released
