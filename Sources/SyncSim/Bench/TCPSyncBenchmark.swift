@@ -107,6 +107,7 @@ struct TCPSyncBenchmark {
         phone.close()
         watch.close()
         // The floor under those samples, on the same machine in the same run.
+        if !isComparison && samples > 0 { progress("write→visible floor: raw commits and loopback round trips, \(samples) samples") }
         let floor = isComparison || samples == 0 ? []
             : try LoopbackBaseline.writeToVisibleFloor(folder: folder, samples: samples, value: Array("{\"sample\":1234}".utf8))
 
