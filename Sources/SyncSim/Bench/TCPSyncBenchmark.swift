@@ -107,8 +107,9 @@ struct TCPSyncBenchmark {
         phone.close()
         watch.close()
         // The floor under those samples, on the same machine in the same run.
-        if !isComparison && samples > 0 { progress("write→visible floor: raw commits and loopback round trips, \(samples) samples") }
-        let floor = isComparison || samples == 0 ? []
+        let measuresFloor = !isComparison && samples > 0
+        if measuresFloor { progress("write→visible floor: raw commits and loopback round trips, \(samples) samples") }
+        let floor = !measuresFloor ? []
             : try LoopbackBaseline.writeToVisibleFloor(folder: folder, samples: samples, value: Array("{\"sample\":1234}".utf8))
 
         let rate = Double(entries) / syncSeconds
@@ -116,6 +117,7 @@ struct TCPSyncBenchmark {
         let wireRate = Double(initialWire) / syncSeconds / 1e6
         let p50 = latencies.isEmpty ? 0 : latencies[latencies.count / 2]
         let p99 = latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, latencies.count * 99 / 100)]
+        let cpuPerWrite = samples == 0 ? 0 : latencyCPU * 1e6 / Double(samples)
         let incrementalRate = Double(changed) / incrementalSeconds
         if protocolRange.upperBound < 2 {
             let tag = ", protocol 1 (before wire v2)"
@@ -170,8 +172,8 @@ struct TCPSyncBenchmark {
             BenchFigure(name: "write→visible p99 (TCP, idle link)", value: p99, unit: "µs", baseline: loopback.roundTripMicroseconds,
                         baselineName: "raw RTT µs", ratio: p99 / loopback.roundTripMicroseconds, target: "≤ 10× RTT"),
             BenchFigure(name: "write→visible max", value: latencies.last ?? 0, unit: "µs"),
-            BenchFigure(name: "write→visible CPU per write, both peers", value: samples == 0 ? 0 : latencyCPU * 1e6 / Double(samples), unit: "µs",
-                        baseline: p50, baselineName: "write→visible p50 µs", ratio: samples == 0 || p50 == 0 ? nil : latencyCPU * 1e6 / Double(samples) / p50),
+            BenchFigure(name: "write→visible CPU per write, both peers", value: cpuPerWrite, unit: "µs",
+                        baseline: p50, baselineName: "write→visible p50 µs", ratio: p50 == 0 ? nil : cpuPerWrite / p50),
             BenchFigure(name: "write→visible context switches per write, both peers", value: samples == 0 ? 0 : Double(latencySwitches) / Double(samples), unit: "switches"),
         ] + floorFigures(floor, p50: p50, p99: p99, roundTrip: loopback.roundTripMicroseconds)
     }
