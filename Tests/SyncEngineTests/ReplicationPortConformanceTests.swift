@@ -55,12 +55,13 @@ final class PortFixture {
 
     /// Applies `entries` from `peer` as a session does: planned by `ApplyPlanner`, executed by the port.
     func apply(_ entries: [WireEntry], from peer: UInt32, role peerRole: DeviceRole = .watch, mismatched: Set<String> = [],
-               completing: ChunkedVersion? = nil) throws -> (plan: ApplyPlan, outcome: ApplyOutcome) {
+               completing: ChunkedVersion? = nil, passingOver: Int64? = nil) throws -> (plan: ApplyPlan, outcome: ApplyOutcome) {
         let context = ApplyPlanner.Context(peerRole: peerRole, mismatched: mismatched, versionBound: port.versionBound(),
                                            now: port.nowMilliseconds(), maxValueSize: port.maxValueSize)
         var plan = ApplyPlan()
         let registry = port.registry
-        let outcome = try port.apply(entries, from: peer, completing: completing, durable: true, receivedThrough: nil) { local in
+        let outcome = try port.apply(entries, from: peer, completing: completing, durable: true, receivedThrough: nil,
+                                     passingOver: passingOver) { local in
             plan = ApplyPlanner.plan(entries, local: local, registry: registry, context: context)
             return plan
         }
@@ -226,6 +227,64 @@ final class PortFixture {
         let onward = try f.port.pendingRows(for: Self.otherWatch, after: 0, maxEntries: 100, maxBytes: 1 << 20) { _, _ in false }
         #expect(onward.rows.map(\.entry) == [incoming])
         #expect(try f.port.rows(declaredBy: [TestKeys.daily.descriptor.name], for: Self.otherWatch, maxEntries: 10).map(\.key) == [key])
+    }
+
+    /// An apply that adds to the stream only changes taken from `peer`, given
+    /// the position the stream ends at and `peer`'s cursor stands at, moves
+    /// the cursor past them in its transaction; not when the stream moved on
+    /// after that position, and not when anything else joined the stream (a
+    /// merge goes back to the peer).
+    @Test(arguments: PortFixture.Kind.allCases)
+    func anApplyPassesOverWhatItTookForThePeerItCameFrom(kind: PortFixture.Kind) throws {
+        let f = try PortFixture(kind)
+        let tags = TestKeys.tags.name
+        try f.writeLocal(tags, f.json(["a"]))
+        _ = try f.port.recordPeer(node: Self.watchNode, role: .watch, epoch: "e")
+        func cursor() throws -> Int64 { try f.port.recordPeer(node: Self.watchNode, role: .watch, epoch: "e").cursor }
+        let sent = try f.port.pendingRows(for: Self.watchNode, after: 0, maxEntries: 100, maxBytes: 1 << 20) { _, _ in false }
+        try f.port.acknowledge(peer: Self.watchNode, through: sent.scannedThrough)
+        let position = try f.port.streamPosition()
+        #expect(position == sent.scannedThrough)
+        let now = f.clock.nowMilliseconds()
+
+        let taken = try f.apply([f.entry(TestKeys.daily["x"].name, f.json(1), at: now + 1, node: Self.watchNode),
+                                 f.entry(TestKeys.daily["y"].name, f.json(2), at: now + 2, node: Self.watchNode)],
+                                from: Self.watchNode, passingOver: position)
+        let after = try f.port.streamPosition()
+        #expect(taken.plan.applied == 2 && after == position + 2)
+        #expect(taken.outcome.passedOverThrough == after)
+        #expect(try cursor() == after)
+        #expect(try f.port.pendingCount(for: Self.watchNode) == 0)
+        let onward = try f.port.pendingRows(for: Self.otherWatch, after: 0, maxEntries: 100, maxBytes: 1 << 20) { _, _ in false }
+        #expect(onward.rows.map(\.key).contains(TestKeys.daily["x"].name), "still in the stream for the other watches")
+
+        // A local change after the position given: the cursor stays, and the change waits for the watch.
+        try f.writeLocal(TestKeys.steps.name, f.json(3))
+        let behind = try f.apply([f.entry(TestKeys.daily["z"].name, f.json(3), at: now + 3, node: Self.watchNode)],
+                                 from: Self.watchNode, passingOver: after)
+        #expect(behind.plan.applied == 1 && behind.outcome.passedOverThrough == nil)
+        #expect(try cursor() == after)
+        let waiting = try f.port.pendingRows(for: Self.watchNode, after: after, maxEntries: 100, maxBytes: 1 << 20) { _, _ in false }
+        #expect(waiting.rows.map(\.key) == [TestKeys.steps.name])
+        try f.port.acknowledge(peer: Self.watchNode, through: try f.port.streamPosition())
+
+        // A merge is new to the watch: nothing passed over, and the merge waits in the stream for it.
+        let here = try f.port.streamPosition()
+        let merged = try f.apply([f.entry(tags, f.json(["b"]), at: now + 5, node: Self.watchNode)], from: Self.watchNode, passingOver: here)
+        guard case .merge = try #require(merged.plan.steps.first).verdict else {
+            Issue.record("expected a merge, got \(merged.plan.steps.map(\.verdict))")
+            return
+        }
+        #expect(merged.outcome.passedOverThrough == nil)
+        #expect(try cursor() == here)
+        let back = try f.port.pendingRows(for: Self.watchNode, after: here, maxEntries: 100, maxBytes: 1 << 20) { _, _ in false }
+        #expect(back.rows.map(\.key) == [tags])
+
+        // Without a position, as queued delivery applies: nothing passed over.
+        try f.port.acknowledge(peer: Self.watchNode, through: try f.port.streamPosition())
+        let plain = try f.apply([f.entry(TestKeys.daily["w"].name, f.json(4), at: now + 6, node: Self.watchNode)], from: Self.watchNode)
+        #expect(plain.plan.applied == 1 && plain.outcome.passedOverThrough == nil)
+        #expect(try cursor() < f.port.streamPosition())
     }
 
     /// How far a peer's stream was received (protocol 3): zeros at first,

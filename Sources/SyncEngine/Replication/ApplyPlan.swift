@@ -174,6 +174,9 @@ package struct ApplyOutcome: Sendable {
     package var changes: [StoreChange] = []
     /// Resolver merges over the automatic limit that wait for the next `sync()` (reported as deferred).
     package var deferred: [(key: String, size: Int)] = []
+    /// The peer's cursor moved past the changes this apply added to the
+    /// stream, to this position, in its transaction (`ReplicationPort.apply`'s `passingOver`).
+    package var passedOverThrough: Int64?
 
     package init(conflicts: [ConflictRecord] = [], changes: [StoreChange] = []) {
         self.conflicts = conflicts

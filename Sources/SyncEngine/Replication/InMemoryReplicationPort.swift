@@ -47,6 +47,8 @@ package final class InMemoryReplicationPort: ReplicationPort {
     private let hlc: HybridLogicalClock
     package private(set) var rows: [String: Row] = [:]
     private var nextSeq: Int64 = 1
+    /// How many times the stream was read (`pendingRows`), for tests of what a session reads.
+    package private(set) var streamReads = 0
     private var peers: [UInt32: Peer] = [:]
     /// Pairings whose watch takes a new node id when refused for it (`noteQueuedPeerRenewsNodeID`).
     private var queuedRenewals: Set<String> = []
@@ -128,6 +130,7 @@ package final class InMemoryReplicationPort: ReplicationPort {
 
     package func pendingRows(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int,
                              skip: (String, Int64) -> Bool) throws -> (rows: [OutboundRow], scannedThrough: Int64) {
+        streamReads += 1
         var out: [OutboundRow] = []
         var bytes = 0
         var scanned = cursor
@@ -184,9 +187,11 @@ package final class InMemoryReplicationPort: ReplicationPort {
     }
 
     package func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
-                       receivedThrough: (through: Int64, anchor: Int64)?,
+                       receivedThrough: (through: Int64, anchor: Int64)?, passingOver: Int64?,
                        plan decide: ([String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome {
         if let receivedThrough { try recordReceived(from: peer, through: receivedThrough.through, anchor: receivedThrough.anchor) }
+        let positionBefore = nextSeq - 1
+        var taken: Int64 = 0
         var local: [String: EntryState] = [:]
         for entry in entries { if let row = rows[entry.key] { local[entry.key] = row.state } }
         let plan = decide(local)
@@ -222,6 +227,7 @@ package final class InMemoryReplicationPort: ReplicationPort {
                 row = Row(key: incoming.key, value: incoming.deleted ? nil : (incoming.value ?? []), encoding: incoming.encoding,
                           version: incoming.version, base: incoming.base, deleted: incoming.deleted, seq: takeSeq(),
                           lane: descriptor.replicates(from: role) ? .automatic : .none, originPeer: peer)
+                taken += 1
             case .merge(let value, let version, _):
                 let lane = SyncStore.mergedLane(for: descriptor, on: role, size: value.count, replacing: rows[incoming.key]?.lane)
                 if SyncStore.defers(descriptor, in: lane) { outcome.deferred.append((incoming.key, value.count)) }
@@ -235,6 +241,13 @@ package final class InMemoryReplicationPort: ReplicationPort {
         if let completing { chunks[completing] = nil }
         // Chunks of the very version written stay: they may carry another value of it (a merge).
         for row in written { try discardStagedChunks(key: row.key, before: row.version) }
+        // Every position given out here is a change taken from `peer`: its cursor moves past them.
+        let positionAfter = nextSeq - 1
+        if let passingOver, passingOver == positionBefore, positionAfter > positionBefore, positionAfter - positionBefore == taken,
+           let known = peers[peer], known.record.cursor == passingOver {
+            peers[peer]!.record.cursor = positionAfter
+            outcome.passedOverThrough = positionAfter
+        }
         return outcome
     }
 

@@ -13,10 +13,22 @@ extension ReplicationEndpoint {
                                            lastArrivalWins: configuration.testingFaults.lastArrivalWins)
         let registry = port.registry
         var plan = ApplyPlan()
+        // With nothing of the stream read and unacknowledged, what this apply adds for the other
+        // peers is passed over for this one in its own transaction (no read, no commit after it).
+        let stream = session.stream
+        let passingOver = session.isEstablished && !awaitsPeerReceipt && stream.ranges.isEmpty && stream.scan == stream.cursor
+            && stream.transfer == nil ? stream.scan : nil
         let outcome = try port.apply(entries, from: peer.node, completing: completing, durable: !defersAcknowledgementSync,
-                                     receivedThrough: receivedThrough) { local in
+                                     receivedThrough: receivedThrough, passingOver: passingOver) { local in
             plan = ApplyPlanner.plan(entries, local: local, registry: registry, context: context)
             return plan
+        }
+        if let through = outcome.passedOverThrough {
+            session.stream.read(through: through)
+            _ = session.stream.complete(upper: through)
+            endRoundIfReached(through)
+            // A watch's cursor goes to stable storage (`complete(upper:)`): the apply's commit holds it.
+            if port.role == .watch, defersAcknowledgementSync { cursorAwaitsSync = true }
         }
         let refusals = plan.versionRefusals
         count {

@@ -32,6 +32,7 @@ extension ReplicationEndpoint {
         if !session.peerHasNothingMore, note("the peer has not said it has nothing more") { return reasons }
         // Not once a version as new or newer of its key is stored: the peer stopped that transfer.
         if let receiving, receivingTransfer, note("receives \(receiving.key) at \(receiving.version) in chunks") { return reasons }
+        if readsToStreamEnd { return reasons }
         let rows = try? port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: 1, maxBytes: 1) { key, _ in excluded(key) }
         guard let rows else { return reasons + ["the stream could not be read"] }
         if let first = rows.rows.first { _ = note("\(first.key) (change \(first.seq)) waits in the stream after \(session.stream.scan)") }

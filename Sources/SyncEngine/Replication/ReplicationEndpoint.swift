@@ -344,10 +344,12 @@ package final class ReplicationEndpoint {
                 }
                 var lookups = KeyRegistry.FamilyLookupMemo()
                 let registry = port.registry, role = port.role, mismatched = session.knownPeer?.mismatchedKeys ?? []
-                let (fetched, scanned) = try port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: configuration.maxBatchEntries,
-                                                               maxBytes: configuration.maxBatchBytes) { key, _ in
-                    excluded(key, registry: registry, role: role, mismatched: mismatched, memo: &lookups)
-                }
+                // Read only when the stream has moved past this session's read position.
+                let (fetched, scanned) = try readsToStreamEnd ? ([], session.stream.scan)
+                    : port.pendingRows(for: peer.node, after: session.stream.scan, maxEntries: configuration.maxBatchEntries,
+                                       maxBytes: configuration.maxBatchBytes) { key, _ in
+                        excluded(key, registry: registry, role: role, mismatched: mismatched, memo: &lookups)
+                    }
                 let before = session.stream.scan
                 if fetched.count == 1, fetched[0].isLarge, session.hasChunksInFlight(key: fetched[0].key, version: fetched[0].entry.version) {
                     break  // another value of that version is on its way (a merge since): one at a time
@@ -427,6 +429,14 @@ package final class ReplicationEndpoint {
 
     /// A watch's cursor moved and waits for `syncCommitted()` (only with `defersAcknowledgementSync`).
     var cursorAwaitsSync = false
+
+    /// Whether this session has read the stream through the last position
+    /// the store gave out (nothing after it to read; a commit of another
+    /// process that shares the file counts once the store has caught up with it).
+    var readsToStreamEnd: Bool {
+        guard let position = try? port.streamPosition() else { return false }
+        return session.stream.scan >= position
+    }
 
     /// Once every repaired key's changes were acknowledged, the peer's record
     /// of mismatched keys is what this session found.

@@ -57,8 +57,12 @@ package protocol ReplicationPort: AnyObject {
     /// Durable before it returns when `durable` (else `syncCommitted()` must run before acknowledging).
     /// `receivedThrough`: in the same transaction, `peer`'s stream is
     /// received through that position, with that anchor (`receivedThrough(from:)`, never back).
+    /// `passingOver`: when the stream ends at that position and `peer`'s
+    /// cursor stands there as the transaction begins, and every change it
+    /// adds to the stream was taken from `peer` (none is for it), the cursor
+    /// moves past them in the same transaction (`ApplyOutcome.passedOverThrough`).
     func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
-               receivedThrough: (through: Int64, anchor: Int64)?,
+               receivedThrough: (through: Int64, anchor: Int64)?, passingOver: Int64?,
                plan: (_ local: [String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome
     /// How far this store has received and applied `peer`'s stream of
     /// changes without a gap (protocol 3 stream ranges), and the newest
@@ -173,6 +177,16 @@ package protocol ReplicationPort: AnyObject {
     func partialTransfers() throws -> [PartialTransfer]
 }
 
+extension ReplicationPort {
+    /// `apply` without passing over the changes it adds for `peer`'s cursor.
+    func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
+               receivedThrough: (through: Int64, anchor: Int64)?,
+               plan: (_ local: [String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome {
+        try apply(entries, from: peer, completing: completing, durable: durable, receivedThrough: receivedThrough,
+                  passingOver: nil, plan: plan)
+    }
+}
+
 /// A large value's transfer: a key at a version.
 package struct ChunkedVersion: Sendable, Hashable {
     package var key: String
@@ -278,9 +292,10 @@ package final class SQLiteReplicationPort: ReplicationPort {
     }
 
     package func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
-                       receivedThrough: (through: Int64, anchor: Int64)?,
+                       receivedThrough: (through: Int64, anchor: Int64)?, passingOver: Int64?,
                        plan: ([String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome {
-        try store.execute(entries, from: peer, completing: completing, durable: durable, receivedThrough: receivedThrough, plan: plan)
+        try store.execute(entries, from: peer, completing: completing, durable: durable, receivedThrough: receivedThrough,
+                          passingOver: passingOver, plan: plan)
     }
 
     package func receivedThrough(from peer: UInt32) throws -> (through: Int64, anchor: Int64) { try store.receivedThrough(from: peer) }

@@ -23,6 +23,8 @@ final class Database: Sendable {
     private let syncsDurableWrites: Bool
     /// Bumped after every COMMIT, so a sync knows which commits it covers.
     private let commitGeneration = Atomic<Int>(0)
+    /// Write transactions committed through this database since it opened.
+    var commitCount: Int { commitGeneration.load(ordering: .acquiring) }
     private let walSyncer: WALSyncer
     /// Read-only connections for `readCommitted`; nil reads on the writer.
     private let readers: ReaderPool?

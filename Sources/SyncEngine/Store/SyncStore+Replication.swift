@@ -83,12 +83,15 @@ extension SyncStore {
     /// `durable`, since the caller acknowledges it; otherwise the caller must
     /// sync before acknowledging.
     func execute(_ entries: [WireEntry], from peer: UInt32, completing chunked: ChunkedVersion?, durable: Bool,
-                 receivedThrough: (through: Int64, anchor: Int64)? = nil,
+                 receivedThrough: (through: Int64, anchor: Int64)? = nil, passingOver: Int64? = nil,
                  plan decide: ([String: EntryState]) -> ApplyPlan) throws -> ApplyOutcome {
         try checkOpen()
         let now = physicalClock.nowMilliseconds()
         let outcome = try database.write({ conn -> ApplyOutcome in
             var outcome = ApplyOutcome()
+            // Where the stream ends as the transaction begins (other writers' sequences caught up with).
+            let positionBefore = nextSeq.withLock { $0 } - 1
+            var taken: Int64 = 0
             let waiting = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_chunks), EXISTS (SELECT 1 FROM sync_rebaseline_marks)")
             _ = try waiting.step()
             let hasStagedChunks = waiting.int(0) != 0
@@ -144,6 +147,7 @@ extension SyncStore {
                                     version: incoming.version, base: incoming.base, deleted: incoming.deleted, encrypted: false,
                                     size: incoming.deleted ? 0 : (incoming.value?.count ?? 0), changeSeq: takeSeq(),
                                     lane: descriptor.replicates(from: role) ? .automatic : .none, originPeer: peer)
+                    taken += 1
                 case .merge(let value, let version, _):
                     // A merge is new information for the peer too: send it (the peer's
                     // re-merge of a join is a no-op, so this ends).
@@ -189,6 +193,18 @@ extension SyncStore {
                 // One at the very version may still bring another value (a resolver's merge): it stays.
                 for row in writes { try SyncStore.discardStagedChunks(conn, key: row.key, before: row.version) }
             }
+            // Every position given out here is a change taken from `peer` (no merge, nothing sent back):
+            // its cursor moves past them here, instead of in a transaction of its own once read.
+            let positionAfter = nextSeq.withLock { $0 } - 1
+            if let passingOver, passingOver == positionBefore, positionAfter > positionBefore, positionAfter - positionBefore == taken {
+                let move = try conn.statement("UPDATE sync_peers SET acked_through = ?2, last_seen = ?3 WHERE peer_node = ?1 AND acked_through = ?4")
+                move.bind(1, Int64(peer))
+                move.bind(2, positionAfter)
+                move.bind(3, now)
+                move.bind(4, passingOver)
+                try move.run()
+                if conn.changes == 1 { outcome.passedOverThrough = positionAfter }
+            }
             return outcome
         }, onCommit: { outcome in
             // Remote values are read through on demand: a large initial sync does not fill memory.
@@ -202,6 +218,7 @@ extension SyncStore {
         // The caller acknowledges this commit and the peer then forgets the entries: on stable
         // storage first. After publishing: observers need no fsync to see the values.
         if durable { try syncCommitted() }
+        if outcome.passedOverThrough != nil { purgeTombstonesIfDue() }
         return outcome
     }
 
