@@ -19,9 +19,11 @@ final class WireTap: Sendable {
 
 /// Runs a phone peer and a watch peer connected over `kind` while `body` runs.
 func withConnectedPeers(_ pair: Pair, over kind: LinkKind, tap: WireTap? = nil,
+                        configure: (inout ReplicationConfiguration) -> Void = { _ in },
                         _ body: (SyncPeer, SyncPeer) async throws -> Void) async throws {
     let secret = pair.pairing
-    let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+    var config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+    configure(&config)
     let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
     let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
     switch kind {

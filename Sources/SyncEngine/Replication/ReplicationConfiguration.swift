@@ -35,6 +35,19 @@ public struct ReplicationConfiguration: Sendable {
     public var window = 16 {
         didSet { window = max(1, window) }
     }
+    /// The least time between two syncs of this device's WAL for the
+    /// acknowledgements of one live session (each acknowledgement waits for
+    /// its commits to be on stable storage). A batch after a quiet spell is
+    /// synced at once; while batches keep arriving, those applied within the
+    /// interval share one fsync and their acknowledgements go together, so
+    /// a stream of single writes costs the receiver (a watch's flash and
+    /// battery) at most one fsync per interval instead of one per write. It
+    /// delays acknowledgements, never what the app sees: a received value is
+    /// visible as soon as its transaction commits. Zero syncs each group as
+    /// soon as the one before is done.
+    public var acknowledgementSyncInterval: Duration = .milliseconds(1) {
+        didSet { if acknowledgementSyncInterval < .zero { acknowledgementSyncInterval = .zero } }
+    }
     /// Value and key bytes in flight without an acknowledgement at most: four
     /// full batches (`maxBatchBytes`); chunks (64 KB) are bounded by `window`. A message always goes when nothing is in flight.
     public var maxBytesInFlight = 2 * 1024 * 1024

@@ -276,6 +276,7 @@ package final class ReplicationEndpoint {
     /// Retransmits what timed out, then sends what is pending.
     package func tick(now: Int64) -> [Frame] {
         guard failure == nil else { return [] }
+        recordDeferredCursor(dueOnly: true)
         let actions = session.tick(now: now).map { action -> ReplicationSession.Action in
             guard case .send(.batch(let batch)) = action else { return action }
             return .send(.batch(current(batch)))
@@ -417,7 +418,12 @@ package final class ReplicationEndpoint {
     /// every acknowledged range at the front, and is recorded.
     func complete(upper: Int64) throws {
         if let reached = session.stream.complete(upper: upper), let peer = session.knownPeer {
-            try port.acknowledge(peer: peer.node, through: reached)
+            // A phone's cursor may lag in the store while batches are in flight (`+CursorRecord`).
+            if defersCursor {
+                unrecordedCursor = reached
+                return
+            }
+            try recordCursor(reached, for: peer.node)
             // A watch's cursor is what tells, if the phone ever forgets and re-baselines it,
             // which of its own writes the phone already had: it goes to stable storage too
             // (lost to a power cut, an old write the phone has since deleted would come back).
@@ -429,6 +435,15 @@ package final class ReplicationEndpoint {
 
     /// A watch's cursor moved and waits for `syncCommitted()` (only with `defersAcknowledgementSync`).
     var cursorAwaitsSync = false
+
+    /// A phone records its peer's cursor only once nothing more is in flight,
+    /// at most once per `cursorRecordInterval` while acknowledgements keep
+    /// coming, and when the session ends (`ReplicationEndpoint+CursorRecord`).
+    package var defersCursorRecord = false
+    /// The cursor this session holds and the store does not yet (`defersCursorRecord`).
+    package internal(set) var unrecordedCursor: Int64?
+    /// When the cursor was last recorded (the store's physical clock, milliseconds).
+    var cursorRecordedAt = Int64.min / 2
 
     /// Whether this session has read the stream through the last position
     /// the store gave out (nothing after it to read; a commit of another
@@ -495,12 +510,13 @@ package final class ReplicationEndpoint {
     var receiptTakenFrom: UInt32?
 
     /// The peer this session told the port it is live with (once established).
-    private var livePeer: UInt32?
+    private(set) var livePeer: UInt32?
 
     /// Tells the port the session with its peer is over (once), and records
     /// how far its stream was received.
     private func endLiveSession() {
         guard let peer = livePeer else { return }
+        recordDeferredCursor()
         livePeer = nil
         recordReceivedStream(from: peer)
         port.noteSession(with: peer, live: false)
@@ -531,8 +547,10 @@ package final class ReplicationEndpoint {
                         port.noteSession(with: peer.node, live: true)
                     }
                     // The established state starts its stream progress afresh: from the recorded cursor.
+                    recordDeferredCursor()
                     let record = try port.recordPeer(node: peer.node, role: peer.role, epoch: configuration.pairingEpoch)
                     session.stream = StreamProgress(cursor: record.cursor)
+                    cursorRecordedAt = port.nowMilliseconds()  // the store holds the session's cursor
                     cursorAtStart = record.cursor
                     noticesActedOn = []
                     let received = try port.receivedThrough(from: peer.node)

@@ -63,6 +63,8 @@ public final class SyncPeer: Sendable {
         case requestManual
         /// The deadline of commits held back to join a batch (`BurstCoalescing`) may have passed.
         case releaseHeld
+        /// Acknowledgements held for `acknowledgementSyncInterval` may be synced now.
+        case syncAcknowledgements
         /// Hand what keeps the session from being idle to `reply` (`idleBlockers(within:)`).
         case describeIdle(reply: @Sendable ([String]) -> Void)
     }
@@ -192,6 +194,7 @@ public final class SyncPeer: Sendable {
         let endpoint = ReplicationEndpoint(port: SQLiteReplicationPort(store), reporter: StoreReporter(store),
                                            configuration: sessionConfiguration, retransmits: !connection.deliversEveryFrame)
         endpoint.defersAcknowledgementSync = true
+        endpoint.defersCursorRecord = true
         endpoint.framesPerPump = 1
         var reason = "closed"
         // The reader and the acknowledger are child tasks of
@@ -224,8 +227,9 @@ public final class SyncPeer: Sendable {
             reason = await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate,
                                        localChangeSignalled: localChangeSignalled,
                                        releaseHeld: { continuation.yield(.releaseHeld) }, tick: { continuation.yield(.tick) },
-                                       endInputs: { continuation.yield(.closed("no more frames")) }) { durable in
-                awaitingSync.append(durable)
+                                       syncDue: { continuation.yield(.syncAcknowledgements) },
+                                       endInputs: { continuation.yield(.closed("no more frames")) },
+                                       holdForSync: { durable in awaitingSync.append(durable) }) {
                 ackSignal.yield()
             }
             await connection.close()
@@ -247,16 +251,25 @@ public final class SyncPeer: Sendable {
     /// until the connection closes or the session fails; returns why it ended.
     private func sessionLoop(_ endpoint: ReplicationEndpoint, session: Int, inputs: AsyncStream<Input>, connection: any FrameConnection,
                              gate: ReadAheadGate, localChangeSignalled: LocalChangeSignal, releaseHeld: @escaping @Sendable () -> Void,
-                             tick: @escaping @Sendable () -> Void,
-                             endInputs: @escaping @Sendable () -> Void, acknowledgeWhenDurable: ([Frame]) -> Void) async -> String {
+                             tick: @escaping @Sendable () -> Void, syncDue: @escaping @Sendable () -> Void,
+                             endInputs: @escaping @Sendable () -> Void, holdForSync: ([Frame]) -> Int,
+                             syncAcknowledgements: () -> Void) async -> String {
         // The one timer for held commits, and the deadline it wakes the loop at.
         var releaseTimer: (task: Task<Void, Never>, deadline: ContinuousClock.Instant)?
         // The one timer for ticks, and the deadline it wakes the loop at (`TickSchedule`).
         var tickTimer: (task: Task<Void, Never>, deadline: ContinuousClock.Instant)?
         var ticks = TickSchedule(base: tickInterval, quiet: quietTickInterval)
+        // Acknowledgements wait for a WAL sync, at most one per interval (`SyncSpacing`); the
+        // one timer for the next, once its interval ends.
+        var syncSpacing = SyncSpacing(interval: configuration.acknowledgementSyncInterval)
+        var syncTimer: Task<Void, Never>?
+        var awaitsSync = false
+        // As many acknowledgements as half the window sync at once: the peer's window never fills with them.
+        let syncAtOnceFrom = max(1, configuration.window / 2)
         defer {
             releaseTimer?.task.cancel()
             tickTimer?.task.cancel()
+            syncTimer?.cancel()
         }
         // Whether this session looked for a manual request an earlier session with its peer left unanswered.
         var askedAgain = false
@@ -284,6 +297,9 @@ public final class SyncPeer: Sendable {
                     let commits = store.localCommitInstants
                     frames = endpoint.localChange(now: now, at: commits.latest ?? .now, previousCommit: commits.previous,
                                                   startedAt: commits.latestStarted)
+                case .syncAcknowledgements:
+                    syncTimer = nil
+                    frames = []
                 case .releaseHeld:
                     releaseTimer = nil
                     frames = endpoint.releaseHeld(now: now, at: .now, lastCommit: store.localCommitInstants.latest)
@@ -311,7 +327,22 @@ public final class SyncPeer: Sendable {
                 }
                 let durable = endpoint.takeFramesAwaitingSync()
                 let cursorMoved = endpoint.takeCursorSyncRequest()
-                if !durable.isEmpty || cursorMoved { acknowledgeWhenDurable(durable) }
+                var waiting = 0
+                if !durable.isEmpty || cursorMoved {
+                    awaitsSync = true
+                    waiting = holdForSync(durable)
+                }
+                if awaitsSync {
+                    if waiting < syncAtOnceFrom, let due = syncSpacing.wait(now: .now) {
+                        if syncTimer == nil { syncTimer = SyncPeer.timer(at: due, tolerance: syncSpacing.interval / 4, syncDue).task }
+                    } else {
+                        awaitsSync = false
+                        syncSpacing.started(at: .now)
+                        syncTimer?.cancel()
+                        syncTimer = nil
+                        syncAcknowledgements()
+                    }
+                }
                 if let failure = endpoint.failure { return failure.description }
                 if let peer = endpoint.peerNode { localChangeSignalled.sessionPeer = peer }
                 let idle = endpoint.isIdle
@@ -365,7 +396,7 @@ public final class SyncPeer: Sendable {
                 if let failure = endpoint.failure { return failure.description }
             case .describeIdle(let reply): reply(["the session is ending"])
             case .closed: return nil
-            case .tick, .localChange, .requestManual, .releaseHeld: continue
+            case .tick, .localChange, .requestManual, .releaseHeld, .syncAcknowledgements: continue
             }
         }
         return nil
@@ -505,10 +536,12 @@ public final class SyncPeer: Sendable {
 private final class FramesAwaitingSync: Sendable {
     private let pending = Mutex<(frames: [Frame], requested: Bool)>(([], false))
 
-    func append(_ more: [Frame]) {
+    /// Adds acknowledgements that wait for the next sync; returns how many wait now.
+    func append(_ more: [Frame]) -> Int {
         pending.withLock {
             $0.frames += more
             $0.requested = true
+            return $0.frames.count
         }
     }
 

@@ -22,6 +22,10 @@ final class WALSyncer: Sendable {
         var stopped = false
     }
     private let state = Mutex(State())
+    private let performed = Atomic<Int>(0)
+
+    /// The fsyncs this syncer has run (a caller already covered by an earlier one runs none).
+    var syncsPerformed: Int { performed.load(ordering: .relaxed) }
 
     init(path: String, vfs: String?) {
         self.path = path
@@ -44,6 +48,7 @@ final class WALSyncer: Sendable {
                 throw SyncError(.database, "the store at \(path) could not be flushed to stable storage (SQLite code \(rc)); check the disk")
             }
             state.synced = max(state.synced, target)
+            performed.add(1, ordering: .relaxed)
         }
     }
 

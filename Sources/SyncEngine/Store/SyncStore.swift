@@ -214,6 +214,11 @@ public final class SyncStore: KeyValueBackend {
         try database.syncCommitted()
     }
 
+    /// The fsyncs of the WAL run so far to put acknowledged commits on stable
+    /// storage (callers that share one count once).
+    @_spi(Testing)
+    public var walSyncCount: Int { database.walSyncsPerformed }
+
     /// `syncCommitted()` without blocking the caller or the writer (group
     /// commit: concurrent callers share one fsync).
     func syncCommittedAsync() async throws {

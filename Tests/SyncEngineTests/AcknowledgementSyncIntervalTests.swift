@@ -1,0 +1,57 @@
+import Foundation
+@_spi(Testing) @testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// A live session syncs its WAL for acknowledgements at most once per
+/// `ReplicationConfiguration.acknowledgementSyncInterval`: a stream of single
+/// writes costs the receiver one fsync per interval, not one per write, and
+/// what it sees is not delayed.
+@Suite(.timeLimit(.minutes(2))) struct AcknowledgementSyncIntervalTests {
+    @Test func theFirstSyncAndOneAfterAQuietSpellStartAtOnce() {
+        var spacing = SyncSpacing(interval: .milliseconds(10))
+        let start = ContinuousClock.now
+        #expect(spacing.wait(now: start) == nil)
+        spacing.started(at: start)
+        // Within the interval: wait for its end.
+        #expect(spacing.wait(now: start + .milliseconds(3)) == start + .milliseconds(10))
+        // At its end and after a quiet spell: at once.
+        #expect(spacing.wait(now: start + .milliseconds(10)) == nil)
+        #expect(spacing.wait(now: start + .seconds(5)) == nil)
+        // Zero (or less, taken as zero) never waits.
+        var unspaced = SyncSpacing(interval: .milliseconds(-1))
+        unspaced.started(at: start)
+        #expect(unspaced.interval == .zero && unspaced.wait(now: start) == nil)
+    }
+
+    @Test func aNegativeIntervalIsTakenAsZero() {
+        var configuration = ReplicationConfiguration()
+        #expect(configuration.acknowledgementSyncInterval == .milliseconds(1))
+        configuration.acknowledgementSyncInterval = .milliseconds(-5)
+        #expect(configuration.acknowledgementSyncInterval == .zero)
+    }
+
+    /// Twenty single writes on the phone, each made once the watch sees the
+    /// one before (an app writing samples one by one): the watch synced its
+    /// WAL for about every one of them. With an interval longer than the
+    /// test, the acknowledgements wait until half the window's worth of them
+    /// do (8 of 16), and sync together: two or three syncs. Every write is
+    /// visible at once all the same, and the phone's window never fills.
+    @Test(arguments: LinkKind.allCases)
+    func singleWritesThatKeepArrivingShareTheWatchsSyncs(over kind: LinkKind) async throws {
+        let pair = try Pair()
+        try await withConnectedPeers(pair, over: kind, configure: { $0.acknowledgementSyncInterval = .seconds(3_600) }) { phone, watch in
+            try await phone.waitUntilIdle(timeout: .seconds(30))
+            try await watch.waitUntilIdle(timeout: .seconds(30))
+            let seen = pair.watch.changes(for: TestKeys.steps)
+            let syncsBefore = pair.watch.walSyncCount
+            for sample in 1...20 {
+                try pair.phone.setNow(sample, for: TestKeys.steps)
+                _ = try await first(of: seen, "the watch to see write \(sample)")
+                #expect(try pair.watch.storedValue(for: TestKeys.steps) == sample)
+            }
+            let syncs = pair.watch.walSyncCount - syncsBefore
+            #expect(syncs >= 1 && syncs <= 3, "the watch synced its WAL \(syncs) times for 20 writes")
+        }
+    }
+}
