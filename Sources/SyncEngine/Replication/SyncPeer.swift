@@ -270,6 +270,9 @@ public final class SyncPeer: Sendable {
             releaseTimer?.task.cancel()
             tickTimer?.task.cancel()
             syncTimer?.cancel()
+            // What waited for the interval is synced as the session ends (a watch's cursor
+            // must reach stable storage); its acknowledgements go if the connection still takes them.
+            if awaitsSync { syncAcknowledgements() }
         }
         // Whether this session looked for a manual request an earlier session with its peer left unanswered.
         var askedAgain = false
