@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 @_spi(Testing) @testable import SyncEngine
 import SyncTransport
 import Testing
@@ -53,5 +54,29 @@ import Testing
             let syncs = pair.watch.walSyncCount - syncsBefore
             #expect(syncs >= 1 && syncs <= 3, "the watch synced its WAL \(syncs) times for 20 writes")
         }
+    }
+
+    /// Acknowledgements still waiting for the interval when the session ends
+    /// are synced then: the watch's commits (its cursor among them) reach
+    /// stable storage as they did when each sync ran at once.
+    @Test(arguments: LinkKind.allCases)
+    func whatWaitsForTheIntervalIsSyncedWhenTheSessionEnds(over kind: LinkKind) async throws {
+        let pair = try Pair()
+        let syncsAtEnd = Mutex(0)
+        try await withConnectedPeers(pair, over: kind, configure: { $0.acknowledgementSyncInterval = .seconds(3_600) }) { phone, watch in
+            try await phone.waitUntilIdle(timeout: .seconds(30))
+            try await watch.waitUntilIdle(timeout: .seconds(30))
+            let seen = pair.watch.changes(for: TestKeys.steps)
+            // The first write is acknowledged (after its sync, which starts the interval); the
+            // second's acknowledgement waits for the interval's end, with no sync under way.
+            try pair.phone.setNow(1, for: TestKeys.steps)
+            _ = try await first(of: seen, "the watch to see write 1")
+            try await phone.waitUntilIdle(timeout: .seconds(30))
+            try pair.phone.setNow(2, for: TestKeys.steps)
+            _ = try await first(of: seen, "the watch to see write 2")
+            syncsAtEnd.withLock { $0 = pair.watch.walSyncCount }
+            #expect(try pair.phone.pendingSummary().total == 1, "the second write's acknowledgement waits for the interval")
+        }
+        #expect(pair.watch.walSyncCount > syncsAtEnd.withLock { $0 })
     }
 }

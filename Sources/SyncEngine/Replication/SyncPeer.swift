@@ -237,6 +237,9 @@ public final class SyncPeer: Sendable {
             gate.open()
             group.cancelAll()
         }
+        // Commits whose acknowledgements still waited for their sync (spaced, or not taken before
+        // the session ended, or its task cancelled) go to stable storage now, a watch's cursor among them.
+        if awaitingSync.takeAll() != nil { try? await store.syncCommittedAsync() }
         endpoint.connectionLost()
         let peerNode = endpoint.peerNode
         if endpoint.awaitsManualReply, let peerNode {
@@ -270,9 +273,6 @@ public final class SyncPeer: Sendable {
             releaseTimer?.task.cancel()
             tickTimer?.task.cancel()
             syncTimer?.cancel()
-            // What waited for the interval is synced as the session ends (a watch's cursor
-            // must reach stable storage); its acknowledgements go if the connection still takes them.
-            if awaitsSync { syncAcknowledgements() }
         }
         // Whether this session looked for a manual request an earlier session with its peer left unanswered.
         var askedAgain = false
