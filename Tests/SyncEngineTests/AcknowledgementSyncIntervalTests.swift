@@ -41,14 +41,9 @@ import Testing
     @Test(arguments: LinkKind.allCases)
     func singleWritesThatKeepArrivingShareTheWatchsSyncs(over kind: LinkKind) async throws {
         let pair = try Pair()
-        try await withConnectedPeers(pair, over: kind, configure: { $0.acknowledgementSyncInterval = .seconds(3_600) }) { phone, watch in
-            try await phone.waitUntilIdle(timeout: .seconds(30))
-            try await watch.waitUntilIdle(timeout: .seconds(30))
-            let seen = pair.watch.changes(for: TestKeys.steps)
+        try await withIdlePeersSyncingHourly(pair, over: kind) { _, _ in
             let syncsBefore = pair.watch.walSyncCount
-            for sample in 1...20 {
-                try pair.phone.setNow(sample, for: TestKeys.steps)
-                _ = try await first(of: seen, "the watch to see write \(sample)")
+            try await writeOneAtATime(pair, count: 20) { sample throws in
                 #expect(try pair.watch.storedValue(for: TestKeys.steps) == sample)
             }
             let syncs = pair.watch.walSyncCount - syncsBefore
@@ -63,9 +58,7 @@ import Testing
     func whatWaitsForTheIntervalIsSyncedWhenTheSessionEnds(over kind: LinkKind) async throws {
         let pair = try Pair()
         let syncsAtEnd = Mutex(0)
-        try await withConnectedPeers(pair, over: kind, configure: { $0.acknowledgementSyncInterval = .seconds(3_600) }) { phone, watch in
-            try await phone.waitUntilIdle(timeout: .seconds(30))
-            try await watch.waitUntilIdle(timeout: .seconds(30))
+        try await withIdlePeersSyncingHourly(pair, over: kind) { phone, _ in
             let seen = pair.watch.changes(for: TestKeys.steps)
             // The first write is acknowledged (after its sync, which starts the interval); the
             // second's acknowledgement waits for the interval's end, with no sync under way.
@@ -78,5 +71,28 @@ import Testing
             #expect(try pair.phone.pendingSummary().total == 1, "the second write's acknowledgement waits for the interval")
         }
         #expect(pair.watch.walSyncCount > syncsAtEnd.withLock { $0 })
+    }
+}
+
+/// `withConnectedPeers` with acknowledgements synced at most once an hour
+/// (or once half a window of them waits), `body` running once both peers are idle.
+func withIdlePeersSyncingHourly(_ pair: Pair, over kind: LinkKind,
+                                _ body: (SyncPeer, SyncPeer) async throws -> Void) async throws {
+    try await withConnectedPeers(pair, over: kind, configure: { $0.acknowledgementSyncInterval = .seconds(3_600) }) { phone, watch in
+        try await phone.waitUntilIdle(timeout: .seconds(30))
+        try await watch.waitUntilIdle(timeout: .seconds(30))
+        try await body(phone, watch)
+    }
+}
+
+/// `count` single writes of `TestKeys.steps` on the phone (1, 2, …), each
+/// made once the watch has seen the one before, as an app writing samples
+/// one by one; `afterEach` runs once the watch has seen each.
+func writeOneAtATime(_ pair: Pair, count: Int, afterEach: (Int) throws -> Void = { _ in }) async throws {
+    let seen = pair.watch.changes(for: TestKeys.steps)
+    for sample in 1...count {
+        try pair.phone.setNow(sample, for: TestKeys.steps)
+        _ = try await first(of: seen, "the watch to see write \(sample)")
+        try afterEach(sample)
     }
 }

@@ -57,15 +57,9 @@ import Testing
     @Test(arguments: LinkKind.allCases)
     func singleWritesCostThePhoneNoCursorCommitEach(over kind: LinkKind) async throws {
         let pair = try Pair()
-        try await withConnectedPeers(pair, over: kind, configure: { $0.acknowledgementSyncInterval = .seconds(3_600) }) { phone, watch in
-            try await phone.waitUntilIdle(timeout: .seconds(30))
-            try await watch.waitUntilIdle(timeout: .seconds(30))
-            let seen = pair.watch.changes(for: TestKeys.steps)
+        try await withIdlePeersSyncingHourly(pair, over: kind) { _, _ in
             let commits = pair.phone.database.commitCount
-            for sample in 1...20 {
-                try pair.phone.setNow(sample, for: TestKeys.steps)
-                _ = try await first(of: seen, "the watch to see write \(sample)")
-            }
+            try await writeOneAtATime(pair, count: 20)
             let phoneCommits = pair.phone.database.commitCount - commits
             #expect(phoneCommits >= 20 && phoneCommits <= 24, "the phone committed \(phoneCommits) times for 20 writes")
         }

@@ -13,11 +13,34 @@ extension ReplicationEndpoint {
     /// How long, at most, a phone's cursor lags in its store while batches keep being acknowledged (milliseconds).
     static let cursorRecordInterval: Int64 = 1_000
 
+    /// The range ending at `upper` was acknowledged: the cursor moves over
+    /// every acknowledged range at the front, and is recorded (a phone's may
+    /// wait in the session: `defersCursor`).
+    func complete(upper: Int64) throws {
+        if let reached = session.stream.complete(upper: upper), let peer = session.knownPeer {
+            if defersCursor {
+                unrecordedCursor = reached
+                return
+            }
+            try recordCursor(reached, for: peer.node)
+            // A watch's cursor is what tells, if the phone ever forgets and re-baselines it,
+            // which of its own writes the phone already had: it goes to stable storage too
+            // (lost to a power cut, an old write the phone has since deleted would come back).
+            if port.role == .watch {
+                if defersAcknowledgementSync { cursorAwaitsSync = true } else { try port.syncCommitted() }
+            }
+        }
+    }
+
     /// Whether `complete(upper:)` leaves the cursor it reached in the session:
     /// a phone's, with more batches in flight, recorded less than an interval ago.
     var defersCursor: Bool {
-        port.role == .phone && defersCursorRecord && !session.stream.ranges.isEmpty
-            && port.nowMilliseconds() - cursorRecordedAt < ReplicationEndpoint.cursorRecordInterval
+        port.role == .phone && defersCursorRecord && !session.stream.ranges.isEmpty && !cursorRecordIsDue
+    }
+
+    /// Whether `cursorRecordInterval` has passed since the cursor was last recorded.
+    private var cursorRecordIsDue: Bool {
+        port.nowMilliseconds() - cursorRecordedAt >= ReplicationEndpoint.cursorRecordInterval
     }
 
     /// Moves `peer`'s cursor in the store.
@@ -31,7 +54,7 @@ extension ReplicationEndpoint {
     /// `dueOnly` (a tick), only once `cursorRecordInterval` has passed.
     func recordDeferredCursor(dueOnly: Bool = false) {
         guard let cursor = unrecordedCursor, let peer = livePeer else { return }
-        if dueOnly, port.nowMilliseconds() - cursorRecordedAt < ReplicationEndpoint.cursorRecordInterval { return }
+        if dueOnly, !cursorRecordIsDue { return }
         do {
             try recordCursor(cursor, for: peer)
         } catch {

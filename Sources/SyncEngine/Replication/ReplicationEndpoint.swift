@@ -414,31 +414,10 @@ package final class ReplicationEndpoint {
         return (batch.id, frame)
     }
 
-    /// The range ending at `upper` was acknowledged: the cursor moves over
-    /// every acknowledged range at the front, and is recorded.
-    func complete(upper: Int64) throws {
-        if let reached = session.stream.complete(upper: upper), let peer = session.knownPeer {
-            // A phone's cursor may lag in the store while batches are in flight (`+CursorRecord`).
-            if defersCursor {
-                unrecordedCursor = reached
-                return
-            }
-            try recordCursor(reached, for: peer.node)
-            // A watch's cursor is what tells, if the phone ever forgets and re-baselines it,
-            // which of its own writes the phone already had: it goes to stable storage too
-            // (lost to a power cut, an old write the phone has since deleted would come back).
-            if port.role == .watch {
-                if defersAcknowledgementSync { cursorAwaitsSync = true } else { try port.syncCommitted() }
-            }
-        }
-    }
-
     /// A watch's cursor moved and waits for `syncCommitted()` (only with `defersAcknowledgementSync`).
     var cursorAwaitsSync = false
 
-    /// A phone records its peer's cursor only once nothing more is in flight,
-    /// at most once per `cursorRecordInterval` while acknowledgements keep
-    /// coming, and when the session ends (`ReplicationEndpoint+CursorRecord`).
+    /// A phone records its peer's cursor less often than it moves (`ReplicationEndpoint+CursorRecord`).
     package var defersCursorRecord = false
     /// The cursor this session holds and the store does not yet (`defersCursorRecord`).
     package internal(set) var unrecordedCursor: Int64?
