@@ -36,15 +36,22 @@ struct FrameSealer: Sendable {
         let aad = FrameEnvelope.authenticatedHeader(version: envelope.version, type: envelope.type, flags: envelope.flags)
         let box = try ChaChaPoly.seal(envelope.payload, using: key, nonce: Self.nonce(counter), authenticating: aad)
         counter += 1
-        envelope.payload = Array(box.ciphertext) + Array(box.tag)
+        // `combined` is nonce || ciphertext || tag: one copy of what follows the nonce.
+        envelope.payload = Array(box.combined.dropFirst(Self.nonceSize))
         return envelope
     }
 
+    static let nonceSize = 12
+
+    /// The nonce's bytes: four zero bytes and the big-endian counter.
+    static func nonceBytes(_ counter: UInt64) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: nonceSize)
+        for index in 0..<8 { bytes[nonceSize - 1 - index] = UInt8(truncatingIfNeeded: counter >> (8 * index)) }
+        return bytes
+    }
+
     static func nonce(_ counter: UInt64) throws -> ChaChaPoly.Nonce {
-        var writer = ByteWriter()
-        writer.writeUInt32(0)
-        writer.writeUInt64(counter)
-        return try ChaChaPoly.Nonce(data: writer.bytes)
+        try ChaChaPoly.Nonce(data: nonceBytes(counter))
     }
 }
 
@@ -75,12 +82,13 @@ struct FrameOpener: Sendable {
             throw TransportError(.decryptionFailed, "an encrypted frame is shorter than its authentication tag")
         }
         let aad = FrameEnvelope.authenticatedHeader(version: envelope.version, type: envelope.type, flags: envelope.flags)
-        let split = envelope.payload.count - FrameSealer.tagSize
         let plaintext: Data
         do {
-            let box = try ChaChaPoly.SealedBox(
-                nonce: FrameSealer.nonce(counter), ciphertext: envelope.payload[..<split],
-                tag: envelope.payload[split...])
+            // One buffer, nonce || ciphertext || tag, as the box keeps it.
+            var combined = Data(capacity: FrameSealer.nonceSize + envelope.payload.count)
+            combined.append(contentsOf: FrameSealer.nonceBytes(counter))
+            combined.append(contentsOf: envelope.payload)
+            let box = try ChaChaPoly.SealedBox(combined: combined)
             plaintext = try ChaChaPoly.open(box, using: key, authenticating: aad)
         } catch {
             throw TransportError(
