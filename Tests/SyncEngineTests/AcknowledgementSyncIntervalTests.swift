@@ -51,6 +51,35 @@ import Testing
         }
     }
 
+    /// The end of an interval starts the waiting sync from its timer: the
+    /// session loop, which may be applying the next batch, is not woken for
+    /// it. For the second write the watch's loop takes two turns, its frame
+    /// and the phone's caught-up notice that follows the acknowledgement;
+    /// none for the spaced sync that sends the acknowledgement (three before).
+    @Test(arguments: LinkKind.allCases)
+    func theIntervalsEndDoesNotWakeTheSessionLoop(over kind: LinkKind) async throws {
+        let pair = try Pair()
+        try await withConnectedPeers(pair, over: kind, configure: { $0.acknowledgementSyncInterval = .milliseconds(500) }) { phone, watch in
+            try await phone.waitUntilIdle(timeout: .seconds(30))
+            try await watch.waitUntilIdle(timeout: .seconds(30))
+            let seen = pair.watch.changes(for: TestKeys.steps)
+            try pair.phone.setNow(1, for: TestKeys.steps)
+            _ = try await first(of: seen, "the watch to see write 1")
+            try await phone.waitUntilIdle(timeout: .seconds(30))
+            try await watch.waitUntilIdle(timeout: .seconds(30))
+            let syncs = pair.watch.walSyncCount, turns = watch.sessionLoopTurns
+            let start = ContinuousClock.now
+            try pair.phone.setNow(2, for: TestKeys.steps)
+            _ = try await first(of: seen, "the watch to see write 2")
+            let spaced = ContinuousClock.now - start < .milliseconds(400)
+            try await phone.waitUntilIdle(timeout: .seconds(30))
+            try await watch.waitUntilIdle(timeout: .seconds(30))
+            #expect(pair.watch.walSyncCount == syncs + 1, "one sync for the second write")
+            // (On a machine so slow that the interval ended before the frame arrived, the sync ran at once.)
+            if spaced { #expect(watch.sessionLoopTurns - turns == 2, "the watch's loop turns: the second write's frame and the notice") }
+        }
+    }
+
     /// Acknowledgements still waiting for the interval when the session ends
     /// are synced then: the watch's commits (its cursor among them) reach
     /// stable storage as they did when each sync ran at once.

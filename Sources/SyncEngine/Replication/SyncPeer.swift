@@ -24,6 +24,7 @@ public final class SyncPeer: Sendable {
     /// Bumped when a session applied entries that the other sessions must send
     /// (only while there are several): their idea of "idle" is then stale.
     private let forwarded = Atomic<Int>(0)
+    private let loopTurns = Atomic<Int>(0)
     /// Publishes `isReachable` each time it changes (`reachabilityChanges()`).
     let reachabilityHub = Broadcaster<Bool>()
     /// Queued delivery's state per mailbox (`SyncPeer+Mailbox`).
@@ -63,8 +64,6 @@ public final class SyncPeer: Sendable {
         case requestManual
         /// The deadline of commits held back to join a batch (`BurstCoalescing`) may have passed.
         case releaseHeld
-        /// Acknowledgements held for `acknowledgementSyncInterval` may be synced now.
-        case syncAcknowledgements
         /// Hand what keeps the session from being idle to `reply` (`idleBlockers(within:)`).
         case describeIdle(reply: @Sendable ([String]) -> Void)
     }
@@ -85,6 +84,11 @@ public final class SyncPeer: Sendable {
 
     /// Whether a session with some peer is established right now.
     public var isConnected: Bool { state.withLock { $0.sessions.values.contains { $0.connected } } }
+
+    /// The turns its session loops took so far for anything but a tick or an idle
+    /// check: frames, local changes, manual requests, held commits released.
+    @_spi(Testing)
+    public var sessionLoopTurns: Int { loopTurns.load(ordering: .relaxed) }
 
     /// The peers (node ids) with an established session right now.
     public var connectedPeers: [UInt32] {
@@ -183,7 +187,8 @@ public final class SyncPeer: Sendable {
         // Acknowledgements go out once their commits are on stable storage. The fsync runs
         // beside the session loop (group commit), which goes on applying what arrives meanwhile.
         let (ackSignals, ackSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        let awaitingSync = FramesAwaitingSync()
+        let awaitingSync = AcknowledgementSyncQueue(interval: configuration.acknowledgementSyncInterval,
+                                                    atOnceFrom: max(1, configuration.window / 2))
         let store = self.store
 
         // The session's pairing epoch is the one this connection authenticated with (a phone
@@ -227,11 +232,16 @@ public final class SyncPeer: Sendable {
             reason = await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate,
                                        localChangeSignalled: localChangeSignalled,
                                        releaseHeld: { continuation.yield(.releaseHeld) }, tick: { continuation.yield(.tick) },
-                                       syncDue: { continuation.yield(.syncAcknowledgements) },
                                        endInputs: { continuation.yield(.closed("no more frames")) },
-                                       holdForSync: { durable in awaitingSync.append(durable) }) {
+                                       holdForSync: { durable in awaitingSync.hold(durable, now: .now) }) {
+                // The timer's end starts the sync itself: the ack task, not this loop, is woken for it.
+                awaitingSync.armTimer(SyncPeer.timer(at: $0, tolerance: awaitingSync.interval / 4) {
+                    if awaitingSync.timerFired(now: .now) { ackSignal.yield() }
+                }.task)
+            } syncAcknowledgements: {
                 ackSignal.yield()
             }
+            awaitingSync.cancelTimer()
             await connection.close()
             ackSignal.finish()
             gate.open()
@@ -254,25 +264,18 @@ public final class SyncPeer: Sendable {
     /// until the connection closes or the session fails; returns why it ended.
     private func sessionLoop(_ endpoint: ReplicationEndpoint, session: Int, inputs: AsyncStream<Input>, connection: any FrameConnection,
                              gate: ReadAheadGate, localChangeSignalled: LocalChangeSignal, releaseHeld: @escaping @Sendable () -> Void,
-                             tick: @escaping @Sendable () -> Void, syncDue: @escaping @Sendable () -> Void,
-                             endInputs: @escaping @Sendable () -> Void, holdForSync: ([Frame]) -> Int,
+                             tick: @escaping @Sendable () -> Void,
+                             endInputs: @escaping @Sendable () -> Void, holdForSync: ([Frame]) -> AcknowledgementSyncQueue.Start,
+                             armSyncTimer: (ContinuousClock.Instant) -> Void,
                              syncAcknowledgements: () -> Void) async -> String {
         // The one timer for held commits, and the deadline it wakes the loop at.
         var releaseTimer: (task: Task<Void, Never>, deadline: ContinuousClock.Instant)?
         // The one timer for ticks, and the deadline it wakes the loop at (`TickSchedule`).
         var tickTimer: (task: Task<Void, Never>, deadline: ContinuousClock.Instant)?
         var ticks = TickSchedule(base: tickInterval, quiet: quietTickInterval)
-        // Acknowledgements wait for a WAL sync, at most one per interval (`SyncSpacing`); the
-        // one timer for the next, once its interval ends.
-        var syncSpacing = SyncSpacing(interval: configuration.acknowledgementSyncInterval)
-        var syncTimer: Task<Void, Never>?
-        var awaitsSync = false
-        // As many acknowledgements as half the window sync at once: the peer's window never fills with them.
-        let syncAtOnceFrom = max(1, configuration.window / 2)
         defer {
             releaseTimer?.task.cancel()
             tickTimer?.task.cancel()
-            syncTimer?.cancel()
         }
         // Whether this session looked for a manual request an earlier session with its peer left unanswered.
         var askedAgain = false
@@ -280,6 +283,10 @@ public final class SyncPeer: Sendable {
             for frame in endpoint.start(now: clock.nowMilliseconds()) { try await connection.send(frame) }
             tickTimer = SyncPeer.timer(at: .now + tickInterval, tick)
             for await input in inputs {
+                switch input {
+                case .tick, .describeIdle: break
+                default: loopTurns.add(1, ordering: .relaxed)
+                }
                 let now = clock.nowMilliseconds()
                 let generation = self.generation
                 let frames: [Frame]
@@ -300,9 +307,6 @@ public final class SyncPeer: Sendable {
                     let commits = store.localCommitInstants
                     frames = endpoint.localChange(now: now, at: commits.latest ?? .now, previousCommit: commits.previous,
                                                   startedAt: commits.latestStarted)
-                case .syncAcknowledgements:
-                    syncTimer = nil
-                    frames = []
                 case .releaseHeld:
                     releaseTimer = nil
                     frames = endpoint.releaseHeld(now: now, at: .now, lastCommit: store.localCommitInstants.latest)
@@ -330,20 +334,12 @@ public final class SyncPeer: Sendable {
                 }
                 let durable = endpoint.takeFramesAwaitingSync()
                 let cursorMoved = endpoint.takeCursorSyncRequest()
-                var waiting = 0
+                // Acknowledgements wait for a WAL sync, at most one per interval (`AcknowledgementSyncQueue`).
                 if !durable.isEmpty || cursorMoved {
-                    awaitsSync = true
-                    waiting = holdForSync(durable)
-                }
-                if awaitsSync {
-                    if waiting < syncAtOnceFrom, let due = syncSpacing.wait(now: .now) {
-                        if syncTimer == nil { syncTimer = SyncPeer.timer(at: due, tolerance: syncSpacing.interval / 4, syncDue).task }
-                    } else {
-                        awaitsSync = false
-                        syncSpacing.started(at: .now)
-                        syncTimer?.cancel()
-                        syncTimer = nil
-                        syncAcknowledgements()
+                    switch holdForSync(durable) {
+                    case .now: syncAcknowledgements()
+                    case .arm(let due): armSyncTimer(due)
+                    case .armed: break
                     }
                 }
                 if let failure = endpoint.failure { return failure.description }
@@ -399,7 +395,7 @@ public final class SyncPeer: Sendable {
                 if let failure = endpoint.failure { return failure.description }
             case .describeIdle(let reply): reply(["the session is ending"])
             case .closed: return nil
-            case .tick, .localChange, .requestManual, .releaseHeld, .syncAcknowledgements: continue
+            case .tick, .localChange, .requestManual, .releaseHeld: continue
             }
         }
         return nil
@@ -529,30 +525,6 @@ public final class SyncPeer: Sendable {
             let blockers = await idleBlockers(within: .milliseconds(500))
             let why = blockers.isEmpty ? (isConnected ? "changes are still in flight" : "no session with the peer") : blockers.joined(separator: " | ")
             throw SyncError(.timeout, "not idle after \(timeout): \(why)")
-        }
-    }
-}
-
-/// Acknowledgements waiting for their commits to reach stable storage, and
-/// whether a sync was asked for at all (a watch's moved cursor asks for one
-/// with no acknowledgement to send).
-private final class FramesAwaitingSync: Sendable {
-    private let pending = Mutex<(frames: [Frame], requested: Bool)>(([], false))
-
-    /// Adds acknowledgements that wait for the next sync; returns how many wait now.
-    func append(_ more: [Frame]) -> Int {
-        pending.withLock {
-            $0.frames += more
-            $0.requested = true
-            return $0.frames.count
-        }
-    }
-
-    /// The frames to send once synced; nil when no sync was asked for since the last call.
-    func takeAll() -> [Frame]? {
-        pending.withLock { pending in
-            defer { pending = ([], false) }
-            return pending.requested ? pending.frames : nil
         }
     }
 }
