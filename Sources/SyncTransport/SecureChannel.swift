@@ -45,9 +45,10 @@ struct FrameSealer: Sendable {
 
     /// The nonce's bytes: four zero bytes and the big-endian counter.
     static func nonceBytes(_ counter: UInt64) -> [UInt8] {
-        var bytes = [UInt8](repeating: 0, count: nonceSize)
-        for index in 0..<8 { bytes[nonceSize - 1 - index] = UInt8(truncatingIfNeeded: counter >> (8 * index)) }
-        return bytes
+        var writer = ByteWriter(reservingCapacity: nonceSize)
+        writer.writeUInt32(0)
+        writer.writeUInt64(counter)
+        return writer.bytes
     }
 
     static func nonce(_ counter: UInt64) throws -> ChaChaPoly.Nonce {

@@ -188,7 +188,7 @@ public final class SyncPeer: Sendable {
         // beside the session loop (group commit), which goes on applying what arrives meanwhile.
         let (ackSignals, ackSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         let awaitingSync = AcknowledgementSyncQueue(interval: configuration.acknowledgementSyncInterval,
-                                                    atOnceFrom: max(1, configuration.window / 2))
+                                                    atOnceFrom: configuration.window / 2) { ackSignal.yield() }
         let store = self.store
 
         // The session's pairing epoch is the one this connection authenticated with (a phone
@@ -232,14 +232,8 @@ public final class SyncPeer: Sendable {
             reason = await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate,
                                        localChangeSignalled: localChangeSignalled,
                                        releaseHeld: { continuation.yield(.releaseHeld) }, tick: { continuation.yield(.tick) },
-                                       endInputs: { continuation.yield(.closed("no more frames")) },
-                                       holdForSync: { durable in awaitingSync.hold(durable, now: .now) }) {
-                // The timer's end starts the sync itself: the ack task, not this loop, is woken for it.
-                awaitingSync.armTimer(SyncPeer.timer(at: $0, tolerance: awaitingSync.interval / 4) {
-                    if awaitingSync.timerFired(now: .now) { ackSignal.yield() }
-                }.task)
-            } syncAcknowledgements: {
-                ackSignal.yield()
+                                       endInputs: { continuation.yield(.closed("no more frames")) }) { durable in
+                awaitingSync.hold(durable, now: .now)
             }
             awaitingSync.cancelTimer()
             await connection.close()
@@ -265,9 +259,7 @@ public final class SyncPeer: Sendable {
     private func sessionLoop(_ endpoint: ReplicationEndpoint, session: Int, inputs: AsyncStream<Input>, connection: any FrameConnection,
                              gate: ReadAheadGate, localChangeSignalled: LocalChangeSignal, releaseHeld: @escaping @Sendable () -> Void,
                              tick: @escaping @Sendable () -> Void,
-                             endInputs: @escaping @Sendable () -> Void, holdForSync: ([Frame]) -> AcknowledgementSyncQueue.Start,
-                             armSyncTimer: (ContinuousClock.Instant) -> Void,
-                             syncAcknowledgements: () -> Void) async -> String {
+                             endInputs: @escaping @Sendable () -> Void, holdForSync: ([Frame]) -> Void) async -> String {
         // The one timer for held commits, and the deadline it wakes the loop at.
         var releaseTimer: (task: Task<Void, Never>, deadline: ContinuousClock.Instant)?
         // The one timer for ticks, and the deadline it wakes the loop at (`TickSchedule`).
@@ -335,13 +327,7 @@ public final class SyncPeer: Sendable {
                 let durable = endpoint.takeFramesAwaitingSync()
                 let cursorMoved = endpoint.takeCursorSyncRequest()
                 // Acknowledgements wait for a WAL sync, at most one per interval (`AcknowledgementSyncQueue`).
-                if !durable.isEmpty || cursorMoved {
-                    switch holdForSync(durable) {
-                    case .now: syncAcknowledgements()
-                    case .arm(let due): armSyncTimer(due)
-                    case .armed: break
-                    }
-                }
+                if !durable.isEmpty || cursorMoved { holdForSync(durable) }
                 if let failure = endpoint.failure { return failure.description }
                 if let peer = endpoint.peerNode { localChangeSignalled.sessionPeer = peer }
                 let idle = endpoint.isIdle

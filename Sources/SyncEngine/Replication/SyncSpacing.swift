@@ -29,71 +29,60 @@ struct SyncSpacing: Sendable {
 
 /// Acknowledgements waiting for their commits to reach stable storage, and
 /// whether a sync was asked for at all (a watch's moved cursor asks for one
-/// with no acknowledgement to send); when the next sync starts
-/// (`SyncSpacing`), shared by the session loop that holds them, the timer
-/// that ends an interval and the task that syncs and sends them.
+/// with no acknowledgement to send); it starts each sync (`startSync`, which
+/// wakes the task that syncs and sends them) at most once per interval
+/// (`SyncSpacing`), from the session loop that holds them or from its own
+/// timer at the interval's end, so the loop is not woken for it.
 final class AcknowledgementSyncQueue: Sendable {
-    /// What the session loop does once it held acknowledgements.
-    enum Start: Equatable {
-        /// Sync now.
-        case now
-        /// Arm the timer for this instant (`armTimer`); its end starts the sync.
-        case arm(ContinuousClock.Instant)
-        /// The armed timer starts the sync.
-        case armed
-    }
-
     private struct State {
         var frames: [Frame] = []
         var requested = false
         var spacing: SyncSpacing
-        var timer: Task<Void, Never>?
-        var timerArmed = false
+        /// The timer armed for the interval's end, numbered: a cancelled one that wakes late starts nothing.
+        var timer: (number: Int, task: Task<Void, Never>)?
+        var timersArmed = 0
     }
 
-    let interval: Duration
     /// As many waiting acknowledgements as this sync at once (half the window: the peer's never fills with them).
     let atOnceFrom: Int
+    private let startSync: @Sendable () -> Void
     private let state: Mutex<State>
 
-    init(interval: Duration, atOnceFrom: Int) {
-        let spacing = SyncSpacing(interval: interval)
-        self.interval = spacing.interval
+    init(interval: Duration, atOnceFrom: Int, startSync: @escaping @Sendable () -> Void) {
         self.atOnceFrom = max(1, atOnceFrom)
-        state = Mutex(State(spacing: spacing))
+        self.startSync = startSync
+        state = Mutex(State(spacing: SyncSpacing(interval: interval)))
     }
 
     /// Adds acknowledgements that wait for the next sync (none: a sync is asked
-    /// for all the same) and says when it starts.
-    func hold(_ more: [Frame], now: ContinuousClock.Instant) -> Start {
-        state.withLock { state in
+    /// for all the same), and starts it now or arms the timer for the interval's end.
+    func hold(_ more: [Frame], now: ContinuousClock.Instant) {
+        let startsNow = state.withLock { state -> Bool in
             state.frames += more
             state.requested = true
             if state.frames.count < atOnceFrom, let due = state.spacing.wait(now: now) {
-                if state.timerArmed { return .armed }
-                state.timerArmed = true
-                return .arm(due)
+                if state.timer == nil {
+                    state.timersArmed += 1
+                    let number = state.timersArmed, tolerance = state.spacing.interval / 4
+                    state.timer = (number, Task { [self] in
+                        try? await Task.sleep(until: due, tolerance: tolerance, clock: .continuous)
+                        if timerEnded(number, now: .now) { startSync() }
+                    })
+                }
+                return false
             }
             state.spacing.started(at: now)
-            state.timer?.cancel()
+            state.timer?.task.cancel()
             state.timer = nil
-            state.timerArmed = false
-            return .now
+            return true
         }
+        if startsNow { startSync() }
     }
 
-    /// Keeps the timer armed after `.arm`, to cancel it should a sync start sooner.
-    func armTimer(_ timer: Task<Void, Never>) {
+    /// Timer `number` ended: true when a sync starts now (it is still the armed one, and one was asked for).
+    private func timerEnded(_ number: Int, now: ContinuousClock.Instant) -> Bool {
         state.withLock { state in
-            if state.timerArmed { state.timer = timer } else { timer.cancel() }
-        }
-    }
-
-    /// The armed timer ended: true when a sync starts now (one was asked for).
-    func timerFired(now: ContinuousClock.Instant) -> Bool {
-        state.withLock { state in
-            guard state.timerArmed else { return false }
-            state.timerArmed = false
+            guard state.timer?.number == number else { return false }
             state.timer = nil
             guard state.requested else { return false }
             state.spacing.started(at: now)
@@ -104,9 +93,8 @@ final class AcknowledgementSyncQueue: Sendable {
     /// The session ended: no timer starts a sync any more.
     func cancelTimer() {
         state.withLock { state in
-            state.timer?.cancel()
+            state.timer?.task.cancel()
             state.timer = nil
-            state.timerArmed = false
         }
     }
 

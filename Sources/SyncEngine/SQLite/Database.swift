@@ -195,13 +195,13 @@ final class Database: Sendable {
         return result
     }
 
+    /// The WAL fsyncs run so far for `syncCommitted` and `syncCommittedAsync`.
+    var walSyncsPerformed: Int { walSyncer.syncsPerformed }
+
     /// Puts every commit made so far on stable storage, whatever
     /// `StoreOptions.durability` says: for commits acknowledged to the peer,
     /// which then forgets the data. Syncs the WAL, as a COMMIT under
     /// `synchronous=FULL` would (a no-op under `.full`, where every commit did).
-    /// The WAL fsyncs run so far for `syncCommitted` and `syncCommittedAsync`.
-    var walSyncsPerformed: Int { walSyncer.syncsPerformed }
-
     func syncCommitted() throws {
         guard syncsDurableWrites else { return }
         let generation = commitGeneration.load(ordering: .acquiring)
