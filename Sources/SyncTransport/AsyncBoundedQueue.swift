@@ -191,6 +191,19 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
         }
     }
 
+    /// The next queued element, without waiting; nil when none is queued (the
+    /// end or a failure is left for `pop` to report).
+    func popQueued() -> Element? {
+        let taken: (Element, [Waiter])? = state.withLock { state in
+            guard state.count > 0 else { return nil }
+            let element = state.removeFirst()
+            return (element, admitWaiters(&state))
+        }
+        guard let (element, admitted) = taken else { return nil }
+        for waiter in admitted { waiter.continuation.resume() }
+        return element
+    }
+
     /// What `pop` returns without waiting: the next element (and the
     /// producers it admits), the finishing error once, or the end; nil when
     /// it must wait.

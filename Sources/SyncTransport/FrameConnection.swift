@@ -8,6 +8,8 @@ public struct ConnectionStatistics: Sendable, Equatable {
     public var bytesReceived: Int = 0
     /// Payload bytes before compression, for the frames sent.
     public var payloadBytesSent: Int = 0
+    /// Writes handed to the socket: frames queued together share one (TCP only).
+    public var socketWrites: Int = 0
 
     public init() {}
 }

@@ -177,20 +177,43 @@ final class TCPConnection: FrameConnection {
         }
     }
 
+    /// Frames queued together go to the socket in one write, up to about this many payload bytes.
+    static let writeBatchBytes = 64 * 1024
+
     private func writeLoop(outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>, sealer: FrameSealer, codec: FrameCodec) async {
         var sealer = sealer
         do {
-            while let frame = try await outboundQueue.pop() {
-                let envelope = try sealer.seal(frame)
-                let bytes = try codec.encodeEnvelope(envelope)
-                try await outbound.write(ByteBuffer(bytes: bytes))
+            while let first = try await outboundQueue.pop() {
+                // The frames queued behind it go with it: one hand-off to the event loop, one flush.
+                var frames = [first]
+                var queuedBytes = first.payload.count
+                while queuedBytes < Self.writeBatchBytes, let next = outboundQueue.popQueued() {
+                    frames.append(next)
+                    queuedBytes += next.payload.count
+                }
+                var buffers: [ByteBuffer] = []
+                buffers.reserveCapacity(frames.count)
+                var sent = (bytes: 0, frames: 0, payload: 0)
+                for frame in frames {
+                    let bytes = try codec.encodeEnvelope(try sealer.seal(frame))
+                    buffers.append(ByteBuffer(bytes: bytes))
+                    sent.bytes += bytes.count
+                    if frame.type < Frame.firstReservedType {
+                        sent.frames += 1
+                        sent.payload += frame.payload.count
+                    }
+                }
+                if buffers.count == 1 {
+                    try await outbound.write(buffers[0])
+                } else {
+                    try await outbound.write(contentsOf: buffers)
+                }
                 state.withLock {
                     $0.lastSent = .now
-                    $0.statistics.bytesSent += bytes.count
-                    if frame.type < Frame.firstReservedType {
-                        $0.statistics.framesSent += 1
-                        $0.statistics.payloadBytesSent += frame.payload.count
-                    }
+                    $0.statistics.bytesSent += sent.bytes
+                    $0.statistics.framesSent += sent.frames
+                    $0.statistics.payloadBytesSent += sent.payload
+                    $0.statistics.socketWrites += 1
                 }
             }
         } catch is CancellationError {

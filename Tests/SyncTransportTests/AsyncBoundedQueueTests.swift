@@ -47,6 +47,25 @@ import Testing
         #expect(throws: TransportError.self) { try queue.pushIfWithin(10, 4, cost: 1) }
     }
 
+    /// Taking what is queued never waits: the queued elements in order, then
+    /// nil (the end and a failure are left for `pop`); each take makes room for
+    /// a producer that waits.
+    @Test func takingTheQueuedElementsNeverWaits() async throws {
+        let queue = AsyncBoundedQueue<Int>(capacity: 2)
+        #expect(queue.popQueued() == nil)
+        try await queue.push(1, cost: 1)
+        try await queue.push(2, cost: 1)
+        let blocked = Task { try await queue.push(3, cost: 1) }
+        #expect(queue.popQueued() == 1)
+        try await withDeadline("the waiting producer to be admitted") { try await blocked.value }
+        #expect(queue.popQueued() == 2)
+        #expect(queue.popQueued() == 3)
+        #expect(queue.popQueued() == nil)
+        queue.finish(throwing: TransportError(.closed, "gone"))
+        #expect(queue.popQueued() == nil)
+        await #expect(throws: TransportError.self) { try await queue.pop() }
+    }
+
     /// A push within a limit never waits: it queues, hands the element to a
     /// waiting consumer, or declines.
     @Test func aPushWithinALimitQueuesOrDeclines() async throws {

@@ -64,4 +64,31 @@ import Testing
         #expect(end.frames.map(\.payload.count) == (0..<30).map { $0 % 3 == 0 ? 50_000 : 8 })
         await listener.close()
     }
+
+    @Test func framesQueuedTogetherShareOneSocketWrite() async throws {
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
+        let sender = try await TCPTransport.connectTCP(
+            host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret))
+        let receiver = try await first(of: listener.connections, "the receiving connection")
+        // Pushed far faster than a write reaches the socket (each is a hand-off to the event loop):
+        // the writer finds most of them queued behind the one it is writing.
+        let count = 200
+        for index in 0..<count {
+            var writer = ByteWriter()
+            writer.writeUInt32(UInt32(index))
+            try await sender.send(Frame(type: 1, payload: writer.bytes))
+        }
+        let frames = try await receive(count, from: receiver)
+        let indices = frames.map { frame -> UInt32? in
+            var reader = ByteReader(frame.payload)
+            return try? reader.readUInt32()
+        }
+        #expect(indices == (0..<count).map { UInt32($0) })
+        let statistics = sender.statistics
+        #expect(statistics.framesSent == count)
+        #expect(statistics.socketWrites >= 1)
+        #expect(statistics.socketWrites < count / 2, "\(statistics.socketWrites) socket writes for \(count) frames sent together")
+        await sender.close()
+        await listener.close()
+    }
 }
