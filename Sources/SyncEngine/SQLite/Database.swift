@@ -197,6 +197,8 @@ final class Database: Sendable {
 
     /// The WAL fsyncs run so far for `syncCommitted` and `syncCommittedAsync`.
     var walSyncsPerformed: Int { walSyncer.syncsPerformed }
+    /// The reads the WAL syncer ran to open the WAL on its connection (`WALSyncer.walOpeningReads`).
+    var walOpeningReads: Int { walSyncer.walOpeningReads }
 
     /// Puts every commit made so far on stable storage, whatever
     /// `StoreOptions.durability` says: for commits acknowledged to the peer,

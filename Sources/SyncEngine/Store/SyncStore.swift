@@ -219,6 +219,11 @@ public final class SyncStore: KeyValueBackend {
     @_spi(Testing)
     public var walSyncCount: Int { database.walSyncsPerformed }
 
+    /// The reads run to open the WAL on the connection that syncs it: one
+    /// for the store's lifetime, not one per sync.
+    @_spi(Testing)
+    public var walOpeningReadCount: Int { database.walOpeningReads }
+
     /// `syncCommitted()` without blocking the caller or the writer (group
     /// commit: concurrent callers share one fsync).
     func syncCommittedAsync() async throws {
