@@ -49,18 +49,9 @@ import Testing
     /// truncated first (from a connection of its own), so the commit writes
     /// the log's header and its frames into an empty file.
     private func walFrames(of path: String, _ commit: () throws -> Void) throws -> Int {
-        var handle: OpaquePointer?
-        guard sqlite3_open(path, &handle) == SQLITE_OK, let db = handle else { throw SyncError(.database, "cannot open \(path)") }
-        defer { sqlite3_close(db) }
-        sqlite3_busy_timeout(db, 5_000)
-        // A connection finds the file in WAL mode when it first reads it.
-        guard sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", nil, nil, nil) == SQLITE_OK else {
-            throw SyncError(.database, "cannot read \(path)")
-        }
-        var logFrames: Int32 = -1, checkpointed: Int32 = -1
-        guard sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_TRUNCATE, &logFrames, &checkpointed) == SQLITE_OK,
-              logFrames == checkpointed, try walSize(path) == 0 else {
-            throw SyncError(.database, "could not empty the WAL (\(logFrames) frames, \(checkpointed) checkpointed, \(try walSize(path)) bytes): \(String(cString: sqlite3_errmsg(db)))")
+        try checkpointAndTruncateWAL(of: path)
+        guard try walSize(path) == 0 else {
+            throw SyncError(.database, "the WAL still has \(try walSize(path)) bytes after a truncating checkpoint")
         }
         try commit()
         let walHeader = 32, frameHeader = 24, pageSize = 4096

@@ -6,6 +6,28 @@ import SyncTransport
 import Synchronization
 import Testing
 
+/// Copies the whole WAL of the store at `path` into its database file and
+/// truncates it, from a connection of its own (through `vfs`, or SQLite's
+/// default): the next commits start the WAL over.
+func checkpointAndTruncateWAL(of path: String, vfs: String? = nil) throws {
+    var handle: OpaquePointer?
+    guard sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE, vfs) == SQLITE_OK, let db = handle else {
+        sqlite3_close(handle)
+        throw SyncError(.database, "cannot open \(path)")
+    }
+    defer { sqlite3_close(db) }
+    sqlite3_busy_timeout(db, 5_000)
+    // A connection finds the file in WAL mode when it first reads it.
+    guard sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", nil, nil, nil) == SQLITE_OK else {
+        throw SyncError(.database, "cannot read \(path)")
+    }
+    var logFrames: Int32 = -1, checkpointed: Int32 = -1
+    guard sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_TRUNCATE, &logFrames, &checkpointed) == SQLITE_OK,
+          logFrames == checkpointed else {
+        throw SyncError(.database, "could not empty the WAL (\(logFrames) frames, \(checkpointed) checkpointed): \(String(cString: sqlite3_errmsg(db)))")
+    }
+}
+
 /// Runs `sql` on the SQLite file at `path` with a connection of its own (a
 /// test changing a store's file behind its back, the store closed).
 func rawSQL(_ path: String, _ sql: String) throws {

@@ -1,4 +1,3 @@
-import CSQLite
 import Foundation
 @_spi(Testing) @testable import SyncEngine
 import Testing
@@ -27,7 +26,7 @@ import Testing
                 try store.setNow(Data([UInt8(index)]), for: Self.items["k\(index)"])
                 try store.syncCommitted()
             }
-            try Self.checkpointAndTruncate(path, vfs: vfs.name)
+            try checkpointAndTruncateWAL(of: path, vfs: vfs.name)
             try store.setNow(Data([9]), for: Self.items["after-truncate"])
             try store.syncCommitted()
             #expect(store.walSyncCount == 6)
@@ -41,24 +40,5 @@ import Testing
             #expect(try rebooted.storedValue(for: Self.items["k\(index)"]) == Data([UInt8(index)]))
         }
         #expect(try rebooted.storedValue(for: Self.items["after-truncate"]) == Data([9]))
-    }
-
-    /// Copies the whole WAL into the database file and truncates it, from a connection of its own.
-    private static func checkpointAndTruncate(_ path: String, vfs: String) throws {
-        var handle: OpaquePointer?
-        guard sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE, vfs) == SQLITE_OK, let db = handle else {
-            sqlite3_close(handle)
-            throw SyncError(.database, "cannot open \(path)")
-        }
-        defer { sqlite3_close(db) }
-        sqlite3_busy_timeout(db, 5_000)
-        guard sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", nil, nil, nil) == SQLITE_OK else {
-            throw SyncError(.database, "cannot read \(path)")
-        }
-        var logFrames: Int32 = -1, checkpointed: Int32 = -1
-        guard sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_TRUNCATE, &logFrames, &checkpointed) == SQLITE_OK,
-              logFrames == checkpointed else {
-            throw SyncError(.database, "could not empty the WAL: \(String(cString: sqlite3_errmsg(db)))")
-        }
     }
 }
