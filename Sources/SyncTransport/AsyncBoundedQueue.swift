@@ -194,24 +194,23 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
     /// The next queued element, without waiting; nil when none is queued (the
     /// end or a failure is left for `pop` to report).
     func popQueued() -> Element? {
-        let taken: (Element, [Waiter])? = state.withLock { state in
-            guard state.count > 0 else { return nil }
-            let element = state.removeFirst()
-            return (element, admitWaiters(&state))
-        }
-        guard let (element, admitted) = taken else { return nil }
+        guard let (element, admitted) = state.withLock({ takeQueued(&$0) }) else { return nil }
         for waiter in admitted { waiter.continuation.resume() }
         return element
+    }
+
+    /// The next queued element and the producers its room admits; nil when none is queued.
+    private func takeQueued(_ state: inout State) -> (Element, [Waiter])? {
+        guard state.count > 0 else { return nil }
+        let element = state.removeFirst()
+        return (element, admitWaiters(&state))
     }
 
     /// What `pop` returns without waiting: the next element (and the
     /// producers it admits), the finishing error once, or the end; nil when
     /// it must wait.
     private func takeReady(_ state: inout State) -> PopStep? {
-        if state.count > 0 {
-            let element = state.removeFirst()
-            return .element(element, admitWaiters(&state))
-        }
+        if let (element, admitted) = takeQueued(&state) { return .element(element, admitted) }
         guard state.finished else { return nil }
         if let failure = state.failure {
             state.failure = nil

@@ -203,11 +203,7 @@ final class TCPConnection: FrameConnection {
                         sent.payload += frame.payload.count
                     }
                 }
-                if buffers.count == 1 {
-                    try await outbound.write(buffers[0])
-                } else {
-                    try await outbound.write(contentsOf: buffers)
-                }
+                try await outbound.write(contentsOf: buffers)
                 state.withLock {
                     $0.lastSent = .now
                     $0.statistics.bytesSent += sent.bytes
