@@ -177,7 +177,7 @@ public final class Mailbox: Sendable {
             }
             let waiting = try MailboxFiles.spoolUsage(outboxPath)
             let maxMessages = limits.maxMessages + (reserve ? limits.acknowledgementReserve : 0)
-            guard waiting.count < maxMessages, waiting.bytes + bytes.count <= limits.maxBytes else {
+            guard waiting.count < maxMessages, MailboxFiles.saturatingSum(waiting.bytes, bytes.count) <= limits.maxBytes else {
                 throw TransportError(
                     .mailboxFull,
                     "the \(role)-to-\(role.counterpart) mailbox holds \(waiting.count) messages (\(waiting.bytes) bytes), "
@@ -228,9 +228,19 @@ public final class Mailbox: Sendable {
     /// `setAside(_:because:)`. Temporary files are never looked at.
     public func next() throws -> MailboxDelivery? {
         let accepted = acceptedSequence
-        guard let sequence = try MailboxFiles.messageSequences(in: inboxPath).first else { return nil }
+        let names = try MailboxFiles.list(inboxPath)
+        // A name no sender writes (`1.msg`, `+1.msg`, a sequence past 2^62): refused, never read as another.
+        if let name = names.first(where: { MailboxFiles.isMisnamedMessage($0) }) {
+            let error = TransportError(
+                .notAMessageFile,
+                "\(name) is not the name of a mailbox message (20 digits, a sequence from 1 to 2^62, then \(Self.messageSuffix))")
+            try moveAside(name, error)
+            return .refused(fileName: name, error: error)
+        }
         // Withdrawn by the sender since the listing: the next one.
-        guard MailboxFiles.exists(inboxPath + "/" + Self.fileName(sequence)) else { return try next() }
+        guard let sequence = MailboxFiles.messageSequences(named: names).first(where: {
+            MailboxFiles.exists(inboxPath + "/" + Self.fileName($0))
+        }) else { return nil }
         let name = Self.fileName(sequence)
         let path = inboxPath + "/" + name
         if sequence <= accepted {
@@ -372,21 +382,23 @@ public final class Mailbox: Sendable {
     /// and the next refusal tries again.
     private func pruneRefused(_ refused: String, keeping newest: String) {
         guard let names = try? MailboxFiles.list(refused) else { return }
-        var others: [(name: String, modified: Int, size: Int)] = []
+        // Times and sizes as the file system gives them: a peer may set any (a year past 2262, a sparse file).
+        var others: [(name: String, seconds: Int, nanoseconds: Int, size: Int)] = []
         var bytes = 0
         for name in names where !name.hasSuffix(".reason") && !name.hasPrefix(".tmp-") {
             var info = stat()
             guard stat(refused + "/" + name, &info) == 0 else { continue }
-            bytes += Int(info.st_size)
-            if name != newest { others.append((name, info.st_mtim.tv_sec * 1_000_000_000 + info.st_mtim.tv_nsec, Int(info.st_size))) }
+            let size = max(0, Int(info.st_size))
+            bytes = MailboxFiles.saturatingSum(bytes, size)
+            if name != newest { others.append((name, Int(info.st_mtim.tv_sec), Int(info.st_mtim.tv_nsec), size)) }
         }
-        others.sort { ($0.modified, $0.name) < ($1.modified, $1.name) }
+        others.sort { ($0.seconds, $0.nanoseconds, $0.name) < ($1.seconds, $1.nanoseconds, $1.name) }
         var excess = others.count + 1 - max(1, limits.maxRefusedFiles)
         for file in others where excess > 0 || bytes > limits.maxBytes {
             unlink(refused + "/" + file.name)
             unlink(refused + "/" + file.name + ".reason")
             excess -= 1
-            bytes -= file.size
+            bytes -= min(bytes, file.size)
         }
     }
 }
@@ -415,12 +427,40 @@ enum MailboxFiles {
         return names
     }
 
+    /// The highest sequence a message may carry: 2^62, beyond any number of
+    /// messages (so that the next one never overflows; `readNumber`'s bound).
+    static let maxSequence: UInt64 = 1 << 62
+
     /// The sequences of the message files in a spool, ascending (temporary files excluded).
     static func messageSequences(in spool: String) throws -> [UInt64] {
-        try list(spool).compactMap { name -> UInt64? in
-            guard name.hasSuffix(Mailbox.messageSuffix), !name.hasPrefix(".") else { return nil }
-            return UInt64(name.dropLast(Mailbox.messageSuffix.count))
-        }.sorted()
+        messageSequences(named: try list(spool))
+    }
+
+    /// The sequences of the message files among `names`, ascending: only
+    /// names as `Mailbox.fileName` writes them (20 digits, 1 to `maxSequence`).
+    static func messageSequences(named names: [String]) -> [UInt64] {
+        names.compactMap(sequence(ofMessageNamed:)).sorted()
+    }
+
+    /// The sequence of a message file's name, nil unless `Mailbox.fileName` writes that name.
+    static func sequence(ofMessageNamed name: String) -> UInt64? {
+        guard name.utf8.count == 20 + Mailbox.messageSuffix.utf8.count, name.hasSuffix(Mailbox.messageSuffix) else { return nil }
+        let digits = name.utf8.prefix(20)
+        guard digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+              let sequence = UInt64(name.dropLast(Mailbox.messageSuffix.count)), sequence >= 1, sequence <= maxSequence else { return nil }
+        return sequence
+    }
+
+    /// A name in a spool that looks like a message (`.msg`, not a temporary
+    /// file) but is none that a sender writes.
+    static func isMisnamedMessage(_ name: String) -> Bool {
+        name.hasSuffix(Mailbox.messageSuffix) && !name.hasPrefix(".") && sequence(ofMessageNamed: name) == nil
+    }
+
+    /// `a + b`, or `Int.max` where that overflows (sizes a file system reports for sparse files).
+    static func saturatingSum(_ a: Int, _ b: Int) -> Int {
+        let (sum, overflow) = a.addingReportingOverflow(b)
+        return overflow ? Int.max : sum
     }
 
     /// Message files waiting in a spool, and their bytes.
@@ -430,7 +470,7 @@ enum MailboxFiles {
             var info = stat()
             if stat(spool + "/" + Mailbox.fileName(sequence), &info) == 0 {
                 count += 1
-                bytes += Int(info.st_size)
+                bytes = saturatingSum(bytes, max(0, Int(info.st_size)))
             }
         }
         return (count, bytes)

@@ -62,6 +62,25 @@ enum ORSetKeys {
         #expect(throws: SyncError.self) { _ = try serializer.decode(Array(#"{"elements":[{"element":"x","tags":[[1]]}],"removed":[]}"#.utf8)) }
     }
 
+    /// A peer's value whose tag counter is the largest 64-bit number decoded,
+    /// and the next insertion overflowed it (a trap in the app's own call).
+    /// Counters past `Tag.maxCounter` are refused; at it, the next insertion
+    /// stays within it.
+    @Test func aTagCounterPastTheBoundIsRefusedAndNoInsertionOverflows() throws {
+        let serializer = ValueSerializer<ORSet<String>>.json
+        for counter in ["18446744073709551615", "\(ORSet<String>.Tag.maxCounter + 1)"] {
+            let hostile = Array(#"{"elements":[{"element":"x","tags":[[2,\#(counter)]]}],"removed":[]}"#.utf8)
+            #expect(throws: SyncError.self) { _ = try serializer.decode(hostile) }
+            let removed = Array(#"{"elements":[],"removed":[[2,\#(counter)]]}"#.utf8)
+            #expect(throws: SyncError.self) { _ = try serializer.decode(removed) }
+        }
+        let atBound = Array(#"{"elements":[{"element":"x","tags":[[2,\#(ORSet<String>.Tag.maxCounter)]]}],"removed":[]}"#.utf8)
+        var set = try serializer.decode(atBound)
+        set.insert("y", by: ORSetTests.watch)
+        #expect(set.elements == ["x", "y"])
+        #expect(try serializer.decode(serializer.encode(set)) == set)
+    }
+
     /// Merge is a join: commutative, associative, idempotent, over seeded
     /// random histories of three devices editing copies of one set.
     @Test func mergeIsCommutativeAssociativeAndIdempotent() throws {

@@ -27,6 +27,10 @@ public struct ORSet<Element: Codable & Hashable & Sendable>: Sendable, Equatable
         public let writer: UInt32
         public let counter: UInt64
 
+        /// The largest counter a set holds: 2^62, beyond any number of
+        /// insertions; a value from a peer with a larger one is refused.
+        public static var maxCounter: UInt64 { 1 << 62 }
+
         public init(writer: UInt32, counter: UInt64) {
             self.writer = writer
             self.counter = counter
@@ -80,12 +84,14 @@ public struct ORSet<Element: Codable & Hashable & Sendable>: Sendable, Equatable
         return merged
     }
 
-    /// The counter of `writer`'s next insertion: after every one of its tags this set holds.
+    /// The counter of `writer`'s next insertion: after every one of its tags
+    /// this set holds, at most `Tag.maxCounter` (which no writer reaches by
+    /// inserting; a set built with it reuses it rather than overflow).
     private func nextCounter(for writer: UInt32) -> UInt64 {
         var highest: UInt64 = 0
         for tag in removedTags where tag.writer == writer { highest = max(highest, tag.counter) }
         for seen in tags.values { for tag in seen where tag.writer == writer { highest = max(highest, tag.counter) } }
-        return highest + 1
+        return min(highest, Tag.maxCounter - 1) + 1
     }
 
     public var description: String { "ORSet(\(tags.keys.map { "\($0)" }.sorted().joined(separator: ", ")))" }
@@ -105,8 +111,8 @@ public struct ORSet<Element: Codable & Hashable & Sendable>: Sendable, Equatable
 
     private static func decode(_ pairs: [[UInt64]]) throws -> [Tag] {
         try pairs.map { pair in
-            guard pair.count == 2, let writer = UInt32(exactly: pair[0]) else {
-                throw SyncError(.typeMismatch, "an ORSet tag must be [writer, counter] with a 32-bit writer")
+            guard pair.count == 2, let writer = UInt32(exactly: pair[0]), pair[1] <= Tag.maxCounter else {
+                throw SyncError(.typeMismatch, "an ORSet tag must be [writer, counter] with a 32-bit writer and a counter up to 2^62")
             }
             return Tag(writer: writer, counter: pair[1])
         }

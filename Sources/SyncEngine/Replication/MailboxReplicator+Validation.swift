@@ -45,4 +45,18 @@ extension MailboxReplicator {
               let live = try port.liveRebaselineGeneration(from: peer) else { return false }
         return QueuedStreamPosition.isOfOlderGeneration(through, than: live)
     }
+
+    /// Whether an acknowledgement through `through` stays within this store's
+    /// stream. One past it (a buggy or hostile peer; or a power cut that lost
+    /// the stream's tail after it was posted) moves no cursor: a cursor past
+    /// the stream would skip the changes written next, and a reopened store
+    /// would number them after it, past what a queued batch can name. What
+    /// the cursor has not passed is posted again, which the peer applies idempotently.
+    func acknowledgesOnlyWhatWasWritten(_ through: Int64) throws -> Bool {
+        let written = try port.streamPosition()
+        guard through > written else { return true }
+        reporter.logger.warning("the peer acknowledged queued changes past this store's stream; the cursor stays, what follows it is posted again",
+                                metadata: ["through": "\(through)", "stream": "\(written)"])
+        return false
+    }
 }

@@ -235,7 +235,7 @@ package final class MailboxReplicator {
                     let generation = try port.rebaselineGeneration(for: peer.node)
                     if let after = QueuedStreamPosition.position(codedAfter, generation: generation),
                        let through = QueuedStreamPosition.position(codedThrough, generation: generation),
-                       after <= cursor, through > cursor {
+                       after <= cursor, through > cursor, try acknowledgesOnlyWhatWasWritten(through) {
                         try port.acknowledge(peer: peer.node, through: through)
                         // As a live session does: a watch's cursor on stable storage (re-baselines read it).
                         if port.role == .watch { try port.syncCommitted() }

@@ -1,0 +1,99 @@
+import Foundation
+import Testing
+@testable import SyncTransport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Files a buggy or hostile peer can put in the shared folder: names no
+/// sender writes, and times no clock gives. Each is refused or passed over;
+/// none traps, and the real messages still come in order.
+@Suite struct MailboxHostileFileTests {
+    private func frame(_ text: String) -> Frame { Frame(type: 0x10, payload: Array(text.utf8)) }
+
+    private func drain(_ mailbox: Mailbox) throws -> (messages: [MailboxMessage], refused: [(name: String, error: TransportError)]) {
+        var messages: [MailboxMessage] = []
+        var refused: [(String, TransportError)] = []
+        while let delivery = try mailbox.next() {
+            switch delivery {
+            case .message(let message):
+                messages.append(message)
+                try mailbox.accept(message)
+            case .refused(let name, let error):
+                refused.append((name, error))
+            }
+        }
+        return (messages, refused)
+    }
+
+    /// `1.msg` read as sequence 1 made `next()` look for
+    /// `00000000000000000001.msg`, find none, and call itself until the stack
+    /// overflowed. Names a sender never writes are refused now.
+    @Test func namesNoSenderWritesAreRefusedAndTheMessagesStillCome() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        try phone.post(frame("one"))
+        try phone.post(frame("two"))
+        let spool = directory + "/phone-to-watch/"
+        let misnamed = ["1.msg", "+1.msg", "0001.msg", "00000000000000000000.msg", "18446744073709551615.msg",
+                        "04611686018427387905.msg", "0000000000000000000a.msg", " 0000000000000000003.msg"]
+        for name in misnamed {
+            #expect(FileManager.default.createFile(atPath: spool + name, contents: Data([1, 2, 3])))
+        }
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        #expect(try watch.incomingCount() == 2)
+        let drained = try drain(watch)
+        #expect(drained.messages.map(\.frame) == [frame("one"), frame("two")])
+        #expect(Set(drained.refused.map(\.name)) == Set(misnamed))
+        #expect(drained.refused.allSatisfy { $0.error.code == .notAMessageFile })
+        #expect(try watch.next() == nil)
+        #expect(watch.acceptedSequence == 2)
+        // The largest sequence a name may carry is still a message's.
+        #expect(MailboxFiles.sequence(ofMessageNamed: Mailbox.fileName(MailboxFiles.maxSequence)) == MailboxFiles.maxSequence)
+    }
+
+    /// A file named for the largest 64-bit sequence in this side's own spool
+    /// made opening the mailbox trap (the next sequence overflowed). It is
+    /// passed over; the peer refuses it.
+    @Test func anOwnSpoolFileOfTheLargestSequenceIsPassedOver() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        _ = try Mailbox(directory: directory, role: .watch, secret: secret)
+        #expect(FileManager.default.createFile(atPath: directory + "/watch-to-phone/18446744073709551615.msg", contents: Data([1])))
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        #expect(try watch.post(frame("after")) == 1)
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        let drained = try drain(phone)
+        #expect(drained.messages.map(\.frame) == [frame("after")])
+        #expect(drained.refused.map(\.error.code) == [.notAMessageFile])
+    }
+
+    /// A refused file dated past the year 2262 (a `rename` keeps its time)
+    /// overflowed the nanoseconds `refused/`'s pruning sorted by, at the next refusal.
+    @Test func aRefusedFileFromTheFarFutureIsPrunedWithoutTrapping() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let limits = MailboxLimits(maxRefusedFiles: 2)
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret, limits: limits)
+        let spool = directory + "/phone-to-watch/"
+        for sequence: UInt64 in 1...4 {
+            let path = spool + Mailbox.fileName(sequence)
+            #expect(FileManager.default.createFile(atPath: path, contents: Data([0xDE, 0xAD])))
+            if sequence == 1 {
+                var times = [timespec(tv_sec: 10_000_000_000, tv_nsec: 0), timespec(tv_sec: 10_000_000_000, tv_nsec: 0)]
+                try #require(utimensat(AT_FDCWD, path, &times, 0) == 0)
+            }
+            let drained = try drain(watch)
+            #expect(drained.refused.map(\.name) == [Mailbox.fileName(sequence)])
+        }
+        // Two kept: the last one refused, and the one dated latest.
+        #expect(try watch.refusedFiles() == [Mailbox.fileName(1), Mailbox.fileName(4)])
+    }
+
+    /// Sizes add up without overflow, however large a file system says a file is.
+    @Test func spoolSizesSaturateInsteadOfOverflowing() {
+        #expect(MailboxFiles.saturatingSum(Int.max - 1, 5) == Int.max)
+        #expect(MailboxFiles.saturatingSum(40, 2) == 42)
+    }
+}
