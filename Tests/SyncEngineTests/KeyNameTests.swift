@@ -264,4 +264,31 @@ private func utf8(_ text: String) -> [UInt8] { Array(text.utf8) }
         // A key that never leaves the device is not bounded by the wire.
         _ = try KeyRegistry([Key<Int>("wide", default: 0, policy: .never, serializer: serializer)])
     }
+
+    /// A name within the limit whose NFC form is not (U+0958 is 3 bytes and
+    /// 6 in NFC, a composition exclusion) was stored longer than any peer
+    /// accepts. A peer sends names in NFC already; such a frame is refused,
+    /// in both batch formats and in the other messages that carry names.
+    @Test func aNameThatGrowsPastTheLimitInNFCIsRefused() throws {
+        let grows = "contact:" + String(repeating: "\u{0958}", count: 300)
+        try #require(grows.utf8.count <= KeyName.maxBytes && KeyName.canonical(grows).utf8.count > KeyName.maxBytes)
+        let version = HLCTimestamp(packed: 1 << 30, node: 7)
+        let entry = WireEntry(key: grows, version: version, base: .zero, deleted: false, encoding: "json", value: Array("1".utf8))
+        let messages: [SyncMessage] = [
+            .batch(.init(id: 1, entries: [entry])),
+            .chunkAck(.init(key: grows, version: version, index: 0, complete: false)),
+        ]
+        for message in messages {
+            for protocolVersion: UInt16 in [1, 2] {
+                #expect { _ = try SyncMessage(frame: message.frame(protocolVersion: protocolVersion)) }
+                    throws: { ($0 as? SyncError)?.code == .malformedMessage }
+            }
+        }
+        // Within the limit in NFC, it decodes, in NFC.
+        let fits = "contact:" + String(repeating: "\u{0958}", count: 100)
+        let decoded = try SyncMessage(frame: SyncMessage.batch(.init(id: 1, entries: [WireEntry(key: fits, version: version, base: .zero, deleted: false,
+                                                                                                  encoding: "json", value: [])])).frame(protocolVersion: 2))
+        guard case .batch(let batch) = decoded else { Issue.record("not a batch"); return }
+        #expect(batch.entries.map { Array($0.key.utf8) } == [Array(KeyName.canonical(fits).utf8)])
+    }
 }

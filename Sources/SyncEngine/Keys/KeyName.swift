@@ -11,6 +11,17 @@ package enum KeyName {
         return name.precomposedStringWithCanonicalMapping
     }
 
+    /// A name that came off the wire, in NFC, refused (`malformed-message`)
+    /// when NFC makes it longer than `maxBytes`: a peer sends names in NFC
+    /// already, and only one that does not can send a name that grows.
+    package static func canonicalFromPeer(_ name: String) throws -> String {
+        let canonical = canonical(name)
+        guard canonical.utf8.count <= maxBytes else {
+            throw SyncError(.malformedMessage, "a key name of \(name.utf8.count) bytes from the peer is \(canonical.utf8.count) bytes in NFC, over the \(maxBytes)-byte limit")
+        }
+        return canonical
+    }
+
     /// Whether `name` holds U+0000, which no key name may: C strings (and
     /// SQLite's, and a log's) end there, so "day:a\0b" would be "day:a".
     package static func containsNUL(_ name: String) -> Bool { name.utf8.contains(0) }

@@ -186,7 +186,7 @@ enum ColumnarBatch {
             guard let text = String(validating: key, as: UTF8.self) else {
                 throw SyncError(.malformedMessage, "entry \(i) of a columnar batch has a key that is not valid UTF-8")
             }
-            keys.append(KeyName.canonical(text))
+            keys.append(try KeyName.canonicalFromPeer(text))
             previousKey = key
         }
         try finish(keyColumn, "keys")

@@ -585,7 +585,7 @@ extension ByteReader {
     }
 
     /// A key name (or declaration line) in NFC, whatever spelling the peer sent.
-    mutating func readKeyName() throws -> String { KeyName.canonical(try readString(maxLength: SyncMessage.maxNameLength)) }
+    mutating func readKeyName() throws -> String { try KeyName.canonicalFromPeer(try readString(maxLength: SyncMessage.maxNameLength)) }
 
     mutating func readEntry() throws -> WireEntry {
         let key = try readKeyName()
