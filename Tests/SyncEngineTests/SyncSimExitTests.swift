@@ -59,6 +59,20 @@ import Testing
         #expect(inspect.stderr.hasPrefix("syncsim inspect: error: "), "\(inspect.stderr)")
         #expect(!inspect.stderr.contains("Usage"))
 
+        // A scenario that cannot be used: 2; one that cannot be run (its stores kept under a file): 3.
+        try #"{"bogus": 1}"#.write(toFile: folder.file("bad.json"), atomically: true, encoding: .utf8)
+        let badScenario = try await syncsim(["run", folder.file("bad.json")])
+        #expect(badScenario.status == Simulation.Exit.badScenario)
+        #expect(badScenario.stderrLines.count == 1, "\(badScenario.stderr)")
+        #expect(badScenario.stderr.hasPrefix("syncsim run: error: bad scenario: "), "\(badScenario.stderr)")
+        let scenario = SimScenarioTests.fixtures + "/basic-two-way.json"
+        let unrunnable = try await syncsim(["run", scenario, "--keep-stores", folder.file("x.sqlite") + "/stores"])
+        #expect(unrunnable.status == Simulation.Exit.runtimeFailure, "\(unrunnable.stderr)")
+        #expect(unrunnable.stderrLines.count == 1, "\(unrunnable.stderr)")
+        #expect(unrunnable.stderr.hasPrefix("syncsim run: error: the simulator could not run the scenario"), "\(unrunnable.stderr)")
+        #expect(unrunnable.stderr.contains("(--keep-stores): Not a directory"), "\(unrunnable.stderr)")
+        #expect(!unrunnable.stderr.contains("Usage"))
+
         // A node that cannot listen (an address this machine does not have): 3, the error last, no usage.
         try #"{"keys": [{"name": "a"}]}"#.write(toFile: folder.file("keys.json"), atomically: true, encoding: .utf8)
         let node = try await syncsim(["node", "--role", "phone", "--db", folder.file("p.sqlite"), "--keys", folder.file("keys.json"),

@@ -36,14 +36,14 @@ public struct RunCommand: AsyncParsableCommand {
             faults = RunOptions(seed: seed, testingFaults: try Simulation.testingFaults(named: injectFault))
             faults.keepStoresIn = keepStores
         } catch {
-            printError(error.description)
-            throw ExitCode(Simulation.Exit.badScenario)
+            throw CommandFailure(exitCode: Simulation.Exit.badScenario, error.description)
         }
         let outcome = await Simulation.run(path: scenario, options: faults, transport: transport)
+        // Failures print as every command's do: one line, `syncsim run: error: …`.
         if let error = outcome.scenarioError {
-            printError("bad scenario: \(error)")
+            throw CommandFailure(exitCode: outcome.exitCode, "bad scenario: \(error)")
         } else if let error = outcome.runError {
-            printError(error)
+            throw CommandFailure(exitCode: outcome.exitCode, error)
         } else if let report = outcome.report {
             print(json ? report.json : report.text, terminator: "")
         }

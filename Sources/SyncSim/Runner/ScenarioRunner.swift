@@ -285,13 +285,29 @@ final class ScenarioRunner<Link: ScenarioLink> {
     /// Copies every store file of the run (including replaced watches') to `directory`.
     func keepStores(in directory: String) throws {
         let fm = FileManager.default
-        try fm.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        do {
+            try fm.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        } catch {
+            throw CommandFailure(exitCode: Simulation.Exit.runtimeFailure, "cannot create \(directory) for the stores (--keep-stores): \(Self.reason(error))")
+        }
         for node in state.nodes { node.crash() }
         for name in try fm.contentsOfDirectory(atPath: state.folder).sorted() where name.hasSuffix(".sqlite") || name.hasSuffix(".sqlite-wal") {
             let target = (directory as NSString).appendingPathComponent(name)
             try? fm.removeItem(atPath: target)
-            try fm.copyItem(atPath: (state.folder as NSString).appendingPathComponent(name), toPath: target)
+            do {
+                try fm.copyItem(atPath: (state.folder as NSString).appendingPathComponent(name), toPath: target)
+            } catch {
+                throw CommandFailure(exitCode: Simulation.Exit.runtimeFailure, "cannot copy \(name) to \(directory) (--keep-stores): \(Self.reason(error))")
+            }
         }
+    }
+
+    /// The operating system's words for why a file operation failed (Foundation's error wraps them).
+    static func reason(_ error: any Error) -> String {
+        let underlying = (error as? CocoaError)?.underlying ?? (error as NSError).userInfo[NSUnderlyingErrorKey] as? any Error
+        if let posix = underlying as? POSIXError { return String(cString: strerror(posix.code.rawValue)) }
+        if let posix = underlying.map({ $0 as NSError }), posix.domain == NSPOSIXErrorDomain { return String(cString: strerror(Int32(posix.code))) }
+        return (error as NSError).localizedDescription
     }
 
     // MARK: checks and report
