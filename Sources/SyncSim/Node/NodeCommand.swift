@@ -12,7 +12,7 @@ public struct NodeCommand: AsyncParsableCommand {
         commandName: "node",
         abstract: "Run one peer (phone or watch) in this process, driven by commands on stdin.",
         discussion: """
-            Commands, one per line: put KEY JSON | get KEY | delete KEY | sync | request-manual | status | wait-idle SECONDS | quit
+            Commands, one per line: put KEY JSON | get KEY | delete KEY | sync | request-manual | status | wait-idle SECONDS | forget-peer NODE | renew-node-id | quit
             Every command is answered with one JSON line: {"ok":true,...} or {"ok":false,"error":"..."}.
             Events are JSON lines too, the first {"event":"listening","port":N} when listening.
             {"event":"rejected","error":"...","suppressed":N,"peer":"tcp:HOST:PORT"}: a peer failed the handshake
