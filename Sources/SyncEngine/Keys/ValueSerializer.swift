@@ -43,13 +43,16 @@ extension ValueSerializer where Value: Codable {
         })
     }
 
-    /// Binary property list.
+    /// Binary property list. Bytes from elsewhere are decoded only when
+    /// their objects form a tree at most 512 levels deep, as an encoder
+    /// writes them (`BinaryPropertyListShape`).
     public static var binaryPropertyList: ValueSerializer<Value> {
         ValueSerializer(identifier: "plist", encode: { value in
             let encoder = PropertyListEncoder()
             encoder.outputFormat = .binary
             return [UInt8](try encoder.encode([value]))
         }, decode: { bytes in
+            try BinaryPropertyListShape.check(bytes)
             guard let first = try PropertyListDecoder().decode([Value].self, from: Data(bytes)).first else {
                 throw SyncError(.typeMismatch, "empty property list")
             }
