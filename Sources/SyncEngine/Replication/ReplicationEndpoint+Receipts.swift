@@ -14,10 +14,19 @@ extension ReplicationEndpoint {
     /// phone keeps its own cursor: a forgotten watch gets its whole stream
     /// again after a re-baseline notice.
     func takeReceipt(_ receipt: SyncMessage.Receipt, from peer: ReplicationSession.Peer) throws {
-        receivedStream.note(acknowledgedThrough: receipt.acknowledgedThrough, anchor: receipt.acknowledgedAnchor)
+        receivedStream.note(acknowledgedThrough: receipt.acknowledgedThrough, anchor: receipt.acknowledgedAnchor,
+                            anchorBound: port.versionBound())
         guard awaitsPeerReceipt else { return }  // a phone, or a duplicate
         awaitsPeerReceipt = false
         receiptTakenFrom = peer.node
+        // An anchor past any version this store reached: the phone's record is not of this
+        // stream as it stands (its tail lost to a power cut, or a claim of a buggy or
+        // hostile peer that used this node id). Nothing is skipped: what follows the cursor goes again.
+        guard receipt.receivedAnchor <= port.latestVersion() else {
+            reporter.logger.warning("the phone's receipt names a version this store never reached; everything after the acknowledged cursor is sent again",
+                                    metadata: ["anchor": "\(receipt.receivedAnchor)", "latest": "\(port.latestVersion())"])
+            return
+        }
         var received = min(receipt.receivedThrough, try port.streamPosition())
         guard received > session.stream.cursor else { return }
         // A change there newer than what the phone saw was written since, at a position given out

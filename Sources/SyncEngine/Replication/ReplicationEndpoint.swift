@@ -119,7 +119,7 @@ package final class ReplicationEndpoint {
                 // How far the peer's stream is received goes into the batch's transaction once a second
                 // (a page more per transaction otherwise), and when the session ends.
                 var received = receivedStream
-                if let range = batch.range { received.note(range) }
+                if let range = batch.range { received.note(range, anchorBound: port.versionBound()) }
                 let records = received.through > received.stored && now - receivedRecordedAt >= ReplicationEndpoint.receivedRecordInterval
                 let plan = try apply(batch.entries, from: peer, completing: nil, reportsConflicts: true,
                                      receivedThrough: records ? (received.through, received.anchor) : nil)
@@ -151,7 +151,7 @@ package final class ReplicationEndpoint {
                     if reply.restsOnCommit { try acknowledgeDurably(reply.frame, into: &out) } else { out.append(reply.frame) }
                     // The value is done with (applied, or refused for good): its range counts as received
                     // (recorded with the next batch's transaction).
-                    if reply.completes, let range = chunk.range { receivedStream.note(range) }
+                    if reply.completes, let range = chunk.range { receivedStream.note(range, anchorBound: port.versionBound()) }
                 }
             case .chunkAck(let ack):
                 if ack.value != nil, let peer = session.knownPeer, peer.protocolVersion < SyncMessage.valueProtocol {

@@ -254,6 +254,13 @@ struct ReplicationSession {
             state = .failed(error, peer: knownPeer)
             return [.fail(error, notifyPeer: true)]
         case .success(var validated):
+            // One connection carries one peer: a hello of another node once established is refused
+            // (its stream would be recorded as the first node's when the session ends).
+            if isEstablished, let established = knownPeer, established.node != validated.node {
+                let error = SyncError(.protocolViolation, "the peer's hello names node \(String(validated.node, radix: 16)) in a session established with node \(String(established.node, radix: 16)); a session has one peer")
+                state = .failed(error, peer: established)
+                return [.fail(error, notifyPeer: true)]
+            }
             if ignoresKeyMismatch { validated.mismatchedKeys = [] }
             var actions: [Action] = []
             if !hello.isReply { actions.append(.send(self.hello(isReply: true))) }

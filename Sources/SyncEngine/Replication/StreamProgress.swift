@@ -143,9 +143,12 @@ struct ReceivedStream: Sendable, Equatable {
         stored = through
     }
 
-    /// A message completing `range` was applied (or refused for good).
-    mutating func note(_ range: SyncMessage.StreamRange) {
-        guard range.upper > through else { return }
+    /// A message completing `range` was applied (or refused for good). A
+    /// range whose anchor is past `anchorBound` (the largest version this
+    /// side accepts now) is not noted: no peer's stream was read then, and a
+    /// receipt that vouched for it would make the peer skip what it writes next.
+    mutating func note(_ range: SyncMessage.StreamRange, anchorBound: Int64) {
+        guard range.upper > through, range.anchor <= anchorBound else { return }
         pending.append(range)
         if pending.count > ReceivedStream.maxPending { pending.removeFirst() }
         closeGaps()
@@ -153,8 +156,8 @@ struct ReceivedStream: Sendable, Equatable {
 
     /// The peer's cursor for this side, and its clock when it said so: what
     /// it acknowledged was received.
-    mutating func note(acknowledgedThrough position: Int64, anchor peerAnchor: Int64) {
-        guard position > through else { return }
+    mutating func note(acknowledgedThrough position: Int64, anchor peerAnchor: Int64, anchorBound: Int64) {
+        guard position > through, peerAnchor <= anchorBound else { return }
         through = position
         anchor = max(anchor, peerAnchor)
         closeGaps()

@@ -1,0 +1,134 @@
+import Foundation
+@_spi(Benchmarks) @testable import SyncEngine
+@_spi(Benchmarks) import SyncTransport
+import Testing
+
+/// A paired watch (or a device using its node id) whose messages are well
+/// formed but claim what never happened. Step by step, without sockets.
+@Suite struct HostileSessionTests {
+    /// Runs a session until quiet; `fromWatch` may change or drop each frame the watch sends.
+    static func exchange(_ phone: ReplicationEndpoint, _ watch: ReplicationEndpoint, start: Bool, now: Int64 = 1_000,
+                         fromWatch: (Frame) -> Frame? = { $0 }) {
+        run(phone, watch, toWatch: start ? phone.start(now: now) : phone.pump(now: now),
+            toPhone: (start ? watch.start(now: now) : watch.pump(now: now)).compactMap(fromWatch), now: now, fromWatch: fromWatch)
+    }
+
+    /// Delivers frames both ways until quiet, starting from the given ones.
+    static func run(_ phone: ReplicationEndpoint, _ watch: ReplicationEndpoint, toWatch: [Frame], toPhone: [Frame], now: Int64 = 1_000,
+                    fromWatch: (Frame) -> Frame? = { $0 }) {
+        var (toWatch, toPhone) = (toWatch, toPhone)
+        for _ in 0..<10_000 where !(toWatch.isEmpty && toPhone.isEmpty) {
+            let (sendWatch, sendPhone) = (toWatch, toPhone)
+            (toWatch, toPhone) = ([], [])
+            for frame in sendPhone { toWatch += phone.receive(frame, now: now) }
+            for frame in sendWatch { toPhone += watch.receive(frame, now: now).compactMap(fromWatch) }
+        }
+    }
+
+    /// A new session of the pair, run until quiet, then ended.
+    static func session(_ pair: Pair) {
+        let (phone, watch) = ReceiptTests.endpoints(pair)
+        exchange(phone, watch, start: true)
+        #expect(phone.failure == nil && watch.failure == nil)
+        phone.connectionLost()
+        watch.connectionLost()
+    }
+
+    /// A receipt that acknowledged far more of the phone's stream than it
+    /// wrote, with a version past any clock, was recorded by the phone, which
+    /// then vouched for it in every later receipt: the watch skipped what it
+    /// wrote meanwhile, session after session.
+    @Test func aReceiptClaimingMoreThanWasWrittenCostsNoLaterWrite() async throws {
+        let pair = try Pair()
+        try await pair.watch.set(["a"], for: TestKeys.tags)
+        let (phone, watch) = ReceiptTests.endpoints(pair)
+        Self.exchange(phone, watch, start: true) { frame in
+            guard case .receipt(var receipt)? = try? SyncMessage(frame: frame) else { return frame }
+            receipt.acknowledgedThrough = 1 << 40
+            receipt.acknowledgedAnchor = Int64.max
+            return SyncMessage.receipt(receipt).frame()
+        }
+        #expect(phone.failure == nil && watch.failure == nil)
+        phone.connectionLost()
+        watch.connectionLost()
+        #expect(try pair.phone.receivedThrough(from: pair.watch.nodeID).through < 1 << 40)
+
+        try await pair.watch.set(7, for: TestKeys.daily["later"])
+        Self.session(pair)
+        try await pair.watch.set(8, for: TestKeys.daily["later2"])
+        Self.session(pair)
+        #expect(try pair.phone.storedValue(for: TestKeys.daily["later"]) == 7)
+        #expect(try pair.phone.storedValue(for: TestKeys.daily["later2"]) == 8)
+    }
+
+    /// The same claim in a batch's stream range.
+    @Test func aStreamRangeFarAheadCostsNoLaterWrite() async throws {
+        let pair = try Pair()
+        let (phone, watch) = ReceiptTests.endpoints(pair)
+        Self.exchange(phone, watch, start: true)
+        let hostile = SyncMessage.batch(.init(id: 1 << 50, entries: [], range: .init(lower: 0, upper: 1 << 40, anchor: Int64.max)))
+        _ = phone.receive(hostile.frame(protocolVersion: SyncMessage.highestProtocolVersion), now: 5_000)
+        #expect(phone.failure == nil)
+        phone.connectionLost()
+        watch.connectionLost()
+        #expect(try pair.phone.receivedThrough(from: pair.watch.nodeID).through < 1 << 40)
+        try await pair.watch.set(7, for: TestKeys.daily["later"])
+        Self.session(pair)
+        #expect(try pair.phone.storedValue(for: TestKeys.daily["later"]) == 7)
+    }
+
+    /// A phone whose record of the watch's stream names a version the watch
+    /// never reached (recorded by a build before the bound, or a power cut
+    /// that took the watch's tail): the watch skips nothing.
+    @Test func aWatchSkipsNothingForARecordPastItsOwnClock() async throws {
+        let pair = try Pair()
+        Self.session(pair)
+        try pair.phone.recordReceived(from: pair.watch.nodeID, through: 1 << 40, anchor: Int64.max)
+        try await pair.watch.set(7, for: TestKeys.daily["later"])
+        Self.session(pair)
+        #expect(try pair.phone.storedValue(for: TestKeys.daily["later"]) == 7)
+    }
+
+    /// A hello of another node on an established connection re-established
+    /// the phone's session with it, which still ended as the first node's:
+    /// the second watch's stream was recorded as received from the first,
+    /// whose next session skipped its own write. It ends the session now.
+    @Test func aHelloOfAnotherNodeInASessionEndsIt() async throws {
+        let pair = try Pair()
+        let clock2 = ManualClock()
+        let watch2 = try SyncStore(path: pair.folder.file("watch2.sqlite"), role: .watch, registry: try KeyRegistry(TestKeys.all),
+                                   options: StoreOptions(clock: clock2, encryption: .keyFile(path: pair.folder.file("watch2.key"))))
+        let config = ReplicationConfiguration(pairingEpoch: "test")
+        Self.session(pair)
+        do {
+            let phone = ReplicationEndpoint(store: pair.phone, configuration: config), w2 = ReplicationEndpoint(store: watch2, configuration: config)
+            Self.exchange(phone, w2, start: true)
+            phone.connectionLost()
+            w2.connectionLost()
+        }
+        try await pair.watch.set(11, for: TestKeys.daily["w1"])
+        clock2.advance(by: 60_000)
+        for i in 0..<4 { try await watch2.set(i, for: TestKeys.daily["w2-\(i)"]) }
+
+        // One connection: watch 1's hello, then (its batch lost) watch 2's hello and stream.
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
+        let w1 = ReplicationEndpoint(store: pair.watch, configuration: config)
+        var oneByOne = config
+        oneByOne.maxBatchEntries = 1
+        let w2 = ReplicationEndpoint(store: watch2, configuration: oneByOne)
+        _ = w1.receive(phone.start(now: 1_000)[0], now: 1_000)
+        _ = phone.receive(w1.start(now: 1_000)[0], now: 1_000).flatMap { w1.receive($0, now: 1_000) }
+        #expect(phone.peerNode == pair.watch.nodeID)
+        Self.run(phone, w2, toWatch: [], toPhone: w2.start(now: 1_000))
+        #expect(phone.failure?.code == .protocolViolation)
+        #expect(try pair.phone.storedValue(for: TestKeys.daily["w2-3"]) == nil, "nothing of the second node's stream taken")
+        phone.connectionLost()
+        w1.connectionLost()
+        w2.connectionLost()
+        #expect(try pair.phone.receivedThrough(from: pair.watch.nodeID).through <= SQLiteReplicationPort(pair.watch).streamPosition())
+
+        Self.session(pair)
+        #expect(try pair.phone.storedValue(for: TestKeys.daily["w1"]) == 11)
+        watch2.close()
+    }
+}
