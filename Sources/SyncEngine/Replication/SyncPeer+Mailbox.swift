@@ -30,11 +30,13 @@ extension SyncPeer {
     /// up. Failures (a full spool, refused files) are `.error` events and in
     /// the report, never thrown; throws `replication-locked` when another
     /// process replicates the store (`replication-lock-unavailable` when its
-    /// lock file cannot be opened). Mailboxes of one directory, role and
+    /// lock file cannot be opened), and `closed` when the store is closed
+    /// (nothing is read or posted). Mailboxes of one directory, role and
     /// pairing are one: an app may make one for each round (the first made
     /// does the rounds of all).
     @discardableResult
     public func deliverQueued(through mailbox: Mailbox) throws -> QueuedDeliveryReport {
+        try store.checkOpen()
         try ReplicationLock.acquire(storePath: store.path)
         defer { ReplicationLock.release(storePath: store.path) }
         var configuration = self.configuration

@@ -140,14 +140,46 @@ final class Database: Sendable {
 
     /// Runs `body` with the connection, outside a transaction.
     func read<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
+        try refuseUseFromInside()
         releaseWriterClaimedForThisThread()
-        return try connection.withLock { conn in try body(conn) }
+        return try connection.withLock { conn in
+            markHeld()
+            defer { lockHolder.store(0, ordering: .relaxed) }
+            return try body(conn)
+        }
     }
 
     /// `read`, unless the connection is in use (a transaction, another read):
     /// then nil at once, without waiting for it.
     func readIfFree<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws -> T? {
-        try connection.withLockIfAvailable { conn in try body(conn) }
+        try refuseUseFromInside()
+        return try connection.withLockIfAvailable { conn in
+            markHeld()
+            defer { lockHolder.store(0, ordering: .relaxed) }
+            return try body(conn)
+        }
+    }
+
+    /// The thread running inside the writer connection's lock (0: none).
+    private let lockHolder = Atomic<UInt>(0)
+
+    private static var currentThread: UInt {
+        #if canImport(Darwin)
+        UInt(bitPattern: pthread_self())
+        #else
+        UInt(pthread_self())
+        #endif
+    }
+
+    /// Marks the lock as this thread's, from inside it (cleared as the lock is left).
+    private func markHeld() { lockHolder.store(Database.currentThread, ordering: .relaxed) }
+
+    /// The writer's lock is not re-entrant: a call into the store from inside
+    /// one of its transactions (a will-commit hook that reads or writes the
+    /// store) is refused instead of trapping on the lock.
+    private func refuseUseFromInside() throws {
+        guard lockHolder.load(ordering: .relaxed) == Database.currentThread else { return }
+        throw SyncError(.invalidConfiguration, "the store at \(path) was used from inside one of its own write transactions (a will-commit hook, or code it calls, that reads or writes the store); do that after the write returns")
     }
 
     /// Whether `readCommitted` reads on reader connections (not on the writer).
@@ -170,9 +202,12 @@ final class Database: Sendable {
     /// Throws `.databaseCorrupt`, writing nothing, once the file was found damaged.
     func write<T: Sendable>(_ body: (SQLiteConnection) throws -> T, onCommit: (T) -> Void = { _ in }) throws -> T {
         if corruption.isSet { throw CorruptionFlag.error(path: path) }
+        try refuseUseFromInside()
         releaseWriterClaimedForThisThread()
         let observer = self.observer.withLock { $0.value }
         let result = try connection.withLock { conn in
+            markHeld()
+            defer { lockHolder.store(0, ordering: .relaxed) }
             let result: T
             do {
                 result = try conn.transaction {

@@ -273,6 +273,11 @@ enum Schema {
         if version > currentVersion {
             throw SyncError(.schemaTooNew, "the store at \(conn.path) has schema version \(version), newer than this SyncEngine understands (\(currentVersion)); update the app")
         }
+        // The header's schema number damaged: below any version, or 0 in a file that holds a store's tables.
+        let holdsTables = version == 0 ? try conn.integer("SELECT count(*) FROM sqlite_master WHERE name = 'entries'") > 0 : false
+        if version < 0 || holdsTables {
+            throw SyncError(.databaseCorrupt, "the store at \(conn.path) is damaged: its header names schema version \(version), which no store has; restore a backup or move the file aside and open a new store")
+        }
         let marked = try conn.integer("PRAGMA application_id") == Int64(applicationID)
         guard version < currentVersion || !marked else { return }
         try conn.transaction {

@@ -51,7 +51,7 @@ struct AtRestCipher: Sendable {
             let box = try AES.GCM.SealedBox(combined: sealed)
             return [UInt8](try AES.GCM.open(box, using: key, authenticating: Array(keyName.utf8)))
         } catch {
-            throw SyncError(.decryptionFailed, "the encrypted value of a key could not be decrypted: wrong master key or a damaged file")
+            throw SyncError(.decryptionFailed, "the encrypted value of key '\(keyName)' could not be decrypted: wrong master key or a damaged file; writing the key again replaces it")
         }
     }
 

@@ -45,7 +45,13 @@ extension SyncStore {
             guard let cipher else {
                 throw SyncError(.encryptionKeyMissing, "key '\(key)' is encrypted at rest but the store was opened without a master key; pass StoreOptions(encryption:)")
             }
-            value = try cipher.open(sealed, keyName: key)
+            switch valueFile {
+            case .ifReadable:
+                // A damaged sealed value (the master key was checked at open) is replaced by the write, as a damaged file is.
+                value = try? cipher.open(sealed, keyName: key)
+            case .required, .skip:
+                value = try cipher.open(sealed, keyName: key)
+            }
         }
         return StoredRow(key: key, value: value, encoding: stmt.string(2),
                          version: version,

@@ -94,7 +94,11 @@ extension SyncStore {
                 let deleted = stmt.int(3) != 0
                 let isLarge = !deleted && size > SyncStore.inlineValueLimit
                 if isLarge && !rows.isEmpty { break }
-                rows.append(try outboundRow(stmt, key: key, seq: seq, size: size, deleted: deleted, isLarge: isLarge))
+                guard let row = try readableOutboundRow(stmt, key: key, seq: seq, size: size, deleted: deleted, isLarge: isLarge, for: peer) else {
+                    scanned = seq
+                    continue
+                }
+                rows.append(row)
                 scanned = seq
                 bytes += size + key.utf8.count + 32
                 if isLarge || rows.count >= maxEntries || bytes >= maxBytes { break }
@@ -123,8 +127,10 @@ extension SyncStore {
                 guard isSendable(key), let name = registry.descriptor(forEntry: key)?.name, names.contains(name) else { continue }
                 let size = stmt.byteCount(2)
                 let deleted = stmt.int(3) != 0
-                rows.append(try outboundRow(stmt, key: key, seq: stmt.int64(1), size: size, deleted: deleted,
-                                            isLarge: !deleted && size > SyncStore.inlineValueLimit))
+                if let row = try readableOutboundRow(stmt, key: key, seq: stmt.int64(1), size: size, deleted: deleted,
+                                                     isLarge: !deleted && size > SyncStore.inlineValueLimit, for: peer) {
+                    rows.append(row)
+                }
             }
             return rows
         }
@@ -139,6 +145,22 @@ extension SyncStore {
             "key": "\(key.prefix(64))…", "bytes": "\(key.utf8.count)", "limit": "\(KeyName.maxBytes)",
         ])
         return false
+    }
+
+    /// `outboundRow`, or nil for a value that can no longer be read (its
+    /// encrypted bytes or its file damaged): it is passed over, and said, so
+    /// that one damaged value does not stop every other change from going.
+    /// Writing the key again replaces it and sends the new value.
+    private func readableOutboundRow(_ stmt: Statement, key: String, seq: Int64, size: Int, deleted: Bool, isLarge: Bool,
+                                     for peer: UInt32) throws -> OutboundRow? {
+        do {
+            return try outboundRow(stmt, key: key, seq: seq, size: size, deleted: deleted, isLarge: isLarge)
+        } catch let error as SyncError where error.code == .decryptionFailed || error.code == .corruptValueFile {
+            logger.error("a stored value that cannot be read is not sent; write the key again to replace it",
+                         metadata: ["key": "\(key)", "error": "\(error)"])
+            emit(.error(SyncError(error.code, "key '\(key)' is not sent: \(error.message); write it again to replace it")), peer: peer)
+            return nil
+        }
     }
 
     /// One row of the stream queries above, its value decrypted (or read from its file).

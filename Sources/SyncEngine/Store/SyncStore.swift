@@ -183,6 +183,10 @@ public final class SyncStore: KeyValueBackend {
         closing.finishAll()
     }
 
+    /// A store dropped without `close()` closes as it goes: every stream of
+    /// its changes and events ends, instead of waiting for ever.
+    deinit { close() }
+
     var isClosed: Bool { closed.load(ordering: .relaxed) }
 
     /// Calls `handler` once when the store closes (at once if it is closed),
@@ -293,7 +297,8 @@ public final class SyncStore: KeyValueBackend {
     public func peerEvents() -> AsyncStream<PeerEvent> { peerEventHub.subscribe() }
 
     /// Registers a hook that runs inside the write transaction, before commit;
-    /// throwing aborts the write.
+    /// throwing aborts the write. The hook must not read or write this store
+    /// (that throws `invalid-configuration`); do that after the write returns.
     public func addWillCommitHook(_ hook: @escaping @Sendable ([StoreChange]) throws -> Void) {
         hooks.withLock { $0.willCommit.append(hook) }
     }

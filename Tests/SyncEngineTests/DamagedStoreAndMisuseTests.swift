@@ -1,0 +1,130 @@
+import Foundation
+@_spi(Benchmarks) @testable import SyncEngine
+@testable import SyncTransport
+import Synchronization
+import Testing
+
+/// What an app can do wrong, and what a damaged file can hold: a clear
+/// error, nothing else lost, no trap.
+@Suite struct DamagedStoreAndMisuseTests {
+    /// The header's schema number damaged: -1 indexed the migrations (a trap
+    /// opening the store); 0 in a store made them run again (`table entries already exists`).
+    @Test(arguments: [-1, 0])
+    func aDamagedSchemaNumberIsADamagedStore(userVersion: Int) async throws {
+        let folder = TempFolder()
+        let registry = try KeyRegistry([TestKeys.steps])
+        let path = folder.file("s.sqlite")
+        do {
+            let store = try SyncStore(path: path, role: .phone, registry: registry)
+            try await store.set(5, for: TestKeys.steps)
+            store.close()
+        }
+        try rawSQL(path, "PRAGMA user_version = \(userVersion)")
+        #expect { _ = try SyncStore(path: path, role: .phone, registry: registry) } throws: { ($0 as? SyncError)?.code == .databaseCorrupt }
+    }
+
+    /// A will-commit hook that used the store trapped on the writer's lock
+    /// ("Recursive call to lock Mutex"). The use is refused; the write fails
+    /// with that error, the store goes on.
+    @Test func aWillCommitHookThatUsesTheStoreIsRefused() async throws {
+        let folder = TempFolder()
+        var options = StoreOptions()
+        options.readerConnections = 0  // reads on the writer too
+        let store = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: try KeyRegistry([TestKeys.steps, TestKeys.blob]),
+                                  options: options)
+        let misuse = Atomic<Int>(0)
+        store.addWillCommitHook { _ in
+            switch misuse.load(ordering: .relaxed) {
+            case 1: _ = try store.knownPeers()
+            case 2: try store.setNow(Data([1]), for: TestKeys.blob)
+            case 3: _ = try store.value(for: TestKeys.steps)
+            default: break
+            }
+        }
+        for kind in 1...3 {
+            misuse.store(kind, ordering: .relaxed)
+            #expect { try store.setNow(kind, for: TestKeys.steps) } throws: {
+                ($0 as? SyncError)?.code == .invalidConfiguration && "\($0)".contains("inside one of its own write transactions")
+            }
+        }
+        misuse.store(0, ordering: .relaxed)
+        try store.setNow(9, for: TestKeys.steps)
+        #expect(try store.value(for: TestKeys.steps) == 9)
+        #expect(try store.value(for: TestKeys.blob) == Data())
+        store.close()
+    }
+
+    /// One encrypted value damaged on disk: writing its key threw
+    /// `decryption-failed` (no way to repair it), and a session failed on it,
+    /// so no other change reached the watch.
+    @Test func aDamagedEncryptedValueStopsNeitherItsKeyNorTheRest() async throws {
+        var pair = try Pair()
+        try pair.phone.setNow("sealed", for: TestKeys.secret)
+        try pair.phone.setNow(1, for: TestKeys.steps)
+        pair.phone.close()
+        let phonePath = pair.folder.file("phone.sqlite")
+        try rawSQL(phonePath, "UPDATE entries SET value = zeroblob(40) WHERE key = 'secret'")
+        pair.phone = try SyncStore(path: phonePath, role: .phone, registry: try KeyRegistry(TestKeys.all),
+                                   options: StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("phone.key"))))
+        #expect { _ = try pair.phone.value(for: TestKeys.secret) } throws: {
+            ($0 as? SyncError)?.code == .decryptionFailed && "\($0)".contains("'secret'")
+        }
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        link.settle()
+        #expect(link.a.failure == nil && link.b.failure == nil)
+        #expect(try pair.watch.value(for: TestKeys.steps) == 1, "the other key still goes")
+        #expect(try pair.watch.value(for: TestKeys.secret) == "", "the damaged one is not sent")
+
+        try pair.phone.setNow("new", for: TestKeys.secret)
+        #expect(try pair.phone.value(for: TestKeys.secret) == "new")
+        try pair.phone.setNow(2, for: TestKeys.steps)
+        link.settle()
+        #expect(try pair.watch.value(for: TestKeys.secret) == "new")
+        #expect(try pair.watch.value(for: TestKeys.steps) == 2)
+    }
+
+    /// A store dropped without `close()`: its change streams never ended.
+    @Test func aStoreDroppedWithoutClosingEndsItsStreams() async throws {
+        let folder = TempFolder()
+        var store: SyncStore? = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: try KeyRegistry([TestKeys.steps]))
+        let changes = try #require(store).changes()
+        let events = try #require(store).events()
+        store = nil
+        let ended = Task {
+            for await _ in changes {}
+            for await _ in events {}
+            return !Task.isCancelled  // ended by the store, not by the timeout below
+        }
+        let timeout = Task {
+            try await Task.sleep(for: .seconds(20))
+            ended.cancel()
+        }
+        #expect(await ended.value)
+        timeout.cancel()
+    }
+
+    /// A family `a` beside a key `a:b` (a key named `b` in the namespace `a`):
+    /// the key shadowed the family's member `b`, which read the key's value and refused writes.
+    @Test func aKeyNamedAsAFamilysMemberIsRefused() {
+        let family = KeyFamily<Int>("a", default: 0)
+        let key = Key<Int>("b", in: Namespace("a"), default: 0)
+        for keys: [any KeyDeclaration] in [[family, key], [key, family]] {
+            #expect { _ = try KeyRegistry(keys) } throws: { ($0 as? SyncError)?.code == .duplicateKey }
+        }
+        // Another namespace, or a member of a nested family, is fine.
+        _ = try? #require(try KeyRegistry([family, Key<Int>("b", in: Namespace("ab"), default: 0)]))
+    }
+
+    /// A queued round on a closed store read a message and posted another before it failed.
+    @Test func aQueuedRoundOnAClosedStoreThrowsClosed() throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let secret = PairingSecret.generate()
+        let peer = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
+        let mailbox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
+        pair.phone.close()
+        #expect { try peer.deliverQueued(through: mailbox) } throws: { ($0 as? SyncError)?.code == .closed }
+        #expect(try mailbox.outgoingCount() == 0)
+    }
+}
