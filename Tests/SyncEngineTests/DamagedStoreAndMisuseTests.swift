@@ -104,18 +104,6 @@ import Testing
         timeout.cancel()
     }
 
-    /// A family `a` beside a key `a:b` (a key named `b` in the namespace `a`):
-    /// the key shadowed the family's member `b`, which read the key's value and refused writes.
-    @Test func aKeyNamedAsAFamilysMemberIsRefused() {
-        let family = KeyFamily<Int>("a", default: 0)
-        let key = Key<Int>("b", in: Namespace("a"), default: 0)
-        for keys: [any KeyDeclaration] in [[family, key], [key, family]] {
-            #expect { _ = try KeyRegistry(keys) } throws: { ($0 as? SyncError)?.code == .duplicateKey }
-        }
-        // Another namespace, or a member of a nested family, is fine.
-        _ = try? #require(try KeyRegistry([family, Key<Int>("b", in: Namespace("ab"), default: 0)]))
-    }
-
     /// A queued round on a closed store read a message and posted another before it failed.
     @Test func aQueuedRoundOnAClosedStoreThrowsClosed() throws {
         let pair = try Pair()

@@ -64,13 +64,6 @@ public struct KeyRegistry: Sendable {
         if crosses, d.wireDeclaration.utf8.count > SyncMessage.maxNameLength {
             throw SyncError(.invalidKey, "the declaration of key '\(d.name)' takes \(d.wireDeclaration.utf8.count) bytes (its value type is \(d.valueType ?? "-")); at most \(SyncMessage.maxNameLength) cross the wire")
         }
-        // A key named as a family's member would be (`a:b` beside the family `a`): the two would share its entries.
-        if !d.isFamily, let family = family(forEntry: d.name) {
-            throw SyncError(.duplicateKey, "key '\(d.name)' is also a member of the family '\(family.descriptor.name)' (\(family.valueTypeName) \(family.descriptor)); give the key another name or namespace")
-        }
-        if d.isFamily, let member = exact.keys.sorted().first(where: { $0.utf8.starts(with: (d.name + ":").utf8) }) {
-            throw SyncError(.duplicateKey, "family '\(d.name)' would have the member '\(member)', which is declared as a key of its own; give the key another name or namespace")
-        }
         if d.resolver != nil && entry.resolver == nil {
             throw SyncError(.invalidKey, "key '\(d.name)' names a resolver but none was supplied")
         }
