@@ -19,6 +19,10 @@ final class ValueFiles: Sendable {
     private struct Transaction {
         var written: [String] = []
         var superseded: [String] = []
+        /// Files of a version written again (a resolver's merge keeps the
+        /// version): staged under a temporary name, renamed over the
+        /// committed file only once the row commits.
+        var staged: [(file: String, target: String)] = []
     }
     private let transaction = Mutex(Transaction())
 
@@ -47,11 +51,32 @@ final class ValueFiles: Sendable {
         let target = path(key: key, version: version)
         let temporary = target + ".tmp-\(UInt32.random(in: 0...UInt32.max))"
         transaction.withLock { $0.written.append(target) }
+        try durablyWrite(bytes, to: target, through: temporary)
+    }
+
+    /// Writes `bytes` for the version the committed row already has: to a
+    /// staged file (durably), which replaces the committed file after the
+    /// commit and goes after a rollback, so a rolled-back rewrite never
+    /// touches the file the committed row points at. (A crash between the
+    /// commit and the rename leaves the version's earlier bytes, and the
+    /// staged file is removed at the next open.)
+    func writeAgain(_ bytes: [UInt8], key: String, version: HLCTimestamp) throws {
+        let target = path(key: key, version: version)
+        let staged = target + ".tmp-staged-\(UInt32.random(in: 0...UInt32.max))"
+        transaction.withLock { $0.staged.append((staged, target)) }
+        try durablyWrite(bytes, to: staged, through: staged + "-\(UInt32.random(in: 0...UInt32.max))")
+    }
+
+    private func durablyWrite(_ bytes: [UInt8], to target: String, through temporary: String) throws {
         do {
             try FileWrite.replace(target, with: bytes, through: temporary)
         } catch {
             throw Self.fileError(error.code, error.creating ? "create" : "write", error.file)
         }
+        syncDirectory()
+    }
+
+    private func syncDirectory() {
         let dir = open(directory, O_RDONLY)
         if dir >= 0 {
             fsync(dir)
@@ -79,6 +104,12 @@ final class ValueFiles: Sendable {
         let finished = transaction.withLock { t -> Transaction in
             defer { t = Transaction() }
             return t
+        }
+        if committed {
+            for (file, target) in finished.staged { rename(file, target) }
+            if !finished.staged.isEmpty { syncDirectory() }
+        } else {
+            for (file, _) in finished.staged { unlink(file) }
         }
         for file in committed ? finished.superseded : finished.written { unlink(file) }
     }

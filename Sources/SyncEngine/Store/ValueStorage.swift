@@ -46,19 +46,25 @@ struct RowValueStorage: ValueStorage {
 extension ValueFiles: ValueStorage {
     var keepsValuesInRows: Bool { false }
 
-    /// Writes the new version's file (never over the committed one) and marks
-    /// the replaced version's file for deletion after the commit.
+    /// Writes the new version's file (never over the committed one: the same
+    /// version written again is staged and renamed after the commit) and
+    /// marks the replaced version's file for deletion after the commit.
     func place(_ bytes: [UInt8]?, deleted: Bool, key: String, version: HLCTimestamp,
                in conn: SQLiteConnection) throws -> (column: [UInt8]?, inFile: Bool) {
         let previous = try conn.statement("SELECT ver, node FROM entries WHERE key = ? AND in_file = 1")
         previous.bind(1, key)
+        var rewritesCommittedFile = false
         if try previous.step() {
             let old = HLCTimestamp(packed: previous.int64(0), node: UInt32(truncatingIfNeeded: previous.int64(1)))
-            if old != version { supersede(key: key, version: old) }
+            if old != version { supersede(key: key, version: old) } else { rewritesCommittedFile = true }
         }
         previous.reset()
         guard let bytes, !deleted else { return (bytes, false) }
-        try write(bytes, key: key, version: version)
+        if rewritesCommittedFile {
+            try writeAgain(bytes, key: key, version: version)
+        } else {
+            try write(bytes, key: key, version: version)
+        }
         return (nil, true)
     }
 
