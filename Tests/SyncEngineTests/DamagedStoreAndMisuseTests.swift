@@ -116,3 +116,34 @@ import Testing
         #expect(try mailbox.outgoingCount() == 0)
     }
 }
+
+/// The master key file is made whole or not at all.
+@Suite struct KeyFileCreationTests {
+    /// A crash while the key file was written left it partial (created, then
+    /// written); every later open refused it ("holds 0 bytes, not 32"). It is
+    /// written to a temporary file and linked into place now: what a crash
+    /// leaves is that temporary file, which no open reads.
+    @Test func aNewKeyFileIsWholeAndLeavesNothingElse() async throws {
+        let folder = TempFolder()
+        let keyPath = folder.file("s.key")
+        // What a crash of the new code leaves behind: a partial temporary file.
+        #expect(FileManager.default.createFile(atPath: keyPath + ".tmp-1", contents: Data()))
+        let store = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: try KeyRegistry([TestKeys.secret]),
+                                  options: StoreOptions(encryption: .keyFile(path: keyPath)))
+        try await store.set("sealed", for: TestKeys.secret)
+        store.close()
+        let attributes = try FileManager.default.attributesOfItem(atPath: keyPath)
+        #expect(attributes[.size] as? Int == 32)
+        #expect((attributes[.posixPermissions] as? Int).map { $0 & 0o077 } == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasPrefix("s.key.tmp-") } == ["s.key.tmp-1"])
+        let reopened = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: try KeyRegistry([TestKeys.secret]),
+                                     options: StoreOptions(encryption: .keyFile(path: keyPath)))
+        #expect(try reopened.value(for: TestKeys.secret) == "sealed")
+        reopened.close()
+        // Two providers racing for one path: one key, the first stored.
+        let racing = folder.file("race.key")
+        let first = try KeyFileMasterKeyProvider(path: racing).storeMasterKey(Array(repeating: 1, count: 32))
+        let second = try KeyFileMasterKeyProvider(path: racing).storeMasterKey(Array(repeating: 2, count: 32))
+        #expect(first == Array(repeating: 1, count: 32) && second == first)
+    }
+}

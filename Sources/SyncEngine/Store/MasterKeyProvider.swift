@@ -42,17 +42,32 @@ public struct KeyFileMasterKeyProvider: MasterKeyProvider {
         try AtRestCipher.loadKeyFile(path)
     }
 
+    /// Written whole to a temporary file first, synced, then linked to
+    /// `path` (which fails if another process made it first) and the folder
+    /// synced: a crash leaves no key file at all, never a partial one that
+    /// every later open would refuse.
     public func storeMasterKey(_ newKey: [UInt8]) throws -> [UInt8] {
-        let fd = Foundation.open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        let temporary = path + ".tmp-\(UInt32.random(in: 0...UInt32.max))"
+        let fd = Foundation.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
+            throw SyncError(.keyFile, "cannot create the key file \(path) (errno \(errno)); check the folder exists and is writable")
+        }
+        defer { unlink(temporary) }
+        let written = newKey.withUnsafeBytes { Foundation.write(fd, $0.baseAddress, $0.count) }
+        let synced = written == newKey.count && fsync(fd) == 0
+        let writeError = errno
+        close(fd)
+        guard synced else { throw SyncError(.keyFile, "cannot write the key file \(path) (errno \(writeError))") }
+        guard link(temporary, path) == 0 else {
             // Another process created it meanwhile: use that one.
             if errno == EEXIST, let key = try AtRestCipher.loadKeyFile(path) { return key }
             throw SyncError(.keyFile, "cannot create the key file \(path) (errno \(errno)); check the folder exists and is writable")
         }
-        defer { close(fd) }
-        let written = newKey.withUnsafeBytes { Foundation.write(fd, $0.baseAddress, $0.count) }
-        guard written == newKey.count, fsync(fd) == 0 else {
-            throw SyncError(.keyFile, "cannot write the key file \(path) (errno \(errno))")
+        let folder = Foundation.open((path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent,
+                                     O_RDONLY | O_CLOEXEC)
+        if folder >= 0 {
+            fsync(folder)
+            close(folder)
         }
         return newKey
     }
