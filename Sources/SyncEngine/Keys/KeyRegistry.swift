@@ -77,6 +77,16 @@ public struct KeyRegistry: Sendable {
             throw SyncError(.invalidConfiguration, "cannot read the key registry file \(path)")
         }
         struct File: Decodable { let keys: [KeyDescriptor] }
+        // A misspelled field ("securty") would leave its key at the default: in plain text, syncing.
+        if let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any], let keys = object["keys"] as? [Any] {
+            let known = Set(["name", "availability", "policy", "security", "encoding", "family", "resolver", "legacyName", "type"])
+            for (index, key) in keys.enumerated() {
+                guard let fields = key as? [String: Any] else { continue }
+                if let unknown = fields.keys.sorted().first(where: { !known.contains($0) }) {
+                    throw SyncError(.invalidConfiguration, "the key registry \(path): key \(index + 1) (\(fields["name"].map { "\($0)" } ?? "unnamed")) has the field '\(unknown)', which no key declares; the fields are \(known.sorted().joined(separator: ", "))")
+                }
+            }
+        }
         do {
             return try KeyRegistry(descriptors: JSONDecoder().decode(File.self, from: data).keys)
         } catch let error as SyncError {

@@ -79,7 +79,16 @@ extension SyncStore {
                 throw SyncError(.notADatabase, "\(path) is not a SyncEngine store (\(String(cString: sqlite3_errmsg(db))))")
             }
             defer { sqlite3_finalize(stmt) }
-            while sqlite3_step(stmt) == SQLITE_ROW { row(stmt) }
+            var step = sqlite3_step(stmt)
+            while step == SQLITE_ROW {
+                row(stmt)
+                step = sqlite3_step(stmt)
+            }
+            // A damaged page ends the listing with an error, not with a shorter listing.
+            guard step == SQLITE_DONE else {
+                let code: SyncError.Code = step == SQLITE_CORRUPT || step == SQLITE_NOTADB ? .databaseCorrupt : .database
+                throw SyncError(code, "cannot read \(path): \(String(cString: sqlite3_errmsg(db))); the listing would be incomplete")
+            }
         }
         func text(_ s: OpaquePointer, _ i: Int32) -> String { sqlite3_column_text(s, i).map { String(cString: $0) } ?? "" }
         func version(_ s: OpaquePointer, _ i: Int32, _ j: Int32) -> HLCTimestamp {

@@ -33,6 +33,13 @@ public struct FuzzCommand: AsyncParsableCommand {
         guard runs >= 1 else { throw ValidationError("--runs must be at least 1") }
         guard (1...10_000).contains(ops) else { throw ValidationError("--ops must be in 1...10000") }
         guard (1...Scenario.maxWatches).contains(watches) else { throw ValidationError("--watches must be in 1...\(Scenario.maxWatches)") }
+        // A failure's file must replay: scenario seeds are at most Int64.max.
+        guard seed <= UInt64(Int64.max) - UInt64(runs) else { throw ValidationError("--seed must be at most \(UInt64(Int64.max) - UInt64(runs)) (Int64.max less --runs)") }
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: outDir, isDirectory: &isDirectory), isDirectory.boolValue,
+              FileManager.default.isWritableFile(atPath: outDir) else {
+            throw ValidationError("--out-dir \(outDir) is not a folder this process can write: a failure could not be kept")
+        }
         do {
             _ = try Simulation.testingFaults(named: injectFault)
         } catch {
@@ -75,8 +82,9 @@ public struct FuzzCommand: AsyncParsableCommand {
         }
         let path = "\(outDir)/fuzz-failure-\(failure.seed).json"
         let minPath = "\(outDir)/fuzz-failure-\(failure.seed)-min.json"
-        try failure.scenario.json.write(toFile: path, atomically: true, encoding: .utf8)
+        // The report first: a file that cannot be written must not take the failure with it.
         print(failure.detail)
+        try failure.scenario.json.write(toFile: path, atomically: true, encoding: .utf8)
         print("seed \(failure.seed) failed (\(failure.failedInvariants.joined(separator: ", "))) after \(completed) scenarios passed; written to \(path)")
         fflush(nil)  // the failure shows before the shrink (which over TCP takes minutes), also in a pipe
         printError("shrinking…")

@@ -115,7 +115,10 @@ struct NodeConsole {
                 let old = store.nodeID
                 return ["ok": true, "old": String(old, radix: 16), "node": String(try store.renewNodeID(), radix: 16)]
             case ("wait-idle", 2):
-                guard let seconds = Double(parts[1]), seconds >= 0 else { return ["ok": false, "error": "wait-idle takes a number of seconds"] }
+                // At most a year: `inf` or 1e300 seconds trapped converting to milliseconds.
+                guard let seconds = Double(parts[1]), seconds >= 0, seconds <= 366 * 86_400 else {
+                    return ["ok": false, "error": "wait-idle takes a number of seconds, from 0 to 31622400 (a year)"]
+                }
                 guard live else {
                     return ["ok": false, "code": SyncError.Code.notConnected.rawValue,
                             "error": "wait-idle waits for a live session, and this node syncs only through its mailbox (no --listen or --connect); use status: its mailbox counts and pending"]

@@ -1,0 +1,83 @@
+import Foundation
+@testable import SyncEngine
+@testable import SyncSim
+import SyncTransport
+import Testing
+
+/// What a user can type or pass to `syncsim`: refused with a clear error,
+/// never a trap, and never a failure that goes unreported.
+@Suite struct SyncSimInputTests {
+    /// `wait-idle inf` (or 1e300) trapped converting seconds to milliseconds.
+    @Test func waitIdleRefusesNumbersPastAYear() async throws {
+        let folder = TempFolder()
+        let keys = folder.file("keys.json")
+        try Data(#"{"keys":[{"name":"a"}]}"#.utf8).write(to: URL(fileURLWithPath: keys))
+        let secretFile = folder.file("pair.secret")
+        try PairingSecret.generate().write(to: secretFile)
+        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
+                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
+        defer { phone.stop() }
+        try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
+        for bad in ["inf", "1e300", "-1", "9e15"] {
+            phone.send("wait-idle \(bad)")
+            let reply = try await phone.reply("wait-idle \(bad)")
+            #expect(reply["ok"] as? Bool == false && (reply["error"] as? String)?.contains("a year") == true, "\(reply)")
+        }
+        phone.send("put a 1")
+        #expect(try await phone.reply("put")["ok"] as? Bool == true, "the node still runs")
+    }
+
+    /// A misspelled field in a key registry left its key at the defaults: a
+    /// key meant to be encrypted and never synced was stored in plain text and synced.
+    @Test func aRegistryFieldNoKeyDeclaresIsRefused() throws {
+        let folder = TempFolder()
+        let path = folder.file("keys.json")
+        try Data(#"{"keys":[{"name":"ok","policy":"never"},{"name":"pin","securty":"encrypted","policy":"never"}]}"#.utf8)
+            .write(to: URL(fileURLWithPath: path))
+        #expect { _ = try KeyRegistry.load(jsonFile: path) } throws: {
+            ($0 as? SyncError)?.code == .invalidConfiguration && "\($0)".contains("'securty'") && "\($0)".contains("pin")
+        }
+        try Data(#"{"keys":[{"name":"pin","security":"encrypted","policy":"never","availability":"phoneOnly","type":"String"}]}"#.utf8)
+            .write(to: URL(fileURLWithPath: path))
+        #expect(try KeyRegistry.load(jsonFile: path).descriptors.map(\.security) == [.encrypted])
+    }
+
+    /// `--out-dir` that cannot take a file lost the failure a run found (the
+    /// write came before the report); a seed past Int64.max wrote a failure
+    /// file that `run` refused. Both are usage errors now, before any run.
+    @Test func fuzzRefusesAnOutDirItCannotWriteAndSeedsThatCannotReplay() throws {
+        let folder = TempFolder()
+        try Data().write(to: URL(fileURLWithPath: folder.file("a-file")))
+        for arguments in [["--out-dir", folder.file("missing")], ["--out-dir", folder.file("a-file")],
+                          ["--seed", "18446744073709551610"], ["--seed", "\(Int64.max)"]] {
+            #expect(throws: (any Error).self, "\(arguments)") { _ = try FuzzCommand.parse(["--runs", "2"] + arguments) }
+        }
+        _ = try FuzzCommand.parse(["--runs", "2", "--seed", "\(Int64.max - 2)", "--out-dir", folder.path])
+    }
+}
+
+/// `syncsim inspect` of a damaged store listed the rows before the damage and
+/// exited 0, as if that were all.
+@Suite struct InspectionOfADamagedStoreTests {
+    @Test func aDamagedPageEndsTheListingWithAnError() async throws {
+        let folder = TempFolder()
+        let path = folder.file("big.sqlite")
+        let family = KeyFamily<String>("k", default: "")
+        do {
+            let store = try SyncStore(path: path, role: .phone, registry: try KeyRegistry([family]))
+            try store.batchNow { batch in
+                for i in 0..<3_000 { try batch.set(String(repeating: "v", count: 200) + "\(i)", for: family["\(i)"]) }
+            }
+            store.close()
+        }
+        try rawSQL(path, "PRAGMA wal_checkpoint(TRUNCATE)")
+        #expect(try SyncStore.inspect(path: path).entries.count == 3_000)
+        // Three pages in the middle of the file overwritten.
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        let size = try handle.seekToEnd()
+        try handle.seek(toOffset: (size / 2 / 4096) * 4096)
+        try handle.write(contentsOf: Data(repeating: 0xAB, count: 3 * 4096))
+        try handle.close()
+        #expect { _ = try SyncStore.inspect(path: path) } throws: { ($0 as? SyncError)?.code == .databaseCorrupt }
+    }
+}
