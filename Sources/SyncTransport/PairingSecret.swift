@@ -113,7 +113,8 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
     /// the file is missing, unreadable, readable by group or others, not in
     /// the `syncengine-pairing-v1` format, or not 32 bytes long.
     public static func load(from path: String) throws -> PairingSecret {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        // Non-blocking: opening a FIFO for reading would wait for a writer (the type is checked below).
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard descriptor >= 0 else {
             let code = errno
             if code == ENOENT {

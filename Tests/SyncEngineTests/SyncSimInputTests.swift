@@ -81,3 +81,14 @@ import Testing
         #expect { _ = try SyncStore.inspect(path: path) } throws: { ($0 as? SyncError)?.code == .databaseCorrupt }
     }
 }
+
+/// A FIFO where a file was expected: opening it for reading waited for a writer, for ever.
+@Suite struct FIFOInsteadOfAFileTests {
+    @Test func aFIFOIsRefusedWithoutWaiting() throws {
+        let folder = TempFolder()
+        let fifo = folder.file("fifo")
+        try #require(mkfifo(fifo, 0o600) == 0)
+        #expect { _ = try SyncStore.inspect(path: fifo) } throws: { ($0 as? SyncError)?.code == .notADatabase }
+        #expect { _ = try PairingSecret.load(from: fifo) } throws: { ($0 as? TransportError)?.code == .badSecretFile }
+    }
+}

@@ -67,6 +67,11 @@ extension SyncStore {
     /// `.notADatabase` for one that is not a SyncEngine store.
     public static func inspect(path: String, includeValues: Bool = false) throws -> StoreFileSnapshot {
         guard FileManager.default.fileExists(atPath: path) else { throw SyncError(.database, "no such file: \(path)") }
+        // SQLite's open of a FIFO waits for a writer: only a regular file can be a store.
+        var info = stat()
+        guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+            throw SyncError(.notADatabase, "\(path) is not a regular file (a directory, a FIFO or a device), so no SyncEngine store")
+        }
         var handle: OpaquePointer?
         guard sqlite3_open_v2(path, &handle, SQLITE_OPEN_READONLY, nil) == SQLITE_OK, let db = handle else {
             sqlite3_close(handle)
