@@ -6,8 +6,6 @@ import Testing
 /// A queued acknowledgement from a buggy or hostile peer (one that holds the
 /// pairing secret) that names more of this store's stream than it wrote.
 @Suite struct QueuedHostileAckTests {
-    let secret = PairingSecret.generate()
-
     /// The phone moved its cursor to whatever the acknowledgement named: past
     /// its own stream, so the changes it wrote next were never posted (and a
     /// reopened store would number them past what a queued batch can name).
@@ -15,11 +13,7 @@ import Testing
     @Test func anAcknowledgementPastTheStreamMovesNoCursor() async throws {
         let pair = try Pair()
         let folder = TempFolder()
-        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
-        let phone = SyncPeer(store: pair.phone, configuration: config)
-        let watch = SyncPeer(store: pair.watch, configuration: config)
-        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
-        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        let (phone, phoneBox, watch, watchBox) = try QueuedDeliveryTests().peers(pair, directory: folder.path)
 
         try await pair.phone.set(5, for: TestKeys.steps)
         try phone.deliverQueued(through: phoneBox)
