@@ -533,4 +533,49 @@ import Testing
         try outcome.get()
         #expect(watchB.nodeID != copiedNode && watchA.nodeID == copiedNode)
     }
+
+    /// A live session's hello named the watch's node id; once the store
+    /// takes another (here the app renews it; the mailbox's refusal does the
+    /// same), that session ends and the next one names the new id, so the
+    /// phone meets the watch under it and sends it what the old id wrote.
+    @Test func aLiveSessionStartsAgainUnderARenewedNodeID() async throws {
+        let pair = try Pair()
+        let pairing = PairingSecret.generate()
+        let phone = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: pairing.epoch),
+                             tickInterval: .milliseconds(50))
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secrets: [pairing]))
+        let server = Task { await phone.serve(listener) }
+        let watchStore = pair.watch
+        let watch = SyncPeer(store: watchStore, configuration: ReplicationConfiguration(pairingEpoch: pairing.epoch),
+                             tickInterval: .milliseconds(50))
+        let phoneEvents = pair.phone.events()
+        let port = listener.port
+        let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: port, configuration: TCPConfiguration(secret: pairing)) }
+        let old = watchStore.nodeID
+        let outcome = await Result {
+            try await first(of: phoneEvents, "the phone to meet the watch") { event in
+                if case .connected(let node, _) = event { return node == old }
+                return false
+            }
+            try await watchStore.set(1, for: TestKeys.daily["a"])
+            try await eventually(pair.phone, "the watch's write on the phone") { try pair.phone.storedValue(for: TestKeys.daily["a"]) == 1 }
+            let renewed = try watchStore.renewNodeID()
+            #expect(renewed != old)
+            try await first(of: phoneEvents, "the phone to meet the watch under its new node id") { event in
+                if case .connected(let node, _) = event { return node == renewed }
+                return false
+            }
+            #expect(phone.connectedPeers == [renewed])
+            try await watchStore.set(2, for: TestKeys.daily["b"])
+            try await eventually(pair.phone, "the renewed watch's write on the phone") { try pair.phone.storedValue(for: TestKeys.daily["b"]) == 2 }
+        }
+        client.cancel()
+        server.cancel()
+        await listener.close()
+        try await withDeadline("the watch and the phone to stop") {
+            _ = await client.value
+            _ = await server.value
+        }
+        try outcome.get()
+    }
 }

@@ -163,6 +163,16 @@ import Testing
         #expect(report.passed, "\(report.text)")
     }
 
+    /// A watch refused for its node id in a queued round (`node-id-conflict`)
+    /// took a new one while its live session, whose hello named the old one,
+    /// went on: the phone never met it under the new id and the run never settled.
+    @Test func aWatchRenewedInAQueuedRoundConnectsUnderItsNewNodeIDOverTCP() async throws {
+        let outcome = await Simulation.runTCP(path: "\(SimScenarioTests.fixtures)/regressions/queued-renewal-during-live-session.json")
+        #expect(outcome.runError == nil, "\(outcome.runError ?? "")")
+        let report = try #require(outcome.report)
+        #expect(report.passed, "\(report.text)")
+    }
+
     @Test func skippedTombstonesAreCaughtOverTCP() async throws {
         let faults = try Simulation.testingFaults(named: ["skip-tombstones"])
         let outcome = await Simulation.runTCP(path: SimScenarioTests.path("conflicts-and-deletes"), options: RunOptions(testingFaults: faults))

@@ -184,6 +184,12 @@ public final class SyncPeer: Sendable {
         // Closing the store ends the session (the peer sees the connection close).
         let storeClosing = store.whenClosed { continuation.yield(.closed(SyncPeer.closedStoreReason(self.store.path))) }
         defer { storeClosing.cancel() }
+        // A session's hello named the store's node id: once the store takes another (its phone
+        // refused it through the mailbox, or the app renewed it), the session starts again under it.
+        let renewal = store.nodeRenewals.observe(where: { _ in true }) { renewed in
+            continuation.yield(.closed("this store took a new node id (\(String(renewed, radix: 16))); the session starts again under it"))
+        }
+        defer { renewal.cancel() }
         // Acknowledgements go out once their commits are on stable storage. The fsync runs
         // beside the session loop (group commit), which goes on applying what arrives meanwhile.
         let (ackSignals, ackSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))

@@ -108,7 +108,9 @@ extension SyncStore {
     /// must not bring `old` back once a hello named it) and on new versions.
     private func adoptRenewed(_ renewed: UInt32, old: UInt32) throws {
         try syncCommitted()
+        let before = clock.node
         clock.adopt(node: renewed)
+        if renewed != before { nodeRenewals.publish(renewed) }
         if renewed != old {
             logger.notice("this store took a new node id", metadata: ["old": "\(String(old, radix: 16))", "new": "\(String(renewed, radix: 16))"])
         }

@@ -41,6 +41,9 @@ public final class SyncStore: KeyValueBackend {
     let localWrites = Broadcaster<UInt32>()
     /// Each wait the engine's timers schedule for this store (tests follow them).
     let timedWaits = Broadcaster<TimedWait>()
+    /// Each node id this store takes in this process (`renewNodeID()`): sessions
+    /// whose hello named the one before end, and start again under it.
+    let nodeRenewals = Broadcaster<UInt32>()
     /// Publishes nothing: it ends when the store closes (`whenClosed`).
     private let closing = Broadcaster<Void>()
     /// The origin of a local commit in `localWrites` (no peer has node 0).
@@ -180,6 +183,7 @@ public final class SyncStore: KeyValueBackend {
         peerEventHub.finishAll()
         localWrites.finishAll()
         timedWaits.finishAll()
+        nodeRenewals.finishAll()
         closing.finishAll()
     }
 

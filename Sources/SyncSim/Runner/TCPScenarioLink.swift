@@ -214,7 +214,12 @@ final class TCPScenarioLink: ScenarioLink {
         var busy: [String] = []
         if let phone = peers[.phone] {
             let connected = Set(phone.connectedPeers)
-            for watch in watches where !connected.contains(watch.store?.nodeID ?? watch.nodeID) { busy.append("\(watch.name.rawValue) not connected to the phone") }
+            let named = { (nodes: [UInt32]) in nodes.isEmpty ? "none" : nodes.map { String($0, radix: 16) }.joined(separator: ", ") }
+            for watch in watches where !connected.contains(watch.store?.nodeID ?? watch.nodeID) {
+                let id = watch.store?.nodeID ?? watch.nodeID
+                let ends = peers[watch.name].map { "; its sessions: \(named($0.connectedPeers))" } ?? ""
+                busy.append("\(watch.name.rawValue) (\(String(id, radix: 16))) not connected to the phone (the phone's sessions: \(named(phone.connectedPeers))\(ends))")
+            }
         }
         for node in [state.phone] + watches {
             guard let peer = peers[node.name] else { continue }
