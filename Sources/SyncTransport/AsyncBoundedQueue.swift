@@ -18,6 +18,8 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
         var head = 0
         var used = 0
         var finished = false
+        /// Set by `removeBound()`: every push fits.
+        var unbounded = false
         var failure: (any Error)?
         var consumer: (id: UInt64, continuation: CheckedContinuation<Element?, any Error>)?
         var producers: [Waiter] = []
@@ -46,7 +48,7 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
         }
 
         func fits(_ cost: Int, capacity: Int) -> Bool {
-            count == 0 || used + cost <= capacity
+            count == 0 || unbounded || used + cost <= capacity
         }
 
         /// Takes `element` when no producer waits before it and it fits: for the
@@ -85,7 +87,7 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
     var usedCost: Int { state.withLock { $0.used } }
 
     /// Whether a push would suspend now (or producers already wait).
-    var isFull: Bool { state.withLock { !$0.producers.isEmpty || ($0.count > 0 && $0.used >= capacity) } }
+    var isFull: Bool { state.withLock { !$0.producers.isEmpty || (!$0.unbounded && $0.count > 0 && $0.used >= capacity) } }
 
     /// Appends `element`, suspending while the queue is full. Throws
     /// `TransportError(.closed)` once the queue is finished, and
@@ -258,6 +260,18 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
             if let error { consumer.resume(throwing: error) } else { consumer.resume(returning: nil) }
         }
         return queued
+    }
+
+    /// From now on `push` never waits: the waiting producers' elements are
+    /// queued at once, in order, and later ones too. For when only a bounded
+    /// rest can still come (a closed socket's last frames) and the consumer
+    /// may have stopped: nothing is dropped, and no producer waits for ever.
+    func removeBound() {
+        let admitted = state.withLock { state -> [Waiter] in
+            state.unbounded = true
+            return admitWaiters(&state)
+        }
+        for waiter in admitted { waiter.continuation.resume() }
     }
 
     /// Moves waiting producers' elements into the queue while they fit.

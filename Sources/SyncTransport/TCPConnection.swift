@@ -31,6 +31,8 @@ final class TCPConnection: FrameConnection {
     let pairingEpoch: String?
     /// Each time `send` suspends because the outbound buffer is full (for tests).
     let sendSuspensions: AsyncStream<Void>
+    /// Each time the reader suspends because the inbound buffer is full (for tests).
+    let readerSuspensions: AsyncStream<Void>
 
     private let channel: any Channel
     private let activity: SocketActivity
@@ -54,7 +56,10 @@ final class TCPConnection: FrameConnection {
         var logger = configuration.logger
         logger[metadataKey: "peer"] = "\(peer)"
         self.logger = logger
-        let inboundQueue = AsyncBoundedQueue<Frame>(capacity: configuration.maxBufferedInboundBytes)
+        let (readerSuspensions, readerSuspended) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        self.readerSuspensions = readerSuspensions
+        let inboundQueue = AsyncBoundedQueue<Frame>(
+            capacity: configuration.maxBufferedInboundBytes, onSuspend: { readerSuspended.yield() })
         self.inboundQueue = inboundQueue
         let (suspensions, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         self.sendSuspensions = suspensions
@@ -88,6 +93,10 @@ final class TCPConnection: FrameConnection {
         // Let the writer flush what was sent, then close; force it after a grace period.
         outboundQueue.finish()
         let channel = self.channel
+        // Once the socket is closed, the reader must reach the end of its stream even if
+        // nobody reads `inbound` any more: the frames left are queued without waiting for room.
+        let inboundQueue = self.inboundQueue
+        channel.closeFuture.whenComplete { _ in inboundQueue.removeBound() }
         let grace = configuration.handshakeTimeout
         await withTaskGroup(of: Void.self) { group in
             group.addTask {

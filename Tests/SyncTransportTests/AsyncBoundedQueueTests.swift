@@ -86,6 +86,25 @@ import Testing
         #expect(queue.usedCost == 0)
     }
 
+    /// Removing the bound admits the waiting producer (nobody pops) and every
+    /// later push; the consumer still gets them all, in order, then the end.
+    @Test func removingTheBoundAdmitsTheWaitingProducers() async throws {
+        let (suspensions, suspended) = AsyncStream.makeStream(of: Void.self)
+        let queue = AsyncBoundedQueue<Int>(capacity: 2, onSuspend: { suspended.yield() })
+        try await queue.push(1, cost: 1)
+        try await queue.push(2, cost: 1)
+        let blocked = Task { try await queue.push(3, cost: 1) }
+        try await first(of: suspensions, "the producer to wait for room")
+        queue.removeBound()
+        try await withDeadline("the waiting producer to be admitted") { try await blocked.value }
+        try await queue.push(4, cost: 10)
+        #expect(queue.isFull == false)
+        queue.finish()
+        var popped: [Int] = []
+        while let element = try await queue.pop() { popped.append(element) }
+        #expect(popped == [1, 2, 3, 4])
+    }
+
     @Test func elementsComeOutInOrderWithinTheCostBound() async throws {
         let queue = AsyncBoundedQueue<Payload>(capacity: 10)
         try await queue.push(Payload(1), cost: 4)

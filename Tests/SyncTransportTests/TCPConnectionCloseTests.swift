@@ -1,0 +1,56 @@
+import Testing
+@testable import SyncTransport
+
+/// `close()` while the reader waits for room in a full inbound buffer: it
+/// hung for ever when nobody read `inbound` any more (a session whose
+/// consumer had stopped), since the reader, stuck in the buffer, never saw the
+/// socket close.
+@Suite(.timeLimit(.minutes(5))) struct TCPConnectionCloseTests {
+    let secret = PairingSecret.generate()
+    static let bound = 4 << 10
+    static let frameCount = 32  // 32 KiB: far more than the receiver's 4 KiB buffer holds
+
+    /// A receiver with a small inbound buffer, its peer's end, and the listener.
+    private func connect() async throws -> (receiver: TCPConnection, sender: any FrameConnection, listener: TCPListener) {
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
+        let receiver = try await TCPTransport.connectTCP(
+            host: "127.0.0.1", port: listener.port,
+            configuration: testConfiguration(secret) { $0.maxBufferedInboundBytes = Self.bound })
+        let sender = try await first(of: listener.connections, "the sending connection")
+        return (receiver, sender, listener)
+    }
+
+    /// Sends more frames than the receiver buffers; returns once its reader waits for room.
+    private func fillInboundBuffer(of receiver: TCPConnection, from sender: any FrameConnection) async throws {
+        for index in 0..<Self.frameCount {
+            try await sender.send(Frame(type: 1, payload: [UInt8(index)] + randomBytes(1 << 10, seed: UInt64(index))))
+        }
+        try await first(of: receiver.readerSuspensions, "the receiver's reader to wait for room")
+    }
+
+    @Test func closeReturnsWhileNobodyReadsAFullInboundBuffer() async throws {
+        let (receiver, sender, listener) = try await connect()
+        try await fillInboundBuffer(of: receiver, from: sender)
+        try await withDeadline("close() with a full inbound buffer nobody reads") { await receiver.close() }
+        try await withDeadline("waitUntilClosed() after close()") { await receiver.waitUntilClosed() }
+        await sender.close()
+        await listener.close()
+    }
+
+    /// Closing does not take the frames that arrived from a consumer that still reads.
+    @Test func closeLeavesTheArrivedFramesToAReaderThatStillReads() async throws {
+        let (receiver, sender, listener) = try await connect()
+        try await fillInboundBuffer(of: receiver, from: sender)
+        // The frames queued, and the one the reader waits to queue.
+        let arrived = receiver.statistics.framesReceived
+        #expect(arrived > 1 && arrived < Self.frameCount)
+        let closing = Task { await receiver.close() }
+        let end = try await inboundEnd(of: receiver)
+        #expect(end.error == nil)
+        #expect(end.frames.count >= arrived)
+        #expect(end.frames.map { $0.payload[0] } == (0..<end.frames.count).map { UInt8($0) }, "in order, none missing")
+        try await withDeadline("close() while the reader drains") { await closing.value }
+        await sender.close()
+        await listener.close()
+    }
+}
