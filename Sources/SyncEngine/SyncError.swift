@@ -36,7 +36,7 @@ public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let masterKeyUnavailable = Code("master-key-unavailable")
         /// A value file of a `FileValueStore` is missing or damaged; its metadata is intact.
         public static let corruptValueFile = Code("corrupt-value-file")
-        /// Another process replicates this store file right now.
+        /// Another process, or another `SyncStore` of this one, replicates this store file right now.
         public static let replicationLocked = Code("replication-locked")
         /// The replication lock file (`<store>.sync-lock`) could not be opened
         /// or locked: too many open files, no permission, not a regular file.

@@ -29,16 +29,16 @@ extension SyncPeer {
     /// store's pending changes for the peer, unless a live session with it is
     /// up. Failures (a full spool, refused files) are `.error` events and in
     /// the report, never thrown; throws `replication-locked` when another
-    /// process replicates the store (`replication-lock-unavailable` when its
-    /// lock file cannot be opened), and `closed` when the store is closed
-    /// (nothing is read or posted). Mailboxes of one directory, role and
-    /// pairing are one: an app may make one for each round (the first made
-    /// does the rounds of all).
+    /// process, or another store of this one, replicates the file
+    /// (`replication-lock-unavailable` when its lock file cannot be opened),
+    /// and `closed` when the store is closed (nothing is read or posted).
+    /// Mailboxes of one directory, role and pairing are one: an app may make
+    /// one for each round (the first made does the rounds of all).
     @discardableResult
     public func deliverQueued(through mailbox: Mailbox) throws -> QueuedDeliveryReport {
         try store.checkOpen()
-        try ReplicationLock.acquire(storePath: store.path)
-        defer { ReplicationLock.release(storePath: store.path) }
+        try ReplicationLock.acquire(for: store)
+        defer { ReplicationLock.release(for: store) }
         var configuration = self.configuration
         configuration.pairingEpoch = mailbox.pairingEpoch
         let key = QueuedDriverKey(mailbox)

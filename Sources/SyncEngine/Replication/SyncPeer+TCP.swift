@@ -52,7 +52,7 @@ extension SyncPeer {
     ///
     /// Dials through a `ReconnectingDialer` (the one reconnect loop of the
     /// package; its retries are logged to `configuration.logger`), and only
-    /// while this process holds the store's replication lock: the peer never
+    /// while this store holds its file's replication lock: the peer never
     /// sees a second session for this device. Each failed dial is also an
     /// `.error` event with the transport's code (`not-connected` when nothing
     /// answered, `authentication-failed` for another pairing, …).
@@ -108,8 +108,8 @@ private final class ReplicationLockHold: Sendable {
         self.store = store
     }
 
-    /// Waits until this process may replicate the store (another process may
-    /// hold its lock, or its lock file cannot be opened for now: too many
+    /// Waits until this store may replicate its file (another process or store
+    /// may hold its lock, or its lock file cannot be opened for now: too many
     /// open files), looking again after 250 ms, then less and less often, up
     /// to every 2 s. Reports each reason to wait once as an `.error` event.
     /// Throws `CancellationError` when cancelled.
@@ -118,7 +118,7 @@ private final class ReplicationLockHold: Sendable {
         var looks = TickSchedule(base: .milliseconds(250), quiet: .seconds(2))
         while true {
             do throws(SyncError) {
-                try ReplicationLock.acquire(storePath: store.path)
+                try ReplicationLock.acquire(for: store)
                 break
             } catch {
                 try store.checkOpen()
@@ -138,6 +138,6 @@ private final class ReplicationLockHold: Sendable {
             defer { held = false }
             return held
         }
-        if wasHeld { ReplicationLock.release(storePath: store.path) }
+        if wasHeld { ReplicationLock.release(for: store) }
     }
 }

@@ -159,13 +159,13 @@ public final class SyncPeer: Sendable {
             return (SyncPeer.closedStoreReason(store.path), nil)
         }
         do {
-            try ReplicationLock.acquire(storePath: store.path)
+            try ReplicationLock.acquire(for: store)
         } catch {
             await connection.close()
             store.emit(.error(error))
             return (error.description, error)
         }
-        defer { ReplicationLock.release(storePath: store.path) }
+        defer { ReplicationLock.release(for: store) }
         let session = state.withLock { state -> Int in
             defer { state.nextSession += 1 }
             state.sessions[state.nextSession] = Session()
@@ -396,8 +396,12 @@ public final class SyncPeer: Sendable {
     /// Why a session ends, or does not start, when its store is closed.
     static func closedStoreReason(_ path: String) -> String { "the store at \(path) was closed" }
 
-    static func lockedError(_ path: String) -> SyncError {
-        SyncError(.replicationLocked, "another process replicates the store at \(path) (it holds \(ReplicationLock.lockPath(for: path))); this one stays local and retries when it is released")
+    /// Another process (or, `byThisProcess`, another `SyncStore` of this one) replicates the file.
+    static func lockedError(_ path: String, byThisProcess: Bool = false) -> SyncError {
+        if byThisProcess {
+            return SyncError(.replicationLocked, "another SyncStore of this process replicates the store file at \(path) (open a file once per process and share the store); this one stays local and retries when that one's sessions end")
+        }
+        return SyncError(.replicationLocked, "another process replicates the store at \(path) (it holds \(ReplicationLock.lockPath(for: path))); this one stays local and retries when it is released")
     }
 
     /// Records a session's state (nil: the session ended) and publishes the

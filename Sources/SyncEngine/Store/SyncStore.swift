@@ -243,7 +243,7 @@ public final class SyncStore: KeyValueBackend {
     @_spi(Testing)
     public func waitForBackgroundCheckpoints() { database.drainCheckpoints() }
 
-    func checkOpen() throws {
+    func checkOpen() throws(SyncError) {
         if isClosed { throw SyncError(.closed, "the store at \(path) is closed; open it again") }
     }
 

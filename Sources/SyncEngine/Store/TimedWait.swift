@@ -6,7 +6,7 @@ enum TimedWait: Sendable, Equatable {
     case tick(Duration)
     /// The next timed round of queued delivery (`SyncPeer.runQueued`).
     case queuedRound(Duration)
-    /// The next look for another process's replication lock.
+    /// The next look for the replication lock another process or store holds.
     case replicationLock(Duration)
     /// The store timer's next look for other processes' commits.
     case externalLook(Duration)
