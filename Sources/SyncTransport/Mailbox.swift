@@ -512,7 +512,13 @@ enum MailboxFiles {
         // Non-blocking: opening a FIFO for reading would wait for a writer.
         let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard descriptor >= 0 else {
-            throw TransportError(.mailboxIO, "cannot open \(path): \(String(cString: strerror(errno)))")
+            let code = errno
+            // A socket cannot be opened at all (`ENXIO`): no message, and it will never be one.
+            var info = stat()
+            if stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
+                throw TransportError(.notAMessageFile, "\(path) is not a regular file (a socket or a device), so no message")
+            }
+            throw TransportError(.mailboxIO, "cannot open \(path): \(String(cString: strerror(code)))")
         }
         defer { close(descriptor) }
         var info = stat()

@@ -91,6 +91,40 @@ import Glibc
         #expect(try watch.refusedFiles() == [Mailbox.fileName(1), Mailbox.fileName(4)])
     }
 
+    /// A UNIX-domain socket bound under a message's name: `open` fails on it
+    /// (`ENXIO`), so `next()` threw `mailbox-io` at every call and the
+    /// messages after it never came. It is set aside as refused.
+    @Test func aSocketUnderAMessageNameIsRefusedAndTheNextComes() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        try phone.post(frame("one"))
+        try phone.post(frame("two"))
+        let path = directory + "/phone-to-watch/" + Mailbox.fileName(1)
+        try FileManager.default.removeItem(atPath: path)
+        let socketDescriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(socketDescriptor >= 0)
+        defer { close(socketDescriptor) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let pathBytes = Array(path.utf8)
+        try #require(pathBytes.count < MemoryLayout.size(ofValue: address.sun_path))
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: pathBytes) }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(socketDescriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        try #require(bound == 0)
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        let drained = try drain(watch)
+        #expect(drained.messages.map(\.frame) == [frame("two")])
+        #expect(drained.refused.map(\.name) == [Mailbox.fileName(1)])
+        #expect(drained.refused.allSatisfy { $0.error.code == .notAMessageFile })
+        #expect(try watch.refusedFiles() == [Mailbox.fileName(1)])
+        #expect(try watch.next() == nil)
+    }
+
     /// Sizes add up without overflow, however large a file system says a file is.
     @Test func spoolSizesSaturateInsteadOfOverflowing() {
         #expect(MailboxFiles.saturatingSum(Int.max - 1, 5) == Int.max)
