@@ -66,6 +66,12 @@ public struct TCPConfiguration: Sendable {
     /// stopped taking, or a paired peer that dials faster than it takes,
     /// costs a bounded number of open sockets.
     public var maxUntakenConnections = 64
+    /// How many connections a listener lets run their handshake at once. One
+    /// more is closed at once and reported as a rejection
+    /// (`too-many-connections`): strangers that connect and never finish the
+    /// handshake hold a bounded number of sockets (each for at most
+    /// `handshakeTimeout`), never every descriptor of the process.
+    public var maxPendingHandshakes = 64
 
     /// Every pairing a listener accepts: `secret`, then `additionalSecrets`
     /// (the same secret given twice counts once).

@@ -74,6 +74,10 @@ public final class TCPListener: Service, Sendable {
     private let untaken: AsyncBoundedQueue<any FrameConnection>
     /// How many authenticated connections wait to be taken from `connections` (for tests).
     var untakenConnections: Int { untaken.usedCost }
+    /// Connections accepted whose handshake has not ended yet (at most `maxPendingHandshakes`).
+    private let handshakes = Mutex(0)
+    /// How many accepted connections are in their handshake (for tests).
+    var pendingHandshakes: Int { handshakes.withLock { $0 } }
     private let reporter: RejectionReporter
     private let logger: Logger
     private let phase = Mutex(Phase.bound)
@@ -206,10 +210,23 @@ public final class TCPListener: Service, Sendable {
                 for try await accepted in inbound {
                     guard let child = children.take(accepted) else { continue }
                     let peer = TCPTransport.describePeer(child.asyncChannel.channel)
+                    let limit = configuration.maxPendingHandshakes
+                    let admitted = handshakes.withLock { count -> Bool in
+                        guard count < max(1, limit) else { return false }
+                        count += 1
+                        return true
+                    }
+                    guard admitted else {
+                        // Strangers that never finish their handshake must not hold every descriptor.
+                        group.addTask {
+                            try? await child.asyncChannel.executeThenClose { _, _ in }
+                            reporter.report(TransportError(.tooManyConnections, "\(limit) connections are already in their handshake (TCPConfiguration.maxPendingHandshakes); this one was closed before its own began"), peer: peer)
+                        }
+                        continue
+                    }
                     group.addTask {
                         do {
-                            let connection = try await TCPTransport.establish(
-                                child, role: .listener, configuration: configuration)
+                            let connection = try await self.establishCounted(child, configuration: configuration)
                             let queued: Bool
                             do {
                                 queued = try untaken.pushIfWithin(configuration.maxUntakenConnections, connection, cost: 1)
@@ -230,6 +247,12 @@ public final class TCPListener: Service, Sendable {
                 group.cancelAll()
             }
         }
+    }
+
+    /// The listener's handshake on an accepted channel, counted in `handshakes` until it ends.
+    private func establishCounted(_ child: TransportChannel, configuration: TCPConfiguration) async throws -> TCPConnection {
+        defer { handshakes.withLock { $0 -= 1 } }
+        return try await TCPTransport.establish(child, role: .listener, configuration: configuration)
     }
 
     /// After accepting ended: closes what the loop never took, finishes the streams.

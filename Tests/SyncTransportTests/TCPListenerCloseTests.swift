@@ -89,6 +89,49 @@ import Glibc
         for client in clients + [third] { await client.close() }
     }
 
+    /// Connections that never finish their handshake are bounded: past
+    /// `maxPendingHandshakes`, the next one is closed at once and reported.
+    /// (Each stayed open until its handshake timed out, so strangers that
+    /// connected fast enough held every descriptor of the process.)
+    @Test func connectionsInTheirHandshakeAreBounded() async throws {
+        let listener = try await TCPListener.bind(
+            host: "127.0.0.1", port: 0,
+            configuration: testConfiguration(secret) {
+                $0.maxPendingHandshakes = 2
+                $0.handshakeTimeout = .seconds(600)
+            })
+        // Three strangers that connect and say nothing (the listener may take them in any order).
+        var silent: [Int32] = []
+        for _ in 0..<3 { silent.append(try #require(Self.rawConnect(port: listener.port))) }
+        // One is closed long before the handshake timeout, and reported.
+        let report = try await first(of: listener.rejectionReports, "a rejection of the connection past the limit") {
+            $0.reason.code == .tooManyConnections
+        }
+        #expect(report.reason.message.contains("maxPendingHandshakes"), "\(report)")
+        let ended = try await withDeadline("the listener to close the connection past the limit") { [silent] in
+            while true {
+                var byte: UInt8 = 0
+                let closed = silent.filter { recv($0, &byte, 1, Int32(MSG_DONTWAIT)) == 0 }
+                if !closed.isEmpty { return closed.count }
+                await Task.yield()
+            }
+        }
+        #expect(ended == 1)
+        #expect(listener.pendingHandshakes == 2)
+        // Once the silent ones are gone, a paired peer gets in.
+        for fd in silent { close(fd) }
+        try await withDeadline("the silent connections' handshakes to end") {
+            while listener.pendingHandshakes > 0 { await Task.yield() }
+        }
+        let dialer = try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret))
+        let accepted = try await first(of: listener.connections, "the paired peer's connection")
+        try await dialer.send(Frame(type: 1, payload: [7]))
+        #expect(try await receive(1, from: accepted) == [Frame(type: 1, payload: [7])])
+        await dialer.close()
+        await accepted.close()
+        await listener.close()
+    }
+
     @Test func closingWithQueuedConnectionsNeverDropsAChannel() async throws {
         let rounds = 300
         var accepted = 0
