@@ -361,6 +361,7 @@ public final class Mailbox: Sendable {
 
     private func moveAside(_ name: String, _ error: TransportError) throws {
         let refused = inboxPath + "/refused"
+        try MailboxFiles.makeRealDirectory(refused)
         var target = name
         var attempt = 1
         while FileManager.default.fileExists(atPath: refused + "/" + target) {
@@ -409,6 +410,20 @@ enum MailboxFiles {
         if mkdir(path, 0o700) != 0, errno != EEXIST {
             throw TransportError(.mailboxIO, "cannot create the mailbox directory \(path): \(String(cString: strerror(errno)))")
         }
+    }
+
+    /// Makes `path` a folder again where the peer, who owns the spool, put a
+    /// symbolic link (removed, never what it points to: refusing moved files
+    /// into it and pruned it) or removed it. Anything else throws `mailbox-io`.
+    static func makeRealDirectory(_ path: String) throws {
+        var info = stat()
+        if lstat(path, &info) == 0 {
+            if info.st_mode & S_IFMT == S_IFDIR { return }
+            guard info.st_mode & S_IFMT == S_IFLNK, unlink(path) == 0 else {
+                throw TransportError(.mailboxIO, "\(path) is not a folder, so no refused file can be kept in it")
+            }
+        }
+        try makeDirectory(path)
     }
 
     /// Names in `directory` (not `.` and `..`).

@@ -125,6 +125,48 @@ import Glibc
         #expect(try watch.next() == nil)
     }
 
+    /// The peer owns the inbox spool, so it can make its `refused/` a symbolic
+    /// link to a folder of ours: refusing its next file then moved it there and
+    /// pruned that folder down to `maxRefusedFiles`, deleting our files. (A
+    /// `refused/` removed, or a dangling link, made every refusal fail with
+    /// `mailbox-io`, and the messages after it never came.) The link is
+    /// replaced by a real folder; what it pointed to is left alone.
+    @Test func aRefusedFolderThatIsALinkIsReplacedAndItsTargetLeftAlone() throws {
+        let directory = try temporaryDirectory()
+        let outside = try temporaryDirectory()
+        let ours = (1...5).map { "document-\($0).txt" }
+        for name in ours { #expect(FileManager.default.createFile(atPath: outside + "/" + name, contents: Data("ours".utf8))) }
+        let secret = PairingSecret.generate()
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret, limits: MailboxLimits(maxRefusedFiles: 2))
+        let refused = directory + "/phone-to-watch/refused"
+        /// A message the watch refuses (its seal broken), then one it takes.
+        func postBadThenGood(_ text: String) throws -> UInt64 {
+            let bad = try phone.post(frame("bad"))
+            #expect(FileManager.default.createFile(atPath: directory + "/phone-to-watch/" + Mailbox.fileName(bad), contents: Data([0xDE, 0xAD])))
+            try phone.post(frame(text))
+            return bad
+        }
+        func isRealDirectory(_ path: String) throws -> Bool {
+            try FileManager.default.attributesOfItem(atPath: path)[.type] as? FileAttributeType == .typeDirectory
+        }
+        for damage in ["a link to our folder", "removed", "a dangling link"] {
+            try FileManager.default.removeItem(atPath: refused)
+            switch damage {
+            case "a link to our folder": try FileManager.default.createSymbolicLink(atPath: refused, withDestinationPath: outside)
+            case "a dangling link": try FileManager.default.createSymbolicLink(atPath: refused, withDestinationPath: outside + "/missing")
+            default: break
+            }
+            let bad = try postBadThenGood(damage)
+            let drained = try drain(watch)
+            #expect(drained.refused.map(\.name) == [Mailbox.fileName(bad)], "refused/ \(damage)")
+            #expect(drained.messages.map(\.frame) == [frame(damage)], "refused/ \(damage)")
+            #expect(try isRealDirectory(refused), "refused/ \(damage)")
+            #expect(try watch.refusedFiles() == [Mailbox.fileName(bad)], "refused/ \(damage)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: outside).sorted() == ours, "refused/ \(damage)")
+        }
+    }
+
     /// Sizes add up without overflow, however large a file system says a file is.
     @Test func spoolSizesSaturateInsteadOfOverflowing() {
         #expect(MailboxFiles.saturatingSum(Int.max - 1, 5) == Int.max)
