@@ -29,7 +29,7 @@ package enum Checksum {
             var value = UInt(crc)
             var offset = 0
             while offset < buffer.count {
-                let chunk = min(buffer.count - offset, Int(UInt32.max))
+                let chunk = min(buffer.count - offset, Int(clamping: UInt32.max))
                 value = CZlib.crc32(value, buffer.baseAddress! + offset, UInt32(chunk))
                 offset += chunk
             }

@@ -128,7 +128,7 @@ public enum Compression {
         if let chain = settings.maxChain, !(1...4096).contains(chain) {
             throw TransportError(.protocolViolation, "a hash-chain search of \(chain) is not in 1...4096")
         }
-        guard bytes.count <= Int(UInt32.max) else {
+        guard bytes.count <= Int(clamping: UInt32.max) else {
             throw TransportError(.oversizedFrame, "\(bytes.count) bytes are too many to compress in one piece")
         }
         var stream = z_stream()

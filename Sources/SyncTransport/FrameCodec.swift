@@ -157,7 +157,7 @@ public struct FrameCodec: Sendable {
         if head.count > 4 { try checkFlags(EnvelopeFlags(rawValue: head[4]), type: head[3]) }
         guard head.count >= 9 else { return nil }
         var reader = ByteReader(Array(head[5...]))
-        let length = Int(try reader.readUInt32())
+        let length = Int(clamping: try reader.readUInt32())
         try checkWireSize(length)
         guard head.count == FrameEnvelope.headerSize else { return nil }
         return EnvelopeHeader(

@@ -19,5 +19,5 @@ public struct FrameLimits: Sendable, Hashable, Codable {
     public static let `default` = FrameLimits()
 
     /// The limit on a payload's length field: `maxFrameSize`, at most `UInt32.max`.
-    var wireLimit: Int { min(max(0, maxFrameSize), Int(UInt32.max)) }
+    var wireLimit: Int { min(max(0, maxFrameSize), Int(clamping: UInt32.max)) }
 }

@@ -389,7 +389,7 @@ public final class Mailbox: Sendable {
         for name in names where !name.hasSuffix(".reason") && !name.hasPrefix(".tmp-") {
             var info = stat()
             guard stat(refused + "/" + name, &info) == 0 else { continue }
-            let size = max(0, Int(info.st_size))
+            let size = max(0, Int(clamping: info.st_size))
             bytes = MailboxFiles.saturatingSum(bytes, size)
             if name != newest { others.append((name, Int(info.st_mtim.tv_sec), Int(info.st_mtim.tv_nsec), size)) }
         }
@@ -485,7 +485,7 @@ enum MailboxFiles {
             var info = stat()
             if stat(spool + "/" + Mailbox.fileName(sequence), &info) == 0 {
                 count += 1
-                bytes = saturatingSum(bytes, max(0, Int(info.st_size)))
+                bytes = saturatingSum(bytes, max(0, Int(clamping: info.st_size)))
             }
         }
         return (count, bytes)
@@ -543,11 +543,11 @@ enum MailboxFiles {
         guard info.st_mode & S_IFMT == S_IFREG else {
             throw TransportError(.notAMessageFile, "\(path) is not a regular file (a directory, a FIFO or a device), so no message")
         }
-        guard Int(info.st_size) <= limit else {
+        guard Int(clamping: info.st_size) <= limit else {
             throw TransportError(.oversizedFrame, "the mailbox file \(path) has \(info.st_size) bytes, over the \(limit)-byte limit")
         }
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(Int(info.st_size))
+        bytes.reserveCapacity(Int(clamping: info.st_size))
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
         while bytes.count <= limit {
             let count = chunk.withUnsafeMutableBytes { posixRead(descriptor, $0.baseAddress, $0.count) }

@@ -177,7 +177,7 @@ package enum QueuedMessage: Sendable, Equatable {
             case .ack:
                 let after = Int64(bitPattern: try r.readUInt64()), through = Int64(bitPattern: try r.readUInt64())
                 guard after >= 0, through > after else { throw SyncError(.malformedMessage, "a queued acknowledgement covers an empty range \(after)...\(through)") }
-                let applied = Int(try r.readVarInt() & 0xFFFF_FFFF)
+                let applied = Int(clamping: try r.readVarInt() & 0xFFFF_FFFF)
                 var rejected: [SyncMessage.Rejection] = []
                 for _ in 0..<(try r.readCount()) {
                     rejected.append(SyncMessage.Rejection(key: try r.readKeyName(), code: try r.readString(maxLength: 128)))

@@ -449,7 +449,7 @@ extension SyncMessage {
                 }
                 let key = try r.readKeyName()
                 let version = try r.readTimestamp()
-                let index = Int(try r.readVarInt() & 0xFFFF_FFFF)
+                let index = Int(clamping: try r.readVarInt() & 0xFFFF_FFFF)
                 let complete = try r.readUInt8() != 0
                 let size = try r.readVarInt() & 0xFFFF_FFFF, checksum = try r.readUInt32(), staged = try r.readVarInt()
                 guard size >= 1 else {
@@ -460,7 +460,7 @@ extension SyncMessage {
                 }
                 guard r.isAtEnd else { throw SyncError(.malformedMessage, "\(type) message has \(r.remaining) trailing bytes") }
                 self = .chunkAck(ChunkAck(key: key, version: version, index: index, complete: complete,
-                                          value: ChunkedValue(totalSize: Int(size), totalChecksum: checksum), staged: Int(staged)))
+                                          value: ChunkedValue(totalSize: Int(clamping: size), totalChecksum: checksum), staged: Int(staged)))
                 return
             }
             if schema == ColumnarBatch.payloadSchema, type == .batch {
@@ -485,7 +485,7 @@ extension SyncMessage {
                 var partials: [PartialTransfer] = []
                 for _ in 0..<(try r.readCount()) {
                     partials.append(PartialTransfer(key: try r.readKeyName(), version: try r.readTimestamp(),
-                                                    received: Int(try r.readVarInt() & 0xFFFF_FFFF)))
+                                                    received: Int(clamping: try r.readVarInt() & 0xFFFF_FFFF)))
                 }
                 self = .hello(Hello(protocolRange: low...high, node: node, role: roleByte == 0 ? .phone : .watch, isReply: isReply,
                                     pairingEpoch: epoch, registryFingerprint: fingerprint, declarations: declarations, partialTransfers: partials))
@@ -496,7 +496,7 @@ extension SyncMessage {
                 self = .batch(Batch(id: id, entries: entries))
             case .ack:
                 let id = try r.readVarInt()
-                let applied = Int(try r.readVarInt() & 0xFFFF_FFFF)
+                let applied = Int(clamping: try r.readVarInt() & 0xFFFF_FFFF)
                 var rejected: [Rejection] = []
                 for _ in 0..<(try r.readCount()) {
                     rejected.append(Rejection(key: try r.readKeyName(), code: try r.readString(maxLength: 128)))
@@ -504,17 +504,17 @@ extension SyncMessage {
                 self = .ack(Ack(batchID: id, applied: applied, rejected: rejected))
             case .chunk:
                 let entry = try r.readEntry()
-                let total = Int(try r.readVarInt() & 0xFFFF_FFFF)
+                let total = Int(clamping: try r.readVarInt() & 0xFFFF_FFFF)
                 let totalChecksum = try r.readUInt32()
-                let index = Int(try r.readVarInt() & 0xFFFF_FFFF)
-                let count = Int(try r.readVarInt() & 0xFFFF_FFFF)
+                let index = Int(clamping: try r.readVarInt() & 0xFFFF_FFFF)
+                let count = Int(clamping: try r.readVarInt() & 0xFFFF_FFFF)
                 let checksum = try r.readUInt32()
                 let bytes = try r.readBytes(maxLength: SyncMessage.maxValueLength)
                 guard index < count else { throw SyncError(.malformedMessage, "chunk \(index) of \(count) is out of range") }
                 self = .chunk(Chunk(entry: entry, totalSize: total, totalChecksum: totalChecksum, index: index, count: count, checksum: checksum, bytes: bytes))
             case .chunkAck:
                 self = .chunkAck(ChunkAck(key: try r.readKeyName(), version: try r.readTimestamp(),
-                                          index: Int(try r.readVarInt() & 0xFFFF_FFFF), complete: try r.readUInt8() != 0))
+                                          index: Int(clamping: try r.readVarInt() & 0xFFFF_FFFF), complete: try r.readUInt8() != 0))
             case .error:
                 self = .error(ErrorMessage(code: try r.readString(maxLength: 128), message: try r.readString(maxLength: 4096)))
             case .rebaseline:
@@ -532,7 +532,7 @@ extension SyncMessage {
                 let id = try r.readVarInt()
                 let accepted = try r.readUInt8()
                 guard accepted <= 1 else { throw SyncError(.malformedMessage, "a manual reply's accepted flag is \(accepted)") }
-                let released = Int(try r.readVarInt() & 0xFFFF_FFFF)
+                let released = Int(clamping: try r.readVarInt() & 0xFFFF_FFFF)
                 guard accepted == 1 || released == 0 else {
                     throw SyncError(.malformedMessage, "a declined manual request cannot have released \(released) entries")
                 }

@@ -238,11 +238,11 @@ struct Statement {
     }
 
     func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
-    func int(_ column: Int32) -> Int { Int(sqlite3_column_int64(handle, column)) }
+    func int(_ column: Int32) -> Int { Int(clamping: sqlite3_column_int64(handle, column)) }
     /// A byte count as a row claims it, within 0...2^40: a damaged file's
     /// negative or huge size gives a clear error where it is used, never an
     /// overflow where sizes are added up.
-    func byteCount(_ column: Int32) -> Int { Int(min(max(sqlite3_column_int64(handle, column), 0), 1 << 40)) }
+    func byteCount(_ column: Int32) -> Int { Int(clamping: min(max(sqlite3_column_int64(handle, column), 0), 1 << 40)) }
     func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
     /// The text's bytes, all of them (a NUL does not end it).
     func string(_ column: Int32) -> String {
