@@ -17,6 +17,20 @@ extension ReplicationEndpoint {
         }
     }
 
+    /// Partly received large values a hello names at most (each with a key of up to 1 KiB).
+    static let maxAnnouncedPartialTransfers = 64
+
+    /// The staged transfers this side's hello names, so that the peer resumes
+    /// them: a bounded few, those furthest along first. Every transfer a peer
+    /// began and never finished stays staged (any number of them, within
+    /// `maxStagedChunkBytes`); a hello that named them all outgrew what a
+    /// frame may carry, and no session could start again.
+    func announcedPartialTransfers() -> [PartialTransfer] {
+        let staged = (try? port.partialTransfers()) ?? []
+        guard staged.count > ReplicationEndpoint.maxAnnouncedPartialTransfers else { return staged }
+        return Array(staged.sorted { $0.received > $1.received }.prefix(ReplicationEndpoint.maxAnnouncedPartialTransfers))
+    }
+
     /// Starts sending a large value in chunks; `upper` is the stream position
     /// its range ends at (nil for a repair). A value changed since it was read
     /// is not sent (its newer change comes later in the stream).

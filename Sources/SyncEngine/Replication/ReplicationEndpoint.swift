@@ -78,7 +78,7 @@ package final class ReplicationEndpoint {
 
     /// Starts the session: the hello.
     package func start(now: Int64) -> [Frame] {
-        session.partialTransfers = (try? port.partialTransfers()) ?? []
+        session.partialTransfers = announcedPartialTransfers()
         return perform(session.start(now: now), now: now)
     }
 
