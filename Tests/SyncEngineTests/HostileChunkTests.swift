@@ -54,4 +54,34 @@ import Testing
         #expect(try pair.watch.storedValue(for: TestKeys.steps) == 5)
     }
 
+    /// A value of 64 KiB announced in 65,536 chunks of a byte. Every sender
+    /// cuts chunks of at least 1 KiB (`ReplicationConfiguration.chunkSize`),
+    /// but any cut was staged: a row (the key of up to 1 KiB and its fields)
+    /// per byte of value, so that `maxStagedChunkBytes` (which counts value
+    /// bytes) let the staged chunks take a thousand times more disk, and
+    /// every chunk staged scanned them all again.
+    @Test func chunksSmallerThanAnySenderCutsAreRefused() async throws {
+        let pair = try Pair()
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        let total = 64 * 1024
+        _ = link.b.receive(Self.chunk(pair, key: TestKeys.blob.name, encoding: "data", total: total, index: 0, count: total, bytes: [7]),
+                           now: link.now)
+        #expect(link.b.failure?.code == .malformedMessage)
+        #expect(try pair.watch.stagedChunkBytes() == 0)
+
+        func problem(total: Int, index: Int, count: Int, size: Int) -> String? {
+            let entry = WireEntry(key: "k", version: .zero, base: .zero, deleted: false, encoding: "data", value: [])
+            return ReplicationEndpoint.chunkProblem(.init(entry: entry, totalSize: total, totalChecksum: 0, index: index, count: count,
+                                                          checksum: 0, bytes: [UInt8](repeating: 0, count: size)))
+        }
+        // What senders cut: chunks of 1 KiB to 1 MiB, the last one shorter.
+        #expect(problem(total: 1025, index: 0, count: 2, size: 1024) == nil)
+        #expect(problem(total: 1025, index: 1, count: 2, size: 1) == nil)
+        #expect(problem(total: 150_000, index: 2, count: 3, size: 150_000 - 2 * 65_536) == nil)
+        #expect(problem(total: 3 << 20, index: 2, count: 3, size: 1 << 20) == nil)
+        // More chunks than chunks of 1 KiB make.
+        #expect(problem(total: 1024, index: 0, count: 2, size: 512) != nil)
+        #expect(problem(total: 1025, index: 2, count: 3, size: 1) != nil)
+    }
 }

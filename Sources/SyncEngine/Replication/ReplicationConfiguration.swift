@@ -27,8 +27,11 @@ public struct ReplicationConfiguration: Sendable {
     /// Size of one chunk of a large value: 1 KiB to 1 MiB (a setting outside
     /// is taken as the nearest bound; 0 would divide by zero).
     public var chunkSize = 64 * 1024 {
-        didSet { chunkSize = min(max(chunkSize, 1024), 1 << 20) }
+        didSet { chunkSize = min(max(chunkSize, ReplicationConfiguration.minimumChunkSize), 1 << 20) }
     }
+    /// The smallest chunk a sender cuts (but the last of a value): a receiver
+    /// refuses a value announced in more chunks than chunks of this size make.
+    static let minimumChunkSize = 1024
     /// Messages in flight without an acknowledgement (backpressure), at least 1.
     /// Many small batches may be in flight (single writes, each waiting for the
     /// peer's fsync before its acknowledgement); large ones are bounded by `maxBytesInFlight`.

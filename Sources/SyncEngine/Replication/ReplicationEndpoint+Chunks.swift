@@ -103,6 +103,11 @@ extension ReplicationEndpoint {
         if !(chunk.entry.value ?? []).isEmpty { return "a chunk's entry must not carry an inline value" }
         guard total >= 1 else { return "the announced total size is 0" }
         guard count >= 1, count <= total else { return "\(count) chunks cannot hold \(total) bytes" }
+        // Each chunk is a staged row (its key and fields): chunks of a few bytes would stage far more
+        // than `maxStagedChunkBytes` (which counts value bytes) lets through, and no sender cuts them.
+        guard count - 1 <= (total - 1) / ReplicationConfiguration.minimumChunkSize else {
+            return "\(count) chunks of a value of \(total) bytes are smaller than the \(ReplicationConfiguration.minimumChunkSize) bytes a sender cuts"
+        }
         guard chunk.index >= 0, chunk.index < count else { return "index out of range" }
         guard size >= 1, size <= total else { return "a chunk of \(size) bytes for a value of \(total) bytes" }
         if chunk.index < count - 1 {
