@@ -19,7 +19,8 @@ import Testing
     /// names), never the second: each stays staged, within
     /// `maxStagedChunkBytes`. The watch's next hello named every one of them,
     /// 8 MiB and more, which no frame carries: the watch's sessions could
-    /// never start again, with this phone or any other.
+    /// never start again, with this phone or any other (8,300 of them did
+    /// that; 300 show the bound in a fraction of the time).
     @Test func transfersAPeerNeverFinishesKeepTheHelloWithinAFrame() async throws {
         let pair = try Pair()
         let link = Link(pair.phone, pair.watch)
@@ -27,7 +28,7 @@ import Testing
         link.b.defersAcknowledgementSync = true
         let half = [UInt8](repeating: 1, count: 1024)
         let id = String(repeating: "x", count: 1_000)
-        for i in 0..<8_300 {
+        for i in 0..<300 {
             _ = link.b.receive(Self.chunk(pair, key: TestKeys.daily["\(i)-\(id)"].name, encoding: "json", total: 2 * half.count,
                                           index: 0, count: 2, bytes: half), now: link.now)
             _ = link.b.takeFramesAwaitingSync()
