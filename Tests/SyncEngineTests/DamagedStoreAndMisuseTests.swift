@@ -98,6 +98,33 @@ import Testing
         }
     }
 
+    /// A commit log row claiming a change sequence at the end of Int64 (a
+    /// damaged row another connection wrote): the store's look at it trapped
+    /// on the next sequence (`seqHigh + 1`). It is read as a damaged row.
+    @Test func aCommitLogRowWithASequenceAtTheEndOfInt64IsADamagedRow() async throws {
+        let folder = TempFolder()
+        let path = folder.file("s.sqlite")
+        var options = StoreOptions()
+        options.externalChangePollInterval = nil
+        let store = try SyncStore(path: path, role: .phone, registry: try KeyRegistry([TestKeys.steps]), options: options)
+        try await store.set(1, for: TestKeys.steps)
+        for high in [Int64.max, Int64.max - 1] {
+            let hex = CommitLogRecord(sequenceHigh: high, clockLatest: 0, changes: []).encoded().map { String(format: "%02x", $0) }.joined()
+            try rawSQL(path, "INSERT INTO sync_commit_log(changes, format) VALUES (x'\(hex)', \(CommitLogRecord.currentFormat))")
+            try store.checkForExternalChanges()
+            try await store.set(Int(high % 1000), for: TestKeys.steps)
+            let info = try #require(try store.entryInfo(forKey: TestKeys.steps.name))
+            #expect(info.changeSequence > 0 && info.changeSequence <= SyncStore.maxSequence)
+        }
+        #expect(try store.value(for: TestKeys.steps) == Int((Int64.max - 1) % 1000))
+        // An unreadable row sends the store to the file's own numbers: a change sequence there at the end of Int64 too.
+        try rawSQL(path, "UPDATE entries SET change_seq = 9223372036854775807; INSERT INTO sync_commit_log(changes, format) VALUES (x'ff', 2)")
+        try store.checkForExternalChanges()
+        try await store.set(7, for: TestKeys.steps)
+        #expect(try store.value(for: TestKeys.steps) == 7)
+        store.close()
+    }
+
     /// A queued round on a closed store read a message and posted another before it failed.
     @Test func aQueuedRoundOnAClosedStoreThrowsClosed() throws {
         let pair = try Pair()

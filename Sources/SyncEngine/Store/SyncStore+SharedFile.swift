@@ -164,6 +164,8 @@ extension SyncStore: TransactionObserver {
             newest = id
             do {
                 let record = try CommitLogRecord(stmt.blob(1) ?? [], format: stmt.int(2))
+                // A sequence no store reaches (the next would overflow) is a damaged row.
+                guard record.sequenceHigh <= SyncStore.maxSequence else { throw SyncError(.database, "a commit log row's sequence is out of range") }
                 seqHigh = max(seqHigh, record.sequenceHigh)
                 if record.clockLatest <= versionBound() { clock.observe(HLCTimestamp(packed: record.clockLatest, node: nodeID)) }
                 changes += record.changes
@@ -178,7 +180,7 @@ extension SyncStore: TransactionObserver {
             floor.bind(1, versionBound())
             _ = try floor.step()
             clock.observe(HLCTimestamp(packed: floor.int64(0), node: nodeID))
-            seqHigh = max(seqHigh, floor.int64(1))
+            seqHigh = max(seqHigh, min(floor.int64(1), SyncStore.maxSequence))
             floor.reset()
             cache.invalidateAll()
             logger.notice("another process changed this store more than the commit log keeps; the whole cache was dropped")
