@@ -98,6 +98,33 @@ import Testing
         }
     }
 
+    /// The `node_id` row lost from a store with encrypted values: the open
+    /// took it for a new store and wrote a new salt (and the role asked for)
+    /// over the store's, committed, then refused the key as wrong. The original
+    /// key never opened the store again. The store keeps its salt and role and
+    /// takes a new node id.
+    @Test func aLostNodeIDKeepsTheStoresSaltAndRole() async throws {
+        let folder = TempFolder()
+        let path = folder.file("s.sqlite")
+        let options = StoreOptions(encryption: .keyFile(path: folder.file("s.key")))
+        let registry = try KeyRegistry([TestKeys.steps, TestKeys.secret])
+        do {
+            let store = try SyncStore(path: path, role: .watch, registry: registry, options: options)
+            try await store.set("sealed", for: TestKeys.secret)
+            try await store.set(3, for: TestKeys.steps)
+            store.close()
+        }
+        try rawSQL(path, "DELETE FROM sync_meta WHERE name = 'node_id'")
+        #expect { _ = try SyncStore(path: path, role: .phone, registry: registry, options: options) } throws: {
+            ($0 as? SyncError)?.code == .invalidConfiguration && "\($0)".contains("belongs to a watch")
+        }
+        let store = try SyncStore(path: path, role: .watch, registry: registry, options: options)
+        #expect(store.nodeID != 0)
+        #expect(try store.value(for: TestKeys.secret) == "sealed")
+        #expect(try store.value(for: TestKeys.steps) == 3)
+        store.close()
+    }
+
     /// A commit log row claiming a change sequence at the end of Int64 (a
     /// damaged row another connection wrote): the store's look at it trapped
     /// on the next sequence (`seqHigh + 1`). It is read as a damaged row.

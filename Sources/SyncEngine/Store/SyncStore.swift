@@ -98,8 +98,11 @@ public final class SyncStore: KeyValueBackend {
                 var node: UInt32 = options.nodeID ?? 0
                 while node == 0 { node = UInt32.random(in: 1...UInt32.max) }
                 try SyncStore.writeMeta(conn, "node_id", String(node))
-                try SyncStore.writeMeta(conn, "role", role.rawValue)
-                try SyncStore.writeMeta(conn, "salt", Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString())
+                // A store that lost only its node id keeps its role and its salt (its encrypted values are sealed under it).
+                if meta["role"] == nil { try SyncStore.writeMeta(conn, "role", role.rawValue) }
+                if meta["salt"] == nil {
+                    try SyncStore.writeMeta(conn, "salt", Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString())
+                }
                 meta = try SyncStore.readMeta(conn)
             }
             let floorStmt = try conn.statement(SyncStore.sequenceFloorSQL)
