@@ -125,6 +125,40 @@ import Testing
         store.close()
     }
 
+    /// A damaged `node_id` row (not a number, 0, or the id the mailbox keeps
+    /// for a peer not known yet): the store took node 0, which is no node's,
+    /// and its phone's changes never reached the watch again, with no error.
+    /// The store takes a new node id, as for a lost row, and keeps it.
+    @Test(arguments: ["abc", "0", "-1", "4294967295"])
+    func aDamagedNodeIDIsReplaced(value: String) async throws {
+        var pair = try Pair()
+        try pair.phone.setNow(1, for: TestKeys.steps)
+        do {
+            let link = Link(pair.phone, pair.watch)
+            link.connect()
+            link.settle()
+        }
+        let path = pair.folder.file("watch.sqlite")
+        let options = StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch.key")))
+        pair.watch.close()
+        try rawSQL(path, "UPDATE sync_meta SET value = '\(value)' WHERE name = 'node_id'")
+        pair.watch = try SyncStore(path: path, role: .watch, registry: try TestKeys.registry(), options: options)
+        let node = pair.watch.nodeID
+        #expect(node != 0 && node != UInt32.max)
+        try pair.watch.setNow(5, for: TestKeys.daily["w"])
+        try pair.phone.setNow(2, for: TestKeys.steps)
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        link.settle()
+        #expect(link.a.failure == nil && link.b.failure == nil)
+        #expect(try pair.watch.value(for: TestKeys.steps) == 2, "the phone's change reaches the watch")
+        #expect(try pair.phone.value(for: TestKeys.daily["w"]) == 5)
+        pair.watch.close()
+        let reopened = try SyncStore(path: path, role: .watch, registry: try TestKeys.registry(), options: options)
+        #expect(reopened.nodeID == node)
+        reopened.close()
+    }
+
     /// A commit log row claiming a change sequence at the end of Int64 (a
     /// damaged row another connection wrote): the store's look at it trapped
     /// on the next sequence (`seqHigh + 1`). It is read as a damaged row.

@@ -94,9 +94,11 @@ public final class SyncStore: KeyValueBackend {
         let requestedDirectory = options.valueDirectory.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
         let setup = try database.write { conn -> (node: UInt32, salt: [UInt8], verifier: String?, storedRole: String?, floor: Int64, seq: Int64, valueDirectory: String?) in
             var meta = try SyncStore.readMeta(conn)
-            if meta["node_id"] == nil {
+            // A damaged node id (not a number, 0 or the mailbox's unknown peer: no node's) is replaced as a lost one.
+            let reserved: Set<UInt32> = [0, MailboxReplicator.unknownPeer]
+            if UInt32(meta["node_id"] ?? "").map(reserved.contains) ?? true {
                 var node: UInt32 = options.nodeID ?? 0
-                while node == 0 { node = UInt32.random(in: 1...UInt32.max) }
+                while reserved.contains(node) { node = UInt32.random(in: 1...UInt32.max) }
                 try SyncStore.writeMeta(conn, "node_id", String(node))
                 // A store that lost only its node id keeps its role and its salt (its encrypted values are sealed under it).
                 if meta["role"] == nil { try SyncStore.writeMeta(conn, "role", role.rawValue) }
