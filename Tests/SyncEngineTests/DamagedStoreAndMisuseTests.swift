@@ -159,6 +159,27 @@ import Testing
         reopened.close()
     }
 
+    /// The salt row of a store with encrypted values lost or damaged: the
+    /// open said the master key was wrong and to supply the original one,
+    /// which could never open it (the key is derived over the salt). It is a
+    /// damaged store, and the error says what is damaged.
+    @Test(arguments: ["DELETE FROM sync_meta WHERE name = 'salt'", "UPDATE sync_meta SET value = '!' WHERE name = 'salt'"])
+    func aLostSaltIsADamagedStoreNotAWrongKey(damage: String) async throws {
+        let folder = TempFolder()
+        let path = folder.file("s.sqlite")
+        let options = StoreOptions(encryption: .keyFile(path: folder.file("s.key")))
+        let registry = try KeyRegistry([TestKeys.steps, TestKeys.secret])
+        do {
+            let store = try SyncStore(path: path, role: .phone, registry: registry, options: options)
+            try await store.set("sealed", for: TestKeys.secret)
+            store.close()
+        }
+        try rawSQL(path, damage)
+        #expect { _ = try SyncStore(path: path, role: .phone, registry: registry, options: options) } throws: {
+            ($0 as? SyncError)?.code == .databaseCorrupt && "\($0)".contains("salt")
+        }
+    }
+
     /// A commit log row claiming a change sequence at the end of Int64 (a
     /// damaged row another connection wrote): the store's look at it trapped
     /// on the next sequence (`seqHigh + 1`). It is read as a damaged row.

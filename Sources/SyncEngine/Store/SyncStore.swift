@@ -142,6 +142,10 @@ public final class SyncStore: KeyValueBackend {
         // may declare an encrypted phoneOnly key that a watch never sees.
         let needsKey = registry.descriptors.contains { $0.security == .encrypted && $0.availability.isHeld(on: role) }
         if let source = options.encryption {
+            // The key is derived over the salt: without it no key opens the values sealed so far.
+            if setup.verifier != nil && setup.salt.count != 16 {
+                throw SyncError(.databaseCorrupt, "the store at \(path) is damaged: its salt is missing or unreadable, so no master key can decrypt its encrypted values; nothing was changed — restore a backup of the file")
+            }
             // A store that has a verifier holds values sealed with its key: never make a new one for it.
             let cipher = try AtRestCipher(source: source, salt: setup.salt, mayCreateKeyFile: setup.verifier == nil)
             if let verifier = setup.verifier {
