@@ -180,6 +180,29 @@ import Testing
         }
     }
 
+    /// The purge marks of a damaged file, one of them at the start of Int64,
+    /// with more marks than a store keeps: thinning them subtracted the times
+    /// of neighbouring marks, which overflowed, and every open trapped (it
+    /// purges tombstones). The gap is measured without overflow.
+    @Test func purgeMarksAtAnExtremeTimeAreThinnedWithoutATrap() async throws {
+        let folder = TempFolder()
+        let path = folder.file("s.sqlite")
+        let clock = ManualClock()
+        let registry = try KeyRegistry([TestKeys.steps])
+        do {
+            let store = try SyncStore(path: path, role: .phone, registry: registry, options: StoreOptions(clock: clock))
+            try await store.set(1, for: TestKeys.steps)
+            store.close()
+        }
+        let now = clock.nowMilliseconds()
+        let marks = ["\(Int64.min):"] + (1...PurgeMark.maxPurgeMarks).reversed().map { "\(now - Int64($0) * 1000):" }
+        try rawSQL(path, "INSERT OR REPLACE INTO sync_meta(name, value) VALUES ('purge_marks', '\(marks.joined(separator: ";"))')")
+        let store = try SyncStore(path: path, role: .phone, registry: registry, options: StoreOptions(clock: clock))
+        #expect(try store.value(for: TestKeys.steps) == 1)
+        #expect(PurgeMark.list(try store.meta("purge_marks")).count <= PurgeMark.maxPurgeMarks)
+        store.close()
+    }
+
     /// A commit log row claiming a change sequence at the end of Int64 (a
     /// damaged row another connection wrote): the store's look at it trapped
     /// on the next sequence (`seqHigh + 1`). It is read as a damaged row.

@@ -350,7 +350,9 @@ struct PurgeMark: Equatable, Sendable {
     /// left are spread over the time they span.
     static func thin(_ marks: inout [PurgeMark]) {
         while marks.count > maxPurgeMarks {
-            let closest = (1..<(marks.count - 1)).min { marks[$0 + 1].at - marks[$0 - 1].at < marks[$1 + 1].at - marks[$1 - 1].at }!
+            // Without overflow: a damaged file's marks may be at any time.
+            func gap(_ i: Int) -> Int64 { SyncStore.milliseconds(from: marks[i - 1].at, to: marks[i + 1].at) }
+            let closest = (1..<(marks.count - 1)).min { gap($0) < gap($1) }!
             marks.remove(at: closest)
         }
     }
