@@ -126,7 +126,7 @@ extension SyncStore {
                 value = [UInt8](UnsafeRawBufferPointer(start: blob, count: Int(sqlite3_column_bytes(s, 10))))
             }
             entries.append(StoreFileSnapshot.Entry(
-                key: text(s, 0), version: version(s, 1, 2), isDeleted: deleted, isEncrypted: encrypted, size: Int(sqlite3_column_int64(s, 5)),
+                key: text(s, 0), version: version(s, 1, 2), isDeleted: deleted, isEncrypted: encrypted, size: Int(clamping: sqlite3_column_int64(s, 5)),
                 encoding: text(s, 6), changeSeq: sqlite3_column_int64(s, 7), isPending: sqlite3_column_int(s, 8) != 0,
                 lane: Int(sqlite3_column_int(s, 9)), value: value))
         }
