@@ -13,7 +13,16 @@ import SyncTransport
 ///
 /// A crash between 1 and 2 leaves an unreferenced file, removed at the next
 /// open; a rolled-back transaction deletes its files at once.
+///
+/// Each file ends with a trailer: `trailerMagic` and the CRC-32 of the bytes
+/// before it, so damage that keeps a file's length is found when it is read
+/// (`corrupt-value-file`). A file without the trailer (written before it
+/// existed) is read as it is.
 final class ValueFiles: Sendable {
+    /// The first four bytes of a file's trailer; its last four are the CRC-32 (big-endian).
+    static let trailerMagic: [UInt8] = Array("SYv1".utf8)
+    static let trailerSize = 8
+
     let directory: String
 
     private struct Transaction {
@@ -69,7 +78,7 @@ final class ValueFiles: Sendable {
 
     private func durablyWrite(_ bytes: [UInt8], to target: String, through temporary: String) throws {
         do {
-            try FileWrite.replace(target, with: bytes, through: temporary)
+            try FileWrite.replace(target, with: Self.withTrailer(bytes), through: temporary)
         } catch {
             throw Self.fileError(error.code, error.creating ? "create" : "write", error.file)
         }
@@ -84,13 +93,37 @@ final class ValueFiles: Sendable {
         }
     }
 
-    /// The stored bytes of `key` at `version`; a missing file is a clear error.
+    /// The stored bytes of `key` at `version`; a missing file, or one whose
+    /// bytes do not match its trailer's checksum, is a clear error.
     func read(key: String, version: HLCTimestamp) throws -> [UInt8] {
         let file = path(key: key, version: version)
         guard let data = FileManager.default.contents(atPath: file) else {
             throw SyncError(.corruptValueFile, "the value file of key '\(key)' is missing (\(file)); the entry's metadata is intact — restore the file or write the key again")
         }
-        return [UInt8](data)
+        guard let bytes = Self.withoutTrailer([UInt8](data)) else {
+            throw SyncError(.corruptValueFile, "the value file of key '\(key)' does not match its checksum (\(file) is damaged); restore the file or write the key again")
+        }
+        return bytes
+    }
+
+    /// `bytes` followed by the trailer.
+    static func withTrailer(_ bytes: [UInt8]) -> [UInt8] {
+        let crc = Checksum.crc32(bytes)
+        var file = bytes
+        file.reserveCapacity(bytes.count + trailerSize)
+        file += trailerMagic
+        file += [UInt8(truncatingIfNeeded: crc >> 24), UInt8(truncatingIfNeeded: crc >> 16), UInt8(truncatingIfNeeded: crc >> 8), UInt8(truncatingIfNeeded: crc)]
+        return file
+    }
+
+    /// A file's bytes before its trailer; nil when the trailer's checksum does
+    /// not match them. A file without a trailer is returned whole.
+    static func withoutTrailer(_ file: [UInt8]) -> [UInt8]? {
+        let end = file.count - trailerSize
+        guard end >= 0, file[end..<end + 4].elementsEqual(trailerMagic) else { return file }
+        let stored = file[(end + 4)...].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+        let bytes = Array(file[..<end])
+        return Checksum.crc32(bytes) == stored ? bytes : nil
     }
 
     /// Marks the file of a version that a write in this transaction replaces.
