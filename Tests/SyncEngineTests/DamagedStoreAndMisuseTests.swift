@@ -230,6 +230,38 @@ import Testing
         store.close()
     }
 
+    /// A commit log row numbered at the end of Int64 (a damaged file) made
+    /// SQLite number the next rows at random, below where the other
+    /// processes on the file look from: they never saw those commits, and
+    /// their caches kept the old values. The open removes such a row.
+    @Test func aCommitLogRowNumberedPastAnyLogIsRemovedAtOpen() async throws {
+        let folder = TempFolder()
+        let path = folder.file("s.sqlite")
+        var options = StoreOptions()
+        options.externalChangePollInterval = nil
+        let registry = try KeyRegistry([TestKeys.steps])
+        do {
+            let store = try SyncStore(path: path, role: .phone, registry: registry, options: options)
+            try await store.set(1, for: TestKeys.steps)
+            store.close()
+        }
+        let hex = CommitLogRecord(sequenceHigh: 1, clockLatest: 0, changes: []).encoded().map { String(format: "%02x", $0) }.joined()
+        try rawSQL(path, "INSERT INTO sync_commit_log(id, changes, format) VALUES (9223372036854775807, x'\(hex)', \(CommitLogRecord.currentFormat))")
+        // Two stores on the file, as two processes would have it.
+        let writer = try SyncStore(path: path, role: .phone, registry: registry, options: options)
+        let reader = try SyncStore(path: path, role: .phone, registry: registry, options: options)
+        defer {
+            writer.close()
+            reader.close()
+        }
+        #expect(try reader.value(for: TestKeys.steps) == 1)
+        for value in 2...4 {
+            try await writer.set(value, for: TestKeys.steps)
+            try reader.checkForExternalChanges()
+            #expect(try reader.value(for: TestKeys.steps) == value)
+        }
+    }
+
     /// A queued round on a closed store read a message and posted another before it failed.
     @Test func aQueuedRoundOnAClosedStoreThrowsClosed() throws {
         let pair = try Pair()

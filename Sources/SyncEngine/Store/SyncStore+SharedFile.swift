@@ -26,6 +26,8 @@ struct SharedFileState {
 extension SyncStore: TransactionObserver {
     /// Log rows kept for processes that have not caught up yet.
     static let commitLogRetention: Int64 = 10_000
+    /// The highest commit log row number a store reaches (one row per commit); a higher one is a damaged row.
+    static let maxLogID: Int64 = 1 << 62
     static let commitLogInsertSQL = "INSERT INTO sync_commit_log(changes, format) VALUES(?, \(CommitLogRecord.currentFormat))"
 
     func transactionBegan(_ conn: SQLiteConnection) throws {
@@ -102,7 +104,7 @@ extension SyncStore: TransactionObserver {
     /// Records the current data version and log position, at open.
     func startSharedFileTracking() throws {
         try database.read { conn in
-            let last = try conn.statement("SELECT coalesce(max(id), 0) FROM sync_commit_log")
+            let last = try conn.statement("SELECT coalesce(max(id), 0) FROM sync_commit_log WHERE id <= \(SyncStore.maxLogID)")
             _ = try last.step()
             let id = last.int64(0)
             last.reset()
@@ -160,6 +162,10 @@ extension SyncStore: TransactionObserver {
         var damaged = false
         while try stmt.step() {
             let id = stmt.int64(0)
+            guard id <= SyncStore.maxLogID else {
+                damaged = true  // (removed at the next open; never where this store looks from)
+                continue
+            }
             if newest == lastLogID && id != lastLogID + 1 { gap = true }
             newest = id
             do {

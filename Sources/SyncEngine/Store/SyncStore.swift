@@ -107,6 +107,9 @@ public final class SyncStore: KeyValueBackend {
                 }
                 meta = try SyncStore.readMeta(conn)
             }
+            // A commit log row numbered past what any log reaches (a damaged file) made SQLite number the
+            // next rows at random, below where other processes look: they missed those commits.
+            try conn.execute("DELETE FROM sync_commit_log WHERE id > \(SyncStore.maxLogID)")
             let floorStmt = try conn.statement(SyncStore.sequenceFloorSQL)
             floorStmt.bind(1, SyncStore.versionBound(now: options.clock.nowMilliseconds(), ahead: options.maxRemoteClockAhead))
             _ = try floorStmt.step()
