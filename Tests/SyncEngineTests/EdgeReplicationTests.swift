@@ -150,6 +150,24 @@ private func acks(_ frames: [Frame]) -> [SyncMessage.Ack] {
         #expect(try watch.storedValue(for: plain) == nil)
     }
 
+    /// A declaration line is `name|availability|...`, and the peers compare
+    /// them by the name before the first `|`. A replicating key named
+    /// `note|v2`, declared encrypted on the phone and plain on the watch, was
+    /// found mismatched as "note" while the session passed over keys by their
+    /// full name: its value went to the watch and was stored there in plain
+    /// text. Such a name is refused when the registry is built.
+    @Test func aReplicatingNameHoldingTheDeclarationSeparatorIsRefused() throws {
+        for key: any KeyDeclaration in [Key<String>("note|v2", default: ""), KeyFamily<Int>("day|v2", default: 0),
+                                        Key<String>("ok", in: Namespace("a|b"), default: "", availability: .phoneWithWatchSync)] {
+            #expect("\(key.descriptor.name)") { _ = try KeyRegistry([key]) }
+                throws: { ($0 as? SyncError)?.code == .invalidKey && "\($0)".contains("'|'") }
+        }
+        #expect { _ = try KeyRegistry(descriptors: [KeyDescriptor(name: "note|v2", policy: .manual)]) }
+            throws: { ($0 as? SyncError)?.code == .invalidKey }
+        // A key that never leaves the device is never declared to the peer.
+        _ = try KeyRegistry([Key<String>("note|v2", default: "", policy: .never), Key<String>("pin|v2", default: "", availability: .phoneOnly)])
+    }
+
     @Test func declarationsCarryTypeAndSecurity() throws {
         let typed = Key<[String]>("tags", default: [], security: .encrypted)
         #expect(typed.descriptor.wireDeclaration == "tags|all|automaticSmall|json|single|lww|Array<String>|encrypted")

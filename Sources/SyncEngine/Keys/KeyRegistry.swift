@@ -61,6 +61,11 @@ public struct KeyRegistry: Sendable {
         if crosses, d.encoding.utf8.count > SyncMessage.maxEncodingLength {
             throw SyncError(.invalidKey, "key '\(d.name)' has a serializer identifier of \(d.encoding.utf8.count) bytes; at most \(SyncMessage.maxEncodingLength) cross the wire")
         }
+        // Peers compare declarations by the name before a line's first '|': a name holding one
+        // would be compared as another name, and passed over (when declared otherwise) by neither.
+        if crosses, d.name.utf8.contains(UInt8(ascii: "|")) {
+            throw SyncError(.invalidKey, "key '\(d.name)' holds '|', which separates the fields of the declaration a peer compares; a key that replicates needs a name without it")
+        }
         if crosses, d.wireDeclaration.utf8.count > SyncMessage.maxNameLength {
             throw SyncError(.invalidKey, "the declaration of key '\(d.name)' takes \(d.wireDeclaration.utf8.count) bytes (its value type is \(d.valueType ?? "-")); at most \(SyncMessage.maxNameLength) cross the wire")
         }
