@@ -42,6 +42,16 @@ import Testing
         #expect(try KeyRegistry.load(jsonFile: path).descriptors.map(\.security) == [.encrypted])
     }
 
+    /// `--connect HOST:0` passed validation (port 0 is only `--listen`'s "any
+    /// free port"), and the node retried a connection that can never be made,
+    /// for ever, with one error event after another: a usage error now.
+    @Test func connectingToPortZeroIsAUsageError() throws {
+        let base = ["--role", "watch", "--db", "w.sqlite", "--keys", "k.json", "--secret-file", "p.secret"]
+        #expect(throws: (any Error).self) { _ = try NodeCommand.parse(base + ["--connect", "127.0.0.1:0"]) }
+        _ = try NodeCommand.parse(base + ["--connect", "127.0.0.1:7000"])
+        _ = try NodeCommand.parse(["--role", "phone", "--db", "p.sqlite", "--keys", "k.json", "--secret-file", "p.secret", "--listen", "127.0.0.1:0"])
+    }
+
     /// `--out-dir` that cannot take a file lost the failure a run found (the
     /// write came before the report); a seed past Int64.max wrote a failure
     /// file that `run` refused. Both are usage errors now, before any run.

@@ -54,6 +54,10 @@ public struct NodeCommand: AsyncParsableCommand {
         if let address = listen ?? connect, NodeCommand.split(address) == nil {
             throw ValidationError("'\(address)' is not HOST:PORT")
         }
+        // Port 0 is "any free port" to listen on; no connection can be made to it.
+        if let connect, NodeCommand.split(connect)?.port == 0 {
+            throw ValidationError("--connect \(connect): the phone's port is 1 to 65535 (port 0 is only for --listen, which then picks a free one)")
+        }
         if secretFiles.isEmpty {
             throw ValidationError("give --secret-file PATH (made by `syncsim pair`); a phone listening for several watches takes one per watch")
         }
