@@ -252,10 +252,12 @@ public final class SyncPeer: Sendable {
         if awaitingSync.takeAll() != nil { try? await store.syncCommittedAsync() }
         endpoint.connectionLost()
         let peerNode = endpoint.peerNode
-        if endpoint.awaitsManualReply, let peerNode {
-            state.withLock { _ = $0.unansweredManualRequests.insert(peerNode) }
-        }
         updateState(session, nil)
+        // A request handed to the loop once it stopped taking inputs (its connection closing) was never sent.
+        continuation.finish()
+        var unanswered = endpoint.awaitsManualReply
+        for await input in inputs { if case .requestManual = input { unanswered = true } }
+        if unanswered, let peerNode { askAgain(peerNode) }
         store.emit(.disconnected(reason: reason), peer: peerNode)
         return (reason, endpoint.failure)
     }
@@ -275,8 +277,6 @@ public final class SyncPeer: Sendable {
             releaseTimer?.task.cancel()
             tickTimer?.task.cancel()
         }
-        // Whether this session looked for a manual request an earlier session with its peer left unanswered.
-        var askedAgain = false
         do {
             for frame in endpoint.start(now: clock.nowMilliseconds()) { try await connection.send(frame) }
             tickTimer = SyncPeer.timer(at: .now + tickInterval, tick)
@@ -319,12 +319,6 @@ public final class SyncPeer: Sendable {
                 // One batch at a time (`framesPerPump`): each is on its way while the next is made.
                 while endpoint.pumpStoppedEarly {
                     for frame in endpoint.pump(now: clock.nowMilliseconds()) { try await connection.send(frame) }
-                }
-                if !askedAgain, endpoint.isEstablished, let peer = endpoint.peerNode {
-                    askedAgain = true
-                    if state.withLock({ $0.unansweredManualRequests.remove(peer) != nil }) {
-                        for frame in endpoint.requestManualChanges(now: now) { try await connection.send(frame) }
-                    }
                 }
                 if let deadline = endpoint.heldUntil, releaseTimer.map({ $0.deadline > deadline }) ?? true {
                     releaseTimer?.task.cancel()
@@ -417,6 +411,13 @@ public final class SyncPeer: Sendable {
             // (half-open, its end not noticed yet) or a buggy or hostile peer's extra one.
             var replaced: [AsyncStream<Input>.Continuation] = []
             if new == nil { state.replaced.remove(session) }
+            // Newly established: a manual request an earlier session with its peer left unanswered is
+            // asked again (looked up here, under the lock a session that ends with one takes: `askAgain`).
+            if let peer = new?.peerNode, new?.connected == true, old?.connected != true,
+               state.unansweredManualRequests.remove(peer) != nil, let input = state.inputs[session] {
+                state.sessions[session]?.idle = false
+                input.yield(.requestManual)
+            }
             if let peer = new?.peerNode, new?.connected == true, old?.connected != true || old?.peerNode != peer,
                !state.replaced.contains(session) {
                 for (other, running) in state.sessions where other != session && running.peerNode == peer && !state.replaced.contains(other) {
@@ -440,6 +441,20 @@ public final class SyncPeer: Sendable {
             idleChanges.publish(idle)
             if idle { store.emit(.idle) }
         }
+    }
+
+    /// A manual request to `peer` went unanswered with its session: a running session with the peer
+    /// (a newer one, which replaced it) asks again at once, else the next one established does.
+    private func askAgain(_ peer: UInt32) {
+        let newer = state.withLock { state -> AsyncStream<Input>.Continuation? in
+            if let running = state.sessions.first(where: { $0.value.connected && $0.value.peerNode == peer }),
+               let input = state.inputs[running.key] {
+                return input
+            }
+            state.unansweredManualRequests.insert(peer)
+            return nil
+        }
+        newer?.yield(.requestManual)
     }
 
     /// Idle, and no local write, `sync()`, queued apply or forwarded entry happened since that was computed.
