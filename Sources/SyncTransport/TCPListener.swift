@@ -124,6 +124,15 @@ public final class TCPListener: Service, Sendable {
         logger.info("listening", metadata: ["pairings": "\(configuration.secrets.count)"])
     }
 
+    /// The next authenticated connection, as `connections` yields them; nil once
+    /// the listener stopped, or when the calling task is cancelled. A cancelled
+    /// wait leaves the listener's connections to later calls (`SyncPeer.serve`
+    /// again), where `connections`, an `AsyncStream`, ends for good once the task
+    /// iterating it is cancelled.
+    package func nextConnection() async -> (any FrameConnection)? {
+        (try? await untaken.pop()) ?? nil
+    }
+
     /// Listens on `host:port` (port 0 picks a free port; see `port`) and
     /// accepts at once: `run()` runs in a task of its own until `close()`.
     /// Throws `.connectFailed` when the address cannot be bound.

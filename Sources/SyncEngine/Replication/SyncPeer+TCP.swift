@@ -21,7 +21,9 @@ extension SyncPeer {
         // A discarding group: a session that ended leaves nothing behind (a phone that
         // serves for weeks while its watches come and go does not grow).
         await withDiscardingTaskGroup { group in
-            for await connection in listener.connections {
+            // Not `listener.connections`: it would end for good with this task's cancellation,
+            // and a later `serve` of the listener return at once while its watches waited.
+            while let connection = await listener.nextConnection() {
                 if Task.isCancelled {
                     await connection.close()
                     break
