@@ -1,8 +1,10 @@
 import Synchronization
 
-/// A FIFO between producer tasks and one consumer task, bounded by a total
+/// A FIFO between producer tasks and consumer tasks, bounded by a total
 /// cost (bytes): `push` suspends while the queue is full, `pop` while it is
 /// empty. One element always fits into an empty queue, whatever its cost.
+/// Consumers that wait together take the elements in the order they began to
+/// wait (a listener's connections, taken by two `serve` calls).
 final class AsyncBoundedQueue<Element: Sendable>: Sendable {
     private struct Waiter {
         var id: UInt64
@@ -21,7 +23,7 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
         /// Set by `removeBound()`: every push fits.
         var unbounded = false
         var failure: (any Error)?
-        var consumer: (id: UInt64, continuation: CheckedContinuation<Element?, any Error>)?
+        var consumers: [(id: UInt64, continuation: CheckedContinuation<Element?, any Error>)] = []
         var producers: [Waiter] = []
         var nextID: UInt64 = 0
 
@@ -56,10 +58,7 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
         /// `nil`: the producer must wait.
         mutating func offer(_ element: Element, cost: Int, capacity: Int) -> Taken? {
             guard producers.isEmpty, fits(cost, capacity: capacity) else { return nil }
-            if let waiting = consumer {
-                consumer = nil
-                return .byConsumer(waiting.continuation)
-            }
+            if !consumers.isEmpty { return .byConsumer(consumers.removeFirst().continuation) }
             append(element, cost: cost)
             return .queued
         }
@@ -72,6 +71,8 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
     private enum PopStep { case element(Element, [Waiter]), end, failure(any Error), wait(UInt64) }
 
     private let state = Mutex(State())
+    /// How many `pop` calls wait for an element now.
+    private let waitingPops = Atomic<Int>(0)
     private let capacity: Int
     private let onSuspend: (@Sendable () -> Void)?
 
@@ -85,6 +86,9 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
 
     /// The total cost of the queued elements.
     var usedCost: Int { state.withLock { $0.used } }
+
+    /// How many `pop` calls wait for an element now (for tests).
+    var waitingConsumers: Int { waitingPops.load(ordering: .relaxed) }
 
     /// Whether a push would suspend now (or producers already wait).
     var isFull: Bool { state.withLock { !$0.producers.isEmpty || (!$0.unbounded && $0.count > 0 && $0.used >= capacity) } }
@@ -142,7 +146,7 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
     func pushIfWithin(_ limit: Int, _ element: Element, cost: Int) throws -> Bool {
         let taken: Taken? = try state.withLock { state in
             if state.finished { throw TransportError(.closed, "the connection is closed") }
-            guard state.consumer != nil || state.used + cost <= limit else { return nil }
+            guard !state.consumers.isEmpty || state.used + cost <= limit else { return nil }
             return state.offer(element, cost: cost, capacity: capacity)
         }
         guard let taken else { return false }
@@ -165,12 +169,14 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
         case .end: return nil
         case .failure(let error): throw error
         case .wait(let id):
+            waitingPops.add(1, ordering: .relaxed)
+            defer { waitingPops.subtract(1, ordering: .relaxed) }
             return try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Element?, any Error>) in
                     let now: PopStep = state.withLock { state in
                         if let ready = takeReady(&state) { return ready }
                         if Task.isCancelled { return .end }
-                        state.consumer = (id, continuation)
+                        state.consumers.append((id, continuation))
                         return .wait(id)
                     }
                     switch now {
@@ -184,9 +190,8 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
                 }
             } onCancel: {
                 let consumer = state.withLock { state -> CheckedContinuation<Element?, any Error>? in
-                    guard let consumer = state.consumer, consumer.id == id else { return nil }
-                    state.consumer = nil
-                    return consumer.continuation
+                    guard let index = state.consumers.firstIndex(where: { $0.id == id }) else { return nil }
+                    return state.consumers.remove(at: index).continuation
                 }
                 consumer?.resume(returning: nil)
             }
@@ -238,26 +243,27 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
     /// `finish` and `finishTakingQueued`: one step under the lock, so that no
     /// push can slip in between taking the elements out and finishing.
     private func end(throwing error: (any Error)?, takingQueued: Bool) -> [Element] {
-        let (queued, producers, consumer): ([Element], [Waiter], CheckedContinuation<Element?, any Error>?) = state.withLock { state in
+        let (queued, producers, consumers): ([Element], [Waiter], [CheckedContinuation<Element?, any Error>]) = state.withLock { state in
             var queued: [Element] = []
             if takingQueued { while state.count > 0 { queued.append(state.removeFirst()) } }
-            guard !state.finished else { return (queued, [], nil) }
+            guard !state.finished else { return (queued, [], []) }
             state.finished = true
             state.failure = error
             let producers = state.producers
             state.producers = []
-            let consumer = state.count == 0 ? state.consumer?.continuation : nil
-            if consumer != nil {
-                state.consumer = nil
+            let consumers = state.count == 0 ? state.consumers.map(\.continuation) : []
+            if !consumers.isEmpty {
+                state.consumers = []
                 state.failure = nil
             }
-            return (queued, producers, consumer)
+            return (queued, producers, consumers)
         }
         for producer in producers {
             producer.continuation.resume(throwing: TransportError(.closed, "the connection is closed"))
         }
-        if let consumer {
-            if let error { consumer.resume(throwing: error) } else { consumer.resume(returning: nil) }
+        // The error, once, to the first consumer; the end to the others.
+        for (index, consumer) in consumers.enumerated() {
+            if index == 0, let error { consumer.resume(throwing: error) } else { consumer.resume(returning: nil) }
         }
         return queued
     }

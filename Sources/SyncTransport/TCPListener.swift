@@ -74,6 +74,8 @@ public final class TCPListener: Service, Sendable {
     private let untaken: AsyncBoundedQueue<any FrameConnection>
     /// How many authenticated connections wait to be taken from `connections` (for tests).
     var untakenConnections: Int { untaken.usedCost }
+    /// How many tasks wait for the next authenticated connection (for tests).
+    package var waitingTakers: Int { untaken.waitingConsumers }
     /// Connections accepted whose handshake has not ended yet (at most `maxPendingHandshakes`).
     private let handshakes = Mutex(0)
     /// How many accepted connections are in their handshake (for tests).
