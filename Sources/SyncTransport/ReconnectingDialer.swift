@@ -118,7 +118,7 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
         while !closed.isOpen, !Task.isCancelled {
             state.withLock { $0.attempts += 1 }
             do {
-                let connection = try await connect()
+                guard let connection = try await dial() else { return nil }
                 let accepted = state.withLock { state -> Bool in
                     guard !closed.isOpen else { return false }
                     state.current = connection
@@ -139,6 +139,35 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
             }
         }
         return nil
+    }
+
+    /// `connect()`, cancelled once the dialer is closed (a dial may otherwise wait out
+    /// a connect or handshake timeout first); nil when the dialer was closed first.
+    private func dial() async throws -> (any FrameConnection)? {
+        let connect = self.connect
+        let closed = self.closed
+        return try await withThrowingTaskGroup(of: (any FrameConnection)?.self) { group in
+            group.addTask { try await connect() }
+            group.addTask {
+                await closed.wait()
+                return nil
+            }
+            do {
+                if let connection = try await group.next() ?? nil {
+                    group.cancelAll()
+                    return connection
+                }
+            } catch {
+                group.cancelAll()
+                throw error
+            }
+            // Closed (or cancelled) first: the dial is cancelled, and a connection it made all the same is closed.
+            group.cancelAll()
+            while let result = try? await group.next() {
+                if let connection = result { await connection.close() }
+            }
+            return nil
+        }
     }
 
     /// Sleeps for `delay`; `false` if the dialer was closed or the task cancelled first.
