@@ -38,20 +38,26 @@ public struct ReconnectPolicy: Sendable, Hashable {
 
     /// The delay before the attempt that follows the `failures`-th
     /// consecutive failure.
+    /// Delays are at least 1 ms: an `initialDelay` of zero (or less) doubled
+    /// nothing, and a loop against a peer that refuses redialed without rest.
     public func delay(afterFailures failures: Int, using random: inout SeededRandom) -> Duration {
         let growth = max(1, multiplier)
-        var base = initialDelay
+        let longest = max(maxDelay, ReconnectPolicy.shortest)
+        var base = max(initialDelay, ReconnectPolicy.shortest)
         var step = 1
-        while step < failures, base < maxDelay {
+        while step < failures, base < longest {
             base = base * growth
             step += 1
         }
-        base = min(base, maxDelay)
+        base = min(base, longest)
         let spread = min(1, max(0, jitter))
         let factor = 1 - spread + 2 * spread * random.nextDouble()
         let delay = base * factor
-        return min(max(delay, .zero), maxDelay)
+        return min(max(delay, ReconnectPolicy.shortest), longest)
     }
+
+    /// The shortest delay between attempts.
+    static let shortest = Duration.milliseconds(1)
 }
 
 /// The state of one reconnect loop under a `ReconnectPolicy`, as a pure

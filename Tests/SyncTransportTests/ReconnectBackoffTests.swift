@@ -25,6 +25,20 @@ import Testing
         #expect(ReconnectPolicy().resetAfter == .seconds(5))
     }
 
+    /// A policy without an initial delay still backs off: zero doubled is
+    /// zero, and a reconnect loop (`maintainConnection(initialDelay: .zero)`)
+    /// against a phone that refuses it redialed in a loop that never rested.
+    @Test func aZeroInitialDelayStillBacksOff() {
+        var backoff = ReconnectBackoff(policy: ReconnectPolicy(initialDelay: .zero, maxDelay: .seconds(1), jitter: 0), seed: 1)
+        let delays = (0..<12).map { _ in backoff.dialFailed() }
+        #expect(delays.first == .milliseconds(1))
+        #expect(delays[5] == .milliseconds(32))
+        #expect(delays.last == .seconds(1))
+        var none = ReconnectBackoff(policy: ReconnectPolicy(initialDelay: .zero, maxDelay: .zero), seed: 1)
+        #expect(none.dialFailed() > .zero)
+        #expect(none.connectionEnded(after: .zero) > .zero)
+    }
+
     /// The delays `ReconnectingDialer` chose, recorded instead of slept.
     final class SleepRecorder: Sendable {
         private let delays = Mutex<[Duration]>([])
