@@ -106,6 +106,9 @@ final class TCPConnection: FrameConnection {
             await closed.wait()
             group.cancelAll()
         }
+        // The caller was cancelled before the socket closed (its wait ended, and the grace
+        // period's timer with it): close it now, or it stays open while the peer reads nothing.
+        if !closed.isOpen { channel.close(promise: nil) }
     }
 
     /// Returns once the socket is closed and `inbound` is finished.

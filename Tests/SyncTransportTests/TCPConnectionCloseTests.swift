@@ -37,6 +37,56 @@ import Testing
         await listener.close()
     }
 
+    /// `close()` from a cancelled task (a session whose task was cancelled: the
+    /// app went to the background) while the peer reads nothing: the socket
+    /// closes at once. It returned without closing it, the writer waiting for
+    /// room on the socket and the grace period's timer cancelled with the task,
+    /// so the socket stayed open as long as the peer, alive, did not read.
+    @Test func closeFromACancelledTaskClosesTheSocketOfAPeerThatDoesNotRead() async throws {
+        let frameSize = 32 << 10
+        let listener = try await TCPListener.bind(
+            host: "127.0.0.1", port: 0, configuration: testConfiguration(secret) { $0.maxBufferedInboundBytes = Self.bound })
+        let sender = try await TCPTransport.connectTCP(
+            host: "127.0.0.1", port: listener.port,
+            configuration: testConfiguration(secret) {
+                $0.maxPendingOutboundBytes = 64 << 10
+                $0.limits.compressionThreshold = .max
+                $0.handshakeTimeout = .seconds(120)  // the grace period of a close that is not cancelled
+            })
+        let receiver = try await first(of: listener.connections, "the receiving connection")  // never read
+        let payload = randomBytes(frameSize, seed: 1)
+        let sending = Task { while true { try await sender.send(Frame(type: 1, payload: payload)) } }
+        try await first(of: sender.sendSuspensions, "the sender to wait for room")
+        // The socket's buffers full too: the writer waits for room (nothing more leaves for a while).
+        try await withDeadline("the socket's buffers to fill") {
+            var (last, still) = (-1, 0)
+            while still < 5 {
+                try await Task.sleep(for: .milliseconds(50))
+                let sent = sender.statistics.bytesSent
+                (last, still) = (sent, sent == last ? still + 1 : 0)
+            }
+        }
+        sending.cancel()
+        _ = await sending.result
+
+        let closing = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            await sender.close()
+        }
+        await closing.value
+        var failure: (any Error)?
+        do {
+            try await withDeadline("the socket of a connection closed from a cancelled task to close", within: .seconds(20)) {
+                await sender.waitUntilClosed()
+            }
+        } catch {
+            failure = error
+        }
+        await receiver.close()
+        await listener.close()
+        if let failure { throw failure }
+    }
+
     /// Closing does not take the frames that arrived from a consumer that still reads.
     @Test func closeLeavesTheArrivedFramesToAReaderThatStillReads() async throws {
         let (receiver, sender, listener) = try await connect()
