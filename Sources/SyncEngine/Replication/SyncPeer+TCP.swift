@@ -102,9 +102,15 @@ extension SyncPeer {
 
 /// The replication lock as one reconnect loop holds it: taken before each
 /// dial, released when the dial failed or the session that followed ended.
+/// One loop of a store holds it at a time: the sessions of one store share
+/// its lock, so a second `maintainConnection` of the store (or of another
+/// `SyncPeer` on it) dialed beside the first, and the phone, seeing two
+/// sessions of one device, ended each older one as the newer began, for ever.
 private final class ReplicationLockHold: Sendable {
     private let store: SyncStore
     private let held = Mutex(false)
+    /// The stores one of whose reconnect loops holds the lock.
+    private static let dialing = Mutex<Set<ObjectIdentifier>>([])
 
     init(store: SyncStore) {
         self.store = store
@@ -120,7 +126,13 @@ private final class ReplicationLockHold: Sendable {
         var looks = TickSchedule(base: .milliseconds(250), quiet: .seconds(2))
         while true {
             do throws(SyncError) {
-                try ReplicationLock.acquire(for: store)
+                try takeDialing()
+                do throws(SyncError) {
+                    try ReplicationLock.acquire(for: store)
+                } catch {
+                    ReplicationLockHold.dialing.withLock { _ = $0.remove(ObjectIdentifier(store)) }
+                    throw error
+                }
                 break
             } catch {
                 try store.checkOpen()
@@ -134,12 +146,24 @@ private final class ReplicationLockHold: Sendable {
         held.withLock { $0 = true }
     }
 
+    /// Takes the store's one place for a reconnect loop; throws `replication-locked` while another loop has it.
+    private func takeDialing() throws(SyncError) {
+        try store.checkOpen()
+        let taken = ReplicationLockHold.dialing.withLock { $0.insert(ObjectIdentifier(store)).inserted }
+        guard taken else {
+            throw SyncError(.replicationLocked, "another maintainConnection of the store at \(store.path) dials or runs a session (one device runs one session at a time); this one waits until it ends")
+        }
+    }
+
     /// Releases the lock if this loop holds it.
     func release() {
         let wasHeld = held.withLock { held -> Bool in
             defer { held = false }
             return held
         }
-        if wasHeld { ReplicationLock.release(for: store) }
+        if wasHeld {
+            ReplicationLock.release(for: store)
+            ReplicationLockHold.dialing.withLock { _ = $0.remove(ObjectIdentifier(store)) }
+        }
     }
 }
