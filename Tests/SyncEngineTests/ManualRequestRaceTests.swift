@@ -37,7 +37,7 @@ import Testing
         let (c, d) = InMemoryConnection.makePair()
         let second = [Task { await phone.run(over: c) }, Task { await watch.run(over: d) }]
         let outcome = await Result {
-            try await SyncEngineTests.first(of: watchEvents, "the answer to the request asked again", within: .seconds(20),
+            try await SyncEngineTests.first(of: watchEvents, "the answer to the request asked again",
                                             where: ManualRequestTests.isAnswer)
         }
         await c.close()
@@ -68,7 +68,7 @@ import Testing
         let (c, d) = InMemoryConnection.makePair()
         let second = [Task { await phone.run(over: c) }, Task { await watch.run(over: d) }]
         let outcome = await Result {
-            try await SyncEngineTests.first(of: phoneEvents, "the answer to the request asked again", within: .seconds(20),
+            try await SyncEngineTests.first(of: phoneEvents, "the answer to the request asked again",
                                             where: ManualRequestTests.isAnswer)
         }
         await c.close()

@@ -36,7 +36,7 @@ import Testing
         let client = Task { await peers.watch.maintainConnection(host: "127.0.0.1", port: peers.listener.port, configuration: peers.tcp) }
         try await pair.watch.set(5, for: TestKeys.steps)
         let outcome = await Result {
-            try await eventually(pair.phone, "the watch's write through the listener served again", within: .seconds(20)) {
+            try await eventually(pair.phone, "the watch's write through the listener served again") {
                 try pair.phone.storedValue(for: TestKeys.steps) == 5
             }
         }

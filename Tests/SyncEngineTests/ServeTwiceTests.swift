@@ -27,9 +27,9 @@ import Testing
         _ = await client.value
 
         first.cancel()
-        let firstEnded = await Result { try await withDeadline("the first serve to end when cancelled", within: .seconds(10)) { await first.value } }
+        let firstEnded = await Result { try await withDeadline("the first serve to end when cancelled") { await first.value } }
         await peers.listener.close()
-        let secondEnded = await Result { try await withDeadline("the second serve to end with the listener", within: .seconds(10)) { await second.value } }
+        let secondEnded = await Result { try await withDeadline("the second serve to end with the listener") { await second.value } }
         try firstEnded.get()
         try secondEnded.get()
     }

@@ -31,7 +31,7 @@ import Testing
 
         let secondLoop = Task { await dial() }
         let waited = await Result {
-            try await first(of: waits, "the second loop to wait for the first", within: .seconds(20)) {
+            try await first(of: waits, "the second loop to wait for the first") {
                 if case .replicationLock = $0 { true } else { false }
             }
         }
