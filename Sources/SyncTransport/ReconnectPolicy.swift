@@ -46,7 +46,8 @@ public struct ReconnectPolicy: Sendable, Hashable {
         var base = max(initialDelay, ReconnectPolicy.shortest)
         var step = 1
         while step < failures, base < longest {
-            base = base * growth
+            // Past the longest, it is the longest: the product itself may be beyond `Duration` (a trap).
+            base = base < longest / growth ? base * growth : longest
             step += 1
         }
         base = min(base, longest)

@@ -39,6 +39,17 @@ import Testing
         #expect(none.connectionEnded(after: .zero) > .zero)
     }
 
+    /// A steep multiplier grows the delay to `maxDelay`, without a trap: the
+    /// step past it was computed first (1 s times 1e30 is beyond `Duration`),
+    /// and a reconnect loop with such a policy trapped at its second failure.
+    @Test func aSteepMultiplierReachesTheLongestDelay() {
+        var backoff = ReconnectBackoff(
+            policy: ReconnectPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60), multiplier: 1e30, jitter: 0), seed: 1)
+        #expect(backoff.dialFailed() == .seconds(1))
+        #expect(backoff.dialFailed() == .seconds(60))
+        #expect(backoff.connectionEnded(after: .zero) == .seconds(60))
+    }
+
     /// The delays `ReconnectingDialer` chose, recorded instead of slept.
     final class SleepRecorder: Sendable {
         private let delays = Mutex<[Duration]>([])
