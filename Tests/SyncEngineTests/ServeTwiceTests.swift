@@ -13,11 +13,11 @@ import Testing
         let peers = try await ServeLifecycleTests.Peers(pair)
         let first = Task { await peers.phone.serve(peers.listener) }
         try await withDeadline("the first serve to wait for a connection") {
-            while peers.listener.waitingTakers < 1 { await Task.yield() }
+            while peers.listener.waitingTakers < 1 { try await Task.sleep(for: .milliseconds(5)) }
         }
         let second = Task { await peers.phone.serve(peers.listener) }
         try await withDeadline("both serves to wait for a connection") {
-            while peers.listener.waitingTakers < 2 { await Task.yield() }
+            while peers.listener.waitingTakers < 2 { try await Task.sleep(for: .milliseconds(5)) }
         }
         // Each serve runs the sessions of the connections it takes.
         let client = Task { await peers.watch.maintainConnection(host: "127.0.0.1", port: peers.listener.port, configuration: peers.tcp) }
