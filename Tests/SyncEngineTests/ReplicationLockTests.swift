@@ -156,4 +156,26 @@ import Glibc
         try throughLink.deliverQueued(through: mailbox)
         try throughFolder.deliverQueued(through: mailbox)
     }
+
+    /// A phone whose store another store replicates refused the session by
+    /// closing the connection: its watch heard only "the peer closed the
+    /// connection". It now says why (`replication-locked`) before it closes.
+    @Test func aLockedPhoneTellsItsWatchWhy() async throws {
+        let pair = try Pair()
+        let other = try Self.secondStore(at: pair.folder.file("phone.sqlite"), in: pair)
+        defer { other.close() }
+        try ReplicationLock.acquire(for: other)
+        defer { ReplicationLock.release(for: other) }
+        let config = ReplicationConfiguration(pairingEpoch: pair.pairing.epoch)
+        let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
+        let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
+        let watchEvents = pair.watch.events()
+        let (a, b) = InMemoryConnection.makePair()
+        let sessions = [Task { await phone.run(over: a) }, Task { await watch.run(over: b) }]
+        try await first(of: watchEvents, "the watch to hear why the phone refused its session") { event in
+            if case .error(let error) = event { return error.code == .replicationLocked }
+            return false
+        }
+        try await withDeadline("both sessions to end") { for session in sessions { _ = await session.value } }
+    }
 }

@@ -161,6 +161,9 @@ public final class SyncPeer: Sendable {
         do {
             try ReplicationLock.acquire(for: store)
         } catch {
+            // The peer hears why (not where: the store's path stays here), instead of a bare close.
+            let why = SyncMessage.ErrorMessage(code: error.code.rawValue, message: "the peer's store is replicated by another process or store right now; a session waits until that one ends")
+            try? await connection.send(SyncMessage.error(why).frame())
             await connection.close()
             store.emit(.error(error))
             return (error.description, error)
