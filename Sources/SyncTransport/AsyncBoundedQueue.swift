@@ -71,24 +71,23 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
     private enum PopStep { case element(Element, [Waiter]), end, failure(any Error), wait(UInt64) }
 
     private let state = Mutex(State())
-    /// How many `pop` calls wait for an element now.
-    private let waitingPops = Atomic<Int>(0)
     private let capacity: Int
     private let onSuspend: (@Sendable () -> Void)?
+    private let onConsumerWait: (@Sendable (Int) -> Void)?
 
     /// - Parameters:
     ///   - capacity: the total cost above which `push` suspends.
     ///   - onSuspend: called (outside the lock) each time a `push` suspends.
-    init(capacity: Int, onSuspend: (@Sendable () -> Void)? = nil) {
+    ///   - onConsumerWait: called (outside the lock) each time a `pop` begins to
+    ///     wait, with how many wait now (for tests).
+    init(capacity: Int, onSuspend: (@Sendable () -> Void)? = nil, onConsumerWait: (@Sendable (Int) -> Void)? = nil) {
         self.capacity = max(1, capacity)
         self.onSuspend = onSuspend
+        self.onConsumerWait = onConsumerWait
     }
 
     /// The total cost of the queued elements.
     var usedCost: Int { state.withLock { $0.used } }
-
-    /// How many `pop` calls wait for an element now (for tests).
-    var waitingConsumers: Int { waitingPops.load(ordering: .relaxed) }
 
     /// Whether a push would suspend now (or producers already wait).
     var isFull: Bool { state.withLock { !$0.producers.isEmpty || (!$0.unbounded && $0.count > 0 && $0.used >= capacity) } }
@@ -169,18 +168,16 @@ final class AsyncBoundedQueue<Element: Sendable>: Sendable {
         case .end: return nil
         case .failure(let error): throw error
         case .wait(let id):
-            waitingPops.add(1, ordering: .relaxed)
-            defer { waitingPops.subtract(1, ordering: .relaxed) }
             return try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Element?, any Error>) in
                     let now: PopStep = state.withLock { state in
                         if let ready = takeReady(&state) { return ready }
                         if Task.isCancelled { return .end }
                         state.consumers.append((id, continuation))
-                        return .wait(id)
+                        return .wait(UInt64(state.consumers.count))
                     }
                     switch now {
-                    case .wait: break // resumed by push, finish or cancellation
+                    case .wait(let waiting): onConsumerWait?(Int(waiting))  // resumed by push, finish or cancellation
                     case .element(let element, let admitted):
                         for waiter in admitted { waiter.continuation.resume() }
                         continuation.resume(returning: element)

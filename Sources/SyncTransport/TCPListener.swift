@@ -74,8 +74,9 @@ public final class TCPListener: Service, Sendable {
     private let untaken: AsyncBoundedQueue<any FrameConnection>
     /// How many authenticated connections wait to be taken from `connections` (for tests).
     var untakenConnections: Int { untaken.usedCost }
-    /// How many tasks wait for the next authenticated connection (for tests).
-    package var waitingTakers: Int { untaken.waitingConsumers }
+    /// Each time a task begins to wait for the next authenticated connection:
+    /// how many wait now (for tests).
+    package let takerWaits: AsyncStream<Int>
     /// Connections accepted whose handshake has not ended yet (at most `maxPendingHandshakes`).
     private let handshakes = Mutex(0)
     /// How many accepted connections are in their handshake (for tests).
@@ -112,7 +113,9 @@ public final class TCPListener: Service, Sendable {
         var logger = configuration.logger
         logger[metadataKey: "listener"] = "\(host):\(boundPort)"
         let reporter = RejectionReporter(limit: configuration.rejectionReportLimit, logger: logger)
-        let untaken = AsyncBoundedQueue<any FrameConnection>(capacity: .max)
+        let (takerWaits, takerWaited) = AsyncStream.makeStream(of: Int.self, bufferingPolicy: .bufferingNewest(8))
+        self.takerWaits = takerWaits
+        let untaken = AsyncBoundedQueue<any FrameConnection>(capacity: .max, onConsumerWait: { takerWaited.yield($0) })
         self.untaken = untaken
         connections = AsyncStream(unfolding: { (try? await untaken.pop()) ?? nil })
         self.port = boundPort

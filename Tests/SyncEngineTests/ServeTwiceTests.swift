@@ -11,14 +11,10 @@ import Testing
     @Test func twoServesOfOneListenerEachEnd() async throws {
         let pair = try Pair()
         let peers = try await ServeLifecycleTests.Peers(pair)
-        let first = Task { await peers.phone.serve(peers.listener) }
-        try await withDeadline("the first serve to wait for a connection") {
-            while peers.listener.waitingTakers < 1 { try await Task.sleep(for: .milliseconds(5)) }
-        }
-        let second = Task { await peers.phone.serve(peers.listener) }
-        try await withDeadline("both serves to wait for a connection") {
-            while peers.listener.waitingTakers < 2 { try await Task.sleep(for: .milliseconds(5)) }
-        }
+        let firstServe = Task { await peers.phone.serve(peers.listener) }
+        try await first(of: peers.listener.takerWaits, "the first serve to wait for a connection") { $0 >= 1 }
+        let secondServe = Task { await peers.phone.serve(peers.listener) }
+        try await first(of: peers.listener.takerWaits, "both serves to wait for a connection") { $0 >= 2 }
         // Each serve runs the sessions of the connections it takes.
         let client = Task { await peers.watch.maintainConnection(host: "127.0.0.1", port: peers.listener.port, configuration: peers.tcp) }
         try await pair.watch.set(5, for: TestKeys.steps)
@@ -26,10 +22,10 @@ import Testing
         client.cancel()
         _ = await client.value
 
-        first.cancel()
-        let firstEnded = await Result { try await withDeadline("the first serve to end when cancelled") { await first.value } }
+        firstServe.cancel()
+        let firstEnded = await Result { try await withDeadline("the first serve to end when cancelled") { await firstServe.value } }
         await peers.listener.close()
-        let secondEnded = await Result { try await withDeadline("the second serve to end with the listener") { await second.value } }
+        let secondEnded = await Result { try await withDeadline("the second serve to end with the listener") { await secondServe.value } }
         try firstEnded.get()
         try secondEnded.get()
     }
