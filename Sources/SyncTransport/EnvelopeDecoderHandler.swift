@@ -108,8 +108,17 @@ final class SocketActivity: Sendable {
     }
 
     private let state = Mutex(State())
+    private let unwritable: AsyncStream<Void>.Continuation
+    /// Each time the socket stops taking writes (NIO's pending writes passed
+    /// the high water mark), for tests; only the newest is kept.
+    let writabilityLosses: AsyncStream<Void>
+
+    init() {
+        (writabilityLosses, unwritable) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
 
     func didRead() { state.withLock { $0.lastRead = .now } }
+    func didLoseWritability() { unwritable.yield() }
     func didDecode() { state.withLock { $0.undelivered += 1 } }
     func didDeliver() { state.withLock { $0.undelivered -= 1 } }
 
@@ -119,7 +128,7 @@ final class SocketActivity: Sendable {
     }
 }
 
-/// Records reads into a `SocketActivity`; passes everything on.
+/// Records reads and losses of writability into a `SocketActivity`; passes everything on.
 final class SocketActivityHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
@@ -133,6 +142,11 @@ final class SocketActivityHandler: ChannelInboundHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         activity.didRead()
         context.fireChannelRead(data)
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if !context.channel.isWritable { activity.didLoseWritability() }
+        context.fireChannelWritabilityChanged()
     }
 }
 

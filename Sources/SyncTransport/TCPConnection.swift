@@ -70,6 +70,16 @@ final class TCPConnection: FrameConnection {
 
     var statistics: ConnectionStatistics { state.withLock { $0.statistics } }
 
+    /// Each time the socket stops taking writes (for tests); see `socketRefusesWrites()`.
+    var writabilityLosses: AsyncStream<Void> { activity.writabilityLosses }
+
+    /// Whether the socket refuses writes once the event loop has run what
+    /// was handed to it: its writes wait for room (for tests).
+    func socketRefusesWrites() async -> Bool {
+        let channel = self.channel
+        return (try? await channel.eventLoop.submit { !channel.isWritable }.get()) ?? false
+    }
+
     /// Bytes queued by `send` and not yet handed to the socket.
     var pendingOutboundBytes: Int { outboundQueue.usedCost }
 
