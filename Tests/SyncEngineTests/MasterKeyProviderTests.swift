@@ -183,4 +183,43 @@ final class MemoryKeyProvider: MasterKeyProvider {
         let existing = try #require(try provider.loadMasterKey())
         #expect(try provider.storeMasterKey([UInt8](repeating: 3, count: 32)) == existing)
     }
+
+    /// A store whose key check record (`at_rest_verifier`) was lost, opened with
+    /// another master key: refused, since the key opens none of its sealed
+    /// values. It took the new key and wrote a verifier for it, so the values
+    /// sealed before no longer decrypted with either key.
+    @Test func aLostVerifierStillRefusesAnotherKeyAndIsRewrittenForTheRightOne() async throws {
+        let right = MemoryKeyProvider(key: (0..<32).map { UInt8($0 * 5 % 256) })
+        let store = try open(.provider(right))
+        try await store.set("sealed before the verifier was lost", for: TestKeys.secret)
+        store.close()
+        try deleteVerifier()
+
+        #expect {
+            _ = try open(.provider(MemoryKeyProvider(key: [UInt8](repeating: 3, count: 32))))
+        } throws: { ($0 as? SyncError)?.code == .encryptionKeyWrong }
+        #expect(try verifier() == nil, "nothing written for the wrong key")
+        // A provider without a key is not given a new one: the store holds sealed values.
+        let empty = MemoryKeyProvider()
+        #expect {
+            _ = try open(.provider(empty))
+        } throws: { ($0 as? SyncError)?.code == .encryptionKeyMissing }
+        #expect(empty.state.withLock { $0.stores.isEmpty })
+
+        let reopened = try open(.provider(right))
+        #expect(try await reopened.get(TestKeys.secret) == "sealed before the verifier was lost")
+        reopened.close()
+        #expect(try verifier() != nil, "the verifier is written again for the key that opens the values")
+    }
+
+    /// Deletes the store's `at_rest_verifier` row with SQLite directly (a damaged `sync_meta`).
+    func deleteVerifier(_ name: String = "s.sqlite") throws {
+        var db: OpaquePointer?
+        defer { sqlite3_close(db) }
+        guard sqlite3_open_v2(folder.file(name), &db, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK,
+              sqlite3_exec(db, "DELETE FROM sync_meta WHERE name = 'at_rest_verifier'", nil, nil, nil) == SQLITE_OK,
+              sqlite3_changes(db) == 1 else {
+            throw SyncError(.database, "cannot delete the verifier of \(name)")
+        }
+    }
 }

@@ -95,3 +95,25 @@ struct AtRestCipher: Sendable {
         return Array(bytes[0..<32])
     }
 }
+
+extension SyncStore {
+    /// Up to `limit` values sealed at rest (key and sealed bytes, from rows or
+    /// value files): what checks a master key when the verifier is lost.
+    static func sealedSamples(_ database: Database, _ valueStorage: any ValueStorage, limit: Int = 3) throws -> [(key: String, sealed: [UInt8])] {
+        let rows = try database.read { conn -> [(key: String, value: [UInt8]?, version: HLCTimestamp, inFile: Bool)] in
+            let stmt = try conn.statement(
+                "SELECT key, value, ver, node, in_file FROM entries WHERE encrypted = 1 AND deleted = 0 LIMIT \(max(1, limit))")
+            defer { stmt.reset() }
+            var rows: [(key: String, value: [UInt8]?, version: HLCTimestamp, inFile: Bool)] = []
+            while try stmt.step() {
+                rows.append((stmt.string(0), stmt.blob(1),
+                             HLCTimestamp(packed: stmt.int64(2), node: UInt32(truncatingIfNeeded: stmt.int64(3))), stmt.int(4) != 0))
+            }
+            return rows
+        }
+        return rows.compactMap { row in
+            guard let sealed = row.inFile ? try? valueStorage.readFile(key: row.key, version: row.version) : row.value else { return nil }
+            return (row.key, sealed)
+        }
+    }
+}

@@ -149,8 +149,13 @@ public final class SyncStore: KeyValueBackend {
             if setup.verifier != nil && setup.salt.count != 16 {
                 throw SyncError(.databaseCorrupt, "the store at \(path) is damaged: its salt is missing or unreadable, so no master key can decrypt its encrypted values; nothing was changed — restore a backup of the file")
             }
-            // A store that has a verifier holds values sealed with its key: never make a new one for it.
-            let cipher = try AtRestCipher(source: source, salt: setup.salt, mayCreateKeyFile: setup.verifier == nil)
+            // A store that has a verifier, or sealed values, holds values sealed with its key: never make a new one for it.
+            let sealedSamples = setup.verifier == nil ? try SyncStore.sealedSamples(database, valueStorage) : []
+            let cipher = try AtRestCipher(source: source, salt: setup.salt, mayCreateKeyFile: setup.verifier == nil && sealedSamples.isEmpty)
+            if setup.verifier == nil, !sealedSamples.isEmpty,
+               !sealedSamples.contains(where: { (try? cipher.open($0.sealed, keyName: $0.key)) != nil }) {
+                throw SyncError(.encryptionKeyWrong, "the master key opens none of the encrypted values of the store at \(path) (its key check record is missing); nothing was changed — supply the original key (key file, provider or passphrase)")
+            }
             if let verifier = setup.verifier {
                 guard let sealed = Data(base64Encoded: verifier),
                       (try? cipher.open([UInt8](sealed), keyName: "")) == AtRestCipher.verifierPlaintext else {
