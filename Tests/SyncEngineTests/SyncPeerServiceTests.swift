@@ -37,6 +37,32 @@ import Testing
         }
     }
 
+    /// Closing the phone's store ends its serving service, as documented: it
+    /// stops accepting and `run()` returns. The sessions ended, but the
+    /// listener went on accepting, so `run()` never returned.
+    @Test func closingTheStoreEndsTheServingService() async throws {
+        let pair = try Pair()
+        let secret = PairingSecret.generate()
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
+        let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
+        let tcp = TCPConfiguration(secret: secret)
+        let listener = try await TCPListener(host: "127.0.0.1", port: 0, configuration: tcp)
+        let port = listener.port
+        let serving = Task { try await phone.serving(listener).run() }
+        let dialing = Task { try await watch.dialing(host: "127.0.0.1", port: port, configuration: tcp).run() }
+        try await pair.phone.set(7, for: TestKeys.steps)
+        try await eventually(pair.watch, "the phone's steps on the watch") { try pair.watch.storedValue(for: TestKeys.steps) == 7 }
+
+        pair.phone.close()
+        try await withDeadline("the serving service to return once its store is closed") { try await serving.value }
+        await #expect(throws: (any Error).self) {
+            _ = try await TCPTransport.connect(host: "127.0.0.1", port: port, configuration: tcp)
+        }
+        dialing.cancel()
+        _ = try await withDeadline("the dialing service to stop") { try await dialing.value }
+    }
+
     /// A failed dial's error event keeps the transport's code: a listener of
     /// another pairing is `authentication-failed` (it was `not-connected`,
     /// like a peer that is not there at all).
