@@ -122,6 +122,27 @@ import Testing
     }
 }
 
+/// A cancelled `waitUntilIdle` threw `.timeout` ("not idle after 3600 s"),
+/// as if the hour had passed: the caller could not tell its own cancellation
+/// from a peer that never caught up.
+@Suite(.timeLimit(.minutes(5))) struct CancelledIdleWaitTests {
+    @Test func aCancelledWaitThrowsCancellationErrorNotTimeout() async throws {
+        let pair = try Pair()
+        let peer = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: PairingSecret.generate().epoch))
+        let waiting = Task { try await peer.waitUntilIdle(timeout: .seconds(3_600)) }
+        waiting.cancel()
+        let outcome = try await withDeadline("the cancelled wait to end") { await waiting.result }
+        guard case .failure(let error) = outcome else {
+            Issue.record("a cancelled wait with no session returned as if idle")
+            return
+        }
+        #expect(error is CancellationError, "\(error)")
+        // The store is untouched: a later wait still runs (and times out, with no session).
+        let later = try await withDeadline("an uncancelled wait to time out") { await Result { try await peer.waitUntilIdle(timeout: .milliseconds(1)) } }
+        #expect(later.failureCode == .timeout)
+    }
+}
+
 private extension Result where Failure == any Error {
     var failureCode: SyncError.Code? {
         if case .failure(let error) = self { return (error as? SyncError)?.code }

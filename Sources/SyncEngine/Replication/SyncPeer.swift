@@ -509,7 +509,8 @@ public final class SyncPeer: Sendable {
     /// Waits until every session is established with nothing pending or in
     /// flight (and there is at least one); throws `.timeout` after `timeout`,
     /// naming what each session still waits for (`idleBlockers(within:)`),
-    /// and `.closed` as soon as the store is closed.
+    /// `.closed` as soon as the store is closed, and `CancellationError`
+    /// as soon as the calling task is cancelled.
     public func waitUntilIdle(timeout: Duration) async throws {
         try store.checkOpen()
         let changes = idleChanges.subscribe()
@@ -536,6 +537,8 @@ public final class SyncPeer: Sendable {
         }
         try store.checkOpen()
         if !idle && !isCurrentlyIdle {
+            // A cancelled wait is not a timeout: the caller gave up, the peer did not fail to catch up.
+            try Task.checkCancellation()
             let blockers = await idleBlockers(within: .milliseconds(500))
             let why = blockers.isEmpty ? (isConnected ? "changes are still in flight" : "no session with the peer") : blockers.joined(separator: " | ")
             throw SyncError(.timeout, "not idle after \(timeout): \(why)")
