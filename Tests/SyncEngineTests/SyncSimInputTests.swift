@@ -102,3 +102,81 @@ import Testing
         #expect { _ = try PairingSecret.load(from: fifo) } throws: { ($0 as? TransportError)?.code == .badSecretFile }
     }
 }
+
+/// A registry or scenario path naming a FIFO, a device or a huge file:
+/// `syncsim run` waited for ever for a FIFO's writer, and read `/dev/zero`
+/// until memory ran out. Now refused at once as a file that cannot be used (2).
+@Suite(.timeLimit(.minutes(5))) struct InputFileThatIsNoRegularFileTests {
+    struct Outcome {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+    }
+
+    /// Runs the built binary; it must exit within 30 s (else it is killed and the test fails).
+    func syncsim(_ arguments: [String]) async throws -> Outcome {
+        let binary = syncsimBinary()
+        try #require(FileManager.default.isExecutableFile(atPath: binary), "syncsim is not built at \(binary)")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = arguments
+        process.standardInput = FileHandle.nullDevice
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let what = "syncsim \(arguments.joined(separator: " "))"
+        async let stdout = output(of: out, "\(what): stdout", within: .seconds(30))
+        async let stderr = output(of: err, "\(what): stderr", within: .seconds(30))
+        let status = try await exitStatus(of: process, what, within: .seconds(30))
+        let (o, e) = try await (stdout, stderr)
+        return Outcome(status: status, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+    }
+
+    @Test func runRefusesAScenarioOrRegistryThatIsNoRegularFile() async throws {
+        let folder = TempFolder()
+        let fifo = folder.file("scenario.fifo")
+        try #require(mkfifo(fifo, 0o600) == 0)
+        let fromFIFO = try await syncsim(["run", fifo])
+        #expect(fromFIFO.status == Simulation.Exit.badScenario, "\(fromFIFO.stderr)")
+        #expect(fromFIFO.stderr.contains("not a regular file"), "\(fromFIFO.stderr)")
+
+        let fromZero = try await syncsim(["run", "/dev/zero"])
+        #expect(fromZero.status == Simulation.Exit.badScenario, "\(fromZero.stderr)")
+        #expect(fromZero.stderr.contains("not a regular file"), "\(fromZero.stderr)")
+
+        // A scenario whose keysFile is a FIFO.
+        let keysFIFO = folder.file("keys.fifo")
+        try #require(mkfifo(keysFIFO, 0o600) == 0)
+        let scenario = folder.file("s.json")
+        try #"{"description": "keys from a FIFO", "seed": 1, "keysFile": "keys.fifo", "timeline": []}"#.write(toFile: scenario, atomically: true, encoding: .utf8)
+        let keysFromFIFO = try await syncsim(["run", scenario])
+        #expect(keysFromFIFO.status == Simulation.Exit.badScenario, "\(keysFromFIFO.stderr)")
+        #expect(keysFromFIFO.stderr.contains("keysFile") && keysFromFIFO.stderr.contains("not a regular file"), "\(keysFromFIFO.stderr)")
+
+        // A regular file far larger than any scenario (sparse: no disk used).
+        let huge = folder.file("huge.json")
+        #expect(FileManager.default.createFile(atPath: huge, contents: nil))
+        #expect(truncate(huge, 1 << 30) == 0)
+        let fromHuge = try await syncsim(["run", huge])
+        #expect(fromHuge.status == Simulation.Exit.badScenario, "\(fromHuge.stderr)")
+        #expect(fromHuge.stderr.contains("bytes, over"), "\(fromHuge.stderr)")
+    }
+
+    @Test func nodeRefusesARegistryThatIsNoRegularFile() async throws {
+        let folder = TempFolder()
+        let secret = folder.file("pair.secret")
+        try PairingSecret.generate().write(to: secret)
+        let fifo = folder.file("keys.fifo")
+        try #require(mkfifo(fifo, 0o600) == 0)
+        for keys in [fifo, "/dev/zero"] {
+            let node = try await syncsim(["node", "--role", "phone", "--db", folder.file("p.sqlite"), "--keys", keys,
+                                          "--secret-file", secret, "--listen", "127.0.0.1:0"])
+            #expect(node.status == Simulation.Exit.badInput, "\(keys): \(node.stderr)")
+            #expect(node.stdout.contains(#""event":"error""#) && node.stdout.contains("not a regular file"), "\(keys): \(node.stdout)")
+        }
+        #expect { _ = try KeyRegistry.load(jsonFile: folder.path) } throws: {
+            ($0 as? SyncError)?.code == .invalidConfiguration && "\($0)".contains("not a regular file")
+        }
+    }
+}

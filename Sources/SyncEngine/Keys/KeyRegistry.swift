@@ -77,10 +77,10 @@ public struct KeyRegistry: Sendable {
     }
 
     /// Loads a registry file: `{"keys":[{"name":..., "availability":..., "policy":..., "security":...}]}`.
+    /// A path that is not a regular file, or a file over 16 MiB, throws `.invalidConfiguration`.
     public static func load(jsonFile path: String) throws -> KeyRegistry {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw SyncError(.invalidConfiguration, "cannot read the key registry file \(path)")
-        }
+        // Only a regular file, of at most 16 MiB: a FIFO or `/dev/zero` is refused, not waited on or read without end.
+        let data = try InputFile.read(path, limit: InputFile.registryLimit, what: "the key registry file \(path)")
         struct File: Decodable { let keys: [KeyDescriptor] }
         // A misspelled field ("securty") would leave its key at the default: in plain text, syncing.
         if let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any], let keys = object["keys"] as? [Any] {

@@ -132,8 +132,11 @@ struct KeyCoding: Encodable {
     static func load(_ relative: String, scenarioFile: String, root: Fields) throws -> [KeyDescriptor] {
         let base = (scenarioFile as NSString).deletingLastPathComponent
         let path = relative.hasPrefix("/") ? relative : (base.isEmpty ? relative : base + "/" + relative)
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw root.fail("keysFile", "cannot read the key registry '\(relative)' (resolved relative to the scenario file)")
+        let data: Data
+        do {
+            data = try InputFile.read(path, limit: InputFile.registryLimit, what: "the key registry '\(relative)'")
+        } catch {
+            throw root.fail("keysFile", "\(error.message) (resolved relative to the scenario file)")
         }
         if let syntax = JSONSyntaxError(validating: data) {
             throw root.fail("keysFile", "'\(relative)' line \(syntax.line) is not valid JSON: \(syntax.message)")

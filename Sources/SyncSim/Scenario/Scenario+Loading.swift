@@ -26,10 +26,16 @@ public struct ScenarioError: Error, Sendable, Equatable, CustomStringConvertible
 }
 
 extension Scenario {
+    /// The largest scenario file read (a FIFO, a device or a larger file is refused at once).
+    public static let fileLimit = 64 << 20
+
     /// Loads and validates a scenario file; a `keysFile` is resolved relative to it.
     public static func load(path: String) throws(ScenarioError) -> Scenario {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw ScenarioError(file: path, field: "", line: 0, message: "cannot read the file")
+        let data: Data
+        do {
+            data = try InputFile.read(path, limit: Scenario.fileLimit, what: "the file")
+        } catch {
+            throw ScenarioError(file: path, field: "", line: 0, message: error.message)
         }
         return try decode(data, file: path)
     }
