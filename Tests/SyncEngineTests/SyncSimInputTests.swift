@@ -180,3 +180,19 @@ import Testing
         }
     }
 }
+/// `syncsim node --keys` took any `encoding` (`"encoding": "yaml"`), which
+/// the scenario's registries refuse: a key of an encoding no peer decodes.
+@Suite struct NodeRegistryEncodingTests {
+    @Test func anUnknownEncodingIsRefusedNamingTheKey() throws {
+        let folder = TempFolder()
+        let path = folder.file("keys.json")
+        try Data(#"{"keys":[{"name":"ok"},{"name":"weird","encoding":"yaml"}]}"#.utf8).write(to: URL(fileURLWithPath: path))
+        #expect { _ = try KeyRegistry.load(jsonFile: path) } throws: {
+            ($0 as? SyncError)?.code == .invalidConfiguration && "\($0)".contains("weird") && "\($0)".contains("'yaml'")
+        }
+        for encoding in ["json", "string", "data"] {
+            try Data(#"{"keys":[{"name":"k","encoding":"\#(encoding)"}]}"#.utf8).write(to: URL(fileURLWithPath: path))
+            #expect(try KeyRegistry.load(jsonFile: path).descriptors.map(\.encoding) == [encoding])
+        }
+    }
+}

@@ -76,8 +76,12 @@ public struct KeyRegistry: Sendable {
         descriptors.append(d)
     }
 
+    /// The `encoding`s a registry file may declare: `json` (the default), `string`, `data`.
+    package static let fileEncodings = ["json", "string", "data"]
+
     /// Loads a registry file: `{"keys":[{"name":..., "availability":..., "policy":..., "security":...}]}`.
-    /// A path that is not a regular file, or a file over 16 MiB, throws `.invalidConfiguration`.
+    /// A path that is not a regular file, a file over 16 MiB, a field no key
+    /// declares or an `encoding` other than `json`, `string` or `data` throws `.invalidConfiguration`.
     public static func load(jsonFile path: String) throws -> KeyRegistry {
         // Only a regular file, of at most 16 MiB: a FIFO or `/dev/zero` is refused, not waited on or read without end.
         let data = try InputFile.read(path, limit: InputFile.registryLimit, what: "the key registry file \(path)")
@@ -89,6 +93,10 @@ public struct KeyRegistry: Sendable {
                 guard let fields = key as? [String: Any] else { continue }
                 if let unknown = fields.keys.sorted().first(where: { !known.contains($0) }) {
                     throw SyncError(.invalidConfiguration, "the key registry \(path): key \(index + 1) (\(fields["name"].map { "\($0)" } ?? "unnamed")) has the field '\(unknown)', which no key declares; the fields are \(known.sorted().joined(separator: ", "))")
+                }
+                // As a scenario's keys: only the serializers a keys file can give values of.
+                if let encoding = fields["encoding"], !((encoding as? String).map(KeyRegistry.fileEncodings.contains) ?? false) {
+                    throw SyncError(.invalidConfiguration, "the key registry \(path): key \(index + 1) (\(fields["name"].map { "\($0)" } ?? "unnamed")) has the encoding '\(encoding)'; expected \(KeyRegistry.fileEncodings.joined(separator: ", ")) or none (json)")
                 }
             }
         }

@@ -114,7 +114,7 @@ struct KeyCoding: Encodable {
             d.security = value
         }
         if let text = try item.string("encoding", required: false) {
-            guard ["json", "string", "data"].contains(text) else { throw item.fail("encoding", "expected json, string or data") }
+            guard KeyRegistry.fileEncodings.contains(text) else { throw item.fail("encoding", "expected json, string or data") }
             d.encoding = text
         }
         if let family = try item.bool("family") { d.isFamily = family }
