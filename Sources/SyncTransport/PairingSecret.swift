@@ -93,8 +93,16 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
 
     /// Writes the secret to `path` with mode 0600. Refuses to replace an
     /// existing file unless `overwrite` is `true` (then it replaces it
-    /// atomically, through a temporary file in the same folder).
+    /// atomically, through a temporary file in the same folder), and never
+    /// replaces what is not a regular file (a directory, a FIFO, a device
+    /// such as `/dev/null`, or a symbolic link to one).
     public func write(to path: String, overwrite: Bool = false) throws {
+        var info = stat()
+        if stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
+            throw TransportError(
+                .badSecretFile,
+                "\(path) is not a regular file (\(Self.kind(of: info.st_mode))), so it cannot hold a pairing secret; give the path of a file")
+        }
         let text = "\(Self.fileHeader)\n\(Data(bytes).base64EncodedString())\n"
         if overwrite {
             let temporary = path + ".tmp-\(UInt32.random(in: 0...UInt32.max))"
@@ -206,6 +214,17 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
         if let failure {
             unlink(path)
             throw TransportError(.badSecretFile, "cannot write the pairing secret file \(displayPath): \(describe(failure))")
+        }
+    }
+
+    /// What a path that is not a regular file is, for messages.
+    private static func kind(of mode: mode_t) -> String {
+        switch mode & S_IFMT {
+        case S_IFDIR: "a directory"
+        case S_IFIFO: "a FIFO"
+        case S_IFCHR, S_IFBLK: "a device"
+        case S_IFSOCK: "a socket"
+        default: "not a file"
         }
     }
 

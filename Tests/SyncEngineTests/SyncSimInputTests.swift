@@ -196,3 +196,39 @@ import Testing
         }
     }
 }
+
+/// `syncsim pair --out /dev/null --force` renamed its temporary file over the
+/// device: `/dev/null` became a regular file holding the secret (and a FIFO
+/// or a symbolic link to a device likewise). A directory without `--force`
+/// was said to be an existing secret, to replace with `--force`.
+@Suite struct PairOutputThatIsNoRegularFileTests {
+    @Test func pairRefusesToReplaceWhatIsNoRegularFile() throws {
+        let folder = TempFolder()
+        let fifo = folder.file("out.fifo")
+        try #require(mkfifo(fifo, 0o600) == 0)
+        let link = folder.file("link")
+        try #require(symlink(fifo, link) == 0)
+        for path in [fifo, link, folder.path] {
+            for force in [true, false] {
+                let command = try PairCommand.parse(["--out", path] + (force ? ["--force"] : []))
+                #expect(throws: CommandFailure.self, "\(path) \(force)") { try command.run() }
+                do {
+                    try command.run()
+                } catch let failure as CommandFailure {
+                    #expect(failure.message.contains("not a regular file") && !failure.message.contains("--force"), "\(failure.message)")
+                }
+                #expect { try PairingSecret.generate().write(to: path, overwrite: force) } throws: {
+                    ($0 as? TransportError)?.code == .badSecretFile && "\($0)".contains("not a regular file")
+                }
+            }
+        }
+        var info = stat()
+        #expect(lstat(fifo, &info) == 0 && info.st_mode & S_IFMT == S_IFIFO, "the FIFO is still a FIFO")
+        #expect(lstat(link, &info) == 0 && info.st_mode & S_IFMT == S_IFLNK, "the link is still a link")
+        // A regular file is still replaced with --force.
+        let file = folder.file("pair.secret")
+        try PairCommand.parse(["--out", file]).run()
+        try PairCommand.parse(["--out", file, "--force"]).run()
+        _ = try PairingSecret.load(from: file)
+    }
+}

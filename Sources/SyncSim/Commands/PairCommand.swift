@@ -20,8 +20,10 @@ public struct PairCommand: ParsableCommand {
         do {
             try secret.write(to: out, overwrite: force)
         } catch {
+            // The hint only for an existing regular file: --force never replaces a directory, FIFO or device.
+            let existing = (try? FileManager.default.attributesOfItem(atPath: out)[.type] as? FileAttributeType) == .typeRegular
             throw CommandFailure(exitCode: Simulation.Exit.runtimeFailure,
-                                 "cannot write the pairing secret to \(out): \(error)\(force || !FileManager.default.fileExists(atPath: out) ? "" : " (use --force to replace an existing file)")")
+                                 "cannot write the pairing secret to \(out): \(error)\(force || !existing ? "" : " (use --force to replace an existing file)")")
         }
         print("wrote a pairing secret to \(out) (mode 0600); epoch \(secret.epoch)")
     }
