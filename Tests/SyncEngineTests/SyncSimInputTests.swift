@@ -232,3 +232,32 @@ import Testing
         _ = try PairingSecret.load(from: file)
     }
 }
+
+/// `syncsim node` answered a line it could not take (a value that is not
+/// JSON, an unknown command, a bad number) with `{"ok":false,"error":...}`
+/// and no `code`, which the README promises on every failure; a value that
+/// is not JSON was answered with Foundation's `Error Domain=NSCocoaErrorDomain Code=3840 …`.
+@Suite struct NodeConsoleFailureCodeTests {
+    @Test func everyFailedCommandHasACodeAndAClearMessage() async throws {
+        let folder = TempFolder()
+        let registry = try KeyRegistry(descriptors: [KeyDescriptor(name: "a"), KeyDescriptor(name: "s", encoding: "string")])
+        let store = try SyncStore(path: folder.file("n.sqlite"), role: .phone, registry: registry)
+        defer { store.close() }
+        let peer = SyncPeer(store: store, configuration: ReplicationConfiguration(pairingEpoch: PairingSecret.generate().epoch))
+        let console = NodeConsole(store: store, peer: peer, output: JSONLineWriter(handle: FileHandle.nullDevice))
+        for line in ["put a {bad", "put a", "frobnicate", "wait-idle soon", "forget-peer zz"] {
+            let reply = await console.execute(line)
+            #expect(reply["ok"] as? Bool == false, "\(line): \(reply)")
+            #expect(reply["code"] as? String == "invalid-command", "\(line): \(reply)")
+            #expect((reply["error"] as? String)?.contains("NSCocoaErrorDomain") == false, "\(line): \(reply)")
+        }
+        let notJSON = await console.execute("put a {bad")
+        #expect((notJSON["error"] as? String)?.contains("not JSON") == true, "\(notJSON)")
+        // Bytes that are not JSON (written by an app through a string serializer): a code, not Foundation's text.
+        try store.setEncoded(Array("plain text".utf8), forKey: "s")
+        let get = await console.execute("get s")
+        #expect(get["ok"] as? Bool == false && get["code"] as? String == "type-mismatch", "\(get)")
+        #expect((get["error"] as? String)?.contains("NSCocoaErrorDomain") == false, "\(get)")
+        #expect(await console.execute("put a 1")["ok"] as? Bool == true)
+    }
+}

@@ -81,7 +81,9 @@ struct NodeConsole {
         do {
             switch (parts.first ?? "", parts.count) {
             case ("put", 3):
-                let object = try JSONSerialization.jsonObject(with: Data(parts[2].utf8), options: [.fragmentsAllowed])
+                guard let object = try? JSONSerialization.jsonObject(with: Data(parts[2].utf8), options: [.fragmentsAllowed]) else {
+                    return Self.invalid("put takes KEY and a JSON value (1234, \"text\", {\"a\":1}); '\(parts[2].prefix(40))' is not JSON")
+                }
                 let bytes = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .fragmentsAllowed])
                 try store.setEncoded([UInt8](bytes), forKey: parts[1])
                 let version = try store.entryInfo(forKey: parts[1])?.version
@@ -92,7 +94,9 @@ struct NodeConsole {
                 guard let bytes = try store.encodedValue(forKey: parts[1]) else {
                     return ["ok": true, "key": parts[1], "present": false, "value": NSNull()]
                 }
-                let value = try JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed])
+                guard let value = try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed]) else {
+                    throw SyncError(.typeMismatch, "the value of '\(parts[1])' (\(bytes.count) bytes) is not JSON, so the node cannot show it; it was written with another serializer")
+                }
                 return ["ok": true, "key": parts[1], "present": true, "value": value]
             case ("delete", 2):
                 try store.removeValue(forKey: parts[1])
@@ -107,7 +111,7 @@ struct NodeConsole {
             case ("forget-peer", 2):
                 // A phone's room for a newly paired watch (`too-many-peers`): node ids in hex, as `status` lists them.
                 guard let node = UInt32(parts[1], radix: 16) else {
-                    return ["ok": false, "error": "forget-peer takes a peer's node id in hex, as status lists them in peers"]
+                    return Self.invalid("forget-peer takes a peer's node id in hex, as status lists them in peers")
                 }
                 return ["ok": true, "peer": String(node, radix: 16), "forgotten": try store.forgetPeer(node)]
             case ("renew-node-id", 1):
@@ -117,7 +121,7 @@ struct NodeConsole {
             case ("wait-idle", 2):
                 // At most a year: `inf` or 1e300 seconds trapped converting to milliseconds.
                 guard let seconds = Double(parts[1]), seconds >= 0, seconds <= 366 * 86_400 else {
-                    return ["ok": false, "error": "wait-idle takes a number of seconds, from 0 to 31622400 (a year)"]
+                    return Self.invalid("wait-idle takes a number of seconds, from 0 to 31622400 (a year)")
                 }
                 guard live else {
                     return ["ok": false, "code": SyncError.Code.notConnected.rawValue,
@@ -126,13 +130,23 @@ struct NodeConsole {
                 try await peer.waitUntilIdle(timeout: .milliseconds(Int(seconds * 1000)))
                 return ["ok": true, "idle": true]
             default:
-                return ["ok": false, "error": "unknown command '\(line.prefix(40))'; use put KEY JSON | get KEY | delete KEY | sync | request-manual | status | wait-idle SECONDS | forget-peer NODE | renew-node-id | quit"]
+                return Self.invalid("unknown command '\(line.prefix(40))'; use put KEY JSON | get KEY | delete KEY | sync | request-manual | status | wait-idle SECONDS | forget-peer NODE | renew-node-id | quit")
             }
         } catch let error as SyncError {
             return ["ok": false, "error": error.description, "code": error.code.rawValue]
+        } catch let error as TransportError {
+            return ["ok": false, "error": error.description, "code": error.code.rawValue]
+        } catch is CancellationError {
+            return ["ok": false, "error": "cancelled: the node is quitting", "code": "cancelled"]
         } catch {
-            return ["ok": false, "error": "\(error)"]
+            return ["ok": false, "error": "\(error)", "code": "failed"]
         }
+    }
+
+    /// The answer to a line the node cannot take (an unknown command, a
+    /// missing or malformed argument): code `invalid-command`.
+    static func invalid(_ message: String) -> [String: Any] {
+        ["ok": false, "error": message, "code": "invalid-command"]
     }
 
     func status() throws -> [String: Any] {
