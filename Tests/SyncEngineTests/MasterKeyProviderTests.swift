@@ -223,3 +223,24 @@ final class MemoryKeyProvider: MasterKeyProvider {
         }
     }
 }
+
+/// `.passphrase(_, iterations:)` above `UInt32.max` trapped the process
+/// (swift-crypto converts the rounds with `UInt32(_:)`) instead of failing the open.
+@Suite struct PassphraseIterationsTests {
+    @Test func iterationsBeyondUInt32AreRefusedNotATrap() throws {
+        let folder = TempFolder()
+        let secret = Key<String>("pin", default: "", security: .encrypted)
+        for iterations in [0, -1, Int(UInt32.max) + 1, Int.max] {
+            #expect(throws: SyncError.self, "\(iterations)") {
+                _ = try SyncStore(path: folder.file("s\(iterations).sqlite"), role: .phone, registry: try KeyRegistry([secret]),
+                                  options: StoreOptions(encryption: .passphrase("correct horse", iterations: iterations)))
+            }
+            do {
+                _ = try SyncStore(path: folder.file("s\(iterations).sqlite"), role: .phone, registry: try KeyRegistry([secret]),
+                                  options: StoreOptions(encryption: .passphrase("correct horse", iterations: iterations)))
+            } catch let error as SyncError {
+                #expect(error.code == .invalidConfiguration && error.message.contains("4294967295"), "\(error)")
+            }
+        }
+    }
+}

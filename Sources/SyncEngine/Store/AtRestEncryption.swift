@@ -10,7 +10,8 @@ public enum EncryptionKeySource: Sendable {
     /// A file that group or others may access is refused (`.keyFile`: `chmod 600`).
     /// Same as `.provider(KeyFileMasterKeyProvider(path:))`.
     case keyFile(path: String)
-    /// A passphrase stretched with PBKDF2-SHA256 over the store's salt.
+    /// A passphrase stretched with PBKDF2-SHA256 over the store's salt;
+    /// `iterations` from 1 to `UInt32.max` (else `.invalidConfiguration`).
     case passphrase(String, iterations: Int = 210_000)
     /// A key kept by `provider` (on Apple platforms, one over the Keychain).
     case provider(any MasterKeyProvider)
@@ -33,7 +34,10 @@ struct AtRestCipher: Sendable {
         case .provider(let provider):
             master = try AtRestCipher.masterKey(from: provider, mayCreate: mayCreateKeyFile)
         case .passphrase(let passphrase, let iterations):
-            guard iterations >= 1 else { throw SyncError(.invalidConfiguration, "PBKDF2 iterations must be at least 1") }
+            // PBKDF2 counts rounds in 32 bits: more would trap converting them.
+            guard (1...Int(UInt32.max)).contains(iterations) else {
+                throw SyncError(.invalidConfiguration, "PBKDF2 iterations must be from 1 to 4294967295, not \(iterations); the default is 210000")
+            }
             master = try KDF.Insecure.PBKDF2.deriveKey(from: Array(passphrase.utf8), salt: salt, using: .sha256,
                                                        outputByteCount: 32, unsafeUncheckedRounds: iterations)
         }
