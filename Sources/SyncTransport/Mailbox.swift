@@ -96,7 +96,8 @@ public enum MailboxDelivery: Sendable, Equatable {
 /// replayed into the other direction or altered fails authentication. The
 /// receiver durably records the highest sequence it accepted and refuses any
 /// message at or below it (replay). A spool holds at most `MailboxLimits`;
-/// `post` past them throws `mailbox-full`.
+/// `post` past them throws `mailbox-full`. A spool folder the peer replaced
+/// by a symbolic link is never followed: it becomes a real, empty folder again.
 ///
 /// One process per device uses a mailbox at a time (`SyncPeer` holds the
 /// store's replication lock); the two devices may run at different times.
@@ -130,15 +131,20 @@ public final class Mailbox: Sendable {
         self.pairingEpoch = secret.epoch
         let size = max(1024, limits.maxMessageBytes)
         codec = FrameCodec(limits: FrameLimits(maxFrameSize: size, maxInflatedSize: size * 2, compressionThreshold: 256))
-        for path in [directory, Self.spool(directory, from: role), Self.spool(directory, from: role.counterpart),
-                     Self.spool(directory, from: role) + "/refused", Self.spool(directory, from: role.counterpart) + "/refused"] {
-            try MailboxFiles.makeDirectory(path)
+        try MailboxFiles.makeDirectory(directory)
+        var spools: [SpoolFolder] = []
+        for sender in [role, role.counterpart] {
+            try MailboxFiles.makeDirectory(Self.spool(directory, from: sender))
+            // A symbolic link the peer put in a spool's place is replaced, never followed (`SpoolFolder`).
+            let spool = try SpoolFolder(Self.spool(directory, from: sender))
+            _ = try SpoolFolder("refused", in: spool)
+            spools.append(spool)
         }
-        let outbox = Self.spool(directory, from: role)
+        let outbox = spools[0]
         // Never reuse a sequence: the recorded next one, past any message still in the spool or already accepted.
-        let recorded = MailboxFiles.readNumber(outbox + "/sender.state") ?? 1
-        let accepted = MailboxFiles.readNumber(outbox + "/receiver.state") ?? 0
-        let highest = try MailboxFiles.messageSequences(in: outbox).last ?? 0
+        let recorded = outbox.readNumber("sender.state") ?? 1
+        let accepted = outbox.readNumber("receiver.state") ?? 0
+        let highest = MailboxFiles.messageSequences(named: try outbox.list()).last ?? 0
         nextSequence = Mutex(max(recorded, accepted + 1, highest + 1))
     }
 
@@ -175,7 +181,8 @@ public final class Mailbox: Sendable {
                     .oversizedFrame,
                     "a mailbox message of \(bytes.count) bytes exceeds the \(limits.maxMessageBytes)-byte limit (MailboxLimits.maxMessageBytes)")
             }
-            let waiting = try MailboxFiles.spoolUsage(outboxPath)
+            let outbox = try SpoolFolder(outboxPath)
+            let waiting = try MailboxFiles.spoolUsage(outbox)
             let maxMessages = limits.maxMessages + (reserve ? limits.acknowledgementReserve : 0)
             guard waiting.count < maxMessages, MailboxFiles.saturatingSum(waiting.bytes, bytes.count) <= limits.maxBytes else {
                 throw TransportError(
@@ -183,23 +190,24 @@ public final class Mailbox: Sendable {
                     "the \(role)-to-\(role.counterpart) mailbox holds \(waiting.count) messages (\(waiting.bytes) bytes), "
                         + "at its limit of \(maxMessages) messages / \(limits.maxBytes) bytes; the \(role.counterpart) must read it first")
             }
-            try MailboxFiles.writeAtomically(bytes, directory: outboxPath, name: Self.fileName(sequence))
+            try outbox.writeAtomically(bytes, name: Self.fileName(sequence))
             next = sequence + 1
             // The spool itself is proof enough of the sequence until the receiver takes it; the state file keeps it after.
-            try MailboxFiles.writeNumber(next, to: outboxPath + "/sender.state")
+            try outbox.writeNumber(next, name: "sender.state")
             return sequence
         }
     }
 
     /// Messages of this end not yet taken by the peer (still in the outbox spool).
-    public func outgoingCount() throws -> Int { try MailboxFiles.messageSequences(in: outboxPath).count }
+    public func outgoingCount() throws -> Int { MailboxFiles.messageSequences(named: try SpoolFolder(outboxPath).list()).count }
 
     /// This end's messages the peer has not taken yet, opened, in order
     /// (files that do not open are left out: they are the peer's to refuse).
     public func outgoingMessages() throws -> [MailboxMessage] {
-        try MailboxFiles.messageSequences(in: outboxPath).compactMap { sequence in
+        let outbox = try SpoolFolder(outboxPath)
+        return MailboxFiles.messageSequences(named: try outbox.list()).compactMap { sequence in
             let name = Self.fileName(sequence)
-            guard let bytes = try? MailboxFiles.read(outboxPath + "/" + name, limit: limits.maxMessageBytes),
+            guard let bytes = try? outbox.read(name, limit: limits.maxMessageBytes),
                   let frame = try? open(bytes, sequence: sequence, from: role) else { return nil }
             return MailboxMessage(sequence: sequence, frame: frame, fileName: name)
         }
@@ -209,17 +217,20 @@ public final class Mailbox: Sendable {
     /// sender cancels an outstanding transfer): its file goes from the spool.
     /// A peer that has begun to read it may still deliver it.
     public func withdraw(_ message: MailboxMessage) throws {
-        MailboxFiles.remove(outboxPath + "/" + message.fileName)
-        try MailboxFiles.syncDirectory(outboxPath)
+        let outbox = try SpoolFolder(outboxPath)
+        outbox.remove(message.fileName)
+        try outbox.sync()
     }
 
     /// Messages from the peer waiting in the inbox spool.
-    public func incomingCount() throws -> Int { try MailboxFiles.messageSequences(in: inboxPath).count }
+    public func incomingCount() throws -> Int { MailboxFiles.messageSequences(named: try SpoolFolder(inboxPath).list()).count }
 
     // MARK: Receiving
 
     /// The highest sequence this end accepted from the peer (0: none yet).
-    public var acceptedSequence: UInt64 { MailboxFiles.readNumber(inboxPath + "/receiver.state") ?? 0 }
+    public var acceptedSequence: UInt64 { (try? SpoolFolder(inboxPath))?.readNumber(Self.receiverState) ?? 0 }
+
+    static let receiverState = "receiver.state"
 
     /// The next message from the peer, in sequence order, or nil when the
     /// inbox is empty. A file that cannot be accepted is moved to `refused/`
@@ -227,41 +238,40 @@ public final class Mailbox: Sendable {
     /// stays at the front (and is returned again) until `accept(_:)` or
     /// `setAside(_:because:)`. Temporary files are never looked at.
     public func next() throws -> MailboxDelivery? {
-        let accepted = acceptedSequence
-        let names = try MailboxFiles.list(inboxPath)
+        // Opened once, never through a symbolic link: what is read, moved aside or pruned is in the spool.
+        let inbox = try SpoolFolder(inboxPath)
+        let accepted = inbox.readNumber(Self.receiverState) ?? 0
+        let names = try inbox.list()
         // A name no sender writes (`1.msg`, `+1.msg`, a sequence past 2^62): refused, never read as another.
         if let name = names.first(where: { MailboxFiles.isMisnamedMessage($0) }) {
             let error = TransportError(
                 .notAMessageFile,
                 "\(name) is not the name of a mailbox message (20 digits, a sequence from 1 to 2^62, then \(Self.messageSuffix))")
-            try moveAside(name, error)
+            try moveAside(name, error, in: inbox)
             return .refused(fileName: name, error: error)
         }
         // Withdrawn by the sender since the listing: the next one.
-        guard let sequence = MailboxFiles.messageSequences(named: names).first(where: {
-            MailboxFiles.exists(inboxPath + "/" + Self.fileName($0))
-        }) else { return nil }
+        guard let sequence = MailboxFiles.messageSequences(named: names).first(where: { inbox.exists(Self.fileName($0)) }) else { return nil }
         let name = Self.fileName(sequence)
-        let path = inboxPath + "/" + name
         if sequence <= accepted {
             let error = TransportError(
                 .replayedMessage,
                 "mailbox message \(sequence) is at or below the last accepted one (\(accepted)): a replay or an already delivered copy; not delivered again")
-            try moveAside(name, error)
+            try moveAside(name, error, in: inbox)
             return .refused(fileName: name, error: error)
         }
         let bytes: [UInt8]
         do {
-            bytes = try MailboxFiles.read(path, limit: limits.maxMessageBytes)
+            bytes = try inbox.read(name, limit: limits.maxMessageBytes)
         } catch let error as TransportError where error.code == .oversizedFrame || error.code == .notAMessageFile {
-            try moveAside(name, error)
+            try moveAside(name, error, in: inbox)
             return .refused(fileName: name, error: error)
         }
         do {
             let frame = try open(bytes, sequence: sequence)
             return .message(MailboxMessage(sequence: sequence, frame: frame, fileName: name))
         } catch let error as TransportError {
-            try moveAside(name, error)
+            try moveAside(name, error, in: inbox)
             return .refused(fileName: name, error: error)
         }
     }
@@ -270,10 +280,11 @@ public final class Mailbox: Sendable {
     /// and removes its file. The file goes first: a reader that dies in
     /// between leaves no copy behind to be mistaken for a replay.
     public func accept(_ message: MailboxMessage) throws {
-        MailboxFiles.remove(inboxPath + "/" + message.fileName)
-        try MailboxFiles.syncDirectory(inboxPath)
-        if message.sequence > acceptedSequence {
-            try MailboxFiles.writeNumber(message.sequence, to: inboxPath + "/receiver.state")
+        let inbox = try SpoolFolder(inboxPath)
+        inbox.remove(message.fileName)
+        try inbox.sync()
+        if message.sequence > inbox.readNumber(Self.receiverState) ?? 0 {
+            try inbox.writeNumber(message.sequence, name: Self.receiverState)
         }
     }
 
@@ -281,15 +292,16 @@ public final class Mailbox: Sendable {
     /// protocol version, another key registry): it is recorded as taken (the
     /// queue goes on) and its file kept in `refused/` with `reason`.
     public func setAside(_ message: MailboxMessage, because reason: String) throws {
-        if message.sequence > acceptedSequence {
-            try MailboxFiles.writeNumber(message.sequence, to: inboxPath + "/receiver.state")
+        let inbox = try SpoolFolder(inboxPath)
+        if message.sequence > inbox.readNumber(Self.receiverState) ?? 0 {
+            try inbox.writeNumber(message.sequence, name: Self.receiverState)
         }
-        try moveAside(message.fileName, TransportError(.protocolViolation, reason))
+        try moveAside(message.fileName, TransportError(.protocolViolation, reason), in: inbox)
     }
 
     /// Names of the files kept aside in the inbox's `refused/` folder.
     public func refusedFiles() throws -> [String] {
-        try MailboxFiles.list(inboxPath + "/refused").filter { !$0.hasSuffix(".reason") }.sorted()
+        try SpoolFolder("refused", in: SpoolFolder(inboxPath)).list().filter { !$0.hasSuffix(".reason") }.sorted()
     }
 
     // MARK: Format
@@ -359,36 +371,33 @@ public final class Mailbox: Sendable {
         }
     }
 
-    private func moveAside(_ name: String, _ error: TransportError) throws {
-        let refused = inboxPath + "/refused"
-        try MailboxFiles.makeRealDirectory(refused)
+    private func moveAside(_ name: String, _ error: TransportError, in inbox: SpoolFolder) throws {
+        // Made a real folder again where the peer, who owns the spool, put a link or removed it.
+        let refused = try SpoolFolder("refused", in: inbox)
         var target = name
         var attempt = 1
-        while FileManager.default.fileExists(atPath: refused + "/" + target) {
+        while refused.exists(target) {
             attempt += 1
             target = name + ".\(attempt)"
         }
-        try MailboxFiles.writeAtomically(Array("\(error)\n".utf8), directory: refused, name: target + ".reason")
-        guard rename(inboxPath + "/" + name, refused + "/" + target) == 0 else {
-            throw TransportError(.mailboxIO, "cannot move \(inboxPath)/\(name) aside: \(String(cString: strerror(errno)))")
-        }
-        try MailboxFiles.syncDirectory(inboxPath)
+        try refused.writeAtomically(Array("\(error)\n".utf8), name: target + ".reason")
+        try inbox.move(name, to: refused, as: target)
+        try inbox.sync()
         pruneRefused(refused, keeping: target)
-        try MailboxFiles.syncDirectory(refused)
+        try refused.sync()
     }
 
     /// Keeps `refused/` within `limits.maxRefusedFiles` files and `limits.maxBytes`
     /// bytes, removing the oldest others (with their reasons) and never `newest`,
     /// the file just refused. Best effort: a file that cannot be removed stays,
     /// and the next refusal tries again.
-    private func pruneRefused(_ refused: String, keeping newest: String) {
-        guard let names = try? MailboxFiles.list(refused) else { return }
+    private func pruneRefused(_ refused: SpoolFolder, keeping newest: String) {
+        guard let names = try? refused.list() else { return }
         // Times and sizes as the file system gives them: a peer may set any (a year past 2262, a sparse file).
         var others: [(name: String, seconds: Int, nanoseconds: Int, size: Int)] = []
         var bytes = 0
         for name in names where !name.hasSuffix(".reason") && !name.hasPrefix(".tmp-") {
-            var info = stat()
-            guard stat(refused + "/" + name, &info) == 0 else { continue }
+            guard let info = refused.info(name) else { continue }
             let size = max(0, Int(clamping: info.st_size))
             bytes = MailboxFiles.saturatingSum(bytes, size)
             if name != newest { others.append((name, Int(info.st_mtim.tv_sec), Int(info.st_mtim.tv_nsec), size)) }
@@ -396,196 +405,10 @@ public final class Mailbox: Sendable {
         others.sort { ($0.seconds, $0.nanoseconds, $0.name) < ($1.seconds, $1.nanoseconds, $1.name) }
         var excess = others.count + 1 - max(1, limits.maxRefusedFiles)
         for file in others where excess > 0 || bytes > limits.maxBytes {
-            unlink(refused + "/" + file.name)
-            unlink(refused + "/" + file.name + ".reason")
+            refused.remove(file.name)
+            refused.remove(file.name + ".reason")
             excess -= 1
             bytes -= min(bytes, file.size)
         }
     }
-}
-
-/// The file operations of a mailbox: durable, atomic, never trapping.
-enum MailboxFiles {
-    static func makeDirectory(_ path: String) throws {
-        if mkdir(path, 0o700) != 0, errno != EEXIST {
-            throw TransportError(.mailboxIO, "cannot create the mailbox directory \(path): \(String(cString: strerror(errno)))")
-        }
-    }
-
-    /// Makes `path` a folder again where the peer, who owns the spool, put a
-    /// symbolic link (removed, never what it points to: refusing moved files
-    /// into it and pruned it) or removed it. Anything else throws `mailbox-io`.
-    static func makeRealDirectory(_ path: String) throws {
-        var info = stat()
-        if lstat(path, &info) == 0 {
-            if info.st_mode & S_IFMT == S_IFDIR { return }
-            guard info.st_mode & S_IFMT == S_IFLNK, unlink(path) == 0 else {
-                throw TransportError(.mailboxIO, "\(path) is not a folder, so no refused file can be kept in it")
-            }
-        }
-        try makeDirectory(path)
-    }
-
-    /// Names in `directory` (not `.` and `..`).
-    static func list(_ directory: String) throws -> [String] {
-        guard let dir = opendir(directory) else {
-            throw TransportError(.mailboxIO, "cannot read the mailbox directory \(directory): \(String(cString: strerror(errno)))")
-        }
-        defer { closedir(dir) }
-        var names: [String] = []
-        while let entry = readdir(dir) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: Int(NAME_MAX) + 1) { String(cString: $0) }
-            }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        return names
-    }
-
-    /// The highest sequence a message may carry: 2^62, beyond any number of
-    /// messages (so that the next one never overflows; `readNumber`'s bound).
-    static let maxSequence: UInt64 = 1 << 62
-
-    /// The sequences of the message files in a spool, ascending (temporary files excluded).
-    static func messageSequences(in spool: String) throws -> [UInt64] {
-        messageSequences(named: try list(spool))
-    }
-
-    /// The sequences of the message files among `names`, ascending: only
-    /// names as `Mailbox.fileName` writes them (20 digits, 1 to `maxSequence`).
-    static func messageSequences(named names: [String]) -> [UInt64] {
-        names.compactMap(sequence(ofMessageNamed:)).sorted()
-    }
-
-    /// The sequence of a message file's name, nil unless `Mailbox.fileName` writes that name.
-    static func sequence(ofMessageNamed name: String) -> UInt64? {
-        guard name.utf8.count == 20 + Mailbox.messageSuffix.utf8.count, name.hasSuffix(Mailbox.messageSuffix) else { return nil }
-        let digits = name.utf8.prefix(20)
-        guard digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
-              let sequence = UInt64(name.dropLast(Mailbox.messageSuffix.count)), sequence >= 1, sequence <= maxSequence else { return nil }
-        return sequence
-    }
-
-    /// A name in a spool that looks like a message (`.msg`, not a temporary
-    /// file) but is none that a sender writes.
-    static func isMisnamedMessage(_ name: String) -> Bool {
-        name.hasSuffix(Mailbox.messageSuffix) && !name.hasPrefix(".") && sequence(ofMessageNamed: name) == nil
-    }
-
-    /// `a + b`, or `Int.max` where that overflows (sizes a file system reports for sparse files).
-    static func saturatingSum(_ a: Int, _ b: Int) -> Int {
-        let (sum, overflow) = a.addingReportingOverflow(b)
-        return overflow ? Int.max : sum
-    }
-
-    /// Message files waiting in a spool, and their bytes.
-    static func spoolUsage(_ spool: String) throws -> (count: Int, bytes: Int) {
-        var count = 0, bytes = 0
-        for sequence in try messageSequences(in: spool) {
-            var info = stat()
-            if stat(spool + "/" + Mailbox.fileName(sequence), &info) == 0 {
-                count += 1
-                bytes = saturatingSum(bytes, max(0, Int(clamping: info.st_size)))
-            }
-        }
-        return (count, bytes)
-    }
-
-    /// Writes `bytes` to `directory/name` atomically: a temporary file,
-    /// `fsync`, `rename`, `fsync` of the directory.
-    static func writeAtomically(_ bytes: [UInt8], directory: String, name: String) throws {
-        let temporary = directory + "/.tmp-\(name)-\(UInt32.random(in: 0...UInt32.max))"
-        do {
-            try FileWrite.replace(directory + "/" + name, with: bytes, through: temporary)
-        } catch {
-            throw writeError(error.code, writing: error.file, creating: error.creating)
-        }
-        try syncDirectory(directory)
-    }
-
-    /// A mailbox file that could not be written: `storage-full` when the
-    /// device is full, else `mailbox-io`.
-    static func writeError(_ code: Int32, writing file: String, creating: Bool = false) -> TransportError {
-        if FileWrite.isStorageFull(code) {
-            return TransportError(.storageFull, "cannot write \(file): \(FileWrite.describe(code)); the device's storage is full — free space (nothing was posted or accepted)")
-        }
-        return TransportError(.mailboxIO, "cannot \(creating ? "create" : "write") \(file): \(FileWrite.describe(code))")
-    }
-
-    static func syncDirectory(_ directory: String) throws {
-        let descriptor = open(directory, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else {
-            throw TransportError(.mailboxIO, "cannot open the directory \(directory): \(String(cString: strerror(errno)))")
-        }
-        defer { close(descriptor) }
-        if fsync(descriptor) != 0, errno != EINVAL {
-            throw TransportError(.mailboxIO, "cannot sync the directory \(directory): \(String(cString: strerror(errno)))")
-        }
-    }
-
-    static func read(_ path: String, limit: Int) throws -> [UInt8] {
-        // Non-blocking: opening a FIFO for reading would wait for a writer.
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard descriptor >= 0 else {
-            let code = errno
-            // A socket cannot be opened at all (`ENXIO`): no message, and it will never be one.
-            var info = stat()
-            if stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
-                throw TransportError(.notAMessageFile, "\(path) is not a regular file (a socket or a device), so no message")
-            }
-            throw TransportError(.mailboxIO, "cannot open \(path): \(String(cString: strerror(code)))")
-        }
-        defer { close(descriptor) }
-        var info = stat()
-        guard fstat(descriptor, &info) == 0 else {
-            throw TransportError(.mailboxIO, "cannot inspect \(path): \(String(cString: strerror(errno)))")
-        }
-        guard info.st_mode & S_IFMT == S_IFREG else {
-            throw TransportError(.notAMessageFile, "\(path) is not a regular file (a directory, a FIFO or a device), so no message")
-        }
-        guard Int(clamping: info.st_size) <= limit else {
-            throw TransportError(.oversizedFrame, "the mailbox file \(path) has \(info.st_size) bytes, over the \(limit)-byte limit")
-        }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(Int(clamping: info.st_size))
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        while bytes.count <= limit {
-            let count = chunk.withUnsafeMutableBytes { posixRead(descriptor, $0.baseAddress, $0.count) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw TransportError(.mailboxIO, "cannot read \(path): \(String(cString: strerror(errno)))")
-            }
-            if count == 0 { break }
-            bytes.append(contentsOf: chunk[0..<count])
-        }
-        return bytes
-    }
-
-    /// A decimal number in a small state file, nil when missing, unreadable or
-    /// beyond 2^62 (no spool reaches it: a damaged file, whose next sequence
-    /// would overflow).
-    static func readNumber(_ path: String) -> UInt64? {
-        guard let bytes = try? read(path, limit: 64), let text = String(validating: bytes, as: UTF8.self),
-              let number = UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines)), number <= 1 << 62 else { return nil }
-        return number
-    }
-
-    static func writeNumber(_ number: UInt64, to path: String) throws {
-        let url = URL(fileURLWithPath: path)
-        try writeAtomically(Array("\(number)\n".utf8), directory: url.deletingLastPathComponent().path, name: url.lastPathComponent)
-    }
-
-    static func exists(_ path: String) -> Bool {
-        var info = stat()
-        return stat(path, &info) == 0
-    }
-
-    static func remove(_ path: String) {
-        unlink(path)
-    }
-}
-
-/// The C `read`, out of reach of `MailboxFiles.read(_:limit:)`'s name.
-private func posixRead(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int {
-    read(descriptor, buffer, count)
 }

@@ -167,6 +167,58 @@ import Glibc
         }
     }
 
+    /// The peer owns its spool, so it can replace the whole folder with a
+    /// symbolic link to a folder of ours: reading then refused our `.msg`
+    /// files into it, wrote `receiver.state` there and pruned its `refused/`
+    /// (our files) down to `maxRefusedFiles`; posting wrote our messages
+    /// there. A spool that is a link is replaced by a real, empty folder (what
+    /// it pointed to is left alone), and the messages posted after it come.
+    @Test func aSpoolFolderThatIsALinkIsReplacedAndItsTargetLeftAlone() throws {
+        let directory = try temporaryDirectory()
+        let outside = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let limits = MailboxLimits(maxRefusedFiles: 2)
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret, limits: limits)
+        try FileManager.default.createDirectory(atPath: outside + "/refused", withIntermediateDirectories: true)
+        let ours = ["notes.msg", Mailbox.fileName(1), "refused/a.txt", "refused/b.txt", "refused/c.txt", "refused/d.txt"]
+        for name in ours { #expect(FileManager.default.createFile(atPath: outside + "/" + name, contents: Data("ours".utf8))) }
+        func untouched() throws -> Bool {
+            try FileManager.default.subpathsOfDirectory(atPath: outside).sorted() == (ours + ["refused"]).sorted()
+                && ours.allSatisfy { FileManager.default.contents(atPath: outside + "/" + $0) == Data("ours".utf8) }
+        }
+        func isRealDirectory(_ path: String) throws -> Bool {
+            try FileManager.default.attributesOfItem(atPath: path)[.type] as? FileAttributeType == .typeDirectory
+        }
+        // The watch's inbox (the phone's spool) made a link to a folder of the watch's.
+        let inbox = directory + "/phone-to-watch"
+        try FileManager.default.removeItem(atPath: inbox)
+        try FileManager.default.createSymbolicLink(atPath: inbox, withDestinationPath: outside)
+        let drained = try drain(watch)
+        #expect(drained.messages.isEmpty)
+        #expect(drained.refused.isEmpty)
+        #expect(try untouched())
+        #expect(try isRealDirectory(inbox))
+        try phone.post(frame("after"))
+        #expect(try drain(watch).messages.map(\.frame) == [frame("after")])
+        #expect(try untouched())
+        // The phone's inbox (the watch's spool) made a link too: the phone's posts do not follow it either.
+        let phoneInbox = directory + "/watch-to-phone"
+        try FileManager.default.removeItem(atPath: phoneInbox)
+        try FileManager.default.createSymbolicLink(atPath: phoneInbox, withDestinationPath: outside)
+        try watch.post(frame("back"))
+        #expect(try untouched())
+        #expect(try isRealDirectory(phoneInbox))
+        #expect(try drain(phone).messages.map(\.frame) == [frame("back")])
+        #expect(try untouched())
+        // A link at a spool when a mailbox is opened, too.
+        try FileManager.default.removeItem(atPath: inbox)
+        try FileManager.default.createSymbolicLink(atPath: inbox, withDestinationPath: outside)
+        _ = try Mailbox(directory: directory, role: .watch, secret: secret, limits: limits)
+        #expect(try untouched())
+        #expect(try isRealDirectory(inbox))
+    }
+
     /// Sizes add up without overflow, however large a file system says a file is.
     @Test func spoolSizesSaturateInsteadOfOverflowing() {
         #expect(MailboxFiles.saturatingSum(Int.max - 1, 5) == Int.max)

@@ -1,0 +1,271 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A spool folder (or its `refused/`), opened once and never through a
+/// symbolic link: each file of it is named relative to the open folder, so
+/// a peer that puts a link in the folder's place (it owns the spool it sends)
+/// makes this side read, write, move or remove nothing outside the mailbox.
+final class SpoolFolder {
+    /// The folder's path, for messages.
+    let path: String
+    let descriptor: Int32
+
+    /// Opens the spool folder at `path`. A symbolic link there is replaced by
+    /// a real, empty folder (the link removed, never what it points to); a
+    /// folder missing, or a file in its place, throws `mailbox-io`.
+    convenience init(_ path: String) throws {
+        try self.init(path, name: path, at: AT_FDCWD, createsMissing: false) {
+            try SpoolFolder.syncDirectory(at: AT_FDCWD, path: SpoolFolder.parent(of: path))
+        }
+    }
+
+    /// Opens the folder `name` in `parent` (a spool's `refused/`), made anew
+    /// where it is missing or a symbolic link; a file in its place throws `mailbox-io`.
+    convenience init(_ name: String, in parent: SpoolFolder) throws {
+        try self.init(parent.path + "/" + name, name: name, at: parent.descriptor, createsMissing: true) { try parent.sync() }
+    }
+
+    private init(_ path: String, name: String, at parent: Int32, createsMissing: Bool, syncParent: () throws -> Void) throws {
+        self.path = path
+        // A few times: a peer may swap the folder for a link again between the replacement and the opening.
+        for _ in 0..<4 {
+            let descriptor = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            if descriptor >= 0 {
+                self.descriptor = descriptor
+                return
+            }
+            let code = errno
+            var info = stat()
+            if fstatat(parent, name, &info, AT_SYMLINK_NOFOLLOW) == 0 {
+                guard info.st_mode & S_IFMT == S_IFLNK else {
+                    if info.st_mode & S_IFMT == S_IFDIR {
+                        throw TransportError(.mailboxIO, "cannot read the mailbox directory \(path): \(String(cString: strerror(code)))")
+                    }
+                    throw TransportError(.mailboxIO, "\(path) is not a folder, so no mailbox message can be kept in it")
+                }
+                // The peer's link: removed, never followed.
+                guard unlinkat(parent, name, 0) == 0 || errno == ENOENT else {
+                    throw TransportError(.mailboxIO, "cannot remove the symbolic link at \(path): \(String(cString: strerror(errno)))")
+                }
+            } else if !createsMissing {
+                throw TransportError(.mailboxIO, "cannot read the mailbox directory \(path): \(String(cString: strerror(code)))")
+            }
+            if mkdirat(parent, name, 0o700) != 0, errno != EEXIST {
+                throw TransportError(.mailboxIO, "cannot create the mailbox directory \(path): \(String(cString: strerror(errno)))")
+            }
+            try syncParent()
+        }
+        throw TransportError(.mailboxIO, "\(path) keeps being replaced by something other than a folder; nothing was read or written in it")
+    }
+
+    deinit { close(descriptor) }
+
+    /// Names in the folder (not `.` and `..`).
+    func list() throws -> [String] {
+        // A description of its own: `readdir` would otherwise share (and move) `descriptor`'s position.
+        let own = openat(descriptor, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard own >= 0, let dir = fdopendir(own) else {
+            let code = errno
+            if own >= 0 { close(own) }
+            throw TransportError(.mailboxIO, "cannot read the mailbox directory \(path): \(String(cString: strerror(code)))")
+        }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: Int(NAME_MAX) + 1) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    /// What the file system says of `name` itself (a link is not followed), nil when nothing is there.
+    func info(_ name: String) -> stat? {
+        var info = stat()
+        return fstatat(descriptor, name, &info, AT_SYMLINK_NOFOLLOW) == 0 ? info : nil
+    }
+
+    /// Whether anything (a link too) is named `name`.
+    func exists(_ name: String) -> Bool { info(name) != nil }
+
+    /// The bytes of the regular file `name`, at most `limit`: anything else
+    /// (a symbolic link, a folder, a FIFO, a socket, a device) is `not-a-message-file`,
+    /// a larger file `oversized-frame`.
+    func read(_ name: String, limit: Int) throws -> [UInt8] {
+        let filePath = path + "/" + name
+        // Non-blocking: opening a FIFO for reading would wait for a writer. Never through a link.
+        let file = openat(descriptor, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW)
+        guard file >= 0 else {
+            let code = errno
+            // A link (`ELOOP`), a socket (`ENXIO`): no message, and it will never be one.
+            if let info = info(name), info.st_mode & S_IFMT != S_IFREG {
+                throw TransportError(.notAMessageFile, "\(filePath) is not a regular file (a symbolic link, a socket or a device), so no message")
+            }
+            throw TransportError(.mailboxIO, "cannot open \(filePath): \(String(cString: strerror(code)))")
+        }
+        defer { close(file) }
+        var info = stat()
+        guard fstat(file, &info) == 0 else {
+            throw TransportError(.mailboxIO, "cannot inspect \(filePath): \(String(cString: strerror(errno)))")
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            throw TransportError(.notAMessageFile, "\(filePath) is not a regular file (a directory, a FIFO or a device), so no message")
+        }
+        guard Int(clamping: info.st_size) <= limit else {
+            throw TransportError(.oversizedFrame, "the mailbox file \(filePath) has \(info.st_size) bytes, over the \(limit)-byte limit")
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(Int(clamping: info.st_size))
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while bytes.count <= limit {
+            let count = chunk.withUnsafeMutableBytes { posixRead(file, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw TransportError(.mailboxIO, "cannot read \(filePath): \(String(cString: strerror(errno)))")
+            }
+            if count == 0 { break }
+            bytes.append(contentsOf: chunk[0..<count])
+        }
+        return bytes
+    }
+
+    /// Writes `bytes` to `name` atomically: a temporary file, `fsync`,
+    /// `rename`, `fsync` of the folder.
+    func writeAtomically(_ bytes: [UInt8], name: String) throws {
+        let temporary = ".tmp-\(name)-\(UInt32.random(in: 0...UInt32.max))"
+        let file = openat(descriptor, temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard file >= 0 else { throw MailboxFiles.writeError(errno, writing: path + "/" + temporary, creating: true) }
+        var failure = FileWrite.writeAll(bytes, to: file)
+        if failure == nil, fsync(file) != 0 { failure = errno }
+        close(file)
+        if failure == nil, renameat(descriptor, temporary, descriptor, name) != 0 { failure = errno }
+        if let failure {
+            unlinkat(descriptor, temporary, 0)
+            throw MailboxFiles.writeError(failure, writing: path + "/" + name)
+        }
+        try sync()
+    }
+
+    /// A decimal number in the small state file `name`, nil when missing,
+    /// unreadable or beyond 2^62 (no spool reaches it: a damaged file, whose
+    /// next sequence would overflow).
+    func readNumber(_ name: String) -> UInt64? {
+        guard let bytes = try? read(name, limit: 64), let text = String(validating: bytes, as: UTF8.self),
+              let number = UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines)), number <= MailboxFiles.maxSequence else { return nil }
+        return number
+    }
+
+    /// Writes `number` to the state file `name`, atomically and durably.
+    func writeNumber(_ number: UInt64, name: String) throws {
+        try writeAtomically(Array("\(number)\n".utf8), name: name)
+    }
+
+    /// Removes `name` (a link itself, never what it points to), if it is there.
+    func remove(_ name: String) {
+        unlinkat(descriptor, name, 0)
+    }
+
+    /// Moves `name` into `folder` as `target`.
+    func move(_ name: String, to folder: SpoolFolder, as target: String) throws {
+        guard renameat(descriptor, name, folder.descriptor, target) == 0 else {
+            throw TransportError(.mailboxIO, "cannot move \(path)/\(name) aside: \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// Puts the folder's entries (names added, renamed, removed) on stable storage.
+    func sync() throws {
+        if fsync(descriptor) != 0, errno != EINVAL {
+            throw TransportError(.mailboxIO, "cannot sync the directory \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    static func parent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    static func syncDirectory(at parent: Int32, path: String) throws {
+        let folder = openat(parent, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard folder >= 0 else {
+            throw TransportError(.mailboxIO, "cannot open the directory \(path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(folder) }
+        if fsync(folder) != 0, errno != EINVAL {
+            throw TransportError(.mailboxIO, "cannot sync the directory \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+}
+
+/// The names, numbers and errors of mailbox files: never trapping.
+enum MailboxFiles {
+    static func makeDirectory(_ path: String) throws {
+        if mkdir(path, 0o700) != 0, errno != EEXIST {
+            throw TransportError(.mailboxIO, "cannot create the mailbox directory \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// The highest sequence a message may carry: 2^62, beyond any number of
+    /// messages (so that the next one never overflows; `readNumber`'s bound).
+    static let maxSequence: UInt64 = 1 << 62
+
+    /// The sequences of the message files among `names`, ascending: only
+    /// names as `Mailbox.fileName` writes them (20 digits, 1 to `maxSequence`).
+    static func messageSequences(named names: [String]) -> [UInt64] {
+        names.compactMap(sequence(ofMessageNamed:)).sorted()
+    }
+
+    /// The sequence of a message file's name, nil unless `Mailbox.fileName` writes that name.
+    static func sequence(ofMessageNamed name: String) -> UInt64? {
+        guard name.utf8.count == 20 + Mailbox.messageSuffix.utf8.count, name.hasSuffix(Mailbox.messageSuffix) else { return nil }
+        let digits = name.utf8.prefix(20)
+        guard digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+              let sequence = UInt64(name.dropLast(Mailbox.messageSuffix.count)), sequence >= 1, sequence <= maxSequence else { return nil }
+        return sequence
+    }
+
+    /// A name in a spool that looks like a message (`.msg`, not a temporary
+    /// file) but is none that a sender writes.
+    static func isMisnamedMessage(_ name: String) -> Bool {
+        name.hasSuffix(Mailbox.messageSuffix) && !name.hasPrefix(".") && sequence(ofMessageNamed: name) == nil
+    }
+
+    /// `a + b`, or `Int.max` where that overflows (sizes a file system reports for sparse files).
+    static func saturatingSum(_ a: Int, _ b: Int) -> Int {
+        let (sum, overflow) = a.addingReportingOverflow(b)
+        return overflow ? Int.max : sum
+    }
+
+    /// Message files waiting in a spool, and their bytes.
+    static func spoolUsage(_ spool: SpoolFolder) throws -> (count: Int, bytes: Int) {
+        var count = 0, bytes = 0
+        for sequence in messageSequences(named: try spool.list()) {
+            if let info = spool.info(Mailbox.fileName(sequence)) {
+                count += 1
+                bytes = saturatingSum(bytes, max(0, Int(clamping: info.st_size)))
+            }
+        }
+        return (count, bytes)
+    }
+
+    /// A mailbox file that could not be written: `storage-full` when the
+    /// device is full, else `mailbox-io`.
+    static func writeError(_ code: Int32, writing file: String, creating: Bool = false) -> TransportError {
+        if FileWrite.isStorageFull(code) {
+            return TransportError(.storageFull, "cannot write \(file): \(FileWrite.describe(code)); the device's storage is full — free space (nothing was posted or accepted)")
+        }
+        return TransportError(.mailboxIO, "cannot \(creating ? "create" : "write") \(file): \(FileWrite.describe(code))")
+    }
+}
+
+/// The C `read`, out of reach of `SpoolFolder.read(_:limit:)`'s name.
+private func posixRead(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int {
+    read(descriptor, buffer, count)
+}
