@@ -142,8 +142,8 @@ public final class Mailbox: Sendable {
         }
         let outbox = spools[0]
         // Never reuse a sequence: the recorded next one, past any message still in the spool or already accepted.
-        let recorded = outbox.readNumber("sender.state") ?? 1
-        let accepted = outbox.readNumber("receiver.state") ?? 0
+        let recorded = outbox.readNumber(Self.senderState) ?? 1
+        let accepted = outbox.readNumber(Self.receiverState) ?? 0
         let highest = MailboxFiles.messageSequences(named: try outbox.list()).last ?? 0
         nextSequence = Mutex(max(recorded, accepted + 1, highest + 1))
     }
@@ -169,33 +169,48 @@ public final class Mailbox: Sendable {
     @discardableResult
     public func post(_ frame: Frame, reserve: Bool = false) throws -> UInt64 {
         try nextSequence.withLock { next -> UInt64 in
-            let sequence = next
-            let salt = SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) }
-            var sealer = FrameSealer(key: messageKey(from: role, sequence: sequence, salt: salt),
-                                     version: FrameEnvelope.currentVersion, codec: codec)
-            let sealed = try codec.encodeEnvelope(sealer.seal(frame))
-            var bytes = header(from: role, sequence: sequence, salt: salt)
-            bytes += sealed
-            guard bytes.count <= limits.maxMessageBytes else {
-                throw TransportError(
-                    .oversizedFrame,
-                    "a mailbox message of \(bytes.count) bytes exceeds the \(limits.maxMessageBytes)-byte limit (MailboxLimits.maxMessageBytes)")
-            }
             let outbox = try SpoolFolder(outboxPath)
-            let waiting = try MailboxFiles.spoolUsage(outbox)
+            let names = try outbox.list()
+            // Another `Mailbox` of this spool (an app may make one for each message) may have posted
+            // since this one last did: never a sequence the spool used (its message would be replaced,
+            // or, once the peer took it, this one refused as a replay).
+            var sequence = max(next, outbox.readNumber(Self.senderState) ?? 1, (outbox.readNumber(Self.receiverState) ?? 0) + 1,
+                               (MailboxFiles.messageSequences(named: names).last ?? 0) + 1)
+            let waiting = MailboxFiles.spoolUsage(outbox, names: names)
             let maxMessages = limits.maxMessages + (reserve ? limits.acknowledgementReserve : 0)
-            guard waiting.count < maxMessages, MailboxFiles.saturatingSum(waiting.bytes, bytes.count) <= limits.maxBytes else {
-                throw TransportError(
-                    .mailboxFull,
-                    "the \(role)-to-\(role.counterpart) mailbox holds \(waiting.count) messages (\(waiting.bytes) bytes), "
-                        + "at its limit of \(maxMessages) messages / \(limits.maxBytes) bytes; the \(role.counterpart) must read it first")
+            // A few times: another `Mailbox` of this spool may take the same sequence at the same moment.
+            for _ in 0..<8 {
+                let bytes = try sealed(frame, sequence: sequence)
+                guard bytes.count <= limits.maxMessageBytes else {
+                    throw TransportError(
+                        .oversizedFrame,
+                        "a mailbox message of \(bytes.count) bytes exceeds the \(limits.maxMessageBytes)-byte limit (MailboxLimits.maxMessageBytes)")
+                }
+                guard waiting.count < maxMessages, MailboxFiles.saturatingSum(waiting.bytes, bytes.count) <= limits.maxBytes else {
+                    throw TransportError(
+                        .mailboxFull,
+                        "the \(role)-to-\(role.counterpart) mailbox holds \(waiting.count) messages (\(waiting.bytes) bytes), "
+                            + "at its limit of \(maxMessages) messages / \(limits.maxBytes) bytes; the \(role.counterpart) must read it first")
+                }
+                guard try outbox.writeAtomically(bytes, name: Self.fileName(sequence), replacing: false) else {
+                    sequence += 1
+                    continue
+                }
+                next = sequence + 1
+                // The spool itself is proof enough of the sequence until the receiver takes it; the state file keeps it after.
+                try outbox.writeNumber(next, name: Self.senderState)
+                return sequence
             }
-            try outbox.writeAtomically(bytes, name: Self.fileName(sequence))
-            next = sequence + 1
-            // The spool itself is proof enough of the sequence until the receiver takes it; the state file keeps it after.
-            try outbox.writeNumber(next, name: "sender.state")
-            return sequence
+            throw TransportError(.mailboxIO, "another writer keeps taking the next sequence of \(outboxPath); nothing was posted")
         }
+    }
+
+    /// `frame` sealed as message `sequence` of this end, with its header.
+    private func sealed(_ frame: Frame, sequence: UInt64) throws -> [UInt8] {
+        let salt = SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) }
+        var sealer = FrameSealer(key: messageKey(from: role, sequence: sequence, salt: salt),
+                                 version: FrameEnvelope.currentVersion, codec: codec)
+        return header(from: role, sequence: sequence, salt: salt) + (try codec.encodeEnvelope(sealer.seal(frame)))
     }
 
     /// Messages of this end not yet taken by the peer (still in the outbox spool).
@@ -231,6 +246,7 @@ public final class Mailbox: Sendable {
     public var acceptedSequence: UInt64 { (try? SpoolFolder(inboxPath))?.readNumber(Self.receiverState) ?? 0 }
 
     static let receiverState = "receiver.state"
+    static let senderState = "sender.state"
 
     /// The next message from the peer, in sequence order, or nil when the
     /// inbox is empty. A file that cannot be accepted is moved to `refused/`

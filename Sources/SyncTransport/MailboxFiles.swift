@@ -138,20 +138,41 @@ final class SpoolFolder {
     }
 
     /// Writes `bytes` to `name` atomically: a temporary file, `fsync`,
-    /// `rename`, `fsync` of the folder.
-    func writeAtomically(_ bytes: [UInt8], name: String) throws {
+    /// `rename` (a link when not `replacing`), `fsync` of the folder. False
+    /// (nothing written) when not `replacing` and `name` exists.
+    @discardableResult
+    func writeAtomically(_ bytes: [UInt8], name: String, replacing: Bool = true) throws -> Bool {
         let temporary = ".tmp-\(name)-\(UInt32.random(in: 0...UInt32.max))"
         let file = openat(descriptor, temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard file >= 0 else { throw MailboxFiles.writeError(errno, writing: path + "/" + temporary, creating: true) }
         var failure = FileWrite.writeAll(bytes, to: file)
         if failure == nil, fsync(file) != 0 { failure = errno }
         close(file)
-        if failure == nil, renameat(descriptor, temporary, descriptor, name) != 0 { failure = errno }
+        if failure == nil {
+            if replacing {
+                if renameat(descriptor, temporary, descriptor, name) != 0 { failure = errno }
+            } else if linkat(descriptor, temporary, descriptor, name, 0) == 0 {
+                unlinkat(descriptor, temporary, 0)
+            } else if errno == EEXIST {
+                unlinkat(descriptor, temporary, 0)
+                return false
+            } else if [EPERM, EOPNOTSUPP, ENOSYS].contains(errno) {
+                // A file system without hard links: a rename, unless something is there already.
+                if exists(name) {
+                    unlinkat(descriptor, temporary, 0)
+                    return false
+                }
+                if renameat(descriptor, temporary, descriptor, name) != 0 { failure = errno }
+            } else {
+                failure = errno
+            }
+        }
         if let failure {
             unlinkat(descriptor, temporary, 0)
             throw MailboxFiles.writeError(failure, writing: path + "/" + name)
         }
         try sync()
+        return true
     }
 
     /// A decimal number in the small state file `name`, nil when missing,
@@ -243,10 +264,10 @@ enum MailboxFiles {
         return overflow ? Int.max : sum
     }
 
-    /// Message files waiting in a spool, and their bytes.
-    static func spoolUsage(_ spool: SpoolFolder) throws -> (count: Int, bytes: Int) {
+    /// Message files waiting in a spool (of `names`, its listing), and their bytes.
+    static func spoolUsage(_ spool: SpoolFolder, names: [String]) -> (count: Int, bytes: Int) {
         var count = 0, bytes = 0
-        for sequence in messageSequences(named: try spool.list()) {
+        for sequence in messageSequences(named: names) {
             if let info = spool.info(Mailbox.fileName(sequence)) {
                 count += 1
                 bytes = saturatingSum(bytes, max(0, Int(clamping: info.st_size)))

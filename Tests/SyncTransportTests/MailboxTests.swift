@@ -165,6 +165,30 @@ import Testing
         #expect(try drain(watch).messages.map(\.frame) == [frame("after")])
     }
 
+    /// Mailbox objects of one directory and role are one mailbox (an app may
+    /// make one each time the system hands it a message): each kept its next
+    /// sequence in memory, so one made before another posted wrote its message
+    /// under the same sequence and replaced the other's, which was never
+    /// delivered. Each post takes the next sequence the spool has not used.
+    @Test func twoMailboxObjectsOfOneSpoolNeverReplaceEachOthersMessages() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let first = try Mailbox(directory: directory, role: .phone, secret: secret)
+        let second = try Mailbox(directory: directory, role: .phone, secret: secret)
+        let one = try first.post(frame("one"))
+        let two = try second.post(frame("two"))
+        let three = try first.post(frame("three"))
+        #expect(one < two && two < three)
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        #expect(try drain(watch).messages.map(\.frame) == [frame("one"), frame("two"), frame("three")])
+        // After the watch took them (the spool empty): still past what it accepted.
+        let four = try second.post(frame("four"))
+        #expect(four > three)
+        let drained = try drain(watch)
+        #expect(drained.messages.map(\.frame) == [frame("four")])
+        #expect(drained.refused.isEmpty)
+    }
+
     @Test func aReplayedMessageIsRefusedAndKeptAside() throws {
         let directory = try temporaryDirectory()
         let secret = PairingSecret.generate()
