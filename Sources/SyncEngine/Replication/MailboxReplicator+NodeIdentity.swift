@@ -28,7 +28,10 @@ extension MailboxReplicator {
     /// says is kept for the pairing (on stable storage: the watch says it once a process).
     func takesNodeRenewalNotice(_ message: QueuedMessage) throws -> Bool {
         guard case .renewsNodeID = message else { return false }
-        if port.role == .phone { try port.noteQueuedPeerRenewsNodeID(in: configuration.pairingEpoch) }
+        if port.role == .phone {
+            try port.noteQueuedPeerRenewsNodeID(in: configuration.pairingEpoch)
+            try port.syncCommitted()  // before the notice is taken: the watch posts it once a process
+        }
         return true
     }
 

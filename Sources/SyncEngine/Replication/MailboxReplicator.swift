@@ -309,6 +309,8 @@ package final class MailboxReplicator {
                 case .caughtUp:
                     // Everything the phone had for this watch came ahead of the marker: what is still marked goes.
                     if try port.sweepRebaselineMarks(after: .queuedCaughtUp) > 0 { port.noteAppliedOutsideSessions() }
+                    // On stable storage before the marker is taken: a removal lost to a power cut would never come again.
+                    try port.syncCommitted()
                 case .renewsNodeID:
                     break  // taken above (`takesNodeRenewalNotice`)
                 }
