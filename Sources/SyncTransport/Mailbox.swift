@@ -122,7 +122,9 @@ public final class Mailbox: Sendable {
     static let messageSuffix = ".msg"
 
     /// Opens (creating when missing) the mailbox in `directory` for `role`,
-    /// sealed with `secret`. Throws `mailbox-io` when the directories cannot be created.
+    /// sealed with `secret`, and removes the temporary files this end's
+    /// writers left when they died before their rename. Throws `mailbox-io`
+    /// when the directories cannot be created.
     public init(directory: String, role: MailboxRole, secret: PairingSecret, limits: MailboxLimits = .default) throws {
         self.directory = directory
         self.role = role
@@ -133,14 +135,21 @@ public final class Mailbox: Sendable {
         codec = FrameCodec(limits: FrameLimits(maxFrameSize: size, maxInflatedSize: size * 2, compressionThreshold: 256))
         try MailboxFiles.makeDirectory(directory)
         var spools: [SpoolFolder] = []
+        var refused: [SpoolFolder] = []
         for sender in [role, role.counterpart] {
             try MailboxFiles.makeDirectory(Self.spool(directory, from: sender))
             // A symbolic link the peer put in a spool's place is replaced, never followed (`SpoolFolder`).
             let spool = try SpoolFolder(Self.spool(directory, from: sender))
-            _ = try SpoolFolder("refused", in: spool)
+            refused.append(try SpoolFolder("refused", in: spool))
             spools.append(spool)
         }
         let outbox = spools[0]
+        // Temporary files of this end's writers that died before their rename (each up to a
+        // message, in no limit): the outbox's, but the peer's receiver.state; the inbox's receiver.state; refused/'s.
+        let receiverTemporary = ".tmp-\(Self.receiverState)-"
+        for name in try outbox.list() where name.hasPrefix(".tmp-") && !name.hasPrefix(receiverTemporary) { outbox.removeLeftover(name) }
+        for name in try spools[1].list() where name.hasPrefix(receiverTemporary) { spools[1].removeLeftover(name) }
+        for name in try refused[1].list() where name.hasPrefix(".tmp-") { refused[1].removeLeftover(name) }
         // Never reuse a sequence: the recorded next one, past any message still in the spool or already accepted.
         let recorded = outbox.readNumber(Self.senderState) ?? 1
         let accepted = outbox.readNumber(Self.receiverState) ?? 0

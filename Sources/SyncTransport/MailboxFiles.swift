@@ -145,6 +145,8 @@ final class SpoolFolder {
         let temporary = ".tmp-\(name)-\(UInt32.random(in: 0...UInt32.max))"
         let file = openat(descriptor, temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard file >= 0 else { throw MailboxFiles.writeError(errno, writing: path + "/" + temporary, creating: true) }
+        // Held while it is written: `removeLeftover` passes over a temporary file in use.
+        _ = flock(file, LOCK_EX | LOCK_NB)
         var failure = FileWrite.writeAll(bytes, to: file)
         if failure == nil, fsync(file) != 0 { failure = errno }
         close(file)
@@ -187,6 +189,18 @@ final class SpoolFolder {
     /// Writes `number` to the state file `name`, atomically and durably.
     func writeNumber(_ number: UInt64, name: String) throws {
         try writeAtomically(Array("\(number)\n".utf8), name: name)
+    }
+
+    /// Removes the temporary file `name` that a writer which died before its
+    /// rename left, unless a writer still holds it (another `Mailbox` of this
+    /// process writing it now).
+    func removeLeftover(_ name: String) {
+        let file = openat(descriptor, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW)
+        if file >= 0 {
+            defer { close(file) }
+            guard flock(file, LOCK_EX | LOCK_NB) == 0 else { return }
+        }
+        remove(name)
     }
 
     /// Removes `name` (a link itself, never what it points to), if it is there.

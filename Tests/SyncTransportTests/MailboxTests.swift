@@ -122,6 +122,38 @@ import Testing
         #expect(try phone.outgoingCount() == 0)
     }
 
+    /// A writer killed between creating its temporary file and renaming it
+    /// (an app the system ends mid-post) left the file for good, up to
+    /// `maxMessageBytes` each, counted in no limit: every such kill took that
+    /// much of the device's storage. A mailbox opened again removes the
+    /// temporary files its end wrote, and leaves the peer's alone.
+    @Test func temporaryFilesOfAKilledWriterAreRemovedWhenTheMailboxOpensAgain() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        try phone.post(frame("complete"))
+        let outbox = directory + "/phone-to-watch/"
+        let inbox = directory + "/watch-to-phone/"
+        let ours = [outbox + ".tmp-00000000000000000002.msg-77", outbox + ".tmp-sender.state-12",
+                    inbox + ".tmp-receiver.state-5", inbox + "refused/.tmp-00000000000000000009.msg.reason-3"]
+        let theirs = [outbox + ".tmp-receiver.state-8", inbox + ".tmp-00000000000000000004.msg-9", inbox + ".tmp-sender.state-4"]
+        for path in ours + theirs {
+            #expect(FileManager.default.createFile(atPath: path, contents: Data(repeating: 7, count: 4096)))
+        }
+        // One being written right now (by another Mailbox object of this process) stays.
+        let inUse = outbox + ".tmp-00000000000000000003.msg-80"
+        let writer = open(inUse, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        try #require(writer >= 0)
+        defer { close(writer) }
+        try #require(flock(writer, LOCK_EX | LOCK_NB) == 0)
+        let reopened = try Mailbox(directory: directory, role: .phone, secret: secret)
+        for path in ours { #expect(!FileManager.default.fileExists(atPath: path), "\(path) stayed") }
+        for path in theirs + [inUse] { #expect(FileManager.default.fileExists(atPath: path), "\(path) was removed") }
+        try reopened.post(frame("after"))
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        #expect(try drain(watch).messages.map(\.frame) == [frame("complete"), frame("after")])
+    }
+
     /// A directory or a FIFO under a message's name: reading the directory
     /// failed at every round (the messages after it never came), and opening
     /// the FIFO waited for a writer forever. Each is set aside as refused.
