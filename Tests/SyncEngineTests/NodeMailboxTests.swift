@@ -348,4 +348,20 @@ import Testing
             #expect(NodeCommand.message(for: error).contains("is given twice"), "\(NodeCommand.message(for: error))")
         }
     }
+
+    /// One directory spelled through a symbolic link passed as two: both
+    /// pairings' mailboxes then shared one spool per direction, and each
+    /// refused (set aside) the other watch's messages as another pairing's.
+    @Test func oneMailboxDirectoryThroughASymbolicLinkIsGivenTwice() throws {
+        let folder = TempFolder()
+        try FileManager.default.createDirectory(atPath: folder.file("box"), withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: folder.file("link"), withDestinationPath: folder.file("box"))
+        let twoPairings = ["--role", "phone", "--db", "p.sqlite", "--keys", "k.json", "--secret-file", "a", "--secret-file", "b"]
+        do {
+            _ = try NodeCommand.parse(twoPairings + ["--mailbox", folder.file("box"), "--mailbox", folder.file("link")])
+            Issue.record("one mailbox directory, spelled through a link, for two pairings was accepted")
+        } catch {
+            #expect(NodeCommand.message(for: error).contains("is given twice"), "\(NodeCommand.message(for: error))")
+        }
+    }
 }

@@ -47,7 +47,8 @@ public struct NodeCommand: AsyncParsableCommand {
             throw ValidationError(
                 "--mailbox serves one pairing: give one --mailbox DIR per --secret-file, in the same order (got \(mailbox.count) and \(secretFiles.count))")
         }
-        let directories = mailbox.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+        // Symbolic links resolved: one directory under two spellings would be one spool for two pairings.
+        let directories = mailbox.map { URL(fileURLWithPath: $0).standardizedFileURL.resolvingSymlinksInPath().path }
         if let repeated = directories.first(where: { directory in directories.filter { $0 == directory }.count > 1 }) {
             throw ValidationError("--mailbox \(repeated) is given twice: each watch's pairing needs a directory of its own")
         }
