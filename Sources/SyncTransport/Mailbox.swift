@@ -97,7 +97,7 @@ public enum MailboxDelivery: Sendable, Equatable {
 /// receiver durably records the highest sequence it accepted and refuses any
 /// message at or below it (replay). A spool holds at most `MailboxLimits`;
 /// `post` past them throws `mailbox-full`. A spool folder the peer replaced
-/// by a symbolic link is never followed: it becomes a real, empty folder again.
+/// by a symbolic link (or a file) is never followed: it becomes a real, empty folder again.
 ///
 /// One process per device uses a mailbox at a time (`SyncPeer` holds the
 /// store's replication lock); the two devices may run at different times.

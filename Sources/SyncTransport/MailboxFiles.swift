@@ -17,9 +17,9 @@ final class SpoolFolder {
     let path: String
     let descriptor: Int32
 
-    /// Opens the spool folder at `path`. A symbolic link there is replaced by
-    /// a real, empty folder (the link removed, never what it points to); a
-    /// folder missing, or a file in its place, throws `mailbox-io`.
+    /// Opens the spool folder at `path`. A symbolic link, file or FIFO there
+    /// is replaced by a real, empty folder (a link removed, never what it
+    /// points to); a folder missing throws `mailbox-io`.
     convenience init(_ path: String) throws {
         try self.init(path, name: path, at: AT_FDCWD, createsMissing: false) {
             try SpoolFolder.syncDirectory(at: AT_FDCWD, path: SpoolFolder.parent(of: path))
@@ -27,7 +27,7 @@ final class SpoolFolder {
     }
 
     /// Opens the folder `name` in `parent` (a spool's `refused/`), made anew
-    /// where it is missing or a symbolic link; a file in its place throws `mailbox-io`.
+    /// where it is missing or something else (a link, a file, a FIFO) is in its place.
     convenience init(_ name: String, in parent: SpoolFolder) throws {
         try self.init(parent.path + "/" + name, name: name, at: parent.descriptor, createsMissing: true) { try parent.sync() }
     }
@@ -44,15 +44,12 @@ final class SpoolFolder {
             let code = errno
             var info = stat()
             if fstatat(parent, name, &info, AT_SYMLINK_NOFOLLOW) == 0 {
-                guard info.st_mode & S_IFMT == S_IFLNK else {
-                    if info.st_mode & S_IFMT == S_IFDIR {
-                        throw TransportError(.mailboxIO, "cannot read the mailbox directory \(path): \(String(cString: strerror(code)))")
-                    }
-                    throw TransportError(.mailboxIO, "\(path) is not a folder, so no mailbox message can be kept in it")
+                if info.st_mode & S_IFMT == S_IFDIR {
+                    throw TransportError(.mailboxIO, "cannot read the mailbox directory \(path): \(String(cString: strerror(code)))")
                 }
-                // The peer's link: removed, never followed.
+                // What the peer put in the folder's place (a link, a file, a FIFO): removed, never followed or opened.
                 guard unlinkat(parent, name, 0) == 0 || errno == ENOENT else {
-                    throw TransportError(.mailboxIO, "cannot remove the symbolic link at \(path): \(String(cString: strerror(errno)))")
+                    throw TransportError(.mailboxIO, "\(path) is not a folder and cannot be removed (\(String(cString: strerror(errno)))), so no mailbox message can be kept in it")
                 }
             } else if !createsMissing {
                 throw TransportError(.mailboxIO, "cannot read the mailbox directory \(path): \(String(cString: strerror(code)))")

@@ -219,6 +219,37 @@ import Glibc
         #expect(try isRealDirectory(inbox))
     }
 
+    /// A regular file or a FIFO where the inbox's `refused/` folder (or the
+    /// whole spool) should be: every refusal threw `mailbox-io` ("not a
+    /// folder"), so the first message refused stopped the queue for good.
+    /// Whatever the peer put in the folder's place goes (never followed), a
+    /// real folder is made, and the messages after the refused one come.
+    @Test func aFileWhereASpoolFolderShouldBeIsReplacedAndTheQueueGoesOn() throws {
+        let secret = PairingSecret.generate()
+        for (what, place) in [("a file", "refused"), ("a FIFO", "refused"), ("a file", "spool")] {
+            let directory = try temporaryDirectory()
+            let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+            let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+            let path = directory + "/phone-to-watch" + (place == "refused" ? "/refused" : "")
+            try FileManager.default.removeItem(atPath: path)
+            if what == "a FIFO" {
+                try #require(mkfifo(path, 0o600) == 0)
+            } else {
+                #expect(FileManager.default.createFile(atPath: path, contents: Data("junk".utf8)))
+            }
+            if place == "spool" {
+                #expect(try watch.next() == nil, "\(what) at the \(place)")
+            }
+            let bad = try phone.post(frame("bad"))
+            #expect(FileManager.default.createFile(atPath: directory + "/phone-to-watch/" + Mailbox.fileName(bad), contents: Data([0xDE, 0xAD])))
+            try phone.post(frame("good"))
+            let drained = try drain(watch)
+            #expect(drained.refused.map(\.name) == [Mailbox.fileName(bad)], "\(what) at the \(place)")
+            #expect(drained.messages.map(\.frame) == [frame("good")], "\(what) at the \(place)")
+            #expect(try watch.refusedFiles() == [Mailbox.fileName(bad)], "\(what) at the \(place)")
+        }
+    }
+
     /// Sizes add up without overflow, however large a file system says a file is.
     @Test func spoolSizesSaturateInsteadOfOverflowing() {
         #expect(MailboxFiles.saturatingSum(Int.max - 1, 5) == Int.max)
