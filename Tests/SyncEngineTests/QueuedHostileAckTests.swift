@@ -45,4 +45,43 @@ import Testing
         try phone.deliverQueued(through: phoneBox)
         #expect(try pair.phone.pendingSummary(for: pair.watch.nodeID).automatic == 0)
     }
+
+    /// A queued message that names the reader's own node id as its sender (a
+    /// buggy or hostile peer; a live session refuses such a peer at its
+    /// hello): the phone recorded itself as a watch of the pairing, and while
+    /// that record was the watch it posted for, it passed over every change it
+    /// wrote itself as "come from that watch" (moving that cursor past them).
+    /// Such a message is refused and kept aside now.
+    @Test func aMessageNamingTheReadersOwnNodeIDIsRefused() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let (phone, phoneBox, watch, watchBox) = try QueuedDeliveryTests().peers(pair, directory: folder.path)
+        try await pair.watch.set(1, for: TestKeys.steps)
+        try watch.deliverQueued(through: watchBox)
+        try phone.deliverQueued(through: phoneBox)
+        try watch.deliverQueued(through: watchBox)
+        #expect(try pair.phone.storedValue(for: TestKeys.steps) == 1)
+
+        // The watch's next message, sent again under the phone's node id.
+        try await pair.watch.set(2, for: TestKeys.steps)
+        try watch.deliverQueued(through: watchBox)
+        let posted = try #require(try watchBox.outgoingMessages().last)
+        guard case .batch(var header, let after, let through, let entries) = try QueuedMessage(frame: posted.frame) else {
+            Issue.record("the watch's last message is no batch")
+            return
+        }
+        header.node = pair.phone.nodeID
+        try watchBox.post(QueuedMessage.batch(header, after: after, through: through, entries: entries).frame())
+        let report = try phone.deliverQueued(through: phoneBox)
+        #expect(report.refused.count == 1, "\(report.refused)")
+        #expect(try !pair.phone.knownPeers().contains(pair.phone.nodeID))
+
+        // What the phone writes next still reaches the watch.
+        try await pair.phone.set(7, for: TestKeys.daily["d"])
+        for _ in 0..<2 {
+            try phone.deliverQueued(through: phoneBox)
+            try watch.deliverQueued(through: watchBox)
+        }
+        #expect(try pair.watch.storedValue(for: TestKeys.daily["d"]) == 7)
+    }
 }

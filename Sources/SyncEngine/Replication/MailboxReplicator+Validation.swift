@@ -17,6 +17,10 @@ extension MailboxReplicator {
         if header.pairingEpoch != configuration.pairingEpoch {
             return SyncError(.pairingMismatch, "a queued message of pairing \(PeerText.escaped(header.pairingEpoch, maxLength: 64)) reached pairing \(configuration.pairingEpoch)")
         }
+        if header.node == port.nodeID {
+            // As a live hello with it is refused: recorded as the peer, this store would take its own changes for the peer's.
+            return SyncError(.handshakeFailed, "a queued message names this store's own node id \(String(header.node, radix: 16)) as its sender; a store cannot sync with a copy of itself")
+        }
         if isRefusal { return nil }
         // The sender speaks its message's version and maybe newer ones; this build reads
         // any message written for a version it knows (older builds named their newest).
