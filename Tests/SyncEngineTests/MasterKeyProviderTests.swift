@@ -244,3 +244,42 @@ final class MemoryKeyProvider: MasterKeyProvider {
         }
     }
 }
+
+/// A key file path naming a FIFO: the store's open waited for ever for a
+/// writer (`open` without `O_NONBLOCK`) instead of refusing it as a key file
+/// that is not a regular file (`key-file`), as the README says.
+@Suite(.timeLimit(.minutes(5))) struct KeyFileFIFOTests {
+    @Test func aFIFOKeyFileIsRefusedWithoutWaiting() async throws {
+        let folder = TempFolder()
+        let fifo = folder.file("master.key")
+        try #require(mkfifo(fifo, 0o600) == 0)
+        let secret = Key<String>("pin", default: "", security: .encrypted)
+        let registry = try KeyRegistry([secret])
+        let path = folder.file("s.sqlite")
+        // On a thread of its own: an open that blocks must not hold a thread of the concurrency pool.
+        let outcome: Result<Void, any Error>
+        do {
+            outcome = try await withDeadline("the open with a FIFO as key file to end", within: .seconds(20)) {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, any Error>, Never>) in
+                    Thread.detachNewThread {
+                        continuation.resume(returning: Result {
+                            let store = try SyncStore(path: path, role: .phone, registry: registry,
+                                                      options: StoreOptions(encryption: .keyFile(path: fifo)))
+                            store.close()
+                        })
+                    }
+                }
+            }
+        } catch {
+            // Let the blocked open go (a writer that closes at once: it reads end of file).
+            let writer = open(fifo, O_WRONLY | O_NONBLOCK)
+            if writer >= 0 { close(writer) }
+            throw error
+        }
+        guard case .failure(let error) = outcome else {
+            Issue.record("a store opened with a FIFO as its key file")
+            return
+        }
+        #expect((error as? SyncError)?.code == .keyFile && "\(error)".contains("not a regular file"), "\(error)")
+    }
+}

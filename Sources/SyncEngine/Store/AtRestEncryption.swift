@@ -63,7 +63,8 @@ struct AtRestCipher: Sendable {
     /// `PairingSecret.load` does, anything but a regular file that only its
     /// owner may access (mode & 0o077 == 0), and a file not 32 bytes long.
     static func loadKeyFile(_ path: String) throws -> [UInt8]? {
-        let fd = Foundation.open(path, O_RDONLY | O_CLOEXEC)
+        // Non-blocking: opening a FIFO for reading would wait for a writer (the type is checked below).
+        let fd = Foundation.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
             let code = errno
             if code == ENOENT { return nil }
