@@ -243,3 +243,42 @@ import Testing
         try handle.write(contentsOf: Data(repeating: 0xEE, count: 12))
     }
 }
+
+/// A store path naming a FIFO: `SyncStore(path:)` (and `syncsim node --db`)
+/// waited for ever for a writer while reading the file's header. Now refused
+/// at once as no store (`not-a-database`, naming what it is), as `inspect` does.
+@Suite(.timeLimit(.minutes(5))) struct StorePathThatIsNoRegularFileTests {
+    @Test func aFIFOOrDirectoryIsRefusedAsNoStoreWithoutWaiting() async throws {
+        let folder = TempFolder()
+        let fifo = folder.file("store.fifo")
+        try #require(mkfifo(fifo, 0o600) == 0)
+        let directory = folder.file("store.dir")
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        let registry = try TestKeys.registry()
+        for path in [fifo, directory] {
+            let outcome: Result<Void, any Error>
+            do {
+                outcome = try await withDeadline("the open of \(path) to end", within: .seconds(20)) {
+                    await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, any Error>, Never>) in
+                        Thread.detachNewThread {
+                            continuation.resume(returning: Result { try SyncStore(path: path, role: .phone, registry: registry).close() })
+                        }
+                    }
+                }
+            } catch {
+                // Let a blocked open go (a writer that closes at once: it reads end of file).
+                let writer = open(fifo, O_WRONLY | O_NONBLOCK)
+                if writer >= 0 { close(writer) }
+                throw error
+            }
+            guard case .failure(let error) = outcome else {
+                Issue.record("a store opened at \(path)")
+                continue
+            }
+            #expect((error as? SyncError)?.code == .notADatabase && "\(error)".contains("not a regular file"), "\(error)")
+        }
+        var info = stat()
+        #expect(lstat(fifo, &info) == 0 && info.st_mode & S_IFMT == S_IFIFO)
+        #expect(!FileManager.default.fileExists(atPath: fifo + "-wal"))
+    }
+}

@@ -89,6 +89,18 @@ final class Database: Sendable {
     /// Refuses files that exist, are non-empty and lack the SQLite header, or
     /// carry another program's `application_id`, before SQLite gets a chance to touch them.
     private static func checkHeader(path: String) throws {
+        // Only a regular file can be a store: reading a FIFO's header would wait for a writer,
+        // and SQLite would make a device (`/dev/null`) a store with its WAL beside it.
+        var info = stat()
+        if stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
+            let kind = switch info.st_mode & S_IFMT {
+            case S_IFDIR: "a directory"
+            case S_IFIFO: "a FIFO"
+            case S_IFCHR, S_IFBLK: "a device"
+            default: "a socket"
+            }
+            throw SyncError(.notADatabase, "\(path) is not a regular file (\(kind)), so no store; it was left untouched — open a path to a file")
+        }
         guard let handle = FileHandle(forReadingAtPath: path) else { return }
         defer { try? handle.close() }
         let header = [UInt8]((try? handle.read(upToCount: 100)) ?? Data())
