@@ -261,3 +261,18 @@ import Testing
         #expect(await console.execute("put a 1")["ok"] as? Bool == true)
     }
 }
+
+/// `--connect :7000` (no host) passed validation, and the watch node dialed
+/// a host that cannot exist for ever, one DNS error event after another;
+/// `--listen :0` got as far as binding. Both are usage errors now.
+@Suite struct NodeAddressWithoutHostTests {
+    @Test func anEmptyHostIsAUsageError() throws {
+        let watch = ["--role", "watch", "--db", "w.sqlite", "--keys", "k.json", "--secret-file", "p.secret"]
+        let phone = ["--role", "phone", "--db", "p.sqlite", "--keys", "k.json", "--secret-file", "p.secret"]
+        for arguments in [watch + ["--connect", ":7000"], watch + ["--connect", " :7000"], phone + ["--listen", ":0"]] {
+            #expect(throws: (any Error).self, "\(arguments)") { _ = try NodeCommand.parse(arguments) }
+        }
+        _ = try NodeCommand.parse(watch + ["--connect", "localhost:7000"])
+        _ = try NodeCommand.parse(phone + ["--listen", "0.0.0.0:0"])
+    }
+}

@@ -53,7 +53,7 @@ public struct NodeCommand: AsyncParsableCommand {
             throw ValidationError("--mailbox \(repeated) is given twice: each watch's pairing needs a directory of its own")
         }
         if let address = listen ?? connect, NodeCommand.split(address) == nil {
-            throw ValidationError("'\(address)' is not HOST:PORT")
+            throw ValidationError("'\(address)' is not HOST:PORT (a host, e.g. 127.0.0.1, and a port from 0 to 65535)")
         }
         // Port 0 is "any free port" to listen on; no connection can be made to it.
         if let connect, NodeCommand.split(connect)?.port == 0 {
@@ -68,9 +68,13 @@ public struct NodeCommand: AsyncParsableCommand {
         }
     }
 
+    /// HOST and PORT of `HOST:PORT`; nil without a host (`:7000`, which no
+    /// dial can reach) or a port from 0 to 65535.
     static func split(_ address: String) -> (host: String, port: Int)? {
         guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]), (0...65535).contains(port) else { return nil }
-        return (String(address[..<colon]), port)
+        let host = String(address[..<colon])
+        guard !host.trimmingCharacters(in: .whitespaces).isEmpty else { return nil }
+        return (host, port)
     }
 
     public func run() async throws {
