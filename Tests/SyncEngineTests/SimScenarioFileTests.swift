@@ -209,3 +209,21 @@ import Testing
         #expect(throws: SyncError.self) { try StoreInspection(path: folder.file("absent.sqlite"), includeValues: false) }
     }
 }
+
+/// An unknown `op` listed the ops a step may take, without `requestManual`:
+/// a user who misspelled it (`requestmanual`) was not shown the right spelling.
+@Suite struct UnknownOpListsEveryOpTests {
+    @Test func theListOfOpsHasEveryOpTheFormatTakes() throws {
+        let text = #"{"description": "d", "seed": 1, "keys": [{"name": "a"}], "timeline": [{"at": 0, "op": "requestmanual", "node": "phone"}]}"#
+        do {
+            _ = try Scenario.parse(text, file: "t.json")
+            Issue.record("an unknown op was accepted")
+        } catch {
+            #expect(error.field == "timeline[0].op")
+            for op in ["put", "delete", "sync", "requestManual", "faults", "partition", "heal", "crash", "restart", "skew",
+                       "checkpoint", "replaceWatch", "powerCut", "fillDisk", "freeDisk", "purge", "updateApp"] {
+                #expect(error.message.contains(op), "\(op) missing from: \(error.message)")
+            }
+        }
+    }
+}

@@ -204,7 +204,7 @@ struct FaultsCoding: Encodable {
 
 /// A timeline step (`{"at": ..., "op": ..., ...}`).
 enum StepCoding {
-    static let ops = "put, delete, sync, faults, partition, heal, crash, restart, skew, checkpoint, replaceWatch, powerCut, fillDisk, freeDisk, purge or updateApp"
+    static let ops = "put, delete, sync, requestManual, faults, partition, heal, crash, restart, skew, checkpoint, replaceWatch, powerCut, fillDisk, freeDisk, purge or updateApp"
 
     static func step(from decoder: any Decoder, registry: KeyRegistry, watches: Int, olderApps: Set<ScenarioNode> = []) throws -> Scenario.Step {
         let item = try Fields(decoder)
