@@ -283,3 +283,22 @@ final class MemoryKeyProvider: MasterKeyProvider {
         #expect((error as? SyncError)?.code == .keyFile && "\(error)".contains("not a regular file"), "\(error)")
     }
 }
+
+/// `StoreOptions(encryption: .passphrase("…"))` printed the passphrase in
+/// clear wherever the options were printed, logged or dumped, unlike a
+/// `PairingSecret`, whose bytes never show.
+@Suite struct PassphraseNotPrintedTests {
+    @Test func neitherDescriptionNorDumpShowsThePassphrase() {
+        let options = StoreOptions(encryption: .passphrase("hunter2-correct-horse", iterations: 1_000))
+        var dumped = ""
+        dump(options, to: &dumped)
+        let source = EncryptionKeySource.passphrase("hunter2-correct-horse")
+        var dumpedSource = ""
+        dump(source, to: &dumpedSource)
+        for text in ["\(options)", String(reflecting: options), dumped, "\(source)", String(reflecting: source), dumpedSource] {
+            #expect(!text.contains("hunter2"), "\(text)")
+        }
+        #expect("\(source)".contains("passphrase"))
+        #expect(String(reflecting: EncryptionKeySource.keyFile(path: "/k/master.key")).contains("/k/master.key"))
+    }
+}

@@ -17,6 +17,22 @@ public enum EncryptionKeySource: Sendable {
     case provider(any MasterKeyProvider)
 }
 
+/// Never prints a passphrase: `description`, `debugDescription` and `dump`
+/// show `passphrase(<hidden>, iterations: N)`, as a `PairingSecret` hides its bytes.
+extension EncryptionKeySource: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    public var description: String {
+        switch self {
+        case .keyFile(let path): "keyFile(path: \(path.debugDescription))"
+        case .passphrase(_, let iterations): "passphrase(<hidden>, iterations: \(iterations))"
+        case .provider(let provider): "provider(\(type(of: provider)))"
+        }
+    }
+
+    public var debugDescription: String { description }
+
+    public var customMirror: Mirror { Mirror(self, children: ["source": description], displayStyle: .enum) }
+}
+
 /// AES-256-GCM for values of `encrypted` keys, with a per-store key derived
 /// from the master key (HKDF-SHA256 over a random per-store salt). The key
 /// name is authenticated data, so a ciphertext cannot be moved to another key.
