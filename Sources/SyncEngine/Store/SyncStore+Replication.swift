@@ -350,7 +350,10 @@ extension SyncStore {
         let key = chunk.entry.key
         let version = chunk.entry.version
         let overhead = encrypted ? SyncStore.sealedChunkOverhead : 0
-        let limit = max(options.maxStagedChunkBytes, options.maxValueSize + overhead * chunk.count)
+        // Saturating: `maxValueSize = .max` (no limit of the app's own) must not overflow.
+        let (sealing, overflowA) = overhead.multipliedReportingOverflow(by: chunk.count)
+        let (room, overflowB) = options.maxValueSize.addingReportingOverflow(sealing)
+        let limit = max(options.maxStagedChunkBytes, overflowA || overflowB ? .max : room)
         return try database.write { conn in
             let stale = try conn.statement("DELETE FROM sync_chunks WHERE key = ?1 AND (ver < ?2 OR (ver = ?2 AND node < ?3))")
             stale.bind(1, key)
