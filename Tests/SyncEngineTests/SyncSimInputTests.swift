@@ -253,9 +253,9 @@ import Testing
         }
         let notJSON = await console.execute("put a {bad")
         #expect((notJSON["error"] as? String)?.contains("not JSON") == true, "\(notJSON)")
-        // Bytes that are not JSON (written by an app through a string serializer): a code, not Foundation's text.
-        try store.setEncoded(Array("plain text".utf8), forKey: "s")
-        let get = await console.execute("get s")
+        // Bytes of a JSON key that are not JSON (a tool wrote them): a code, not Foundation's text.
+        try store.setEncoded(Array("plain text".utf8), forKey: "a")
+        let get = await console.execute("get a")
         #expect(get["ok"] as? Bool == false && get["code"] as? String == "type-mismatch", "\(get)")
         #expect((get["error"] as? String)?.contains("NSCocoaErrorDomain") == false, "\(get)")
         #expect(await console.execute("put a 1")["ok"] as? Bool == true)
@@ -274,5 +274,33 @@ import Testing
         }
         _ = try NodeCommand.parse(watch + ["--connect", "localhost:7000"])
         _ = try NodeCommand.parse(phone + ["--listen", "0.0.0.0:0"])
+    }
+}
+
+/// `syncsim node` stored `put s "hi"` for a key of `"encoding": "string"` as
+/// the JSON literal `"hi"`, quotes included, where a scenario (the same keys
+/// format) and an app's `.string` serializer store `hi`; and it could not
+/// show the `hi` an app wrote there.
+@Suite struct NodeStringAndDataKeysTests {
+    @Test func stringAndDataKeysTakeAndShowTheStringsBytes() async throws {
+        let folder = TempFolder()
+        let registry = try KeyRegistry(descriptors: [KeyDescriptor(name: "j"), KeyDescriptor(name: "s", encoding: "string"),
+                                                     KeyDescriptor(name: "d", encoding: "data")])
+        let store = try SyncStore(path: folder.file("n.sqlite"), role: .phone, registry: registry)
+        defer { store.close() }
+        let peer = SyncPeer(store: store, configuration: ReplicationConfiguration(pairingEpoch: PairingSecret.generate().epoch))
+        let console = NodeConsole(store: store, peer: peer, output: JSONLineWriter(handle: FileHandle.nullDevice))
+        #expect(await console.execute(#"put s "hi there""#)["ok"] as? Bool == true)
+        #expect(try store.encodedValue(forKey: "s") == Array("hi there".utf8))
+        #expect(await console.execute(#"put d "raw""#)["ok"] as? Bool == true)
+        #expect(try store.encodedValue(forKey: "d") == Array("raw".utf8))
+        #expect(await console.execute(#"put j "hi""#)["ok"] as? Bool == true)
+        #expect(try store.encodedValue(forKey: "j") == Array(#""hi""#.utf8), "a JSON key keeps the JSON text")
+        // What an app wrote through `.string`: shown as a string.
+        try store.setEncoded(Array("from the app".utf8), forKey: "s")
+        #expect(await console.execute("get s")["value"] as? String == "from the app")
+        // A string key takes only a string.
+        let number = await console.execute("put s 5")
+        #expect(number["ok"] as? Bool == false && number["code"] as? String == "invalid-command", "\(number)")
     }
 }

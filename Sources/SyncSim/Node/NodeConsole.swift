@@ -84,8 +84,17 @@ struct NodeConsole {
                 guard let object = try? JSONSerialization.jsonObject(with: Data(parts[2].utf8), options: [.fragmentsAllowed]) else {
                     return Self.invalid("put takes KEY and a JSON value (1234, \"text\", {\"a\":1}); '\(parts[2].prefix(40))' is not JSON")
                 }
-                let bytes = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .fragmentsAllowed])
-                try store.setEncoded([UInt8](bytes), forKey: parts[1])
+                let bytes: [UInt8]
+                if let encoding = rawEncoding(of: parts[1]) {
+                    // As in a scenario: a string or data key stores a JSON string's bytes as they are.
+                    guard let text = object as? String else {
+                        return Self.invalid("'\(parts[1])' is a key of encoding \(encoding): put takes a JSON string (\"text\"), whose bytes are stored as they are")
+                    }
+                    bytes = Array(text.utf8)
+                } else {
+                    bytes = [UInt8](try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .fragmentsAllowed]))
+                }
+                try store.setEncoded(bytes, forKey: parts[1])
                 let version = try store.entryInfo(forKey: parts[1])?.version
                 return ["ok": true, "key": parts[1], "version": version.map { "\($0)" } ?? ""]
             case ("get", 2):
@@ -93,6 +102,12 @@ struct NodeConsole {
                 try store.checkForExternalChanges()
                 guard let bytes = try store.encodedValue(forKey: parts[1]) else {
                     return ["ok": true, "key": parts[1], "present": false, "value": NSNull()]
+                }
+                if let encoding = rawEncoding(of: parts[1]) {
+                    guard let text = String(validating: bytes, as: UTF8.self) else {
+                        throw SyncError(.typeMismatch, "the value of '\(parts[1])' (\(bytes.count) bytes of encoding \(encoding)) is not UTF-8 text, so the node cannot show it")
+                    }
+                    return ["ok": true, "key": parts[1], "present": true, "value": text]
                 }
                 guard let value = try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed]) else {
                     throw SyncError(.typeMismatch, "the value of '\(parts[1])' (\(bytes.count) bytes) is not JSON, so the node cannot show it; it was written with another serializer")
@@ -141,6 +156,13 @@ struct NodeConsole {
         } catch {
             return ["ok": false, "error": "\(error)", "code": "failed"]
         }
+    }
+
+    /// The encoding of `key` when its values are bytes as they are (`string`,
+    /// `data`), not JSON; nil for a JSON key or one the registry does not declare.
+    func rawEncoding(of key: String) -> String? {
+        guard let encoding = store.registry.descriptor(forEntry: key)?.encoding, encoding != "json" else { return nil }
+        return encoding
     }
 
     /// The answer to a line the node cannot take (an unknown command, a
