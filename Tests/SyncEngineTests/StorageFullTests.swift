@@ -1,5 +1,5 @@
 import Foundation
-@_spi(Testing) @testable import SyncEngine
+@_spi(Testing) @_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
 import Testing
 
@@ -170,6 +170,45 @@ import Testing
             _ = await serving.value
         }
         try outcome.get()
+    }
+
+    /// A full watch ends the session with an error frame that says
+    /// `storage-full` and names nothing of the watch's file system: the
+    /// message sent named the store's full path (the watch's log and its own
+    /// error event keep it).
+    @Test func theErrorFrameOfAFullWatchNamesNoPathOfIt() async throws {
+        let stores = try PhoneAndWatch()
+        defer { stores.close() }
+        let phone = ReplicationEndpoint(store: stores.phone, configuration: stores.configuration)
+        let watch = ReplicationEndpoint(store: stores.watch, configuration: stores.configuration)
+        var errors: [SyncMessage.ErrorMessage] = []
+        func run(toWatch: [Frame], toPhone: [Frame]) {
+            var (toWatch, toPhone) = (toWatch, toPhone)
+            for _ in 0..<1_000 where !(toWatch.isEmpty && toPhone.isEmpty) {
+                let (sendWatch, sendPhone) = (toWatch, toPhone)
+                (toWatch, toPhone) = ([], [])
+                for frame in sendPhone { toWatch += phone.receive(frame, now: 1_000) }
+                for frame in sendWatch {
+                    let answers = watch.receive(frame, now: 1_000)
+                    for case .error(let error)? in answers.map({ try? SyncMessage(frame: $0) }) { errors.append(error) }
+                    toPhone += answers
+                }
+            }
+        }
+        run(toWatch: phone.start(now: 1_000), toPhone: watch.start(now: 1_000))
+        #expect(phone.isEstablished && watch.isEstablished)
+        Self.vfs.setDiskFull(true)
+        try await stores.phone.set(5, for: TestKeys.steps)
+        run(toWatch: phone.pump(now: 1_000), toPhone: [])
+        #expect(errors.map(\.code) == [SyncError.Code.storageFull.rawValue])
+        #expect(watch.failure?.code == .storageFull)
+        #expect(watch.failure?.message.contains(stores.folder.path) == true, "the watch's own error keeps the path")
+        for error in errors {
+            #expect(!error.message.contains(stores.folder.path), "\(error.message)")
+            #expect(!error.message.contains("watch.sqlite"), "\(error.message)")
+        }
+        #expect(phone.failure?.code == .storageFull)
+        #expect(phone.failure.map { !$0.message.contains(stores.folder.path) } == true)
     }
 
     /// `runQueued` on a full watch: after the round that failed, the next

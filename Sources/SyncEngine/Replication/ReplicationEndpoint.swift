@@ -593,6 +593,6 @@ package final class ReplicationEndpoint {
         endLiveSession()
         emit(.error(error))
         reporter.logger.error("replication session failed", metadata: ["code": "\(error.code)"])
-        return notifyPeer ? [SyncMessage.error(.init(code: error.code.rawValue, message: error.message)).frame()] : []
+        return notifyPeer ? [SyncMessage.error(.init(code: error.code.rawValue, message: error.messageForPeer)).frame()] : []
     }
 }
