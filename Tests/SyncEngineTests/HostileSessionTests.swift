@@ -131,4 +131,46 @@ import Testing
         #expect(try pair.phone.storedValue(for: TestKeys.daily["w1"]) == 11)
         watch2.close()
     }
+
+    /// The events `store` publishes while `body` runs (the store is closed after it, which ends them).
+    static func events(of store: SyncStore, during body: () async throws -> Void) async throws -> [SyncEvent] {
+        let stream = store.events()
+        try await body()
+        store.close()
+        return try await all(of: stream, "the store's events")
+    }
+
+    /// Text with a forged log line and terminal escapes in it.
+    static let forged = "health:daily:steps\n2026-01-01T00:00:00 info syncsim : FORGED-LINE \u{1b}[2K"
+
+    static func isClean(_ text: String) -> Bool {
+        !text.contains("\n") && !text.contains("\r") && !text.contains("\u{1b}")
+    }
+
+    /// An acknowledgement's refusals reach the `.error` event escaped and
+    /// bounded: the peer's key names and codes went into it raw (a forged
+    /// log line, terminal escapes) and all of them (20,000 made one message
+    /// of megabytes).
+    @Test func anAcknowledgementsRefusalsReachTheEventEscapedAndBounded() async throws {
+        let pair = try Pair()
+        let (phone, watch) = ReceiptTests.endpoints(pair)
+        Self.exchange(phone, watch, start: true)
+        try await pair.phone.set(5, for: TestKeys.steps)
+        let batches = phone.pump(now: 2_000).compactMap { frame -> SyncMessage.Batch? in
+            if case .batch(let batch)? = try? SyncMessage(frame: frame) { batch } else { nil }
+        }
+        let batch = try #require(batches.first)
+        let rejected = Array(repeating: SyncMessage.Rejection(key: Self.forged, code: "policy-violation\r\u{1b}[31m"), count: 20_000)
+        let events = try await Self.events(of: pair.phone) {
+            _ = phone.receive(SyncMessage.ack(.init(batchID: batch.id, applied: 0, rejected: rejected)).frame(), now: 2_000)
+            phone.connectionLost()
+            watch.connectionLost()
+        }
+        let errors = events.compactMap { event -> SyncError? in if case .error(let error) = event { error } else { nil } }
+        let error = try #require(errors.first)
+        #expect(error.message.contains("20000"), "\(error.message.prefix(300))")
+        #expect(error.message.contains("FORGED-LINE"))
+        #expect(Self.isClean(error.message), "\(error.message.prefix(300))")
+        #expect(error.message.count <= 8_192, "\(error.message.count) characters")
+    }
 }

@@ -138,7 +138,7 @@ package final class ReplicationEndpoint {
                     if let upper = session.stream.batchRanges.removeValue(forKey: ack.batchID) { try complete(upper: upper) }
                     if session.stream.repairBatches.remove(ack.batchID) != nil { try finishRepairIfDone() }
                     if !ack.rejected.isEmpty {
-                        emit(.error(SyncError(.protocolViolation, "the peer refused \(ack.rejected.count) entries: \(ack.rejected.map { "\($0.key) (\($0.code))" }.joined(separator: ", "))")))
+                        emit(.error(SyncError.refusedByPeer(ack.rejected)))
                     }
                 }
             case .chunk(let chunk):

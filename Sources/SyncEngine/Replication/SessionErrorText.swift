@@ -1,3 +1,5 @@
+import SyncTransport
+
 extension SyncError {
     /// What an error frame tells the peer of this error, which ended the
     /// session here. An error about what the peer sent (a message, its hello,
@@ -16,5 +18,20 @@ extension SyncError {
         default:
             return "its store could not go on with the session (\(code)); the details stay on that device"
         }
+    }
+}
+
+extension SyncError {
+    /// Of the entries a peer's acknowledgement refused, the most the `.error` event names.
+    static let maxNamedRefusals = 16
+
+    /// The `.error` event for entries the peer refused in an acknowledgement:
+    /// how many, and the first `maxNamedRefusals` by key and code in the
+    /// peer's words, escaped (`PeerText`) and bounded. They went into the
+    /// event as they came, every one of them.
+    static func refusedByPeer(_ rejected: [SyncMessage.Rejection]) -> SyncError {
+        let named = rejected.prefix(maxNamedRefusals).map { "\(PeerText.escaped($0.key)) (\(PeerText.escaped($0.code, maxLength: 64)))" }
+        let more = rejected.count > named.count ? ", and \(rejected.count - named.count) more" : ""
+        return SyncError(.protocolViolation, "the peer refused \(rejected.count) entries: \(named.joined(separator: ", "))\(more)")
     }
 }
