@@ -173,4 +173,33 @@ import Testing
         #expect(Self.isClean(error.message), "\(error.message.prefix(300))")
         #expect(error.message.count <= 8_192, "\(error.message.count) characters")
     }
+
+    /// A hello's declarations reach the `keyMismatch` event escaped and
+    /// bounded: every name only the peer declared was in it raw, 100,000 of
+    /// them, and in the warning logged.
+    @Test func aHellosDeclarationsReachTheMismatchEventEscapedAndBounded() async throws {
+        let pair = try Pair()
+        let ours = pair.phone.registry.wireDeclarations(from: .phone)
+        // The watch declares the steps key as manual, and a flood of keys of its own.
+        let steps = try #require(ours.first { $0.hasPrefix(TestKeys.steps.name + "|") })
+        let theirs = ours.filter { $0 != steps } + [steps.replacingOccurrences(of: "|automaticSmall|", with: "|manual|")]
+            + (0..<100_000).map { "flood:\($0)|all|automaticSmall|json|single|lww|untyped|none" } + [Self.forged + "|all|manual|json|single|lww|untyped|none"]
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: "test"))
+        let events = try await Self.events(of: pair.phone) {
+            _ = phone.start(now: 1_000)
+            let hello = SyncMessage.hello(.init(protocolRange: 1...SyncMessage.highestProtocolVersion, node: pair.watch.nodeID, role: .watch,
+                                                isReply: false, pairingEpoch: "test", registryFingerprint: KeyRegistry.fingerprint(of: theirs.sorted()),
+                                                declarations: theirs.sorted(), partialTransfers: []))
+            _ = phone.receive(hello.frame(), now: 1_000)
+            #expect(phone.isEstablished)
+            #expect(phone.mismatchedKeys.contains(TestKeys.steps.name))
+            phone.connectionLost()
+        }
+        let mismatches = events.compactMap { event -> [String]? in if case .keyMismatch(let keys) = event { keys } else { nil } }
+        let keys = try #require(mismatches.first)
+        #expect(keys.contains(TestKeys.steps.name), "the key both declare, differently, is named")
+        #expect(keys.count <= ours.count + 100, "\(keys.count) names")
+        #expect(keys.allSatisfy(Self.isClean))
+        #expect(Self.isClean(SyncEvent.keyMismatch(keys: keys).description))
+    }
 }

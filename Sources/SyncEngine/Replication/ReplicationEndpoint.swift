@@ -573,10 +573,7 @@ package final class ReplicationEndpoint {
                 }
                 count { $0.sessions += 1 }
                 emit(.connected(peerNode: peer.node, peerRole: peer.role))
-                if !peer.mismatchedKeys.isEmpty {
-                    emit(.keyMismatch(keys: peer.mismatchedKeys.sorted()))
-                    reporter.logger.warning("keys declared differently on the peer do not sync", metadata: ["keys": "\(peer.mismatchedKeys.sorted())"])
-                }
+                if !peer.mismatchedKeys.isEmpty { reportMismatches(peer.mismatchedKeys) }
             case .fail(let error, let notify):
                 out += fail(error, notifyPeer: notify)
             }

@@ -1,0 +1,22 @@
+import SyncTransport
+
+/// What the peer's messages make this side report: the peer's words escaped
+/// (`PeerText`) and bounded before they reach an event or the log.
+extension ReplicationEndpoint {
+    /// Of the names only the peer declares, the most a `keyMismatch` event names.
+    static let maxReportedPeerOnlyNames = 64
+
+    /// Reports the keys declared differently on the two sides (`keyMismatch`,
+    /// and a warning): every name this side declares, and of the names only
+    /// the peer declares the first `maxReportedPeerOnlyNames`, escaped. A
+    /// hello may declare any number of names, spelled any way: they were all
+    /// reported as they came.
+    func reportMismatches(_ names: Set<String>) {
+        let ours = ReplicationSession.declared(names, in: port.registry.wireDeclarations(from: port.role))
+        let theirs = names.subtracting(ours).sorted().prefix(ReplicationEndpoint.maxReportedPeerOnlyNames)
+        let reported = (ours.sorted() + theirs.map { PeerText.escaped($0) }).sorted()
+        emit(.keyMismatch(keys: reported))
+        reporter.logger.warning("keys declared differently on the peer do not sync",
+                                metadata: ["keys": "\(reported)", "count": "\(names.count)"])
+    }
+}
