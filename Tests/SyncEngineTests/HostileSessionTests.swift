@@ -202,4 +202,31 @@ import Testing
         #expect(keys.allSatisfy(Self.isClean))
         #expect(Self.isClean(SyncEvent.keyMismatch(keys: keys).description))
     }
+
+    /// A manual reply that answers no request of this side is not reported
+    /// as the answer to one: a peer's unasked reply (or a late one, to an
+    /// earlier request) was an accepted `manualRequestAnswered` event, and
+    /// cleared the request this side awaited.
+    @Test func aManualReplyToNoRequestIsNotReportedAsItsAnswer() async throws {
+        let pair = try Pair()
+        let (phone, watch) = ReceiptTests.endpoints(pair)
+        Self.exchange(phone, watch, start: true)
+        let events = try await Self.events(of: pair.phone) {
+            let unasked = SyncMessage.manualReply(.init(id: 999, accepted: true, released: 5, replyID: 1 << 40))
+            _ = phone.receive(unasked.frame(), now: 2_000)
+            #expect(!phone.awaitsManualReply)
+            let request = phone.requestManualChanges(now: 2_000)
+            #expect(request.count == 1)
+            _ = phone.receive(unasked.frame(), now: 2_000)
+            #expect(phone.awaitsManualReply, "the request made still awaits its answer")
+            // The watch's answer to the request made is its answer.
+            for frame in request { for answer in watch.receive(frame, now: 2_000) { _ = phone.receive(answer, now: 2_000) } }
+            #expect(!phone.awaitsManualReply)
+            #expect(phone.failure == nil)
+            phone.connectionLost()
+            watch.connectionLost()
+        }
+        let answers = events.compactMap { event -> Int? in if case .manualRequestAnswered(_, let released) = event { released } else { nil } }
+        #expect(answers == [0], "only the answer to the request made")
+    }
 }

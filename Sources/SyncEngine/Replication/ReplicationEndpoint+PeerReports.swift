@@ -1,7 +1,8 @@
 import SyncTransport
 
 /// What the peer's messages make this side report: the peer's words escaped
-/// (`PeerText`) and bounded before they reach an event or the log.
+/// (`PeerText`) and bounded before they reach an event or the log, and an
+/// answer to a manual request only when it answers one.
 extension ReplicationEndpoint {
     /// Of the names only the peer declares, the most a `keyMismatch` event names.
     static let maxReportedPeerOnlyNames = 64
@@ -18,5 +19,19 @@ extension ReplicationEndpoint {
         emit(.keyMismatch(keys: reported))
         reporter.logger.warning("keys declared differently on the peer do not sync",
                                 metadata: ["keys": "\(reported)", "count": "\(names.count)"])
+    }
+
+    /// Takes the peer's answer to a manual request of this session: reported,
+    /// and what it released is data to come. A reply to no request this
+    /// session awaits (unasked, or answered already) is passed over: it was
+    /// reported as an answer, and cleared the request this side awaited.
+    func takeManualReply(_ reply: SyncMessage.ManualReply) {
+        guard manualRequestIDs.remove(reply.id) != nil else {
+            reporter.logger.notice("passed over a manual reply to no request of this session", metadata: ["id": "\(reply.id)"])
+            return
+        }
+        // Released changes follow: the peer has more until it says it caught up again.
+        if reply.released > 0 { session.peerSentData(id: reply.replyID) }
+        emit(.manualRequestAnswered(accepted: reply.accepted, released: reply.released))
     }
 }

@@ -226,10 +226,7 @@ package final class ReplicationEndpoint {
                 }
             case .manualReply(let reply):
                 guard session.isEstablished else { return perform(session.receivedDataBeforeHandshake(now: now), now: now) }
-                // Released changes follow: the peer has more until it says it caught up again.
-                if reply.released > 0 { session.peerSentData(id: reply.replyID) }
-                awaitsManualReply = false
-                emit(.manualRequestAnswered(accepted: reply.accepted, released: reply.released))
+                takeManualReply(reply)
             case .error(let error):
                 renewNodeID(after: error)
                 // The peer's words, escaped and bounded: they end up in logs and events.
@@ -266,12 +263,15 @@ package final class ReplicationEndpoint {
             emit(.error(SyncError(.unsupportedVersion, "the peer's app is too old to be asked for its manual changes (protocol 1); update it")))
             return []
         }
-        awaitsManualReply = true
-        return [SyncMessage.manualRequest(.init(id: session.takeMessageID())).frame()]
+        let id = session.takeMessageID()
+        manualRequestIDs.insert(id)
+        return [SyncMessage.manualRequest(.init(id: id)).frame()]
     }
 
     /// Whether a manual request was sent in this session and not answered yet.
-    package private(set) var awaitsManualReply = false
+    package var awaitsManualReply: Bool { !manualRequestIDs.isEmpty }
+    /// The ids of the manual requests sent in this session and not answered yet.
+    var manualRequestIDs: Set<UInt64> = []
 
     /// Retransmits what timed out, then sends what is pending.
     package func tick(now: Int64) -> [Frame] {
