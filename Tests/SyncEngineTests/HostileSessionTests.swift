@@ -229,4 +229,30 @@ import Testing
         let answers = events.compactMap { event -> Int? in if case .manualRequestAnswered(_, let released) = event { released } else { nil } }
         #expect(answers == [0], "only the answer to the request made")
     }
+
+    /// The messages of protocol 2 (caught-up notice, manual request, manual
+    /// reply) end a session that negotiated protocol 1 with
+    /// `protocol-violation`, as a receipt or a ranged batch ends one of
+    /// protocol 2: a manual request released this side's manual changes and
+    /// was answered with a message a peer of protocol 1 cannot read.
+    @Test func protocol2MessagesEndAProtocol1Session() async throws {
+        let messages: [SyncMessage] = [.manualRequest(.init(id: 50)), .manualReply(.init(id: 50, accepted: true, released: 0, replyID: 51)),
+                                       .caughtUp(.init(id: 50))]
+        for message in messages {
+            let pair = try Pair()
+            try await pair.phone.set("kept for sync()", for: TestKeys.name)
+            var config = ReplicationConfiguration(pairingEpoch: "test")
+            config.protocolRange = 1...1
+            let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
+            let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+            Self.exchange(phone, watch, start: true)
+            #expect(phone.isEstablished && phone.failure == nil)
+            let answer = phone.receive(message.frame(), now: 2_000)
+            #expect(phone.failure?.code == .protocolViolation, "\(message)")
+            #expect(!answer.contains { $0.type == SyncMessage.MessageType.manualReply.rawValue }, "\(message)")
+            #expect(try pair.phone.pendingSummary(for: pair.watch.nodeID).manualWaiting == 1, "the manual change stays held: \(message)")
+            phone.connectionLost()
+            watch.connectionLost()
+        }
+    }
 }

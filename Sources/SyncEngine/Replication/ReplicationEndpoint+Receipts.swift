@@ -59,6 +59,22 @@ extension ReplicationEndpoint {
         }
     }
 
+    /// A message of protocol 2 (caught-up notice, manual request or reply) in
+    /// an established session that negotiated protocol 1: no peer of it sends
+    /// one, and a manual request would release this side's manual changes and
+    /// be answered with a message the peer cannot read.
+    func protocol2Violation(_ message: SyncMessage) -> SyncError? {
+        guard let peer = session.peer, peer.protocolVersion < ReplicationSession.caughtUpProtocol else { return nil }
+        let name: String
+        switch message {
+        case .caughtUp: name = "caught-up notice"
+        case .manualRequest: name = "manual request"
+        case .manualReply: name = "manual reply"
+        default: return nil
+        }
+        return SyncError(.protocolViolation, "the peer sent a \(name) (protocol 2) in a session that negotiated protocol \(peer.protocolVersion)")
+    }
+
     /// A batch or chunk that names a stream range in a session that did not negotiate protocol 3.
     func rangeViolation(_ frame: Frame, peer: ReplicationSession.Peer) -> SyncError? {
         guard SyncMessage.payloadSchema(of: frame) == SyncMessage.rangedPayloadSchema, peer.protocolVersion < SyncMessage.receiptProtocol else {

@@ -102,6 +102,7 @@ package final class ReplicationEndpoint {
             return fail(SyncError(.malformedMessage, "\(error)"), notifyPeer: true)
         }
         if case .hello = message {} else { session.peerIsReachable() }
+        if let violation = protocol2Violation(message) { return fail(violation, notifyPeer: true) }
         var out: [Frame] = []
         do {
             switch message {
