@@ -24,6 +24,8 @@ public struct KeyRegistry: Sendable {
 
     private var exact: [String: Registered] = [:]
     private var families: [String: Registered] = [:]
+    /// The UTF-8 lengths of the family names: a ':' at any other offset ends no family name.
+    private var familyNameLengths: Set<Int> = []
     /// Every declared key, in declaration order.
     public private(set) var descriptors: [KeyDescriptor] = []
 
@@ -72,7 +74,12 @@ public struct KeyRegistry: Sendable {
         if d.resolver != nil && entry.resolver == nil {
             throw SyncError(.invalidKey, "key '\(d.name)' names a resolver but none was supplied")
         }
-        if d.isFamily { families[d.name] = entry } else { exact[d.name] = entry }
+        if d.isFamily {
+            families[d.name] = entry
+            familyNameLengths.insert(d.name.utf8.count)
+        } else {
+            exact[d.name] = entry
+        }
         descriptors.append(d)
     }
 
@@ -117,14 +124,21 @@ public struct KeyRegistry: Sendable {
     }
 
     /// The longest family whose name is a `:`-prefix of `entryKey`, if any.
-    private func family(forEntry entryKey: String) -> Registered? {
+    private func family(forEntry entryKey: String) -> Registered? { family(forEntry: entryKey, onLookup: nil) }
+
+    /// `family(forEntry:)`; `onLookup` is called for each prefix looked up in the families (tests count them).
+    func family(forEntry entryKey: String, onLookup: (() -> Void)?) -> Registered? {
         guard !families.isEmpty else { return nil }
         // By UTF-8 bytes: a ':' byte is always the scalar ':' (a Character may join it to a
         // combining mark that follows, as in a member id starting with one, and hide it).
+        // Only where a family name of that length could end: a peer's key may hold a ':'
+        // every other byte, and a string made and looked up at each was quadratic work.
         let utf8 = entryKey.utf8
         var end = utf8.endIndex
         while let colon = utf8[..<end].lastIndex(of: UInt8(ascii: ":")) {
             end = colon
+            guard familyNameLengths.contains(utf8.distance(from: utf8.startIndex, to: colon)) else { continue }
+            onLookup?()
             if let family = families[String(decoding: utf8[..<colon], as: UTF8.self)] { return family }
         }
         return nil
