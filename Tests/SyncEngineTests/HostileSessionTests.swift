@@ -255,4 +255,32 @@ import Testing
             watch.connectionLost()
         }
     }
+
+    /// A watch takes a new node id on its phone's `node-id-conflict` only in
+    /// a session that negotiated protocol 6, as a phone sends it: an error of
+    /// that code in a session of protocol 5 (which no phone of it sends), or
+    /// before any session was established, made the watch drop its node id,
+    /// and the phone then met it as a new watch (a full baseline).
+    @Test func aNodeIDConflictOutsideAProtocol6SessionRenewsNothing() async throws {
+        let conflict = SyncMessage.error(.init(code: SyncError.Code.nodeIDConflict.rawValue, message: "the watch's node id 1 belongs to a watch of another pairing"))
+        for established in [true, false] {
+            let pair = try Pair()
+            let node = pair.watch.nodeID
+            var config = ReplicationConfiguration(pairingEpoch: "test")
+            config.protocolRange = 1...5
+            let phone = ReplicationEndpoint(store: pair.phone, configuration: config)
+            let watch = ReplicationEndpoint(store: pair.watch, configuration: config)
+            if established {
+                Self.exchange(phone, watch, start: true)
+                #expect(watch.isEstablished)
+            } else {
+                _ = watch.start(now: 1_000)
+            }
+            _ = watch.receive(conflict.frame(), now: 2_000)
+            #expect(watch.failure?.code == .nodeIDConflict)
+            #expect(pair.watch.nodeID == node, "established: \(established)")
+            phone.connectionLost()
+            watch.connectionLost()
+        }
+    }
 }

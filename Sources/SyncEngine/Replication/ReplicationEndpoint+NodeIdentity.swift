@@ -16,9 +16,15 @@ extension ReplicationEndpoint {
 
     /// On a watch whose phone ended the session with `node-id-conflict`: this
     /// store takes a new node id (unless it took one since the hello of this
-    /// session named it), which the next session's hello names.
+    /// session named it), which the next session's hello names. Only in an
+    /// established session that negotiated protocol 6, where a phone sends
+    /// it: elsewhere the code says nothing a phone means, and the watch keeps its id.
     func renewNodeID(after error: SyncMessage.ErrorMessage) {
         guard port.role == .watch, error.code == SyncError.Code.nodeIDConflict.rawValue else { return }
+        guard let peer = session.peer, peer.protocolVersion >= SyncMessage.nodeRenewalProtocol else {
+            reporter.logger.warning("the peer refused this watch's node id outside a session of protocol 6; the node id stays")
+            return
+        }
         do {
             let renewed = try port.renewNodeID(replacing: session.identity.node)
             reporter.logger.notice("the phone found this watch's node id taken by another watch; this store took a new one",
