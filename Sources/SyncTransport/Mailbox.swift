@@ -112,6 +112,9 @@ public final class Mailbox: Sendable {
     private let secret: PairingSecret
     private let codec: FrameCodec
     private let nextSequence: Mutex<UInt64>
+    /// Tests only: called by `next()` with the name of the message it is
+    /// about to open (or move aside), after it saw the file was there.
+    let beforeTakingHook = Mutex<(@Sendable (String) -> Void)?>(nil)
 
     /// The first bytes of every message file: "SYMB".
     public static let magic: [UInt8] = [0x53, 0x59, 0x4D, 0x42]
@@ -267,38 +270,42 @@ public final class Mailbox: Sendable {
         let inbox = try SpoolFolder(inboxPath)
         let accepted = inbox.readNumber(Self.receiverState) ?? 0
         let names = try inbox.list()
+        // A file gone since the listing (withdrawn by the sender, or removed) is passed over as if never
+        // listed: the next one is read (`SpoolFolder.Gone`, an `ENOENT` on its opening or its move aside).
         // A name no sender writes (`1.msg`, `+1.msg`, a sequence past 2^62): refused, never read as another.
-        if let name = names.first(where: { MailboxFiles.isMisnamedMessage($0) }) {
+        for name in names where MailboxFiles.isMisnamedMessage(name) {
             let error = TransportError(
                 .notAMessageFile,
                 "\(name) is not the name of a mailbox message (20 digits, a sequence from 1 to 2^62, then \(Self.messageSuffix))")
-            try moveAside(name, error, in: inbox)
-            return .refused(fileName: name, error: error)
+            if try moveAside(name, error, in: inbox) { return .refused(fileName: name, error: error) }
         }
-        // Withdrawn by the sender since the listing: the next one.
-        guard let sequence = MailboxFiles.messageSequences(named: names).first(where: { inbox.exists(Self.fileName($0)) }) else { return nil }
-        let name = Self.fileName(sequence)
-        if sequence <= accepted {
-            let error = TransportError(
-                .replayedMessage,
-                "mailbox message \(sequence) is at or below the last accepted one (\(accepted)): a replay or an already delivered copy; not delivered again")
-            try moveAside(name, error, in: inbox)
-            return .refused(fileName: name, error: error)
+        for sequence in MailboxFiles.messageSequences(named: names) where inbox.exists(Self.fileName(sequence)) {
+            let name = Self.fileName(sequence)
+            beforeTakingHook.withLock { $0 }?(name)
+            if sequence <= accepted {
+                let error = TransportError(
+                    .replayedMessage,
+                    "mailbox message \(sequence) is at or below the last accepted one (\(accepted)): a replay or an already delivered copy; not delivered again")
+                if try moveAside(name, error, in: inbox) { return .refused(fileName: name, error: error) }
+                continue
+            }
+            let bytes: [UInt8]
+            do {
+                bytes = try inbox.read(name, limit: limits.maxMessageBytes)
+            } catch is SpoolFolder.Gone {
+                continue
+            } catch let error as TransportError where error.code == .oversizedFrame || error.code == .notAMessageFile {
+                if try moveAside(name, error, in: inbox) { return .refused(fileName: name, error: error) }
+                continue
+            }
+            do {
+                let frame = try open(bytes, sequence: sequence)
+                return .message(MailboxMessage(sequence: sequence, frame: frame, fileName: name))
+            } catch let error as TransportError {
+                if try moveAside(name, error, in: inbox) { return .refused(fileName: name, error: error) }
+            }
         }
-        let bytes: [UInt8]
-        do {
-            bytes = try inbox.read(name, limit: limits.maxMessageBytes)
-        } catch let error as TransportError where error.code == .oversizedFrame || error.code == .notAMessageFile {
-            try moveAside(name, error, in: inbox)
-            return .refused(fileName: name, error: error)
-        }
-        do {
-            let frame = try open(bytes, sequence: sequence)
-            return .message(MailboxMessage(sequence: sequence, frame: frame, fileName: name))
-        } catch let error as TransportError {
-            try moveAside(name, error, in: inbox)
-            return .refused(fileName: name, error: error)
-        }
+        return nil
     }
 
     /// Records `message` as delivered (durably: it is never delivered again)
@@ -396,7 +403,10 @@ public final class Mailbox: Sendable {
         }
     }
 
-    private func moveAside(_ name: String, _ error: TransportError, in inbox: SpoolFolder) throws {
+    /// Moves `name` to `refused/` next to a `.reason` file; false (nothing
+    /// kept) when it is gone from the spool already.
+    @discardableResult
+    private func moveAside(_ name: String, _ error: TransportError, in inbox: SpoolFolder) throws -> Bool {
         // Made a real folder again where the peer, who owns the spool, put a link or removed it.
         let refused = try SpoolFolder("refused", in: inbox)
         var target = name
@@ -406,10 +416,17 @@ public final class Mailbox: Sendable {
             target = name + ".\(attempt)"
         }
         try refused.writeAtomically(Array("\(error)\n".utf8), name: target + ".reason")
-        try inbox.move(name, to: refused, as: target)
+        do {
+            try inbox.move(name, to: refused, as: target)
+        } catch is SpoolFolder.Gone {
+            refused.remove(target + ".reason")
+            try refused.sync()
+            return false
+        }
         try inbox.sync()
         pruneRefused(refused, keeping: target)
         try refused.sync()
+        return true
     }
 
     /// Keeps `refused/` within `limits.maxRefusedFiles` files and `limits.maxBytes`

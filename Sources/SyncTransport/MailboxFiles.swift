@@ -64,6 +64,9 @@ final class SpoolFolder {
 
     deinit { close(descriptor) }
 
+    /// The file named is not in the folder (any more): `read` and `move` of a file gone since the listing.
+    struct Gone: Error {}
+
     /// Names in the folder (not `.` and `..`).
     func list() throws -> [String] {
         // A description of its own: `readdir` would otherwise share (and move) `descriptor`'s position.
@@ -95,7 +98,7 @@ final class SpoolFolder {
 
     /// The bytes of the regular file `name`, at most `limit`: anything else
     /// (a symbolic link, a folder, a FIFO, a socket, a device) is `not-a-message-file`,
-    /// a larger file `oversized-frame`.
+    /// a larger file `oversized-frame`, no file `Gone`.
     func read(_ name: String, limit: Int) throws -> [UInt8] {
         let filePath = path + "/" + name
         // Non-blocking: opening a FIFO for reading would wait for a writer. Never through a link.
@@ -106,6 +109,7 @@ final class SpoolFolder {
             if let info = info(name), info.st_mode & S_IFMT != S_IFREG {
                 throw TransportError(.notAMessageFile, "\(filePath) is not a regular file (a symbolic link, a socket or a device), so no message")
             }
+            if code == ENOENT, !exists(name) { throw Gone() }
             throw TransportError(.mailboxIO, "cannot open \(filePath): \(String(cString: strerror(code)))")
         }
         defer { close(file) }
@@ -205,9 +209,10 @@ final class SpoolFolder {
         unlinkat(descriptor, name, 0)
     }
 
-    /// Moves `name` into `folder` as `target`.
+    /// Moves `name` into `folder` as `target`; `Gone` when `name` is not there.
     func move(_ name: String, to folder: SpoolFolder, as target: String) throws {
         guard renameat(descriptor, name, folder.descriptor, target) == 0 else {
+            if errno == ENOENT, !exists(name) { throw Gone() }
             throw TransportError(.mailboxIO, "cannot move \(path)/\(name) aside: \(String(cString: strerror(errno)))")
         }
     }
