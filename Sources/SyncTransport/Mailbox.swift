@@ -156,7 +156,7 @@ public final class Mailbox: Sendable {
         // Never reuse a sequence: the recorded next one, past any message still in the spool or already accepted.
         let recorded = outbox.readNumber(Self.senderState) ?? 1
         let accepted = outbox.readNumber(Self.receiverState) ?? 0
-        let highest = MailboxFiles.messageSequences(named: try outbox.list()).last ?? 0
+        let highest = MailboxFiles.highestCountedSequence(named: try outbox.list())
         nextSequence = Mutex(max(recorded, accepted + 1, highest + 1))
     }
 
@@ -187,7 +187,7 @@ public final class Mailbox: Sendable {
             // since this one last did: never a sequence the spool used (its message would be replaced,
             // or, once the peer took it, this one refused as a replay).
             var sequence = max(next, outbox.readNumber(Self.senderState) ?? 1, (outbox.readNumber(Self.receiverState) ?? 0) + 1,
-                               (MailboxFiles.messageSequences(named: names).last ?? 0) + 1)
+                               MailboxFiles.highestCountedSequence(named: names) + 1)
             let waiting = MailboxFiles.spoolUsage(outbox, names: names)
             let maxMessages = limits.maxMessages + (reserve ? limits.acknowledgementReserve : 0)
             // A few times: another `Mailbox` of this spool may take the same sequence at the same moment.
@@ -268,6 +268,14 @@ public final class Mailbox: Sendable {
     public func next() throws -> MailboxDelivery? {
         // Opened once, never through a symbolic link: what is read, moved aside or pruned is in the spool.
         let inbox = try SpoolFolder(inboxPath)
+        // A state this end never writes (damaged, or the peer's doing) is set aside and reported; what
+        // waits is taken from the first message on (what was accepted left the spool as it was).
+        if case .damaged(let what)? = inbox.readState(Self.receiverState) {
+            let error = TransportError(
+                .mailboxIO,
+                "\(inboxPath)/\(Self.receiverState) holds \(what): not a sequence this end records; set aside, and the messages waiting are taken in order")
+            if try moveAside(Self.receiverState, error, in: inbox) { return .refused(fileName: Self.receiverState, error: error) }
+        }
         let accepted = inbox.readNumber(Self.receiverState) ?? 0
         let names = try inbox.list()
         // A file gone since the listing (withdrawn by the sender, or removed) is passed over as if never

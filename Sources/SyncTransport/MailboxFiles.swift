@@ -179,12 +179,32 @@ final class SpoolFolder {
     }
 
     /// A decimal number in the small state file `name`, nil when missing,
-    /// unreadable or beyond 2^62 (no spool reaches it: a damaged file, whose
-    /// next sequence would overflow).
+    /// unreadable or beyond `MailboxFiles.maxRecordedSequence` (no spool gets
+    /// near it: a damaged file, whose next sequence would leave the range a
+    /// reader takes).
     func readNumber(_ name: String) -> UInt64? {
-        guard let bytes = try? read(name, limit: 64), let text = String(validating: bytes, as: UTF8.self),
-              let number = UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines)), number <= MailboxFiles.maxSequence else { return nil }
+        guard case .number(let number)? = readState(name) else { return nil }
         return number
+    }
+
+    /// What a state file holds: a number a writer records, or something no writer writes.
+    enum State: Equatable {
+        case number(UInt64)
+        /// What it holds instead, described (never its bytes as they are).
+        case damaged(String)
+    }
+
+    /// The state file `name`: nil when missing or unreadable (not a regular file, or a read error).
+    func readState(_ name: String) -> State? {
+        guard let bytes = try? read(name, limit: 64) else { return nil }
+        guard let text = String(validating: bytes, as: UTF8.self),
+              let number = UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+            return .damaged("\(bytes.count) bytes that are no decimal number")
+        }
+        guard number <= MailboxFiles.maxRecordedSequence else {
+            return .damaged("\(number), past 2^61, the largest sequence a mailbox records")
+        }
+        return .number(number)
     }
 
     /// Writes `number` to the state file `name`, atomically and durably.
@@ -252,6 +272,19 @@ enum MailboxFiles {
     /// The highest sequence a message may carry: 2^62, beyond any number of
     /// messages (so that the next one never overflows; `readNumber`'s bound).
     static let maxSequence: UInt64 = 1 << 62
+
+    /// The largest number a state file may hold, and the largest sequence a
+    /// sender counts from: 2^61, which no spool gets near (a million messages
+    /// a second for 73,000 years). A larger one is damage (a reader would have
+    /// had to accept a message past it); taken as it is, it left the sender
+    /// no sequence the reader takes below `maxSequence`, and delivery stopped.
+    static let maxRecordedSequence: UInt64 = 1 << 61
+
+    /// The highest sequence of the message files among `names` that a sender
+    /// counts from (at most `maxRecordedSequence`), 0 when none.
+    static func highestCountedSequence(named names: [String]) -> UInt64 {
+        messageSequences(named: names).last { $0 <= maxRecordedSequence } ?? 0
+    }
 
     /// The sequences of the message files among `names`, ascending: only
     /// names as `Mailbox.fileName` writes them (20 digits, 1 to `maxSequence`).

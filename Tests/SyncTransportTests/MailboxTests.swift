@@ -197,6 +197,35 @@ import Testing
         #expect(try drain(watch).messages.map(\.frame) == [frame("after")])
     }
 
+    /// A receiver state at 2^62 (damaged, or written by a hostile peer) made
+    /// the phone's next sequence 2^62 + 1, a name the watch refuses as
+    /// `not-a-message-file`: delivery stopped for good. No reader writes a
+    /// state past 2^61 (no spool gets near it): the reader sets it aside with
+    /// a reason and reports it, the sender passes over it, and what the phone
+    /// posts still arrives, once each.
+    @Test func aReceiverStateNoReaderWritesIsSetAsideAndDeliveryGoesOn() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        try phone.post(frame("one"))
+        #expect(try drain(watch).messages.map(\.frame) == [frame("one")])
+        let state = directory + "/phone-to-watch/receiver.state"
+        for damaged in ["4611686018427387904", "4611686018427387903", "\(UInt64(1) << 61 + 1)"] {
+            try Data("\(damaged)\n".utf8).write(to: URL(fileURLWithPath: state))
+            // The phone keeps its mailbox, or starts again.
+            try phone.post(frame("kept \(damaged)"))
+            try Mailbox(directory: directory, role: .phone, secret: secret).post(frame("new \(damaged)"))
+            let read = try drain(watch)
+            #expect(read.messages.map(\.frame) == [frame("kept \(damaged)"), frame("new \(damaged)")])
+            #expect(read.messages.allSatisfy { $0.sequence <= 1 << 61 })
+            #expect(read.refused.count == 1)
+            #expect(read.refused.first?.message.contains("receiver.state") == true)
+            #expect(try watch.refusedFiles().contains { $0.hasPrefix("receiver.state") })
+        }
+        #expect(try phone.outgoingCount() == 0)
+    }
+
     /// Mailbox objects of one directory and role are one mailbox (an app may
     /// make one each time the system hands it a message): each kept its next
     /// sequence in memory, so one made before another posted wrote its message
