@@ -80,6 +80,8 @@ package final class MailboxReplicator {
     private var rebaselinePosted = false
     /// A queued notice's baseline owes its caught-up marker (nil: not read from the store yet).
     private var owesCaughtUp: Bool?
+    /// Messages one round reads at most (then it posts; the rest waits): by default what a full spool holds.
+    package lazy var maxMessagesPerRound = Self.defaultMessagesPerRound(mailbox.limits)
 
     package init(port: any ReplicationPort, reporter: any ReplicationReporter, configuration: ReplicationConfiguration, mailbox: Mailbox) {
         self.port = port
@@ -139,7 +141,11 @@ package final class MailboxReplicator {
     // MARK: receiving
 
     private func receive(into report: inout QueuedDeliveryReport) throws {
+        var taken = 0
         reading: while true {
+            // At most `maxMessagesPerRound`: a peer posting as fast as this end reads would keep the round from posting.
+            guard taken < maxMessagesPerRound else { return }  // the rest (and the sweep below) waits for the next round
+            taken += 1
             // A live re-baseline notice acted on after this, before a batch read now is applied: the
             // batch may be one the notice superseded (the phone took it back before the notice went).
             let rebaselinesBefore = port.liveRebaselineCount
