@@ -68,4 +68,104 @@ import Testing
         #expect(try store.storedValue(for: TestKeys.daily["mine-alive"]) == 30)
         #expect(try store.rebaselineMarkCount() == 0)
     }
+
+    /// The phone moves its cursor for the watch when it reads the watch's
+    /// acknowledgement. The move was committed without a sync and the
+    /// acknowledgement taken from the mailbox: a power cut then took the move
+    /// back, and the phone posted the batch the watch had already applied again.
+    @Test func thePhonesCursorMovedByAQueuedAcknowledgementSurvivesAPowerCut() throws {
+        let vfs = Self.vfs
+        vfs.disarm()
+        vfs.powerOn()
+        let folder = TempFolder()
+        let registry = try KeyRegistry(TestKeys.all)
+        let pairing = PairingSecret.generate()
+        let config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
+        let phonePath = folder.file("phone.sqlite")
+        func options(_ device: String, vfs: CrashVFS? = nil) -> StoreOptions {
+            var options = powerCutOptions(vfs: vfs)
+            options.encryption = .keyFile(path: folder.file("\(device).key"))
+            return options
+        }
+        let watch = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: registry, options: options("watch"))
+        defer { watch.close() }
+        let phoneBox = try Mailbox(directory: folder.file("mailbox"), role: .phone, secret: pairing)
+        let watchBox = try Mailbox(directory: folder.file("mailbox"), role: .watch, secret: pairing)
+        let watchRounds = MailboxReplicator(port: SQLiteReplicationPort(watch), reporter: StoreReporter(watch), configuration: config, mailbox: watchBox)
+        do {
+            let phone = try SyncStore(path: phonePath, role: .phone, registry: registry, options: options("phone", vfs: vfs))
+            defer { phone.close() }
+            try phone.setNow(7, for: TestKeys.steps)
+            try phone.syncCommitted()
+            let rounds = MailboxReplicator(port: SQLiteReplicationPort(phone), reporter: StoreReporter(phone), configuration: config, mailbox: phoneBox)
+            #expect(rounds.exchange(sendsPending: true).entriesPosted == 1)
+            #expect(watchRounds.exchange(sendsPending: true).entriesApplied == 1)
+            let read = rounds.exchange(sendsPending: true)
+            #expect(read.failure == nil)
+            #expect(read.acknowledged)
+            #expect(read.messagesPosted == 0)
+            #expect(try phoneBox.incomingCount() == 0)
+            vfs.powerCut()
+        }
+        vfs.powerOn()
+        let phone = try SyncStore(path: phonePath, role: .phone, registry: registry, options: options("phone"))
+        defer { phone.close() }
+        let rounds = MailboxReplicator(port: SQLiteReplicationPort(phone), reporter: StoreReporter(phone), configuration: config, mailbox: phoneBox)
+        let after = rounds.exchange(sendsPending: true)
+        #expect(after.failure == nil)
+        #expect(after.messagesPosted == 0, "the batch the watch acknowledged was posted again")
+        #expect(try watch.storedValue(for: TestKeys.steps) == 7)
+    }
+
+    /// The phone compares the key declarations a watch of another registry
+    /// queued (refusing the phone's batch). The comparison (the two registries,
+    /// the keys declared differently) was committed without a sync and the
+    /// declarations taken from the mailbox: after a power cut the phone no
+    /// longer knew them, so it posted keys the watch refuses again (a refusal and
+    /// a minute's pause).
+    @Test func aQueuedComparisonOfKeyDeclarationsSurvivesAPowerCut() throws {
+        let vfs = Self.vfs
+        vfs.disarm()
+        vfs.powerOn()
+        let folder = TempFolder()
+        let pairing = PairingSecret.generate()
+        let config = ReplicationConfiguration(pairingEpoch: pairing.epoch)
+        func options(_ device: String, vfs: CrashVFS? = nil) -> StoreOptions {
+            var options = powerCutOptions(vfs: vfs)
+            options.encryption = .keyFile(path: folder.file("\(device).key"))
+            return options
+        }
+        let otherSteps = Key<Int>("steps", in: Namespace("health").child("daily"), default: 0, availability: .all, policy: .manual)
+        let watchKeys: [any KeyDeclaration] = [otherSteps, TestKeys.name, TestKeys.token, TestKeys.watchFace, TestKeys.units, TestKeys.draft,
+                                               TestKeys.blob, TestKeys.tags, TestKeys.secret, TestKeys.daily]
+        let watch = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: KeyRegistry(watchKeys), options: options("watch"))
+        defer { watch.close() }
+        let phonePath = folder.file("phone.sqlite")
+        let registry = try KeyRegistry(TestKeys.all)
+        let phoneBox = try Mailbox(directory: folder.file("mailbox"), role: .phone, secret: pairing)
+        let watchBox = try Mailbox(directory: folder.file("mailbox"), role: .watch, secret: pairing)
+        let watchRounds = MailboxReplicator(port: SQLiteReplicationPort(watch), reporter: StoreReporter(watch), configuration: config, mailbox: watchBox)
+        do {
+            let phone = try SyncStore(path: phonePath, role: .phone, registry: registry, options: options("phone", vfs: vfs))
+            defer { phone.close() }
+            try phone.setNow(4, for: TestKeys.steps)
+            try phone.setNow("imperial", for: TestKeys.units)
+            try phone.syncCommitted()
+            let rounds = MailboxReplicator(port: SQLiteReplicationPort(phone), reporter: StoreReporter(phone), configuration: config, mailbox: phoneBox)
+            #expect(rounds.exchange(sendsPending: true).entriesPosted == 2)
+            #expect(watchRounds.exchange(sendsPending: true).refused.map(\.code) == [.keyDeclarationMismatch])
+            let read = rounds.exchange(sendsPending: true)
+            #expect(read.failure == nil)
+            #expect(try phoneBox.incomingCount() == 0)
+            let record = try #require(try phone.peerRecords().first { $0.node == watch.nodeID })
+            #expect(record.mismatched == ["health:daily:steps"])
+            vfs.powerCut()
+        }
+        vfs.powerOn()
+        let phone = try SyncStore(path: phonePath, role: .phone, registry: registry, options: options("phone"))
+        defer { phone.close() }
+        let record = try #require(try phone.peerRecords().first { $0.node == watch.nodeID }, "the comparison was lost to the power cut")
+        #expect(record.mismatched == ["health:daily:steps"])
+        #expect(record.registries != nil)
+    }
 }

@@ -243,8 +243,8 @@ package final class MailboxReplicator {
                        let through = QueuedStreamPosition.position(codedThrough, generation: generation),
                        after <= cursor, through > cursor, try acknowledgesOnlyWhatWasWritten(through) {
                         try port.acknowledge(peer: peer.node, through: through)
-                        // As a live session does: a watch's cursor on stable storage (re-baselines read it).
-                        if port.role == .watch { try port.syncCommitted() }
+                        // On stable storage before the ack is taken (re-baselines read it; a phone's lost: posted again).
+                        try port.syncCommitted()
                         report.acknowledged = true
                     }
                     // Entries the peer took for keys it declares differently (a batch posted before the two
@@ -296,6 +296,7 @@ package final class MailboxReplicator {
                         try port.recordRegistries(registries, for: peer.node)
                         if !mismatched.isEmpty { emit(.keyMismatch(keys: mismatched.sorted())) }
                     }
+                    try port.syncCommitted()  // before they are taken: lost, the peer would refuse again, a pause each
                     // An offer is answered, whatever we knew: the peer compares too, and learns
                     // whether our registry is still the one it has (an answer is never answered).
                     if !isAnswer { try offerDeclarations(to: sender, into: &report, again: true, asAnswer: true) }
