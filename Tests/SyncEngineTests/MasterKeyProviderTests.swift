@@ -259,7 +259,7 @@ final class MemoryKeyProvider: MasterKeyProvider {
         // On a thread of its own: an open that blocks must not hold a thread of the concurrency pool.
         let outcome: Result<Void, any Error>
         do {
-            outcome = try await withDeadline("the open with a FIFO as key file to end", within: .seconds(20)) {
+            outcome = try await withDeadline("the open with a FIFO as key file to end") {
                 await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, any Error>, Never>) in
                     Thread.detachNewThread {
                         continuation.resume(returning: Result {

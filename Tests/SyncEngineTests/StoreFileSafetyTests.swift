@@ -258,7 +258,7 @@ import Testing
         for path in [fifo, directory] {
             let outcome: Result<Void, any Error>
             do {
-                outcome = try await withDeadline("the open of \(path) to end", within: .seconds(20)) {
+                outcome = try await withDeadline("the open of \(path) to end") {
                     await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, any Error>, Never>) in
                         Thread.detachNewThread {
                             continuation.resume(returning: Result { try SyncStore(path: path, role: .phone, registry: registry).close() })
