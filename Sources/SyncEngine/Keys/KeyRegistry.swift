@@ -38,12 +38,13 @@ public struct KeyRegistry: Sendable {
     }
 
     /// Builds a registry from untyped descriptors (e.g. a KEYS.json file);
-    /// resolvers are looked up among the built-in ones.
+    /// resolvers are looked up among the built-in ones, for the value type
+    /// each descriptor names (`ErasedResolver.builtin(named:valueType:encoding:)`).
     public init(descriptors: [KeyDescriptor]) throws {
         for descriptor in descriptors {
             var resolver: ErasedResolver?
             if let name = descriptor.resolver {
-                guard let builtin = ErasedResolver.builtin(named: name) else {
+                guard let builtin = ErasedResolver.builtin(named: name, valueType: descriptor.valueType, encoding: descriptor.encoding) else {
                     throw SyncError(.invalidKey, "key '\(descriptor.name)' names resolver '\(name)', which is not built in; use 'max' or 'union', or declare the key in code")
                 }
                 resolver = builtin
