@@ -304,3 +304,64 @@ import Testing
         #expect(number["ok"] as? Bool == false && number["code"] as? String == "invalid-command", "\(number)")
     }
 }
+
+/// A key registry file with a field of the wrong type or value was refused
+/// with a raw `DecodingError` dump (`typeMismatch(Swift.Bool, Context(codingPath: …`):
+/// now, as a scenario file, with the field, its line and what is expected.
+@Suite(.timeLimit(.minutes(5))) struct RegistryDecodingErrorTests {
+    /// The message `KeyRegistry.load(jsonFile:)` refuses `text` with.
+    private func refusal(_ text: String) throws -> String {
+        let folder = TempFolder()
+        let path = folder.file("keys.json")
+        try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+        do {
+            _ = try KeyRegistry.load(jsonFile: path)
+        } catch let error as SyncError {
+            #expect(error.code == .invalidConfiguration, "\(error)")
+            let message = error.message.replacingOccurrences(of: folder.path + "/", with: "")
+            for raw in ["DecodingError", "typeMismatch", "dataCorrupted", "keyNotFound", "CodingKeys", "Context(", "Swift."] {
+                #expect(!message.contains(raw), "a raw decoding error: \(message)")
+            }
+            return message
+        }
+        Issue.record("\(text) was accepted")
+        return ""
+    }
+
+    @Test func eachFieldErrorNamesTheFieldItsLineAndWhatIsExpected() throws {
+        let family = try refusal(#"{"keys":[{"name":"a","family":"yes"}]}"#)
+        #expect(family.contains("keys.json:1") && family.contains("keys[0].family") && family.contains("true or false"), "\(family)")
+
+        let availability = try refusal("{\"keys\": [\n  {\"name\": \"a\"},\n  {\"name\": \"b\", \"availability\": \"sometimes\"}\n]}")
+        #expect(availability.contains("keys.json:3") && availability.contains("keys[1].availability"), "\(availability)")
+        #expect(availability.contains("phoneWithWatchSync") && availability.contains("sometimes"), "\(availability)")
+
+        let name = try refusal("{\"keys\": [\n  {\"policy\": \"manual\"}\n]}")
+        #expect(name.contains("keys.json:2") && name.contains("keys[0].name") && name.contains("required"), "\(name)")
+
+        let nullName = try refusal(#"{"keys":[{"name":null}]}"#)
+        #expect(nullName.contains("keys[0].name"), "\(nullName)")
+
+        let notArray = try refusal(#"{"keys":{"name":"a"}}"#)
+        #expect(notArray.contains("field 'keys'") && notArray.contains("array"), "\(notArray)")
+
+        let noKeys = try refusal(#"{"kyes":[]}"#)
+        #expect(noKeys.contains("field 'keys'") && noKeys.contains("required"), "\(noKeys)")
+
+        let syntax = try refusal("{\"keys\": [\n  {\"name\": \"a\",}\n]}")
+        #expect(syntax.contains("keys.json:2") && syntax.contains("not valid JSON"), "\(syntax)")
+    }
+
+    /// The defect's own repro: `syncsim node --keys` with such a file.
+    @Test func nodeReportsTheFieldAndLine() async throws {
+        let folder = TempFolder()
+        let keys = folder.file("keys.json")
+        try Data(#"{"keys":[{"name":"a","family":"yes"}]}"#.utf8).write(to: URL(fileURLWithPath: keys))
+        let secret = folder.file("pair.secret")
+        try PairingSecret.generate().write(to: secret)
+        let node = try await InputFileThatIsNoRegularFileTests().syncsim(
+            ["node", "--role", "phone", "--db", folder.file("p.sqlite"), "--keys", keys, "--secret-file", secret, "--listen", "127.0.0.1:0"])
+        #expect(node.status == Simulation.Exit.badInput, "\(node.stderr)")
+        #expect(node.stdout.contains("keys[0].family") && node.stdout.contains("keys.json:1") && !node.stdout.contains("DecodingError"), "\(node.stdout)")
+    }
+}

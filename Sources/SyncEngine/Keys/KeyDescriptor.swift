@@ -49,14 +49,25 @@ public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertibl
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         name = KeyName.canonical(try c.decode(String.self, forKey: .name))
-        availability = try c.decodeIfPresent(Availability.self, forKey: .availability) ?? .all
-        policy = try c.decodeIfPresent(SyncPolicy.self, forKey: .policy) ?? .automaticSmall
-        security = try c.decodeIfPresent(KeySecurity.self, forKey: .security) ?? .none
+        availability = try KeyDescriptor.decodeCase(Availability.self, c, .availability) ?? .all
+        policy = try KeyDescriptor.decodeCase(SyncPolicy.self, c, .policy) ?? .automaticSmall
+        security = try KeyDescriptor.decodeCase(KeySecurity.self, c, .security) ?? .none
         encoding = try c.decodeIfPresent(String.self, forKey: .encoding) ?? "json"
         isFamily = try c.decodeIfPresent(Bool.self, forKey: .family) ?? false
         resolver = try c.decodeIfPresent(String.self, forKey: .resolver)
         legacyName = try c.decodeIfPresent(String.self, forKey: .legacyName).map(KeyName.canonical)
         valueType = try c.decodeIfPresent(String.self, forKey: .valueType)
+    }
+
+    /// A field holding one of `T`'s cases by name; a name of none throws, listing them.
+    private static func decodeCase<T: RawRepresentable & CaseIterable>(_ type: T.Type, _ c: KeyedDecodingContainer<CodingKeys>,
+                                                                     _ key: CodingKeys) throws -> T? where T.RawValue == String {
+        guard let text = try c.decodeIfPresent(String.self, forKey: key) else { return nil }
+        guard let value = T(rawValue: text) else {
+            throw DecodingError.dataCorruptedError(forKey: key, in: c, debugDescription:
+                "'\(text)' is not one of \(T.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        return value
     }
 
     public func encode(to encoder: any Encoder) throws {

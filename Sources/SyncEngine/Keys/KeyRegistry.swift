@@ -90,9 +90,14 @@ public struct KeyRegistry: Sendable {
     /// Loads a registry file: `{"keys":[{"name":..., "availability":..., "policy":..., "security":...}]}`.
     /// A path that is not a regular file, a file over 16 MiB, a field no key
     /// declares or an `encoding` other than `json`, `string` or `data` throws `.invalidConfiguration`.
+    /// So does a file that is not JSON or a field of the wrong type or value; the
+    /// message names the file, the line and the field (`keys.json:3: field 'keys[1].policy': …`).
     public static func load(jsonFile path: String) throws -> KeyRegistry {
         // Only a regular file, of at most 16 MiB: a FIFO or `/dev/zero` is refused, not waited on or read without end.
         let data = try InputFile.read(path, limit: InputFile.registryLimit, what: "the key registry file \(path)")
+        if let syntax = JSONSyntaxError(validating: data) {
+            throw SyncError(.invalidConfiguration, "the key registry \(path):\(syntax.line): not valid JSON: \(syntax.message)")
+        }
         struct File: Decodable { let keys: [KeyDescriptor] }
         // A misspelled field ("securty") would leave its key at the default: in plain text, syncing.
         if let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any], let keys = object["keys"] as? [Any] {
@@ -112,8 +117,35 @@ public struct KeyRegistry: Sendable {
             return try KeyRegistry(descriptors: JSONDecoder().decode(File.self, from: data).keys)
         } catch let error as SyncError {
             throw error
+        } catch let error as DecodingError {
+            throw SyncError(.invalidConfiguration, describe(error, in: data, path: path))
         } catch {
             throw SyncError(.invalidConfiguration, "the key registry \(path) is not valid: \(error); expected {\"keys\":[{\"name\":...,\"availability\":...,\"policy\":...,\"security\":...}]}")
+        }
+    }
+
+    /// A decoding error of the registry file `path` as a scenario file's: the
+    /// file and line, the field, and what it must hold.
+    private static func describe(_ error: DecodingError, in data: Data, path: String) -> String {
+        let (codingPath, message): ([any CodingKey], String) = switch error {
+        case .keyNotFound(let key, let context): (context.codingPath + [key], "is required")
+        case .valueNotFound(_, let context): (context.codingPath, "must not be null")
+        case .typeMismatch(let type, let context): (context.codingPath, "expected \(expectation(type))")
+        case .dataCorrupted(let context): (context.codingPath, context.debugDescription)
+        @unknown default: ([], "cannot be read")
+        }
+        let field = JSONLocator.fieldName(of: codingPath)
+        let line = JSONLocator.line(of: codingPath, in: data)
+        return "the key registry \(path):\(line): " + (field.isEmpty ? message : "field '\(field)': \(message)")
+    }
+
+    /// What a field of `type` holds, in JSON's words.
+    private static func expectation(_ type: Any.Type) -> String {
+        switch type {
+        case is Bool.Type: "true or false"
+        case is String.Type: "a string"
+        case is [Any].Type, is [KeyDescriptor].Type: "an array"
+        default: type == [String: Any].self ? "an object" : "a value of type \(type)"
         }
     }
 

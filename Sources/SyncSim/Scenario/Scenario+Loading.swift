@@ -89,60 +89,6 @@ extension ScenarioError {
     }
 }
 
-/// Where a text first fails to be JSON (RFC 8259): Foundation's parser
-/// refuses leading zeros, unpaired surrogates and control characters in
-/// strings; a trailing comma, which it lets through, is refused here.
-struct JSONSyntaxError {
-    var line: Int
-    var message: String
-
-    /// Nil when `data` is valid JSON.
-    init?(validating data: Data) {
-        do {
-            _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
-            guard let comma = JSONSyntaxError.trailingComma(in: data) else { return nil }
-            line = comma
-            message = "a comma before the end of an object or array"
-        } catch {
-            var text = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? "\(error)"
-            line = 0
-            // "Invalid value around character 19." — a 0-based byte offset.
-            if let range = text.range(of: " around character ") {
-                let offset = Int(text[range.upperBound...].prefix { $0.isNumber }) ?? 0
-                line = 1 + data.prefix(offset).reduce(0) { $0 + ($1 == UInt8(ascii: "\n") ? 1 : 0) }
-                text = String(text[..<range.lowerBound])
-            } else if text.hasSuffix(".") {
-                text.removeLast()
-            }
-            if data.allSatisfy({ [0x20, 0x09, 0x0A, 0x0D].contains($0) }) { text = "the file is empty" }
-            message = text.prefix(1).lowercased() + text.dropFirst()
-        }
-    }
-
-    /// The line of the first comma followed only by white space before a `}` or `]`.
-    static func trailingComma(in data: Data) -> Int? {
-        var line = 1
-        var inString = false, escaped = false
-        var comma: Int?
-        for byte in data {
-            if byte == UInt8(ascii: "\n") { line += 1 }
-            if inString {
-                if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") { inString = false }
-                continue
-            }
-            switch byte {
-            case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\r"), UInt8(ascii: "\n"): continue
-            case UInt8(ascii: ","): comma = line; continue
-            case UInt8(ascii: "}"), UInt8(ascii: "]"): if let comma { return comma }
-            case UInt8(ascii: "\""): inString = true
-            default: break
-            }
-            comma = nil
-        }
-        return nil
-    }
-}
-
 extension Error {
     /// The message of a `SyncError`, or a description.
     var message: String { (self as? SyncError)?.message ?? "\(self)" }

@@ -5,7 +5,8 @@ import Foundation
 /// enters only the objects and arrays on the path; it stops where the path
 /// leaves the text (a member that is missing) and names the line of the
 /// deepest place it reached: a member's name, or the start of an element.
-struct JSONLocator {
+/// Scenario files and key registry files (`KeyRegistry.load(jsonFile:)`) use it.
+package struct JSONLocator {
     private let bytes: [UInt8]
     private var index = 0
     private var line = 1
@@ -13,7 +14,7 @@ struct JSONLocator {
     private init(_ bytes: [UInt8]) { self.bytes = bytes }
 
     /// The 1-based line of `path` in `text` (of its deepest part that is present).
-    static func line(of path: [any CodingKey], in text: some Sequence<UInt8>) -> Int {
+    package static func line(of path: [any CodingKey], in text: some Sequence<UInt8>) -> Int {
         var locator = JSONLocator(Array(text))
         return locator.locate(path)
     }
@@ -123,5 +124,72 @@ struct JSONLocator {
         default:
             while index < bytes.count, !",}] \t\r\n".utf8.contains(bytes[index]) { index += 1 }
         }
+    }
+
+    /// A coding path as a field name: `keys[0].family`.
+    package static func fieldName(of path: [any CodingKey]) -> String {
+        var name = ""
+        for key in path {
+            if let index = key.intValue {
+                name += "[\(index)]"
+            } else {
+                name += name.isEmpty ? key.stringValue : ".\(key.stringValue)"
+            }
+        }
+        return name
+    }
+}
+
+/// Where a text first fails to be JSON (RFC 8259): Foundation's parser
+/// refuses leading zeros, unpaired surrogates and control characters in
+/// strings; a trailing comma, which it lets through, is refused here.
+package struct JSONSyntaxError: Equatable {
+    package var line: Int
+    package var message: String
+
+    /// Nil when `data` is valid JSON.
+    package init?(validating data: Data) {
+        do {
+            _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
+            guard let comma = JSONSyntaxError.trailingComma(in: data) else { return nil }
+            line = comma
+            message = "a comma before the end of an object or array"
+        } catch {
+            var text = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? "\(error)"
+            line = 0
+            // "Invalid value around character 19." — a 0-based byte offset.
+            if let range = text.range(of: " around character ") {
+                let offset = Int(text[range.upperBound...].prefix { $0.isNumber }) ?? 0
+                line = 1 + data.prefix(offset).reduce(0) { $0 + ($1 == UInt8(ascii: "\n") ? 1 : 0) }
+                text = String(text[..<range.lowerBound])
+            } else if text.hasSuffix(".") {
+                text.removeLast()
+            }
+            if data.allSatisfy({ [0x20, 0x09, 0x0A, 0x0D].contains($0) }) { text = "the file is empty" }
+            message = text.prefix(1).lowercased() + text.dropFirst()
+        }
+    }
+
+    /// The line of the first comma followed only by white space before a `}` or `]`.
+    static func trailingComma(in data: Data) -> Int? {
+        var line = 1
+        var inString = false, escaped = false
+        var comma: Int?
+        for byte in data {
+            if byte == UInt8(ascii: "\n") { line += 1 }
+            if inString {
+                if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") { inString = false }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\r"), UInt8(ascii: "\n"): continue
+            case UInt8(ascii: ","): comma = line; continue
+            case UInt8(ascii: "}"), UInt8(ascii: "]"): if let comma { return comma }
+            case UInt8(ascii: "\""): inString = true
+            default: break
+            }
+            comma = nil
+        }
+        return nil
     }
 }
