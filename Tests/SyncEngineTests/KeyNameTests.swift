@@ -292,3 +292,44 @@ private func utf8(_ text: String) -> [UInt8] { Array(text.utf8) }
         #expect(batch.entries.map { Array($0.key.utf8) } == [Array(KeyName.canonical(fits).utf8)])
     }
 }
+
+/// `legacyName` was never checked: NUL, whitespace, the key's own name or
+/// another key's were taken, and the migration then read the wrong value or none.
+@Suite struct LegacyNameValidationTests {
+    private func refused(_ descriptors: [KeyDescriptor], _ expected: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(sourceLocation: sourceLocation) { _ = try KeyRegistry(descriptors: descriptors) } throws: { error in
+            guard let error = error as? SyncError, error.code == .invalidKey else { return false }
+            return error.message.contains("legacy") && error.message.contains(expected)
+        }
+    }
+
+    @Test func aLegacyNameIsCheckedAsAKeyName() throws {
+        for bad in ["old\u{0}name", "old name", "old\tname", "", "old::name", ":old", String(repeating: "x", count: 300)] {
+            refused([KeyDescriptor(name: "steps", legacyName: bad)], "steps")
+        }
+        _ = try KeyRegistry(descriptors: [KeyDescriptor(name: "steps", legacyName: "old:steps")])
+    }
+
+    @Test func aLegacyNameMayNotBeAKeysNameOrAnotherLegacyName() throws {
+        refused([KeyDescriptor(name: "steps", legacyName: "steps")], "its own name")
+        refused([KeyDescriptor(name: "steps", legacyName: "count"), KeyDescriptor(name: "count")], "count")
+        refused([KeyDescriptor(name: "count"), KeyDescriptor(name: "steps", legacyName: "count")], "count")
+        refused([KeyDescriptor(name: "day", isFamily: true), KeyDescriptor(name: "steps", legacyName: "day:1")], "day")
+        refused([KeyDescriptor(name: "a", legacyName: "old"), KeyDescriptor(name: "b", legacyName: "old")], "old")
+        // Typed keys too.
+        let steps = Key<Int>("steps", default: 0, legacyName: "steps")
+        #expect { _ = try KeyRegistry([steps]) } throws: { ($0 as? SyncError)?.code == .invalidKey }
+        let moved = Key<Int>("steps", default: 0, legacyName: "count")
+        let count = Key<Int>("count", default: 0)
+        #expect { _ = try KeyRegistry([moved, count]) } throws: { ($0 as? SyncError)?.code == .invalidKey }
+        _ = try KeyRegistry([Key<Int>("steps", default: 0, legacyName: "old:steps"), count])
+    }
+
+    /// A keys file's bad `legacyName` is refused on load, naming the key.
+    @Test func aKeysFilesLegacyNameIsChecked() throws {
+        let folder = TempFolder()
+        let path = folder.file("keys.json")
+        try Data(#"{"keys":[{"name":"a","legacyName":"b c"}]}"#.utf8).write(to: URL(fileURLWithPath: path))
+        #expect { _ = try KeyRegistry.load(jsonFile: path) } throws: { ($0 as? SyncError)?.code == .invalidKey && "\($0)".contains("'a'") }
+    }
+}

@@ -35,6 +35,7 @@ public struct KeyRegistry: Sendable {
         for key in keys {
             try add(Registered(descriptor: key.descriptor, valueTypeName: key.valueTypeName, resolver: key.erasedResolver))
         }
+        try checkLegacyNames()
     }
 
     /// Builds a registry from untyped descriptors (e.g. a KEYS.json file);
@@ -51,11 +52,39 @@ public struct KeyRegistry: Sendable {
             }
             try add(Registered(descriptor: descriptor, valueTypeName: "JSON", resolver: resolver))
         }
+        try checkLegacyNames()
+    }
+
+    /// A legacy name names the one old key whose value moves over: no key of
+    /// this registry (nor a member of a family) and no other key's legacy name.
+    private func checkLegacyNames() throws {
+        var movedTo: [String: String] = [:]
+        for d in descriptors {
+            guard let legacy = d.legacyName else { continue }
+            if let other = movedTo[legacy] {
+                throw SyncError(.invalidKey, "keys '\(other)' and '\(d.name)' both have the legacy name '\(legacy)'; an old value can move to one key only")
+            }
+            movedTo[legacy] = d.name
+            if let declared = exact[legacy] ?? families[legacy] ?? registered(forEntry: legacy) {
+                let what = declared.descriptor.name == legacy ? "the key" : "a member of the family"
+                throw SyncError(.invalidKey, "key '\(d.name)' has the legacy name '\(legacy)', which is \(what) '\(declared.descriptor.name)' of this registry; a legacy name must name an old key that is no longer declared")
+            }
+        }
     }
 
     private mutating func add(_ entry: Registered) throws {
         let d = entry.descriptor
         try KeyDescriptor.validate(name: d.name)
+        if let legacy = d.legacyName {
+            do {
+                try KeyDescriptor.validate(name: legacy)
+            } catch let error as SyncError {
+                throw SyncError(.invalidKey, "key '\(d.name)' has an invalid legacy name: \(error.message)")
+            }
+            if legacy == d.name {
+                throw SyncError(.invalidKey, "key '\(d.name)' gives its own name as its legacy name; a legacy name names the old key its value moves from")
+            }
+        }
         if let existing = exact[d.name] ?? families[d.name] {
             throw SyncError(.duplicateKey, "two keys are named '\(d.name)': \(existing.valueTypeName) \(existing.descriptor) and \(entry.valueTypeName) \(d); give one of them another name")
         }
