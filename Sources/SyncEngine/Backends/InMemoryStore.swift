@@ -134,7 +134,7 @@ public final class InMemoryStore: KeyValueBackend {
     }
 
     public func changes(matching filter: ChangeFilter) -> AsyncStream<StoreChange> {
-        changeHub.subscribe { filter.matches($0.key) }
+        changeHub.subscribe(where: { filter.matches($0.key) }, marking: StoreChange.marking)
     }
 
     public func observeChanges(matching filter: ChangeFilter, _ handler: @escaping @Sendable (StoreChange) -> Void) -> ChangeObservation {

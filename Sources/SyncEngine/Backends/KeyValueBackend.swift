@@ -88,7 +88,9 @@ public protocol KeyValueBackend: AnyObject, Sendable {
     /// Metadata of every entry (live and removed), ordered by key; no values.
     func allEntryInfo() throws -> [EntryInfo]
 
-    /// Changes matching `filter`, after they commit.
+    /// Changes matching `filter`, after they commit. Keeps the newest 10,000
+    /// its consumer has not read; the first read after a drop tells how many
+    /// were dropped before it (`StoreChange.missedBefore`).
     func changes(matching filter: ChangeFilter) -> AsyncStream<StoreChange>
 
     /// Calls `handler` with each change matching `filter`, synchronously on

@@ -41,6 +41,10 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
     /// by now), and `acknowledged` when the peer's acknowledgement moved its cursor.
     case queuedDelivery(read: Int, applied: Int, posted: Int, acknowledged: Bool)
     case error(SyncError)
+    /// This stream dropped the `count` events before the next one: it keeps
+    /// the newest 10,000 its consumer has not read, and the consumer fell
+    /// further behind. `peerEvents()` gives it with a nil peer.
+    case eventsMissed(count: Int)
 
     public var description: String {
         switch self {
@@ -58,6 +62,7 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
         case .manualRequestAnswered(let accepted, let released):
             accepted ? "the peer released \(released) manual changes" : "the peer declined to release its manual changes"
         case .idle: "idle"
+        case .eventsMissed(let count): "\(count) events missed: this consumer fell more than 10,000 behind"
         case .queuedDelivery(let read, let applied, let posted, let acknowledged):
             "queued delivery: read \(read) (\(applied) applied), posted \(posted)\(acknowledged ? ", acknowledged" : "")"
         case .error(let error): "error: \(error)"

@@ -13,6 +13,19 @@ public struct StoreChange: Sendable, Equatable {
     /// True when another process sharing the store file made the change
     /// (e.g. an app extension); `origin` is then as that process saw it.
     public internal(set) var isFromAnotherProcess = false
+    /// How many older changes the stream this came from dropped just before
+    /// it: a `changes()` stream keeps the newest 10,000 its consumer has not
+    /// read, and tells it here when it fell further behind. 0 otherwise.
+    public internal(set) var missedBefore = 0
+}
+
+extension StoreChange {
+    /// `next`, telling that `missed` changes before it were dropped.
+    static let marking: @Sendable (StoreChange, Int) -> [StoreChange] = { next, missed in
+        var marked = next
+        marked.missedBefore = missed
+        return [marked]
+    }
 }
 
 /// Which changes an observer wants.
@@ -49,22 +62,62 @@ final class Broadcaster<Element: Sendable>: Sendable {
     private let state = Mutex(State())
     private let nextID = Atomic<Int>(0)
 
-    func subscribe(bufferingNewest limit: Int = 10_000, where accepts: @escaping @Sendable (Element) -> Bool = { _ in true }) -> AsyncStream<Element> {
+    /// A stream of the accepted elements that keeps the newest `limit` its
+    /// consumer has not read. With `marking`, a consumer that fell further
+    /// behind is told: the next element it reads goes through `marking` with
+    /// the number dropped before it (which returns what the consumer reads instead).
+    func subscribe(bufferingNewest limit: Int = 10_000, where accepts: @escaping @Sendable (Element) -> Bool = { _ in true },
+                   marking: (@Sendable (_ next: Element, _ missed: Int) -> [Element])? = nil) -> AsyncStream<Element> {
         let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: .bufferingNewest(limit))
+        let dropped = DropCount()
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
         let added = state.withLock { state -> Bool in
             guard !state.finished else { return false }
-            state.subscribers[id] = Subscriber(accepts: accepts, deliver: { continuation.yield($0) }, finish: { continuation.finish() })
+            state.subscribers[id] = Subscriber(accepts: accepts, deliver: { element in
+                if case .dropped = continuation.yield(element) { dropped.count.add(1, ordering: .relaxed) }
+            }, finish: { continuation.finish() })
             return true
         }
-        guard added else {
+        if added {
+            continuation.onTermination = { [weak self] _ in
+                _ = self?.state.withLock { $0.subscribers.removeValue(forKey: id) }
+            }
+        } else {
             continuation.finish()
-            return stream
         }
-        continuation.onTermination = { [weak self] _ in
-            _ = self?.state.withLock { $0.subscribers.removeValue(forKey: id) }
+        guard let marking else { return stream }
+        let reader = MarkingReader(stream.makeAsyncIterator(), dropped: dropped, marking: marking)
+        return AsyncStream(unfolding: { await reader.next() })
+    }
+
+    /// How many elements one subscriber's buffer dropped and it has not been told of.
+    private final class DropCount: Sendable {
+        let count = Atomic<Int>(0)
+    }
+
+    /// Reads a subscriber's buffered stream, putting `marking`'s elements
+    /// before the first one read after a drop. One reader per stream, which
+    /// `AsyncStream(unfolding:)` calls one `next()` at a time.
+    private final class MarkingReader: @unchecked Sendable {
+        private var iterator: AsyncStream<Element>.Iterator
+        private var pending: [Element] = []
+        private let dropped: DropCount
+        private let marking: @Sendable (Element, Int) -> [Element]
+
+        init(_ iterator: AsyncStream<Element>.Iterator, dropped: DropCount, marking: @escaping @Sendable (Element, Int) -> [Element]) {
+            self.iterator = iterator
+            self.dropped = dropped
+            self.marking = marking
         }
-        return stream
+
+        func next() async -> Element? {
+            if !pending.isEmpty { return pending.removeFirst() }
+            guard let element = await iterator.next() else { return nil }
+            let missed = dropped.count.exchange(0, ordering: .relaxed)
+            guard missed > 0 else { return element }
+            pending = marking(element, missed)
+            return pending.isEmpty ? element : pending.removeFirst()
+        }
     }
 
     /// Calls `handler` on the publishing thread for each accepted element,

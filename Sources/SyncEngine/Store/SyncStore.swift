@@ -301,9 +301,11 @@ public final class SyncStore: KeyValueBackend {
 
     // MARK: observation
 
-    /// Changes matching `filter`, local and remote, after they commit.
+    /// Changes matching `filter`, local and remote, after they commit. The
+    /// stream keeps the newest 10,000 changes its consumer has not read; the
+    /// first one read after it dropped older ones says how many (`missedBefore`).
     public func changes(matching filter: ChangeFilter) -> AsyncStream<StoreChange> {
-        changeHub.subscribe { filter.matches($0.key) }
+        changeHub.subscribe(where: { filter.matches($0.key) }, marking: StoreChange.marking)
     }
 
     public func observeChanges(matching filter: ChangeFilter, _ handler: @escaping @Sendable (StoreChange) -> Void) -> ChangeObservation {
@@ -311,11 +313,18 @@ public final class SyncStore: KeyValueBackend {
     }
 
     /// Sync status events: connected, batches, conflicts, deferred values, errors.
-    public func events() -> AsyncStream<SyncEvent> { eventHub.subscribe() }
+    /// The stream keeps the newest 10,000 events its consumer has not read; when
+    /// it dropped older ones, `.eventsMissed(count:)` comes first, saying how many.
+    public func events() -> AsyncStream<SyncEvent> {
+        eventHub.subscribe(marking: { [.eventsMissed(count: $1), $0] })
+    }
 
     /// The same events, each with the peer it concerns (nil for events about
-    /// this store alone): what a phone serving several watches logs.
-    public func peerEvents() -> AsyncStream<PeerEvent> { peerEventHub.subscribe() }
+    /// this store alone): what a phone serving several watches logs. Bounded
+    /// as `events()`; `.eventsMissed(count:)` comes with a nil peer.
+    public func peerEvents() -> AsyncStream<PeerEvent> {
+        peerEventHub.subscribe(marking: { [PeerEvent(peer: nil, event: .eventsMissed(count: $1)), $0] })
+    }
 
     /// Registers a hook that runs inside the write transaction, before commit;
     /// throwing aborts the write. The hook must not read or write this store

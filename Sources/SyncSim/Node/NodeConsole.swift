@@ -221,6 +221,7 @@ struct NodeConsole {
         case .queuedDelivery(let read, let applied, let posted, let acknowledged):
             ["event": "queued", "read": read, "applied": applied, "posted": posted, "acknowledged": acknowledged]
         case .error(let error): ["event": "error", "error": error.description]
+        case .eventsMissed(let count): ["event": "events-missed", "count": count]
         }
     }
 }
