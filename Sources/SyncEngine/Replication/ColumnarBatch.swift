@@ -129,6 +129,10 @@ enum ColumnarBatch {
               count <= UInt64(r.remaining) else {
             throw SyncError(.malformedMessage, "a columnar batch announces \(count) entries, more than its \(r.remaining) bytes can hold")
         }
+        // No sender puts more in a batch: refused before anything is allocated for them.
+        guard count <= UInt64(SyncMessage.maxBatchEntries) else {
+            throw SyncError(.malformedMessage, "a columnar batch announces \(count) entries, more than the \(SyncMessage.maxBatchEntries) a batch may hold")
+        }
         let n = Int(count)
         func column(_ name: String) throws -> ByteReader {
             let length = try r.readVarInt()
@@ -165,7 +169,8 @@ enum ColumnarBatch {
 
         var keyColumn = try column("keys")
         var keys: [String] = []
-        keys.reserveCapacity(n)
+        // Each key takes at least two bytes of its column (the shared length, the rest's length).
+        keys.reserveCapacity(min(n, keyColumn.remaining / 2))
         var previousKey: [UInt8] = []
         var totalKeyBytes = 0
         for i in 0..<n {

@@ -172,7 +172,7 @@ package enum QueuedMessage: Sendable, Equatable {
                 let after = Int64(bitPattern: try r.readUInt64()), through = Int64(bitPattern: try r.readUInt64())
                 guard after >= 0, through > after else { throw SyncError(.malformedMessage, "a queued batch covers an empty range \(after)...\(through)") }
                 var entries: [WireEntry] = []
-                for _ in 0..<(try r.readCount()) { entries.append(try r.readEntry()) }
+                for _ in 0..<(try r.readBatchCount()) { entries.append(try r.readEntry()) }
                 self = .batch(header, after: after, through: through, entries: entries)
             case .ack:
                 let after = Int64(bitPattern: try r.readUInt64()), through = Int64(bitPattern: try r.readUInt64())

@@ -14,9 +14,11 @@ public struct ReplicationConfiguration: Sendable {
     /// `1...1` to `1...4` makes a node speak only those, as builds before
     /// them did.
     public var protocolRange: ClosedRange<UInt16> = 1...SyncMessage.highestProtocolVersion
-    /// Entries per batch message at most (one transaction on each side); at least 1.
+    /// Entries per batch message at most (one transaction on each side): 1
+    /// to 65,536 (a larger setting is taken as 65,536; a peer refuses a
+    /// batch of more than 131,072 entries).
     public var maxBatchEntries = 2048 {
-        didSet { maxBatchEntries = max(1, maxBatchEntries) }
+        didSet { maxBatchEntries = min(max(1, maxBatchEntries), SyncMessage.maxSentBatchEntries) }
     }
     /// Value bytes per batch message at most (before compression): 1 KiB to
     /// 2 MiB, so that a batch stays within what a peer's transport accepts

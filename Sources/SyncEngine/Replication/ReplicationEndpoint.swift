@@ -133,7 +133,7 @@ package final class ReplicationEndpoint {
                     $0.batchesReceived += 1
                     $0.bytesReceived += frame.payload.count
                 }
-                try acknowledgeDurably(SyncMessage.ack(.init(batchID: batch.id, applied: plan.applied, rejected: plan.rejected)).frame(), into: &out)
+                try acknowledgeDurably(SyncMessage.acknowledgement(of: batch.id, applied: plan.applied, rejected: plan.rejected).frame(), into: &out)
             case .ack(let ack):
                 if case .batch? = session.acknowledgeBatch(ack.batchID) {
                     if let upper = session.stream.batchRanges.removeValue(forKey: ack.batchID) { try complete(upper: upper) }

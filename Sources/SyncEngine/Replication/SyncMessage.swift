@@ -492,7 +492,7 @@ extension SyncMessage {
             case .batch:
                 let id = try r.readVarInt()
                 var entries: [WireEntry] = []
-                for _ in 0..<(try r.readCount()) { entries.append(try r.readEntry()) }
+                for _ in 0..<(try r.readBatchCount()) { entries.append(try r.readEntry()) }
                 self = .batch(Batch(id: id, entries: entries))
             case .ack:
                 let id = try r.readVarInt()
