@@ -8,8 +8,11 @@ import Synchronization
 /// buffered; then the checksum. Decryption and inflation happen in the
 /// connection's async code. The first `handshakeFrames` frames may be at most
 /// `handshakeFrameLimit` bytes and must not be compressed (refused as soon as
-/// the flags byte arrives): a stranger cannot make us buffer or inflate
-/// megabytes before it authenticated.
+/// the flags byte arrives); nothing after them is decoded until the handshake
+/// succeeded (`SocketActivity.didAuthenticate()`), and reads are held
+/// meanwhile (`AuthenticationGate`): a stranger cannot make us buffer or
+/// inflate megabytes before it authenticated. With `handshakeFrames` 0 the
+/// connection has no handshake: every frame is decoded.
 struct EnvelopeDecoderHandler: ByteToMessageDecoder {
     typealias InboundOut = Envelope
 
@@ -18,6 +21,10 @@ struct EnvelopeDecoderHandler: ByteToMessageDecoder {
     let codec: FrameCodec
     let handshakeCodec: FrameCodec
     var handshakeFrames: Int
+    /// Whether this connection runs a handshake (whose success lifts the small limit).
+    let authenticates: Bool
+    /// The connection ended: what it holds is decoded (it is bounded by the held reads).
+    var closing = false
     let activity: SocketActivity
 
     init(limits: FrameLimits, handshakeFrames: Int, activity: SocketActivity) {
@@ -27,9 +34,20 @@ struct EnvelopeDecoderHandler: ByteToMessageDecoder {
         small.maxFrameSize = min(limits.maxFrameSize, Self.handshakeFrameLimit)
         handshakeCodec = FrameCodec(limits: small)
         self.handshakeFrames = handshakeFrames
+        authenticates = handshakeFrames > 0
+    }
+
+    /// Whether the handshake's frames are in and it has not succeeded yet:
+    /// nothing more is decoded (or read) until it has.
+    private func awaitsAuthentication() -> Bool {
+        authenticates && handshakeFrames == 0 && !closing && !activity.isAuthenticated
     }
 
     mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        if awaitsAuthentication() {
+            activity.holdReadsUntilAuthenticated()
+            return .needMoreData
+        }
         let active = handshakeFrames > 0 ? handshakeCodec : codec
         let parsed = try active.parseHeader(buffer.readableBytesView.prefix(FrameEnvelope.headerSize))
         if handshakeFrames > 0, let flags = buffer.getInteger(at: buffer.readerIndex + 4, as: UInt8.self),
@@ -55,6 +73,9 @@ struct EnvelopeDecoderHandler: ByteToMessageDecoder {
     }
 
     mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
+        // A peer may send its first frames and close before its proof was checked: they are
+        // decoded for the handshake to deliver (or drop, if it fails); reads were held, so they are few.
+        closing = true
         while try decode(context: context, buffer: &buffer) == .continue {}
         if buffer.readableBytes > 0 {
             let count = buffer.readableBytes
@@ -105,6 +126,8 @@ final class SocketActivity: Sendable {
     private struct State {
         var lastRead = ContinuousClock.now
         var undelivered = 0
+        var authenticated = false
+        var holdsReads = false
     }
 
     private let state = Mutex(State())
@@ -120,6 +143,18 @@ final class SocketActivity: Sendable {
     func didRead() { state.withLock { $0.lastRead = .now } }
     func didLoseWritability() { unwritable.yield() }
     func didDecode() { state.withLock { $0.undelivered += 1 } }
+    /// The handshake succeeded: frames of any size (within the limits) may come, reads go on.
+    func didAuthenticate() {
+        state.withLock {
+            $0.authenticated = true
+            $0.holdsReads = false
+        }
+    }
+    var isAuthenticated: Bool { state.withLock { $0.authenticated } }
+    /// The decoder has the handshake's frames: no more reads until the handshake succeeded.
+    func holdReadsUntilAuthenticated() { state.withLock { $0.holdsReads = !$0.authenticated } }
+    /// Whether reads wait for the handshake to succeed (`AuthenticationGate`).
+    var holdsReads: Bool { state.withLock { $0.holdsReads } }
     func didDeliver() { state.withLock { $0.undelivered -= 1 } }
 
     /// When bytes last arrived, and whether decoded envelopes wait for the reader.

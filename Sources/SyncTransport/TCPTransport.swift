@@ -51,6 +51,7 @@ public enum TCPTransport {
         if configuration.onWireBytes != nil || configuration.onWireByteCount != nil {
             try operations.addHandler(WireTapHandler(tap: configuration.onWireBytes, count: configuration.onWireByteCount))
         }
+        try operations.addHandler(AuthenticationGate(activity: activity))
         try operations.addHandler(
             ByteToMessageHandler(
                 EnvelopeDecoderHandler(limits: configuration.limits, handshakeFrames: handshakeFrames, activity: activity)))
@@ -112,6 +113,9 @@ public enum TCPTransport {
                     keys = try await handshake(
                         role: role, iterator: &iterator, outbound: outbound, activity: activity, configuration: configuration)
                     deadline.cancel()
+                    // Only now may frames of full size come: the decoder goes on, reads resume.
+                    activity.didAuthenticate()
+                    channel.pipeline.fireUserInboundEventTriggered(AuthenticationGate.Authenticated())
                 } catch {
                     deadline.cancel()
                     var failure = TCPConnection.transportError(error)
