@@ -283,4 +283,29 @@ import Testing
             watch.connectionLost()
         }
     }
+
+    /// A family member's name is the peer's to choose: it reached the
+    /// `versionRefused` event as it came, a forged log line and terminal
+    /// escapes in it, up to a kilobyte.
+    @Test func aPeersMemberNameReachesTheVersionRefusedEventEscapedAndBounded() async throws {
+        let pair = try Pair()
+        let (phone, watch) = HostileBatchSizeTests.protocolTwo(pair)
+        Self.exchange(phone, watch, start: true)
+        try #require(phone.isEstablished && phone.failure == nil)
+        let key = TestKeys.daily["x\n2026-01-01T00:00:00 info syncsim : FORGED-LINE \u{1b}[2K" + String(repeating: "m", count: 900)].name
+        let events = try await Self.events(of: pair.phone) {
+            let entry = WireEntry(key: key, version: HLCTimestamp(packed: Int64.max, node: pair.watch.nodeID), base: .zero,
+                                  deleted: false, encoding: "json", value: Array("7".utf8))
+            _ = phone.receive(SyncMessage.batch(.init(id: 1 << 40, entries: [entry])).frame(protocolVersion: 2), now: 2_000)
+            #expect(phone.failure == nil)
+            phone.connectionLost()
+            watch.connectionLost()
+        }
+        let refused = events.compactMap { event -> String? in if case .versionRefused(let key, _) = event { key } else { nil } }
+        let name = try #require(refused.first)
+        #expect(Self.isClean(name), "\(name.prefix(100))")
+        #expect(name.count <= 300, "\(name.count) characters")
+        #expect(Self.isClean(SyncEvent.versionRefused(key: name, aheadMilliseconds: 1).description))
+    }
+
 }

@@ -31,7 +31,7 @@ extension MailboxReplicator {
         delta.deferred = outcome.deferred.count
         delta.versionsRefused = plan.versionRefusals.count
         reporter.count(delta)
-        for refusal in plan.versionRefusals { emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds)) }
+        for refusal in plan.versionRefusals { emit(.versionRefused(key: PeerText.escaped(refusal.key), aheadMilliseconds: refusal.aheadMilliseconds)) }
         emit(.received(entries: entries.count, applied: plan.applied))
         for (key, size) in outcome.deferred { emit(.deferred(key: key, size: size)) }
         for conflict in outcome.conflicts { emit(.conflictResolved(key: conflict.key, winner: conflict.winner, rule: conflict.rule)) }

@@ -255,7 +255,7 @@ package final class MailboxReplicator {
                         try port.setMismatchedKeys(peer.mismatched.union(waiting), for: peer.node)
                     }
                     if !rejected.isEmpty {
-                        emit(.error(SyncError(.protocolViolation, "the peer refused \(rejected.count) entries: \(rejected.map { "\($0.key) (\($0.code))" }.joined(separator: ", "))")))
+                        emit(.error(SyncError.refusedByPeer(rejected)))
                     }
                 case .refusal(let refuser, let code, let text):
                     let error = SyncError(SyncError.Code(PeerText.escaped(code, maxLength: 64)),

@@ -41,11 +41,11 @@ extension ReplicationEndpoint {
         }
         for step in plan.steps {
             if case .refuse(ApplyPlanner.policyViolation, _) = step.verdict {
-                reporter.logger.warning("rejected an entry the peer may not send", metadata: ["key": "\(step.entry.key)"])
+                reporter.logger.warning("rejected an entry the peer may not send", metadata: ["key": "\(PeerText.escaped(step.entry.key))"])
             }
         }
         for refusal in refusals {
-            emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds))
+            emit(.versionRefused(key: PeerText.escaped(refusal.key), aheadMilliseconds: refusal.aheadMilliseconds))
         }
         if !refusals.isEmpty {
             reporter.logger.warning("refused entries whose versions are too far ahead of this device's clock",

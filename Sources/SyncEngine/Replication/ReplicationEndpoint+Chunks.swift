@@ -157,7 +157,7 @@ extension ReplicationEndpoint {
                 $0.entriesRejected += 1
                 $0.versionsRefused += 1
             }
-            emit(.versionRefused(key: refusal.key, aheadMilliseconds: refusal.aheadMilliseconds))
+            emit(.versionRefused(key: PeerText.escaped(refusal.key), aheadMilliseconds: refusal.aheadMilliseconds))
             return [ack(complete: true)]
         }
         // Held already, unless a re-baseline notice marked what is held: then the value is
