@@ -308,4 +308,31 @@ import Testing
         #expect(Self.isClean(SyncEvent.versionRefused(key: name, aheadMilliseconds: 1).description))
     }
 
+    /// A phone that never sends its receipt (protocol 3 and newer) left the
+    /// watch waiting for it, silent, for as long as the connection lasted.
+    /// Over a connection that delivers every frame the watch now ends the
+    /// session with `timeout` once `receiptTimeoutMilliseconds` passed (by its ticks).
+    @Test func aWatchWhosePhoneNeverSendsItsReceiptEndsTheSession() async throws {
+        let pair = try Pair()
+        try await pair.watch.set(["a"], for: TestKeys.tags)
+        var config = ReplicationConfiguration(pairingEpoch: "test")
+        config.receiptTimeoutMilliseconds = 4_000
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: config, retransmits: false)
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: config, retransmits: false)
+        ReceiptTests.exchange(phone, watch, start: true) { frame in
+            if case .receipt? = try? SyncMessage(frame: frame) { return nil }
+            return frame
+        }
+        try #require(watch.isEstablished && watch.failure == nil)
+        let limit = config.receiptTimeoutMilliseconds
+        _ = watch.tick(now: 1_000)
+        let early = watch.tick(now: 1_000 + limit - 1)
+        #expect(watch.failure == nil && early.isEmpty, "the watch waits for the receipt, silent, within the timeout")
+        let late = watch.tick(now: 1_000 + limit)
+        #expect(watch.failure?.code == .timeout)
+        #expect(watch.failure?.message.contains("receipt") == true, "\(watch.failure?.message ?? "")")
+        let notified = late.contains { if case .error? = try? SyncMessage(frame: $0) { true } else { false } }
+        #expect(notified, "the phone is told why")
+        #expect(try pair.phone.storedValue(for: TestKeys.tags) == nil, "the watch sent nothing")
+    }
 }

@@ -88,6 +88,13 @@ public struct ReplicationConfiguration: Sendable {
     /// again): the other end accepted the connection but runs no session on
     /// it. Over a lossy connection the hello is resent for as long as the session runs.
     public var helloTimeoutMilliseconds: Int64 = 10_000
+    /// In a session of protocol 3 or newer over a connection that delivers
+    /// every frame (TCP), how long a watch waits for the phone's receipt (the
+    /// first thing a phone sends after the hellos; the watch sends nothing
+    /// before it) before the session fails with `timeout` and the connection
+    /// is closed (a dialer then connects again). Over a lossy connection the
+    /// phone sends its receipt again until it is acknowledged.
+    public var receiptTimeoutMilliseconds: Int64 = 10_000
     public var retransmitMilliseconds: Int64 = 2_000
 
     /// Deliberate engine faults, for proving that tests and the simulator's

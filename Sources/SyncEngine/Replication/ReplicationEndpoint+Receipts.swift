@@ -7,6 +7,22 @@ import SyncTransport
 /// in the next session; if the phone deleted that key meanwhile and purged
 /// the tombstone after forgetting the watch, the old value would come back.
 extension ReplicationEndpoint {
+    /// A watch waiting for the phone's receipt (it sends nothing before it)
+    /// over a connection that delivers every frame ends the session with
+    /// `timeout` once `receiptTimeoutMilliseconds` passed since the first tick
+    /// that found it waiting. Over a lossy one the phone sends it again.
+    func receiptTimedOut(now: Int64) -> [Frame]? {
+        guard !session.retransmits else { return nil }
+        guard let since = receiptAwaitedSince else {
+            receiptAwaitedSince = now
+            return nil
+        }
+        let limit = configuration.receiptTimeoutMilliseconds
+        guard now - since >= limit else { return nil }
+        return fail(SyncError(.timeout, "the phone did not send its receipt within \(limit) ms of the session's start; this watch sends nothing before it"),
+                    notifyPeer: true)
+    }
+
     /// Takes the peer's receipt: its cursor for this side says how far this
     /// side received its stream; and a watch waiting for the phone's receipt
     /// starts after what the phone says it received (never past what this

@@ -277,6 +277,7 @@ package final class ReplicationEndpoint {
     /// Retransmits what timed out, then sends what is pending.
     package func tick(now: Int64) -> [Frame] {
         guard failure == nil else { return [] }
+        if awaitsPeerReceipt, let timedOut = receiptTimedOut(now: now) { return timedOut }
         recordDeferredCursor(dueOnly: true)
         let actions = session.tick(now: now).map { action -> ReplicationSession.Action in
             guard case .send(.batch(let batch)) = action else { return action }
@@ -482,7 +483,8 @@ package final class ReplicationEndpoint {
     /// When applying a batch last recorded `receivedStream`.
     var receivedRecordedAt = Int64.min / 2
     /// A watch in a protocol-3 session waits for the phone's receipt before reading its stream.
-    var awaitsPeerReceipt = false
+    var awaitsPeerReceipt = false { didSet { receiptAwaitedSince = nil } }
+    var receiptAwaitedSince: Int64?  // the first tick that found the watch waiting (`receiptTimedOut`)
     /// The re-baseline notices (ids) this session acted on: a copy (retransmitted, or
     /// duplicated by the link) only is acknowledged again.
     var noticesActedOn: Set<UInt64> = []
@@ -584,7 +586,7 @@ package final class ReplicationEndpoint {
 
     /// Ends the session with `error` (the session may have failed itself, on
     /// a bad hello): reported once, and sent to the peer when `notifyPeer`.
-    private func fail(_ error: SyncError, notifyPeer: Bool) -> [Frame] {
+    func fail(_ error: SyncError, notifyPeer: Bool) -> [Frame] {
         guard !failureReported else { return [] }
         failureReported = true
         session.fail(error)
