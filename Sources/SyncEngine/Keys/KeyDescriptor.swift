@@ -18,8 +18,8 @@ public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertibl
     /// Name of a deterministic conflict resolver; nil for last-writer-wins.
     public var resolver: String?
     /// An older key whose value moves over on first read (NFC, as `name`). A
-    /// registry refuses one that is no valid key name, the key's own name,
-    /// a declared key's (or family member's), or another key's legacy name.
+    /// registry refuses one that is no valid key name, the key's own name, or
+    /// another key's legacy name.
     public var legacyName: String? {
         didSet { legacyName = legacyName.map(KeyName.canonical) }
     }

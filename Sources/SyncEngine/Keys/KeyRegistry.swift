@@ -55,8 +55,9 @@ public struct KeyRegistry: Sendable {
         try checkLegacyNames()
     }
 
-    /// A legacy name names the one old key whose value moves over: no key of
-    /// this registry (nor a member of a family) and no other key's legacy name.
+    /// A legacy name names the one old key whose value moves over: no other
+    /// key's legacy name. (It may still be declared: an app that keeps the old
+    /// key for a while, e.g. for a watch on the older app, reads it on as before.)
     private func checkLegacyNames() throws {
         var movedTo: [String: String] = [:]
         for d in descriptors {
@@ -65,10 +66,6 @@ public struct KeyRegistry: Sendable {
                 throw SyncError(.invalidKey, "keys '\(other)' and '\(d.name)' both have the legacy name '\(legacy)'; an old value can move to one key only")
             }
             movedTo[legacy] = d.name
-            if let declared = exact[legacy] ?? families[legacy] ?? registered(forEntry: legacy) {
-                let what = declared.descriptor.name == legacy ? "the key" : "a member of the family"
-                throw SyncError(.invalidKey, "key '\(d.name)' has the legacy name '\(legacy)', which is \(what) '\(declared.descriptor.name)' of this registry; a legacy name must name an old key that is no longer declared")
-            }
         }
     }
 
