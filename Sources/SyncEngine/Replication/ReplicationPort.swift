@@ -214,10 +214,18 @@ package protocol ReplicationReporter: AnyObject {
 /// the way apps observe replication.
 package final class StoreReporter: ReplicationReporter {
     private let store: SyncStore
+    private let beforeConnected: ((UInt32) -> Void)?
 
-    package init(_ store: SyncStore) { self.store = store }
+    /// `beforeConnected`: called with the peer's node before a `.connected` event is published.
+    package init(_ store: SyncStore, beforeConnected: ((UInt32) -> Void)? = nil) {
+        self.store = store
+        self.beforeConnected = beforeConnected
+    }
 
-    package func report(_ event: SyncEvent, peer: UInt32?) { store.emit(event, peer: peer) }
+    package func report(_ event: SyncEvent, peer: UInt32?) {
+        if case .connected(let node, _) = event { beforeConnected?(node) }
+        store.emit(event, peer: peer)
+    }
     package func count(_ delta: SyncCounters) { store.counters.withLock { $0.add(delta) } }
     package var wantsProgress: Bool { store.eventHub.hasSubscribers || store.peerEventHub.hasSubscribers }
     package var logger: Logger { store.logger }

@@ -205,7 +205,13 @@ public final class SyncPeer: Sendable {
         var sessionConfiguration = configuration
         sessionConfiguration.pairingEpoch = connection.pairingEpoch ?? configuration.pairingEpoch
         // The store behind its port; events and counters reported by this driver to the store's public streams.
-        let endpoint = ReplicationEndpoint(port: SQLiteReplicationPort(store), reporter: StoreReporter(store),
+        // The session is recorded as established before its `.connected` event goes out: an app
+        // that hears the event finds the peer in `connectedPeers`.
+        let epoch = sessionConfiguration.pairingEpoch
+        let reporter = StoreReporter(store) { [weak self] node in
+            self?.updateState(session, Session(connected: true, peerNode: node, pairingEpoch: epoch))
+        }
+        let endpoint = ReplicationEndpoint(port: SQLiteReplicationPort(store), reporter: reporter,
                                            configuration: sessionConfiguration, retransmits: !connection.deliversEveryFrame)
         endpoint.defersAcknowledgementSync = true
         endpoint.defersCursorRecord = true
