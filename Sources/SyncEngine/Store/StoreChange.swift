@@ -98,7 +98,7 @@ final class Broadcaster<Element: Sendable>: Sendable {
     /// Reads a subscriber's buffered stream, putting `marking`'s elements
     /// before the first one read after a drop. One reader per stream, which
     /// `AsyncStream(unfolding:)` calls one `next()` at a time.
-    private final class MarkingReader: @unchecked Sendable {
+    private final class MarkingReader: @unchecked Sendable {  // reason: one reader per stream, called one next() at a time (above)
         private var iterator: AsyncStream<Element>.Iterator
         private var pending: [Element] = []
         private let dropped: DropCount
