@@ -1,4 +1,5 @@
 import Foundation
+import SyncEngine
 
 /// A member name of a scenario or registry file, as a coding key.
 struct FieldKey: CodingKey, Hashable {
@@ -17,17 +18,7 @@ struct FieldError: Error {
     var field: String { FieldError.name(of: codingPath) }
 
     /// `timeline[3].node` for a coding path.
-    static func name(of path: [any CodingKey]) -> String {
-        var name = ""
-        for key in path {
-            if let index = key.intValue {
-                name += "[\(index)]"
-            } else {
-                name += name.isEmpty ? key.stringValue : ".\(key.stringValue)"
-            }
-        }
-        return name
-    }
+    static func name(of path: [any CodingKey]) -> String { JSONLocator.fieldName(of: path) }
 }
 
 /// One object of a scenario file, read field by field: each reader checks
