@@ -6,8 +6,8 @@ import NIOCore
 /// event): a peer that has not proved the pairing secret cannot make us read
 /// (and buffer) more than what one read brings, whatever frame it announces.
 /// What the peer sent meanwhile waits in the socket. Sits right before the
-/// decoder.
-final class AuthenticationGate: ChannelDuplexHandler {
+/// decoder, and leaves the pipeline once authenticated.
+final class AuthenticationGate: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
     typealias OutboundIn = ByteBuffer
@@ -43,5 +43,7 @@ final class AuthenticationGate: ChannelDuplexHandler {
             readPending = false
             context.read()
         }
+        // Authenticated: nothing more to hold, so reads and writes no longer pass through it.
+        context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
     }
 }
