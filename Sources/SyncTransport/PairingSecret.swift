@@ -101,7 +101,7 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
         if stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
             throw TransportError(
                 .badSecretFile,
-                "\(path) is not a regular file (\(Self.kind(of: info.st_mode))), so it cannot hold a pairing secret; give the path of a file")
+                "\(path) is not a regular file (\(RegularFile.kind(of: info.st_mode))), so it cannot hold a pairing secret; give the path of a file")
         }
         let text = "\(Self.fileHeader)\n\(Data(bytes).base64EncodedString())\n"
         if overwrite {
@@ -121,45 +121,29 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
     /// the file is missing, unreadable, readable by group or others, not in
     /// the `syncengine-pairing-v1` format, or not 32 bytes long.
     public static func load(from path: String) throws -> PairingSecret {
-        // Non-blocking: opening a FIFO for reading would wait for a writer (the type is checked below).
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard descriptor >= 0 else {
-            let code = errno
-            if code == ENOENT {
+        let contents: [UInt8]
+        do {
+            contents = try RegularFile.read(path, limit: 4096, ownerOnly: true)
+        } catch {
+            switch error {
+            case .missing:
                 throw TransportError(
                     .badSecretFile,
                     "no pairing secret file at \(path); pair the devices first (PairingSecret.generate().write(to:))")
+            case .unreadable(let reason):
+                throw TransportError(.badSecretFile, "cannot read the pairing secret file \(path): \(reason)")
+            case .notRegular(let kind):
+                throw TransportError(.badSecretFile, "the pairing secret path \(path) is not a regular file (\(kind))")
+            case .readableByOthers(let mode):
+                throw TransportError(
+                    .badSecretFile,
+                    "the pairing secret file \(path) has mode 0\(String(mode, radix: 8)), so others may read it; "
+                        + "run `chmod 600 \(path)` (or pair again if it may have leaked)")
+            case .tooLarge(let size):
+                throw TransportError(
+                    .badSecretFile,
+                    "the pairing secret file \(path) is too large to be one (\(size.map { "\($0) bytes" } ?? "more than 4096 bytes"))")
             }
-            throw TransportError(.badSecretFile, "cannot open the pairing secret file \(path): \(describe(code))")
-        }
-        defer { close(descriptor) }
-        var info = stat()
-        guard fstat(descriptor, &info) == 0 else {
-            throw TransportError(.badSecretFile, "cannot inspect the pairing secret file \(path): \(describe(errno))")
-        }
-        guard info.st_mode & S_IFMT == S_IFREG else {
-            throw TransportError(.badSecretFile, "the pairing secret path \(path) is not a regular file")
-        }
-        let permissions = info.st_mode & 0o777
-        guard permissions & 0o077 == 0 else {
-            throw TransportError(
-                .badSecretFile,
-                "the pairing secret file \(path) has mode 0\(String(permissions, radix: 8)), so others may read it; "
-                    + "run `chmod 600 \(path)` (or pair again if it may have leaked)")
-        }
-        guard info.st_size <= 4096 else {
-            throw TransportError(.badSecretFile, "the pairing secret file \(path) is too large to be one (\(info.st_size) bytes)")
-        }
-        var contents: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 1024)
-        while contents.count <= 4096 {
-            let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw TransportError(.badSecretFile, "cannot read the pairing secret file \(path): \(describe(errno))")
-            }
-            if count == 0 { break }
-            contents.append(contentsOf: chunk[0..<count])
         }
         return try parse(contents, path: path)
     }
@@ -214,17 +198,6 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
         if let failure {
             unlink(path)
             throw TransportError(.badSecretFile, "cannot write the pairing secret file \(displayPath): \(describe(failure))")
-        }
-    }
-
-    /// What a path that is not a regular file is, for messages.
-    private static func kind(of mode: mode_t) -> String {
-        switch mode & S_IFMT {
-        case S_IFDIR: "a directory"
-        case S_IFIFO: "a FIFO"
-        case S_IFCHR, S_IFBLK: "a device"
-        case S_IFSOCK: "a socket"
-        default: "not a file"
         }
     }
 

@@ -302,3 +302,44 @@ final class MemoryKeyProvider: MasterKeyProvider {
         #expect(String(reflecting: EncryptionKeySource.keyFile(path: "/k/master.key")).contains("/k/master.key"))
     }
 }
+
+/// A key file that cannot be opened was reported by its errno number
+/// ("errno 20") where the pairing secret and the key registry give the
+/// system's words; the three loaders now share one reader.
+@Suite struct KeyFileErrorWordsTests {
+    @Test func anUnopenableKeyFileIsReportedInWords() throws {
+        let folder = TempFolder()
+        let notAFolder = folder.file("plain")
+        try Data("x".utf8).write(to: URL(fileURLWithPath: notAFolder))
+        let secret = Key<String>("pin", default: "", security: .encrypted)
+        let registry = try KeyRegistry([secret])
+        do {
+            let store = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: registry,
+                                      options: StoreOptions(encryption: .keyFile(path: notAFolder + "/master.key")))
+            store.close()
+            Issue.record("a store opened with a key file under a regular file")
+        } catch let error as SyncError {
+            #expect(error.code == .keyFile, "\(error)")
+            #expect(error.message.contains(String(cString: strerror(ENOTDIR))) && !error.message.contains("errno"), "\(error)")
+        }
+    }
+
+    @Test func aKeyFileOfTheWrongLengthSaysSo() throws {
+        let folder = TempFolder()
+        let secret = Key<String>("pin", default: "", security: .encrypted)
+        let registry = try KeyRegistry([secret])
+        for (length, words) in [(31, "holds 31 bytes"), (33, "more than 32 bytes"), (0, "holds 0 bytes")] {
+            let keyPath = folder.file("k\(length).key")
+            try Data(repeating: 7, count: length).write(to: URL(fileURLWithPath: keyPath))
+            try #require(chmod(keyPath, 0o600) == 0)
+            do {
+                let store = try SyncStore(path: folder.file("s\(length).sqlite"), role: .phone, registry: registry,
+                                          options: StoreOptions(encryption: .keyFile(path: keyPath)))
+                store.close()
+                Issue.record("a store opened with a \(length)-byte key file")
+            } catch let error as SyncError {
+                #expect(error.code == .keyFile && error.message.contains(words), "\(error)")
+            }
+        }
+    }
+}

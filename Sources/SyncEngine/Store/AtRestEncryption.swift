@@ -1,5 +1,6 @@
 import Crypto
 import _CryptoExtras
+import SyncTransport
 import Foundation
 
 /// Where the store's master key for `encrypted` keys comes from.
@@ -79,41 +80,27 @@ struct AtRestCipher: Sendable {
     /// `PairingSecret.load` does, anything but a regular file that only its
     /// owner may access (mode & 0o077 == 0), and a file not 32 bytes long.
     static func loadKeyFile(_ path: String) throws -> [UInt8]? {
-        // Non-blocking: opening a FIFO for reading would wait for a writer (the type is checked below).
-        let fd = Foundation.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else {
-            let code = errno
-            if code == ENOENT { return nil }
-            throw SyncError(.keyFile, "the key file \(path) cannot be opened (errno \(code)); check its permissions")
-        }
-        defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0 else {
-            throw SyncError(.keyFile, "cannot inspect the key file \(path) (errno \(errno))")
-        }
-        guard info.st_mode & S_IFMT == S_IFREG else {
-            throw SyncError(.keyFile, "the key file path \(path) is not a regular file")
-        }
-        let permissions = info.st_mode & 0o777
-        guard permissions & 0o077 == 0 else {
-            throw SyncError(.keyFile, "the key file \(path) has mode 0\(String(permissions, radix: 8)), so others may read it; run `chmod 600 \(path)` (and replace the key if it may have leaked)")
-        }
-        var bytes = [UInt8](repeating: 0, count: 33)
-        var count = 0
-        while count < bytes.count {
-            let n = bytes[count...].withUnsafeMutableBytes { Foundation.read(fd, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw SyncError(.keyFile, "the key file \(path) cannot be read (errno \(errno)); check its permissions")
+        let bytes: [UInt8]
+        do {
+            bytes = try RegularFile.read(path, limit: 32, ownerOnly: true)
+        } catch {
+            switch error {
+            case .missing:
+                return nil
+            case .unreadable(let reason):
+                throw SyncError(.keyFile, "the key file \(path) cannot be read: \(reason); check its permissions")
+            case .notRegular(let kind):
+                throw SyncError(.keyFile, "the key file path \(path) is not a regular file (\(kind))")
+            case .readableByOthers(let mode):
+                throw SyncError(.keyFile, "the key file \(path) has mode 0\(String(mode, radix: 8)), so others may read it; run `chmod 600 \(path)` (and replace the key if it may have leaked)")
+            case .tooLarge:
+                throw SyncError(.keyFile, "the key file \(path) holds more than 32 bytes, not 32; it is not a SyncEngine key file")
             }
-            if n == 0 { break }
-            count += n
         }
-        guard count == 32 else {
-            let size = count > 32 ? "more than 32 bytes" : "\(count) bytes"
-            throw SyncError(.keyFile, "the key file \(path) holds \(size), not 32; it is not a SyncEngine key file")
+        guard bytes.count == 32 else {
+            throw SyncError(.keyFile, "the key file \(path) holds \(bytes.count) bytes, not 32; it is not a SyncEngine key file")
         }
-        return Array(bytes[0..<32])
+        return bytes
     }
 }
 
