@@ -39,6 +39,7 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
     /// something: it read `read` messages from the peer (applying
     /// `applied` entries), posted `posted` (on stable storage in the mailbox
     /// by now), and `acknowledged` when the peer's acknowledgement moved its cursor.
+    /// `peerEvents()` names the mailbox's peer once this device has heard of it.
     case queuedDelivery(read: Int, applied: Int, posted: Int, acknowledged: Bool)
     case error(SyncError)
     /// This stream dropped the `count` events before the next one: it keeps

@@ -43,15 +43,18 @@ extension SyncPeer {
         configuration.pairingEpoch = mailbox.pairingEpoch
         let key = QueuedDriverKey(mailbox)
         let store = self.store
-        let report = queuedDrivers.withLock { drivers in
+        let (report, peerNode) = queuedDrivers.withLock { drivers in
             let driver = drivers[key] ?? MailboxReplicator(port: SQLiteReplicationPort(store), reporter: StoreReporter(store),
                                                            configuration: configuration, mailbox: mailbox)
             drivers[key] = driver
-            return driver.exchange { peerNode in !isConnected(to: peerNode, ofPairing: mailbox.pairingEpoch) }
+            let report = driver.exchange { peerNode in !isConnected(to: peerNode, ofPairing: mailbox.pairingEpoch) }
+            return (report, driver.peerNode)
         }
         if report.messagesRead > 0 || report.messagesPosted > 0 || report.acknowledged {
+            // The round concerns the mailbox's peer, as its other events do: named once known (a phone with several
+            // watches has one mailbox each), nil only before any message of that peer was read.
             store.emit(.queuedDelivery(read: report.messagesRead, applied: report.entriesApplied, posted: report.messagesPosted,
-                                       acknowledged: report.acknowledged))
+                                       acknowledged: report.acknowledged), peer: peerNode)
         }
         return report
     }

@@ -1,0 +1,97 @@
+import Foundation
+@testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// Interfaces the issues spell out, checked as a user scripting against them
+/// would: event fields, command replies.
+@Suite(.timeLimit(.minutes(5))) struct InterfaceContractTests {
+    /// Issue 15: "every event that concerns a peer carries `peer`". A round of
+    /// queued delivery goes through one pairing's mailbox, so its `queued`
+    /// event names that mailbox's peer once it is known (a phone with several
+    /// watches has one mailbox each). Before, it came with a nil peer, and
+    /// `syncsim node` printed it without `peer`.
+    @Test func aQueuedDeliveryEventNamesItsPeer() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let secret = PairingSecret.generate()
+        let configuration = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let phone = SyncPeer(store: pair.phone, configuration: configuration)
+        let watch = SyncPeer(store: pair.watch, configuration: configuration)
+        let phoneBox = try Mailbox(directory: folder.file("mailbox"), role: .phone, secret: secret)
+        let watchBox = try Mailbox(directory: folder.file("mailbox"), role: .watch, secret: secret)
+        let phoneEvents = pair.phone.peerEvents()
+        let watchEvents = pair.watch.peerEvents()
+
+        try await pair.phone.set(5, for: TestKeys.steps)
+        #expect(try phone.deliverQueued(through: phoneBox).messagesPosted > 0)  // posted to a watch not met yet
+        let read = try watch.deliverQueued(through: watchBox)                      // applied, acknowledged
+        #expect(read.entriesApplied == 1)
+        #expect(try phone.deliverQueued(through: phoneBox).acknowledged)          // the acknowledgement moved the cursor
+
+        let (phoneNode, watchNode) = (pair.phone.nodeID, pair.watch.nodeID)
+        pair.phone.close()
+        pair.watch.close()
+        let onWatch = try await all(of: watchEvents, "the watch's events until its store closed").filter(\.isQueuedDelivery)
+        let onPhone = try await all(of: phoneEvents, "the phone's events until its store closed").filter(\.isQueuedDelivery)
+        #expect(onWatch.count == 1)
+        #expect(onWatch.allSatisfy { $0.peer == phoneNode }, "\(onWatch)")
+        // The first round posted before the phone had heard of any watch: no peer to name yet.
+        #expect(onPhone.count == 2)
+        #expect(onPhone.first?.peer == nil, "\(onPhone)")
+        #expect(onPhone.last?.peer == watchNode, "\(onPhone)")
+    }
+}
+
+/// The README's "Declaring keys" and "Using the store" snippets, as printed
+/// (in a temp folder), so that they keep compiling and doing what they say.
+struct ReadmeKeysSnippetTests {
+    struct Profile: Codable, Sendable, Equatable {
+        var name = ""
+        static let empty = Profile()
+    }
+
+    enum AppKeys {
+        static let health = Namespace("health")
+        static let steps = Key<Int>("steps", in: health.child("daily"), default: 0,          // health:daily:steps
+                                    availability: .all, policy: .automaticSmall)
+        static let profile = Key<Profile>("profile", default: .empty, policy: .manual)
+        static let token = Key<String>("token", default: "", availability: .phoneOnly, security: .encrypted)
+        static let units = Key<String>("units", default: "metric", availability: .phoneWithWatchSync)
+        static let tags = Key<[String]>("tags", default: [], resolver: .union())               // merge, not LWW
+        static let dailySteps = KeyFamily<Int>("day", in: health, default: 0)                  // health:day:<id>
+        static let all: [any KeyDeclaration] = [steps, profile, token, units, tags, dailySteps]
+    }
+
+    @Test func declaringKeysAndUsingTheStoreWorkAsPrinted() async throws {
+        let folder = TempFolder()
+        #expect(AppKeys.steps.name == "health:daily:steps")
+        #expect(AppKeys.dailySteps["2026-11-22"].name == "health:day:2026-11-22")
+        let registry = try KeyRegistry(AppKeys.all)
+        let store = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry,
+                                  options: StoreOptions(encryption: .keyFile(path: folder.file("master.key"))))
+        defer { store.close() }
+        let changes = store.changes(for: AppKeys.steps)
+        try await store.set(1_234, for: AppKeys.steps)
+        #expect(try await store.get(AppKeys.steps) == 1_234)
+        try await store.remove(AppKeys.steps)
+        #expect(try await store.get(AppKeys.steps) == 0)  // default when absent
+        try await store.batch { batch in
+            try batch.set(["run"], for: AppKeys.tags)
+            try batch.set(10_000, for: AppKeys.dailySteps["2026-11-22"])
+        }
+        #expect(try store.members(of: AppKeys.dailySteps) == ["2026-11-22"])
+        let firstChange = try await first(of: changes, "the first change of steps")
+        #expect(firstChange.origin == .local && firstChange.kind == .set)
+        _ = store.cacheStatistics.hitRate
+        // A duplicate name throws, naming both.
+        #expect(throws: SyncError.self) { try KeyRegistry(AppKeys.all + [Key<Int>("steps", in: AppKeys.health.child("daily"), default: 1)]) }
+    }
+}
+
+extension PeerEvent {
+    var isQueuedDelivery: Bool {
+        if case .queuedDelivery = event { return true }
+        return false
+    }
+}
