@@ -1,5 +1,6 @@
 import Foundation
 @testable import SyncEngine
+@testable import SyncSim
 import SyncTransport
 import Testing
 
@@ -40,6 +41,32 @@ import Testing
         #expect(onPhone.count == 2)
         #expect(onPhone.first?.peer == nil, "\(onPhone)")
         #expect(onPhone.last?.peer == watchNode, "\(onPhone)")
+    }
+}
+
+/// The README: `invalid-command` is the code for "an unknown command, a
+/// missing argument, a value that is not JSON". The code was right, but a
+/// known command missing its argument (`get`, `delete`, `wait-idle`) was
+/// answered "unknown command 'get'", which sends a user looking for a
+/// command that exists. It now says which argument the command takes.
+@Suite struct NodeMissingArgumentTests {
+    @Test func aKnownCommandMissingItsArgumentIsNotCalledUnknown() async throws {
+        let folder = TempFolder()
+        let store = try SyncStore(path: folder.file("n.sqlite"), role: .phone, registry: try KeyRegistry(descriptors: [KeyDescriptor(name: "a")]))
+        defer { store.close() }
+        let peer = SyncPeer(store: store, configuration: ReplicationConfiguration(pairingEpoch: PairingSecret.generate().epoch))
+        let console = NodeConsole(store: store, peer: peer, output: JSONLineWriter(handle: FileHandle.nullDevice))
+        for (line, usage) in [("get", "get KEY"), ("delete", "delete KEY"), ("put a", "put KEY JSON"), ("wait-idle", "wait-idle SECONDS"),
+                              ("forget-peer", "forget-peer NODE"), ("sync now", "sync")] {
+            let reply = await console.execute(line)
+            #expect(reply["code"] as? String == "invalid-command", "\(line): \(reply)")
+            let error = reply["error"] as? String ?? ""
+            #expect(!error.contains("unknown command") && error.hasSuffix("use \(usage)"), "\(line): \(reply)")
+        }
+        // An unknown command still lists every command, in the README's order.
+        let unknown = await console.execute("frobnicate")["error"] as? String ?? ""
+        #expect(unknown.hasPrefix("unknown command 'frobnicate'"), "\(unknown)")
+        #expect(unknown.hasSuffix("use put KEY JSON | get KEY | delete KEY | sync | request-manual | status | wait-idle SECONDS | forget-peer NODE | renew-node-id | quit"), "\(unknown)")
     }
 }
 

@@ -145,7 +145,11 @@ struct NodeConsole {
                 try await peer.waitUntilIdle(timeout: .milliseconds(Int(seconds * 1000)))
                 return ["ok": true, "idle": true]
             default:
-                return Self.invalid("unknown command '\(line.prefix(40))'; use put KEY JSON | get KEY | delete KEY | sync | request-manual | status | wait-idle SECONDS | forget-peer NODE | renew-node-id | quit")
+                // A known command with an argument missing (or one too many) is not an unknown command.
+                if let usage = Self.usages[parts.first ?? ""] {
+                    return Self.invalid("'\(line.prefix(40))' is not a whole command: use \(usage)")
+                }
+                return Self.invalid("unknown command '\(line.prefix(40))'; use \(Self.usages.values.sorted { Self.order($0) < Self.order($1) }.joined(separator: " | "))")
             }
         } catch let error as SyncError {
             return ["ok": false, "error": error.description, "code": error.code.rawValue]
@@ -163,6 +167,19 @@ struct NodeConsole {
     func rawEncoding(of key: String) -> String? {
         guard let encoding = store.registry.descriptor(forEntry: key)?.encoding, encoding != "json" else { return nil }
         return encoding
+    }
+
+    /// Each command's usage, by its name (`quit` is taken before these).
+    static let usages: [String: String] = [
+        "put": "put KEY JSON", "get": "get KEY", "delete": "delete KEY", "sync": "sync", "request-manual": "request-manual",
+        "status": "status", "wait-idle": "wait-idle SECONDS", "forget-peer": "forget-peer NODE", "renew-node-id": "renew-node-id",
+        "quit": "quit",
+    ]
+
+    /// Where a usage goes in the list of every command: the order of the README.
+    static func order(_ usage: String) -> Int {
+        ["put", "get", "delete", "sync", "request-manual", "status", "wait-idle", "forget-peer", "renew-node-id", "quit"]
+            .firstIndex { usage.hasPrefix($0 + " ") || usage == $0 } ?? Int.max
     }
 
     /// The answer to a line the node cannot take (an unknown command, a
