@@ -44,6 +44,43 @@ import Testing
     }
 }
 
+/// Issue 15 again: `syncsim node` printed a change a peer's batch brought as
+/// `{"event":"change",...,"origin":"remote"}` without `peer`, so on a phone
+/// with several watches a script could not tell which watch it came from
+/// (`StoreChange` did not say). A change applied from a peer now names it,
+/// in `StoreChange.peer` and in the node's line.
+@Suite struct RemoteChangePeerTests {
+    @Test func aRemoteChangeNamesThePeerItCameFrom() async throws {
+        let pair = try Pair()
+        let seen = SeenChanges(pair.watch)
+        let seenOnPhone = SeenChanges(pair.phone)
+        // What the node prints of the watch's events and changes, through a pipe.
+        let pipe = Pipe()
+        let output = JSONLineWriter(handle: pipe.fileHandleForWriting)
+        let forwarding = Task { [events = pair.watch.peerEvents(), changes = pair.watch.changes()] in
+            await NodeCommand.forwardEvents(events, changes, output: output)
+        }
+        try await pair.phone.set(5, for: TestKeys.steps)
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        link.settle()
+        #expect(try await pair.watch.get(TestKeys.steps) == 5)
+        let remote = seen.all.filter { $0.key == TestKeys.steps.name }
+        #expect(remote.count == 1 && remote.allSatisfy { $0.origin == .remote && $0.peer == pair.phone.nodeID }, "\(remote)")
+        #expect(seenOnPhone.all.allSatisfy { $0.origin == .local && $0.peer == nil }, "\(seenOnPhone.all)")
+
+        pair.watch.close()  // the streams end, and so does the forwarding
+        try await withDeadline("the node's forwarding to end with the store") { await forwarding.value }
+        try pipe.fileHandleForWriting.close()
+        let text = String(decoding: try pipe.fileHandleForReading.readToEnd() ?? Data(), as: UTF8.self)
+        let lines = text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let change = try #require(lines.first { $0["event"] as? String == "change" }, "\(text)")
+        #expect(change["key"] as? String == TestKeys.steps.name)
+        #expect(change["peer"] as? String == String(pair.phone.nodeID, radix: 16), "\(change)")
+        pair.phone.close()
+    }
+}
+
 /// The README: `invalid-command` is the code for "an unknown command, a
 /// missing argument, a value that is not JSON". The code was right, but a
 /// known command missing its argument (`get`, `delete`, `wait-idle`) was

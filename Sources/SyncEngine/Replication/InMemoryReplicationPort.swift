@@ -236,7 +236,8 @@ package final class InMemoryReplicationPort: ReplicationPort {
             }
             rows[row.key] = row
             written.append(row)
-            outcome.changes.append(StoreChange(key: row.key, kind: row.deleted ? .removed : .set, origin: .remote, version: row.version))
+            outcome.changes.append(StoreChange(key: row.key, kind: row.deleted ? .removed : .set, origin: .remote, version: row.version,
+                                               peer: peer == 0 ? nil : peer))
         }
         if let completing { chunks[completing] = nil }
         // Chunks of the very version written stay: they may carry another value of it (a merge).

@@ -17,6 +17,11 @@ public struct StoreChange: Sendable, Equatable {
     /// it: a `changes()` stream keeps the newest 10,000 its consumer has not
     /// read, and tells it here when it fell further behind. 0 otherwise.
     public internal(set) var missedBefore = 0
+    /// The peer whose batch brought the change (its node id, as
+    /// `peerEvents()` names peers), for a change a live session or a round of
+    /// queued delivery applied; nil for a change made on this device, one
+    /// another process made, and a removal a re-baseline made.
+    public internal(set) var peer: UInt32?
 }
 
 extension StoreChange {

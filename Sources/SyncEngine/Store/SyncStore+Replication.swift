@@ -158,7 +158,8 @@ extension SyncStore {
                 }
                 if descriptor.security == .encrypted { encrypted.insert(row.key) }
                 writes.append(row)
-                outcome.changes.append(StoreChange(key: row.key, kind: row.deleted ? .removed : .set, origin: .remote, version: row.version))
+                outcome.changes.append(StoreChange(key: row.key, kind: row.deleted ? .removed : .set, origin: .remote, version: row.version,
+                                                   peer: peer == 0 ? nil : peer))
             }
             try saveRows(conn, writes[...], encrypt: { !encrypted.isEmpty && encrypted.contains($0.key) }, writtenAt: now)
             if !marked.isEmpty {

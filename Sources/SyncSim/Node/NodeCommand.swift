@@ -188,7 +188,10 @@ public struct NodeCommand: AsyncParsableCommand {
             }
             group.addTask {
                 for await change in changes where change.origin == .remote {
-                    output.write(["event": "change", "key": change.key, "kind": change.kind.rawValue, "origin": "remote"])
+                    var line: [String: Any] = ["event": "change", "key": change.key, "kind": change.kind.rawValue, "origin": "remote"]
+                    // The peer whose batch brought it, as every event that concerns a peer names it.
+                    if let peer = change.peer { line["peer"] = String(peer, radix: 16) }
+                    output.write(line)
                 }
             }
         }
