@@ -159,3 +159,21 @@ extension PeerEvent {
         return false
     }
 }
+
+/// `syncsim node` read `status\r` (a CRLF line from a script written on
+/// Windows, or a serial console) as an unknown command.
+@Suite struct NodeCRLFLineTests {
+    @Test func aCarriageReturnEndsACommandLikeANewline() async throws {
+        #expect(NodeConsole.commandText("status\r") == "status")
+        #expect(NodeConsole.commandText("  put a 1\r") == "put a 1")
+        #expect(NodeConsole.commandText("\r").isEmpty)
+        let folder = TempFolder()
+        let store = try SyncStore(path: folder.file("n.sqlite"), role: .phone, registry: try KeyRegistry(descriptors: [KeyDescriptor(name: "a")]))
+        defer { store.close() }
+        let peer = SyncPeer(store: store, configuration: ReplicationConfiguration(pairingEpoch: PairingSecret.generate().epoch))
+        let console = NodeConsole(store: store, peer: peer, output: JSONLineWriter(handle: FileHandle.nullDevice))
+        let reply = await console.execute(NodeConsole.commandText("put a 7\r"))
+        #expect(reply["ok"] as? Bool == true, "\(reply)")
+        #expect(try store.encodedValue(forKey: "a") == Array("7".utf8))
+    }
+}

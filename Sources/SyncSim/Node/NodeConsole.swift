@@ -55,7 +55,7 @@ struct NodeConsole {
     func run() async {
         let input = NodeConsole.standardInputLines()
         for await line in input {
-            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            let trimmed = NodeConsole.commandText(line)
             if trimmed.isEmpty { continue }
             if trimmed == "quit" {
                 output.write(["ok": true])
@@ -63,6 +63,13 @@ struct NodeConsole {
             }
             output.write(await execute(trimmed))
         }
+    }
+
+    /// A line of input as a command: without the spaces around it and the
+    /// carriage return of a CRLF line (a script written on Windows, a serial
+    /// console), which would make `status` an unknown `status\r`.
+    static func commandText(_ line: String) -> String {
+        line.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     /// Lines of stdin, read on a thread of their own.
