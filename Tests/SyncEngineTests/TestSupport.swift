@@ -100,12 +100,15 @@ struct Pair {
     var phone: SyncStore
     var watch: SyncStore
 
-    init(keys: [any KeyDeclaration] = TestKeys.all) throws {
+    /// `configure` changes both stores' options (the same way on each).
+    init(keys: [any KeyDeclaration] = TestKeys.all, configure: (inout StoreOptions) -> Void = { _ in }) throws {
         let registry = try KeyRegistry(keys)
-        phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry,
-                              options: StoreOptions(clock: phoneClock, encryption: .keyFile(path: folder.file("phone.key"))))
-        watch = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: registry,
-                              options: StoreOptions(clock: watchClock, encryption: .keyFile(path: folder.file("watch.key"))))
+        var phoneOptions = StoreOptions(clock: phoneClock, encryption: .keyFile(path: folder.file("phone.key")))
+        configure(&phoneOptions)
+        var watchOptions = StoreOptions(clock: watchClock, encryption: .keyFile(path: folder.file("watch.key")))
+        configure(&watchOptions)
+        phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: phoneOptions)
+        watch = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: registry, options: watchOptions)
     }
 }
 

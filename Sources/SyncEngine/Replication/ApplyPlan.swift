@@ -12,7 +12,7 @@ package struct ApplyPlan: Sendable, Equatable {
         var registered: KeyRegistry.Registered?
     }
 
-    /// Two concurrent writes met; who won and by which rule (`last-writer-wins` or `resolver`).
+    /// Two concurrent writes met; who won and by which rule (`last-writer-wins`, `resolver` or `merge-too-large`).
     package struct Conflict: Sendable, Equatable {
         package var local: HLCTimestamp
         package var winner: MergeRule.Winner
@@ -145,7 +145,8 @@ package enum ApplyPlanner {
     private static func decide(_ incoming: WireEntry, registered: KeyRegistry.Registered, against state: inout EntryState?,
                                context: Context, into plan: inout ApplyPlan) {
         let localState = state
-        var decision = MergeRule.decide(local: localState, incoming: incoming.state, resolver: registered.resolver?.merge)
+        var decision = MergeRule.decide(local: localState, incoming: incoming.state, resolver: registered.resolver?.merge,
+                                          maxValueSize: context.maxValueSize)
         if context.lastArrivalWins, let localState, localState.version != incoming.version {
             decision = MergeRule.Decision(outcome: .take)
         }

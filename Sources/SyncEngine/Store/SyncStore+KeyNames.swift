@@ -55,7 +55,8 @@ extension SyncStore {
                 continue
             }
             combined = true
-            switch MergeRule.decide(local: current.state, incoming: row.state, resolver: registered?.resolver?.merge).outcome {
+            switch MergeRule.decide(local: current.state, incoming: row.state, resolver: registered?.resolver?.merge,
+                                    maxValueSize: options.maxValueSize).outcome {
             case .ignore:
                 break
             case .take:

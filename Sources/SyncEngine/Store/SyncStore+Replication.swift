@@ -289,6 +289,10 @@ extension SyncStore {
         stmt.bind(8, now)
         try stmt.run()
         guard conn.changes > 0 else { return }
+        if rule == .mergeTooLarge {
+            logger.warning("a resolver's merge was over maxValueSize: the last writer's value was kept, the other write's lost",
+                           metadata: ["key": "\(PeerText.escaped(key))", "winner": "\(winner)"])
+        }
         result.conflicts.append(ConflictRecord(key: key, localVersion: local, remoteVersion: remote, winner: winner, rule: rule))
     }
 
