@@ -226,10 +226,7 @@ package final class MailboxReplicator {
                     if plan.applied > 0 { port.noteAppliedOutsideSessions() }
                     // Acknowledged before the message is taken: if this process dies in between,
                     // the batch comes again, applies nothing, and is acknowledged again.
-                    let ack = QueuedMessage.ack(header, after: after, through: through, applied: plan.applied, rejected: plan.rejected)
-                    try mailbox.post(ack.frame(), reserve: true)
-                    onPost?(ack)
-                    report.messagesPosted += 1
+                    try postAcknowledgement(after: after, through: through, of: plan, into: &report)  // bounded to fit a message
                 case .ack(_, let after, let through, _, _) where (after, through) == Self.repairRange:
                     // The repair batch is applied: the keys declared differently agree, nothing of them
                     // waits (unless the registries were compared apart again since).
