@@ -36,8 +36,9 @@ extension SyncSimCommands {
     }
 
     /// Parses the command line and runs the command. A usage error prints the
-    /// message and the usage (exit 64); a failure at run time prints one line
-    /// and exits with its documented code (`runtimeFailure(_:command:)`).
+    /// message and the usage (exit 64), no subcommand the help (on stderr, exit
+    /// 64); a failure at run time prints one line and exits with its
+    /// documented code (`runtimeFailure(_:command:)`).
     public static func main<Root: ParsableCommand>(_ root: Root.Type, arguments: [String]? = nil) async -> Never {
         let parsed: any ParsableCommand
         do {
@@ -47,6 +48,11 @@ extension SyncSimCommands {
         }
         var command = parsed
         let subcommand = ObjectIdentifier(type(of: parsed)) == ObjectIdentifier(root) ? nil : type(of: parsed).configuration.commandName
+        if subcommand == nil, !root.configuration.subcommands.isEmpty, root.configuration.defaultSubcommand == nil {
+            // No subcommand: a usage error, as an unknown one is (the root would print its help on stdout and exit 0).
+            try? FileHandle.standardError.write(contentsOf: Data((root.helpMessage() + "\n").utf8))
+            exit(Simulation.Exit.usage)
+        }
         let name = [root.configuration.commandName ?? "syncsim", subcommand].compactMap { $0 }.joined(separator: " ")
         do {
             if var asyncCommand = command as? any AsyncParsableCommand {

@@ -91,6 +91,21 @@ import Testing
         #expect(fault.stderr.contains("Usage: syncsim fuzz"), "\(fault.stderr)")
     }
 
+    /// `syncsim` without a subcommand printed the help on stdout and exited 0,
+    /// so a script that forgot the subcommand went on as if it had run. It
+    /// is a usage error now: the help on stderr, exit 64, nothing on stdout,
+    /// as for a subcommand that does not exist.
+    @Test func noSubcommandIsAUsageErrorWithTheHelpOnStderr() async throws {
+        let bare = try await syncsim([])
+        #expect(bare.status == Simulation.Exit.usage, "\(bare.stdout)")
+        #expect(bare.stdout.isEmpty, "\(bare.stdout)")
+        #expect(bare.stderr.contains("USAGE: syncsim <subcommand>"), "\(bare.stderr)")
+        #expect(bare.stderr.contains("SUBCOMMANDS:") && bare.stderr.contains("run"), "\(bare.stderr)")
+        let unknown = try await syncsim(["no-such-command"])
+        #expect(unknown.status == Simulation.Exit.usage)
+        #expect(unknown.stdout.isEmpty && unknown.stderr.contains("Usage: syncsim"), "\(unknown.stderr)")
+    }
+
     @Test func helpPrintsTheUsageAndExitsZero() async throws {
         for arguments in [["--help"], ["bench", "--help"], ["help", "node"], ["run", "-h"]] {
             let help = try await syncsim(arguments)
