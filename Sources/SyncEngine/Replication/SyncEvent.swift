@@ -1,4 +1,9 @@
+import SyncTransport
+
 /// What happens during sync, for people (logs, UI) and tests (wait on events, never sleep).
+/// A key an event names is the key itself (a family member's name may be the
+/// peer's: any text but NUL, up to 1,024 bytes); `description` shows it
+/// escaped and bounded, as any peer text (`PeerText`).
 public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
     /// A session with the peer is established.
     case connected(peerNode: UInt32, peerRole: DeviceRole)
@@ -16,6 +21,7 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
     case received(entries: Int, applied: Int)
     /// A large value chunk was sent or received.
     case chunk(key: String, index: Int, count: Int, outgoing: Bool)
+    /// A change of `key` from the peer met a concurrent one here: `winner` stayed, by `rule`.
     case conflictResolved(key: String, winner: ConflictWinner, rule: ConflictRule)
     /// An automaticSmall value over 100 KB waits for the next manual sync.
     case deferred(key: String, size: Int)
@@ -54,9 +60,9 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
         case .keyMismatch(let keys): "keys declared differently on the peer: \(keys.joined(separator: ", "))"
         case .batchSent(let n, let m, let entries): m > 0 ? "batch \(n) of \(m) sent (\(entries) entries)" : "batch \(n) sent (\(entries) entries)"
         case .received(let entries, let applied): "received \(entries) entries, \(applied) applied"
-        case .chunk(let key, let index, let count, let outgoing): "\(outgoing ? "sent" : "received") chunk \(index + 1)/\(count) of \(key)"
-        case .conflictResolved(let key, let winner, let rule): "conflict on \(key): \(winner) wins by \(rule)"
-        case .deferred(let key, let size): "\(key) (\(size) bytes) deferred to the next manual sync"
+        case .chunk(let key, let index, let count, let outgoing): "\(outgoing ? "sent" : "received") chunk \(index + 1)/\(count) of \(PeerText.escaped(key))"
+        case .conflictResolved(let key, let winner, let rule): "conflict on \(PeerText.escaped(key)): \(winner) wins by \(rule)"
+        case .deferred(let key, let size): "\(PeerText.escaped(key)) (\(size) bytes) deferred to the next manual sync"
         case .versionRefused(let key, let ahead): "refused \(key): its version is \(ahead) ms ahead of this device's clock or malformed"
         case .manualRequestReceived(let accepted, let released):
             accepted ? "the peer asked for the manual changes: \(released) released" : "the peer asked for the manual changes: declined"

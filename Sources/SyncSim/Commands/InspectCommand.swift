@@ -91,10 +91,11 @@ public struct StoreInspection: Sendable, Codable {
         }
     }
 
+    /// A value as text when it is UTF-8 without control characters (C0, DEL, C1), else in hex; 200 bytes at most.
     static func show(_ bytes: [UInt8]) -> String {
         let shown = bytes.prefix(200)
         let suffix = bytes.count > 200 ? "… (\(bytes.count) bytes)" : ""
-        if let text = String(validating: shown, as: UTF8.self), !text.unicodeScalars.contains(where: { $0.value < 0x20 }) {
+        if let text = String(validating: shown, as: UTF8.self), !text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
             return text + suffix
         }
         return shown.map { String(format: "%02x", $0) }.joined() + suffix
@@ -103,7 +104,7 @@ public struct StoreInspection: Sendable, Codable {
     public var json: String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        return String(decoding: (try? encoder.encode(self)) ?? Data(), as: UTF8.self) + "\n"
+        return VisibleText.escapingInvisibles(inJSON: String(decoding: (try? encoder.encode(self)) ?? Data(), as: UTF8.self)) + "\n"
     }
 
     public var text: String {
@@ -113,7 +114,7 @@ public struct StoreInspection: Sendable, Codable {
         var rows = [["key", "version", "state", "size", "seq", "pending", "lane"] + (showValues ? ["value"] : [])]
         for e in entries {
             let state = e.deleted ? "deleted" : e.encrypted ? "encrypted" : "live"
-            var row = [e.key, e.version, state, "\(e.size)", "\(e.changeSeq)", e.pending ? "yes" : "", lanes[max(0, min(3, e.lane))]]
+            var row = [VisibleText.name(e.key), e.version, state, "\(e.size)", "\(e.changeSeq)", e.pending ? "yes" : "", lanes[max(0, min(3, e.lane))]]
             if showValues { row.append(e.encrypted ? "(encrypted)" : e.deleted ? "" : (e.value ?? "")) }
             rows.append(row)
         }
@@ -121,12 +122,12 @@ public struct StoreInspection: Sendable, Codable {
         out += "\ncheckpoints (\(checkpoints.count)):\n"
         out += SimReport.table([["peer", "role", "epoch", "acked through"]] + checkpoints.map { [$0.node, $0.role, $0.epoch, "\($0.ackedThrough)"] })
         out += "\npending (\(pending.count)):\n"
-        out += SimReport.table([["key", "seq", "lane", "size"]] + pending.map { [$0.key, "\($0.changeSeq)", lanes[max(0, min(3, $0.lane))], "\($0.size)"] })
+        out += SimReport.table([["key", "seq", "lane", "size"]] + pending.map { [VisibleText.name($0.key), "\($0.changeSeq)", lanes[max(0, min(3, $0.lane))], "\($0.size)"] })
         out += "\nconflicts (\(conflicts.count)):\n"
-        out += SimReport.table([["key", "local", "remote", "winner", "rule"]] + conflicts.map { [$0.key, $0.localVersion, $0.remoteVersion, $0.winner, $0.rule] })
+        out += SimReport.table([["key", "local", "remote", "winner", "rule"]] + conflicts.map { [VisibleText.name($0.key), $0.localVersion, $0.remoteVersion, $0.winner, $0.rule] })
         if !rebaselineMarks.isEmpty {
             out += "\nre-baseline marks (\(rebaselineMarks.count)), removed once the baseline came unless it sends them again:\n"
-            out += rebaselineMarks.map { "  \($0)\n" }.joined()
+            out += rebaselineMarks.map { "  \(VisibleText.name($0))\n" }.joined()
         }
         return out
     }

@@ -24,7 +24,9 @@ final class JSONLineWriter: Sendable {
     var writeFailure: String? { failure.withLock { $0 } }
 
     func write(_ object: [String: Any]) {
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .fragmentsAllowed]) else { return }
+        guard let json = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .fragmentsAllowed]) else { return }
+        // A key named by the peer may hold what the encoder writes raw (DEL, C1 controls, bidirectional overrides).
+        let data = VisibleText.escapingInvisibles(inJSON: json)
         let newFailure = failure.withLock { failure -> String? in
             guard failure == nil else { return nil }
             do {
