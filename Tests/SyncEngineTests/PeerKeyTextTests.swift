@@ -96,4 +96,26 @@ import Testing
         #expect(decoded.entries.map(\.key).contains(key.name))
     }
 
+    /// Key declarations a watch posted through the mailbox: the phone's
+    /// `keyMismatch` event named every name only the watch declares, as it
+    /// came (2,000 of them here, one with an escape sequence), where a live
+    /// session's names at most 64 of them, escaped. The same now.
+    @Test func aQueuedKeyMismatchNamesAtMost64OfThePeersNamesEscaped() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let (phone, phoneBox, otherWatch, _, _, watchBox) = try QueuedDeliveryTests().registriesThatDiffer(pair, folder)
+        let events = pair.phone.events()
+        let junk = (0..<2_000).map { "junk:\($0)|all|automaticSmall|json" } + ["junk:\u{1b}[2J|all|automaticSmall|json"]
+        let lines = (otherWatch.registry.wireDeclarations(from: .watch) + junk).sorted()
+        let header = QueuedHeader(protocolVersion: 1, node: otherWatch.nodeID, role: .watch, pairingEpoch: watchBox.pairingEpoch,
+                                  registryFingerprint: KeyRegistry.fingerprint(of: lines))
+        try watchBox.post(QueuedMessage.declarations(header, lines, isAnswer: false).frame())
+        #expect(try phone.deliverQueued(through: phoneBox).refused.isEmpty)
+        let mismatch = try await first(of: events, "the phone's keyMismatch") { if case .keyMismatch = $0 { true } else { false } }
+        guard case .keyMismatch(let keys) = mismatch else { return }
+        #expect(keys.contains("health:daily:steps"))
+        #expect(keys.count <= 1 + 64, "\(keys.count) names")
+        #expect(!keys.contains { Self.holdsInvisibles($0) })
+        #expect(!Self.holdsInvisibles(mismatch.description))
+    }
 }

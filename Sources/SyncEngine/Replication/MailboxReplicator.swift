@@ -291,7 +291,7 @@ package final class MailboxReplicator {
                     let registries = ourFingerprint + sender.registryFingerprint
                     if peer.registries != registries {
                         try port.recordRegistries(registries, for: peer.node)
-                        if !mismatched.isEmpty { emit(.keyMismatch(keys: mismatched.sorted())) }
+                        if !mismatched.isEmpty { emit(.keyMismatch(keys: ReplicationEndpoint.reportedMismatches(mismatched, ours: ours))) }
                     }
                     try port.syncCommitted()  // before they are taken: lost, the peer would refuse again, a pause each
                     // An offer is answered, whatever we knew: the peer compares too, and learns

@@ -13,12 +13,20 @@ extension ReplicationEndpoint {
     /// hello may declare any number of names, spelled any way: they were all
     /// reported as they came.
     func reportMismatches(_ names: Set<String>) {
-        let ours = ReplicationSession.declared(names, in: port.registry.wireDeclarations(from: port.role))
-        let theirs = names.subtracting(ours).sorted().prefix(ReplicationEndpoint.maxReportedPeerOnlyNames)
-        let reported = (ours.sorted() + theirs.map { PeerText.escaped($0) }).sorted()
+        let reported = Self.reportedMismatches(names, ours: port.registry.wireDeclarations(from: port.role))
         emit(.keyMismatch(keys: reported))
         reporter.logger.warning("keys declared differently on the peer do not sync",
                                 metadata: ["keys": "\(reported)", "count": "\(names.count)"])
+    }
+
+    /// The names a `keyMismatch` event gives of `names` (declared differently
+    /// or on one side only), sorted: those of `ours` (this side's wire
+    /// declarations) as they are, and the first `maxReportedPeerOnlyNames` of
+    /// the others escaped. Live and queued comparisons report alike.
+    static func reportedMismatches(_ names: Set<String>, ours declarations: [String]) -> [String] {
+        let ours = ReplicationSession.declared(names, in: declarations)
+        let theirs = names.subtracting(ours).sorted().prefix(maxReportedPeerOnlyNames)
+        return (ours.sorted() + theirs.map { PeerText.escaped($0) }).sorted()
     }
 
     /// Takes the peer's answer to a manual request of this session: reported,
