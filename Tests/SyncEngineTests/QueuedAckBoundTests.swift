@@ -88,19 +88,22 @@ import Testing
     }
 
     /// Hundreds of entries of a family the phone's older app declares
-    /// differently, refused by the watch: their acknowledgements are split to
-    /// fit the watch's small messages, and every one of those entries still
-    /// reaches the watch once the phone's app is updated (none was taken as
-    /// accepted and passed over).
+    /// differently, and among them steps (declared differently too), refused by
+    /// the watch: their acknowledgements are split to fit the watch's small
+    /// messages, and every one of those entries still reaches the watch once
+    /// the phone's app is updated. Cut at the bound instead, as live
+    /// acknowledgements are, steps was past the cut: the phone took it as
+    /// accepted, and it never reached the watch.
     @Test func everyEntryRefusedForItsDeclarationStillArrivesWhenItsAcknowledgementIsSplit() async throws {
         let pair = try Pair()
         let folder = TempFolder()
         let limits = MailboxLimits(maxMessageBytes: 16 << 10)
         var config = ReplicationConfiguration(pairingEpoch: secret.epoch)
         config.maxBatchEntries = 250
-        // The phone's older app declares the day family with String values.
+        // The phone's older app declares the day family and steps with String values.
+        let olderSteps = Key<String>("steps", in: Namespace("health").child("daily"), default: "", availability: .all, policy: .automaticSmall)
         let olderDaily = KeyFamily<String>("day", in: Namespace("steps"), default: "", availability: .all, policy: .automaticSmall)
-        let older: [any KeyDeclaration] = [TestKeys.steps, TestKeys.name, TestKeys.token, TestKeys.watchFace, TestKeys.units, TestKeys.draft,
+        let older: [any KeyDeclaration] = [olderSteps, TestKeys.name, TestKeys.token, TestKeys.watchFace, TestKeys.units, TestKeys.draft,
                                            TestKeys.blob, TestKeys.tags, TestKeys.secret, olderDaily]
         let path = pair.folder.file("older-phone.sqlite")
         let options = StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("older-phone.key")))
@@ -112,7 +115,9 @@ import Testing
         try await pair.watch.set(["run"], for: TestKeys.tags)
         try watch.deliverQueued(through: watchBox)
         let days = (0..<400).map { "d\($0)" }
-        for day in days { try await olderPhone.set("x", for: olderDaily[day]) }
+        for day in days.prefix(200) { try await olderPhone.set("x", for: olderDaily[day]) }
+        try await olderPhone.set("4", for: olderSteps)
+        for day in days.dropFirst(200) { try await olderPhone.set("x", for: olderDaily[day]) }
         // The older phone refuses the watch's message, offers its declarations, and posts the days.
         #expect(try SyncPeer(store: olderPhone, configuration: config).deliverQueued(through: phoneBox).failure == nil)
         // The watch compares, then refuses every day by its declaration.
@@ -136,9 +141,9 @@ import Testing
             #expect(try watch.deliverQueued(through: watchBox).failure == nil)
         }
         var missing: [String] = []
-        for day in days {
-            let sent = try #require(try phoneStore.entryInfo(forKey: "steps:day:\(day)"))
-            if try pair.watch.entryInfo(forKey: "steps:day:\(day)")?.version != sent.version { missing.append(day) }
+        for key in days.map({ "steps:day:\($0)" }) + ["health:daily:steps"] {
+            let sent = try #require(try phoneStore.entryInfo(forKey: key))
+            if try pair.watch.entryInfo(forKey: key)?.version != sent.version { missing.append(key) }
         }
         #expect(missing.isEmpty, "\(missing.count) refused entries never reached the watch: \(missing.prefix(5))")
     }
