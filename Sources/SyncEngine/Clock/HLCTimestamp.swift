@@ -29,6 +29,16 @@ public struct HLCTimestamp: Sendable, Hashable, Comparable, Codable, CustomStrin
     /// The zero timestamp: older than every real write.
     public static let zero = HLCTimestamp(packed: 0, node: 0)
 
+    /// The base a write at `version` records for the version it replaced:
+    /// `replaced`, or `version` itself when `replaced` is later (a row written
+    /// while the wall clock ran past `StoreOptions.maxRemoteClockAhead`, which
+    /// the clock no longer follows once set right). The merge rule decides
+    /// alike with either (a base only counts against versions below its
+    /// entry's own), and a peer refuses an entry whose base is after its version.
+    static func base(_ replaced: HLCTimestamp, of version: HLCTimestamp) -> HLCTimestamp {
+        replaced > version ? version : replaced
+    }
+
     public static func < (lhs: HLCTimestamp, rhs: HLCTimestamp) -> Bool {
         lhs.packed != rhs.packed ? lhs.packed < rhs.packed : lhs.node < rhs.node
     }

@@ -86,7 +86,9 @@ package final class InMemoryReplicationPort: ReplicationPort {
         if let current, current.deleted ? bytes == nil : current.value == bytes { return }
         if current == nil && bytes == nil { return }
         let size = bytes?.count ?? 0
-        rows[key] = Row(key: key, value: bytes, encoding: descriptor.encoding, version: try hlc.now(), base: current?.version ?? .zero,
+        let version = try hlc.now()
+        rows[key] = Row(key: key, value: bytes, encoding: descriptor.encoding, version: version,
+                        base: HLCTimestamp.base(current?.version ?? .zero, of: version),
                         deleted: bytes == nil, seq: takeSeq(),
                         lane: SyncStore.lane(for: descriptor, on: role, size: size, deleted: bytes == nil), originPeer: 0)
     }

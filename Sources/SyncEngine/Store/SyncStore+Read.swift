@@ -122,7 +122,9 @@ extension SyncStore {
                                         encrypted: false, size: bytes.count, changeSeq: takeSeq(), lane: lane),
                         encrypt: descriptor.security == .encrypted, writtenAt: now)
             if let legacyDescriptor = registry.descriptor(forEntry: legacy) {
-                let tombstone = StoredRow(key: legacy, value: nil, encoding: old.encoding, version: try clock.now(), base: old.version,
+                let tombstoneVersion = try clock.now()
+                let tombstone = StoredRow(key: legacy, value: nil, encoding: old.encoding, version: tombstoneVersion,
+                                          base: HLCTimestamp.base(old.version, of: tombstoneVersion),
                                           deleted: true, encrypted: false, size: 0, changeSeq: takeSeq(),
                                           lane: self.lane(for: legacyDescriptor, size: 0, deleted: true))
                 try saveRow(conn, tombstone, encrypt: false, writtenAt: now)

@@ -173,8 +173,9 @@ extension SyncStore {
             guard let cipher else { throw SyncError(.encryptionKeyMissing, "an encrypted entry cannot be sent without the master key") }
             value = try cipher.open(sealed, keyName: key)
         }
-        let entry = WireEntry(key: key, version: version,
-                              base: HLCTimestamp(packed: stmt.int64(7), node: UInt32(truncatingIfNeeded: stmt.int64(8))),
+        // A base after the version (stored by a build that kept it so) would be refused by the peer.
+        let base = HLCTimestamp(packed: stmt.int64(7), node: UInt32(truncatingIfNeeded: stmt.int64(8)))
+        let entry = WireEntry(key: key, version: version, base: HLCTimestamp.base(base, of: version),
                               deleted: deleted, encoding: stmt.string(4), value: value)
         return OutboundRow(key: key, seq: seq, entry: entry, size: size, isLarge: isLarge)
     }

@@ -181,6 +181,9 @@ extension SyncStore {
         for (offset, i) in newRows.enumerated() {
             let version = HLCTimestamp(packed: firstVersion + Int64(offset), node: clock.node)
             outcome.rows[i].version = version
+            // What the write replaced may carry a later version (written while the wall clock ran
+            // past the bound, which the clock no longer follows): its base is this version then.
+            outcome.rows[i].base = HLCTimestamp.base(outcome.rows[i].base, of: version)
             outcome.rows[i].changeSeq = firstSeq + Int64(offset)
             outcome.changes.append(StoreChange(key: outcome.rows[i].key, kind: outcome.rows[i].deleted ? .removed : .set,
                                                origin: .local, version: version))
