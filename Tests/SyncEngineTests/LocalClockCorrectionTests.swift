@@ -58,4 +58,72 @@ import Testing
         #expect(pair.watch.syncCounters.versionsRefused == 0)
         #expect(try await pair.watch.get(TestKeys.steps) == 4)
     }
+
+    /// Without a restart the clock kept the far-future time it had issued:
+    /// every later write of the phone, to any key, carried it and was refused
+    /// by the watch until the app restarted. The clock now drops what is past
+    /// the bound, as a restart does.
+    @Test func writesAfterTheClockIsSetRightReachThePeerWithoutARestart() async throws {
+        let pair = try Pair()
+        try await Self.writeWithClockAhead(pair, keys: ["a"])
+        try await pair.phone.set(5, for: TestKeys.daily["b"])
+        try await pair.phone.set(6, for: TestKeys.daily["a"])
+        for key in ["a", "b"] {
+            let info = try #require(try pair.phone.entryInfo(forKey: TestKeys.daily[key].name))
+            #expect(info.version.physicalMilliseconds == pair.phoneClock.nowMilliseconds())
+        }
+        Link(pair.phone, pair.watch).connect()
+        #expect(try await pair.watch.get(TestKeys.daily["b"]) == 5)
+        #expect(try await pair.watch.get(TestKeys.daily["a"]) == 6)
+        #expect(pair.watch.syncCounters.versionsRefused == 1)
+    }
+
+    /// A clock that drifted ahead in steps, each under the bound, then set
+    /// right: it stops following the time past the bound, and may go on from
+    /// below a version it issued within it. A write over that version still
+    /// orders after it (the watch took that one), or the watch would keep it
+    /// and send it back over the phone's later write.
+    @Test func aWriteOrdersAfterTheVersionItReplacesWhenTheClockStopsFollowingItsTime() async throws {
+        let pair = try Pair()
+        pair.phoneClock.setSkew(50 * 60_000)
+        try await pair.phone.set(1, for: TestKeys.steps)
+        Link(pair.phone, pair.watch).connect()
+        #expect(try await pair.watch.get(TestKeys.steps) == 1)
+        pair.phoneClock.setSkew(100 * 60_000)
+        try await pair.phone.set(1, for: TestKeys.daily["x"])
+        pair.phoneClock.setSkew(0)
+        let replaced = try #require(try pair.phone.entryInfo(forKey: TestKeys.steps.name)).version
+        try await pair.phone.set(2, for: TestKeys.steps)
+        #expect(try #require(try pair.phone.entryInfo(forKey: TestKeys.steps.name)).version > replaced)
+        Link(pair.phone, pair.watch).connect()
+        #expect(try await pair.watch.get(TestKeys.steps) == 2)
+        #expect(try await pair.phone.get(TestKeys.steps) == 2)
+    }
+
+    /// What the clock observed from the peer (within the bound) is kept when
+    /// it drops its own far-future time: a later local write still orders
+    /// after the peer's write it saw.
+    @Test func droppingTheFarFutureTimeKeepsWhatWasObservedFromThePeer() throws {
+        let wall = ManualClock(now: 1_000_000_000)
+        let clock = HybridLogicalClock(node: 1, physical: wall, maxAhead: .seconds(3600))
+        wall.setSkew(Self.twoYears)
+        let ahead = try clock.now()
+        wall.setSkew(0)
+        let peer = HLCTimestamp(physicalMilliseconds: wall.nowMilliseconds() + 600_000, counter: 3, node: 2)
+        clock.observe(peer)
+        let next = try clock.now()
+        #expect(next > peer)
+        #expect(next < ahead)
+        #expect(next.physicalMilliseconds == peer.physicalMilliseconds)
+        // Within the bound nothing changes: the clock goes on from the latest it issued.
+        wall.advance(by: -1_800_000)
+        #expect(try clock.now() > next)
+        // Reserving drops it the same way.
+        wall.setSkew(Self.twoYears)
+        _ = try clock.reserve(3)
+        wall.setSkew(0)
+        let first = try clock.reserve(2)
+        #expect(first > next.packed)
+        #expect(HLCTimestamp(packed: first, node: 1).physicalMilliseconds < wall.nowMilliseconds() + 3_600_000)
+    }
 }

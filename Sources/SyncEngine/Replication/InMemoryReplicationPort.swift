@@ -70,7 +70,7 @@ package final class InMemoryReplicationPort: ReplicationPort {
         self.clock = clock
         self.maxValueSize = maxValueSize
         self.maxRemoteClockAhead = maxRemoteClockAhead
-        hlc = HybridLogicalClock(node: node, physical: clock)
+        hlc = HybridLogicalClock(node: node, physical: clock, maxAhead: maxRemoteClockAhead)
     }
 
     // MARK: local changes
@@ -86,7 +86,8 @@ package final class InMemoryReplicationPort: ReplicationPort {
         if let current, current.deleted ? bytes == nil : current.value == bytes { return }
         if current == nil && bytes == nil { return }
         let size = bytes?.count ?? 0
-        let version = try hlc.now()
+        // After the version it replaces, as the store's writes (`HybridLogicalClock.reserve`).
+        let version = HLCTimestamp(packed: try hlc.reserve(1, replacing: current?.version.packed ?? 0), node: hlc.node)
         rows[key] = Row(key: key, value: bytes, encoding: descriptor.encoding, version: version,
                         base: HLCTimestamp.base(current?.version ?? .zero, of: version),
                         deleted: bytes == nil, seq: takeSeq(),

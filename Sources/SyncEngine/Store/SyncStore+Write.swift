@@ -176,7 +176,9 @@ extension SyncStore {
         let newRows = firstRow..<outcome.rows.count
         // Consecutive versions and sequence numbers, in the order of the writes
         // (what one `clock.now()` and `takeSeq()` per row would give within a millisecond).
-        let firstVersion = try clock.reserve(newRows.count)
+        // After the versions they replace (within the bound): see `HybridLogicalClock.reserve`.
+        let replaced = outcome.rows[newRows].reduce(Int64(0)) { max($0, $1.base.packed) }
+        let firstVersion = try clock.reserve(newRows.count, replacing: replaced)
         let firstSeq = takeSeqs(newRows.count)
         for (offset, i) in newRows.enumerated() {
             let version = HLCTimestamp(packed: firstVersion + Int64(offset), node: clock.node)

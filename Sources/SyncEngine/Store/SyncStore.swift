@@ -139,7 +139,8 @@ public final class SyncStore: KeyValueBackend {
         }
         valueStorage = try setup.valueDirectory.map { try ValueFiles(directory: $0) } ?? RowValueStorage()
         nextSeq = Mutex(setup.seq + 1)
-        clock = HybridLogicalClock(node: setup.node, physical: options.clock, floor: setup.floor)
+        clock = HybridLogicalClock(node: setup.node, physical: options.clock, floor: setup.floor, maxAhead: options.maxRemoteClockAhead,
+                                   dropped: SyncStore.clockDropped(options.logger))
 
         // A master key is needed only for encrypted keys this device can hold: a shared registry
         // may declare an encrypted phoneOnly key that a watch never sees.
