@@ -126,4 +126,28 @@ import Testing
         #expect(first > next.packed)
         #expect(HLCTimestamp(packed: first, node: 1).physicalMilliseconds < wall.nowMilliseconds() + 3_600_000)
     }
+
+    /// A key the phone wrote while its clock ran ahead (the watch refused
+    /// it) and does not write again: the watch's later write of it lost to
+    /// the phone's far-future version on the phone, and the phone's went
+    /// back to the watch, refused again; the two kept different values for
+    /// good. A stored version past the bound now gives way to one within it.
+    @Test func thePeersWriteReplacesARowWrittenWithTheClockAhead() async throws {
+        var pair = try Pair()
+        try await Self.writeWithClockAhead(pair, keys: ["c"])
+        try await pair.watch.set(7, for: TestKeys.daily["c"])
+        Link(pair.phone, pair.watch).connect()
+        #expect(try await pair.phone.get(TestKeys.daily["c"]) == 7)
+        #expect(try await pair.watch.get(TestKeys.daily["c"]) == 7)
+        // After a restart of the phone too.
+        pair.phoneClock.setSkew(Self.twoYears)
+        try await pair.phone.set(1, for: TestKeys.daily["d"])
+        pair.phoneClock.setSkew(0)
+        try Self.reopenPhone(&pair)
+        pair.watchClock.advance(by: 10)
+        try await pair.watch.set(8, for: TestKeys.daily["d"])
+        Link(pair.phone, pair.watch).connect()
+        #expect(try await pair.phone.get(TestKeys.daily["d"]) == 8)
+        #expect(try await pair.watch.get(TestKeys.daily["d"]) == 8)
+    }
 }

@@ -142,9 +142,15 @@ package enum ApplyPlanner {
     /// The merge rule's step for an entry that passed the checks: `state` is
     /// what it meets (stored, or left by an entry before it in the batch), and
     /// becomes what it leaves.
+    ///
+    /// A stored version past `context.versionBound` (written while this
+    /// device's clock ran ahead, and refused by every peer whose clock is
+    /// right) is met as no version: an entry within the bound replaces it.
+    /// Else the peer's writes would lose to it until the clock reaches it,
+    /// while the peer, which never took it, keeps its own: the two would differ for good.
     private static func decide(_ incoming: WireEntry, registered: KeyRegistry.Registered, against state: inout EntryState?,
                                context: Context, into plan: inout ApplyPlan) {
-        let localState = state
+        let localState = state.flatMap { $0.version.packed > context.versionBound ? nil : $0 }
         var decision = MergeRule.decide(local: localState, incoming: incoming.state, resolver: registered.resolver?.merge,
                                           maxValueSize: context.maxValueSize)
         if context.lastArrivalWins, let localState, localState.version != incoming.version {
