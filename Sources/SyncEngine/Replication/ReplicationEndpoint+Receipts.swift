@@ -13,7 +13,9 @@ extension ReplicationEndpoint {
     /// that found it waiting. Over a lossy one the phone sends it again.
     func receiptTimedOut(now: Int64) -> [Frame]? {
         guard !session.retransmits else { return nil }
-        guard let since = receiptAwaitedSince else {
+        // The first tick that finds it waiting starts the wait, and so does one that finds the
+        // wall clock set back before the wait began (it would last until the clock caught up).
+        guard let since = receiptAwaitedSince, since <= now else {
             receiptAwaitedSince = now
             return nil
         }

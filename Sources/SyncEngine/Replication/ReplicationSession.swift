@@ -472,6 +472,7 @@ struct ReplicationSession {
     /// Resends what timed out: the hello while waiting (over a lossy
     /// transport; or gives up after `helloTimeout`), in-flight messages after `retransmitInterval`.
     mutating func tick(now: Int64) -> [Action] {
+        clockWentBack(to: now)
         switch state {
         case .awaitingHello where helloTimeout.map { now - startedAt >= $0 } ?? false:
             let error = SyncError(.timeout, "the peer did not answer the hello within \(helloTimeout ?? 0) ms: no session runs at its end of the connection")
@@ -504,6 +505,36 @@ struct ReplicationSession {
             } ?? []
         default:
             return []
+        }
+    }
+
+    /// The timers' instants, once the wall clock `now` reads earlier than one
+    /// of them (the device's clock was set back): each such instant becomes
+    /// `now`, so the wait it times starts over instead of lasting until the
+    /// clock has caught up again (a day set back kept the hello unanswered, or
+    /// a lost batch unsent, for a day). A jump back costs at most one more wait.
+    private mutating func clockWentBack(to now: Int64) {
+        if startedAt > now { startedAt = now }
+        switch state {
+        case .awaitingHello(let lastHelloAt) where lastHelloAt > now:
+            state = .awaitingHello(lastHelloAt: now)
+        case .established(var established):
+            var moved = false
+            for (id, flight) in established.inFlight where flight.sentAt > now {
+                established.inFlight[id]!.sentAt = now
+                moved = true
+            }
+            if let notice = established.caughtUpNotice, notice.sentAt > now {
+                established.caughtUpNotice!.sentAt = now
+                moved = true
+            }
+            if established.lastCaughtUpAt > now {
+                established.lastCaughtUpAt = now
+                moved = true
+            }
+            if moved { state = .established(established) }
+        default:
+            break
         }
     }
 
