@@ -150,4 +150,31 @@ import Testing
         #expect(try await pair.phone.get(TestKeys.daily["d"]) == 8)
         #expect(try await pair.watch.get(TestKeys.daily["d"]) == 8)
     }
+
+    /// A store told to accept any time ahead (`.seconds(.max)`) took a
+    /// peer's version at the largest one; its clock then could issue no
+    /// later version, and every local write failed, after a restart too.
+    /// Ten years ahead at most count now.
+    @Test func aStoreAcceptingAnyTimeAheadIsNotWedgedByThePeersLargestVersion() async throws {
+        let folder = TempFolder()
+        var options = StoreOptions(clock: ManualClock())
+        options.maxRemoteClockAhead = .seconds(Int64.max)
+        let registry = try KeyRegistry([TestKeys.steps, TestKeys.daily])
+        let path = folder.file("watch.sqlite")
+        var store = try SyncStore(path: path, role: .watch, registry: registry, options: options)
+        let largest = WireEntry(key: TestKeys.steps.name, version: HLCTimestamp(packed: HLCTimestamp.maxPacked, node: 9), base: .zero,
+                                deleted: false, encoding: "json", value: Array("5".utf8))
+        let nineYears = WireEntry(key: TestKeys.daily["n"].name, version: HLCTimestamp(physicalMilliseconds: options.clock.nowMilliseconds() + 9 * 365 * 86_400_000,
+                                                                                      counter: 0, node: 9),
+                                  base: .zero, deleted: false, encoding: "json", value: Array("6".utf8))
+        let result = try store.applyRemote([largest, nineYears], peerRole: .phone, mismatched: [])
+        #expect(result.versionRefusals.map(\.key) == [TestKeys.steps.name])
+        try await store.set(3, for: TestKeys.daily["a"])
+        store.close()
+        store = try SyncStore(path: path, role: .watch, registry: registry, options: options)
+        defer { store.close() }
+        try await store.set(4, for: TestKeys.daily["a"])
+        #expect(try await store.get(TestKeys.daily["a"]) == 4)
+        #expect(try await store.get(TestKeys.daily["n"]) == 6)
+    }
 }

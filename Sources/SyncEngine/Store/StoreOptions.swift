@@ -61,6 +61,7 @@ public struct StoreOptions: Sendable {
     /// and counter), so a buggy or hostile peer cannot drag the clock into the
     /// future and win every later conflict. Well above the ±10 min skew the
     /// engine tolerates. Rows already stored beyond it do not raise the clock.
+    /// At most ten years count: a larger value is taken as ten years.
     public var maxRemoteClockAhead: Duration = .seconds(3600)
 
     /// Bytes of partly received large values kept for resuming (all transfers

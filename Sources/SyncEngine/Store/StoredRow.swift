@@ -301,9 +301,16 @@ extension SyncStore {
         SyncStore.versionBound(now: physicalClock.nowMilliseconds(), ahead: options.maxRemoteClockAhead)
     }
 
+    /// The most `StoreOptions.maxRemoteClockAhead` counts for: ten years. With
+    /// more (`.seconds(.max)`, meant as "no limit"), a peer's version at
+    /// `HLCTimestamp.maxPacked` was taken, and the clock that observed it could
+    /// issue no later version: every local write failed with `clock-out-of-range`, for good.
+    static let maxClockAheadMilliseconds: Int64 = 10 * 365 * 86_400_000
+
     static func versionBound(now: Int64, ahead: Duration) -> Int64 {
         let (seconds, attoseconds) = ahead.components
-        let aheadMilliseconds = seconds >= Int64.max / 1000 ? Int64.max : max(0, seconds) * 1000 + max(0, attoseconds) / 1_000_000_000_000_000
+        let aheadMilliseconds = seconds >= maxClockAheadMilliseconds / 1000 ? maxClockAheadMilliseconds
+            : min(maxClockAheadMilliseconds, max(0, seconds) * 1000 + max(0, attoseconds) / 1_000_000_000_000_000)
         let (limit, overflow) = now.addingReportingOverflow(aheadMilliseconds)
         if overflow || limit > HLCTimestamp.maxPhysicalMilliseconds { return HLCTimestamp.maxPacked }
         if limit < 0 { return 0 }
