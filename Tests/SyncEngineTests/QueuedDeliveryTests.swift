@@ -619,6 +619,36 @@ import Testing
         #expect(try queuedKeys(phoneBox) == ["units"])
     }
 
+    /// A phone whose posting paused after the watch refused its registry
+    /// (`MailboxReplicator.probeInterval`) and whose clock is then set back
+    /// tries again at its next round: the pause lasted until the clock had
+    /// caught up with when it should have ended (a day set back: a day).
+    @Test func aPauseAfterARefusalEndsWhenTheClockIsSetBack() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let (phone, phoneBox, otherWatch, _, watch, watchBox) = try registriesThatDiffer(pair, folder)
+        try await pair.phone.set("imperial", for: TestKeys.units)
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try watch.deliverQueued(through: watchBox).refused.map(\.code) == [.keyDeclarationMismatch])
+        let link = Link(pair.phone, otherWatch, epoch: secret.epoch)
+        link.connect()
+        link.settle()
+        try await pair.phone.set("uk", for: TestKeys.units)
+        #expect(try phone.deliverQueued(through: phoneBox).refused.map(\.code) == [.keyDeclarationMismatch])
+        #expect(try watch.deliverQueued(through: watchBox).entriesApplied == 1)
+        // A watch that refuses although the registries were compared: the phone pauses posting.
+        try SQLiteReplicationPort(otherWatch).recordRegistries([0], for: pair.phone.nodeID)
+        try await pair.phone.set("us", for: TestKeys.units)
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try watch.deliverQueued(through: watchBox).refused.map(\.code) == [.keyDeclarationMismatch])
+        #expect(try phone.deliverQueued(through: phoneBox).refused.map(\.code) == [.keyDeclarationMismatch])
+        try await pair.phone.set("fr", for: TestKeys.units)
+        #expect(try phone.deliverQueued(through: phoneBox).messagesPosted == 0)
+        pair.phoneClock.advance(by: -86_400_000)
+        try phone.deliverQueued(through: phoneBox)
+        #expect(try queuedKeys(phoneBox) == ["units"])
+    }
+
     /// A build of protocol 1 (or 2) and this one exchange queued messages both
     /// ways: the queued format is the same, and each message names the oldest
     /// protocol its sender speaks. A sender that refuses protocol 1 is refused

@@ -38,7 +38,7 @@ package final class MailboxReplicator {
     package private(set) var stalled: SyncError?
     /// The peer's `PeerRecord.registries` when it refused our registry.
     private var stalledRegistries: [UInt8]??
-    /// When (store clock, ms) posting goes on after a refusal.
+    /// When (store clock, ms) posting goes on after a refusal (at once if the clock is set back before it began).
     private var stalledUntil: Int64 = 0
     /// The registries (ours, then the peer's) our declarations were last posted for.
     private var declarationsPostedFor: [UInt8]?
@@ -430,7 +430,7 @@ package final class MailboxReplicator {
             // peer's app may be updated meanwhile; a peer that still refuses costs one message a pause).
             let compared = refusal.code == .keyDeclarationMismatch && record?.registries != nil
                 && (stalledRegistries.map { $0 != record?.registries } ?? true)
-            guard compared || port.nowMilliseconds() >= stalledUntil else { return }
+            guard compared || !(1...Self.probeInterval).contains(stalledUntil &- port.nowMilliseconds()) else { return }  // over, or clock set back
             stalled = nil
             stalledRegistries = nil
         }
