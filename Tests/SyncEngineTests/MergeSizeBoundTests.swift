@@ -33,7 +33,7 @@ import Testing
         let verdict = try #require(plan.steps.first?.verdict)
         switch verdict {
         case .take: return (incoming, verdict)
-        case .merge(let value, let version, _): return (EntryState(version: version, base: version, deleted: false, value: value), verdict)
+        case .merge(let value, let version, let base, _): return (EntryState(version: version, base: base, deleted: false, value: value), verdict)
         case .ignore, .refuse: return (local, verdict)
         }
     }

@@ -198,6 +198,37 @@ import Testing
         }
     }
 
+    /// With room for all the lists, every device ends with all of them,
+    /// whatever the order: a merge has seen its two inputs only, so a third
+    /// list, concurrent with both and older than the merge, still joins it.
+    @Test(arguments: Schedule.allCases)
+    func listsThatFitTogetherAreAllKeptWhateverTheOrder(_ schedule: Schedule) async throws {
+        let lists = [Self.items("phone"), Self.items("watch-a"), Self.items("watch-b")]
+        let all = Array(Set(lists.joined())).sorted()
+        for times in Self.timings(devices: 3) {
+            let hub = try Hub(watches: 2, limit: StoreOptions().maxValueSize)
+            try await hub.write(lists, at: times)
+            Self.run(schedule, hub)
+            try Self.expectConverged(hub.stores, limit: .max, newest: all, "\(schedule) \(times)")
+        }
+    }
+
+    /// The planner's view of one device: the newest list merges in, then an older concurrent one arrives.
+    @Test func aMergeStillJoinsAThirdConcurrentListThatArrivesLater() throws {
+        let lists = [Self.items("phone"), Self.items("watch-a"), Self.items("watch-b")]
+        let states = try lists.enumerated().map { i, list in
+            EntryState(version: HLCTimestamp(physicalMilliseconds: 1_000 * Int64(i + 1), counter: 0, node: UInt32(i + 1)), base: .zero,
+                       deleted: false, value: try Self.json(list))
+        }
+        let roomy = StoreOptions().maxValueSize
+        // The phone wrote the oldest list; the newest arrives, then the middle one.
+        let merged = try MergeSizeBoundTests.apply(states[2], over: states[0], limit: roomy).state
+        #expect(merged.version == states[2].version)
+        let all = try MergeSizeBoundTests.apply(states[1], over: merged, limit: roomy)
+        #expect(all.state.value == (try Self.json(Array(Set(lists.joined())).sorted())), "\(all.verdict)")
+        #expect(all.state.version == states[2].version)
+    }
+
     /// Phone and three watches: any two lists fit (or any three), never all four.
     @Test(arguments: [2, 3])
     func threeWatchesConvergeWhateverTheOrder(fitting: Int) async throws {
@@ -256,10 +287,11 @@ import Testing
     // MARK: queued delivery
 
     /// The phone with one mailbox per watch, rounds in several orders.
-    @Test(arguments: [[0, 1, 2], [2, 1, 0], [1, 0, 2], [1, 2, 0]])
-    func throughMailboxesConvergeWhateverTheOrder(rounds order: [Int]) async throws {
+    /// With `fitting` 3 every list fits with the others: all must be kept.
+    @Test(arguments: [[0, 1, 2], [2, 1, 0], [1, 0, 2], [1, 2, 0]], [2, 3])
+    func throughMailboxesConvergeWhateverTheOrder(rounds order: [Int], fitting: Int) async throws {
         let lists = [Self.items("phone"), Self.items("watch-a"), Self.items("watch-b")]
-        let limit = try Self.limit(for: lists, fitting: 2)
+        let limit = try Self.limit(for: lists, fitting: fitting)
         for times in Self.timings(devices: 3) {
             let hub = try Hub(watches: 2, limit: limit)
             try await hub.write(lists, at: times)
@@ -282,8 +314,8 @@ import Testing
                 quiet = reports.allSatisfy { $0.messagesRead == 0 && $0.messagesPosted == 0 }
             }
             #expect(quiet, "queued delivery came to rest")
-            let newest = lists[times.indices.max { times[$0] < times[$1] }!]
-            try Self.expectConverged(hub.stores, limit: limit, newest: newest, "mailbox \(order) \(times)")
+            let newest = fitting == 3 ? Array(Set(lists.joined())) : lists[times.indices.max { times[$0] < times[$1] }!]
+            try Self.expectConverged(hub.stores, limit: limit, newest: newest, "mailbox \(order) \(times) fitting \(fitting)")
         }
     }
 }

@@ -109,7 +109,7 @@ final class PortFixture {
             return
         }
         #expect(refusal.aheadMilliseconds == 7_200_000)
-        guard case .merge(let merged, let mergedVersion, let conflict?) = verdicts[4] else {
+        guard case .merge(let merged, let mergedVersion, _, let conflict?) = verdicts[4] else {
             Issue.record("expected a merge, got \(verdicts[4])")
             return
         }

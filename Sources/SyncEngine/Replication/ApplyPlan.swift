@@ -26,13 +26,14 @@ package struct ApplyPlan: Sendable, Equatable {
         case ignore(Conflict?)
         /// The incoming entry replaces the local one.
         case take(Conflict?)
-        /// A resolver joined the two values: stored at `version` (new information for the peer too).
-        case merge(value: [UInt8], version: HLCTimestamp, Conflict?)
+        /// A resolver joined the two values: stored at `version` (new information for the peer too), with
+        /// `base` the later of the two writes' bases (what the join has seen: its inputs, not all before `version`).
+        case merge(value: [UInt8], version: HLCTimestamp, base: HLCTimestamp, Conflict?)
 
         package var conflict: Conflict? {
             switch self {
             case .refuse: nil
-            case .ignore(let c), .take(let c), .merge(_, _, let c): c
+            case .ignore(let c), .take(let c), .merge(_, _, _, let c): c
             }
         }
 
@@ -163,9 +164,10 @@ package enum ApplyPlanner {
         case .take:
             plan.steps.append(.init(entry: incoming, verdict: .take(conflict), registered: registered))
             state = incoming.state
-        case .merged(let value, let version):
-            plan.steps.append(.init(entry: incoming, verdict: .merge(value: value, version: version, conflict), registered: registered))
-            state = EntryState(version: version, base: version, deleted: false, value: value)
+        case .merged(let value, let version, let base):
+            plan.steps.append(.init(entry: incoming, verdict: .merge(value: value, version: version, base: base, conflict),
+                                    registered: registered))
+            state = EntryState(version: version, base: base, deleted: false, value: value)
         }
     }
 

@@ -231,10 +231,10 @@ package final class InMemoryReplicationPort: ReplicationPort {
                           version: incoming.version, base: incoming.base, deleted: incoming.deleted, seq: takeSeq(),
                           lane: descriptor.replicates(from: role) ? .automatic : .none, originPeer: peer)
                 taken += 1
-            case .merge(let value, let version, _):
+            case .merge(let value, let version, let base, _):
                 let lane = SyncStore.mergedLane(for: descriptor, on: role, size: value.count, replacing: rows[incoming.key]?.lane)
                 if SyncStore.defers(descriptor, in: lane) { outcome.deferred.append((incoming.key, value.count)) }
-                row = Row(key: incoming.key, value: value, encoding: incoming.encoding, version: version, base: version, deleted: false,
+                row = Row(key: incoming.key, value: value, encoding: incoming.encoding, version: version, base: base, deleted: false,
                           seq: takeSeq(), lane: lane, originPeer: 0)
             }
             rows[row.key] = row

@@ -22,7 +22,10 @@ package enum MergeRule {
     enum Outcome: Equatable {
         case ignore
         case take
-        case merged(value: [UInt8], version: HLCTimestamp)
+        /// `base`: the later of the two writes' bases. A join has seen its two inputs, not every
+        /// write before its version: a third write concurrent with both still conflicts with it
+        /// (and joins it) when it arrives later, on whichever device.
+        case merged(value: [UInt8], version: HLCTimestamp, base: HLCTimestamp)
     }
 
     struct Decision: Equatable {
@@ -57,6 +60,7 @@ package enum MergeRule {
     static func decide(local: EntryState?, incoming: EntryState,
                        resolver: ((_ older: [UInt8], _ newer: [UInt8]) throws -> [UInt8])?, maxValueSize: Int) -> Decision {
         guard let local else { return Decision(outcome: .take) }
+        let base = max(local.base, incoming.base)
         if incoming.version == local.version {
             if incoming.deleted == local.deleted && incoming.value == local.value { return Decision(outcome: .ignore) }
             // Only merges give one version two values; join them again (unless that is too large:
@@ -64,7 +68,7 @@ package enum MergeRule {
             if let resolver, let a = local.value, let b = incoming.value,
                case .merged(let merged) = a.lexicographicallyPrecedes(b) ? join(resolver, a, b, maxValueSize: maxValueSize)
                                                                           : join(resolver, b, a, maxValueSize: maxValueSize) {
-                return merged == local.value ? Decision(outcome: .ignore) : Decision(outcome: .merged(value: merged, version: local.version))
+                return merged == local.value ? Decision(outcome: .ignore) : Decision(outcome: .merged(value: merged, version: local.version, base: base))
             }
             if incoming.deleted && !local.deleted { return Decision(outcome: .take) }
             if !incoming.deleted && local.deleted { return Decision(outcome: .ignore) }
@@ -77,7 +81,7 @@ package enum MergeRule {
                 switch join(resolver, older, newer, maxValueSize: maxValueSize) {
                 case .merged(let merged):
                     if merged == local.value { return Decision(outcome: .ignore, conflict: (.local, .resolver)) }
-                    return Decision(outcome: .merged(value: merged, version: local.version), conflict: (.merged, .resolver))
+                    return Decision(outcome: .merged(value: merged, version: local.version, base: base), conflict: (.merged, .resolver))
                 case .tooLarge:
                     return Decision(outcome: .ignore, conflict: (.local, .mergeTooLarge))
                 case .failed:
@@ -91,7 +95,7 @@ package enum MergeRule {
             switch join(resolver, older, newer, maxValueSize: maxValueSize) {
             case .merged(let merged):
                 if merged == incoming.value { return Decision(outcome: .take, conflict: (.remote, .resolver)) }
-                return Decision(outcome: .merged(value: merged, version: incoming.version), conflict: (.merged, .resolver))
+                return Decision(outcome: .merged(value: merged, version: incoming.version, base: base), conflict: (.merged, .resolver))
             case .tooLarge:
                 return Decision(outcome: .take, conflict: (.remote, .mergeTooLarge))
             case .failed:

@@ -61,9 +61,9 @@ extension SyncStore {
                 break
             case .take:
                 kept = row
-            case .merged(let value, let version):
+            case .merged(let value, let version, let base):
                 let lane = registered.map { SyncStore.mergedLane(for: $0.descriptor, on: role, size: value.count, replacing: current.lane) }
-                kept = StoredRow(key: name, value: value, encoding: current.encoding, version: version, base: version, deleted: false,
+                kept = StoredRow(key: name, value: value, encoding: current.encoding, version: version, base: base, deleted: false,
                                  encrypted: current.encrypted, size: value.count, changeSeq: 0, lane: lane ?? current.lane, originPeer: 0)
             }
         }

@@ -148,12 +148,12 @@ extension SyncStore {
                                     size: incoming.deleted ? 0 : (incoming.value?.count ?? 0), changeSeq: takeSeq(),
                                     lane: descriptor.replicates(from: role) ? .automatic : .none, originPeer: peer)
                     taken += 1
-                case .merge(let value, let version, _):
+                case .merge(let value, let version, let base, _):
                     // A merge is new information for the peer too: send it (the peer's
                     // re-merge of a join is a no-op, so this ends).
                     let lane = SyncStore.mergedLane(for: descriptor, on: role, size: value.count, replacing: local[incoming.key]?.lane)
                     if SyncStore.defers(descriptor, in: lane) { outcome.deferred.append((incoming.key, value.count)) }
-                    row = StoredRow(key: incoming.key, value: value, encoding: incoming.encoding, version: version, base: version,
+                    row = StoredRow(key: incoming.key, value: value, encoding: incoming.encoding, version: version, base: base,
                                     deleted: false, encrypted: false, size: value.count, changeSeq: takeSeq(), lane: lane)
                 }
                 if descriptor.security == .encrypted { encrypted.insert(row.key) }
