@@ -31,6 +31,8 @@ extension MailboxReplicator {
         delta.deferred = outcome.deferred.count
         delta.versionsRefused = plan.versionRefusals.count
         reporter.count(delta)
+        let tooLarge = plan.refusedAsTooLarge
+        if !tooLarge.isEmpty { emit(.error(SyncError.refusedAsTooLarge(tooLarge, limit: port.maxValueSize))) }
         for refusal in plan.versionRefusals { emit(.versionRefused(key: PeerText.escaped(refusal.key), aheadMilliseconds: refusal.aheadMilliseconds)) }
         emit(.received(entries: entries.count, applied: plan.applied))
         for (key, size) in outcome.deferred { emit(.deferred(key: key, size: size)) }

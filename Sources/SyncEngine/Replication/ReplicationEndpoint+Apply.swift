@@ -44,6 +44,8 @@ extension ReplicationEndpoint {
                 reporter.logger.warning("rejected an entry the peer may not send", metadata: ["key": "\(PeerText.escaped(step.entry.key))"])
             }
         }
+        let tooLarge = plan.refusedAsTooLarge
+        if !tooLarge.isEmpty { emit(.error(SyncError.refusedAsTooLarge(tooLarge, limit: port.maxValueSize))) }
         for refusal in refusals {
             emit(.versionRefused(key: PeerText.escaped(refusal.key), aheadMilliseconds: refusal.aheadMilliseconds))
         }

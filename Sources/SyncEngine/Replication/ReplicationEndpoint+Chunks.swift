@@ -143,9 +143,18 @@ extension ReplicationEndpoint {
             return ChunkReply(frame: message.frame(protocolVersion: peer.protocolVersion), restsOnCommit: restsOnCommit, completes: complete)
         }
         guard !KeyName.containsNUL(entry.key), let descriptor = port.registry.descriptor(forEntry: entry.key), descriptor.replicates(from: peer.role),
-              !peer.mismatchedKeys.contains(descriptor.name), descriptor.encoding == entry.encoding,
-              chunk.totalSize <= port.maxValueSize else {
+              !peer.mismatchedKeys.contains(descriptor.name), descriptor.encoding == entry.encoding else {
             count { $0.entriesRejected += 1 }
+            return [ack(complete: true)]
+        }
+        guard chunk.totalSize <= port.maxValueSize else {
+            // Refused for good from any chunk (the acknowledgement completes the transfer, and the
+            // sender stops): counted and reported once, with its first chunk (the chunks sent before
+            // the acknowledgement came are refused too, not counted again).
+            if chunk.index == 0 {
+                count { $0.entriesRejected += 1 }
+                emit(.error(SyncError.refusedAsTooLarge([(entry.key, Int(chunk.totalSize))], limit: port.maxValueSize)))
+            }
             return [ack(complete: true)]
         }
         if let problem = ReplicationEndpoint.chunkProblem(chunk) {
