@@ -1,5 +1,5 @@
 import Foundation
-@_spi(Testing) @testable import SyncEngine
+@_spi(Testing) @_spi(Benchmarks) @testable import SyncEngine
 @testable import SyncTransport
 import Testing
 
@@ -174,5 +174,35 @@ import Testing
         pair.watch.close()
         let phoneEvents = try await all(of: events, "the phone's events")
         #expect(Self.errors(phoneEvents, containing: "value-too-large").isEmpty, "\(phoneEvents)")
+    }
+    /// A value held from before the limit shrank that comes again (a
+    /// duplicated delivery, a re-baseline) is what the store holds: it is
+    /// ignored, not refused as too large (no error on either side).
+    @Test func aValueHeldFromBeforeTheLimitShrankIsNotRefusedWhenItComesAgain() async throws {
+        var pair = try Pair()
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        try await pair.phone.set(Self.between, for: TestKeys.blob)
+        link.settle()
+        let carrying = try #require(link.frames.first { (sent: (from: String, frame: Frame)) -> Bool in
+            guard sent.from == "a", let batch = (try? SyncMessage(frame: sent.frame))?.asBatch else { return false }
+            return batch.entries.contains { $0.key == TestKeys.blob.name }
+        }).frame
+        pair.watch.close()
+        var options = StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch.key")))
+        options.maxValueSize = Self.smallLimit
+        pair.watch = try SyncStore(path: pair.folder.file("watch.sqlite"), role: .watch, registry: try TestKeys.registry(), options: options)
+        let watchEvents = pair.watch.events()
+        let again = Link(pair.phone, pair.watch)
+        again.connect()
+        let replies: [SyncMessage] = again.b.receive(carrying, now: again.now).compactMap { try? SyncMessage(frame: $0) }
+        let ack = try #require(replies.compactMap { $0.asAck }.first)
+        #expect(ack.rejected.isEmpty, "\(ack.rejected)")
+        #expect(pair.watch.syncCounters.entriesRejected == 0)
+        #expect(try pair.watch.storedValue(for: TestKeys.blob) == Self.between)
+        pair.phone.close()
+        pair.watch.close()
+        let events = try await all(of: watchEvents, "the watch's events")
+        #expect(Self.errors(events, containing: TestKeys.blob.name).isEmpty, "\(events)")
     }
 }

@@ -126,7 +126,7 @@ package enum ApplyPlanner {
                 refuse(policyViolation)
                 continue
             }
-            if (incoming.value?.count ?? 0) > context.maxValueSize {
+            if (incoming.value?.count ?? 0) > context.maxValueSize, !holds(current[incoming.key], orNewerThan: incoming, context: context) {
                 refuse(SyncError.Code.valueTooLarge.rawValue)
                 continue
             }
@@ -169,6 +169,17 @@ package enum ApplyPlanner {
                                     registered: registered))
             state = EntryState(version: version, base: base, deleted: false, value: value)
         }
+    }
+
+    /// Whether `state` (stored, within the version bound) is `incoming`
+    /// itself or newer: then an entry over `maxValueSize` is a value this
+    /// store took before its limit shrank (a duplicate, a re-baseline), or
+    /// one it holds a newer write over, and the merge rule ignores it instead
+    /// of refusing it.
+    private static func holds(_ state: EntryState?, orNewerThan incoming: WireEntry, context: Context) -> Bool {
+        guard let state, state.version.packed <= context.versionBound else { return false }
+        return state.version > incoming.version
+            || state.version == incoming.version && state.deleted == incoming.deleted && state.value == incoming.value
     }
 
     /// The refusal code of an entry whose key the peer may not send (or sent with another encoding).
