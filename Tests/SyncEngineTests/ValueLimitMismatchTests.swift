@@ -205,4 +205,28 @@ import Testing
         let events = try await all(of: watchEvents, "the watch's events")
         #expect(Self.errors(events, containing: TestKeys.blob.name).isEmpty, "\(events)")
     }
+    /// Over running peers (TCP on 127.0.0.1, and the in-memory link) the
+    /// refused value keeps neither side from going idle.
+    @Test(arguments: LinkKind.allCases)
+    func runningPeersGoIdleAfterTheRefusal(over kind: LinkKind) async throws {
+        let pair = try Self.pair(smaller: .watch)
+        let phoneEvents = pair.phone.events(), watchEvents = pair.watch.events()
+        try await withConnectedPeers(pair, over: kind) { phone, watch in
+            try await phone.waitUntilIdle(timeout: .seconds(30))
+            let seen = pair.watch.changes(for: TestKeys.steps)
+            try await pair.phone.set(Self.between, for: TestKeys.blob)
+            try await pair.phone.set(42, for: TestKeys.steps)
+            _ = try await first(of: seen, "the watch to see the later change")
+            _ = try await first(of: watchEvents, "the watch's refusal") { event in
+                if case .error(let error) = event { error.code == .valueTooLarge } else { false }
+            }
+            _ = try await first(of: phoneEvents, "the phone hearing of the refusal") { event in
+                if case .error(let error) = event { error.message.contains("value-too-large") } else { false }
+            }
+            try await phone.waitUntilIdle(timeout: .seconds(30))
+            try await watch.waitUntilIdle(timeout: .seconds(30))
+            #expect(try pair.watch.storedValue(for: TestKeys.blob) == nil)
+            #expect(try pair.phone.storedValue(for: TestKeys.blob) == Self.between)
+        }
+    }
 }
