@@ -7,6 +7,11 @@ public struct StoreOptions: Sendable {
     /// The master key for `encrypted` keys; required when the registry has any.
     public var encryption: EncryptionKeySource?
     /// Largest value a key may hold, serialized.
+    ///
+    /// Each device's own: it is not exchanged with the peer. A value from the
+    /// peer over it is refused once (`value-too-large` in the acknowledgement,
+    /// an `.error` event on both sides; a chunked value's sender is not told)
+    /// and not sent again; values the store already holds stay when it shrinks.
     public var maxValueSize = 64 * 1024 * 1024
     /// Values larger than this are not kept in the cache.
     public var maxCachedValueSize = 64 * 1024
