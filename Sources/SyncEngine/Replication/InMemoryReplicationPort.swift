@@ -297,6 +297,10 @@ package final class InMemoryReplicationPort: ReplicationPort {
         peers.values.filter { $0.role == role && $0.epoch == epoch }.map(\.record).max { $0.node < $1.node }
     }
 
+    package func queuedPeers(role: DeviceRole, epoch: String) throws -> [PeerRecord] {
+        peers.values.filter { $0.role == role && $0.epoch == epoch }.map(\.record).sorted { $0.node < $1.node }
+    }
+
     package func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord {
         if let known = peers[node], known.epoch == epoch {
             peers[node]!.role = role

@@ -44,12 +44,22 @@ extension MailboxReplicator {
     /// holds it; nothing was acknowledged). The node id stays the other
     /// pairing's, whose watch's acknowledgements go on moving its cursor.
     func refusesTakenNodeID(_ sender: QueuedHeader, into report: inout QueuedDeliveryReport) throws -> Bool {
-        guard port.role == .phone, configuration.protocolRange.upperBound >= SyncMessage.nodeRenewalProtocol,
-              sender.role == .watch, sender.pairingEpoch == configuration.pairingEpoch,
-              let bound = try port.pairingEpoch(ofPeer: sender.node), bound != configuration.pairingEpoch,
-              try port.queuedPeerRenewsNodeID(in: configuration.pairingEpoch) else { return false }
+        guard port.role == .phone, sender.role == .watch, sender.pairingEpoch == configuration.pairingEpoch else { return false }
+        // The watch of another mailbox (of this pairing or not) named this node id first in this process.
+        let sharedWithAnotherMailbox = nodesOfOtherMailboxes.contains(sender.node) && learnedPeerNode != sender.node
+        guard configuration.protocolRange.upperBound >= SyncMessage.nodeRenewalProtocol else { return false }
+        let bound = try port.pairingEpoch(ofPeer: sender.node)
+        let ofAnotherPairing = bound != nil && bound != configuration.pairingEpoch
+        guard sharedWithAnotherMailbox || ofAnotherPairing else { return false }
+        guard try port.queuedPeerRenewsNodeID(in: configuration.pairingEpoch) else {
+            // A watch that cannot take a new node id (or has not said so yet): served as before, the app told the fix.
+            if sharedWithAnotherMailbox, !ofAnotherPairing, toldSharedNodes.insert(sender.node).inserted {
+                emit(.error(SyncError.nodeIDShared(node: sender.node, renews: false)))
+            }
+            return false
+        }
         if refusedTakenNodes.contains(sender.node) { return true }
-        let error = SyncError.nodeIDConflict(node: sender.node)
+        let error = ofAnotherPairing ? SyncError.nodeIDConflict(node: sender.node) : SyncError.nodeIDShared(node: sender.node, renews: true)
         let refusal = QueuedMessage.refusal(header, code: error.code.rawValue, message: error.message)
         try mailbox.post(refusal.frame(), reserve: true)
         onPost?(refusal)

@@ -30,8 +30,7 @@ extension MailboxReplicator {
         }
         let ours = ourFingerprint
         if header.registryFingerprint != ours, !isDeclarations {
-            let compared = try port.queuedPeer(role: header.role, epoch: header.pairingEpoch)
-                .map { $0.node == header.node && $0.registries == ours + header.registryFingerprint } ?? false
+            let compared = try knownSender(header).map { $0.registries == ours + header.registryFingerprint } ?? false
             // A peer this store forgot (unseen past the horizon) keeps the comparison made with it.
             if !compared, try port.forgottenRegistries(of: header.node) != ours + header.registryFingerprint {
                 return SyncError(.keyDeclarationMismatch,

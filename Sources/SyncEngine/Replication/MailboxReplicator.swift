@@ -76,6 +76,10 @@ package final class MailboxReplicator {
     var announcedNodeRenewal = false
     /// On a phone: the node ids this process refused through this mailbox for being another pairing's.
     var refusedTakenNodes: Set<UInt32> = []
+    /// The node ids other mailboxes' messages named in this process (set by `SyncPeer`), the one this one's named, those told of.
+    var nodesOfOtherMailboxes: Set<UInt32> = []
+    private(set) var learnedPeerNode: UInt32?
+    var toldSharedNodes: Set<UInt32> = []
     /// A re-baseline notice was posted ahead of the baseline now being posted (from cursor 0).
     private var rebaselinePosted = false
     /// A queued notice's baseline owes its caught-up marker (nil: not read from the store yet).
@@ -112,7 +116,7 @@ package final class MailboxReplicator {
     package func exchange(sendsPending: (_ peerNode: UInt32?) -> Bool) -> QueuedDeliveryReport {
         var report = QueuedDeliveryReport()
         do {
-            if peerNode == nil { peerNode = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)?.node }
+            if peerNode == nil { peerNode = try initialPeerNode() }
             try port.whileQueuedPosting { try withdrawSuperseded() }
             let outboxWasEmpty = try mailbox.outgoingCount() == 0
             try announceNodeRenewal(into: &report)
@@ -233,7 +237,7 @@ package final class MailboxReplicator {
                     if peer.registries == agreed { try port.setMismatchedKeys([], for: peer.node) }
                     repairPosted = false
                 case .ack(_, let codedAfter, let codedThrough, _, let rejected):
-                    let cursor = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)?.cursor ?? 0
+                    let cursor = try mailboxPeer()?.cursor ?? 0
                     // Of a batch posted before a re-baseline notice (another generation): it moves no cursor.
                     let generation = try port.rebaselineGeneration(for: peer.node)
                     if let after = QueuedStreamPosition.position(codedAfter, generation: generation),
@@ -365,7 +369,7 @@ package final class MailboxReplicator {
     /// A node the store refuses (`.tooManyPeers`) leaves what this end knows of its peer as it was.
     private func learn(_ header: QueuedHeader) throws -> PeerRecord {
         let record: PeerRecord
-        if let known = try port.queuedPeer(role: header.role, epoch: header.pairingEpoch), known.node == header.node {
+        if let known = try knownSender(header) {
             record = known
         } else {
             record = try port.recordPeer(node: header.node, role: header.role, epoch: header.pairingEpoch)
@@ -376,7 +380,7 @@ package final class MailboxReplicator {
             postedThrough = nil
             rebaselinePosted = false
         }
-        peerNode = header.node
+        (peerNode, learnedPeerNode) = (header.node, header.node)
         return record
     }
 
@@ -392,7 +396,7 @@ package final class MailboxReplicator {
     /// earlier process posted, before this one first used the mailbox).
     private func withdrawSuperseded() throws {
         guard port.role == .phone,
-              let record = try port.queuedPeer(role: .watch, epoch: configuration.pairingEpoch) else { return }
+              let record = try mailboxPeer() else { return }
         let generation = try port.rebaselineGeneration(for: record.node)
         if let checked = checkedGeneration, checked == (record.node, generation) { return }
         try Self.withdraw(from: mailbox, batchesOf: port.nodeID, outside: generation)
@@ -404,7 +408,7 @@ package final class MailboxReplicator {
 
     private func post(outboxWasEmpty: Bool, into report: inout QueuedDeliveryReport) throws {
         // A peer not met yet gets everything (its cursor is 0); its first acknowledgement records it.
-        let record = try port.queuedPeer(role: port.role.counterpart, epoch: configuration.pairingEpoch)
+        let record = try mailboxPeer()
             .flatMap { known in peerNode == nil || peerNode == known.node ? known : nil }
         // This app's registry changed since the two were compared (it was updated): the peer
         // learns it from our declarations, and answers with its own (both compare again).

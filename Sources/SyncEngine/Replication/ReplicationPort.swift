@@ -101,6 +101,9 @@ package protocol ReplicationPort: AnyObject {
     /// The peer of `role` under pairing `epoch` this store saw last (its node
     /// and cursor), if any: whom queued delivery through a mailbox writes to.
     func queuedPeer(role: DeviceRole, epoch: String) throws -> PeerRecord?
+    /// Every peer of `role` this store keeps under pairing `epoch`, by node id
+    /// (more than one watch: one pairing given to several, each with its own mailbox).
+    func queuedPeers(role: DeviceRole, epoch: String) throws -> [PeerRecord]
     /// The registries compared with `node` before this store forgot it (nil: none, or not forgotten).
     func forgottenRegistries(of node: UInt32) throws -> [UInt8]?
     /// Changes were applied outside any live session (queued delivery): every
@@ -324,6 +327,10 @@ package final class SQLiteReplicationPort: ReplicationPort {
 
     package func queuedPeer(role: DeviceRole, epoch: String) throws -> PeerRecord? {
         try store.queuedPeer(role: role, epoch: epoch)
+    }
+
+    package func queuedPeers(role: DeviceRole, epoch: String) throws -> [PeerRecord] {
+        try store.queuedPeers(role: role, epoch: epoch)
     }
 
     package func pairingEpoch(ofPeer node: UInt32) throws -> String? { try store.pairingEpoch(ofPeer: node) }

@@ -47,6 +47,8 @@ extension SyncPeer {
             let driver = drivers[key] ?? MailboxReplicator(port: SQLiteReplicationPort(store), reporter: StoreReporter(store),
                                                            configuration: configuration, mailbox: mailbox)
             drivers[key] = driver
+            // A watch is met through one mailbox: the node ids the others' watches named are taken (`refusesTakenNodeID`).
+            driver.nodesOfOtherMailboxes = Set(drivers.filter { $0.key != key }.compactMap(\.value.learnedPeerNode))
             let report = driver.exchange { peerNode in !isConnected(to: peerNode, ofPairing: mailbox.pairingEpoch) }
             return (report, driver.peerNode)
         }

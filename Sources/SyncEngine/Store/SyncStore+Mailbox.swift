@@ -12,4 +12,20 @@ extension SyncStore {
         guard let node else { return nil }
         return try database.read { conn in try SyncStore.peerRecord(conn, node: UInt32(truncatingIfNeeded: node)) }
     }
+
+    /// Every peer of `role` under pairing `epoch`, by node id, with its cursor.
+    func queuedPeers(role: DeviceRole, epoch: String) throws -> [PeerRecord] {
+        try database.read { conn in
+            let stmt = try conn.statement("SELECT peer_node FROM sync_peers WHERE peer_role = ?1 AND epoch = ?2 ORDER BY peer_node")
+            stmt.bind(1, role.rawValue)
+            stmt.bind(2, epoch)
+            let nodes = try { () throws -> [UInt32] in
+                defer { stmt.reset() }
+                var nodes: [UInt32] = []
+                while try stmt.step() { nodes.append(UInt32(truncatingIfNeeded: stmt.int64(0))) }
+                return nodes
+            }()
+            return try nodes.compactMap { try SyncStore.peerRecord(conn, node: $0) }
+        }
+    }
 }
