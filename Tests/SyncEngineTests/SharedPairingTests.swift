@@ -138,3 +138,38 @@ import Testing
         try run.get()
     }
 }
+
+extension SharedPairingTests {
+    /// Live: two watches with one node id and one pairing replace each other's
+    /// session again and again; the phone says so once, naming the node id and the fix.
+    @Test func twoLiveWatchesWithOneNodeIDAreReported() async throws {
+        let hub = try Hub(sameNodeID: true)
+        let shared = hub.stores[1].nodeID
+        let peers = hub.stores.map { SyncPeer(store: $0, configuration: ReplicationConfiguration(pairingEpoch: hub.secret.epoch),
+                                               tickInterval: .milliseconds(50)) }
+        let configuration = TCPConfiguration(secret: hub.secret)
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: configuration)
+        let events = hub.stores[0].events()
+        let server = Task { await peers[0].serve(listener) }
+        let port = listener.port
+        let clients = peers.dropFirst().map { peer in
+            Task { await peer.maintainConnection(host: "127.0.0.1", port: port, configuration: configuration) }
+        }
+        let run = await Result {
+            let event = try await first(of: events, "the phone's node-id-conflict for two live watches of one node id") { event in
+                if case .error(let error) = event { return error.code == .nodeIDConflict }
+                return false
+            }
+            guard case .error(let error) = event else { return }
+            #expect(error.message.contains(String(shared, radix: 16)) && error.message.contains("renewNodeID"), "\(error)")
+        }
+        for client in clients { client.cancel() }
+        server.cancel()
+        await listener.close()
+        try await withDeadline("the watches and the phone to stop") {
+            for client in clients { _ = await client.value }
+            _ = await server.value
+        }
+        try run.get()
+    }
+}

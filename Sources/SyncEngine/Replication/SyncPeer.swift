@@ -29,6 +29,8 @@ public final class SyncPeer: Sendable {
     let reachabilityHub = Broadcaster<Bool>()
     /// Queued delivery's state per mailbox (`SyncPeer+Mailbox`).
     let queuedDrivers = Mutex<[QueuedDriverKey: MailboxReplicator]>([:])
+    /// When each peer's sessions were last replaced by newer ones (`SyncPeer+SharedNodeID`).
+    let replacements = Mutex<ReplacementLog>(ReplacementLog())
 
     private struct Session {
         var connected = false
@@ -445,6 +447,7 @@ public final class SyncPeer: Sendable {
         for input in replaced {
             input.yield(.closed("replaced by a newer session with the same peer (node \(new?.peerNode.map { String($0, radix: 16) } ?? "?"))"))
         }
+        if !replaced.isEmpty, let peer = new?.peerNode { noteReplacement(of: peer) }
         if let reachability { reachabilityHub.publish(reachability) }
         if changed {
             idleChanges.publish(idle)
