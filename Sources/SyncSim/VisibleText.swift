@@ -5,16 +5,6 @@ import SyncTransport
 /// family member's name being the peer's to choose), made safe for a
 /// terminal or a log reading its output.
 enum VisibleText {
-    /// Whether a terminal or a log may take `scalar` as other than text:
-    /// controls (C0, DEL, C1), format characters (bidirectional overrides,
-    /// tags), line and paragraph separators, private-use and unassigned scalars.
-    static func isInvisible(_ scalar: Unicode.Scalar) -> Bool {
-        switch scalar.properties.generalCategory {
-        case .control, .format, .lineSeparator, .paragraphSeparator, .surrogate, .privateUse, .unassigned: true
-        default: false
-        }
-    }
-
     /// JSON text with every invisible scalar but a line break (which only
     /// pretty-printing puts between tokens; the encoders escape one inside a
     /// string) written as a `\u` escape: the same JSON value, in visible text.
@@ -22,10 +12,10 @@ enum VisibleText {
     /// bidirectional overrides. Invisible scalars only occur inside strings,
     /// where such an escape is valid.
     static func escapingInvisibles(inJSON json: String) -> String {
-        guard json.unicodeScalars.contains(where: { $0 != "\n" && isInvisible($0) }) else { return json }
+        guard json.unicodeScalars.contains(where: { $0 != "\n" && PeerText.isInvisible($0) }) else { return json }
         var result = String.UnicodeScalarView()
         for scalar in json.unicodeScalars {
-            guard scalar != "\n", isInvisible(scalar) else {
+            guard scalar != "\n", PeerText.isInvisible(scalar) else {
                 result.append(scalar)
                 continue
             }

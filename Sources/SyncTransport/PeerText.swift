@@ -20,12 +20,7 @@ package enum PeerText {
             case "\t": piece = "\\t"
             case "\\": piece = "\\\\"
             default:
-                switch scalar.properties.generalCategory {
-                case .control, .format, .lineSeparator, .paragraphSeparator, .surrogate, .privateUse, .unassigned:
-                    piece = "\\u{\(String(scalar.value, radix: 16))}"
-                default:
-                    piece = String(scalar)
-                }
+                piece = isInvisible(scalar) ? "\\u{\(String(scalar.value, radix: 16))}" : String(scalar)
             }
             let length = piece.unicodeScalars.count
             if count + length > maxLength {
@@ -36,5 +31,15 @@ package enum PeerText {
             count += length
         }
         return result
+    }
+
+    /// Whether a terminal or a log may take `scalar` as other than text:
+    /// controls (C0, DEL, C1), format characters (bidirectional overrides,
+    /// tags), line and paragraph separators, private-use and unassigned scalars.
+    package static func isInvisible(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.properties.generalCategory {
+        case .control, .format, .lineSeparator, .paragraphSeparator, .surrogate, .privateUse, .unassigned: true
+        default: false
+        }
     }
 }
