@@ -323,14 +323,19 @@ extension KeyValueBackend {
 
     /// Changes of one key, local and remote, after they commit.
     /// The ids of `family`'s members that hold a value (removed ones left
-    /// out), sorted: which days have a step count. Reads the entries'
-    /// metadata, no values.
+    /// out), sorted: which days have a step count. Only entries the family
+    /// governs: not a key or a nested family whose name starts with its own
+    /// (`day:total`, `day:hours:<id>` are not members of `day`). Reads the
+    /// entries' metadata, no values.
     public func members<Value>(of family: KeyFamily<Value>) throws -> [String] {
         // By UTF-8 bytes (names are NFC): a member id may start with a combining mark, which a
         // Character-wise prefix would join to the ':'.
         let prefix = Array((family.descriptor.name + ":").utf8)
-        return try allEntryInfo().filter { !$0.isDeleted && $0.key.utf8.starts(with: prefix) }
-            .map { String(decoding: $0.key.utf8.dropFirst(prefix.count), as: UTF8.self) }.sorted()
+        return try allEntryInfo().filter { info in
+            guard !info.isDeleted, info.key.utf8.starts(with: prefix),
+                  let governing = registry.descriptor(forEntry: info.key) else { return false }
+            return governing.isFamily && governing.name == family.descriptor.name
+        }.map { String(decoding: $0.key.utf8.dropFirst(prefix.count), as: UTF8.self) }.sorted()
     }
 
     public func changes<Value>(for key: Key<Value>) -> AsyncStream<StoreChange> { changes(matching: .key(key.name)) }
