@@ -141,11 +141,11 @@ final class StoreCache: Sendable {
         }
     }
 
-    /// The version and bytes cached for each of `count` keys (`key(i)`), in
+    /// The version, bytes and encoding cached for each of `count` keys (`key(i)`), in
     /// order, nil for a key the cache does not know; statistics untouched.
     /// Takes the lock once per 1,024 keys, so readers never wait long.
-    func peekStates(count: Int, key: (Int) -> String) -> [(version: HLCTimestamp, bytes: [UInt8]?)?] {
-        var states: [(version: HLCTimestamp, bytes: [UInt8]?)?] = []
+    func peekStates(count: Int, key: (Int) -> String) -> [(version: HLCTimestamp, bytes: [UInt8]?, encoding: String)?] {
+        var states: [(version: HLCTimestamp, bytes: [UInt8]?, encoding: String)?] = []
         states.reserveCapacity(count)
         var start = 0
         while start < count {
@@ -158,7 +158,7 @@ final class StoreCache: Sendable {
                 for i in start..<end {
                     if let index = s.slots.index(forKey: key(i)) {
                         let slot = s.slots.values[index]
-                        states.append((slot.version, slot.bytes))
+                        states.append((slot.version, slot.bytes, slot.encoding))
                     } else {
                         states.append(nil)
                     }

@@ -123,20 +123,25 @@ extension SyncStore {
             let key = writes[i].key
             let bytes = writes[i].bytes
             let current: (version: HLCTimestamp, bytes: [UInt8]?)?
+            // The stored value may be kept as the write would keep it: not when it is damaged (a file or
+            // sealed bytes that no longer read), or written with another serializer (an app update).
+            var keptAlike = true
             let rowIndex = preparation.values.count
             let earlier = preparation.written.updateValue(rowIndex, forKey: key)
             if let earlier {
                 prepared.repeated = true
                 current = (.zero, preparation.values[earlier])
             } else if let state = cached[i] {
-                current = state
+                current = (state.version, state.bytes)
+                keptAlike = state.bytes == nil || state.encoding == descriptors[i].encoding
             } else if let row = grouped ? (stored.isEmpty ? nil : stored[key]) : try loadRow(key) {
-                // A value whose file is damaged reads as [] here, so that writing or removing the key repairs it.
+                // A value whose file is damaged reads as [] here, and is never kept alike: writing or removing the key repairs it.
                 current = (row.version, row.deleted ? nil : (row.value ?? []))
+                keptAlike = row.deleted || (row.value != nil && row.encoding == descriptors[i].encoding)
             } else {
                 current = nil
             }
-            let unchanged = bytes.map { new in current?.bytes.map { $0 == new } ?? false } ?? (current?.bytes == nil)
+            let unchanged = keptAlike && (bytes.map { new in current?.bytes.map { $0 == new } ?? false } ?? (current?.bytes == nil))
             if unchanged {
                 // No row: the key keeps the row it had before this write (if any).
                 if let earlier { preparation.written[key] = earlier } else { preparation.written.removeValue(forKey: key) }
