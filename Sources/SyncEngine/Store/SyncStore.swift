@@ -189,6 +189,12 @@ public final class SyncStore: KeyValueBackend {
         } catch let error as SyncError where error.code == .storageFull {
             logger.warning("moving key names to NFC at open waits for room", metadata: ["error": "\(error)"])
         }
+        do {
+            // After the names are NFC, with the tracking started (a value file rewritten is renamed at the commit).
+            try sealPlaintextOfEncryptedKeys()
+        } catch let error as SyncError where error.code == .storageFull {
+            logger.warning("sealing the values of keys now declared encrypted waits for room", metadata: ["error": "\(error)"])
+        }
     }
 
     /// Stops observers; the file stays as committed. Further use throws `.closed`.
