@@ -194,12 +194,25 @@ extension SyncStore: TransactionObserver {
             for change in changes { cache.invalidate(change.key) }
         }
         nextSeq.withLock { $0 = max($0, seqHigh + 1) }
+        try adoptNodeIDOfOtherWriters(conn)
         shared.withLock { s in
             s.dataVersion = version
             s.lastLogID = newest
             s.unpublished += changes
         }
         return true
+    }
+
+    /// The node id another connection took for the file (`renewNodeID()`):
+    /// this store's versions carry it from now on, and its sessions whose
+    /// hello named the old one end, as the renewing store's do.
+    private func adoptNodeIDOfOtherWriters(_ conn: SQLiteConnection) throws {
+        let stmt = try conn.statement("SELECT value FROM sync_meta WHERE name = 'node_id'")
+        defer { stmt.reset() }
+        guard try stmt.step(), let node = UInt32(stmt.string(0)), node != 0, node != MailboxReplicator.unknownPeer,
+              node != clock.node else { return }
+        clock.adopt(node: node)
+        nodeRenewals.publish(node)
     }
 
     private func publishExternalChanges() {
