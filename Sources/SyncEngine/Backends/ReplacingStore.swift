@@ -74,7 +74,23 @@ public final class ReplacingStore: KeyValueBackend {
         return changes
     }
 
-    public func allEntryInfo() throws -> [EntryInfo] { try store.allEntryInfo() }
+    /// The new store's entries, and the live values of the replaced store
+    /// that a first read would move here (with the replaced store's
+    /// metadata), ordered by key: `clear()` removes those too (else the next
+    /// read brought them back) and `members(of:)` lists them.
+    public func allEntryInfo() throws -> [EntryInfo] {
+        let current = try store.allEntryInfo()
+        let held = Set(current.map(\.key))
+        let settledKeys = settled.withLock { $0 }
+        let moving = try old.allEntryInfo().filter { info in
+            guard !info.isDeleted, !held.contains(info.key), !settledKeys.contains(info.key),
+                  registry.descriptor(forEntry: info.key) != nil,
+                  let oldDescriptor = old.registry.descriptor(forEntry: info.key) else { return false }
+            return oldDescriptor.availability.canWrite(on: old.role)
+        }
+        guard !moving.isEmpty else { return current }
+        return (current + moving).sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+    }
     public func changes(matching filter: ChangeFilter) -> AsyncStream<StoreChange> { store.changes(matching: filter) }
     public func observeChanges(matching filter: ChangeFilter, _ handler: @escaping @Sendable (StoreChange) -> Void) -> ChangeObservation {
         store.observeChanges(matching: filter, handler)
