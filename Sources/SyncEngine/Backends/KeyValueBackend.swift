@@ -311,8 +311,14 @@ extension KeyValueBackend {
     }
 
     /// Removes every value this device may write, in one transaction.
-    /// Read-only copies (`phoneWithWatchSync` on the watch) stay.
+    /// Read-only copies (`phoneWithWatchSync` on the watch) stay. A value
+    /// still under a key's legacy name is moved first (as a read moves it),
+    /// then removed: a later read does not bring it back.
     public func clear() async throws {
+        for descriptor in registry.descriptors where descriptor.legacyName != nil && !descriptor.isFamily
+            && descriptor.availability.canWrite(on: role) {
+            _ = try entry(forKey: descriptor.name, declaredAs: nil)
+        }
         let writes = try allEntryInfo().compactMap { info -> BackendWrite? in
             guard !info.isDeleted, let descriptor = registry.descriptor(forEntry: info.key),
                   descriptor.availability.canWrite(on: role) else { return nil }
