@@ -23,4 +23,28 @@ import Testing
         #expect(try await again.get(Self.units) == "metric")
     }
 
+    /// The same for `remove`: the key had no row of its own, so the removal
+    /// was skipped as unchanged, and the next read moved the legacy value in.
+    @Test func aRemovalIsNotUndoneByTheLegacyValue() async throws {
+        let folder = TempFolder()
+        let path = folder.file("s.sqlite")
+        let before = try SyncStore(path: path, role: .phone, registry: KeyRegistry([Self.oldUnits]))
+        try await before.set("imperial", for: Self.oldUnits)
+        before.close()
+
+        let store = try SyncStore(path: path, role: .phone, registry: KeyRegistry([Self.units]))
+        try await store.remove(Self.units)
+        #expect(try await store.get(Self.units) == "metric", "a removed value came back from its legacy key")
+        #expect(try store.contains(Self.units) == false)
+        store.close()
+        let again = try SyncStore(path: path, role: .phone, registry: KeyRegistry([Self.units]))
+        #expect(try await again.get(Self.units) == "metric")
+    }
+
+    @Test func anInMemoryStoreKeepsTheRemovalToo() async throws {
+        let store = InMemoryStore(role: .phone, registry: try KeyRegistry([Self.oldUnits, Self.units]))
+        try await store.set("imperial", for: Self.oldUnits)
+        try await store.remove(Self.units)
+        #expect(try await store.get(Self.units) == "metric", "a removed value came back from its legacy key")
+    }
 }

@@ -108,7 +108,8 @@ public final class InMemoryStore: KeyValueBackend {
                     s.stats.skippedWrites += 1
                     continue
                 }
-                if write.bytes == nil && current?.bytes == nil { continue }
+                // A key with a legacy name and no entry of its own keeps the removal (else a read moves the legacy value in).
+                if write.bytes == nil && current?.bytes == nil && !(current == nil && descriptor.legacyName != nil) { continue }
                 let version = try clock.now()
                 s.sequence += 1
                 s.entries[write.key] = Stored(entry: BackendEntry(bytes: write.bytes, encoding: descriptor.encoding, version: version, decoded: write.decoded),

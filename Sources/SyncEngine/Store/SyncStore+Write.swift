@@ -141,7 +141,10 @@ extension SyncStore {
             } else {
                 current = nil
             }
-            let unchanged = keptAlike && (bytes.map { new in current?.bytes.map { $0 == new } ?? false } ?? (current?.bytes == nil))
+            // A removal of a key with a legacy name and no row of its own leaves a tombstone: else the next
+            // read moves the legacy value in, and the removed value comes back.
+            let shadowsLegacy = bytes == nil && earlier == nil && descriptors[i].legacyName != nil && (current?.version ?? .zero) == .zero
+            let unchanged = !shadowsLegacy && keptAlike && (bytes.map { new in current?.bytes.map { $0 == new } ?? false } ?? (current?.bytes == nil))
             if unchanged {
                 // No row: the key keeps the row it had before this write (if any).
                 if let earlier { preparation.written[key] = earlier } else { preparation.written.removeValue(forKey: key) }
