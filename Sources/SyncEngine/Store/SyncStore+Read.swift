@@ -88,7 +88,16 @@ extension SyncStore {
         }
         if slot.bytes != nil || descriptor.legacyName == nil { cache.fill(key, slot, readSince: epoch) }
         if slot.bytes == nil, let legacy = descriptor.legacyName, slot.version == .zero {
-            return try migrateLegacy(from: legacy, to: key, descriptor: descriptor)
+            do {
+                return try migrateLegacy(from: legacy, to: key, descriptor: descriptor)
+            } catch let error as SyncError where error.code == .storageFull || error.code == .databaseCorrupt {
+                // The move is a write, which a full or damaged store refuses: the read still gives
+                // the value stored before (not cached; a read with room moves it).
+                return try readCommitted { conn -> StoreCache.Slot? in
+                    guard let old = try loadRow(conn, key: legacy), !old.deleted, let bytes = old.value else { return slot }
+                    return StoreCache.Slot(bytes: bytes, encoding: old.encoding, version: old.version, decoded: nil)
+                }
+            }
         }
         return slot
     }
