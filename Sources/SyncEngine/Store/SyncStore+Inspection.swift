@@ -20,7 +20,8 @@ public struct StoreFileSnapshot: Sendable {
         public var isPending: Bool
         /// The replication lane as stored: 0 none, 1 automatic, 2 manual waiting for `sync()`, 3 manual released.
         public var lane: Int
-        /// The stored bytes, only when asked for, and never for encrypted or deleted rows.
+        /// The stored bytes, only when asked for, and never for encrypted or deleted rows
+        /// (a `FileValueStore`'s from its value file; nil when that file is missing or damaged).
         public var value: [UInt8]?
     }
 
@@ -100,7 +101,7 @@ extension SyncStore {
             HLCTimestamp(packed: sqlite3_column_int64(s, i), node: UInt32(truncatingIfNeeded: sqlite3_column_int64(s, j)))
         }
         var meta: [String: String] = [:]
-        try query("SELECT name, value FROM sync_meta WHERE name IN ('node_id', 'role')") { meta[text($0, 0)] = text($0, 1) }
+        try query("SELECT name, value FROM sync_meta WHERE name IN ('node_id', 'role', 'value_directory')") { meta[text($0, 0)] = text($0, 1) }
         // Schema v5 streams changes to each peer from its cursor (sync_peers.acked_through): pending =
         // waiting for sync(), or in the stream after the least caught-up peer's cursor (a change taken
         // from the only peer is never sent back to it). v3 and v4 queue changes in sync_outbox; older
@@ -109,6 +110,8 @@ extension SyncStore {
         var hasOrigin = false
         try query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sync_outbox'") { _ in hasOutbox = true }
         try query("SELECT 1 FROM pragma_table_info('entries') WHERE name = 'origin_peer'") { _ in hasOrigin = true }
+        var hasInFile = false
+        try query("SELECT 1 FROM pragma_table_info('entries') WHERE name = 'in_file'") { _ in hasInFile = true }
         let pendingColumn = hasOutbox
             ? "e.lane > 0 AND EXISTS (SELECT 1 FROM sync_outbox o WHERE o.seq = e.change_seq AND o.key = e.key)"
             : hasOrigin
@@ -118,12 +121,22 @@ extension SyncStore {
               """
             : "e.lane > 0 AND e.change_seq > e.acked_seq"
         var entries: [StoreFileSnapshot.Entry] = []
-        try query("SELECT key, ver, node, deleted, encrypted, size, encoding, change_seq, \(pendingColumn), lane, value FROM entries e ORDER BY key") { s in
+        let inFileColumn = hasInFile ? "in_file" : "0"
+        try query("SELECT key, ver, node, deleted, encrypted, size, encoding, change_seq, \(pendingColumn), lane, value, \(inFileColumn) FROM entries e ORDER BY key") { s in
             let deleted = sqlite3_column_int(s, 3) != 0
             let encrypted = sqlite3_column_int(s, 4) != 0
             var value: [UInt8]?
-            if includeValues && !encrypted && !deleted, let blob = sqlite3_column_blob(s, 10) {
-                value = [UInt8](UnsafeRawBufferPointer(start: blob, count: Int(sqlite3_column_bytes(s, 10))))
+            if includeValues && !encrypted && !deleted {
+                if sqlite3_column_int(s, 11) != 0 {
+                    // A `FileValueStore`'s value is in its file (nil when the file is missing or damaged).
+                    value = meta["value_directory"].flatMap { directory in
+                        FileManager.default.contents(atPath: directory + "/" + ValueFiles.fileName(key: text(s, 0), version: version(s, 1, 2)))
+                    }.flatMap { ValueFiles.withoutTrailer([UInt8]($0)) }
+                } else if sqlite3_column_type(s, 10) != SQLITE_NULL {
+                    // An empty value is a zero-length blob, for which SQLite gives no pointer.
+                    let count = Int(sqlite3_column_bytes(s, 10))
+                    value = count == 0 ? [] : [UInt8](UnsafeRawBufferPointer(start: sqlite3_column_blob(s, 10), count: count))
+                }
             }
             entries.append(StoreFileSnapshot.Entry(
                 key: text(s, 0), version: version(s, 1, 2), isDeleted: deleted, isEncrypted: encrypted, size: Int(clamping: sqlite3_column_int64(s, 5)),
