@@ -1,4 +1,5 @@
 import Foundation
+import SyncTransport
 
 /// Counts and sizes of a store, in total and per namespace, with its cache
 /// and replication counters: what to look at when something seems off.
@@ -60,7 +61,9 @@ extension KeyValueBackend {
     /// A report a person can read: totals, cache and sync counters, then every
     /// key by namespace with its size, version and pending state. Values of
     /// encrypted keys never appear; other values appear as a short preview
-    /// only when `previewValues` is true.
+    /// only when `previewValues` is true. Key names and previews (a peer may
+    /// choose a family member's id and a value) show control and format
+    /// characters escaped (`\n`, `\u{1b}`), as peer text is in events.
     public func debugDump(previewValues: Bool = false) throws -> String {
         let infos = try allEntryInfo()
         let d = try diagnostics()
@@ -73,9 +76,9 @@ extension KeyValueBackend {
             out += "  sync: \(s.sessions) sessions, \(s.entriesSent) entries sent, \(s.entriesReceived) received (\(s.entriesIgnored) ignored, \(s.entriesRejected) rejected), \(s.conflicts) conflicts, \(s.deferred) deferred, \(s.bytesSent) B out, \(s.bytesReceived) B in\n"
         }
         for namespace in d.namespaces.keys.sorted() {
-            out += "\n[\(namespace.isEmpty ? "(no namespace)" : namespace)] \(Self.describe(d.namespaces[namespace] ?? .init()))\n"
+            out += "\n[\(namespace.isEmpty ? "(no namespace)" : PeerText.escaped(namespace, maxLength: .max))] \(Self.describe(d.namespaces[namespace] ?? .init()))\n"
             for info in infos where StoreDiagnostics.namespace(of: info.key) == namespace {
-                var line = "  \(info.key)  \(info.encoding)  "
+                var line = "  \(PeerText.escaped(info.key, maxLength: .max))  \(info.encoding)  "
                 if info.isDeleted {
                     line += "removed"
                 } else {
@@ -114,7 +117,8 @@ extension KeyValueBackend {
 
     private static func preview(_ bytes: [UInt8]) -> String {
         let text = String(decoding: bytes.prefix(48), as: UTF8.self)
-        let printable = text.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0 != "\u{FFFD}" }
+        // No control or format character (C0, DEL, C1, bidirectional overrides, separators).
+        let printable = text.unicodeScalars.allSatisfy { !PeerText.isInvisible($0) && $0 != "\u{FFFD}" }
         guard printable else { return "<\(bytes.count) bytes>" }
         return bytes.count > 48 ? text + "…" : text
     }
