@@ -219,6 +219,7 @@ extension SimReport {
         if faults.skipTombstones { replay += " --inject-fault skip-tombstones" }
         if faults.lastArrivalWins { replay += " --inject-fault last-arrival-wins" }
         if faults.ignoreKeyMismatch { replay += " --inject-fault ignore-key-mismatch" }
+        if faults.removeRebaselinedAtOnce { replay += " --inject-fault remove-rebaselined-at-once" }
         return replay
     }
 }
