@@ -4,7 +4,7 @@ import Foundation
 import Testing
 
 /// The replay command a failed run prints is one a shell runs as it stands:
-/// every injected fault is in it.
+/// every injected fault is in it, and a path with spaces or quotes stays one argument.
 @Suite struct ReplayCommandTests {
     /// The words `/bin/sh` makes of `command`.
     static func shellWords(_ command: String) throws -> [String] {
@@ -26,5 +26,13 @@ import Testing
         let injected = words.indices.filter { words[$0] == "--inject-fault" }.map { words[$0 + 1] }
         #expect(Set(injected) == Set(names), "\(replay)")
         #expect(try Simulation.testingFaults(named: injected) == Simulation.testingFaults(named: names))
+    }
+
+    @Test func aPathWithSpacesAndQuotesStaysOneArgument() throws {
+        let path = "/tmp/my runs/it's $HOME; `x` \"q\".json"
+        let replay = SimReport.replayCommand(scenario: path, seed: 9, transport: "tcp", faults: TestingFaults())
+        #expect(try Self.shellWords(replay) == ["syncsim", "run", path, "--seed", "9", "--transport", "tcp"])
+        #expect(SimReport.replayCommand(scenario: "Fixtures/scenarios/a-b_c.json", seed: 1, transport: nil, faults: TestingFaults())
+                == "syncsim run Fixtures/scenarios/a-b_c.json --seed 1")
     }
 }

@@ -92,8 +92,8 @@ public struct FuzzCommand: AsyncParsableCommand {
         try shrunk.json.write(toFile: minPath, atomically: true, encoding: .utf8)
         let suffix = injectFault.map { " --inject-fault \($0)" }.joined() + (transport == .sim ? "" : " --transport \(transport.rawValue)")
         print("shrunk from \(failure.scenario.timeline.count) to \(shrunk.timeline.count) steps: \(minPath)")
-        print("replay: syncsim run \(path)\(suffix)")
-        print("replay: syncsim run \(minPath)\(suffix)")
+        print("replay: syncsim run \(SimReport.shellQuoted(path))\(suffix)")
+        print("replay: syncsim run \(SimReport.shellQuoted(minPath))\(suffix)")
         print("\(String(format: "%.1f", rate)) scenarios/second")
         throw ExitCode(Simulation.Exit.invariantFailed)
     }

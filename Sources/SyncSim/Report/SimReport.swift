@@ -214,12 +214,20 @@ extension SimReport.Purge {
 extension SimReport {
     /// The command that replays a run.
     static func replayCommand(scenario: String, seed: UInt64, transport: String?, faults: TestingFaults) -> String {
-        var replay = "syncsim run \(scenario) --seed \(seed)"
+        var replay = "syncsim run \(shellQuoted(scenario)) --seed \(seed)"
         if let transport { replay += " --transport \(transport)" }
         if faults.skipTombstones { replay += " --inject-fault skip-tombstones" }
         if faults.lastArrivalWins { replay += " --inject-fault last-arrival-wins" }
         if faults.ignoreKeyMismatch { replay += " --inject-fault ignore-key-mismatch" }
         if faults.removeRebaselinedAtOnce { replay += " --inject-fault remove-rebaselined-at-once" }
         return replay
+    }
+
+    /// `word` as one shell argument: as it is when it holds only characters no
+    /// shell treats specially, else in single quotes (a `'` inside as `'\''`).
+    static func shellQuoted(_ word: String) -> String {
+        let plain = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:@%+=,")
+        if !word.isEmpty, word.allSatisfy(plain.contains) { return word }
+        return "'" + word.replacingOccurrences(of: "'", with: "'\\''") + "'"
     }
 }
