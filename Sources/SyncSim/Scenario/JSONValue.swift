@@ -1,3 +1,5 @@
+import Foundation
+
 /// Any JSON value: what a `put` step writes. Decoded and encoded with
 /// `Codable`; `canonicalText` gives the value's deterministic bytes (object
 /// members sorted by the UTF-8 bytes of their names, no spaces), so a run's
@@ -72,8 +74,12 @@ public indirect enum JSONValue: Sendable, Hashable, Codable {
         case .bool(let value): out += value ? "true" : "false"
         case .integer(let value): out += String(value)
         case .number(let value):
-            // Whole numbers print without a fraction, as they were written.
-            out += value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+            // Whole numbers print without a fraction or exponent (beyond Int64 too: 1e20 as 100000000000000000000).
+            if value.isFinite, value == value.rounded() {
+                out += abs(value) < 1e15 ? String(Int64(value)) : String(format: "%.0f", value)
+            } else {
+                out += String(value)
+            }
         case .string(let value): JSONValue.quote(value, into: &out)
         case .array(let items):
             out += "["
