@@ -22,8 +22,12 @@ public struct PairCommand: ParsableCommand {
         } catch {
             // The hint only for an existing regular file: --force never replaces a directory, FIFO or device.
             let existing = (try? FileManager.default.attributesOfItem(atPath: out)[.type] as? FileAttributeType) == .typeRegular
-            throw CommandFailure(exitCode: Simulation.Exit.runtimeFailure,
-                                 "cannot write the pairing secret to \(out): \(error)\(force || !existing ? "" : " (use --force to replace an existing file)")")
+            guard force || !existing else {
+                // The library's own message names its `overwrite:` parameter, not the option.
+                throw CommandFailure(exitCode: Simulation.Exit.runtimeFailure,
+                                     "cannot write the pairing secret to \(out): a file is already there; use --force to replace it")
+            }
+            throw CommandFailure(exitCode: Simulation.Exit.runtimeFailure, "cannot write the pairing secret to \(out): \(error)")
         }
         print("wrote a pairing secret to \(out) (mode 0600); epoch \(secret.epoch)")
     }

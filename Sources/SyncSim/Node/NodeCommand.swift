@@ -161,10 +161,15 @@ public struct NodeCommand: AsyncParsableCommand {
     }
 
     /// Loads every secret file; the same pairing in two files is refused (a
-    /// mistyped path would otherwise leave a watch without its pairing).
+    /// mistyped path would otherwise leave a watch without its pairing), and a
+    /// missing one is named with the command that makes it.
     static func loadSecrets(_ paths: [String]) throws -> [PairingSecret] {
         var secrets: [PairingSecret] = []
         for path in paths {
+            // The library's message for a missing file names its API; a node is told the command.
+            guard FileManager.default.fileExists(atPath: path) else {
+                throw TransportError(.badSecretFile, "no pairing secret file at \(path); make one with `syncsim pair --out \(path)` and give the same file to both nodes")
+            }
             let secret = try PairingSecret.load(from: path)
             if let index = secrets.firstIndex(of: secret) {
                 throw TransportError(
