@@ -68,13 +68,15 @@ public struct NodeCommand: AsyncParsableCommand {
         }
     }
 
-    /// HOST and PORT of `HOST:PORT`; nil without a host (`:7000`, which no
-    /// dial can reach) or a port from 0 to 65535.
+    /// HOST and PORT of `HOST:PORT` (an IPv6 host in brackets, `[::1]:7000`,
+    /// without them); nil without a host (`:7000`, which no dial can reach)
+    /// or a port from 0 to 65535.
     static func split(_ address: String) -> (host: String, port: Int)? {
         guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]), (0...65535).contains(port) else { return nil }
-        let host = String(address[..<colon])
+        var host = Substring(address[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]"), host.count >= 2 { host = host.dropFirst().dropLast() }
         guard !host.trimmingCharacters(in: .whitespaces).isEmpty else { return nil }
-        return (host, port)
+        return (String(host), port)
     }
 
     public func run() async throws {
