@@ -165,9 +165,68 @@ package struct JSONSyntaxError: Equatable {
             } else if text.hasSuffix(".") {
                 text.removeLast()
             }
+            if line == 0 { line = JSONSyntaxError.lineWithoutOffset(for: text, in: data) }
             if data.allSatisfy({ [0x20, 0x09, 0x0A, 0x0D].contains($0) }) { text = "the file is empty" }
             message = text.prefix(1).lowercased() + text.dropFirst()
         }
+    }
+
+    /// The line of an error Foundation reports without an offset: the number
+    /// it names, the first lone surrogate escape, or the file's last line for
+    /// an early end; 0 when none is found.
+    static func lineWithoutOffset(for message: String, in data: Data) -> Int {
+        if let start = message.range(of: "number ", options: .caseInsensitive), let end = message.range(of: " is not representable", range: start.upperBound..<message.endIndex) {
+            return scan(data) { token, _ in token == Array(message[start.upperBound..<end.lowerBound].utf8) } ?? 0
+        }
+        if message.contains("surrogate"), let line = scan(data, { _, escapes in escapes.contains { (0xD800...0xDBFF).contains($0.high) && !(0xDC00...0xDFFF).contains($0.next ?? 0) } }) {
+            return line
+        }
+        if message.contains("end of file") {
+            var line = 1, last = 1
+            for byte in data {
+                if byte == UInt8(ascii: "\n") { line += 1 } else if ![0x20, 0x09, 0x0D].contains(byte) { last = line }
+            }
+            return last
+        }
+        return 0
+    }
+
+    /// The line of the first token outside strings (a number, `true`…) for which
+    /// `match(token, [])` holds, or of the first string whose `\u` escapes
+    /// (each with the one after it) make `match([], escapes)` hold.
+    static func scan(_ data: Data, _ match: ([UInt8], [(high: Int, next: Int?)]) -> Bool) -> Int? {
+        let bytes = [UInt8](data)
+        var line = 1, index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\n") { line += 1 }
+            if byte == UInt8(ascii: "\"") {
+                let start = line
+                var units: [Int] = []
+                index += 1
+                while index < bytes.count, bytes[index] != UInt8(ascii: "\"") {
+                    if bytes[index] == UInt8(ascii: "\n") { line += 1 }
+                    if bytes[index] == UInt8(ascii: "\\"), index + 1 < bytes.count {
+                        if bytes[index + 1] == UInt8(ascii: "u"), index + 6 <= bytes.count,
+                           let unit = Int(String(decoding: bytes[(index + 2)..<(index + 6)], as: UTF8.self), radix: 16) {
+                            units.append(unit)
+                        }
+                        index += 1
+                    }
+                    index += 1
+                }
+                let escapes = units.indices.map { (high: units[$0], next: $0 + 1 < units.count ? units[$0 + 1] : nil) }
+                if !escapes.isEmpty, match([], escapes) { return start }
+            } else if !byte.isJSONSpaceOrPunctuation {
+                var end = index
+                while end < bytes.count, !bytes[end].isJSONSpaceOrPunctuation, bytes[end] != UInt8(ascii: "\"") { end += 1 }
+                if match(Array(bytes[index..<end]), []) { return line }
+                index = end
+                continue
+            }
+            index += 1
+        }
+        return nil
     }
 
     /// The line of the first comma followed only by white space before a `}` or `]`.
@@ -192,4 +251,9 @@ package struct JSONSyntaxError: Equatable {
         }
         return nil
     }
+}
+
+private extension UInt8 {
+    /// White space or a structural character of JSON: what ends a bare token.
+    var isJSONSpaceOrPunctuation: Bool { [0x20, 0x09, 0x0A, 0x0D, 0x2C, 0x3A, 0x5B, 0x5D, 0x7B, 0x7D].contains(self) }
 }
