@@ -141,4 +141,20 @@ import Testing
         #expect(throws: (any Error).self) { _ = try NodeCommand.parse(base + ["--connect", "127.0.0.1:7000"]) }
         _ = try NodeCommand.parse(base + ["--secret-file", "a", "--connect", "127.0.0.1:7000"])
     }
+
+    /// A watch holds one pairing whatever it syncs over: a listening or
+    /// mailbox-only watch took several secrets, and so several phones.
+    @Test func aWatchTakesExactlyOneSecretFileOnEveryTransport() throws {
+        let watch = ["--role", "watch", "--db", "w.sqlite", "--keys", "k.json", "--secret-file", "a", "--secret-file", "b"]
+        for transport in [["--listen", "127.0.0.1:0"], ["--mailbox", "m1", "--mailbox", "m2"], ["--listen", "127.0.0.1:0", "--mailbox", "m1", "--mailbox", "m2"]] {
+            do {
+                _ = try NodeCommand.parse(watch + transport)
+                Issue.record("a watch took two pairings with \(transport)")
+            } catch {
+                #expect(NodeCommand.message(for: error).contains("a watch holds one pairing"), "\(NodeCommand.message(for: error))")
+            }
+        }
+        _ = try NodeCommand.parse(["--role", "watch", "--db", "w.sqlite", "--keys", "k.json", "--secret-file", "a", "--listen", "127.0.0.1:0"])
+        _ = try NodeCommand.parse(base + ["--secret-file", "a", "--secret-file", "b", "--mailbox", "m1", "--mailbox", "m2"])
+    }
 }

@@ -26,7 +26,7 @@ public struct NodeCommand: AsyncParsableCommand {
         name: .customLong("secret-file"),
         help: ArgumentHelp(
             "A pairing secret made by `syncsim pair`.",
-            discussion: "A phone listening for several watches takes one per watch (repeat the option); a watch (--connect) takes exactly one."))
+            discussion: "A phone listening for several watches takes one per watch (repeat the option); a watch takes exactly one."))
     var secretFiles: [String] = []
     @Option(help: "Listen on HOST:PORT (port 0 picks a free port).") var listen: String?
     @Option(help: "Connect to HOST:PORT, reconnecting with backoff.") var connect: String?
@@ -61,6 +61,10 @@ public struct NodeCommand: AsyncParsableCommand {
         }
         if secretFiles.isEmpty {
             throw ValidationError("give --secret-file PATH (made by `syncsim pair`); a phone listening for several watches takes one per watch")
+        }
+        if role == .watch, secretFiles.count != 1 {
+            throw ValidationError(
+                "a watch takes exactly one --secret-file (got \(secretFiles.count)): a watch holds one pairing, with its phone; only a phone takes one per watch")
         }
         if connect != nil, secretFiles.count != 1 {
             throw ValidationError(
