@@ -327,7 +327,6 @@ extension KeyValueBackend {
         try commit(writes)
     }
 
-    /// Changes of one key, local and remote, after they commit.
     /// The ids of `family`'s members that hold a value (removed ones left
     /// out), sorted: which days have a step count. Only entries the family
     /// governs: not a key or a nested family whose name starts with its own
@@ -344,6 +343,7 @@ extension KeyValueBackend {
         }.map { String(decoding: $0.key.utf8.dropFirst(prefix.count), as: UTF8.self) }.sorted()
     }
 
+    /// Changes of one key, local and remote, after they commit.
     public func changes<Value>(for key: Key<Value>) -> AsyncStream<StoreChange> { changes(matching: .key(key.name)) }
     /// Changes of every key in a namespace.
     public func changes(in namespace: Namespace) -> AsyncStream<StoreChange> { changes(matching: .namespace(namespace.name)) }
