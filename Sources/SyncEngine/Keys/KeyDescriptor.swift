@@ -50,6 +50,12 @@ public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertibl
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
+        // A null is not an absent field: `"availability": null` would make the key sync both ways, in plain text.
+        for key in [CodingKeys.availability, .policy, .security, .encoding, .family, .resolver, .legacyName, .valueType] where c.contains(key) {
+            guard try c.decodeNil(forKey: key) else { continue }
+            throw DecodingError.valueNotFound(key == .family ? Bool.self : String.self, DecodingError.Context(
+                codingPath: c.codingPath + [key], debugDescription: "must not be null; leave the field out for its default"))
+        }
         name = KeyName.canonical(try c.decode(String.self, forKey: .name))
         availability = try KeyDescriptor.decodeCase(Availability.self, c, .availability) ?? .all
         policy = try KeyDescriptor.decodeCase(SyncPolicy.self, c, .policy) ?? .automaticSmall

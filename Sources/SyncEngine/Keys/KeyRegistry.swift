@@ -133,8 +133,8 @@ public struct KeyRegistry: Sendable {
                 if let unknown = fields.keys.sorted().first(where: { !known.contains($0) }) {
                     throw SyncError(.invalidConfiguration, "the key registry \(path): key \(index + 1) (\(fields["name"].map { "\($0)" } ?? "unnamed")) has the field '\(unknown)', which no key declares; the fields are \(known.sorted().joined(separator: ", "))")
                 }
-                // As a scenario's keys: only the serializers a keys file can give values of.
-                if let encoding = fields["encoding"], !((encoding as? String).map(KeyRegistry.fileEncodings.contains) ?? false) {
+                // As a scenario's keys: only the serializers a keys file can give values of (a null: below, with its line).
+                if let encoding = fields["encoding"], !(encoding is NSNull), !((encoding as? String).map(KeyRegistry.fileEncodings.contains) ?? false) {
                     throw SyncError(.invalidConfiguration, "the key registry \(path): key \(index + 1) (\(fields["name"].map { "\($0)" } ?? "unnamed")) has the encoding '\(encoding)'; expected \(KeyRegistry.fileEncodings.joined(separator: ", ")) or none (json)")
                 }
             }
