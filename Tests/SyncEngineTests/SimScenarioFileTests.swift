@@ -230,3 +230,37 @@ import Testing
         }
     }
 }
+
+/// A put's `size` is the value's exact serialized size, as the scenario
+/// format says: a size too small for a JSON key's quotes (2 bytes) or a
+/// union key's `[""]` (4) was run with a larger value than it named.
+@Suite struct PutSizeBelowItsWrapperTests {
+    static func text(key: String, size: Int) -> String {
+        """
+        {"description": "d", "seed": 1,
+         "keys": [{"name": "j"}, {"name": "u", "resolver": "union"}, {"name": "d", "encoding": "data"}],
+         "timeline": [
+           {"at": 0, "op": "put", "node": "phone", "key": "\(key)", "size": \(size)}]}
+        """
+    }
+
+    @Test(arguments: [("j", 1, 2), ("u", 3, 4)])
+    func aSizeBelowTheWrapperIsRefused(key: String, size: Int, least: Int) throws {
+        do {
+            _ = try Scenario.parse(Self.text(key: key, size: size), file: "s.json")
+            Issue.record("size \(size) of \(key) was accepted")
+        } catch {
+            #expect(error.field == "timeline[0].size")
+            #expect(error.line == 4)
+            #expect(error.message.contains("at least \(least)"), "\(error.message)")
+        }
+    }
+
+    @Test(arguments: [("j", 2), ("u", 4), ("d", 0), ("j", 100)])
+    func theSmallestSizesAreExact(key: String, size: Int) throws {
+        let scenario = try Scenario.parse(Self.text(key: key, size: size))
+        let runner = try ScenarioRunner<SimulatedScenarioLink>(scenario: scenario)
+        let descriptor = try #require(scenario.keys.first { $0.name == key })
+        #expect(runner.valueBytes(descriptor: descriptor, value: nil, size: size).count == size)
+    }
+}

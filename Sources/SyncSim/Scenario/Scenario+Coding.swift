@@ -236,6 +236,13 @@ enum StepCoding {
             let n = try node()!
             let k = try key()
             let size = try item.integer("size", required: false, range: 0...16_000_000)
+            // The exact serialized size: a JSON key's value is at least `""`, a union key's `[""]`.
+            if let size, let descriptor = registry.descriptor(forEntry: k), descriptor.encoding == "json" {
+                let least: Int64 = descriptor.resolver == "union" ? 4 : 2
+                if size < least {
+                    throw item.fail("size", "must be at least \(least) for this key (a JSON \(least == 4 ? "array of one string, [\"\"]" : "string, \"\"")), the value's exact serialized size")
+                }
+            }
             let value = try item.value("value")
             guard (value == nil) != (size == nil) else {
                 throw item.fail("value", "give exactly one of 'value' or 'size'")
