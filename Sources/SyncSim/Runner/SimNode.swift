@@ -76,12 +76,28 @@ final class SimNode {
     /// The nodes' engine log: silent, or on standard error at the level
     /// `SYNCSIM_LOG` names (`trace` … `critical`), to follow a scenario's run.
     static func logger(label: String) -> Logger {
-        guard let name = ProcessInfo.processInfo.environment["SYNCSIM_LOG"], let level = Logger.Level(rawValue: name) else {
+        let (level, warning) = logLevel(named: ProcessInfo.processInfo.environment["SYNCSIM_LOG"])
+        if let warning, unknownLevelWarned.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged {
+            try? FileHandle.standardError.write(contentsOf: Data((warning + "\n").utf8))
+        }
+        guard let level else {
             return Logger(label: label, factory: { _ in SwiftLogNoOpLogHandler() })
         }
         var logger = Logger(label: label, factory: { StreamLogHandler.standardError(label: $0) })
         logger.logLevel = level
         return logger
+    }
+
+    /// Whether an unknown `SYNCSIM_LOG` was reported (once a process).
+    private static let unknownLevelWarned = Atomic(false)
+
+    /// The level `SYNCSIM_LOG` names, in any case; for a name that is no
+    /// level, nil and a warning naming the levels. Unset or empty: neither.
+    static func logLevel(named name: String?) -> (level: Logger.Level?, warning: String?) {
+        guard let name = name?.trimmingCharacters(in: .whitespaces), !name.isEmpty else { return (nil, nil) }
+        if let level = Logger.Level(rawValue: name.lowercased()) { return (level, nil) }
+        let levels = Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")
+        return (nil, "syncsim: SYNCSIM_LOG=\(name) is not a log level (\(levels)); the nodes' engine log stays off")
     }
 
     /// Opens (or reopens) the store file with the same options every time, for the node's app's registry.
