@@ -98,10 +98,10 @@ final class ValueFiles: Sendable {
     func read(key: String, version: HLCTimestamp) throws -> [UInt8] {
         let file = path(key: key, version: version)
         guard let data = FileManager.default.contents(atPath: file) else {
-            throw SyncError(.corruptValueFile, "the value file of key '\(key)' is missing (\(file)); the entry's metadata is intact — restore the file or write the key again")
+            throw SyncError(.corruptValueFile, "the value file of key '\(PeerText.escaped(key))' is missing (\(file)); the entry's metadata is intact — restore the file or write the key again")
         }
         guard let bytes = Self.withoutTrailer([UInt8](data)) else {
-            throw SyncError(.corruptValueFile, "the value file of key '\(key)' does not match its checksum (\(file) is damaged); restore the file or write the key again")
+            throw SyncError(.corruptValueFile, "the value file of key '\(PeerText.escaped(key))' does not match its checksum (\(file) is damaged); restore the file or write the key again")
         }
         return bytes
     }
@@ -157,7 +157,7 @@ final class ValueFiles: Sendable {
     }
 
     static func sizeMismatch(key: String, found: Int, expected: Int) -> SyncError {
-        SyncError(.corruptValueFile, "the value file of key '\(key)' holds \(found) bytes where \(expected) were written; restore the file or write the key again")
+        SyncError(.corruptValueFile, "the value file of key '\(PeerText.escaped(key))' holds \(found) bytes where \(expected) were written; restore the file or write the key again")
     }
 
     /// A value file that could not be written: `storage-full` when the device is full.

@@ -72,7 +72,7 @@ struct AtRestCipher: Sendable {
             let box = try AES.GCM.SealedBox(combined: sealed)
             return [UInt8](try AES.GCM.open(box, using: key, authenticating: Array(keyName.utf8)))
         } catch {
-            throw SyncError(.decryptionFailed, "the encrypted value of key '\(keyName)' could not be decrypted: wrong master key or a damaged file; writing the key again replaces it")
+            throw SyncError(.decryptionFailed, "the encrypted value of key '\(PeerText.escaped(keyName))' could not be decrypted: wrong master key or a damaged file; writing the key again replaces it")
         }
     }
 

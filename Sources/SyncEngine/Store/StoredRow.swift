@@ -1,3 +1,5 @@
+import SyncTransport
+
 /// One row of `entries`, values decrypted.
 struct StoredRow: Sendable {
     var key: String
@@ -213,7 +215,7 @@ extension SyncStore {
                 throw SyncError(.encryptionKeyMissing, "key '\(key)' is encrypted at rest but the store was opened without a master key; pass StoreOptions(encryption:)")
             }
             do { bytes = try cipher.open(bytes, keyName: key) } catch {
-                throw SyncError(.corruptValueFile, "the value file of key '\(key)' does not decrypt (damaged or replaced); restore the file or write the key again")
+                throw SyncError(.corruptValueFile, "the value file of key '\(PeerText.escaped(key))' does not decrypt (damaged or replaced); restore the file or write the key again")
             }
         }
         guard bytes.count == size else { throw ValueFiles.sizeMismatch(key: key, found: bytes.count, expected: size) }

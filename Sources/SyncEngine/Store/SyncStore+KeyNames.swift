@@ -1,4 +1,5 @@
 import Logging
+import SyncTransport
 
 extension SyncStore {
     /// Once after the v11 migration: a build before key names were kept in
@@ -29,7 +30,7 @@ extension SyncStore {
                     for (key, version) in released { valueStorage.release(key: key, version: version) }
                 } catch {
                     // The rows stay as they were (readable by the name they were written with); the next open tries again.
-                    logger.error("a key name could not be moved to its NFC spelling", metadata: ["key": "\(name)", "error": "\(error)"])
+                    logger.error("a key name could not be moved to its NFC spelling", metadata: ["key": "\(PeerText.escaped(name))", "error": "\(error)"])
                     failed = true
                 }
             }

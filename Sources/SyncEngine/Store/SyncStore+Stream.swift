@@ -142,7 +142,7 @@ extension SyncStore {
     private func isSendable(_ key: String) -> Bool {
         guard key.utf8.count > KeyName.maxBytes else { return true }
         logger.error("an entry whose key name is too long for any peer is not sent", metadata: [
-            "key": "\(key.prefix(64))…", "bytes": "\(key.utf8.count)", "limit": "\(KeyName.maxBytes)",
+            "key": "\(PeerText.escaped(String(key.prefix(64))))…", "bytes": "\(key.utf8.count)", "limit": "\(KeyName.maxBytes)",
         ])
         return false
     }
@@ -157,8 +157,8 @@ extension SyncStore {
             return try outboundRow(stmt, key: key, seq: seq, size: size, deleted: deleted, isLarge: isLarge)
         } catch let error as SyncError where error.code == .decryptionFailed || error.code == .corruptValueFile {
             logger.error("a stored value that cannot be read is not sent; write the key again to replace it",
-                         metadata: ["key": "\(key)", "error": "\(error)"])
-            emit(.error(SyncError(error.code, "key '\(key)' is not sent: \(error.message); write it again to replace it")), peer: peer)
+                         metadata: ["key": "\(PeerText.escaped(key))", "error": "\(error)"])
+            emit(.error(SyncError(error.code, "key '\(PeerText.escaped(key))' is not sent: \(error.message); write it again to replace it")), peer: peer)
             return nil
         }
     }
