@@ -70,7 +70,7 @@ public enum MailboxDelivery: Sendable, Equatable {
     /// The next message, authenticated and in order.
     case message(MailboxMessage)
     /// A file that could not be accepted (another pairing, tampered, not a
-    /// mailbox message, replayed). It was moved to the spool's `refused/`
+    /// mailbox message, replayed, unreadable: `mailbox-io`). It was moved to the spool's `refused/`
     /// folder, next to a `.reason` file; nothing was deleted.
     case refused(fileName: String, error: TransportError)
 }
@@ -301,6 +301,11 @@ public final class Mailbox: Sendable {
             do {
                 bytes = try inbox.read(name, limit: limits.maxMessageBytes)
             } catch is SpoolFolder.Gone {
+                continue
+            } catch let unreadable as SpoolFolder.Unreadable {
+                // Else it is read again each round, and the messages behind it never come.
+                let error = TransportError(.mailboxIO, "\(unreadable.error.message); set aside, and the messages behind it are taken")
+                if try moveAside(name, error, in: inbox) { return .refused(fileName: name, error: error) }
                 continue
             } catch let error as TransportError where error.code == .oversizedFrame || error.code == .notAMessageFile {
                 if try moveAside(name, error, in: inbox) { return .refused(fileName: name, error: error) }

@@ -96,9 +96,21 @@ final class SpoolFolder {
     /// Whether anything (a link too) is named `name`.
     func exists(_ name: String) -> Bool { info(name) != nil }
 
+    /// The file `name` could not be opened or read (an I/O error, a lease another
+    /// holds): `mailbox-io`, kept as `error`. A failure of this process rather than
+    /// the file (out of descriptors or memory) is thrown as the `TransportError` itself.
+    struct Unreadable: Error {
+        let error: TransportError
+
+        static func failure(_ code: Int32, _ what: String) -> any Error {
+            let error = TransportError(.mailboxIO, "\(what): \(String(cString: strerror(code)))")
+            return [EMFILE, ENFILE, ENOMEM, ENOBUFS].contains(code) ? error : Unreadable(error: error)
+        }
+    }
+
     /// The bytes of the regular file `name`, at most `limit`: anything else
     /// (a symbolic link, a folder, a FIFO, a socket, a device) is `not-a-message-file`,
-    /// a larger file `oversized-frame`, no file `Gone`.
+    /// a larger file `oversized-frame`, no file `Gone`, a file that cannot be opened or read `Unreadable`.
     func read(_ name: String, limit: Int) throws -> [UInt8] {
         let filePath = path + "/" + name
         // Non-blocking: opening a FIFO for reading would wait for a writer. Never through a link.
@@ -110,13 +122,11 @@ final class SpoolFolder {
                 throw TransportError(.notAMessageFile, "\(filePath) is not a regular file (a symbolic link, a socket or a device), so no message")
             }
             if code == ENOENT, !exists(name) { throw Gone() }
-            throw TransportError(.mailboxIO, "cannot open \(filePath): \(String(cString: strerror(code)))")
+            throw Unreadable.failure(code, "cannot open \(filePath)")
         }
         defer { close(file) }
         var info = stat()
-        guard fstat(file, &info) == 0 else {
-            throw TransportError(.mailboxIO, "cannot inspect \(filePath): \(String(cString: strerror(errno)))")
-        }
+        guard fstat(file, &info) == 0 else { throw Unreadable.failure(errno, "cannot inspect \(filePath)") }
         guard info.st_mode & S_IFMT == S_IFREG else {
             throw TransportError(.notAMessageFile, "\(filePath) is not a regular file (a directory, a FIFO or a device), so no message")
         }
@@ -130,7 +140,7 @@ final class SpoolFolder {
             let count = chunk.withUnsafeMutableBytes { posixRead(file, $0.baseAddress, $0.count) }
             if count < 0 {
                 if errno == EINTR { continue }
-                throw TransportError(.mailboxIO, "cannot read \(filePath): \(String(cString: strerror(errno)))")
+                throw Unreadable.failure(errno, "cannot read \(filePath)")
             }
             if count == 0 { break }
             bytes.append(contentsOf: chunk[0..<count])
