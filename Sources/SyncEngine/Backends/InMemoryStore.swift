@@ -50,7 +50,7 @@ public final class InMemoryStore: KeyValueBackend {
     }
 
     public func entry(forKey key: String, declaredAs declared: KeyDescriptor?) throws -> BackendEntry? {
-        let found = try state.withLock { s -> (entry: BackendEntry?, legacy: String?) in
+        let found = try state.withLock { s -> (entry: BackendEntry?, legacy: (String, KeyDescriptor)?) in
             try InMemoryStore.checkOpen(s)
             let stored = s.entries[key]
             if s.cached.contains(key) {
@@ -63,17 +63,21 @@ public final class InMemoryStore: KeyValueBackend {
             guard stored == nil, let legacy = descriptor.legacyName, s.entries[legacy]?.entry.bytes != nil else {
                 return (stored?.entry, nil)
             }
-            return (nil, legacy)
+            return (nil, (legacy, descriptor))
         }
-        guard let legacy = found.legacy else { return found.entry }
-        return try migrateLegacy(from: legacy, to: key)
+        guard let (legacy, descriptor) = found.legacy else { return found.entry }
+        return try migrateLegacy(from: legacy, to: key, descriptor: descriptor)
     }
 
     /// Moves the legacy key's value to `key` atomically, as `SyncStore` does.
-    private func migrateLegacy(from legacy: String, to key: String) throws -> BackendEntry? {
+    private func migrateLegacy(from legacy: String, to key: String, descriptor: KeyDescriptor) throws -> BackendEntry? {
         let moved = try state.withLock { s -> BackendEntry? in
             if let current = s.entries[key] { return current.entry }
             guard let old = s.entries[legacy]?.entry, let bytes = old.bytes else { return nil }
+            guard old.encoding == descriptor.encoding else {
+                s.cached.remove(key)
+                throw descriptor.legacySerializerMismatch(legacy: legacy, stored: old.encoding)
+            }
             let entry = BackendEntry(bytes: bytes, encoding: old.encoding, version: try clock.now())
             s.sequence += 1
             s.entries[key] = Stored(entry: entry, changeSequence: s.sequence)

@@ -313,18 +313,25 @@ extension KeyValueBackend {
     /// Removes every value this device may write, in one transaction.
     /// Read-only copies (`phoneWithWatchSync` on the watch) stay. A value
     /// still under a key's legacy name is moved first (as a read moves it),
-    /// then removed: a later read does not bring it back.
+    /// then removed: a later read does not bring it back. One that cannot move
+    /// (written with another serializer) is removed with the key.
     public func clear() async throws {
+        var unmoved: [BackendWrite] = []
         for descriptor in registry.descriptors where descriptor.legacyName != nil && !descriptor.isFamily
             && descriptor.availability.canWrite(on: role) {
-            _ = try entry(forKey: descriptor.name, declaredAs: nil)
+            do {
+                _ = try entry(forKey: descriptor.name, declaredAs: nil)
+            } catch let error as SyncError where error.code == .typeMismatch {
+                // The key's removal leaves a tombstone, which stops the move.
+                unmoved.append(BackendWrite(key: descriptor.name, descriptor: descriptor, bytes: nil, decoded: nil))
+            }
         }
         let writes = try allEntryInfo().compactMap { info -> BackendWrite? in
             guard !info.isDeleted, let descriptor = registry.descriptor(forEntry: info.key),
                   descriptor.availability.canWrite(on: role) else { return nil }
             return BackendWrite(key: info.key, descriptor: descriptor, bytes: nil, decoded: nil)
         }
-        try commit(writes)
+        try commit(writes + unmoved)
     }
 
     /// The ids of `family`'s members that hold a value (removed ones left

@@ -19,7 +19,8 @@ public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertibl
     public var resolver: String?
     /// An older key whose value moves over on first read (NFC, as `name`). A
     /// registry refuses one that is no valid key name, the key's own name, or
-    /// another key's legacy name.
+    /// another key's legacy name. A value written with another serializer
+    /// than `encoding` is not moved: reads throw `type-mismatch` naming it.
     public var legacyName: String? {
         didSet { legacyName = legacyName.map(KeyName.canonical) }
     }
@@ -119,5 +120,13 @@ public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertibl
         if name.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.value < 0x20 || $0.value == 0x7F }) {
             throw SyncError(.invalidKey, "key name '\(name.debugDescription)' contains whitespace or control characters")
         }
+    }
+
+    /// A value under this key's legacy name written with another serializer
+    /// than this key declares is not moved (as `ReplacingStore` refuses it):
+    /// the error a read of the key throws; the old value stays under its name.
+    func legacySerializerMismatch(legacy: String, stored: String) -> SyncError {
+        SyncError(.typeMismatch, "key '\(name)' has a value under its legacy name '\(legacy)' written with the \(stored) serializer, but declares \(encoding); "
+            + "it was not moved: read it with a key of the old type and write it under the new one, or write or remove the new key (which retires it)")
     }
 }

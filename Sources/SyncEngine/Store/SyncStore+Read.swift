@@ -95,6 +95,7 @@ extension SyncStore {
                 // the value stored before (not cached; a read with room moves it).
                 return try readCommitted { conn -> StoreCache.Slot? in
                     guard let old = try loadRow(conn, key: legacy), !old.deleted, let bytes = old.value else { return slot }
+                    guard old.encoding == descriptor.encoding else { throw descriptor.legacySerializerMismatch(legacy: legacy, stored: old.encoding) }
                     return StoreCache.Slot(bytes: bytes, encoding: old.encoding, version: old.version, decoded: nil)
                 }
             }
@@ -115,7 +116,8 @@ extension SyncStore {
     }
 
     /// Moves the legacy key's value to `key` in one transaction: the new value
-    /// is written and the legacy row removed together, or neither.
+    /// is written and the legacy row removed together, or neither. A value
+    /// written with another serializer than `key` declares is not moved: `type-mismatch`.
     private func migrateLegacy(from legacy: String, to key: String, descriptor: KeyDescriptor) throws -> StoreCache.Slot? {
         let now = physicalClock.nowMilliseconds()
         let slot = try database.write({ conn -> StoreCache.Slot? in
@@ -125,6 +127,8 @@ extension SyncStore {
             guard let old = try loadRow(conn, key: legacy), !old.deleted, let bytes = old.value else {
                 return StoreCache.Slot(bytes: nil, encoding: descriptor.encoding, version: .zero, decoded: nil)
             }
+            // Moved as it is, it would never read as the key (`type-mismatch`), and its old name would be gone.
+            guard old.encoding == descriptor.encoding else { throw descriptor.legacySerializerMismatch(legacy: legacy, stored: old.encoding) }
             let version = try clock.now()
             let lane = lane(for: descriptor, size: bytes.count, deleted: false)
             try saveRow(conn, StoredRow(key: key, value: bytes, encoding: old.encoding, version: version, base: .zero, deleted: false,
