@@ -106,7 +106,9 @@ public final class InMemoryStore: KeyValueBackend {
         let changes = try state.withLock { s -> [StoreChange] in
             try InMemoryStore.checkOpen(s)
             var changes: [StoreChange] = []
+            var written = Set<String>()
             for (write, descriptor) in checked {
+                defer { written.insert(write.key) }
                 let current = s.entries[write.key]?.entry
                 if let bytes = write.bytes, let existing = current?.bytes, existing == bytes {
                     s.stats.skippedWrites += 1
@@ -119,6 +121,12 @@ public final class InMemoryStore: KeyValueBackend {
                 s.entries[write.key] = Stored(entry: BackendEntry(bytes: write.bytes, encoding: descriptor.encoding, version: version, decoded: write.decoded),
                                               changeSequence: s.sequence)
                 if (write.bytes?.count ?? 0) <= maxCachedValueSize { s.cached.insert(write.key) } else { s.cached.remove(write.key) }
+                // The key's first entry retires a value still under its legacy name, as `SyncStore` does.
+                if current == nil, let legacy = descriptor.legacyName, !written.contains(legacy), let old = s.entries[legacy]?.entry, old.bytes != nil {
+                    s.sequence += 1
+                    s.entries[legacy] = Stored(entry: BackendEntry(bytes: nil, encoding: old.encoding, version: try clock.now()), changeSequence: s.sequence)
+                    s.cached.remove(legacy)
+                }
                 changes.append(StoreChange(key: write.key, kind: write.bytes == nil ? .removed : .set, origin: .local, version: version))
             }
             return changes

@@ -134,18 +134,7 @@ extension SyncStore {
             try saveRow(conn, StoredRow(key: key, value: bytes, encoding: old.encoding, version: version, base: .zero, deleted: false,
                                         encrypted: false, size: bytes.count, changeSeq: takeSeq(), lane: lane),
                         encrypt: descriptor.security == .encrypted, writtenAt: now)
-            if let legacyDescriptor = registry.descriptor(forEntry: legacy) {
-                let tombstoneVersion = try clock.now()
-                let tombstone = StoredRow(key: legacy, value: nil, encoding: old.encoding, version: tombstoneVersion,
-                                          base: HLCTimestamp.base(old.version, of: tombstoneVersion),
-                                          deleted: true, encrypted: false, size: 0, changeSeq: takeSeq(),
-                                          lane: self.lane(for: legacyDescriptor, size: 0, deleted: true))
-                try saveRow(conn, tombstone, encrypt: false, writtenAt: now)
-            } else {
-                let delete = try conn.statement("DELETE FROM entries WHERE key = ?")
-                delete.bind(1, legacy)
-                try delete.run()
-            }
+            try retireLegacyRow(conn, old, writtenAt: now)
             return StoreCache.Slot(bytes: bytes, encoding: old.encoding, version: version, decoded: nil)
         }, onCommit: { slot in
             if let slot { cache.store(key, slot) }
@@ -157,6 +146,23 @@ extension SyncStore {
             localWrites.publish(SyncStore.thisDevice)
         }
         return slot
+    }
+
+    /// Removes the live legacy row `old` in the open transaction: a tombstone
+    /// when its key is still declared (the removal replicates), else the row goes.
+    func retireLegacyRow(_ conn: SQLiteConnection, _ old: StoredRow, writtenAt now: Int64) throws {
+        if let legacyDescriptor = registry.descriptor(forEntry: old.key) {
+            let tombstoneVersion = try clock.now()
+            let tombstone = StoredRow(key: old.key, value: nil, encoding: old.encoding, version: tombstoneVersion,
+                                      base: HLCTimestamp.base(old.version, of: tombstoneVersion),
+                                      deleted: true, encrypted: false, size: 0, changeSeq: takeSeq(),
+                                      lane: self.lane(for: legacyDescriptor, size: 0, deleted: true))
+            try saveRow(conn, tombstone, encrypt: false, writtenAt: now)
+        } else {
+            let delete = try conn.statement("DELETE FROM entries WHERE key = ?")
+            delete.bind(1, old.key)
+            try delete.run()
+        }
     }
 
     /// Metadata of one stored entry (no value): version, size, deletion, pending state.

@@ -151,6 +151,11 @@ extension SyncStore {
                 if bytes != nil { prepared.skipped += 1 }
                 continue
             }
+            // The key gets a row of its own: a value still under its legacy name goes in the same transaction
+            // (else it stays live beside the key's row, and moves back once that row is purged).
+            if earlier == nil, (current?.version ?? .zero) == .zero, let legacy = descriptors[i].legacyName {
+                prepared.retiredLegacy.append(legacy)
+            }
             let size = bytes?.count ?? 0
             let lane = lane(for: descriptors[i], size: size, deleted: bytes == nil)
             if let earlier { prepared.baseFromEarlier.append((rowIndex, earlier)) }
@@ -207,6 +212,13 @@ extension SyncStore {
             try saveRows(conn, outcome.rows[newRows], encrypt: { !encrypted.isEmpty && encrypted.contains($0.key) },
                          writtenAt: outcome.writtenAt, distinctKeys: !prepared.repeated, changes: outcome.changes[newRows])
         }
+        // Not a legacy key this transaction wrote itself (a later chunk's write replaces the tombstone anyway).
+        let written = prepared.retiredLegacy.isEmpty ? [] : Set(outcome.rows.lazy.map(\.key))
+        for legacy in prepared.retiredLegacy where !written.contains(legacy) {
+            guard let old = try loadRow(conn, key: legacy, valueFile: .ifReadable), !old.deleted else { continue }
+            try retireLegacyRow(conn, old, writtenAt: outcome.writtenAt)
+            outcome.retiredLegacy.append(legacy)
+        }
     }
 
     private func runWillCommitHooks(_ outcome: LocalCommitOutcome) throws {
@@ -222,6 +234,7 @@ extension SyncStore {
         // in between must not make the next commit look like part of a burst.
         if !outcome.changes.isEmpty { noteLocalCommit(startedAt: outcome.startedAt) }
         cache.store(outcome.rows, decoded: outcome.decoded)
+        for legacy in outcome.retiredLegacy { cache.invalidate(legacy) }
     }
 
     /// After the lock: counters, events, observers, the session's wake-up.
@@ -252,6 +265,8 @@ struct LocalCommitOutcome: Sendable {
     var decoded: [(any Sendable)?] = []
     var deferred: [(String, Int)] = []
     var skipped = 0
+    /// Legacy names whose live row the commit removed (out of the cache after it).
+    var retiredLegacy: [String] = []
     /// The wall-clock milliseconds every row is marked as written at.
     let writtenAt: Int64
     /// When the write began (burst coalescing times the writer's pause from the commit before to it).
@@ -283,4 +298,6 @@ struct PreparedLocalRows: Sendable {
     var skipped = 0
     /// Whether a key of the chunk was written earlier in the transaction (in this chunk or before).
     var repeated = false
+    /// Legacy names of keys that get their first row: a live row under one is retired when the rows are saved.
+    var retiredLegacy: [String] = []
 }
