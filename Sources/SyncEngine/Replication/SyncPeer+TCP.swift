@@ -7,8 +7,8 @@ import SyncTransport
 /// let secret = try PairingSecret.load(from: "pair.secret")
 /// let peer = SyncPeer(store: store, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
 /// let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: secret))
-/// try await peer.serve(listener)              // the phone: until the listener closes
-/// try await peer.maintainConnection(host: "127.0.0.1", port: port, configuration: TCPConfiguration(secret: secret))  // the watch
+/// await peer.serve(listener)                  // the phone: until the listener closes
+/// await peer.maintainConnection(host: "127.0.0.1", port: port, configuration: TCPConfiguration(secret: secret))  // the watch
 /// ```
 extension SyncPeer {
     /// Runs one session per authenticated connection the listener accepts, at
