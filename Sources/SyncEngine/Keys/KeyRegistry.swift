@@ -29,12 +29,14 @@ public struct KeyRegistry: Sendable {
     /// Every declared key, in declaration order.
     public private(set) var descriptors: [KeyDescriptor] = []
 
-    /// Builds a registry from typed keys. Two keys with one full name throw
+    /// Builds a registry from typed keys. Two keys with one full name, or a
+    /// key named as a family's member (`a:b` beside the family `a`), throw
     /// `.duplicateKey`, naming both declarations.
     public init(_ keys: [any KeyDeclaration]) throws {
         for key in keys {
             try add(Registered(descriptor: key.descriptor, valueTypeName: key.valueTypeName, resolver: key.erasedResolver))
         }
+        try checkKeysInsideFamilies()
         try checkLegacyNames()
     }
 
@@ -52,7 +54,23 @@ public struct KeyRegistry: Sendable {
             }
             try add(Registered(descriptor: descriptor, valueTypeName: "JSON", resolver: resolver))
         }
+        try checkKeysInsideFamilies()
         try checkLegacyNames()
+    }
+
+    /// No key is named where a member of a family would be (`a:b` beside the
+    /// family `a`, or `a:b:c`, `a["b:c"]`): the member would address that key
+    /// with the family's type and serializer. Throws `.duplicateKey` naming
+    /// both. A nested family (`a:hours`, members `a:hours:<id>`) is no member.
+    private func checkKeysInsideFamilies() throws {
+        guard !families.isEmpty else { return }
+        for d in descriptors where !d.isFamily {
+            guard let family = family(forEntry: d.name), let key = exact[d.name] else { continue }
+            let f = family.descriptor
+            let id = String(decoding: d.name.utf8.dropFirst(f.name.utf8.count + 1), as: UTF8.self)
+            throw SyncError(.duplicateKey, "key '\(d.name)' is named where a member of the family '\(f.name)' would be: \(family.valueTypeName) \(f) and \(key.valueTypeName) \(d); "
+                + "'\(f.name)'[\"\(id)\"] would address the key with the family's type and serializer; give one of them another name")
+        }
     }
 
     /// A legacy name names the one old key whose value moves over: no other
