@@ -247,6 +247,12 @@ enum StepCoding {
             guard (value == nil) != (size == nil) else {
                 throw item.fail("value", "give exactly one of 'value' or 'size'")
             }
+            // As `syncsim node`'s put: a string or data key takes a JSON string, whose bytes are stored as they are.
+            if let value, let descriptor = registry.descriptor(forEntry: k), descriptor.encoding != "json" {
+                guard case .string = value else {
+                    throw item.fail("value", "key '\(k)' has the encoding \(descriptor.encoding): give a JSON string (\"text\"), whose bytes are stored as they are; found \(value.typeName)")
+                }
+            }
             action = .put(node: n, key: k, value: value, size: size.map(Int.init))
         case "delete":
             try item.checkKnown(["at", "op", "node", "key"])
