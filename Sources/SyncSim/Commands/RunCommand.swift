@@ -13,7 +13,7 @@ public struct RunCommand: AsyncParsableCommand {
     @Argument(help: "The scenario file (see Fixtures/scenarios/README.md).")
     var scenario: String
 
-    @Option(help: "Override the scenario's seed.")
+    @Option(help: "Override the scenario's seed (0 to Int64.max).")
     var seed: UInt64?
 
     @Option(help: "sim (virtual time, default) or tcp (real sockets on 127.0.0.1).")
@@ -29,6 +29,13 @@ public struct RunCommand: AsyncParsableCommand {
     var injectFault: [String] = []
 
     public init() {}
+
+    /// A seed past Int64.max is a usage error, as a scenario file's `seed` is.
+    public func validate() throws {
+        if let seed, seed > UInt64(Int64.max) {
+            throw ValidationError("--seed must be at most \(Int64.max), as a scenario file's seed")
+        }
+    }
 
     public func run() async throws {
         var faults: RunOptions
