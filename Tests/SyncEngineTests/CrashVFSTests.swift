@@ -364,10 +364,11 @@ func powerCutOptions(clock: ManualClock = ManualClock(), vfs: CrashVFS? = nil) -
                     exchange(a, b, &recorder, start: false, syncing: deferred ? watch : nil)
                 }
                 acknowledged = recorder.acknowledged
+                // No cut yet: the power fails right after the last acknowledgement, the store still
+                // open (before the deferred `close()`, which copies the WAL into the file and syncs it).
+                if vfs.statistics.cuts == cutsBefore { vfs.powerCut(keeping: survivors) }
             }
             outcome.cutFired = vfs.statistics.cuts > cutsBefore
-            // No cut yet: the power fails right after the last acknowledgement, the store still open.
-            if !outcome.cutFired { vfs.powerCut(keeping: survivors) }
         }
         // The endpoints and the watch store are gone: its (dead) files are closed.
         outcome.operations = vfs.statistics.operations - operationsBefore

@@ -45,10 +45,16 @@ import Testing
         phone.send("quit")
         #expect(try await exitStatus(of: phone.process, "the phone node to quit") == 0)
 
+        // A node that quit closed its store: each `.sqlite` alone holds everything (no `-wal` left to copy).
+        let copies = TempFolder()
+        for name in ["phone.sqlite", "watch.sqlite"] {
+            #expect(!FileManager.default.fileExists(atPath: folder.file(name + "-wal")), "\(name)-wal left after the node ended (\(how))")
+            try FileManager.default.copyItem(atPath: folder.file(name), toPath: copies.file(name))
+        }
         let registry = try KeyRegistry.load(jsonFile: keys)
-        let phoneStore = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry)
+        let phoneStore = try SyncStore(path: copies.file("phone.sqlite"), role: .phone, registry: registry)
         defer { phoneStore.close() }
-        let watchStore = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: registry)
+        let watchStore = try SyncStore(path: copies.file("watch.sqlite"), role: .watch, registry: registry)
         defer { watchStore.close() }
         let position = try SQLiteReplicationPort(phoneStore).streamPosition()
         #expect(position >= 2)

@@ -80,10 +80,53 @@ final class Database: Sendable {
     /// How many background checkpoints ran (tests).
     var backgroundCheckpointRuns: Int { checkpointer.runs.load(ordering: .relaxed) }
 
-    deinit {
-        connection.withLock { checkpointer.detach(from: $0.handle) }
+    deinit { close() }
+
+    /// Set by `close()`.
+    private let closed = Atomic<Bool>(false)
+    /// Set by a `close()` called while this thread held the writer (a commit
+    /// hook): the writer closes as that thread leaves it.
+    private let closeWhenUnlocked = Atomic<Bool>(false)
+
+    /// Closes every connection, the writer last, so that its close, the last
+    /// one to the file in this process, copies the WAL into the file and
+    /// removes it (as long as no other connection, here or in another process,
+    /// has the file open). Waits for reads and writes running on other threads;
+    /// called while this thread is inside a write (a commit hook, an observer
+    /// called under the lock), the writer closes as that write returns.
+    /// Later uses throw `.closed`.
+    func close() {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        readers?.close()
         checkpointer.stop()
         walSyncer.stop()
+        if lockHolder.load(ordering: .relaxed) == Database.currentThread {
+            closeWhenUnlocked.store(true, ordering: .releasing)
+            return
+        }
+        // Work holding the writer for this thread ends first (it would wait for this thread).
+        releaseWriterClaimedForThisThread()
+        closeWriter()
+    }
+
+    private func closeWriter() {
+        connection.withLock { conn in
+            guard conn.isOpen else { return }
+            checkpointer.detach(from: conn.handle)
+            conn.close()
+        }
+    }
+
+    /// After the writer's lock was left: the close a commit hook asked for.
+    private func closeIfAskedFromInside() {
+        guard closeWhenUnlocked.load(ordering: .acquiring),
+              lockHolder.load(ordering: .relaxed) != Database.currentThread,
+              closeWhenUnlocked.exchange(false, ordering: .acquiringAndReleasing) else { return }
+        closeWriter()
+    }
+
+    private func closedError() -> SyncError {
+        SyncError(.closed, "the store at \(path) is closed; open it again")
     }
 
     /// Refuses files that exist, are non-empty and lack the SQLite header, or
@@ -154,7 +197,9 @@ final class Database: Sendable {
     func read<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
         try refuseUseFromInside()
         releaseWriterClaimedForThisThread()
+        defer { closeIfAskedFromInside() }
         return try connection.withLock { conn in
+            guard conn.isOpen else { throw closedError() }
             markHeld()
             defer { lockHolder.store(0, ordering: .relaxed) }
             return try body(conn)
@@ -165,7 +210,9 @@ final class Database: Sendable {
     /// then nil at once, without waiting for it.
     func readIfFree<T: Sendable>(_ body: (SQLiteConnection) throws -> T) throws -> T? {
         try refuseUseFromInside()
+        defer { closeIfAskedFromInside() }
         return try connection.withLockIfAvailable { conn in
+            guard conn.isOpen else { throw closedError() }
             markHeld()
             defer { lockHolder.store(0, ordering: .relaxed) }
             return try body(conn)
@@ -175,7 +222,7 @@ final class Database: Sendable {
     /// The thread running inside the writer connection's lock (0: none).
     private let lockHolder = Atomic<UInt>(0)
 
-    private static var currentThread: UInt {
+    static var currentThread: UInt {
         #if canImport(Darwin)
         UInt(bitPattern: pthread_self())
         #else
@@ -216,8 +263,10 @@ final class Database: Sendable {
         if corruption.isSet { throw CorruptionFlag.error(path: path) }
         try refuseUseFromInside()
         releaseWriterClaimedForThisThread()
+        defer { closeIfAskedFromInside() }
         let observer = self.observer.withLock { $0.value }
         let result = try connection.withLock { conn in
+            guard conn.isOpen else { throw closedError() }
             markHeld()
             defer { lockHolder.store(0, ordering: .relaxed) }
             let result: T

@@ -25,6 +25,10 @@ final class ReaderPool: Sendable {
     private struct IdleConnections {
         var connections: [SQLiteConnection] = []
         var opened = 0
+        /// Set by `close()`: reads throw `.closed`, connections close as they come back.
+        var closed = false
+        /// The threads reading now, one entry per read (`close()` does not wait for its own thread's).
+        var readingThreads: [UInt] = []
     }
 
     init(path: String, vfs: String?, capacity: Int, corruption: CorruptionFlag) {
@@ -36,17 +40,46 @@ final class ReaderPool: Sendable {
     }
 
     /// Runs `body` with a reader connection (outside any transaction: each
-    /// statement reads the newest committed state).
+    /// statement reads the newest committed state). Throws `.closed` after `close()`.
     func read<T>(_ body: (SQLiteConnection) throws -> T) throws -> T {
         places.wait()
         defer { places.signal() }
         let connection = try take()
-        defer { idle.withLock { $0.connections.append(connection) } }
+        defer { giveBack(connection) }
         return try body(connection)
     }
 
+    private func giveBack(_ connection: SQLiteConnection) {
+        let thread = Database.currentThread
+        idle.withLock { state in
+            if let index = state.readingThreads.firstIndex(of: thread) { state.readingThreads.remove(at: index) }
+            if state.closed { connection.close() } else { state.connections.append(connection) }
+        }
+    }
+
+    /// Closes every connection: waits for the reads running on other threads
+    /// (a read running on this thread closes its connection as it ends).
+    /// Later reads throw `.closed`.
+    func close() {
+        let thread = Database.currentThread
+        let own = idle.withLock { state -> Int in
+            state.closed = true
+            return state.readingThreads.filter { $0 == thread }.count
+        }
+        // Every place but this thread's: each read on another thread ends before its place comes back.
+        for _ in own..<capacity { places.wait() }
+        idle.withLock { state in
+            for connection in state.connections { connection.close() }
+            state.connections = []
+        }
+        for _ in own..<capacity { places.signal() }
+    }
+
     private func take() throws -> SQLiteConnection {
-        let taken = idle.withLock { state -> SQLiteConnection? in
+        let thread = Database.currentThread
+        let taken = try idle.withLock { state throws(SyncError) -> SQLiteConnection? in
+            if state.closed { throw SyncError(.closed, "the store at \(path) is closed; open it again") }
+            state.readingThreads.append(thread)
             if let connection = state.connections.popLast() { return connection }
             state.opened += 1
             return nil
@@ -55,7 +88,10 @@ final class ReaderPool: Sendable {
         do {
             return try open()
         } catch {
-            idle.withLock { $0.opened -= 1 }
+            idle.withLock { state in
+                state.opened -= 1
+                if let index = state.readingThreads.firstIndex(of: thread) { state.readingThreads.remove(at: index) }
+            }
             throw error
         }
     }

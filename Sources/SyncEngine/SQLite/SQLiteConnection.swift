@@ -17,6 +17,8 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
     /// Set by the first `SQLITE_CORRUPT`; shared with the `Database` that owns this connection.
     let corruption: CorruptionFlag
     private var statements: [String: OpaquePointer] = [:]
+    /// False once `close()` ran: `handle` is freed and must not be used.
+    private(set) var isOpen = true
 
     /// Opens `path` through the VFS named `vfs` (SQLite's default when nil).
     /// `corruption`: the flag of the database this connection serves (a new one when nil).
@@ -36,8 +38,17 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
         sqlite3_extended_result_codes(db, 1)
     }
 
-    deinit {
+    deinit { close() }
+
+    /// Finalizes the cached statements and closes the connection (the last
+    /// connection to the file checkpoints and removes the WAL, unless that is
+    /// turned off: `setCheckpointOnClose`). Only the connection's owner, with
+    /// no statement running, may call it; later uses must check `isOpen`.
+    func close() {
+        guard isOpen else { return }
+        isOpen = false
         for statement in statements.values { sqlite3_finalize(statement) }
+        statements = [:]
         sqlite3_close_v2(handle)
     }
 

@@ -197,7 +197,11 @@ public final class SyncStore: KeyValueBackend {
         }
     }
 
-    /// Stops observers; the file stays as committed. Further use throws `.closed`.
+    /// Stops observers and closes the file's connections; further use throws `.closed`.
+    /// Waits for reads and writes running on other threads; called from a commit
+    /// hook, the file closes as that write returns. Once closed, with no other
+    /// connection to the file open (in this process or another), the `.sqlite`
+    /// file alone holds every commit: SQLite copies the WAL into it and removes it.
     /// End the store's sessions first (cancel the tasks running its `SyncPeer` and
     /// await them): a session records how far it received its peer's changes as it ends.
     public func close() {
@@ -209,6 +213,7 @@ public final class SyncStore: KeyValueBackend {
         timedWaits.finishAll()
         nodeRenewals.finishAll()
         closing.finishAll()
+        database.close()
     }
 
     /// A store dropped without `close()` closes as it goes: every stream of
