@@ -205,6 +205,25 @@ import Testing
         #expect(watch.checkpoints.map(\.node) == ["1001"])
     }
 
+    /// `--keep-stores` into a folder kept from an earlier run: a `-wal` or
+    /// `-shm` left there by it must not end up beside this run's `.sqlite`
+    /// (SQLite would read the old run's WAL into the new file).
+    @Test func keptStoresLeaveNoStaleWALOfAnEarlierRun() async throws {
+        let folder = TempFolder()
+        for suffix in ["-wal", "-shm"] {
+            try Data("stale".utf8).write(to: URL(fileURLWithPath: folder.file("phone-1001.sqlite" + suffix)))
+        }
+        var options = RunOptions()
+        options.keepStoresIn = folder.path
+        let outcome = await Simulation.run(path: SimScenarioTests.path("conflicts-and-deletes"), options: options)
+        #expect(outcome.report?.passed == true)
+        for suffix in ["-wal", "-shm"] {
+            let left = FileManager.default.contents(atPath: folder.file("phone-1001.sqlite" + suffix))
+            #expect(left != Data("stale".utf8), "the earlier run's \(suffix) is still beside the new store")
+        }
+        #expect(try StoreInspection(path: folder.file("phone-1001.sqlite"), includeValues: false).role == "phone")
+    }
+
     @Test func notAStoreIsRefused() throws {
         let folder = TempFolder()
         try "plain text".write(toFile: folder.file("notes.txt"), atomically: true, encoding: .utf8)

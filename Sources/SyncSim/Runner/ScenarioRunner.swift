@@ -294,6 +294,15 @@ final class ScenarioRunner<Link: ScenarioLink> {
         for name in try fm.contentsOfDirectory(atPath: state.folder).sorted() where name.hasSuffix(".sqlite") || name.hasSuffix(".sqlite-wal") {
             let target = (directory as NSString).appendingPathComponent(name)
             try? fm.removeItem(atPath: target)
+            // An earlier run's WAL (or its index) beside this store would be read into it:
+            // removed, and this run's `-wal`, if any, is copied after (names sort after).
+            for stale in name.hasSuffix(".sqlite") ? [target + "-wal", target + "-shm"] : [] where fm.fileExists(atPath: stale) {
+                do {
+                    try fm.removeItem(atPath: stale)
+                } catch {
+                    throw CommandFailure(exitCode: Simulation.Exit.runtimeFailure, "cannot remove \(stale), left by an earlier run, beside \(name) (--keep-stores): \(Self.reason(error))")
+                }
+            }
             do {
                 try fm.copyItem(atPath: (state.folder as NSString).appendingPathComponent(name), toPath: target)
             } catch {
