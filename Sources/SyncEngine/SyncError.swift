@@ -106,3 +106,10 @@ extension SyncError {
         self.init(code, context.map { "\($0): \(error.message)" } ?? error.message)
     }
 }
+
+extension SyncError {
+    /// `closed`: the store at `path` was closed (`SyncStore.close()`).
+    static func storeClosed(_ path: String) -> SyncError {
+        SyncError(.closed, "the store at \(path) is closed; open it again")
+    }
+}

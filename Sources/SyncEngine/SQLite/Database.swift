@@ -125,10 +125,6 @@ final class Database: Sendable {
         closeWriter()
     }
 
-    private func closedError() -> SyncError {
-        SyncError(.closed, "the store at \(path) is closed; open it again")
-    }
-
     /// Refuses files that exist, are non-empty and lack the SQLite header, or
     /// carry another program's `application_id`, before SQLite gets a chance to touch them.
     private static func checkHeader(path: String) throws {
@@ -199,7 +195,7 @@ final class Database: Sendable {
         releaseWriterClaimedForThisThread()
         defer { closeIfAskedFromInside() }
         return try connection.withLock { conn in
-            guard conn.isOpen else { throw closedError() }
+            guard conn.isOpen else { throw SyncError.storeClosed(path) }
             markHeld()
             defer { lockHolder.store(0, ordering: .relaxed) }
             return try body(conn)
@@ -212,7 +208,7 @@ final class Database: Sendable {
         try refuseUseFromInside()
         defer { closeIfAskedFromInside() }
         return try connection.withLockIfAvailable { conn in
-            guard conn.isOpen else { throw closedError() }
+            guard conn.isOpen else { throw SyncError.storeClosed(path) }
             markHeld()
             defer { lockHolder.store(0, ordering: .relaxed) }
             return try body(conn)
@@ -266,7 +262,7 @@ final class Database: Sendable {
         defer { closeIfAskedFromInside() }
         let observer = self.observer.withLock { $0.value }
         let result = try connection.withLock { conn in
-            guard conn.isOpen else { throw closedError() }
+            guard conn.isOpen else { throw SyncError.storeClosed(path) }
             markHeld()
             defer { lockHolder.store(0, ordering: .relaxed) }
             let result: T

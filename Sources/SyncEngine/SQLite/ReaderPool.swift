@@ -78,7 +78,7 @@ final class ReaderPool: Sendable {
     private func take() throws -> SQLiteConnection {
         let thread = Database.currentThread
         let taken = try idle.withLock { state throws(SyncError) -> SQLiteConnection? in
-            if state.closed { throw SyncError(.closed, "the store at \(path) is closed; open it again") }
+            if state.closed { throw SyncError.storeClosed(path) }
             state.readingThreads.append(thread)
             if let connection = state.connections.popLast() { return connection }
             state.opened += 1

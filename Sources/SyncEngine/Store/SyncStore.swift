@@ -273,7 +273,7 @@ public final class SyncStore: KeyValueBackend {
     public func waitForBackgroundCheckpoints() { database.drainCheckpoints() }
 
     func checkOpen() throws(SyncError) {
-        if isClosed { throw SyncError(.closed, "the store at \(path) is closed; open it again") }
+        if isClosed { throw SyncError.storeClosed(path) }
     }
 
     // MARK: metadata
