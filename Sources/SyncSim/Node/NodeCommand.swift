@@ -13,7 +13,7 @@ public struct NodeCommand: AsyncParsableCommand {
         abstract: "Run one peer (phone or watch) in this process, driven by commands on stdin.",
         discussion: """
             Commands, one per line: put KEY JSON | get KEY | delete KEY | sync | request-manual | status | wait-idle SECONDS | forget-peer NODE | renew-node-id | quit
-            Every command is answered with one JSON line: {"ok":true,...} or {"ok":false,"error":"..."}.
+            Every command is answered with one JSON line: {"ok":true,...} or {"ok":false,"error":"...","code":"..."}.
             Events are JSON lines too, the first {"event":"listening","port":N} when listening.
             {"event":"rejected","error":"...","suppressed":N,"peer":"tcp:HOST:PORT"}: a peer failed the handshake
             (rate limited: it stands for this rejection and N others not reported on their own).
