@@ -3,8 +3,9 @@ import SyncTransport
 extension MailboxReplicator {
     /// Applies a batch's entries; nil (nothing applied) when a live re-baseline
     /// notice was acted on since `rebaselinesBefore` (`ReplicationPort.liveRebaselineCount`).
+    /// `bytes`: the message's payload, counted as received.
     func apply(_ entries: [WireEntry], from peer: PeerRecord, mismatched: Set<String>,
-               unlessRebaselinedSince rebaselinesBefore: Int) throws -> ApplyPlan? {
+               unlessRebaselinedSince rebaselinesBefore: Int, bytes: Int = 0) throws -> ApplyPlan? {
         let context = ApplyPlanner.Context(peerRole: port.role.counterpart, mismatched: mismatched, versionBound: port.versionBound(),
                                            now: port.nowMilliseconds(), maxValueSize: port.maxValueSize,
                                            lastArrivalWins: configuration.testingFaults.lastArrivalWins)
@@ -24,6 +25,7 @@ extension MailboxReplicator {
         if superseded { return nil }
         var delta = SyncCounters()
         delta.batchesReceived = 1
+        delta.bytesReceived = bytes  // the message's payload, as a live session counts a batch's
         delta.entriesReceived = entries.count
         delta.entriesIgnored = plan.ignored
         delta.entriesRejected = plan.rejected.count

@@ -220,7 +220,7 @@ package final class MailboxReplicator {
                     if try postedBeforeALiveRebaseline(through, from: peer.node) { break }
                     // Another registry, compared already (`validate`): its keys declared differently are passed over.
                     let mismatched = sender.registryFingerprint == ourFingerprint ? [] : peer.mismatched
-                    guard let plan = try apply(entries, from: peer, mismatched: mismatched, unlessRebaselinedSince: rebaselinesBefore) else {
+                    guard let plan = try apply(entries, from: peer, mismatched: mismatched, unlessRebaselinedSince: rebaselinesBefore, bytes: message.frame.payload.count) else {
                         // Left in the mailbox: the next round reads it again, unless the phone took it back.
                         report.messagesRead -= 1
                         break reading
@@ -526,10 +526,6 @@ package final class MailboxReplicator {
                                             through: try QueuedStreamPosition.coded(scanned, generation: generation), entries: filtered)
             try postBatch(batch, entries: filtered.count, into: &report)
             reportedFull = false
-            var delta = SyncCounters()
-            delta.batchesSent = 1
-            delta.entriesSent = filtered.count
-            reporter.count(delta)
             posted = scanned
             rangeStart = scanned
             postedThrough = scanned
@@ -558,8 +554,12 @@ package final class MailboxReplicator {
 
     /// Posts `batch` (a stretch of the stream, or the repair batch) of `count` entries.
     private func postBatch(_ batch: QueuedMessage, entries count: Int, into report: inout QueuedDeliveryReport) throws {
-        try mailbox.post(batch.frame())
+        let frame = batch.frame()
+        try mailbox.post(frame)
         onPost?(batch)
+        var delta = SyncCounters()  // counted as a live session counts a batch it sends: entries and payload bytes
+        (delta.batchesSent, delta.entriesSent, delta.bytesSent) = (1, count, frame.payload.count)
+        reporter.count(delta)
         postedSinceRetry = true
         report.messagesPosted += 1
         report.entriesPosted += count
