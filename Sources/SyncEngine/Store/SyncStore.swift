@@ -339,8 +339,10 @@ public final class SyncStore: KeyValueBackend {
     }
 
     /// Registers a hook that runs inside the write transaction, before commit;
-    /// throwing aborts the write. The hook must not read or write this store
-    /// (that throws `invalid-configuration`); do that after the write returns.
+    /// throwing aborts the write. The hook must not write this store (that,
+    /// and any call that needs the writer's connection, throws
+    /// `invalid-configuration`); do that after the write returns. A value it
+    /// reads is the one from before this write.
     public func addWillCommitHook(_ hook: @escaping @Sendable ([StoreChange]) throws -> Void) {
         hooks.withLock { $0.willCommit.append(hook) }
     }
