@@ -151,9 +151,16 @@ package struct JSONSyntaxError: Equatable {
     package init?(validating data: Data) {
         do {
             _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
-            guard let comma = JSONSyntaxError.trailingComma(in: data) else { return nil }
-            line = comma
-            message = "a comma before the end of an object or array"
+            if let comma = JSONSyntaxError.trailingComma(in: data) {
+                line = comma
+                message = "a comma before the end of an object or array"
+            } else if let repeated = JSONSyntaxError.repeatedMember(in: data) {
+                // Foundation keeps one of the two silently: `"security": "encrypted"` then `"none"`.
+                line = repeated.line
+                message = "the field '\(repeated.name)' is given twice in one object; give it once"
+            } else {
+                return nil
+            }
         } catch {
             var text = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? "\(error)"
             line = 0
@@ -223,6 +230,42 @@ package struct JSONSyntaxError: Equatable {
                 if match(Array(bytes[index..<end]), []) { return line }
                 index = end
                 continue
+            }
+            index += 1
+        }
+        return nil
+    }
+
+    /// The first member name given twice in one object of valid JSON `data`
+    /// (compared as decoded text, scalar by scalar), with the line of its second use.
+    static func repeatedMember(in data: Data) -> (name: String, line: Int)? {
+        let bytes = [UInt8](data)
+        // One entry per open container: the member names of an object, as UTF-8 (nil for an array).
+        var open: [Set<[UInt8]>?] = []
+        var expectsName = false
+        var line = 1, index = 0
+        while index < bytes.count {
+            switch bytes[index] {
+            case UInt8(ascii: "\n"): line += 1
+            case UInt8(ascii: "{"): open.append([]); expectsName = true
+            case UInt8(ascii: "["): open.append(nil); expectsName = false
+            case UInt8(ascii: "}"), UInt8(ascii: "]"): _ = open.popLast(); expectsName = false
+            case UInt8(ascii: ","): expectsName = open.last.map { $0 != nil } ?? false
+            case UInt8(ascii: ":"): expectsName = false
+            case UInt8(ascii: "\""):
+                let start = index, startLine = line
+                index += 1
+                while index < bytes.count, bytes[index] != UInt8(ascii: "\"") {
+                    if bytes[index] == UInt8(ascii: "\\") { index += 1 }
+                    index += 1
+                }
+                if expectsName, var names = open.last ?? nil {
+                    let literal = Data(bytes[start...min(index, bytes.count - 1)])
+                    let name = (try? JSONSerialization.jsonObject(with: literal, options: [.fragmentsAllowed])) as? String ?? ""
+                    guard names.insert(Array(name.utf8)).inserted else { return (name, startLine) }
+                    open[open.count - 1] = names
+                }
+            default: break
             }
             index += 1
         }
