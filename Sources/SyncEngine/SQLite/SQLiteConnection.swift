@@ -52,6 +52,17 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
         sqlite3_close_v2(handle)
     }
 
+    /// Copies the whole WAL into the file and truncates it to no bytes
+    /// (`SQLITE_CHECKPOINT_TRUNCATE`); false when another connection's read or
+    /// checkpoint held it back (part of it may then be copied).
+    func checkpointTruncating() throws -> Bool {
+        var logFrames: Int32 = 0, checkpointed: Int32 = 0
+        let rc = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_TRUNCATE, &logFrames, &checkpointed)
+        if rc & 0xFF == SQLITE_BUSY || rc & 0xFF == SQLITE_LOCKED { return false }
+        guard rc == SQLITE_OK else { throw error(rc, context: "checkpoint") }
+        return logFrames == 0 || logFrames == checkpointed
+    }
+
     /// Runs one or more SQL statements without results.
     func execute(_ sql: String) throws {
         let rc = sqlite3_exec(handle, sql, nil, nil, nil)

@@ -6,7 +6,14 @@ extension SyncStore {
     /// value was written before). Their versions, lanes and sequence numbers
     /// stay: nothing changes for the peers or observers. A value that does
     /// not read (a damaged file) is left for a write to replace.
+    ///
+    /// The plaintext would stay in the file (free space of the pages its cells
+    /// left, freed overflow pages, copies a page split left) and in the WAL
+    /// until overwritten: the seal is written with `secure_delete` on, then
+    /// `scrubAfterSealing` rewrites the file and empties the WAL. (Writes of
+    /// encrypted keys put only sealed bytes in the file: no scrub for them.)
     func sealPlaintextOfEncryptedKeys() throws {
+        defer { scrubAfterSealing() }
         guard let cipher else { return }
         let sealedKeys = registry.descriptors.filter { $0.security == .encrypted && $0.availability.isHeld(on: role) }
         guard !sealedKeys.isEmpty else { return }
@@ -36,6 +43,12 @@ extension SyncStore {
         }
         guard !plaintext.isEmpty else { return }
         let sealed = try database.write { conn -> Int in
+            // What the seal frees (the plaintext's cells, its overflow pages) is zeroed, for this transaction only.
+            let secureDelete = try conn.integer("PRAGMA secure_delete")
+            try conn.execute("PRAGMA secure_delete=ON")
+            defer { try? conn.execute("PRAGMA secure_delete=\(secureDelete)") }
+            // In the seal's transaction: a scrub cut short (a full disk, a crash) runs again at the next open.
+            try SyncStore.writeMeta(conn, SyncStore.scrubPendingMeta, "1")
             let update = try conn.statement("UPDATE entries SET value = ?2, encrypted = 1, in_file = ?3 WHERE key = ?1")
             var count = 0
             for key in plaintext {
@@ -54,6 +67,34 @@ extension SyncStore {
         }
         if sealed > 0 {
             logger.notice("sealed the plaintext values of keys now declared encrypted", metadata: ["count": "\(sealed)"])
+        }
+    }
+
+    /// Marks, in `sync_meta`, a seal whose plaintext may still be in the file or its WAL.
+    static let scrubPendingMeta = "plaintext_scrub_pending"
+
+    /// After a seal (this open's, or one whose scrub was cut short): `VACUUM`
+    /// with `secure_delete` on rewrites every page, so no free page or free
+    /// space in a page keeps the plaintext, and a `TRUNCATE` checkpoint copies
+    /// the WAL into the file and empties it. A scrub that fails (a full disk,
+    /// another connection writing) is logged and runs again at the next open;
+    /// a checkpoint another connection holds back is done when the file closes.
+    func scrubAfterSealing() {
+        do {
+            guard try meta(SyncStore.scrubPendingMeta) != nil else { return }
+            try database.read { conn in
+                let secureDelete = try conn.integer("PRAGMA secure_delete")
+                try conn.execute("PRAGMA secure_delete=ON")
+                defer { try? conn.execute("PRAGMA secure_delete=\(secureDelete)") }
+                try conn.execute("VACUUM")
+            }
+            try database.write { conn in try SyncStore.deleteMeta(conn, SyncStore.scrubPendingMeta) }
+            let emptied = try database.read { conn in try conn.checkpointTruncating() }
+            if !emptied {
+                logger.notice("the WAL keeps the pages the seal replaced until the store closes: another connection reads the file")
+            }
+        } catch {
+            logger.warning("clearing the plaintext of sealed values from the store file waits for the next open", metadata: ["error": "\(error)"])
         }
     }
 }
