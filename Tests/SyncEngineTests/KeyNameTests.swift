@@ -323,6 +323,16 @@ private func utf8(_ text: String) -> [UInt8] { Array(text.utf8) }
         _ = try KeyRegistry(descriptors: [KeyDescriptor(name: "day", isFamily: true), KeyDescriptor(name: "steps", legacyName: "day:1")])
     }
 
+    /// A family with a legacy name was accepted: every member read (from a
+    /// keys file, where a family may name one) moved the one old value, so
+    /// the first member read took it and the others lost it.
+    @Test func aFamilyMayNotHaveALegacyName() throws {
+        refused([KeyDescriptor(name: "day", isFamily: true, legacyName: "old:day")], "'day'")
+        var family = KeyDescriptor(name: "day", isFamily: true)
+        family.legacyName = "old"
+        refused([KeyDescriptor(name: "steps"), family], "'old'")
+    }
+
     /// A keys file's bad `legacyName` is refused on load, naming the key.
     @Test func aKeysFilesLegacyNameIsChecked() throws {
         let folder = TempFolder()

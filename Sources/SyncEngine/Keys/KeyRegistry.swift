@@ -99,6 +99,10 @@ public struct KeyRegistry: Sendable {
             if legacy == d.name {
                 throw SyncError(.invalidKey, "key '\(d.name)' gives its own name as its legacy name; a legacy name names the old key its value moves from")
             }
+            // Every member of the family would read its value from that one old key: the first read moves it.
+            if d.isFamily {
+                throw SyncError(.invalidKey, "family '\(d.name)' has the legacy name '\(legacy)'; a legacy name moves one old value to one key, and every member of the family would take it; declare the legacy name on a key")
+            }
         }
         if let existing = exact[d.name] ?? families[d.name] {
             throw SyncError(.duplicateKey, "two keys are named '\(d.name)': \(existing.valueTypeName) \(existing.descriptor) and \(entry.valueTypeName) \(d); give one of them another name")
