@@ -5,7 +5,9 @@ extension SyncStore {
     /// declares `encrypted` (a key made encrypted by an app update, whose
     /// value was written before). Their versions, lanes and sequence numbers
     /// stay: nothing changes for the peers or observers. A value that does
-    /// not read (a damaged file) is left for a write to replace.
+    /// not read (a damaged file) is left for a write to replace. The value
+    /// under such a key's legacy name is sealed too (unless the old key is
+    /// still declared).
     ///
     /// The plaintext would stay in the file (free space of the pages its cells
     /// left, freed overflow pages, copies a page split left) and in the WAL
@@ -35,6 +37,13 @@ extension SyncStore {
                     let key = stmt.string(0)
                     // Not a nested family or a key of its own that is not encrypted.
                     if registry.descriptor(forEntry: key)?.security == .encrypted { keys.append(key) }
+                }
+                // The value under the key's legacy name, which its first read moves over (unless the
+                // old key is still declared, and not encrypted: the app keeps it, as it declares it).
+                if let legacy = descriptor.legacyName, !descriptor.isFamily, registry.descriptor(forEntry: legacy) == nil {
+                    exact.reset()
+                    exact.bind(1, legacy)
+                    while try exact.step() { keys.append(exact.string(0)) }
                 }
             }
             exact.reset()
