@@ -46,4 +46,38 @@ import Testing
         #expect(try await store.get(renamed) == "1234")
         store.close()
     }
+
+    /// Chunks of a large value staged before the key was declared encrypted:
+    /// kept in plaintext, and (never opening as sealed chunks) the transfer,
+    /// resumed after them, failed to assemble in every session.
+    @Test func chunksStagedInPlaintextAreDroppedAndTheTransferCompletes() async throws {
+        let folder = TempFolder()
+        let path = folder.file("s.sqlite")
+        let marker = "CHUNK-\(UUID().uuidString)"
+        let bytes = Array("\"\(marker) \(String(repeating: "x", count: 200))\"".utf8)
+        let plain = Key<String>("vault:blob", default: "")
+        let version = HLCTimestamp(physicalMilliseconds: 1_700_000_000_000, counter: 0, node: 0x7777)
+        let entry = WireEntry(key: plain.name, version: version, base: .zero, deleted: false, encoding: plain.descriptor.encoding, value: [])
+        let size = (bytes.count + 2) / 3
+        func chunk(_ index: Int) -> SyncMessage.Chunk {
+            let slice = Array(bytes[index * size..<min(bytes.count, (index + 1) * size)])
+            return SyncMessage.Chunk(entry: entry, totalSize: bytes.count, totalChecksum: Checksum.crc32(bytes), index: index, count: 3,
+                                     checksum: Checksum.crc32(slice), bytes: slice)
+        }
+        let before = try SyncStore(path: path, role: .phone, registry: KeyRegistry([plain]))
+        #expect(try before.stageChunk(chunk(0), encrypted: false).contiguous == 1)
+        before.close()
+        #expect(try !SealedPlaintextScrubTests.files(in: folder.path, holding: marker).isEmpty)
+
+        let sealed = Key<String>("vault:blob", default: "", security: .encrypted)
+        let store = try SyncStore(path: path, role: .phone, registry: KeyRegistry([sealed]),
+                                  options: StoreOptions(encryption: .keyFile(path: folder.file("master.key"))))
+        #expect(try SealedPlaintextScrubTests.files(in: folder.path, holding: marker) == [], "a chunk staged in plaintext is in the store's files")
+        // The peer resumes after the chunks this side says it holds.
+        let received = try store.partialTransfers().first { $0.key == entry.key && $0.version == version }?.received ?? 0
+        for index in received..<3 { _ = try store.stageChunk(chunk(index), encrypted: true) }
+        #expect(try store.assembleChunks(key: entry.key, version: version, encrypted: true) == bytes)
+        store.close()
+        #expect(try SealedPlaintextScrubTests.files(in: folder.path, holding: marker) == [])
+    }
 }

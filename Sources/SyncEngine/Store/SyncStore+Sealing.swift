@@ -7,7 +7,7 @@ extension SyncStore {
     /// stay: nothing changes for the peers or observers. A value that does
     /// not read (a damaged file) is left for a write to replace. The value
     /// under such a key's legacy name is sealed too (unless the old key is
-    /// still declared).
+    /// still declared); chunks of such a key staged in plaintext are dropped.
     ///
     /// The plaintext would stay in the file (free space of the pages its cells
     /// left, freed overflow pages, copies a page split left) and in the WAL
@@ -50,7 +50,8 @@ extension SyncStore {
             members.reset()
             return keys
         }
-        guard !plaintext.isEmpty else { return }
+        let plaintextChunks = try stagedPlaintextTransfers(cipher)
+        guard !plaintext.isEmpty || !plaintextChunks.isEmpty else { return }
         let sealed = try database.write { conn -> Int in
             // What the seal frees (the plaintext's cells, its overflow pages) is zeroed, for this transaction only.
             let secureDelete = try conn.integer("PRAGMA secure_delete")
@@ -72,10 +73,52 @@ extension SyncStore {
                 try update.run()
                 count += 1
             }
+            // Chunks staged in plaintext: dropped (the peer sends the value again, from its start).
+            let drop = try conn.statement("DELETE FROM sync_chunks WHERE key = ?1 AND ver = ?2 AND node = ?3")
+            for transfer in plaintextChunks {
+                drop.reset()
+                drop.bind(1, transfer.key)
+                drop.bind(2, transfer.version.packed)
+                drop.bind(3, Int64(transfer.version.node))
+                try drop.run()
+            }
             return count
+        }
+        if !plaintextChunks.isEmpty {
+            logger.notice("dropped the chunks staged in plaintext of keys now declared encrypted", metadata: ["transfers": "\(plaintextChunks.count)"])
         }
         if sealed > 0 {
             logger.notice("sealed the plaintext values of keys now declared encrypted", metadata: ["count": "\(sealed)"])
+        }
+    }
+
+    /// The transfers of keys declared encrypted with a chunk staged in
+    /// plaintext (before an app update declared the key encrypted): such a
+    /// chunk never opens, so the transfer would never complete.
+    private func stagedPlaintextTransfers(_ cipher: AtRestCipher) throws -> [(key: String, version: HLCTimestamp)] {
+        try database.read { conn in
+            let keys = try conn.statement("SELECT DISTINCT key FROM sync_chunks")
+            var encrypted: [String] = []
+            while try keys.step() {
+                let key = keys.string(0)
+                if let d = registry.descriptor(forEntry: key), d.security == .encrypted, d.availability.isHeld(on: role) { encrypted.append(key) }
+            }
+            keys.reset()
+            guard !encrypted.isEmpty else { return [] }
+            let chunks = try conn.statement("SELECT ver, node, data FROM sync_chunks WHERE key = ?1")
+            var found: [(key: String, version: HLCTimestamp)] = []
+            for key in encrypted {
+                chunks.reset()
+                chunks.bind(1, key)
+                while try chunks.step() {
+                    let version = HLCTimestamp(packed: chunks.int64(0), node: UInt32(truncatingIfNeeded: chunks.int64(1)))
+                    guard (try? cipher.open(chunks.blob(2) ?? [], keyName: key)) == nil,
+                          !found.contains(where: { $0.key == key && $0.version == version }) else { continue }
+                    found.append((key, version))
+                }
+            }
+            chunks.reset()
+            return found
         }
     }
 
