@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 @testable import SyncEngine
 import Testing
@@ -65,6 +66,37 @@ import Testing
         #expect(try again.meta(SyncStore.scrubPendingMeta) == nil)
         #expect(try await again.get(sealedBlob) == largeValue)
         #expect(try await again.get(other) == 51)
+        again.close()
+    }
+
+    /// A scrub cut short (a full disk, a crash after the seal committed) is
+    /// marked in the file, and the next open does it: freed pages that still
+    /// held old bytes (freed with `secure_delete` off, SQLite's usual default)
+    /// are gone, and the mark with them.
+    @Test func aPendingScrubRunsAtTheNextOpen() async throws {
+        let folder = TempFolder()
+        let path = folder.file("s.sqlite")
+        let large = "BLOB-\(UUID().uuidString)"
+        let blob = Key<String>("vault:blob", default: "", policy: .never)
+        let pin = Key<String>("vault:pin", default: "", policy: .never)
+        let store = try SyncStore(path: path, role: .phone, registry: KeyRegistry([blob, pin]))
+        try await store.set(Self.largeValue(large), for: blob)
+        try await store.set("1234", for: pin)
+        store.close()
+        var db: OpaquePointer?
+        #expect(sqlite3_open(path, &db) == SQLITE_OK)
+        for sql in ["PRAGMA secure_delete=OFF", "DELETE FROM entries WHERE key = 'vault:blob'",
+                    "INSERT INTO sync_meta(name, value) VALUES ('\(SyncStore.scrubPendingMeta)', '1')"] {
+            #expect(sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK, "\(sql)")
+        }
+        sqlite3_close(db)
+        #expect(try !Self.files(in: folder.path, holding: large).isEmpty, "the freed pages do not hold the removed value")
+
+        let again = try SyncStore(path: path, role: .phone, registry: KeyRegistry([blob, pin]))
+        #expect(try Self.files(in: folder.path, holding: large) == [])
+        #expect(try again.meta(SyncStore.scrubPendingMeta) == nil)
+        #expect(try await again.get(blob) == "")
+        #expect(try await again.get(pin) == "1234")
         again.close()
     }
 
