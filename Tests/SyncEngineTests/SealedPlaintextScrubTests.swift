@@ -100,6 +100,42 @@ import Testing
         again.close()
     }
 
+    /// A value of a key declared encrypted that does not read (its file is
+    /// gone) is not sealed, and is found again at every open: it must not
+    /// make every open rewrite the file (VACUUM bumps the schema cookie).
+    @Test func aValueThatDoesNotReadDoesNotRewriteTheFileAtEveryOpen() async throws {
+        let folder = TempFolder()
+        let directory = folder.file("blobs")
+        let pin = Key<String>("vault:pin", default: "", policy: .never)
+        let before = try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([pin]))
+        try await before.set("1234", for: pin)
+        before.close()
+        for name in try FileManager.default.contentsOfDirectory(atPath: directory + "/values") {
+            try FileManager.default.removeItem(atPath: directory + "/values/" + name)
+        }
+        func schemaVersion() throws -> Int32 {
+            var db: OpaquePointer?
+            defer { sqlite3_close(db) }
+            guard sqlite3_open(directory + "/metadata.sqlite", &db) == SQLITE_OK else { throw SyncError(.database, "open") }
+            var stmt: OpaquePointer?
+            defer { sqlite3_finalize(stmt) }
+            guard sqlite3_prepare_v2(db, "PRAGMA schema_version", -1, &stmt, nil) == SQLITE_OK, sqlite3_step(stmt) == SQLITE_ROW else {
+                throw SyncError(.database, "schema_version")
+            }
+            return sqlite3_column_int(stmt, 0)
+        }
+        let sealed = Key<String>("vault:pin", default: "", policy: .never, security: .encrypted)
+        let options = StoreOptions(encryption: .keyFile(path: folder.file("master.key")))
+        var versions: [Int32] = []
+        for _ in 0..<2 {
+            let store = try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([sealed]), options: options)
+            #expect(try store.syncStore.meta(SyncStore.scrubPendingMeta) == nil)
+            store.close()
+            versions.append(try schemaVersion())
+        }
+        #expect(versions[0] == versions[1], "an open with nothing to seal rewrote the store file")
+    }
+
     /// Values kept in files (`FileValueStore`): the sealed file replaces the
     /// plaintext one, and nothing else in the folder keeps the plaintext.
     @Test func noPlaintextOfSealedValuesStaysInAFileValueStore() async throws {

@@ -57,8 +57,6 @@ extension SyncStore {
             let secureDelete = try conn.integer("PRAGMA secure_delete")
             try conn.execute("PRAGMA secure_delete=ON")
             defer { try? conn.execute("PRAGMA secure_delete=\(secureDelete)") }
-            // In the seal's transaction: a scrub cut short (a full disk, a crash) runs again at the next open.
-            try SyncStore.writeMeta(conn, SyncStore.scrubPendingMeta, "1")
             let update = try conn.statement("UPDATE entries SET value = ?2, encrypted = 1, in_file = ?3 WHERE key = ?1")
             var count = 0
             for key in plaintext {
@@ -82,6 +80,9 @@ extension SyncStore {
                 drop.bind(3, Int64(transfer.version.node))
                 try drop.run()
             }
+            // In the seal's transaction: a scrub cut short (a full disk, a crash) runs again at the next open.
+            // Only when something was sealed or dropped: a value that does not read is found at every open.
+            if count > 0 || !plaintextChunks.isEmpty { try SyncStore.writeMeta(conn, SyncStore.scrubPendingMeta, "1") }
             return count
         }
         if !plaintextChunks.isEmpty {
