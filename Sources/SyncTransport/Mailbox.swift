@@ -115,6 +115,9 @@ public final class Mailbox: Sendable {
     /// Tests only: called by `next()` with the name of the message it is
     /// about to open (or move aside), after it saw the file was there.
     let beforeTakingHook = Mutex<(@Sendable (String) -> Void)?>(nil)
+    /// Tests only: called by `post` on its thread with the name of the message
+    /// it is about to write, before its file is created (a test blocks it there).
+    package let beforeWritingHook = Mutex<(@Sendable (String) -> Void)?>(nil)
 
     /// The first bytes of every message file: "SYMB".
     public static let magic: [UInt8] = [0x53, 0x59, 0x4D, 0x42]
@@ -204,6 +207,7 @@ public final class Mailbox: Sendable {
                         "the \(role)-to-\(role.counterpart) mailbox holds \(waiting.count) messages (\(waiting.bytes) bytes), "
                             + "at its limit of \(maxMessages) messages / \(limits.maxBytes) bytes; the \(role.counterpart) must read it first")
                 }
+                beforeWritingHook.withLock { $0 }?(Self.fileName(sequence))
                 guard try outbox.writeAtomically(bytes, name: Self.fileName(sequence), replacing: false) else {
                     sequence += 1
                     continue

@@ -61,6 +61,20 @@ extension SyncPeer {
         return report
     }
 
+    /// `deliverQueued(through:)` on the peer's own serial queue, the caller
+    /// suspended meanwhile: a round writes and syncs mailbox files and the
+    /// store (an `fsync` each, seconds on a busy disk), which would otherwise
+    /// hold one of the few threads of Swift concurrency's cooperative pool (one
+    /// a core) that every other task needs. Same report and errors.
+    @discardableResult
+    func deliverQueuedOffPool(through mailbox: Mailbox) async throws -> QueuedDeliveryReport {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<QueuedDeliveryReport, any Error>) in
+            queuedRounds.async {
+                continuation.resume(with: Result { try self.deliverQueued(through: mailbox) })
+            }
+        }
+    }
+
     /// Whether a round through `mailbox` would post nothing now: a live session
     /// with its peer is up (with a peer of its pairing, while its peer is not known yet).
     func isLive(through mailbox: Mailbox) -> Bool {
@@ -79,7 +93,9 @@ extension SyncPeer {
     /// times a second); after a round that failed for a full device, the
     /// configuration's `storageFullRetryInterval` (a local write still starts
     /// one at once). Once cancelled, a last round posts what was committed
-    /// until then.
+    /// until then. The rounds run on a serial queue of the peer's own, not on
+    /// Swift concurrency's cooperative pool: their `fsync`s, seconds each on a
+    /// busy disk, never hold up the app's other tasks.
     public func runQueued(through mailbox: Mailbox, pollInterval: Duration = .milliseconds(250),
                           quietPollInterval: Duration = .seconds(2)) async {
         let writes = store.localWrites.subscribe(bufferingNewest: 1)
@@ -108,9 +124,9 @@ extension SyncPeer {
             var reportedLock = false
             /// One round; whether it moved anything (not when another process replicates the
             /// store), and whether it stopped because a device's storage is full.
-            func round() -> (moved: Bool, storageFull: Bool) {
+            func round() async -> (moved: Bool, storageFull: Bool) {
                 do {
-                    let report = try deliverQueued(through: mailbox)
+                    let report = try await deliverQueuedOffPool(through: mailbox)
                     reportedLock = false
                     if report.failure?.code == .storageFull { return (false, true) }
                     return (report.messagesRead > 0 || report.messagesPosted > 0 || report.acknowledged, false)
@@ -121,7 +137,7 @@ extension SyncPeer {
                 }
             }
             let storageFullRetryInterval = configuration.storageFullRetryInterval
-            poll(after: round().storageFull ? storageFullRetryInterval : pollInterval)
+            poll(after: await round().storageFull ? storageFullRetryInterval : pollInterval)
             for await wakeup in wakeups {
                 if Task.isCancelled { break }
                 var timed = wakeup == .timer
@@ -132,7 +148,7 @@ extension SyncPeer {
                     guard ContinuousClock.now >= timerDeadline else { continue }
                     timed = true
                 }
-                let (moved, storageFull) = round()
+                let (moved, storageFull) = await round()
                 // A full device: the next timed round after a pause, not at the quick pace
                 // (each would read and decrypt what waits, and fail to store it again).
                 poll(after: storageFull ? storageFullRetryInterval : schedule.next(after: timed ? .tick(sent: moved) : .other, quiet: true))
@@ -143,7 +159,7 @@ extension SyncPeer {
         // Writes made just before the end (an app going to the background) are not left behind.
         if !store.isClosed {
             do {
-                try deliverQueued(through: mailbox)
+                try await deliverQueuedOffPool(through: mailbox)
             } catch {
                 store.emit(.error(error as? SyncError ?? SyncError(.mailboxIO, "\(error)")))
             }

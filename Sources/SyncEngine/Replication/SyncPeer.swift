@@ -1,3 +1,4 @@
+import Dispatch
 import Logging
 import Synchronization
 import SyncTransport
@@ -29,6 +30,10 @@ public final class SyncPeer: Sendable {
     let reachabilityHub = Broadcaster<Bool>()
     /// Queued delivery's state per mailbox (`SyncPeer+Mailbox`).
     let queuedDrivers = Mutex<[QueuedDriverKey: MailboxReplicator]>([:])
+    /// Where `runQueued`'s rounds run (`deliverQueuedOffPool`): a serial queue
+    /// of its own, whose thread may block in `fsync` without holding one of the
+    /// few threads of Swift concurrency's cooperative pool.
+    let queuedRounds = DispatchQueue(label: "SyncEngine.SyncPeer.queued-rounds")
     /// When each peer's sessions were last replaced by newer ones (`SyncPeer+SharedNodeID`).
     let replacements = Mutex<ReplacementLog>(ReplacementLog())
 

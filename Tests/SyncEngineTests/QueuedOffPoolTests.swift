@@ -1,0 +1,131 @@
+import Dispatch
+import Foundation
+@testable import SyncEngine
+import SyncTransport
+import Synchronization
+import Testing
+
+/// Queued delivery's rounds (`SyncPeer.runQueued`) do their blocking file
+/// I/O (mailbox writes, `fsync`s) off Swift concurrency's cooperative pool,
+/// whose few threads (one a core) every other task of the app needs.
+@Suite(.timeLimit(.minutes(5))) struct QueuedOffPoolTests {
+    /// More rounds than the pool has threads, each held inside its mailbox
+    /// post's file write (as an `fsync` of seconds on a loaded disk holds it):
+    /// another task still runs, and once the writes go on every message is
+    /// posted. Before, each round held a thread of the pool while it wrote,
+    /// and the pool ran nothing else until the writes were let go.
+    @Test func roundsHeldInTheirFileWritesLeaveTheCooperativePoolFree() async throws {
+        // One round more than the pool's threads (one a core): each held write held one of them before.
+        let rounds = ProcessInfo.processInfo.activeProcessorCount + 1
+        let hold = WriteHold(count: rounds)
+        // Whatever happens, the writes are let go in the end: the test fails, it never hangs.
+        hold.releaseAtTheLatest(after: 60)
+        var pairs: [Pair] = []
+        var peers: [(peer: SyncPeer, box: Mailbox)] = []
+        let folders = (0..<rounds).map { _ in TempFolder() }
+        for folder in folders {
+            let pair = try Pair()
+            try pair.phone.setNow(7, for: TestKeys.steps)
+            let (phone, phoneBox, _, _) = try QueuedDeliveryTests().peers(pair, directory: folder.path)
+            phoneBox.beforeWritingHook.withLock { $0 = { _ in hold.hold() } }
+            pairs.append(pair)
+            peers.append((phone, phoneBox))
+        }
+        let running = peers.map { peer, box in Task { await peer.runQueued(through: box) } }
+
+        await hold.allHeld()
+        // A task beside the held writes: it needs a thread of the pool (as this test's task does to go on).
+        await Task.detached {}.value
+        let outcome = hold.settle(.ranBeside)
+        hold.release()
+        #expect(outcome == .ranBeside,
+                "\(rounds) queued rounds held in their mailbox writes kept every other task from running: they block the cooperative pool")
+
+        for task in running { task.cancel() }
+        for task in running { await task.value }
+        // Nothing was lost to the wait: each phone's change is posted, once.
+        for (peer, box) in peers {
+            #expect(try QueuedDeliveryTests().queuedKeys(box) == [TestKeys.steps.name], "the outbox of \(peer.store.path)")
+        }
+        _ = pairs
+    }
+}
+
+/// Holds the mailbox writes that reach it until `release()`, and tells when
+/// `count` of them are held. Bounded: a timer releases them at the latest.
+private final class WriteHold: Sendable {
+    enum Outcome: Sendable, Equatable {
+        /// The test went on while the writes were held.
+        case ranBeside
+        /// The timer let the writes go first: nothing else ran meanwhile.
+        case timedOut
+    }
+
+    private struct State {
+        var held = 0
+        var released = false
+        var waiter: CheckedContinuation<Void, Never>?
+        var outcome: Outcome?
+    }
+
+    private let count: Int
+    private let state = Mutex(State())
+    private let gate = DispatchSemaphore(value: 0)
+    /// A queue of its own (never a thread of the pool the test watches).
+    private let timer = DispatchQueue(label: "QueuedOffPoolTests.release")
+
+    init(count: Int) { self.count = count }
+
+    /// The hook: blocks the calling write until `release()` (lets it through once released).
+    func hold() {
+        let (blocks, waiter) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
+            guard !state.released else { return (false, nil) }
+            state.held += 1
+            guard state.held == count else { return (true, nil) }
+            defer { state.waiter = nil }
+            return (true, state.waiter)
+        }
+        waiter?.resume()
+        if blocks { gate.wait() }
+    }
+
+    /// Returns once `count` writes are held, or they were released.
+    func allHeld() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state -> Bool in
+                guard !state.released, state.held < count else { return true }
+                state.waiter = continuation
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    /// The test's outcome, unless the timer settled it first: the first one stays.
+    func settle(_ outcome: Outcome) -> Outcome {
+        state.withLock { state in
+            let settled = state.outcome ?? outcome
+            state.outcome = settled
+            return settled
+        }
+    }
+
+    /// Lets the held writes go on, and every later one through.
+    func release() {
+        let (held, waiter) = state.withLock { state -> (Int, CheckedContinuation<Void, Never>?) in
+            guard !state.released else { return (0, nil) }
+            state.released = true
+            defer { state.waiter = nil }
+            return (state.held, state.waiter)
+        }
+        for _ in 0..<held { gate.signal() }
+        waiter?.resume()
+    }
+
+    /// Settles the outcome as `.timedOut` and releases the writes after `seconds`, unless the test settled it.
+    func releaseAtTheLatest(after seconds: Int) {
+        timer.asyncAfter(deadline: .now() + .seconds(seconds)) {
+            if self.settle(.timedOut) == .timedOut { self.release() }
+        }
+    }
+}
