@@ -17,7 +17,7 @@ import Testing
     @Test func roundsHeldInTheirFileWritesLeaveTheCooperativePoolFree() async throws {
         // One round more than the pool's threads (one a core): each held write held one of them before.
         let rounds = ProcessInfo.processInfo.activeProcessorCount + 1
-        let hold = WriteHold(count: rounds)
+        let hold = CallHold(count: rounds)
         // Whatever happens, the writes are let go in the end: the test fails, it never hangs.
         hold.releaseAtTheLatest(after: 60)
         var pairs: [Pair] = []
@@ -51,9 +51,9 @@ import Testing
     }
 }
 
-/// Holds the mailbox writes that reach it until `release()`, and tells when
+/// Holds the calls (mailbox writes, syncs) that reach it until `release()`, and tells when
 /// `count` of them are held. Bounded: a timer releases them at the latest.
-private final class WriteHold: Sendable {
+final class CallHold: Sendable {
     enum Outcome: Sendable, Equatable {
         /// The test went on while the writes were held.
         case ranBeside

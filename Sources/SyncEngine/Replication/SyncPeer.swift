@@ -306,6 +306,7 @@ public final class SyncPeer: Sendable {
                 let frames: [Frame]
                 switch input {
                 case .frame(let frame, let decoded):
+                    if case .success(.hello(let hello)) = decoded { await syncBeforeReceipt(answering: hello) }
                     let appliedBefore = endpoint.entriesApplied
                     frames = endpoint.receive(frame, decoded: decoded, now: now)
                     if endpoint.entriesApplied > appliedBefore, state.withLock({ $0.sessions.count > 1 }) {

@@ -289,6 +289,8 @@ final class Database: Sendable {
 
     /// The WAL fsyncs run so far for `syncCommitted` and `syncCommittedAsync`.
     var walSyncsPerformed: Int { walSyncer.syncsPerformed }
+    /// Tests only: sets `WALSyncer.beforeSyncHook`.
+    func setWALSyncHook(_ hook: (@Sendable () -> Void)?) { walSyncer.beforeSyncHook.withLock { $0 = hook } }
     /// The reads the WAL syncer ran to open the WAL on its connection (`WALSyncer.walOpeningReads`).
     var walOpeningReads: Int { walSyncer.walOpeningReads }
 

@@ -26,6 +26,8 @@ final class WALSyncer: Sendable {
     private let state = Mutex(State())
     private let performed = Atomic<Int>(0)
     private let reads = Atomic<Int>(0)
+    /// Tests only: called by `sync` on its thread before it syncs (a test blocks it there).
+    let beforeSyncHook = Mutex<(@Sendable () -> Void)?>(nil)
 
     /// The fsyncs this syncer has run (a caller already covered by an earlier one runs none).
     var syncsPerformed: Int { performed.load(ordering: .relaxed) }
@@ -44,6 +46,7 @@ final class WALSyncer: Sendable {
         try state.withLock { state in
             if state.synced >= generation { return }
             guard !state.stopped else { throw SyncError(.closed, "the store at \(path) is closed; its last commits may not be on stable storage") }
+            beforeSyncHook.withLock { $0 }?()
             let target = current()
             let db = try openIfNeeded(&state)
             // A read opens the WAL (if any) on this connection, which keeps it open from then on;
