@@ -49,6 +49,58 @@ import Testing
         }
         _ = pairs
     }
+
+    /// A phone with more watches than the pool has threads, a mailbox each:
+    /// while a round of one mailbox is held in its write (run by the app on a
+    /// thread of its own), a local write wakes the other mailboxes' loops,
+    /// which ask whether a live session sends it (`isLive`): they do not wait
+    /// for that round. Before, each waited on the lock the held round kept, on
+    /// a thread of the pool, and the pool ran nothing else.
+    @Test func aHeldRoundOfOneMailboxKeepsNoOtherLoopWaiting() async throws {
+        let loops = ProcessInfo.processInfo.activeProcessorCount + 1
+        let pair = try Pair()
+        let phone = SyncPeer(store: pair.phone, configuration: ReplicationConfiguration(pairingEpoch: "unused"))
+        let folders = (0...loops).map { _ in TempFolder() }
+        let boxes = try folders.map { try Mailbox(directory: $0.path, role: .phone, secret: PairingSecret.generate()) }
+        let (held, others) = (boxes[0], Array(boxes.dropFirst()))
+        try pair.phone.setNow(1, for: TestKeys.steps)
+
+        // The other loops' first rounds post the change; then they wait for a local write (their timer is an hour).
+        let waits = pair.phone.timedWaits.subscribe()
+        let running = others.map { box in Task { await phone.runQueued(through: box, pollInterval: .seconds(3600), quietPollInterval: .seconds(3600)) } }
+        var rounds = 0
+        while rounds < loops {
+            if case .queuedRound = try await first(of: waits, "the loops' first rounds") { rounds += 1 }
+        }
+
+        let hold = CallHold(count: 1)
+        hold.releaseAtTheLatest(after: 60)
+        held.beforeWritingHook.withLock { $0 = { _ in hold.hold() } }
+        let (heldRoundEnded, endHeldRound) = AsyncStream.makeStream(of: Void.self)
+        Thread.detachNewThread {
+            _ = try? phone.deliverQueued(through: held)
+            endHeldRound.finish()
+        }
+        await hold.allHeld()
+        let checks = CallHold(count: loops)
+        phone.liveCheckHook.withLock { $0 = { checks.pass() } }
+        try pair.phone.setNow(2, for: TestKeys.steps)
+        // Every loop asked whether the write goes live (more loops than the pool has threads).
+        await checks.allHeld()
+        await Task.detached {}.value
+        let outcome = hold.settle(.ranBeside)
+        hold.release()
+        #expect(outcome == .ranBeside,
+                "\(loops) mailbox loops kept every other task from running while another mailbox's round was held: they wait for it on the cooperative pool")
+
+        for await _ in heldRoundEnded {}
+        for task in running { task.cancel() }
+        for task in running { await task.value }
+        // Nothing was lost: each mailbox carries both writes (the held round read the second once let go).
+        for box in boxes {
+            #expect(try QueuedDeliveryTests().queuedKeys(box) == [TestKeys.steps.name, TestKeys.steps.name], "\(box.directory)")
+        }
+    }
 }
 
 /// Holds the calls (mailbox writes, syncs) that reach it until `release()`, and tells when
@@ -87,6 +139,17 @@ final class CallHold: Sendable {
         }
         waiter?.resume()
         if blocks { gate.wait() }
+    }
+
+    /// Counts the call as `hold()` does, but never blocks it.
+    func pass() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.held += 1
+            guard state.held == count else { return nil }
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
     }
 
     /// Returns once `count` writes are held, or they were released.

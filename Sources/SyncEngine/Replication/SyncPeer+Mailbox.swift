@@ -50,6 +50,7 @@ extension SyncPeer {
             // A watch is met through one mailbox: the node ids the others' watches named are taken (`refusesTakenNodeID`).
             driver.nodesOfOtherMailboxes = Set(drivers.filter { $0.key != key }.compactMap(\.value.learnedPeerNode))
             let report = driver.exchange { peerNode in !isConnected(to: peerNode, ofPairing: mailbox.pairingEpoch) }
+            queuedPeerNodes.withLock { $0[key] = driver.peerNode }
             return (report, driver.peerNode)
         }
         if report.messagesRead > 0 || report.messagesPosted > 0 || report.acknowledged {
@@ -77,8 +78,11 @@ extension SyncPeer {
 
     /// Whether a round through `mailbox` would post nothing now: a live session
     /// with its peer is up (with a peer of its pairing, while its peer is not known yet).
+    /// Never waits for a round of another mailbox of this peer (which holds
+    /// `queuedDrivers` while it writes and syncs): it runs on the cooperative pool.
     func isLive(through mailbox: Mailbox) -> Bool {
-        let peerNode = queuedDrivers.withLock { $0[QueuedDriverKey(mailbox)]?.peerNode }
+        liveCheckHook.withLock { $0 }?()
+        let peerNode = queuedPeerNodes.withLock { $0[QueuedDriverKey(mailbox)] }
         return isConnected(to: peerNode, ofPairing: mailbox.pairingEpoch)
     }
 

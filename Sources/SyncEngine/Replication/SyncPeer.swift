@@ -30,6 +30,10 @@ public final class SyncPeer: Sendable {
     let reachabilityHub = Broadcaster<Bool>()
     /// Queued delivery's state per mailbox (`SyncPeer+Mailbox`).
     let queuedDrivers = Mutex<[QueuedDriverKey: MailboxReplicator]>([:])
+    /// Each driver's `peerNode` as its last round left it: read without waiting for a round (`isLive`).
+    let queuedPeerNodes = Mutex<[QueuedDriverKey: UInt32]>([:])
+    /// Tests only: called by `isLive(through:)` as it begins.
+    let liveCheckHook = Mutex<(@Sendable () -> Void)?>(nil)
     /// Where `runQueued`'s rounds run (`deliverQueuedOffPool`): a serial queue
     /// of its own, whose thread may block in `fsync` without holding one of the
     /// few threads of Swift concurrency's cooperative pool.
