@@ -101,6 +101,47 @@ import Testing
         #expect(decoded == ["a", "a", "a"])
     }
 
+    /// Objects laid out once each, named by the offset table as `ids` says
+    /// (several entries may name one object's offset).
+    static func bplist(_ objects: [[UInt8]], ids: [Int], top: Int) -> [UInt8] {
+        var bytes = Array("bplist00".utf8)
+        var offsets: [Int] = []
+        for object in objects {
+            offsets.append(bytes.count)
+            bytes += object
+        }
+        let table = bytes.count
+        for id in ids { bytes += (0..<4).reversed().map { UInt8(truncatingIfNeeded: offsets[id] >> ($0 * 8)) } }
+        func wide(_ value: Int) -> [UInt8] { (0..<8).reversed().map { UInt8(truncatingIfNeeded: value >> ($0 * 8)) } }
+        bytes += [0, 0, 0, 0, 0, 0, 4, 2] + wide(ids.count) + wide(top) + wide(table)
+        return bytes
+    }
+
+    /// 1,000 entries of the offset table name one array of 1,000 elements: each
+    /// entry a container of its own, so none was "held more than once", and 8 KB
+    /// decoded to a million elements (seconds to check, seconds more to decode).
+    @Test func containersThatShareTheirBytesAreRefused() {
+        let count = 1_000
+        let objects = [[0x10, 7], Self.array(Array(2..<(count + 2))), Self.array(Array(repeating: 0, count: count))]
+        let bytes = Self.bplist(objects, ids: [0, 1] + Array(repeating: 2, count: count), top: 1)
+        #expect(bytes.count < 10 * 1024)
+        Self.refused(bytes, as: [Int].self, "more than its bytes hold")
+    }
+
+    /// One string of 8,000 bytes referenced 20,000 times: 48 KB decoded to 160 MB.
+    @Test func aLongStringReferencedManyTimesIsRefused() throws {
+        let length = 8_000
+        let string: [UInt8] = [0x5F, 0x12] + (0..<4).reversed().map { UInt8(truncatingIfNeeded: length >> ($0 * 8)) }
+            + Array(repeating: 0x61, count: length)
+        let bytes = Self.bplist([string, Self.array([2]), Self.array(Array(repeating: 0, count: 20_000))], ids: [0, 1, 2], top: 1)
+        #expect(bytes.count < 50 * 1024)
+        Self.refused(bytes, as: [String].self, "times their size")
+        // Shared strings as an app's values hold them decode as before: the same status in every record.
+        let statuses = Array(repeating: String(repeating: "pending approval ", count: 6), count: 20_000)
+        let serializer = ValueSerializer<[String]>.binaryPropertyList
+        #expect(try serializer.decode(serializer.encode(statuses)) == statuses)
+    }
+
     /// 14,000 nested arrays fit in a 100 KB value and overflowed the decoder's stack.
     @Test func nestingPastTheLimitIsRefused() {
         let depth = 14_000

@@ -9,12 +9,30 @@
 ///   stand for billions of elements);
 /// - nesting deep enough to overflow the stack (14,000 levels fit in 100 KB).
 ///
+/// - objects that share their bytes (two entries of the offset table naming
+///   one offset, or containers whose references overlap), each decoded in
+///   full (8 KB stood for a million elements, and took seconds to check);
+/// - one long string or data referenced many times, decoded once per
+///   reference (60 KB decoded to 400 MB).
+///
 /// Encoders share scalars (equal strings, numbers) but never a container, so
 /// a container referenced twice is refused, as is nesting past `maxDepth`
-/// (JSONDecoder's own limit). Checked in time linear in the bytes.
+/// (JSONDecoder's own limit); every container's references take bytes of
+/// their own, so all of them together fit in the object bytes; and the
+/// scalars decoded, one per reference, add up to at most `maxExpansion`
+/// times the bytes (plus `expansionAllowance`). Checked in time linear in the bytes.
 enum BinaryPropertyListShape {
     /// The deepest nesting of arrays, sets and dictionaries accepted.
     static let maxDepth = 512
+    /// How many times its own size the scalars a property list decodes to
+    /// may add up to (each reference to a shared one decodes it again).
+    static let maxExpansion = 16
+    /// Bytes of scalars every property list may decode to, whatever its
+    /// size: 64 MiB, the largest value a store takes by default.
+    static let expansionAllowance = 64 << 20
+    /// What a reference to a scalar other than a string or data counts (a
+    /// number, a date): with references of a byte, at most `maxExpansion`.
+    private static let scalarCost = 16
 
     private static let magic = Array("bplist0".utf8)
     private static let trailerSize = 32
@@ -41,15 +59,29 @@ enum BinaryPropertyListShape {
         }
         var reached = Set<Int>([top])
         var pending = [(object: top, depth: 1)]
+        // What an encoder writes: each container's references in bytes of their own.
+        var referencesLeft = (tableStart - magic.count - 1) / referenceSize
+        var decodedLeft = bytes.count * maxExpansion + expansionAllowance
         while let (object, depth) = pending.popLast() {
             let start = try objectStart(object)
             guard let (references, first) = try containerReferences(bytes, at: start, end: tableStart) else { continue }
+            guard references <= referencesLeft else {
+                throw refusal("has containers whose references add up to more than its bytes hold (objects that share bytes)")
+            }
+            referencesLeft -= references
             for index in 0..<references {
                 let at = first + index * referenceSize
                 guard at + referenceSize <= tableStart, let child = integer(bytes, at: at, size: referenceSize), child < objectCount else {
                     throw refusal("has a reference outside its objects")
                 }
-                guard try isContainer(bytes[objectStart(child)]) else { continue }
+                let childStart = try objectStart(child)
+                guard isContainer(bytes[childStart]) else {
+                    decodedLeft -= try scalarSize(bytes, at: childStart, end: tableStart)
+                    guard decodedLeft >= 0 else {
+                        throw refusal("decode to more than \(maxExpansion) times their size (a long string or data referenced many times)")
+                    }
+                    continue
+                }
                 guard depth < maxDepth else { throw refusal("nests deeper than \(maxDepth) levels") }
                 guard reached.insert(child).inserted else { throw refusal("holds a container more than once (a loop, or one shared)") }
                 pending.append((child, depth + 1))
@@ -64,18 +96,35 @@ enum BinaryPropertyListShape {
     private static func containerReferences(_ bytes: [UInt8], at start: Int, end: Int) throws -> (count: Int, first: Int)? {
         let marker = bytes[start]
         guard isContainer(marker) else { return nil }
-        var count = Int(marker & 0x0F), first = start + 1
+        let (count, first) = try length(bytes, at: start, end: end, of: "a container")
+        return (marker >> 4 == 0xD ? count * 2 : count, first)
+    }
+
+    /// About how many bytes the scalar at `start` decodes to: a string's or
+    /// data's length (two bytes a UTF-16 unit), `scalarCost` for anything else.
+    private static func scalarSize(_ bytes: [UInt8], at start: Int, end: Int) throws -> Int {
+        switch bytes[start] >> 4 {
+        case 0x4, 0x5: return max(scalarCost, try length(bytes, at: start, end: end, of: "a string or data").count)
+        case 0x6: return max(scalarCost, 2 * (try length(bytes, at: start, end: end, of: "a string").count))
+        default: return scalarCost
+        }
+    }
+
+    /// The count in the low bits of the marker at `start` (at most `end`),
+    /// and where the object's contents begin.
+    private static func length(_ bytes: [UInt8], at start: Int, end: Int, of what: String) throws -> (count: Int, first: Int) {
+        var count = Int(bytes[start] & 0x0F), first = start + 1
         if count == 0x0F {
             // The count follows as an integer object: 0x1n, then 2^n bytes.
-            guard first < end, bytes[first] >> 4 == 0x1, bytes[first] & 0x0F <= 3 else { throw refusal("has a container with a malformed count") }
+            guard first < end, bytes[first] >> 4 == 0x1, bytes[first] & 0x0F <= 3 else { throw refusal("has \(what) with a malformed count") }
             let size = 1 << Int(bytes[first] & 0x0F)
             guard first + 1 + size <= end, let long = integer(bytes, at: first + 1, size: size), long <= end else {
-                throw refusal("has a container with a malformed count")
+                throw refusal("has \(what) with a malformed count")
             }
             count = long
             first += 1 + size
         }
-        return (marker >> 4 == 0xD ? count * 2 : count, first)
+        return (count, first)
     }
 
     /// The big-endian unsigned integer of `size` bytes at `at`, nil when it
