@@ -21,7 +21,7 @@ public enum MailboxRole: String, Sendable, CaseIterable, CustomStringConvertible
 }
 
 /// How much a mailbox spool (one direction) may hold before `post` refuses
-/// with `mailbox-full`.
+/// with `mailbox-full`. `Int.max` in any field means no limit.
 public struct MailboxLimits: Sendable, Hashable {
     /// Messages waiting in one direction at most (acknowledgements may use `acknowledgementReserve` more).
     public var maxMessages: Int
@@ -137,8 +137,9 @@ public final class Mailbox: Sendable {
         self.secret = secret
         self.limits = limits
         self.pairingEpoch = secret.epoch
+        // Saturating: `Int.max` (no limit of the app's own) must not overflow.
         let size = max(1024, limits.maxMessageBytes)
-        codec = FrameCodec(limits: FrameLimits(maxFrameSize: size, maxInflatedSize: size * 2, compressionThreshold: 256))
+        codec = FrameCodec(limits: FrameLimits(maxFrameSize: size, maxInflatedSize: MailboxFiles.saturatingSum(size, size), compressionThreshold: 256))
         try MailboxFiles.makeDirectory(directory)
         var spools: [SpoolFolder] = []
         var refused: [SpoolFolder] = []
@@ -192,7 +193,7 @@ public final class Mailbox: Sendable {
             var sequence = max(next, outbox.readNumber(Self.senderState) ?? 1, (outbox.readNumber(Self.receiverState) ?? 0) + 1,
                                MailboxFiles.highestCountedSequence(named: names) + 1)
             let waiting = MailboxFiles.spoolUsage(outbox, names: names)
-            let maxMessages = limits.maxMessages + (reserve ? limits.acknowledgementReserve : 0)
+            let maxMessages = MailboxFiles.saturatingSum(limits.maxMessages, reserve ? max(0, limits.acknowledgementReserve) : 0)
             // A few times: another `Mailbox` of this spool may take the same sequence at the same moment.
             for _ in 0..<8 {
                 let bytes = try sealed(frame, sequence: sequence)

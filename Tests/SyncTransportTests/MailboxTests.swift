@@ -44,6 +44,22 @@ import Testing
     }
     #endif
 
+    /// `Int.max` as "no limit of the app's own" (as `StoreOptions.maxValueSize`
+    /// takes it): opening the mailbox overflowed (twice the message size) and
+    /// trapped, and so did posting with the reserve.
+    @Test func limitsOfIntMaxMeanNoLimit() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let limits = MailboxLimits(maxMessages: .max, maxBytes: .max, maxMessageBytes: .max, acknowledgementReserve: .max, maxRefusedFiles: .max)
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret, limits: limits)
+        try phone.post(frame("one"))
+        try phone.post(frame(String(repeating: "two ", count: 1_000)), reserve: true)
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret, limits: limits)
+        let delivered = try drain(watch)
+        #expect(delivered.refused.isEmpty)
+        #expect(delivered.messages.map { String(decoding: $0.frame.payload, as: UTF8.self) } == ["one", String(repeating: "two ", count: 1_000)])
+    }
+
     @Test func deliversInOrderWhileEitherSideIsDown() throws {
         let directory = try temporaryDirectory()
         let secret = PairingSecret.generate()
