@@ -12,7 +12,14 @@ import SyncTransport
 /// 3. only then is the previous version's file deleted.
 ///
 /// A crash between 1 and 2 leaves an unreferenced file, removed at the next
-/// open; a rolled-back transaction deletes its files at once.
+/// open; a rolled-back transaction deletes its files at once. The same
+/// version written again (a merge, a seal) is staged under a temporary name,
+/// noted in `sync_meta` in the row's transaction and renamed after the
+/// commit; a crash before the rename leaves the note, and the next open
+/// renames the staged file (the committed row's bytes) then. Before a
+/// committed transaction's files are renamed or deleted, its commit is put
+/// on stable storage: a power cut never keeps the file change and rolls the
+/// row back.
 ///
 /// Each file ends with a trailer: `trailerMagic` and the CRC-32 of the bytes
 /// before it, so damage that keeps a file's length is found when it is read
@@ -34,9 +41,25 @@ final class ValueFiles: Sendable {
         var staged: [(file: String, target: String)] = []
     }
     private let transaction = Mutex(Transaction())
+    /// Staged files renamed (or found gone) after their commit: their notes
+    /// in `sync_meta` go in the next transaction that writes a value file.
+    private let renamedStaged = Mutex<[String]>([])
+    /// Staged files the open's recovery found committed, renamed once it commits.
+    private let recoveredRenames = Mutex<[(file: String, target: String)]>([])
+    /// Puts the commits made so far on stable storage.
+    private let syncCommits: @Sendable () throws -> Void
 
-    init(directory: String) throws {
+    /// The `sync_meta` names of staged files to rename after their commit:
+    /// this prefix and the staged file's name; the value is the target's name.
+    static let stagedMetaPrefix = "value_file_staged:"
+
+    /// Tests only: value directories whose committed transactions change no
+    /// file, as if the process died right after the COMMIT.
+    static let crashAfterCommitForTests = Mutex<Set<String>>([])
+
+    init(directory: String, syncCommits: @escaping @Sendable () throws -> Void = {}) throws {
         self.directory = directory
+        self.syncCommits = syncCommits
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
@@ -69,11 +92,32 @@ final class ValueFiles: Sendable {
     /// touches the file the committed row points at. (A crash between the
     /// commit and the rename leaves the version's earlier bytes, and the
     /// staged file is removed at the next open.)
-    func writeAgain(_ bytes: [UInt8], key: String, version: HLCTimestamp) throws {
-        let target = path(key: key, version: version)
-        let staged = target + ".tmp-staged-\(UInt32.random(in: 0...UInt32.max))"
-        transaction.withLock { $0.staged.append((staged, target)) }
+    func writeAgain(_ bytes: [UInt8], key: String, version: HLCTimestamp, in conn: SQLiteConnection) throws {
+        let targetName = ValueFiles.fileName(key: key, version: version)
+        let stagedName = targetName + ".tmp-staged-\(UInt32.random(in: 0...UInt32.max))"
+        let staged = directory + "/" + stagedName
+        transaction.withLock { $0.staged.append((staged, directory + "/" + targetName)) }
         try durablyWrite(bytes, to: staged, through: staged + "-\(UInt32.random(in: 0...UInt32.max))")
+        // In the row's transaction: a crash after the commit, before the rename, leaves the note for the next open.
+        let note = try conn.statement("INSERT INTO sync_meta(name, value) VALUES(?1, ?2) ON CONFLICT(name) DO UPDATE SET value = excluded.value")
+        note.bind(1, ValueFiles.stagedMetaPrefix + stagedName)
+        note.bind(2, targetName)
+        try note.run()
+    }
+
+    /// Deletes the notes of staged files renamed since (inside a write transaction).
+    func forgetRenamedStaged(in conn: SQLiteConnection) throws {
+        let names = renamedStaged.withLock { names -> [String] in
+            defer { names.removeAll() }
+            return names
+        }
+        guard !names.isEmpty else { return }
+        let delete = try conn.statement("DELETE FROM sync_meta WHERE name = ?1")
+        for name in names {
+            delete.reset()
+            delete.bind(1, ValueFiles.stagedMetaPrefix + name)
+            try delete.run()
+        }
     }
 
     private func durablyWrite(_ bytes: [UInt8], to target: String, through temporary: String) throws {
@@ -138,13 +182,77 @@ final class ValueFiles: Sendable {
             defer { t = Transaction() }
             return t
         }
-        if committed {
-            for (file, target) in finished.staged { rename(file, target) }
-            if !finished.staged.isEmpty { syncDirectory() }
-        } else {
+        guard committed else {
             for (file, _) in finished.staged { unlink(file) }
+            for file in finished.written { unlink(file) }
+            return
         }
-        for file in committed ? finished.superseded : finished.written { unlink(file) }
+        guard !finished.staged.isEmpty || !finished.superseded.isEmpty else { return }
+        if ValueFiles.crashAfterCommitForTests.withLock({ $0.contains(directory) }) { return }
+        // The commit first on stable storage: a power cut that rolled the row back would
+        // keep a rename (the version's bytes replaced) or a deletion (the file it points at).
+        let durable = (try? syncCommits()) != nil
+        var renamed: [String] = []
+        for (file, target) in finished.staged where rename(file, target) == 0 || errno == ENOENT {
+            // Gone: another process's open renamed it (its note is deleted there too).
+            renamed.append(String(file.dropFirst(directory.count + 1)))
+        }
+        if !finished.staged.isEmpty { syncDirectory() }
+        renamedStaged.withLock { $0 += renamed }
+        // Replaced files stay when the commit could not be made durable: the next open removes them.
+        if durable { for file in finished.superseded { unlink(file) } }
+    }
+
+    /// At open, in a write transaction: notes the staged files whose
+    /// transaction committed (a crash came before their rename) over the
+    /// files of rows that still point at them, for `renameRecovered()`;
+    /// returns their names, which must stay. The notes of staged files gone
+    /// are deleted.
+    func stageCommittedRenames(referenced: Set<String>, in conn: SQLiteConnection) throws -> Set<String> {
+        let notes = try conn.statement("SELECT name, value FROM sync_meta WHERE name > ?1 AND name < ?2")
+        notes.bind(1, ValueFiles.stagedMetaPrefix)
+        notes.bind(2, String(ValueFiles.stagedMetaPrefix.dropLast()) + ";")
+        var found: [(name: String, stagedName: String, target: String)] = []
+        while try notes.step() {
+            let name = notes.string(0)
+            found.append((name, String(name.dropFirst(ValueFiles.stagedMetaPrefix.count)), notes.string(1)))
+        }
+        notes.reset()
+        var kept: Set<String> = []
+        let delete = try conn.statement("DELETE FROM sync_meta WHERE name = ?1")
+        for note in found {
+            let staged = directory + "/" + note.stagedName
+            if referenced.contains(note.target), !note.stagedName.contains("/"), !note.target.contains("/"),
+               access(staged, F_OK) == 0 {
+                kept.insert(note.stagedName)
+                recoveredRenames.withLock { $0.append((staged, directory + "/" + note.target)) }
+            } else {
+                // Renamed already, or its row moved on: the file (if any) goes as unreferenced.
+                delete.reset()
+                delete.bind(1, note.name)
+                try delete.run()
+            }
+        }
+        return kept
+    }
+
+    /// After the open's recovery committed: puts the commits on stable
+    /// storage and renames the staged files it found (their notes go with
+    /// the next write of a value file, or at the next open).
+    func renameRecovered() throws {
+        let renames = recoveredRenames.withLock { r -> [(file: String, target: String)] in
+            defer { r.removeAll() }
+            return r
+        }
+        guard !renames.isEmpty else { return }
+        try syncCommits()
+        var renamed: [String] = []
+        for (file, target) in renames {
+            guard rename(file, target) == 0 || errno == ENOENT else { throw Self.fileError(errno, "rename", file) }
+            renamed.append(String(file.dropFirst(directory.count + 1)))
+        }
+        syncDirectory()
+        renamedStaged.withLock { $0 += renamed }
     }
 
     /// Deletes files no row points at (left by a crash before a commit).

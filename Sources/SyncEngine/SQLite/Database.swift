@@ -21,6 +21,8 @@ final class Database: Sendable {
     let corruption: CorruptionFlag
     /// Whether `syncCommitted()` must sync the WAL itself (not under `.full`, where every commit does).
     private let syncsDurableWrites: Bool
+    /// Whether every COMMIT is on stable storage when it returns (`.full`).
+    private let commitsAreDurable: Bool
     /// Bumped after every COMMIT, so a sync knows which commits it covers.
     private let commitGeneration = Atomic<Int>(0)
     /// Write transactions committed through this database since it opened.
@@ -66,6 +68,7 @@ final class Database: Sendable {
         self.path = path
         corruption = conn.corruption
         syncsDurableWrites = options.durability != .full && options.syncsBeforeAcknowledging
+        commitsAreDurable = options.durability == .full
         walSyncer = WALSyncer(path: path, vfs: options.vfsName)
         checkpointer = BackgroundCheckpointer(path: path, vfs: options.vfsName, corruption: conn.corruption, freeSpace: options.freeSpace)
         checkpointer.attach(to: conn.handle)
@@ -300,6 +303,16 @@ final class Database: Sendable {
     /// `synchronous=FULL` would (a no-op under `.full`, where every commit did).
     func syncCommitted() throws {
         guard syncsDurableWrites else { return }
+        let generation = commitGeneration.load(ordering: .acquiring)
+        try walSyncer.sync(through: generation) { self.commitGeneration.load(ordering: .acquiring) }
+    }
+
+    /// Puts every commit made so far on stable storage before a change
+    /// outside the file that relies on them (a value file renamed over, or
+    /// deleted, once its row committed): a power cut must not roll back the
+    /// row and keep the file change. A no-op under `.full`.
+    func syncCommittedBeforeFileChanges() throws {
+        guard !commitsAreDurable else { return }
         let generation = commitGeneration.load(ordering: .acquiring)
         try walSyncer.sync(through: generation) { self.commitGeneration.load(ordering: .acquiring) }
     }

@@ -137,7 +137,9 @@ public final class SyncStore: KeyValueBackend {
         if let storedRole = setup.storedRole, storedRole != role.rawValue {
             throw SyncError(.invalidConfiguration, "the store at \(path) belongs to a \(storedRole), not a \(role); open it with role \(storedRole) or use another file")
         }
-        valueStorage = try setup.valueDirectory.map { try ValueFiles(directory: $0) } ?? RowValueStorage()
+        valueStorage = try setup.valueDirectory.map { [database] in
+            try ValueFiles(directory: $0, syncCommits: { try database.syncCommittedBeforeFileChanges() })
+        } ?? RowValueStorage()
         nextSeq = Mutex(setup.seq + 1)
         clock = HybridLogicalClock(node: setup.node, physical: options.clock, floor: setup.floor, maxAhead: options.maxRemoteClockAhead,
                                    dropped: SyncStore.clockDropped(options.logger))
@@ -173,7 +175,10 @@ public final class SyncStore: KeyValueBackend {
             }
             self.cipher = nil
         }
-        if !valueStorage.keepsValuesInRows { try database.write { conn in try valueStorage.recover(in: conn) } }
+        if !valueStorage.keepsValuesInRows {
+            try database.write { conn in try valueStorage.recover(in: conn) }
+            try valueStorage.recovered()
+        }
         if options.renewsNodeIDWhenRestored { try checkDeviceMarker() }
         try assignLanesAfterMigration()
         do {

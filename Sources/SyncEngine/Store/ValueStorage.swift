@@ -23,6 +23,8 @@ protocol ValueStorage: Sendable {
     func transactionEnded(committed: Bool)
     /// At open, in a write transaction: removes what a crash left behind.
     func recover(in conn: SQLiteConnection) throws
+    /// After `recover`'s transaction committed: finishes what it found.
+    func recovered() throws
 }
 
 /// Values in the `entries` rows: nothing to place, release or recover.
@@ -41,6 +43,7 @@ struct RowValueStorage: ValueStorage {
     func release(key: String, version: HLCTimestamp) {}
     func transactionEnded(committed: Bool) {}
     func recover(in conn: SQLiteConnection) throws {}
+    func recovered() throws {}
 }
 
 extension ValueFiles: ValueStorage {
@@ -51,6 +54,7 @@ extension ValueFiles: ValueStorage {
     /// marks the replaced version's file for deletion after the commit.
     func place(_ bytes: [UInt8]?, deleted: Bool, key: String, version: HLCTimestamp,
                in conn: SQLiteConnection) throws -> (column: [UInt8]?, inFile: Bool) {
+        try forgetRenamedStaged(in: conn)
         let previous = try conn.statement("SELECT ver, node FROM entries WHERE key = ? AND in_file = 1")
         previous.bind(1, key)
         var rewritesCommittedFile = false
@@ -61,7 +65,7 @@ extension ValueFiles: ValueStorage {
         previous.reset()
         guard let bytes, !deleted else { return (bytes, false) }
         if rewritesCommittedFile {
-            try writeAgain(bytes, key: key, version: version)
+            try writeAgain(bytes, key: key, version: version, in: conn)
         } else {
             try write(bytes, key: key, version: version)
         }
@@ -70,11 +74,14 @@ extension ValueFiles: ValueStorage {
 
     func readFile(key: String, version: HLCTimestamp) throws -> [UInt8] { try read(key: key, version: version) }
 
+    func recovered() throws { try renameRecovered() }
+
     func release(key: String, version: HLCTimestamp) { supersede(key: key, version: version) }
 
-    /// Deletes value files left by a crash before their row committed (the
-    /// write transaction keeps other processes from being between writing a
-    /// file and committing its row).
+    /// Renames the staged files of commits a crash cut short, then deletes
+    /// value files left by a crash before their row committed (the write
+    /// transaction keeps other processes from being between writing a file
+    /// and committing its row).
     func recover(in conn: SQLiteConnection) throws {
         let stmt = try conn.statement("SELECT key, ver, node FROM entries WHERE in_file = 1")
         var referenced: Set<String> = []
@@ -82,6 +89,8 @@ extension ValueFiles: ValueStorage {
             referenced.insert(ValueFiles.fileName(key: stmt.string(0), version: HLCTimestamp(packed: stmt.int64(1), node: UInt32(truncatingIfNeeded: stmt.int64(2)))))
         }
         stmt.reset()
-        removeUnreferenced(referenced: referenced)
+        // First the staged files of commits a crash kept from being renamed: the rest goes.
+        let staged = try stageCommittedRenames(referenced: referenced, in: conn)
+        removeUnreferenced(referenced: referenced.union(staged))
     }
 }
