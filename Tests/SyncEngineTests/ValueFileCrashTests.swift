@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 @_spi(Benchmarks) @_spi(Testing) @testable import SyncEngine
 import Testing
@@ -49,6 +50,40 @@ import Testing
         let again = try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([Self.sealedPin]), options: options)
         #expect(try await again.get(Self.sealedPin) == marker)
         again.close()
+    }
+
+    /// The state that crash left before the fix (the row sealed, the file
+    /// still the plaintext, the staged file gone): the next open seals the
+    /// file again.
+    @Test func aPlaintextFileUnderASealedRowIsSealedAgain() async throws {
+        let folder = TempFolder()
+        let directory = folder.file("blobs")
+        let marker = "PIN-\(UUID().uuidString)"
+        let before = try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([Self.plainPin]))
+        try await before.set(marker, for: Self.plainPin)
+        before.close()
+        let options = StoreOptions(encryption: .keyFile(path: folder.file("master.key")))
+        try Self.crashingAfterCommit(directory + "/values") {
+            try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([Self.sealedPin]), options: options).close()
+        }
+        // What the open before the fix did: the staged (sealed) file deleted as unreferenced.
+        for name in try FileManager.default.contentsOfDirectory(atPath: directory + "/values") where name.contains(".tmp-") {
+            try FileManager.default.removeItem(atPath: directory + "/values/" + name)
+        }
+        // …and knew neither the notes of staged files nor the check for plaintext files.
+        var db: OpaquePointer?
+        #expect(sqlite3_open(directory + "/metadata.sqlite", &db) == SQLITE_OK)
+        let sql = "DELETE FROM sync_meta WHERE name = '\(SyncStore.valueFilesResealedMeta)' OR name LIKE '\(ValueFiles.stagedMetaPrefix)%'"
+        #expect(sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK)
+        sqlite3_close(db)
+        #expect(try Self.fileBytes(directory).contains { $0.contains(subsequence: Array(marker.utf8)) }, "the crash's state: plaintext under a sealed row")
+
+        let store = try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([Self.sealedPin]), options: options)
+        #expect(try await store.get(Self.sealedPin) == marker)
+        let files = try Self.fileBytes(directory)
+        #expect(files.count == 1)
+        #expect(!files.contains { $0.contains(subsequence: Array(marker.utf8)) }, "the plaintext stayed on disk")
+        store.close()
     }
 
     /// A resolver's merge keeps the version: a crash between its commit and

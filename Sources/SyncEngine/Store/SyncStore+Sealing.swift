@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 
 extension SyncStore {
@@ -17,6 +18,7 @@ extension SyncStore {
     func sealPlaintextOfEncryptedKeys() throws {
         defer { scrubAfterSealing() }
         guard let cipher else { return }
+        try resealPlaintextValueFiles(cipher)
         let sealedKeys = registry.descriptors.filter { $0.security == .encrypted && $0.availability.isHeld(on: role) }
         guard !sealedKeys.isEmpty else { return }
         let plaintext = try database.read { conn -> [String] in
@@ -120,6 +122,56 @@ extension SyncStore {
             }
             chunks.reset()
             return found
+        }
+    }
+
+    /// Marks, in `sync_meta`, a store whose sealed rows' value files were checked for plaintext.
+    static let valueFilesResealedMeta = "value_files_resealed"
+
+    /// Once per store: a value file that still holds the plaintext under a
+    /// row marked sealed is sealed again (at its version). Before the seal's
+    /// file was renamed only after a durable note, a crash between the
+    /// seal's commit and the rename left such a file: the value read as
+    /// damaged and its plaintext stayed on disk. Such a file passes its
+    /// checksum with the plaintext's size, where a sealed one is longer.
+    private func resealPlaintextValueFiles(_ cipher: AtRestCipher) throws {
+        guard let files = valueStorage as? ValueFiles, try meta(SyncStore.valueFilesResealedMeta) == nil else { return }
+        let candidates = try database.read { conn -> [(key: String, version: HLCTimestamp)] in
+            let rows = try conn.statement("SELECT key, ver, node, size FROM entries WHERE encrypted = 1 AND in_file = 1 AND deleted = 0")
+            var found: [(key: String, version: HLCTimestamp)] = []
+            while try rows.step() {
+                let version = HLCTimestamp(packed: rows.int64(1), node: UInt32(truncatingIfNeeded: rows.int64(2)))
+                let size = rows.int64(3)
+                var info = stat()
+                guard stat(files.path(key: rows.string(0), version: version), &info) == 0 else { continue }
+                // The plaintext's size, with its trailer or (written before trailers) without.
+                if Int64(info.st_size) == size + Int64(ValueFiles.trailerSize) || Int64(info.st_size) == size {
+                    found.append((rows.string(0), version))
+                }
+            }
+            rows.reset()
+            return found
+        }
+        let resealed = try database.write { conn -> Int in
+            var count = 0
+            let row = try conn.statement("SELECT size FROM entries WHERE key = ?1 AND ver = ?2 AND node = ?3 AND encrypted = 1 AND in_file = 1 AND deleted = 0")
+            for candidate in candidates {
+                row.reset()
+                row.bind(1, candidate.key)
+                row.bind(2, candidate.version.packed)
+                row.bind(3, Int64(candidate.version.node))
+                guard try row.step(), let bytes = try? files.read(key: candidate.key, version: candidate.version),
+                      Int64(bytes.count) == row.int64(0), (try? cipher.open(bytes, keyName: candidate.key)) == nil else { continue }
+                _ = try valueStorage.place(try cipher.seal(bytes, keyName: candidate.key), deleted: false, key: candidate.key,
+                                           version: candidate.version, in: conn)
+                count += 1
+            }
+            row.reset()
+            try SyncStore.writeMeta(conn, SyncStore.valueFilesResealedMeta, "1")
+            return count
+        }
+        if resealed > 0 {
+            logger.notice("sealed again value files that held the plaintext of sealed values", metadata: ["count": "\(resealed)"])
         }
     }
 
