@@ -89,9 +89,9 @@ final class ValueFiles: Sendable {
     /// Writes `bytes` for the version the committed row already has: to a
     /// staged file (durably), which replaces the committed file after the
     /// commit and goes after a rollback, so a rolled-back rewrite never
-    /// touches the file the committed row points at. (A crash between the
-    /// commit and the rename leaves the version's earlier bytes, and the
-    /// staged file is removed at the next open.)
+    /// touches the file the committed row points at. The staged file is
+    /// noted in `sync_meta` in the same transaction: a crash between the
+    /// commit and the rename leaves the note, and the next open renames it.
     func writeAgain(_ bytes: [UInt8], key: String, version: HLCTimestamp, in conn: SQLiteConnection) throws {
         let targetName = ValueFiles.fileName(key: key, version: version)
         let stagedName = targetName + ".tmp-staged-\(UInt32.random(in: 0...UInt32.max))"
