@@ -137,6 +137,36 @@ import Testing
         #expect(try stores.phone.knownPeers() == [stores.watches[0].nodeID])
     }
 
+    /// A message set aside (here: from a node beyond the limit) is answered by a
+    /// refusal posted back; the round's report counts it among the messages it
+    /// posted, as it counts every other refusal (it said 0, though the outbox grew).
+    @Test func aRefusalPostedForAMessageSetAsideIsCountedAsPosted() async throws {
+        let stores = try Stores(limit: 1, watches: 1)
+        let secret = PairingSecret.generate()
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let folder = TempFolder()
+        let phone = SyncPeer(store: stores.phone, configuration: config)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
+        let watch = SyncPeer(store: stores.watches[0], configuration: config)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        try stores.phone.recordPeer(node: 0x0BAD_CAFE, role: .watch, epoch: "another pairing")
+        try await stores.watches[0].set(12, for: TestKeys.steps)
+        _ = try watch.deliverQueued(through: watchBox)
+        let before = try phoneBox.outgoingCount()
+        let events = stores.phone.events()
+        let round = try phone.deliverQueued(through: phoneBox)
+        #expect(round.refused.map(\.code) == [.tooManyPeers], "\(round.refused)")
+        let posted = try phoneBox.outgoingCount() - before
+        #expect(posted >= 1)
+        #expect(round.messagesPosted == posted, "\(round)")
+        // The queued event says the same.
+        var said: Int?
+        for await event in events {
+            if case .queuedDelivery(_, _, let count, _) = event { said = count; break }
+        }
+        #expect(said == posted)
+    }
+
     /// `syncsim node`: `status` lists the peers the store keeps, `forget-peer NODE` forgets one,
     /// `renew-node-id` gives the store a new node id.
     @Test func theNodeConsoleListsAndForgetsPeers() async throws {

@@ -62,4 +62,19 @@ extension MailboxReplicator {
                                 metadata: ["through": "\(through)", "stream": "\(written)"])
         return false
     }
+
+    /// Keeps a message that cannot be used aside, tells the peer (best effort), reports it.
+    func setAside(_ message: MailboxMessage, _ error: SyncError, into report: inout QueuedDeliveryReport) throws {
+        try mailbox.setAside(message, because: error.description)
+        report.refused.append(error)
+        emit(.error(error))
+        if message.frame.type != QueuedMessage.MessageType.refusal.rawValue {
+            let refusal = QueuedMessage.refusal(header, code: error.code.rawValue, message: error.message)
+            // Counted among the messages posted (the round's report, its `queued` event) when it went.
+            if (try? mailbox.post(refusal.frame(), reserve: true)) != nil {
+                onPost?(refusal)
+                report.messagesPosted += 1
+            }
+        }
+    }
 }

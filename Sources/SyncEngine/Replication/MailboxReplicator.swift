@@ -355,16 +355,6 @@ package final class MailboxReplicator {
         declarationsPostedFor = registries
     }
 
-    /// Keeps a message that cannot be used aside, tells the peer (best effort), reports it.
-    private func setAside(_ message: MailboxMessage, _ error: SyncError, into report: inout QueuedDeliveryReport) throws {
-        try mailbox.setAside(message, because: error.description)
-        report.refused.append(error)
-        emit(.error(error))
-        if message.frame.type != QueuedMessage.MessageType.refusal.rawValue {
-            _ = try? mailbox.post(QueuedMessage.refusal(header, code: error.code.rawValue, message: error.message).frame(), reserve: true)
-        }
-    }
-
     /// The peer a valid message came from, recorded (a new node, or the first message, starts its cursor over).
     /// A node the store refuses (`.tooManyPeers`) leaves what this end knows of its peer as it was.
     private func learn(_ header: QueuedHeader) throws -> PeerRecord {
