@@ -167,6 +167,45 @@ import Testing
         #expect(said == posted)
     }
 
+    /// A phone that refuses a watch's queued messages for its limit posts that
+    /// watch none of its own changes, as a live session with it ends before
+    /// anything goes: the watch's acknowledgements would be refused too, and
+    /// the phone posted its whole store again each time the watch had read it.
+    /// Once the phone forgets a watch, the refused one is baselined.
+    @Test func aPhoneRefusingAWatchForTheLimitPostsItNothingUntilAPlaceIsFree() async throws {
+        let stores = try Stores(limit: 1, watches: 1)
+        let secret = PairingSecret.generate()
+        let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+        let folder = TempFolder()
+        let phone = SyncPeer(store: stores.phone, configuration: config)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
+        let watch = SyncPeer(store: stores.watches[0], configuration: config)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+        let other: UInt32 = 0x0BAD_CAFE
+        try stores.phone.recordPeer(node: other, role: .watch, epoch: "another pairing")
+        try await stores.phone.set(7, for: TestKeys.steps)
+        try await stores.watches[0].set(Data([1, 2, 3]), for: TestKeys.blob)
+        var entriesPosted = 0
+        for _ in 0..<4 {
+            _ = try watch.deliverQueued(through: watchBox)
+            let round = try phone.deliverQueued(through: phoneBox)
+            entriesPosted += round.entriesPosted
+        }
+        #expect(entriesPosted == 0, "the phone posted \(entriesPosted) entries to a watch it refuses")
+        #expect(try stores.watches[0].storedValue(for: TestKeys.steps) == nil)
+        #expect(try stores.phone.knownPeers() == [other])
+
+        // A place is free: the watch's messages are taken, and it is baselined.
+        #expect(try stores.phone.forgetPeer(other))
+        stores.watchClock.advance(by: 61_000)
+        for _ in 0..<3 {
+            _ = try watch.deliverQueued(through: watchBox)
+            _ = try phone.deliverQueued(through: phoneBox)
+        }
+        #expect(try stores.watches[0].storedValue(for: TestKeys.steps) == 7)
+        #expect(try stores.phone.storedValue(for: TestKeys.blob) == Data([1, 2, 3]))
+    }
+
     /// `syncsim node`: `status` lists the peers the store keeps, `forget-peer NODE` forgets one,
     /// `renew-node-id` gives the store a new node id.
     @Test func theNodeConsoleListsAndForgetsPeers() async throws {

@@ -55,6 +55,8 @@ package final class MailboxReplicator {
     /// When (store clock, ms) our declarations last went to a peer that declares
     /// keys differently, to learn whether it still does; nil: not in this process.
     private var lastProbe: Int64?
+    /// The node this mailbox's peer named when the store refused it (`maxKnownPeers`).
+    var refusedForLimit: UInt32?
 
     /// How often at most a peer that declares keys differently is asked again
     /// (our declarations, which it answers with its own) while nothing is in
@@ -202,6 +204,7 @@ package final class MailboxReplicator {
                 do {
                     peer = try learn(decoded.header)
                 } catch let error as SyncError where error.code == .tooManyPeers {
+                    refusedForLimit = decoded.header.node
                     try setAside(message, error, into: &report)
                     continue
                 }
@@ -400,6 +403,7 @@ package final class MailboxReplicator {
         // A peer not met yet gets everything (its cursor is 0); its first acknowledgement records it.
         let record = try mailboxPeer()
             .flatMap { known in peerNode == nil || peerNode == known.node ? known : nil }
+        if record == nil, try waitsForAPlace() { return }
         // This app's registry changed since the two were compared (it was updated): the peer
         // learns it from our declarations, and answers with its own (both compare again).
         if let registries = record?.registries, registries.count > ourFingerprint.count,

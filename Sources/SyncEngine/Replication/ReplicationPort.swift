@@ -90,6 +90,8 @@ package protocol ReplicationPort: AnyObject {
     func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord
     /// The pairing epoch the peer `node` was last recorded under, if this store keeps it.
     func pairingEpoch(ofPeer node: UInt32) throws -> String?
+    /// Whether `recordPeer` would refuse `node` now (`.tooManyPeers`): not known, and the store full.
+    func refusesNewPeer(_ node: UInt32) throws -> Bool
     /// Takes a new node id, unless this store's is no longer `node` (another
     /// process sharing the file took one: that one is kept); returns the node id now.
     func renewNodeID(replacing node: UInt32) throws -> UInt32
@@ -334,6 +336,7 @@ package final class SQLiteReplicationPort: ReplicationPort {
     }
 
     package func pairingEpoch(ofPeer node: UInt32) throws -> String? { try store.pairingEpoch(ofPeer: node) }
+    package func refusesNewPeer(_ node: UInt32) throws -> Bool { try store.refusesNewPeer(node) }
     package func renewNodeID(replacing node: UInt32) throws -> UInt32 { try store.renewNodeID(replacing: node) }
     package func queuedPeerRenewsNodeID(in epoch: String) throws -> Bool { try store.queuedPeerRenewsNodeID(in: epoch) }
     package func noteQueuedPeerRenewsNodeID(in epoch: String) throws { try store.noteQueuedPeerRenewsNodeID(in: epoch) }

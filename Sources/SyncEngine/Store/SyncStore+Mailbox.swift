@@ -28,4 +28,17 @@ extension SyncStore {
             return try nodes.compactMap { try SyncStore.peerRecord(conn, node: $0) }
         }
     }
+
+    /// Whether `recordPeer` would refuse `node` now: it is not known, and the
+    /// store keeps `StoreOptions.maxKnownPeers` others.
+    func refusesNewPeer(_ node: UInt32) throws -> Bool {
+        let limit = max(1, options.maxKnownPeers)
+        return try database.read { conn in
+            let stmt = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_peers WHERE peer_node = ?1), (SELECT count(*) FROM sync_peers)")
+            stmt.bind(1, Int64(node))
+            defer { stmt.reset() }
+            _ = try stmt.step()
+            return stmt.int(0) == 0 && stmt.int(1) >= limit
+        }
+    }
 }
