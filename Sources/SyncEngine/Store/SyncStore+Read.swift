@@ -175,7 +175,7 @@ extension SyncStore {
             defer { stmt.reset() }
             guard try stmt.step() else { return nil }
             let row = SyncStore.infoRow(stmt)
-            return EntryInfo(row: row, isPending: isPending(row, peers: try SyncStore.peerRecords(conn)))
+            return EntryInfo(row: row, isPending: isPending(row, peers: try SyncStore.waitingPeerRecords(conn, role: role)))
         }
     }
 
@@ -196,7 +196,7 @@ extension SyncStore {
     public func allEntryInfo() throws -> [EntryInfo] {
         try checkOpen()
         return try readCommitted { conn in
-            let peers = try SyncStore.peerRecords(conn)
+            let peers = try SyncStore.waitingPeerRecords(conn, role: role)
             let stmt = try conn.statement("SELECT \(SyncStore.infoColumns) FROM entries e ORDER BY e.key")
             defer { stmt.reset() }
             var result: [EntryInfo] = []

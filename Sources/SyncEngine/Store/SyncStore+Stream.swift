@@ -354,6 +354,24 @@ extension SyncStore {
         return records
     }
 
+    /// The peers whose cursors say what still waits (pending changes, `peerHas`,
+    /// tombstones held back). On a watch, a phone node superseded by one seen
+    /// later under the same pairing (the phone took a new node id) is not
+    /// among them: its row stays (a watch never forgets its phone), but its
+    /// cursor never moves again, and it would keep every later change pending.
+    static func waitingPeerRecords(_ conn: SQLiteConnection, role: DeviceRole) throws -> [PeerRecord] {
+        let records = try peerRecords(conn)
+        guard role == .watch, records.count > 1 else { return records }
+        let stmt = try conn.statement("""
+            SELECT p.peer_node FROM sync_peers p WHERE EXISTS (
+              SELECT 1 FROM sync_peers q WHERE q.epoch = p.epoch AND q.peer_role = p.peer_role AND q.last_seen > p.last_seen)
+            """)
+        defer { stmt.reset() }
+        var superseded: Set<UInt32> = []
+        while try stmt.step() { superseded.insert(UInt32(truncatingIfNeeded: stmt.int64(0))) }
+        return records.filter { !superseded.contains($0.node) }
+    }
+
     private static func names(_ text: String) -> Set<String> {
         Set(text.split(separator: "\n").map(String.init))
     }
@@ -361,6 +379,11 @@ extension SyncStore {
     /// The peers this store knows, with their cursors.
     func peerRecords() throws -> [PeerRecord] {
         try database.read { conn in try SyncStore.peerRecords(conn) }
+    }
+
+    /// `waitingPeerRecords(_:role:)` of this store.
+    func waitingPeerRecords() throws -> [PeerRecord] {
+        try database.read { conn in try SyncStore.waitingPeerRecords(conn, role: role) }
     }
 
     /// Whether `row`'s change still waits for some known peer (for any peer
@@ -382,7 +405,7 @@ extension SyncStore {
     /// peer at all while none is known.
     public func pendingSummary() throws -> PendingSummary {
         try checkOpen()
-        let peers = try peerRecords()
+        let peers = try waitingPeerRecords()
         // No peer yet: every change is pending (local changes have origin 0, so exclude no real node).
         guard !peers.isEmpty else { return try pendingSummary(cursor: 0, excluding: UInt32.max) }
         return try peers.map { try pendingSummary(cursor: $0.cursor, excluding: $0.node) }.max { $0.total < $1.total }!
@@ -422,7 +445,7 @@ extension SyncStore {
         try checkOpen()
         return try database.read { conn in
             guard let row = try loadRow(conn, key: KeyName.canonical(key), valueFile: .skip), row.version >= version else { return false }
-            let peers = try SyncStore.peerRecords(conn)
+            let peers = try SyncStore.waitingPeerRecords(conn, role: role)
             guard !peers.isEmpty else { return row.originPeer != 0 }
             return peers.allSatisfy { peer in
                 row.originPeer == peer.node || (row.lane.isSent && row.changeSeq <= peer.cursor)

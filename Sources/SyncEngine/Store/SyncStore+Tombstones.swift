@@ -47,7 +47,7 @@ extension SyncStore {
         let cutoffMilliseconds = now - retentionMilliseconds
         let cutoff = HLCTimestamp(physicalMilliseconds: max(0, min(cutoffMilliseconds, HLCTimestamp.maxPhysicalMilliseconds)), counter: 0, node: 0).packed
         let (anyOldTombstone, marksChange) = try database.read { conn -> (Bool, Bool) in
-            let changes = PurgeMark.updated(PurgeMark.list(try SyncStore.readMeta(conn)["purge_marks"]), peers: try SyncStore.peerRecords(conn),
+            let changes = PurgeMark.updated(PurgeMark.list(try SyncStore.readMeta(conn)["purge_marks"]), peers: try SyncStore.waitingPeerRecords(conn, role: role),
                                             now: now, retention: retentionMilliseconds).changed
             guard cutoffMilliseconds > 0 else { return (false, changes) }
             let stmt = try conn.statement("SELECT EXISTS (SELECT 1 FROM entries WHERE deleted = 1 AND ver < ?1)")
@@ -58,7 +58,7 @@ extension SyncStore {
         }
         guard anyOldTombstone || marksChange else { return 0 }
         let purged = try database.write({ conn -> [String] in
-            let peers = try SyncStore.peerRecords(conn)
+            let peers = try SyncStore.waitingPeerRecords(conn, role: role)
             let marks = PurgeMark.updated(PurgeMark.list(try SyncStore.readMeta(conn)["purge_marks"]), peers: peers, now: now,
                                           retention: retentionMilliseconds)
             if marks.changed { try SyncStore.writeMeta(conn, "purge_marks", PurgeMark.text(marks.kept)) }
