@@ -58,12 +58,11 @@ extension SyncStore {
     /// with a new secret). They no longer hold tombstones back, and a watch
     /// of a new pairing with one of their node ids keeps it (it is not
     /// refused with `node-id-conflict`; it is baselined as a forgotten watch
-    /// is). Throws `.writeNotAllowed` while a session with one of them runs.
+    /// is). Throws `.writeNotAllowed` while a session with one of them runs,
+    /// and then forgets none of them.
     @discardableResult
     public func forgetPeers(ofPairing epoch: String) throws -> [UInt32] {
-        let forgotten = try knownPeers(ofPairing: epoch).filter { try forgetPeer($0) }
-        try database.write { conn in try SyncStore.deleteMeta(conn, Self.queuedRenewalMeta(epoch)) }
-        return forgotten
+        try forgetAllPeers(ofPairing: epoch)
     }
 
     /// Gives this store a new node id (`StoreOptions.nodeID` if that one is

@@ -256,6 +256,36 @@ extension SyncStore {
         return forgotten
     }
 
+    /// `forgetPeers(ofPairing:)`: every watch of `epoch` in one transaction,
+    /// none while a session with one of them runs (it threw after forgetting
+    /// those before it, which then re-baselined although the call failed).
+    func forgetAllPeers(ofPairing epoch: String) throws -> [UInt32] {
+        try checkOpen()
+        let now = physicalClock.nowMilliseconds()
+        let forgotten = try database.write { conn -> [UInt32] in
+            let select = try conn.statement("SELECT peer_node FROM sync_peers WHERE epoch = ?1 ORDER BY peer_node")
+            select.bind(1, epoch)
+            var nodes: [UInt32] = []
+            while try select.step() { nodes.append(UInt32(truncatingIfNeeded: select.int64(0))) }
+            select.reset()
+            if !nodes.isEmpty, role != .phone {
+                throw SyncError(.invalidConfiguration, "forgetPeers(ofPairing:) is for the phone: a watch never forgets its phone (its cursor tells a re-baseline which of its writes the phone knew)")
+            }
+            // Under the write lock: a session marks its peer live before it records it (`recordPeer`).
+            if let live = livePeers.withLock({ sessions in nodes.first { sessions[$0] != nil } }) {
+                throw SyncError(.writeNotAllowed, "the watch with node \(String(live, radix: 16)) has a session running; end it before forgetting the watches of its pairing (none was forgotten)")
+            }
+            try SyncStore.forget(nodes, conn, now: now)
+            try SyncStore.deleteMeta(conn, Self.queuedRenewalMeta(epoch))
+            return nodes
+        }
+        if !forgotten.isEmpty {
+            logger.notice("forgot the watches of a pairing on request; they re-baseline if they return",
+                          metadata: ["peers": "\(forgotten.map { String($0, radix: 16) })"])
+        }
+        return forgotten
+    }
+
     /// The peers this store keeps a cursor for (node ids, ascending): at most
     /// `StoreOptions.maxKnownPeers`.
     public func knownPeers() throws -> [UInt32] {
