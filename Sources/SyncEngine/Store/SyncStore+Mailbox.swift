@@ -32,13 +32,18 @@ extension SyncStore {
     /// Whether `recordPeer` would refuse `node` now: it is not known, and the
     /// store keeps `StoreOptions.maxKnownPeers` others.
     func refusesNewPeer(_ node: UInt32) throws -> Bool {
-        let limit = max(1, options.maxKnownPeers)
-        return try database.read { conn in
-            let stmt = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_peers WHERE peer_node = ?1), (SELECT count(*) FROM sync_peers)")
-            stmt.bind(1, Int64(node))
-            defer { stmt.reset() }
-            _ = try stmt.step()
-            return stmt.int(0) == 0 && stmt.int(1) >= limit
-        }
+        try database.read { conn in try SyncStore.peerPlace(conn, node: node, limit: options.maxKnownPeers).refused }
+    }
+
+    /// The epoch `node` was last recorded under (nil: not known), how many
+    /// peers the store keeps, and whether a new one is refused: `node` not
+    /// known and `limit` (at least 1) reached. `recordPeer`'s rule.
+    static func peerPlace(_ conn: SQLiteConnection, node: UInt32, limit: Int) throws -> (epoch: String?, count: Int, refused: Bool) {
+        let known = try conn.statement("SELECT (SELECT epoch FROM sync_peers WHERE peer_node = ?1), (SELECT count(*) FROM sync_peers)")
+        known.bind(1, Int64(node))
+        defer { known.reset() }
+        _ = try known.step()
+        let (epoch, count) = (known.isNull(0) ? nil : known.string(0), known.int(1))
+        return (epoch, count, epoch == nil && count >= max(1, limit))
     }
 }

@@ -215,13 +215,8 @@ extension SyncStore {
         let now = physicalClock.nowMilliseconds()
         let limit = max(1, options.maxKnownPeers)
         return try database.write { conn in
-            let known = try conn.statement("SELECT (SELECT epoch FROM sync_peers WHERE peer_node = ?1), (SELECT count(*) FROM sync_peers)")
-            known.bind(1, Int64(node))
-            _ = try known.step()
-            let (knownEpoch, count) = (known.isNull(0) ? nil : known.string(0), known.int(1))
-            let isKnown = knownEpoch != nil
-            known.reset()
-            if !isKnown, count >= limit {
+            let (knownEpoch, count, refused) = try SyncStore.peerPlace(conn, node: node, limit: limit)
+            if refused {
                 let remedy = role == .watch
                     ? "a watch unseen for StoreOptions.peerHorizon is forgotten, forgetPeer(_:) forgets one now (knownPeers() lists them), or raise the limit"
                     : "this watch never forgets its phone; open a new store for a newly paired phone, or raise the limit"
