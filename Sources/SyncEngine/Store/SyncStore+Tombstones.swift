@@ -238,22 +238,13 @@ extension SyncStore {
         guard role == .phone else {
             throw SyncError(.invalidConfiguration, "forgetPeer(_:) is for the phone: a watch never forgets its phone (its cursor tells a re-baseline which of its writes the phone knew)")
         }
-        let now = physicalClock.nowMilliseconds()
-        let forgotten = try database.write { conn -> Bool in
-            // Under the write lock: a session marks its peer live before it records it (`recordPeer`).
-            guard livePeers.withLock({ $0[node] == nil }) else {
-                throw SyncError(.writeNotAllowed, "the watch with node \(String(node, radix: 16)) has a session running; end it before forgetting the watch")
-            }
-            let known = try conn.statement("SELECT EXISTS (SELECT 1 FROM sync_peers WHERE peer_node = ?1)")
-            known.bind(1, Int64(node))
-            _ = try known.step()
-            let isKnown = known.int(0) != 0
-            known.reset()
-            if isKnown { try SyncStore.forget([node], conn, now: now) }
-            return isKnown
+        let forgotten = try forgetWatches(ending: "the watch") { conn in
+            // A live one is named even before its session records it: refused as running.
+            let live = livePeers.withLock { $0[node] != nil }
+            return try live || SyncStore.peerRecord(conn, node: node) != nil ? [node] : []
         }
-        if forgotten { logger.notice("forgot a watch on request; it re-baselines if it returns", metadata: ["peer": "\(String(node, radix: 16))"]) }
-        return forgotten
+        if !forgotten.isEmpty { logger.notice("forgot a watch on request; it re-baselines if it returns", metadata: ["peer": "\(String(node, radix: 16))"]) }
+        return !forgotten.isEmpty
     }
 
     /// `forgetPeers(ofPairing:)`: every watch of `epoch` in one transaction,
@@ -261,29 +252,40 @@ extension SyncStore {
     /// those before it, which then re-baselined although the call failed).
     func forgetAllPeers(ofPairing epoch: String) throws -> [UInt32] {
         try checkOpen()
-        let now = physicalClock.nowMilliseconds()
-        let forgotten = try database.write { conn -> [UInt32] in
+        let forgotten = try forgetWatches(ending: "the watches of its pairing (none was forgotten)") { conn in
             let select = try conn.statement("SELECT peer_node FROM sync_peers WHERE epoch = ?1 ORDER BY peer_node")
             select.bind(1, epoch)
+            defer { select.reset() }
             var nodes: [UInt32] = []
             while try select.step() { nodes.append(UInt32(truncatingIfNeeded: select.int64(0))) }
-            select.reset()
             if !nodes.isEmpty, role != .phone {
                 throw SyncError(.invalidConfiguration, "forgetPeers(ofPairing:) is for the phone: a watch never forgets its phone (its cursor tells a re-baseline which of its writes the phone knew)")
             }
-            // Under the write lock: a session marks its peer live before it records it (`recordPeer`).
-            if let live = livePeers.withLock({ sessions in nodes.first { sessions[$0] != nil } }) {
-                throw SyncError(.writeNotAllowed, "the watch with node \(String(live, radix: 16)) has a session running; end it before forgetting the watches of its pairing (none was forgotten)")
-            }
-            try SyncStore.forget(nodes, conn, now: now)
-            try SyncStore.deleteMeta(conn, Self.queuedRenewalMeta(epoch))
             return nodes
-        }
+        } also: { conn in try SyncStore.deleteMeta(conn, Self.queuedRenewalMeta(epoch)) }
         if !forgotten.isEmpty {
             logger.notice("forgot the watches of a pairing on request; they re-baseline if they return",
                           metadata: ["peers": "\(forgotten.map { String($0, radix: 16) })"])
         }
         return forgotten
+    }
+
+    /// Forgets the watches `select` names in one write transaction (with
+    /// `also`), or none while a session with one of them runs (`.writeNotAllowed`,
+    /// "end it before forgetting" `what`).
+    private func forgetWatches(ending what: String, _ select: (SQLiteConnection) throws -> [UInt32],
+                               also: (SQLiteConnection) throws -> Void = { _ in }) throws -> [UInt32] {
+        let now = physicalClock.nowMilliseconds()
+        return try database.write { conn -> [UInt32] in
+            let nodes = try select(conn)
+            // Under the write lock: a session marks its peer live before it records it (`recordPeer`).
+            if let live = livePeers.withLock({ sessions in nodes.first { sessions[$0] != nil } }) {
+                throw SyncError(.writeNotAllowed, "the watch with node \(String(live, radix: 16)) has a session running; end it before forgetting \(what)")
+            }
+            try SyncStore.forget(nodes, conn, now: now)
+            try also(conn)
+            return nodes
+        }
     }
 
     /// The peers this store keeps a cursor for (node ids, ascending): at most
