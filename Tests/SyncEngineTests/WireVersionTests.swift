@@ -45,9 +45,9 @@ import Testing
         Set(frames.filter { $0.type == SyncMessage.MessageType.batch.rawValue }.compactMap(\.payload.first))
     }
 
-    @Test func theDefaultSpeaksProtocolSix() {
-        #expect(ReplicationConfiguration().protocolRange == 1...6)
-        #expect(SyncMessage.highestProtocolVersion == 6)
+    @Test func theDefaultSpeaksProtocolSeven() {
+        #expect(ReplicationConfiguration().protocolRange == 1...7)
+        #expect(SyncMessage.highestProtocolVersion == 7)
     }
 
     /// A large value crosses between this build and a build of protocol 4

@@ -137,15 +137,15 @@ extension ReplicationEndpoint {
         // From protocol 5 on an acknowledgement names the value (and the chunks of it staged):
         // the sender tells a resolver's merge from the value before it at one version.
         let byValue = peer.protocolVersion >= SyncMessage.valueProtocol
-        func ack(complete: Bool, staged: Int = 0, restsOnCommit: Bool = false) -> ChunkReply {
+        // A value refused for good: the acknowledgement completes it and, from protocol 7 on, names the code.
+        func ack(complete: Bool, staged: Int = 0, restsOnCommit: Bool = false, refusal: SyncError.Code? = nil) -> ChunkReply {
             let message = SyncMessage.chunkAck(.init(key: entry.key, version: entry.version, index: chunk.index, complete: complete,
-                                                     value: value, staged: staged))
+                                                     value: value, staged: staged, refusal: refusal?.rawValue))
             return ChunkReply(frame: message.frame(protocolVersion: peer.protocolVersion), restsOnCommit: restsOnCommit, completes: complete)
         }
-        guard !KeyName.containsNUL(entry.key), let descriptor = port.registry.descriptor(forEntry: entry.key), descriptor.replicates(from: peer.role),
-              !peer.mismatchedKeys.contains(descriptor.name), descriptor.encoding == entry.encoding else {
+        if let refusal = chunkKeyRefusal(entry, peer: peer) {
             count { $0.entriesRejected += 1 }
-            return [ack(complete: true)]
+            return [ack(complete: true, refusal: SyncError.Code(refusal))]
         }
         guard chunk.totalSize <= port.maxValueSize else {
             // Refused for good from any chunk (the acknowledgement completes the transfer, and the
@@ -155,7 +155,7 @@ extension ReplicationEndpoint {
                 count { $0.entriesRejected += 1 }
                 emit(.error(SyncError.refusedAsTooLarge([(entry.key, Int(chunk.totalSize))], limit: port.maxValueSize)))
             }
-            return [ack(complete: true)]
+            return [ack(complete: true, refusal: .valueTooLarge)]
         }
         if let problem = ReplicationEndpoint.chunkProblem(chunk) {
             throw SyncError(.malformedMessage, "chunk \(chunk.index) of \(entry.key): \(problem)")
@@ -167,7 +167,7 @@ extension ReplicationEndpoint {
                 $0.versionsRefused += 1
             }
             emit(.versionRefused(key: PeerText.escaped(refusal.key), aheadMilliseconds: refusal.aheadMilliseconds))
-            return [ack(complete: true)]
+            return [ack(complete: true, refusal: .versionOutOfRange)]
         }
         // Held already, unless a re-baseline notice marked what is held: then the value is
         // taken again (its apply keeps the row and settles the mark; else the mark would remove it).

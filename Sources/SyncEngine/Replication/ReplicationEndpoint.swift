@@ -155,17 +155,8 @@ package final class ReplicationEndpoint {
                     if reply.completes, let range = chunk.range { receivedStream.note(range, anchorBound: port.versionBound()) }
                 }
             case .chunkAck(let ack):
-                if ack.value != nil, let peer = session.knownPeer, peer.protocolVersion < SyncMessage.valueProtocol {
-                    return fail(SyncError(.protocolViolation, "the peer sent a chunk acknowledgement that names its value in a session that negotiated protocol \(peer.protocolVersion)"), notifyPeer: true)
-                }
-                resumeTransfer(after: ack)
-                for case .chunk(let key, let seq, _, _, _) in session.acknowledgeChunk(key: ack.key, version: ack.version, index: ack.index, value: ack.value)
-                where ack.complete {
-                    if let upper = session.stream.transferRanges.removeValue(forKey: StreamProgress.TransferID(key: key, seq: seq)) {
-                        if let upper { try complete(upper: upper) } else { try finishRepairIfDone() }
-                    }
-                    count { $0.entriesSent += 1 }
-                }
+                if let violation = chunkAckViolation(ack) { return fail(violation, notifyPeer: true) }
+                try takeChunkAck(ack)
             case .rebaseline(let notice):
                 guard session.isEstablished, let peer = session.knownPeer else {
                     return perform(session.receivedDataBeforeHandshake(now: now), now: now)
@@ -436,7 +427,7 @@ package final class ReplicationEndpoint {
 
     /// Once every repaired key's changes were acknowledged, the peer's record
     /// of mismatched keys is what this session found.
-    private func finishRepairIfDone() throws {
+    func finishRepairIfDone() throws {
         guard session.stream.finishRepairIfDone(), let peer = session.knownPeer else { return }
         try port.setMismatchedKeys(ReplicationSession.declared(peer.mismatchedKeys, in: port.registry.wireDeclarations(from: port.role)), for: peer.node)
     }

@@ -129,6 +129,9 @@ public enum SyncMessage: Sendable, Equatable {
         /// How many chunks of that value, from index 0, the receiver holds staged
         /// without a gap (protocol 5; nil before): where a resumed transfer goes on.
         public var staged: Int? = nil
+        /// The code the receiver refused the value with, for good (protocol 7,
+        /// payload schema 7; nil when taken, or before): `value-too-large`, …
+        public var refusal: String? = nil
     }
 
     /// One value of a version, as its chunks name it: its size and CRC-32.
@@ -220,16 +223,17 @@ public enum SyncMessage: Sendable, Equatable {
 }
 
 extension SyncMessage {
-    /// The highest session protocol version this build speaks: 5. From 2
+    /// The highest session protocol version this build speaks: 7. From 2
     /// on batches are columnar (`ColumnarBatch`, payload schema 2); from 3 on
     /// batches and chunks name the stretch of the stream they complete
     /// (payload schema 3 wraps their payload) and each side sends a
     /// `receipt` first; from 4 on a re-baseline notice names the generation
     /// it starts (payload schema 4); from 5 on a chunk acknowledgement names
     /// the value and how many of its chunks are staged (payload schema 5);
-    /// 6 adds no message (`nodeRenewalProtocol`). Every other message, and
-    /// every batch of a session that negotiated 1, is schema 1.
-    public static let highestProtocolVersion: UInt16 = 6
+    /// 6 adds no message (`nodeRenewalProtocol`); from 7 on one that refuses
+    /// the value names the code (payload schema 7, `refusalProtocol`). Every
+    /// other message, and every batch of a session that negotiated 1, is schema 1.
+    public static let highestProtocolVersion: UInt16 = 7
 
     /// The payload schema of a batch or chunk that names its stream range
     /// (protocol 3): this byte, `varint` lower, `varint` upper, then the
@@ -256,20 +260,12 @@ extension SyncMessage {
     /// or chunk with a stream range is wrapped in payload schema 3; from 4
     /// on, a re-baseline notice with a generation is payload schema 4;
     /// from 5 on, a chunk acknowledgement that names its value is payload
-    /// schema 5; everything else is as `frame()` writes it (a notice's
-    /// generation and an acknowledgement's value are left out).
+    /// schema 5, and from 7 on one that refuses it schema 7; everything else
+    /// is as `frame()` writes it (a notice's generation and an
+    /// acknowledgement's value and refusal are left out).
     public func frame(protocolVersion: UInt16) -> Frame {
-        if protocolVersion >= SyncMessage.valueProtocol, case .chunkAck(let a) = self, let value = a.value, let staged = a.staged {
-            var w = ByteWriter()
-            w.writeUInt8(SyncMessage.valuePayloadSchema)
-            w.writeString(a.key)
-            w.write(a.version)
-            w.writeVarInt(UInt64(a.index))
-            w.writeUInt8(a.complete ? 1 : 0)
-            w.writeVarInt(UInt64(value.totalSize))
-            w.writeUInt32(value.totalChecksum)
-            w.writeVarInt(UInt64(max(0, staged)))
-            return Frame(type: MessageType.chunkAck.rawValue, payload: w.bytes)
+        if protocolVersion >= SyncMessage.valueProtocol, case .chunkAck(let a) = self, let frame = a.namingValue(protocolVersion: protocolVersion) {
+            return frame
         }
         if protocolVersion >= SyncMessage.generationProtocol, case .rebaseline(let r) = self, let generation = r.generation {
             var w = ByteWriter()
@@ -443,24 +439,8 @@ extension SyncMessage {
                 self = .rebaseline(Rebaseline(id: id, purgedThrough: purgedThrough, generation: Int64(generation)))
                 return
             }
-            if schema == SyncMessage.valuePayloadSchema {
-                guard type == .chunkAck else {
-                    throw SyncError(.malformedMessage, "a \(type) message cannot be of payload schema \(schema) (only chunk acknowledgements are)")
-                }
-                let key = try r.readKeyName()
-                let version = try r.readTimestamp()
-                let index = Int(clamping: try r.readVarInt() & 0xFFFF_FFFF)
-                let complete = try r.readUInt8() != 0
-                let size = try r.readVarInt() & 0xFFFF_FFFF, checksum = try r.readUInt32(), staged = try r.readVarInt()
-                guard size >= 1 else {
-                    throw SyncError(.malformedMessage, "a chunk acknowledgement names a value of \(size) bytes, out of range")
-                }
-                guard staged <= UInt64(SyncMessage.maxCount) else {
-                    throw SyncError(.malformedMessage, "a chunk acknowledgement counts \(staged) staged chunks, out of range")
-                }
-                guard r.isAtEnd else { throw SyncError(.malformedMessage, "\(type) message has \(r.remaining) trailing bytes") }
-                self = .chunkAck(ChunkAck(key: key, version: version, index: index, complete: complete,
-                                          value: ChunkedValue(totalSize: Int(clamping: size), totalChecksum: checksum), staged: Int(staged)))
+            if schema == SyncMessage.valuePayloadSchema || schema == SyncMessage.refusalPayloadSchema {
+                self = .chunkAck(try ChunkAck.namingValue(&r, schema: schema, type: type))
                 return
             }
             if schema == ColumnarBatch.payloadSchema, type == .batch {
@@ -552,49 +532,5 @@ extension SyncMessage {
         } catch {
             throw SyncError(.malformedMessage, "malformed \(type) message: \(error)")
         }
-    }
-}
-
-extension ByteWriter {
-    mutating func write(_ t: HLCTimestamp) {
-        writeUInt64(UInt64(bitPattern: t.packed))
-        writeUInt32(t.node)
-    }
-
-    mutating func write(_ e: WireEntry) {
-        writeString(e.key)
-        write(e.version)
-        write(e.base)
-        writeUInt8(e.deleted ? 1 : 0)
-        writeString(e.encoding)
-        if !e.deleted { writeBytes(e.value ?? []) }
-    }
-}
-
-extension ByteReader {
-    mutating func readTimestamp() throws -> HLCTimestamp {
-        HLCTimestamp(packed: Int64(bitPattern: try readUInt64()), node: try readUInt32())
-    }
-
-    mutating func readCount() throws -> Int {
-        let count = try readVarInt()
-        guard count <= UInt64(SyncMessage.maxCount), count <= UInt64(remaining) else {
-            throw SyncError(.malformedMessage, "a count of \(count) exceeds what the payload can hold")
-        }
-        return Int(count)
-    }
-
-    /// A key name (or declaration line) in NFC, whatever spelling the peer sent.
-    mutating func readKeyName() throws -> String { try KeyName.canonicalFromPeer(try readString(maxLength: SyncMessage.maxNameLength)) }
-
-    mutating func readEntry() throws -> WireEntry {
-        let key = try readKeyName()
-        let version = try readTimestamp()
-        let base = try readTimestamp()
-        let flags = try readUInt8()
-        guard flags <= 1 else { throw SyncError(.malformedMessage, "entry flags \(flags) are not defined") }
-        let encoding = try readString(maxLength: SyncMessage.maxEncodingLength)
-        let value: [UInt8]? = flags == 1 ? nil : try readBytes(maxLength: SyncMessage.maxValueLength)
-        return WireEntry(key: key, version: version, base: base, deleted: flags == 1, encoding: encoding, value: value)
     }
 }

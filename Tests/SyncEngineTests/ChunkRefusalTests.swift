@@ -1,0 +1,167 @@
+import Foundation
+@_spi(Testing) @_spi(Benchmarks) @testable import SyncEngine
+@_spi(Benchmarks) @testable import SyncTransport
+import Testing
+
+/// A large value (sent in chunks) that the receiver refuses for good, here
+/// for being over its `maxValueSize`: from protocol 7 on the receiver's chunk
+/// acknowledgement names the code (payload schema 7), and the sender reports
+/// the refusal exactly as it reports an entry a batch's acknowledgement
+/// refused — one `.error` naming `key (value-too-large)`, the entry counted
+/// once in `entriesSent`, the same peer state — and sends no more of its
+/// chunks. With a peer of protocol 6 or older nothing changes on the wire:
+/// the session converges and never fails, and the sender is not told.
+@Suite(.timeLimit(.minutes(5))) struct ChunkRefusalTests {
+    /// Over the automatic threshold (100 KB): deferred until `sync()`, then sent in chunks.
+    static let chunked = Data(repeating: 9, count: 200_000)
+    /// Over the watch's limit (`ValueLimitMismatchTests.smallLimit`), sent in a batch.
+    static let inline = ValueLimitMismatchTests.between
+
+    static func configuration(_ range: ClosedRange<UInt16>) -> ReplicationConfiguration {
+        var configuration = ReplicationConfiguration(pairingEpoch: "test")
+        configuration.protocolRange = range
+        return configuration
+    }
+
+    /// What the phone ends with after the watch refused `value`, sent live
+    /// with a later change of another key: its events, counters and state.
+    struct Outcome: Equatable {
+        var refusals: [String]
+        var entriesSent: Int
+        var peerHas: Bool
+        var isPending: Bool
+        var pendingTotal: Int
+        var watchHolds: Bool
+        var watchHasTheLaterChange: Bool
+        var idle: Bool
+    }
+
+    static func refuse(_ value: Data, phoneHighest: UInt16 = SyncMessage.highestProtocolVersion,
+                       watchHighest: UInt16 = SyncMessage.highestProtocolVersion) async throws -> (Outcome, Link) {
+        let pair = try ValueLimitMismatchTests.pair(smaller: .watch)
+        let phoneEvents = pair.phone.events()
+        let link = Link(endpoints: ReplicationEndpoint(store: pair.phone, configuration: configuration(1...phoneHighest)),
+                        ReplicationEndpoint(store: pair.watch, configuration: configuration(1...watchHighest)), now: 1_000)
+        link.connect()
+        try await pair.phone.set(value, for: TestKeys.blob)
+        _ = try pair.phone.requestManualSync()
+        pair.phoneClock.advance(by: 1)
+        try await pair.phone.set(42, for: TestKeys.steps)
+        link.settle()
+        link.now += 60_000
+        link.settle()
+        #expect(link.a.failure == nil && link.b.failure == nil, "\(String(describing: link.a.failure)) \(String(describing: link.b.failure))")
+        let info = try #require(try pair.phone.entryInfo(forKey: TestKeys.blob.name))
+        let outcome = Outcome(refusals: [], entriesSent: pair.phone.syncCounters.entriesSent,
+                              peerHas: try pair.phone.peerHas(key: TestKeys.blob.name, atLeast: info.version),
+                              isPending: info.isPending, pendingTotal: try pair.phone.pendingSummary().total,
+                              watchHolds: try pair.watch.storedValue(for: TestKeys.blob) != nil,
+                              watchHasTheLaterChange: try pair.watch.storedValue(for: TestKeys.steps) == 42,
+                              idle: link.a.isIdle && link.b.isIdle)
+        pair.phone.close()
+        pair.watch.close()
+        let events = try await all(of: phoneEvents, "the phone's events")
+        var result = outcome
+        result.refusals = ValueLimitMismatchTests.errors(events, containing: "refused").map(\.message)
+        return (result, link)
+    }
+
+    /// The chunk acknowledgements that went over `link`.
+    static func chunkAcks(_ link: Link) -> [(schema: UInt8?, ack: SyncMessage.ChunkAck?)] {
+        link.frames.filter { $0.frame.type == SyncMessage.MessageType.chunkAck.rawValue }
+            .map { ($0.frame.payload.first, (try? SyncMessage(frame: $0.frame))?.asChunkAck) }
+    }
+
+    @Test func aChunkedValueTheWatchRefusesIsReportedToThePhoneAsABatchRefusalIs() async throws {
+        let (chunked, link) = try await Self.refuse(Self.chunked)
+        #expect(chunked.refusals == ["the peer refused 1 entries: blob (value-too-large)"], "\(chunked.refusals)")
+        let acks = Self.chunkAcks(link)
+        #expect(acks.contains { $0.schema == SyncMessage.refusalPayloadSchema && $0.ack?.refusal == "value-too-large" }, "\(acks)")
+        // The same observable result as a value sent in a batch and refused.
+        let (inline, _) = try await Self.refuse(Self.inline)
+        #expect(inline.refusals == chunked.refusals)
+        #expect(chunked == inline, "chunked \(chunked), in a batch \(inline)")
+        #expect(chunked.entriesSent == 2 && !chunked.watchHolds && chunked.watchHasTheLaterChange && chunked.idle, "\(chunked)")
+    }
+
+    /// The refusal stops the transfer: once the phone has it, no chunk of the
+    /// value goes, even the window it had not sent yet.
+    @Test func theRefusalStopsTheChunksLeft() async throws {
+        let pair = try ValueLimitMismatchTests.pair(smaller: .watch)
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        let value = Data(repeating: 3, count: 2_000_000)
+        try await pair.phone.set(value, for: TestKeys.blob)
+        _ = try pair.phone.requestManualSync()
+        // Frame by frame, each answered at once: the refusal of the first chunk comes back
+        // while the rest of the window is on its way, and no chunk goes after it.
+        var sent = 0
+        var pending = link.a.pump(now: link.now)
+        while !pending.isEmpty, sent <= 1_000 {
+            let frame = pending.removeFirst()
+            if frame.type == SyncMessage.MessageType.chunk.rawValue { sent += 1 }
+            for reply in link.b.receive(frame, now: link.now) { pending += link.a.receive(reply, now: link.now) }
+            pending += link.a.pump(now: link.now)
+        }
+        let count = (value.count + ReplicationConfiguration().chunkSize - 1) / ReplicationConfiguration().chunkSize
+        #expect(sent <= ReplicationConfiguration().window && sent < count, "sent \(sent) of \(count) chunks of a refused value")
+        link.settle()
+        #expect(link.a.isIdle && link.b.isIdle, "\(link.a.idleBlockers) \(link.b.idleBlockers)")
+        #expect(try pair.watch.storedValue(for: TestKeys.blob) == nil)
+        pair.phone.close()
+        pair.watch.close()
+    }
+
+    /// Either side of protocol 6 (the last before refusals), or older: the
+    /// acknowledgements stay as that protocol writes them, the session
+    /// converges and does not fail; the phone is not told (the wire has no word for it).
+    @Test(arguments: [(UInt16(6), UInt16(7)), (7, 6), (5, 7), (7, 4), (1, 7)])
+    func anOlderPeerStillConverges(phoneHighest: UInt16, watchHighest: UInt16) async throws {
+        let (outcome, link) = try await Self.refuse(Self.chunked, phoneHighest: phoneHighest, watchHighest: watchHighest)
+        #expect(outcome.refusals.isEmpty, "\(outcome.refusals)")
+        #expect(!outcome.watchHolds && outcome.watchHasTheLaterChange && outcome.idle, "\(outcome)")
+        let acks = Self.chunkAcks(link)
+        #expect(!acks.isEmpty)
+        #expect(acks.allSatisfy { $0.schema != SyncMessage.refusalPayloadSchema && $0.ack?.refusal == nil }, "\(acks)")
+    }
+
+    /// A refusal in a session that negotiated 6 is a protocol violation: the session ends.
+    @Test func aRefusalInASessionOfProtocolSixEndsIt() async throws {
+        let pair = try Pair()
+        let phone = ReplicationEndpoint(store: pair.phone, configuration: Self.configuration(1...6))
+        let watch = ReplicationEndpoint(store: pair.watch, configuration: Self.configuration(1...6))
+        Link(endpoints: phone, watch, now: 1_000).connect()
+        #expect(phone.failure == nil)
+        let ack = SyncMessage.chunkAck(.init(key: TestKeys.blob.name, version: HLCTimestamp(packed: 1 << 30, node: 0x2002), index: 0, complete: true,
+                                             value: .init(totalSize: 200_000, totalChecksum: 1), staged: 0, refusal: "value-too-large"))
+        _ = phone.receive(ack.frame(protocolVersion: 7), now: 1_000)
+        #expect(phone.failure?.code == .protocolViolation, "\(String(describing: phone.failure))")
+        pair.phone.close()
+        pair.watch.close()
+    }
+
+    /// Queued delivery sends no chunks: a large value goes whole in a queued
+    /// batch, and a receiver that refuses it names it in the batch's queued
+    /// acknowledgement, so the sender reports it as over a live session.
+    @Test func aLargeValueRefusedThroughTheMailboxIsReportedToItsSender() async throws {
+        let pair = try ValueLimitMismatchTests.pair(smaller: .watch)
+        let folder = TempFolder()
+        let (phone, phoneBox, watch, watchBox) = try QueuedDeliveryTests().peers(pair, directory: folder.path)
+        let phoneEvents = pair.phone.events()
+        try await pair.phone.set(Self.chunked, for: TestKeys.blob)
+        _ = try pair.phone.requestManualSync()
+        try await pair.phone.set(42, for: TestKeys.steps)
+        _ = try phone.deliverQueued(through: phoneBox)
+        _ = try watch.deliverQueued(through: watchBox)
+        _ = try phone.deliverQueued(through: phoneBox)
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == 42)
+        #expect(try pair.watch.storedValue(for: TestKeys.blob) == nil)
+        let again = try phone.deliverQueued(through: phoneBox)
+        #expect(again.entriesPosted == 0, "\(again)")
+        pair.phone.close()
+        pair.watch.close()
+        let events = try await all(of: phoneEvents, "the phone's events")
+        #expect(ValueLimitMismatchTests.errors(events, containing: "refused").map(\.message)
+                == ["the peer refused 1 entries: blob (value-too-large)"], "\(events)")
+    }
+}
