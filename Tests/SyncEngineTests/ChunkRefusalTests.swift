@@ -140,6 +140,39 @@ import Testing
         pair.watch.close()
     }
 
+    /// A value held from before the limit shrank that comes again in chunks
+    /// (a resend, a re-baseline) is what the store holds: acknowledged as held,
+    /// not refused as too large, as its copy in a batch is
+    /// (`ValueLimitMismatchTests`): no error on either side, nothing counted rejected.
+    @Test func aValueHeldFromBeforeTheLimitShrankIsNotRefusedWhenItComesAgainInChunks() async throws {
+        var pair = try Pair()
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        try await pair.phone.set(Self.chunked, for: TestKeys.blob)
+        _ = try pair.phone.requestManualSync()
+        link.settle()
+        #expect(try pair.watch.storedValue(for: TestKeys.blob) == Self.chunked)
+        let first = try #require(link.frames.first { (sent: (from: String, frame: Frame)) -> Bool in
+            sent.from == "a" && (try? SyncMessage(frame: sent.frame))?.asChunk?.index == 0
+        }).frame
+        pair.watch.close()
+        var options = StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch.key")))
+        options.maxValueSize = 150_000
+        pair.watch = try SyncStore(path: pair.folder.file("watch.sqlite"), role: .watch, registry: try TestKeys.registry(), options: options)
+        let watchEvents = pair.watch.events()
+        let again = Link(pair.phone, pair.watch)
+        again.connect()
+        let replies = again.b.receive(first, now: again.now).compactMap { try? SyncMessage(frame: $0).asChunkAck }
+        #expect(replies.count == 1 && replies.allSatisfy { $0.complete && $0.refusal == nil }, "\(replies)")
+        #expect(again.b.failure == nil)
+        #expect(pair.watch.syncCounters.entriesRejected == 0)
+        #expect(try pair.watch.storedValue(for: TestKeys.blob) == Self.chunked)
+        pair.phone.close()
+        pair.watch.close()
+        let events = try await all(of: watchEvents, "the watch's events")
+        #expect(ValueLimitMismatchTests.errors(events, containing: TestKeys.blob.name).isEmpty, "\(events)")
+    }
+
     /// Queued delivery sends no chunks: a large value goes whole in a queued
     /// batch, and a receiver that refuses it names it in the batch's queued
     /// acknowledgement, so the sender reports it as over a live session.

@@ -16,6 +16,15 @@ extension ReplicationEndpoint {
         return nil
     }
 
+    /// Whether the store holds `entry`'s very value, or a newer version (one
+    /// within the version bound): a value over `maxValueSize` taken before
+    /// the limit shrank, coming again, is not refused (as in a batch,
+    /// `ApplyPlanner`); it is acknowledged as held.
+    func holdsAlready(_ entry: WireEntry, value: SyncMessage.ChunkedValue) throws -> Bool {
+        guard let local = try port.localVersion(forKey: entry.key), local.packed <= port.versionBound(), local >= entry.version else { return false }
+        return try local > entry.version || port.holdsValue(forKey: entry.key, size: value.totalSize, checksum: value.totalChecksum)
+    }
+
     /// What is wrong with a chunk acknowledgement for the session's protocol:
     /// one that names its value before protocol 5, or refuses it before 7.
     func chunkAckViolation(_ ack: SyncMessage.ChunkAck) -> SyncError? {

@@ -147,7 +147,7 @@ extension ReplicationEndpoint {
             count { $0.entriesRejected += 1 }
             return [ack(complete: true, refusal: SyncError.Code(refusal))]
         }
-        guard chunk.totalSize <= port.maxValueSize else {
+        guard try chunk.totalSize <= port.maxValueSize || holdsAlready(entry, value: value) else {
             // Refused for good from any chunk (the acknowledgement completes the transfer, and the
             // sender stops): counted and reported once, with its first chunk (the chunks sent before
             // the acknowledgement came are refused too, not counted again).
