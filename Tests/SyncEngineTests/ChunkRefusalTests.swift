@@ -173,6 +173,42 @@ import Testing
         #expect(ValueLimitMismatchTests.errors(events, containing: TestKeys.blob.name).isEmpty, "\(events)")
     }
 
+    /// Every way a receiver refuses a chunked value for good names the code
+    /// a batch's acknowledgement gives the same entry: a key not declared, one
+    /// the phone may not send, another encoding, a version far ahead.
+    @Test(arguments: ["unknown", "watch-only key", "encoding", "version"])
+    func aChunkRefusalNamesTheCodeABatchWouldGive(_ reason: String) async throws {
+        let pair = try Pair()
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        let node = pair.phone.nodeID
+        let now = pair.watchClock.nowMilliseconds()
+        var entry = WireEntry(key: TestKeys.blob.name, version: HLCTimestamp(physicalMilliseconds: now, counter: 0, node: node), base: .zero,
+                              deleted: false, encoding: try #require(try TestKeys.registry().descriptor(forEntry: TestKeys.blob.name)).encoding, value: [])
+        switch reason {
+        case "unknown": entry.key = "nope"
+        case "watch-only key": entry.key = TestKeys.watchFace.name
+        case "encoding": entry.encoding = "json"
+        default: entry.version = HLCTimestamp(physicalMilliseconds: now + 20 * 365 * 86_400_000, counter: 0, node: node)
+        }
+        let bytes = [UInt8](Self.chunked)
+        let size = ReplicationConfiguration().chunkSize
+        let slice = Array(bytes[0..<size])
+        let chunk = SyncMessage.chunk(.init(entry: entry, totalSize: bytes.count, totalChecksum: Checksum.crc32(bytes), index: 0,
+                                            count: (bytes.count + size - 1) / size, checksum: Checksum.crc32(slice), bytes: slice))
+        let chunkAck = try #require(link.b.receive(chunk.frame(protocolVersion: 7), now: link.now)
+            .compactMap { try? SyncMessage(frame: $0).asChunkAck }.first)
+        var whole = entry
+        whole.value = bytes
+        let batchAck = try #require(link.b.receive(SyncMessage.batch(.init(id: 1 << 40, entries: [whole])).frame(protocolVersion: 7), now: link.now)
+            .compactMap { try? SyncMessage(frame: $0).asAck }.first)
+        #expect(link.b.failure == nil)
+        #expect(batchAck.rejected.count == 1, "\(batchAck)")
+        #expect(chunkAck.complete && chunkAck.refusal == batchAck.rejected.first?.code, "\(chunkAck) \(batchAck)")
+        pair.phone.close()
+        pair.watch.close()
+    }
+
     /// Queued delivery sends no chunks: a large value goes whole in a queued
     /// batch, and a receiver that refuses it names it in the batch's queued
     /// acknowledgement, so the sender reports it as over a live session.
