@@ -209,6 +209,26 @@ import Testing
         pair.watch.close()
     }
 
+    /// Over running peers (TCP on 127.0.0.1, and the in-memory link) the
+    /// phone hears of the refusal of a value it sent in chunks, and both go idle.
+    @Test(arguments: LinkKind.allCases)
+    func runningPeersReportAChunkedRefusalToTheSender(over kind: LinkKind) async throws {
+        let pair = try ValueLimitMismatchTests.pair(smaller: .watch)
+        let phoneEvents = pair.phone.events()
+        try await withConnectedPeers(pair, over: kind) { phone, watch in
+            try await phone.waitUntilIdle(timeout: .seconds(30))
+            try await pair.phone.set(Self.chunked, for: TestKeys.blob)
+            _ = try phone.sync()
+            let refusal = try await first(of: phoneEvents, "the phone hearing of the refusal") { event in
+                if case .error(let error) = event { error.message.contains("blob (value-too-large)") } else { false }
+            }
+            #expect("\(refusal)".contains("the peer refused 1 entries"))
+            try await phone.waitUntilIdle(timeout: .seconds(30))
+            try await watch.waitUntilIdle(timeout: .seconds(30))
+            #expect(try pair.watch.storedValue(for: TestKeys.blob) == nil)
+        }
+    }
+
     /// Queued delivery sends no chunks: a large value goes whole in a queued
     /// batch, and a receiver that refuses it names it in the batch's queued
     /// acknowledgement, so the sender reports it as over a live session.
