@@ -54,4 +54,9 @@ public final class FileValueStore: KeyValueBackend {
     public var cacheStatistics: CacheStatistics { syncStore.cacheStatistics }
     public func resetCacheStatistics() { syncStore.resetCacheStatistics() }
     public func close() { syncStore.close() }
+    /// On the metadata store's serial queue, off the cooperative pool (value files are written there too).
+    public func performBlocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await syncStore.performBlocking(work)
+    }
+    public func cachedValue<Value>(for key: Key<Value>) -> Value? { syncStore.cachedValue(for: key) }
 }

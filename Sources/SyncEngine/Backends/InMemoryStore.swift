@@ -157,6 +157,11 @@ public final class InMemoryStore: KeyValueBackend {
     public var cacheStatistics: CacheStatistics { state.withLock { $0.stats } }
     public func resetCacheStatistics() { state.withLock { $0.stats = CacheStatistics() } }
 
+    /// Runs `work` in place: this store does no I/O and holds its lock only briefly.
+    public func performBlocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try work()
+    }
+
     private static func checkOpen(_ state: State) throws {
         if state.closed { throw SyncError(.closed, "the in-memory store is closed; make a new one") }
     }

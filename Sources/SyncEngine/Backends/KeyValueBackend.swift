@@ -1,3 +1,5 @@
+import Dispatch
+
 /// One stored entry as a backend hands it to the typed API.
 public struct BackendEntry: Sendable {
     /// Serialized bytes; nil when the key was removed (a tombstone that keeps its version).
@@ -102,11 +104,37 @@ public protocol KeyValueBackend: AnyObject, Sendable {
     var cacheStatistics: CacheStatistics { get }
     func resetCacheStatistics()
 
+    /// Runs `work` (a commit, an `fsync`, a read from disk, a wait for the
+    /// write lock) where it holds no thread of Swift concurrency's cooperative
+    /// pool, suspending the caller until it returns its result or error. The
+    /// `async` API calls it. The default runs `work` on a shared dispatch
+    /// queue; a `SyncStore` on a serial queue of its own; `InMemoryStore`,
+    /// which never blocks, in place.
+    func performBlocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T
+
+    /// The value of `key` when the cache holds it decoded (no I/O, no
+    /// decoding), counting a hit; else nil, counting nothing. `get` answers
+    /// from it on the caller's thread. The default is nil.
+    func cachedValue<Value>(for key: Key<Value>) -> Value?
+
     /// Ends observation; further use throws `.closed`. What was committed stays.
     func close()
 }
 
+/// Where a backend's blocking work runs by default (`performBlocking`).
+private let sharedBlockingQueue = DispatchQueue(label: "SyncEngine.blocking", attributes: .concurrent)
+
 extension KeyValueBackend {
+    /// Runs `work` on a shared concurrent dispatch queue, off the cooperative pool.
+    public func performBlocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            sharedBlockingQueue.async { continuation.resume(with: Result { try work() }) }
+        }
+    }
+
+    /// No value is known without reading: `get` reads through `performBlocking`.
+    public func cachedValue<Value>(for key: Key<Value>) -> Value? { nil }
+
     /// For a backend of your own that has only `changes(matching:)`: the
     /// handler is called from a task reading that stream, so shortly after the
     /// commit rather than before the write returns (the built-in backends call
@@ -196,6 +224,12 @@ public struct WriteBatch: Sendable {
         if writes.count >= BulkWritePipeline.chunkSize, pipeline != nil { handOff() }
     }
 
+    /// Adds a write collected before (an `async` batch's, committed off the pool).
+    mutating func append(_ write: BackendWrite) {
+        writes.append(write)
+        if writes.count >= BulkWritePipeline.chunkSize, pipeline != nil { handOff() }
+    }
+
     /// Adds a removal of `key` (a tombstone that replicates).
     public mutating func remove<Value>(_ key: Key<Value>) throws {
         let descriptor = try registry.governingDescriptor(for: key.name, declared: key.descriptor)
@@ -233,9 +267,12 @@ public struct WriteBatch: Sendable {
 // MARK: the typed API, written once for every backend
 
 extension KeyValueBackend {
-    /// The value of `key`, or its default when nothing is stored.
+    /// The value of `key`, or its default when nothing is stored. Answered
+    /// on the caller's thread when the cache holds the value decoded; else
+    /// read off Swift concurrency's cooperative pool (`performBlocking`).
     public func get<Value>(_ key: Key<Value>) async throws -> Value {
-        try value(for: key)
+        if let cached = cachedValue(for: key) { return cached }
+        return try await performBlocking { try self.value(for: key) }
     }
 
     /// Synchronous read: from the cache when possible; the default when nothing is stored.
@@ -273,9 +310,14 @@ extension KeyValueBackend {
 
     /// Stores `value` under `key`. Writing the bytes already stored is skipped
     /// (no disk write, no new version, no event). Throws `.writeNotAllowed`
-    /// when the key's availability forbids writes on this device.
+    /// when the key's availability forbids writes on this device. The value
+    /// is encoded on the caller's thread and committed off Swift concurrency's
+    /// cooperative pool (`performBlocking`); the call returns once the write
+    /// committed (or failed). Cancelling the calling task does not stop it.
     public func set<Value>(_ value: Value, for key: Key<Value>) async throws {
-        try setNow(value, for: key)
+        let descriptor = try registry.governingDescriptor(for: key.name, declared: key.descriptor)
+        let write = BackendWrite(key: key.name, descriptor: descriptor, bytes: try key.serializer.encode(value), decoded: value)
+        try await performBlocking { try self.commit([write]) }
     }
 
     /// Synchronous form of `set`, for property wrappers and benchmarks.
@@ -285,8 +327,11 @@ extension KeyValueBackend {
     }
 
     /// Removes `key`'s value, leaving a tombstone that replicates the delete.
+    /// Committed off the cooperative pool, as `set` is.
     public func remove<Value>(_ key: Key<Value>) async throws {
-        try removeNow(key)
+        let descriptor = try registry.governingDescriptor(for: key.name, declared: key.descriptor)
+        let write = BackendWrite(key: key.name, descriptor: descriptor, bytes: nil, decoded: nil)
+        try await performBlocking { try self.commit([write]) }
     }
 
     /// Synchronous form of `remove`.
@@ -295,12 +340,20 @@ extension KeyValueBackend {
         try commit([BackendWrite(key: key.name, descriptor: descriptor, bytes: nil, decoded: nil)])
     }
 
-    /// Runs several writes in one transaction: all commit or none do. On a
-    /// `SyncStore`, a batch of 2,048 writes or more is saved while `body`
-    /// still runs, holding the write lock from its 2,048th write until `body`
-    /// returns (other writers wait): keep such a body to collecting writes.
+    /// Runs several writes in one transaction: all commit or none do. `body`
+    /// runs on the caller's thread and only collects the writes (nothing is
+    /// committed while it runs; when it throws, nothing is); they then commit
+    /// off Swift concurrency's cooperative pool (`performBlocking`), as `set`
+    /// does, through `batchNow` (a `SyncStore` saves a large batch in chunks).
     public func batch(_ body: (inout WriteBatch) throws -> Void) async throws {
-        try batchNow(body)
+        var batch = WriteBatch(registry: registry)
+        try body(&batch)
+        let writes = batch.takeWrites()
+        try await performBlocking {
+            try self.batchNow { batch in
+                for write in writes { batch.append(write) }
+            }
+        }
     }
 
     /// Synchronous form of `batch`.
@@ -314,8 +367,14 @@ extension KeyValueBackend {
     /// Read-only copies (`phoneWithWatchSync` on the watch) stay. A value
     /// still under a key's legacy name is moved first (as a read moves it),
     /// then removed: a later read does not bring it back. One that cannot move
-    /// (written with another serializer) is removed with the key.
+    /// (written with another serializer) is removed with the key. Runs off
+    /// Swift concurrency's cooperative pool (`performBlocking`).
     public func clear() async throws {
+        try await performBlocking { try self.clearNow() }
+    }
+
+    /// Synchronous form of `clear`.
+    func clearNow() throws {
         var unmoved: [BackendWrite] = []
         for descriptor in registry.descriptors where descriptor.legacyName != nil && !descriptor.isFamily
             && descriptor.availability.canWrite(on: role) {

@@ -56,6 +56,11 @@ public final class ReplacingStore: KeyValueBackend {
         return try store.entry(forKey: key, declaredAs: declared)
     }
 
+    /// On the new store's `performBlocking`, off the cooperative pool.
+    public func performBlocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await store.performBlocking(work)
+    }
+
     public func rememberDecoded(_ value: any Sendable, forKey key: String, version: HLCTimestamp) {
         store.rememberDecoded(value, forKey: key, version: version)
     }

@@ -71,6 +71,8 @@ public final class SyncStore: KeyValueBackend {
     /// Peers (node ids) with an established session right now, with how many
     /// sessions each: they are being seen, and are never forgotten.
     let livePeers = Mutex<[UInt32: Int]>([:])
+    /// Where the `async` API commits and reads (`performBlocking`): off the cooperative pool, one at a time.
+    let blockingWork = DispatchQueue(label: "SyncEngine.SyncStore.blocking")
 
     /// Opens (creating if needed) the store at `path` for `role`.
     ///
