@@ -165,4 +165,30 @@ import Testing
         }
         #expect(try backend.contains(TestKeys.steps) == false)
     }
+
+    /// A large `batch` collects on the caller's thread and is then saved in
+    /// chunks off the pool (`BulkWritePipeline`, as `batchNow` does): all of
+    /// it commits, in order (a key written twice keeps its later value); one
+    /// write refused by the checks commits none of it.
+    @Test func aLargeAsyncBatchIsSavedInChunksAllOrNothing() async throws {
+        let folder = TempFolder()
+        let store = try #require(try BackendKind.sqlite.make(folder) as? SyncStore)
+        let total = 3 * BulkWritePipeline.chunkSize + 17
+        try await store.batch { batch in
+            for i in 0..<total { try batch.set(i, for: TestKeys.daily["d\(i)"]) }
+            try batch.set(-5, for: TestKeys.daily["d5"])
+        }
+        #expect(store.bulkChunksSaved.load(ordering: .relaxed) >= 3)
+        #expect(try store.members(of: TestKeys.daily).count == total)
+        #expect(try store.value(for: TestKeys.daily["d5"]) == -5)
+        #expect(try store.value(for: TestKeys.daily["d\(total - 1)"]) == total - 1)
+
+        await #expect(throws: SyncError.self) {
+            try await store.batch { batch in
+                for i in 0..<total { try batch.set(i + 1, for: TestKeys.daily["e\(i)"]) }
+                try batch.set("round", for: TestKeys.watchFace)   // watchOnly, on the phone
+            }
+        }
+        #expect(try store.members(of: TestKeys.daily).count == total, "nothing of the refused batch committed")
+    }
 }
