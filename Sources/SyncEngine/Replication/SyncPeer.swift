@@ -255,11 +255,14 @@ public final class SyncPeer: Sendable {
                     }
                 }
             }
-            reason = await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate,
-                                       localChangeSignalled: localChangeSignalled,
-                                       releaseHeld: { continuation.yield(.releaseHeld) }, tick: { continuation.yield(.tick) },
-                                       endInputs: { continuation.yield(.closed("no more frames")) }) { durable in
-                awaitingSync.hold(durable, now: .now)
+            // The loop applies and commits: on a queue of its own, off the cooperative pool (`SessionExecutor`).
+            reason = await withTaskExecutorPreference(SessionExecutor(label: "SyncEngine.SyncPeer.session")) {
+                await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate,
+                                  localChangeSignalled: localChangeSignalled,
+                                  releaseHeld: { continuation.yield(.releaseHeld) }, tick: { continuation.yield(.tick) },
+                                  endInputs: { continuation.yield(.closed("no more frames")) }) { durable in
+                    awaitingSync.hold(durable, now: .now)
+                }
             }
             awaitingSync.cancelTimer()
             await connection.close()

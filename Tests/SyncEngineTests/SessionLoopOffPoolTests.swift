@@ -1,0 +1,56 @@
+import Dispatch
+import Foundation
+@testable import SyncEngine
+import SyncTransport
+import Synchronization
+import Testing
+
+/// A live session's loop, which applies what arrives (commits: an `fsync`
+/// each under `.full`, a wait for the write lock while the app writes), runs
+/// off Swift concurrency's cooperative pool.
+@Suite(.timeLimit(.minutes(5))) struct SessionLoopOffPoolTests {
+    /// More sessions than the pool has threads, each held inside the commit of
+    /// what it received (its store's did-commit hook, as an `fsync` of seconds
+    /// on a loaded disk holds it): another task still runs, and once let go
+    /// every change arrives. Before, each session applied on a thread of the
+    /// pool, and the pool ran nothing else until the commits were let go.
+    @Test func sessionsHeldInTheirApplyLeaveTheCooperativePoolFree() async throws {
+        let sessions = ProcessInfo.processInfo.activeProcessorCount + 1
+        let hold = CallHold(count: sessions)
+        hold.releaseAtTheLatest(after: 30)
+        var pairs: [Pair] = []
+        for _ in 0..<sessions {
+            let pair = try Pair()
+            try pair.phone.setNow(1, for: TestKeys.steps)
+            pair.watch.addDidCommitHook { changes in
+                if changes.contains(where: { $0.origin == .remote }) { hold.hold() }
+            }
+            pairs.append(pair)
+        }
+        var running: [Task<String, Never>] = []
+        var closers: [InMemoryConnection] = []
+        for pair in pairs {
+            let config = ReplicationConfiguration(pairingEpoch: pair.pairing.epoch)
+            let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
+            let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
+            let (a, b) = InMemoryConnection.makePair()
+            running += [Task { await phone.run(over: a) }, Task { await watch.run(over: b) }]
+            closers.append(a)
+        }
+
+        await hold.allHeld()
+        // A task beside the held applies: it needs a thread of the pool (as this test's task does to go on).
+        await Task.detached {}.value
+        let outcome = hold.settle(.ranBeside)
+        hold.release()
+        #expect(outcome == .ranBeside,
+                "\(sessions) sessions held in the commit of what they received kept every other task from running: they block the cooperative pool")
+
+        for pair in pairs {
+            try await eventually(pair.watch, "steps 1 on the watch") { try pair.watch.storedValue(for: TestKeys.steps) == 1 }
+        }
+        for connection in closers { await connection.close() }
+        let ending = running
+        try await withDeadline("the sessions to end") { for task in ending { _ = await task.value } }
+    }
+}
