@@ -43,7 +43,7 @@ import Testing
         let calls = ProcessInfo.processInfo.activeProcessorCount + 1
         let hold = CallHold(count: calls)
         // Whatever happens, the calls are let go in the end: the test fails, it never hangs.
-        hold.releaseAtTheLatest(after: 30)
+        hold.releaseAtTheLatest(after: 120)
         let held = Self.heldKey(hold)
         let folders = (0..<calls).map { _ in TempFolder() }
         var backends: [any KeyValueBackend] = []
@@ -105,7 +105,7 @@ import Testing
         try store.setNow(5, for: TestKeys.steps)
         #expect(store.cachedValue(for: TestKeys.steps) == 5, "the value written is held decoded")
         let hold = CallHold(count: 1)
-        hold.releaseAtTheLatest(after: 30)
+        hold.releaseAtTheLatest(after: 120)
         store.addWillCommitHook { _ in hold.hold() }
         let writing = Task { try await store.set(6, for: TestKeys.steps) }
         await hold.allHeld()

@@ -17,7 +17,7 @@ import Testing
     @Test func sessionsHeldInTheirApplyLeaveTheCooperativePoolFree() async throws {
         let sessions = ProcessInfo.processInfo.activeProcessorCount + 1
         let hold = CallHold(count: sessions)
-        hold.releaseAtTheLatest(after: 30)
+        hold.releaseAtTheLatest(after: 120)
         var pairs: [Pair] = []
         for _ in 0..<sessions {
             let pair = try Pair()
