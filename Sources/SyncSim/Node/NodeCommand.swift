@@ -123,8 +123,11 @@ public struct NodeCommand: AsyncParsableCommand {
         // sessions' first events (a replication-locked error, say) would otherwise be lost under load.
         let events = store.peerEvents()
         let changes = store.changes()
+        // Not a child of the group below, whose tasks are cancelled at quit: it ends once the store
+        // closes, after the lines of what the sessions and rounds did as they ended (`disconnected`).
+        let forwarding = Task { await NodeCommand.forwardEvents(events, changes, output: output) }
+        defer { forwarding.cancel() }
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await NodeCommand.forwardEvents(events, changes, output: output) }
             if let listen, let (host, port) = NodeCommand.split(listen) {
                 let listener = try await TCPListener.bind(host: host, port: port, configuration: tcp)
                 output.write(["event": "listening", "port": listener.port])
@@ -160,6 +163,7 @@ public struct NodeCommand: AsyncParsableCommand {
             try await group.waitForAll()
         }
         store.close()
+        await forwarding.value
         if let failure = output.writeFailure {
             throw CommandFailure(exitCode: Simulation.Exit.runtimeFailure,
                                  "stdout could not be written (\(failure)); the node ended as on quit, its store closed")
