@@ -57,7 +57,8 @@ extension SyncPeer {
     /// while this store holds its file's replication lock: the peer never
     /// sees a second session for this device. Each failed dial is also an
     /// `.error` event with the transport's code (`not-connected` when nothing
-    /// answered, `authentication-failed` for another pairing, …).
+    /// answered, `authentication-failed` for another pairing, …); a dial
+    /// given up as the loop stops (cancelled, graceful shutdown) is none.
     public func maintainConnection(host: String, port: Int, configuration: TCPConfiguration, policy: ReconnectPolicy) async {
         let store = self.store
         let lock = ReplicationLockHold(store: store)
@@ -67,6 +68,9 @@ extension SyncPeer {
                 return try await TCPTransport.connect(host: host, port: port, configuration: configuration)
             } catch {
                 lock.release()
+                // A dial given up (the loop stopping: cancelled, graceful shutdown, the store or dialer
+                // closed) did not fail to reach the peer: this side closed it.
+                if Task.isCancelled { throw error }
                 let context = "cannot reach the peer at \(host):\(port)"
                 store.emit(.error((error as? TransportError).map { SyncError($0, context: context) }
                                   ?? SyncError(.notConnected, "\(context): \(error)")))

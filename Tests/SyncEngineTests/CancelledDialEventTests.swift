@@ -1,0 +1,39 @@
+import Foundation
+@testable import SyncEngine
+import SyncTransport
+import Testing
+
+/// A reconnect loop that stops (graceful shutdown of `DialingService`, a
+/// cancelled `maintainConnection`, a `syncsim node` quitting) while a dial
+/// waits for its handshake reports no failure to reach the peer: the dial
+/// was given up, the peer was not missing. It was an `.error` event, "cannot
+/// reach the peer at …: the peer closed the connection during the
+/// handshake", though this side had closed it.
+@Suite(.timeLimit(.minutes(5))) struct CancelledDialEventTests {
+    @Test func stoppingTheLoopDuringAHandshakeIsNoError() async throws {
+        let pair = try Pair()
+        let secret = PairingSecret.generate()
+        let watch = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
+        // Bound, not accepting yet: the socket connects, and nobody answers the hello.
+        let silent = try await TCPListener(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: secret))
+        let (writes, wrote) = AsyncStream.makeStream(of: Void.self)
+        var tcp = TCPConfiguration(secret: secret, handshakeTimeout: .seconds(600))
+        tcp.onWireByteCount = { direction, _ in if direction == .outbound { wrote.yield() } }
+        let events = pair.watch.peerEvents()
+        let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: silent.port, configuration: tcp) }
+        try await first(of: writes, "the watch's hello")
+
+        client.cancel()
+        let ended = await Result {
+            try await withDeadline("dialing to end once cancelled") { await client.value }
+        }
+        await silent.close()
+        try ended.get()
+        pair.watch.close()  // the events end here
+        var errors: [String] = []
+        for await record in events {
+            if case .error(let error) = record.event { errors.append(error.description) }
+        }
+        #expect(errors.isEmpty, "\(errors)")
+    }
+}
