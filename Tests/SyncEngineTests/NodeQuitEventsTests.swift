@@ -33,7 +33,9 @@ import Testing
         default: watch.send("quit")
         }
         // Its output ends at its exit: a line not printed by then fails the wait at once.
-        try await watch.next("the quitting watch's disconnected line (\(how))") { $0["event"] as? String == "disconnected" }
+        let ended = try await watch.next("the quitting watch's disconnected line (\(how))") { $0["event"] as? String == "disconnected" }
+        // This side stopped it; the peer did not close it.
+        #expect((ended["reason"] as? String)?.hasPrefix("stopped on this side") == true, "\(ended)")
         #expect(try await exitStatus(of: watch.process, "the watch node to stop (\(how))") == 0)
         try await phone.next("the phone's disconnected line") { $0["event"] as? String == "disconnected" }
 
@@ -43,7 +45,8 @@ import Testing
         defer { second.stop() }
         try await phone.next("the phone's second session") { $0["event"] as? String == "connected" }
         phone.send("quit")
-        try await phone.next("the quitting phone's disconnected line") { $0["event"] as? String == "disconnected" }
+        let phoneEnded = try await phone.next("the quitting phone's disconnected line") { $0["event"] as? String == "disconnected" }
+        #expect((phoneEnded["reason"] as? String)?.hasPrefix("stopped on this side") == true, "\(phoneEnded)")
         #expect(try await exitStatus(of: phone.process, "the phone node to quit") == 0)
         second.send("quit")
         try await exitStatus(of: second.process, "the second watch to quit")

@@ -7,6 +7,10 @@ import SyncTransport
 public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
     /// A session with the peer is established.
     case connected(peerNode: UInt32, peerRole: DeviceRole)
+    /// A session ended, and why: "the peer closed the connection", the
+    /// error it failed with, or, when this side stopped it (its task
+    /// cancelled: graceful shutdown, an app or node stopping), "stopped on
+    /// this side: its task was cancelled …".
     case disconnected(reason: String)
     /// Keys declared differently by the peer: they do not sync until fixed.
     case keyMismatch(keys: [String])

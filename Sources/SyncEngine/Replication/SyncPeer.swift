@@ -238,9 +238,10 @@ public final class SyncPeer: Sendable {
                         // Decoded here, so the loop's turn for the frame is only the apply.
                         continuation.yield(.frame(frame, decoded: Result { try SyncMessage(frame: frame) }))
                     }
-                    continuation.yield(.closed("the peer closed the connection"))
+                    // Cancelled, the inbound stream ends as if the peer had closed: this side stopped.
+                    continuation.yield(.closed(Task.isCancelled ? SyncPeer.cancelledReason : "the peer closed the connection"))
                 } catch {
-                    continuation.yield(.closed("\(error)"))
+                    continuation.yield(.closed(Task.isCancelled ? SyncPeer.cancelledReason : "\(error)"))
                 }
             }
             group.addTask {
@@ -250,7 +251,7 @@ public final class SyncPeer: Sendable {
                         try await store.syncCommittedAsync()
                         for frame in frames { try await connection.send(frame) }
                     } catch {
-                        continuation.yield(.closed("acknowledgements could not be sent durably: \(error)"))
+                        continuation.yield(.closed(Task.isCancelled ? SyncPeer.cancelledReason : "acknowledgements could not be sent durably: \(error)"))
                         return
                     }
                 }
@@ -370,7 +371,8 @@ public final class SyncPeer: Sendable {
                     store.timedWaits.publish(.tick(wait))
                 }
             }
-            return "closed"
+            // The inputs end early only when this task is cancelled.
+            return Task.isCancelled ? SyncPeer.cancelledReason : "closed"
         } catch {
             // The peer may have said why it closed (an error message) in a frame read but not handled yet.
             await connection.close()
@@ -379,7 +381,7 @@ public final class SyncPeer: Sendable {
                 endInputs()
             }
             defer { giveUp.cancel() }
-            return await peerError(amongUnhandled: inputs, endpoint, gate: gate) ?? "\(error)"
+            return await peerError(amongUnhandled: inputs, endpoint, gate: gate) ?? (Task.isCancelled ? SyncPeer.cancelledReason : "\(error)")
         }
     }
 
@@ -410,6 +412,10 @@ public final class SyncPeer: Sendable {
         }
         return nil
     }
+
+    /// Why a session ends when its task is cancelled (graceful shutdown, a
+    /// reconnect loop or `serve` cancelled, a `syncsim node` quitting).
+    static let cancelledReason = "stopped on this side: its task was cancelled (the app or node is stopping)"
 
     /// Why a session ends, or does not start, when its store is closed.
     static func closedStoreReason(_ path: String) -> String { "the store at \(path) was closed" }
