@@ -127,12 +127,15 @@ public struct NodeCommand: AsyncParsableCommand {
         // closes, after the lines of what the sessions and rounds did as they ended (`disconnected`).
         let forwarding = Task { await NodeCommand.forwardEvents(events, changes, output: output) }
         defer { forwarding.cancel() }
+        var listening: (listener: TCPListener, rejections: Task<Void, Never>)?
+        defer { listening?.rejections.cancel() }
         try await withThrowingTaskGroup(of: Void.self) { group in
             if let listen, let (host, port) = NodeCommand.split(listen) {
                 let listener = try await TCPListener.bind(host: host, port: port, configuration: tcp)
                 output.write(["event": "listening", "port": listener.port])
                 group.addTask { await peer.serve(listener) }
-                group.addTask {
+                // Not a child of the group: at quit it ends with the listener, after its last report.
+                let rejections = Task {
                     // Rate limited: each event stands for one rejection and `suppressed` others not reported on their own.
                     for await rejection in listener.rejectionReports {
                         var event: [String: Any] = ["event": "rejected", "error": "\(rejection.reason)", "suppressed": rejection.suppressed]
@@ -140,6 +143,7 @@ public struct NodeCommand: AsyncParsableCommand {
                         output.write(event)
                     }
                 }
+                listening = (listener, rejections)
             } else if let connect, let (host, port) = NodeCommand.split(connect) {
                 group.addTask { await peer.maintainConnection(host: host, port: port, configuration: tcp) }
             }
@@ -157,6 +161,11 @@ public struct NodeCommand: AsyncParsableCommand {
             }
             for delivery in queuedDelivery { delivery.cancel() }
             for delivery in queuedDelivery { await delivery.value }
+            // No new session from here on; the rejections the rate limit held back get their last report.
+            if let listening {
+                await listening.listener.close()
+                await listening.rejections.value
+            }
             // The sessions end before the store closes: what a session records as it ends
             // (how far the peer's changes were received) must reach the file.
             group.cancelAll()

@@ -1,0 +1,39 @@
+import Foundation
+import SyncTransport
+import Testing
+
+/// `rejected` lines are rate limited: each stands for one rejected peer and
+/// `suppressed` others. A listening node that quit never printed the count
+/// the limit still held back (the listener gives it in a last report when it
+/// closes, and the node never closed it): strangers turned away just before
+/// `quit` were never reported at all.
+@Suite struct NodeQuitRejectionsTests {
+    @Test func aQuittingNodeReportsEveryRejectionTheLimitHeldBack() async throws {
+        let folder = TempFolder()
+        let keys = folder.file("keys.json")
+        try Data(NodeMultiPairingTests.keys.utf8).write(to: URL(fileURLWithPath: keys))
+        let secretFile = folder.file("pair.secret")
+        try PairingSecret.generate().write(to: secretFile)
+        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
+                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
+        defer { phone.stop() }
+        let listening = try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
+        let port = try #require(listening["port"] as? Int)
+
+        // Strangers of another pairing, more than the 10 reported at once.
+        let strangers = 30
+        let stranger = TCPConfiguration(secret: PairingSecret.generate())
+        for _ in 0..<strangers {
+            await #expect(throws: TransportError.self) { _ = try await TCPTransport.connect(host: "127.0.0.1", port: port, configuration: stranger) }
+        }
+        phone.send("quit")
+        var reported = 0
+        while reported < strangers {
+            // The output ends at the node's exit: a count never printed fails the wait at once.
+            let line = try await phone.next("the rejections reported (\(reported) of \(strangers) so far)") { $0["event"] as? String == "rejected" }
+            reported += 1 + (line["suppressed"] as? Int ?? 0)
+        }
+        #expect(reported == strangers)
+        #expect(try await exitStatus(of: phone.process, "the phone node to quit") == 0)
+    }
+}
