@@ -5,9 +5,9 @@ import SyncTransport
 import Synchronization
 import Testing
 
-/// A live session's loop, which applies what arrives (commits: an `fsync`
-/// each under `.full`, a wait for the write lock while the app writes), runs
-/// off Swift concurrency's cooperative pool.
+/// Under `durability: .full` a live session's loop, which applies what
+/// arrives (commits with an `fsync` each), runs off Swift concurrency's
+/// cooperative pool.
 @Suite(.timeLimit(.minutes(5))) struct SessionLoopOffPoolTests {
     /// More sessions than the pool has threads, each held inside the commit of
     /// what it received (its store's did-commit hook, as an `fsync` of seconds
@@ -20,7 +20,7 @@ import Testing
         hold.releaseAtTheLatest(after: 120)
         var pairs: [Pair] = []
         for _ in 0..<sessions {
-            let pair = try Pair()
+            let pair = try Pair { $0.durability = .full }
             try pair.phone.setNow(1, for: TestKeys.steps)
             pair.watch.addDidCommitHook { changes in
                 if changes.contains(where: { $0.origin == .remote }) { hold.hold() }
