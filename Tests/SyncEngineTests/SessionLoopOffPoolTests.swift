@@ -5,22 +5,34 @@ import SyncTransport
 import Synchronization
 import Testing
 
-/// Under `durability: .full` a live session's loop, which applies what
-/// arrives (commits with an `fsync` each), runs off Swift concurrency's
-/// cooperative pool.
+/// Where a live session's applies wait for the disk (`durability: .full`: an
+/// `fsync` per commit; a `FileValueStore`: one per value file), its loop runs
+/// off Swift concurrency's cooperative pool.
 @Suite(.timeLimit(.minutes(5))) struct SessionLoopOffPoolTests {
     /// More sessions than the pool has threads, each held inside the commit of
     /// what it received (its store's did-commit hook, as an `fsync` of seconds
     /// on a loaded disk holds it): another task still runs, and once let go
     /// every change arrives. Before, each session applied on a thread of the
     /// pool, and the pool ran nothing else until the commits were let go.
-    @Test func sessionsHeldInTheirApplyLeaveTheCooperativePoolFree() async throws {
+    enum WatchStore: CaseIterable { case fullDurability, valueFiles }
+
+    @Test(arguments: WatchStore.allCases)
+    func sessionsHeldInTheirApplyLeaveTheCooperativePoolFree(_ kind: WatchStore) async throws {
         let sessions = ProcessInfo.processInfo.activeProcessorCount + 1
         let hold = CallHold(count: sessions)
         hold.releaseAtTheLatest(after: 120)
         var pairs: [Pair] = []
+        var fileStores: [FileValueStore] = []
         for _ in 0..<sessions {
-            let pair = try Pair { $0.durability = .full }
+            var pair = try Pair { if kind == .fullDurability { $0.durability = .full } }
+            if kind == .valueFiles {
+                pair.watch.close()
+                let files = try FileValueStore(directory: pair.folder.file("watch-files"), role: .watch,
+                                               registry: pair.watch.registry,
+                                               options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("files.key"))))
+                fileStores.append(files)
+                pair.watch = files.syncStore
+            }
             try pair.phone.setNow(1, for: TestKeys.steps)
             pair.watch.addDidCommitHook { changes in
                 if changes.contains(where: { $0.origin == .remote }) { hold.hold() }

@@ -256,11 +256,8 @@ public final class SyncPeer: Sendable {
                     }
                 }
             }
-            // Under `.full` each apply's commit waits for the disk: the loop runs on a queue of its own, off the
-            // cooperative pool (`SessionExecutor`). Under `.normal` it does not (acknowledgements are synced on
-            // the WAL syncer's queue), and the hop onto a queue for each frame would cost a quarter of write→visible.
-            let executor = store.options.durability == .full ? SessionExecutor(label: "SyncEngine.SyncPeer.session") : nil
-            reason = await withTaskExecutorPreference(executor) {
+            // Off the cooperative pool where the loop's applies wait for the disk (`SessionExecutor.forLoop`).
+            reason = await withTaskExecutorPreference(SessionExecutor.forLoop(of: store)) {
                 await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate,
                                   localChangeSignalled: localChangeSignalled,
                                   releaseHeld: { continuation.yield(.releaseHeld) }, tick: { continuation.yield(.tick) },
