@@ -15,8 +15,9 @@ extension SyncStore {
         }
     }
 
-    /// The value of `key` when the cache holds it decoded (the first steps of
-    /// `value(for:)`: one lookup under one lock), else nil; nil once closed.
+    /// The value of `key` when the cache holds it decoded (one lookup under
+    /// one lock and a cast, counting a hit), else nil; nil once closed.
+    /// `value(for:)` and `get` answer from it first.
     @inlinable
     public func cachedValue<Value>(for key: Key<Value>) -> Value? {
         if closed.load(ordering: .relaxed) { return nil }

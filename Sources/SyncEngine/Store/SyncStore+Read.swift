@@ -29,11 +29,7 @@ extension SyncStore {
     /// specialized for `Value`.
     @inlinable
     public func value<Value>(for key: Key<Value>) throws -> Value {
-        if !closed.load(ordering: .relaxed), let value = cache.typedValue(key.name, as: Value.self) { return value }
-        if let (decoded, version, bytes) = cachedDecodedValue(forKey: key.name), let value = decoded as? Value {
-            rememberTyped(CachedValue(value), forKey: key.name, version: version, bytes: bytes)
-            return value
-        }
+        if let value = cachedValue(for: key) { return value }
         return try storedValue(for: key) ?? key.defaultValue
     }
 
