@@ -107,6 +107,8 @@ public struct StoreOptions: Sendable {
     /// takes a new node id (`SyncStore.renewNodeID()`) before any session,
     /// so that its peers meet it as the new device it is. A store that had
     /// no marker yet (this option newly on) gets one without a new node id.
+    /// A new marker is written in steps that a crash or power cut cannot
+    /// leave disagreeing with the store (an fsync or two, only on that open).
     public var renewsNodeIDWhenRestored = false
 
     public init(clock: any PhysicalClock = SystemClock(), encryption: EncryptionKeySource? = nil) {

@@ -92,7 +92,7 @@ extension SyncStore {
     }
 
     /// Writes a new node id, `preferred` if given and free, else random: not 0, not `replacing`, not a peer's.
-    private static func writeNewNodeID(_ conn: SQLiteConnection, replacing stored: UInt32, preferred: UInt32? = nil) throws -> UInt32 {
+    static func writeNewNodeID(_ conn: SQLiteConnection, replacing stored: UInt32, preferred: UInt32? = nil) throws -> UInt32 {
         var taken: Set<UInt32> = [0, stored, MailboxReplicator.unknownPeer]
         let peers = try conn.statement("SELECT peer_node FROM sync_peers UNION SELECT peer_node FROM sync_forgotten_peers")
         while try peers.step() { taken.insert(UInt32(truncatingIfNeeded: peers.int64(0))) }
@@ -105,57 +105,13 @@ extension SyncStore {
 
     /// The node id `renewed`, committed, goes to stable storage (a power cut
     /// must not bring `old` back once a hello named it) and on new versions.
-    private func adoptRenewed(_ renewed: UInt32, old: UInt32) throws {
+    func adoptRenewed(_ renewed: UInt32, old: UInt32) throws {
         try syncCommitted()
         let before = clock.node
         clock.adopt(node: renewed)
         if renewed != before { nodeRenewals.publish(renewed) }
         if renewed != old {
             logger.notice("this store took a new node id", metadata: ["old": "\(String(old, radix: 16))", "new": "\(String(renewed, radix: 16))"])
-        }
-    }
-
-    /// Where `StoreOptions.renewsNodeIDWhenRestored` keeps the marker of the store at `path`.
-    static func deviceMarkerPath(_ path: String) -> String { path + ".device" }
-
-    /// `StoreOptions.renewsNodeIDWhenRestored` at open: the marker beside the
-    /// file must name the token in the store; a store whose marker is missing
-    /// or names another token takes a new node id, and both get a new token.
-    /// A marker that matches costs a read; one to mend is written under the
-    /// write lock, so that processes sharing the file agree.
-    func checkDeviceMarker() throws {
-        let markerPath = Self.deviceMarkerPath(path)
-        func markerMatches(_ meta: [String: String]) -> Bool {
-            let onDisk = (try? String(contentsOfFile: markerPath, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
-            return meta["device_marker"].map { $0 == onDisk } ?? false
-        }
-        if markerMatches(try database.read { conn in try SyncStore.readMeta(conn) }) { return }
-        let (renewed, old) = try database.write { conn -> (UInt32?, UInt32) in
-            let meta = try SyncStore.readMeta(conn)
-            let stored = UInt32(meta["node_id"] ?? "") ?? 0
-            let token = meta["device_marker"]
-            if markerMatches(meta) { return (nil, stored) }  // another process mended it meanwhile
-            // No token yet: the option is new to this store, which is this device's.
-            let renewed = token == nil ? nil : try SyncStore.writeNewNodeID(conn, replacing: stored, preferred: options.nodeID)
-            let fresh = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
-            try SyncStore.writeMeta(conn, "device_marker", fresh)
-            do {
-                try Data(fresh.utf8).write(to: URL(fileURLWithPath: markerPath), options: .atomic)
-                #if canImport(Darwin)
-                var marker = URL(fileURLWithPath: markerPath)
-                var values = URLResourceValues()
-                values.isExcludedFromBackup = true
-                try marker.setResourceValues(values)
-                #endif
-            } catch {
-                throw SyncError(.invalidConfiguration, "could not write the marker \(markerPath) (StoreOptions.renewsNodeIDWhenRestored): \(error); nothing was changed")
-            }
-            return (renewed, stored)
-        }
-        if let renewed {
-            try adoptRenewed(renewed, old: old)
-            logger.notice("the store was restored from a backup or copied (its marker is missing or another's): it took a new node id",
-                          metadata: ["marker": "\(markerPath)"])
         }
     }
 }
