@@ -122,13 +122,15 @@ import Testing
     /// The states a crash leaves between the steps of an update, copied to
     /// another device (without the marker, or with another store's): the copy
     /// takes a new node id, once. On this device, a file that names the
-    /// pending token finishes the update: one renewal if it was one, none if not.
+    /// pending token finishes the update: one renewal if it was one, none if
+    /// not; a file that still names the marker keeps the node id.
     @Test func aCopyTakenMidUpdateStillRenewsOnce() throws {
         for renews in [false, true] {
-            for copy in [nil, "another store's", "pending"] as [String?] {
+            for copy in [nil, "another store's", "pending", "marker"] as [String?] {
                 let setup = Setup(registry: try TestKeys.registry())
                 let original = try setup.open(preferring: 0x51)
                 Self.vfs.writeBack()
+                let marker = setup.marker()
                 var db: OpaquePointer?
                 #expect(sqlite3_open(setup.path, &db) == SQLITE_OK)
                 let sql = """
@@ -137,10 +139,12 @@ import Testing
                     """
                 #expect(sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK)
                 sqlite3_close(db)
-                try setup.putMarker(copy)
+                try setup.putMarker(copy == "marker" ? marker : copy)
                 let opened = try setup.open()
                 if copy == "pending" {
                     #expect((opened != original) == renews, "this device's update finished, renews: \(renews)")
+                } else if copy == "marker" {
+                    #expect(opened == original, "the file still names the marker (the rename of the update lost)")
                 } else {
                     #expect(opened != original, "a copy (marker \(copy ?? "missing")) kept the node id")
                 }
