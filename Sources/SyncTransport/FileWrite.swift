@@ -48,6 +48,20 @@ package enum FileWrite {
         }
     }
 
+    /// Syncs the folder holding `path`, so that a rename in it reaches stable
+    /// storage. Returns the `errno` of a failed sync, or nil; a folder that
+    /// cannot be opened for reading, or a file system that cannot sync one
+    /// (`EINVAL`), is let be.
+    @discardableResult
+    package static func syncFolder(of path: String) -> Int32? {
+        let slash = path.lastIndex(of: "/")
+        let folder = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        let descriptor = open(folder, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        return fsync(descriptor) != 0 && errno != EINVAL ? errno : nil
+    }
+
     /// Whether `code` (an `errno`) says the device's storage is full: no
     /// space left, or the user's quota used up.
     package static func isStorageFull(_ code: Int32) -> Bool {

@@ -9,7 +9,7 @@ import Testing
 /// `peerHas` false, or the watch's tombstones unpurged, for ever.
 @Suite(.timeLimit(.minutes(2))) struct RenewedPhoneTests {
     @Test func aWatchWhosePhoneTookANewNodeIDWaitsOnlyForTheNewOne() async throws {
-        var pair = try Pair { $0.tombstoneRetention = .seconds(60) }
+        let pair = try Pair { $0.tombstoneRetention = .seconds(60) }
         try await pair.watch.set(1, for: TestKeys.daily["a"])
         try await pair.watch.set(5, for: TestKeys.daily["doomed"])
         CopiedStoreTests.session(pair.phone, pair.watch, epoch: "pairing")

@@ -121,7 +121,7 @@ extension SyncStore {
             throw SyncError(FileWrite.isStorageFull(error.code) ? .storageFull : .invalidConfiguration,
                             "could not write the marker \(markerPath) (StoreOptions.renewsNodeIDWhenRestored): \(FileWrite.describe(error.code)); the node id was not changed")
         }
-        if let failure = syncFolder(of: markerPath) {
+        if let failure = FileWrite.syncFolder(of: markerPath) {
             throw SyncError(.invalidConfiguration, "could not sync the folder of the marker \(markerPath) (StoreOptions.renewsNodeIDWhenRestored): \(FileWrite.describe(failure)); the node id was not changed")
         }
         durableDeviceMarkersForTests.withLock { if $0[markerPath] != nil { $0[markerPath] = token } }
@@ -132,16 +132,4 @@ extension SyncStore {
         try? marker.setResourceValues(values)
         #endif
     }
-}
-
-/// Syncs the folder holding `path` (a rename in it goes to stable storage);
-/// returns the `errno` of a failed sync, or nil (a folder that cannot be
-/// opened for reading, or a file system that cannot sync one, is let be).
-private func syncFolder(of path: String) -> Int32? {
-    let slash = path.lastIndex(of: "/")
-    let folder = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
-    let descriptor = open(folder, O_RDONLY | O_CLOEXEC)
-    guard descriptor >= 0 else { return nil }
-    defer { close(descriptor) }
-    return fsync(descriptor) != 0 && errno != EINVAL ? errno : nil
 }
