@@ -253,4 +253,48 @@ import Testing
         #expect(ValueLimitMismatchTests.errors(events, containing: "refused").map(\.message)
                 == ["the peer refused 1 entries: blob (value-too-large)"], "\(events)")
     }
+
+    /// A transfer resumed after its first chunk, whose value the watch's
+    /// `maxValueSize` (shrunk since its first chunks were staged) refuses, is
+    /// counted and reported once on the watch, and its staged chunks go.
+    /// Before, only a refusal of chunk 0 was: the resumed one was neither
+    /// counted nor reported, and the staged chunks stayed.
+    @Test func aResumedTransferRefusedForTheShrunkLimitIsReportedAndItsChunksDropped() async throws {
+        var pair = try Pair()
+        let node = pair.phone.nodeID
+        let now = pair.watchClock.nowMilliseconds()
+        let entry = WireEntry(key: TestKeys.blob.name, version: HLCTimestamp(physicalMilliseconds: now, counter: 0, node: node), base: .zero,
+                              deleted: false, encoding: try #require(try TestKeys.registry().descriptor(forEntry: TestKeys.blob.name)).encoding,
+                              value: [])
+        let bytes = [UInt8](Self.chunked)
+        let size = ReplicationConfiguration().chunkSize
+        let count = (bytes.count + size - 1) / size
+        func chunk(_ index: Int) -> Frame {
+            let slice = Array(bytes[index * size..<min(bytes.count, (index + 1) * size)])
+            return SyncMessage.chunk(.init(entry: entry, totalSize: bytes.count, totalChecksum: Checksum.crc32(bytes), index: index,
+                                           count: count, checksum: Checksum.crc32(slice), bytes: slice)).frame(protocolVersion: 7)
+        }
+        let first = Link(pair.phone, pair.watch)
+        first.connect()
+        for index in 0..<2 { _ = first.b.receive(chunk(index), now: first.now) }
+        #expect(try pair.watch.partialTransfers().map(\.received) == [2])
+        pair.watch.close()
+        var options = StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch.key")))
+        options.maxValueSize = 150_000
+        pair.watch = try SyncStore(path: pair.folder.file("watch.sqlite"), role: .watch, registry: try TestKeys.registry(), options: options)
+        let watchEvents = pair.watch.events()
+        let again = Link(pair.phone, pair.watch)
+        again.connect()
+        for index in 2..<count {
+            let replies = again.b.receive(chunk(index), now: again.now).compactMap { try? SyncMessage(frame: $0).asChunkAck }
+            #expect(replies.count == 1 && replies.allSatisfy { $0.complete && $0.refusal == "value-too-large" }, "\(replies)")
+        }
+        #expect(again.b.failure == nil)
+        #expect(pair.watch.syncCounters.entriesRejected == 1)
+        #expect(try pair.watch.partialTransfers().isEmpty, "the staged chunks of a value refused for good stayed")
+        pair.phone.close()
+        pair.watch.close()
+        let events = try await all(of: watchEvents, "the watch's events")
+        #expect(ValueLimitMismatchTests.errors(events, containing: TestKeys.blob.name).count == 1, "\(events)")
+    }
 }

@@ -149,11 +149,13 @@ extension ReplicationEndpoint {
         }
         guard try chunk.totalSize <= port.maxValueSize || holdsAlready(entry, value: value) else {
             // Refused for good from any chunk (the acknowledgement completes the transfer, and the
-            // sender stops): counted and reported once, with its first chunk (the chunks sent before
-            // the acknowledgement came are refused too, not counted again).
-            if chunk.index == 0 {
+            // sender stops): counted and reported once, with its first chunk, or with the first of a
+            // transfer resumed from chunks staged before the limit shrank, which are dropped (the
+            // chunks sent before the acknowledgement came are refused too, not counted again).
+            if try chunk.index == 0 || port.partialTransfers().contains(where: { $0.key == entry.key && $0.version == entry.version }) {
                 count { $0.entriesRejected += 1 }
                 emit(.error(SyncError.refusedAsTooLarge([(entry.key, Int(chunk.totalSize))], limit: port.maxValueSize)))
+                try port.discardStagedChunks(key: entry.key, through: entry.version)
             }
             return [ack(complete: true, refusal: .valueTooLarge)]
         }
