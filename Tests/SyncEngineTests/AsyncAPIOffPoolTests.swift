@@ -73,11 +73,7 @@ import Testing
             }
         }
 
-        await hold.allHeld()
-        // A task beside the held calls: it needs a thread of the pool (as this test's task does to go on).
-        await Task.detached {}.value
-        let outcome = hold.settle(.ranBeside)
-        hold.release()
+        let outcome = await hold.taskRunsBesideTheHeldCalls()
         #expect(outcome == .ranBeside,
                 "\(calls) awaited \(call) calls held in their commit kept every other task from running: they block the cooperative pool")
 

@@ -32,22 +32,9 @@ import Testing
         hold.releaseAtTheLatest(after: 60)
         for pair in pairs { pair.watch.database.setWALSyncHook { hold.hold() } }
 
-        var running: [Task<String, Never>] = []
-        var closers: [InMemoryConnection] = []
-        for pair in pairs {
-            let config = ReplicationConfiguration(pairingEpoch: pair.pairing.epoch)
-            let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
-            let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
-            let (a, b) = InMemoryConnection.makePair()
-            running += [Task { await phone.run(over: a) }, Task { await watch.run(over: b) }]
-            closers.append(a)
-        }
+        let (running, closers) = SessionLoopOffPoolTests.runPeers(of: pairs)
 
-        await hold.allHeld()
-        // A task beside the held syncs: it needs a thread of the pool (as this test's task does to go on).
-        await Task.detached {}.value
-        let outcome = hold.settle(.ranBeside)
-        hold.release()
+        let outcome = await hold.taskRunsBesideTheHeldCalls()
         #expect(outcome == .ranBeside,
                 "\(sessions) handshakes held in their WAL sync kept every other task from running: they block the cooperative pool")
 
@@ -58,7 +45,6 @@ import Testing
             }
         }
         for connection in closers { await connection.close() }
-        let ending = running
-        try await withDeadline("the sessions to end") { for task in ending { _ = await task.value } }
+        try await withDeadline("the sessions to end") { for task in running { _ = await task.value } }
     }
 }

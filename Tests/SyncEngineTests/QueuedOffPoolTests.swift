@@ -33,11 +33,7 @@ import Testing
         }
         let running = peers.map { peer, box in Task { await peer.runQueued(through: box) } }
 
-        await hold.allHeld()
-        // A task beside the held writes: it needs a thread of the pool (as this test's task does to go on).
-        await Task.detached {}.value
-        let outcome = hold.settle(.ranBeside)
-        hold.release()
+        let outcome = await hold.taskRunsBesideTheHeldCalls()
         #expect(outcome == .ranBeside,
                 "\(rounds) queued rounds held in their mailbox writes kept every other task from running: they block the cooperative pool")
 
@@ -162,6 +158,17 @@ final class CallHold: Sendable {
             }
             if now { continuation.resume() }
         }
+    }
+
+    /// Once every call is held, whether another task still got a thread of
+    /// the pool (a task run beside them; the test's own task needs one to go
+    /// on): settles the outcome, then lets the calls go.
+    func taskRunsBesideTheHeldCalls() async -> Outcome {
+        await allHeld()
+        await Task.detached {}.value
+        let outcome = settle(.ranBeside)
+        release()
+        return outcome
     }
 
     /// The test's outcome, unless the timer settled it first: the first one stays.

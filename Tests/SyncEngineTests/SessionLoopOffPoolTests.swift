@@ -39,6 +39,22 @@ import Testing
             }
             pairs.append(pair)
         }
+        let (running, closers) = SessionLoopOffPoolTests.runPeers(of: pairs)
+
+        let outcome = await hold.taskRunsBesideTheHeldCalls()
+        #expect(outcome == .ranBeside,
+                "\(sessions) sessions held in the commit of what they received kept every other task from running: they block the cooperative pool")
+
+        for pair in pairs {
+            try await eventually(pair.watch, "steps 1 on the watch") { try pair.watch.storedValue(for: TestKeys.steps) == 1 }
+        }
+        for connection in closers { await connection.close() }
+        try await withDeadline("the sessions to end") { for task in running { _ = await task.value } }
+    }
+
+    /// Runs a phone and a watch peer for each pair, over an in-memory link:
+    /// their tasks, and the connections that end them when closed.
+    static func runPeers(of pairs: [Pair]) -> (running: [Task<String, Never>], closers: [InMemoryConnection]) {
         var running: [Task<String, Never>] = []
         var closers: [InMemoryConnection] = []
         for pair in pairs {
@@ -49,20 +65,6 @@ import Testing
             running += [Task { await phone.run(over: a) }, Task { await watch.run(over: b) }]
             closers.append(a)
         }
-
-        await hold.allHeld()
-        // A task beside the held applies: it needs a thread of the pool (as this test's task does to go on).
-        await Task.detached {}.value
-        let outcome = hold.settle(.ranBeside)
-        hold.release()
-        #expect(outcome == .ranBeside,
-                "\(sessions) sessions held in the commit of what they received kept every other task from running: they block the cooperative pool")
-
-        for pair in pairs {
-            try await eventually(pair.watch, "steps 1 on the watch") { try pair.watch.storedValue(for: TestKeys.steps) == 1 }
-        }
-        for connection in closers { await connection.close() }
-        let ending = running
-        try await withDeadline("the sessions to end") { for task in ending { _ = await task.value } }
+        return (running, closers)
     }
 }
