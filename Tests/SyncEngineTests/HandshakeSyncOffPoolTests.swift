@@ -32,7 +32,7 @@ import Testing
         hold.releaseAtTheLatest(after: 60)
         for pair in pairs { pair.watch.database.setWALSyncHook { hold.hold() } }
 
-        let (running, closers) = SessionLoopOffPoolTests.runPeers(of: pairs)
+        let (running, closers, _) = SessionLoopOffPoolTests.runPeers(of: pairs)
 
         let outcome = await hold.taskRunsBesideTheHeldCalls()
         #expect(outcome == .ranBeside,

@@ -14,8 +14,25 @@ final class SessionExecutor: TaskExecutor {
     /// disk; nil (the cooperative pool) when its commits do not: there the hop
     /// onto a queue for every frame cost a third more time per write.
     static func forLoop(of store: SyncStore) -> SessionExecutor? {
-        let waitsForDisk = store.options.durability == .full || !store.valueStorage.keepsValuesInRows
-        return waitsForDisk ? SessionExecutor(label: "SyncEngine.SyncPeer.session") : nil
+        appliesWaitForDisk(store) ? SessionExecutor(label: "SyncEngine.SyncPeer.session") : nil
+    }
+
+    /// Whether `store`'s commits wait for the disk (an `fsync` each).
+    static func appliesWaitForDisk(_ store: SyncStore) -> Bool {
+        store.options.durability == .full || !store.valueStorage.keepsValuesInRows
+    }
+
+    /// Runs `work` where it is called, unless the loop runs on the pool
+    /// (`onPool`) and another thread holds `store`'s writer at this moment
+    /// (an app's large batch, another watch's apply): then on `spare`, made
+    /// on first need, so that waiting for the write lock holds no thread of
+    /// the pool. The common case costs one load; a hop only when it would wait.
+    static func awayFromABusyWriter<T>(_ store: SyncStore, onPool: Bool, spare: inout SessionExecutor?,
+                                        _ work: () async throws -> T) async rethrows -> T {
+        guard onPool, store.database.writerIsBusy else { return try await work() }
+        let executor = spare ?? SessionExecutor(label: "SyncEngine.SyncPeer.writerWait")
+        spare = executor
+        return try await withTaskExecutorPreference(executor) { try await work() }
     }
 
     init(label: String) {

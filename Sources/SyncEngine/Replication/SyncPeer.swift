@@ -274,7 +274,11 @@ public final class SyncPeer: Sendable {
         // Commits whose acknowledgements still waited for their sync (spaced, or not taken before
         // the session ended, or its task cancelled) go to stable storage now, a watch's cursor among them.
         if awaitingSync.takeAll() != nil { try? await store.syncCommittedAsync() }
-        endpoint.connectionLost()
+        // It records how far the peer's stream was received: a write, away from a busy writer as the loop's.
+        var writerWait: SessionExecutor?
+        await SessionExecutor.awayFromABusyWriter(store, onPool: !SessionExecutor.appliesWaitForDisk(store), spare: &writerWait) {
+            endpoint.connectionLost()
+        }
         let peerNode = endpoint.peerNode
         updateState(session, nil)
         // A request handed to the loop once it stopped taking inputs (its connection closing) was never sent.
@@ -297,6 +301,9 @@ public final class SyncPeer: Sendable {
         // The one timer for ticks, and the deadline it wakes the loop at (`TickSchedule`).
         var tickTimer: (task: Task<Void, Never>, deadline: ContinuousClock.Instant)?
         var ticks = TickSchedule(base: tickInterval, quiet: quietTickInterval)
+        // On the pool (`.normal`), an input that finds the writer busy is handled on this queue (`awayFromABusyWriter`).
+        let onPool = !SessionExecutor.appliesWaitForDisk(store)
+        var writerWait: SessionExecutor?
         defer {
             releaseTimer?.task.cancel()
             tickTimer?.task.cancel()
@@ -311,39 +318,43 @@ public final class SyncPeer: Sendable {
                 }
                 let now = clock.nowMilliseconds()
                 let generation = self.generation
-                let frames: [Frame]
-                switch input {
-                case .frame(let frame, let decoded):
-                    if case .success(.hello(let hello)) = decoded { await syncBeforeReceipt(answering: hello) }
-                    let appliedBefore = endpoint.entriesApplied
-                    frames = endpoint.receive(frame, decoded: decoded, now: now)
-                    if endpoint.entriesApplied > appliedBefore, state.withLock({ $0.sessions.count > 1 }) {
-                        forwarded.add(1, ordering: .sequentiallyConsistent)
+                if case .closed(let why) = input { return why }
+                if case .tick = input, let timer = tickTimer, timer.deadline <= .now {
+                    tickTimer = nil  // (a tick of a timer replaced after it fired leaves the newer timer in place)
+                }
+                if case .releaseHeld = input { releaseTimer = nil }
+                let frames = await SessionExecutor.awayFromABusyWriter(store, onPool: onPool, spare: &writerWait) { () async -> [Frame] in
+                    switch input {
+                    case .frame(let frame, let decoded):
+                        if case .success(.hello(let hello)) = decoded { await syncBeforeReceipt(answering: hello) }
+                        let appliedBefore = endpoint.entriesApplied
+                        let frames = endpoint.receive(frame, decoded: decoded, now: now)
+                        if endpoint.entriesApplied > appliedBefore, state.withLock({ $0.sessions.count > 1 }) {
+                            forwarded.add(1, ordering: .sequentiallyConsistent)
+                        }
+                        gate.release()
+                        return frames
+                    case .tick: return endpoint.tick(now: now)
+                    case .localChange:
+                        localChangeSignalled.lower()  // before reading: a commit from now on signals again
+                        let commits = store.localCommitInstants
+                        return endpoint.localChange(now: now, at: commits.latest ?? .now, previousCommit: commits.previous,
+                                                    startedAt: commits.latestStarted)
+                    case .releaseHeld: return endpoint.releaseHeld(now: now, at: .now, lastCommit: store.localCommitInstants.latest)
+                    case .requestManual: return endpoint.requestManualChanges(now: now)
+                    case .describeIdle(let reply):
+                        reply(endpoint.idleBlockers)
+                        return []
+                    case .closed: return []  // returned above
                     }
-                    gate.release()
-                case .tick:
-                    // (A tick of a timer replaced after it fired leaves the newer timer in place.)
-                    if let timer = tickTimer, timer.deadline <= .now { tickTimer = nil }
-                    frames = endpoint.tick(now: now)
-                case .localChange:
-                    localChangeSignalled.lower()  // before reading: a commit from now on signals again
-                    let commits = store.localCommitInstants
-                    frames = endpoint.localChange(now: now, at: commits.latest ?? .now, previousCommit: commits.previous,
-                                                  startedAt: commits.latestStarted)
-                case .releaseHeld:
-                    releaseTimer = nil
-                    frames = endpoint.releaseHeld(now: now, at: .now, lastCommit: store.localCommitInstants.latest)
-                case .requestManual: frames = endpoint.requestManualChanges(now: now)
-                case .describeIdle(let reply):
-                    reply(endpoint.idleBlockers)
-                    frames = []
-                case .closed(let why):
-                    return why
                 }
                 for frame in frames { try await connection.send(frame) }
                 // One batch at a time (`framesPerPump`): each is on its way while the next is made.
                 while endpoint.pumpStoppedEarly {
-                    for frame in endpoint.pump(now: clock.nowMilliseconds()) { try await connection.send(frame) }
+                    let batch = await SessionExecutor.awayFromABusyWriter(store, onPool: onPool, spare: &writerWait) {
+                        endpoint.pump(now: clock.nowMilliseconds())
+                    }
+                    for frame in batch { try await connection.send(frame) }
                 }
                 if let deadline = endpoint.heldUntil, releaseTimer.map({ $0.deadline > deadline }) ?? true {
                     releaseTimer?.task.cancel()
@@ -572,26 +583,4 @@ public final class SyncPeer: Sendable {
             throw SyncError(.timeout, "not idle after \(timeout): \(why)")
         }
     }
-}
-
-/// Whether a local commit's wake-up is already queued for the session loop.
-final class LocalChangeSignal: Sendable {
-    private let raised = Atomic<Bool>(false)
-    private let peer = Atomic<UInt32>(SyncStore.thisDevice)
-
-    /// The session's peer once known: what this session applied from it needs
-    /// no wake-up (the loop sends what follows a received frame itself).
-    var sessionPeer: UInt32 {
-        get { peer.load(ordering: .relaxed) }
-        set { peer.store(newValue, ordering: .relaxed) }
-    }
-
-    /// Whether a commit from `origin` (`SyncStore.thisDevice` or a peer) may have something for this session.
-    func concerns(origin: UInt32) -> Bool { origin == SyncStore.thisDevice || origin != sessionPeer }
-
-    /// Marks a commit; true when the loop must be woken (no wake-up was pending).
-    func raise() -> Bool { !raised.exchange(true, ordering: .acquiringAndReleasing) }
-
-    /// The loop took the wake-up: the next commit wakes it again.
-    func lower() { raised.store(false, ordering: .releasing) }
 }

@@ -221,6 +221,14 @@ final class Database: Sendable {
     /// The thread running inside the writer connection's lock (0: none).
     private let lockHolder = Atomic<UInt>(0)
 
+    /// Whether a thread holds the writer's lock, or a large batch claimed it
+    /// (`claimWriter`), at this moment: a caller that must not block its
+    /// thread on the lock (a session loop on Swift concurrency's pool) then
+    /// does its write elsewhere. One load each; a hint, not a reservation.
+    var writerIsBusy: Bool {
+        lockHolder.load(ordering: .relaxed) != 0 || writerClaimCount.load(ordering: .relaxed) > 0
+    }
+
     static var currentThread: UInt {
         #if canImport(Darwin)
         UInt(bitPattern: pthread_self())
