@@ -131,7 +131,12 @@ final class BatchHoldingConnection: FrameConnection {
             try await first(of: phoneEvents, "the phone's connected event") { if case .connected = $0 { true } else { false } }
             try await first(of: phoneSide.heldCounts, "the phone's batch held back") { $0 >= 1 }
             let watchID = String(pair.watch.nodeID, radix: 16)
-            let phoneBusy = await phonePeer.idleBlockers()
+            // The receipt the phone sent before its batch is acknowledged once the watch synced its WAL for it.
+            let phoneBusy = try await withDeadline("the phone's receipt acknowledged") {
+                var busy = await phonePeer.idleBlockers()
+                while busy.first?.contains("receipt") == true { busy = await phonePeer.idleBlockers() }
+                return busy
+            }
             #expect(phoneBusy.count == 1 && phoneBusy[0].hasPrefix("session with \(watchID): 1 unacknowledged (batch)"), "\(phoneBusy)")
             // A wait that times out says the same.
             let timedOut = await Result { try await phonePeer.waitUntilIdle(timeout: .milliseconds(50)) }

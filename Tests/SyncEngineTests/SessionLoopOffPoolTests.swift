@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-@_spi(Testing) @testable import SyncEngine
+@_spi(Testing) @_spi(Benchmarks) @testable import SyncEngine
 import SyncTransport
 import Synchronization
 import Testing
@@ -124,5 +124,72 @@ import Testing
             peers.append((phone, watch))
         }
         return (running, closers, peers)
+    }
+}
+
+/// A live session's handshake (what a session does once established: records
+/// its peer, syncs the WAL for its receipt, takes back the queued batches a
+/// re-baseline supersedes, with an `fsync` of the spool each) runs off the
+/// cooperative pool.
+@Suite(.timeLimit(.minutes(5))) struct HandshakeOffPoolTests {
+    /// More phones than the pool has threads, each re-baselining a returning
+    /// watch live while a queued round of the same store is held in its
+    /// mailbox write (as an `fsync` of seconds on a loaded disk holds it):
+    /// taking the superseded batches back waits for that round, and another
+    /// task still runs meanwhile. Once let go, each notice goes, after its
+    /// batches were taken back. Before, each handshake waited on a thread of
+    /// the pool, and the pool ran nothing else.
+    @Test func liveRebaselinesWaitingForAQueuedRoundLeaveTheCooperativePoolFree() async throws {
+        let phones = ProcessInfo.processInfo.activeProcessorCount + 1
+        let hold = CallHold(count: phones)
+        var units: [(queued: QueuedPair, other: Mailbox, folder: TempFolder)] = []
+        for _ in 0..<phones {
+            let queued = try await QueuedPair.withTheDeletePurgedWhileItsBatchesWait()
+            // A mailbox of another watch of the same phone: its round posts the phone's values, held in the write.
+            let folder = TempFolder()
+            let other = try Mailbox(directory: folder.path, role: .phone, secret: PairingSecret.generate())
+            other.beforeWritingHook.withLock { $0 = { _ in hold.hold() } }
+            units.append((queued, other, folder))
+        }
+        for unit in units {
+            let (phone, other) = (unit.queued.phone, unit.other)
+            Thread.detachNewThread { _ = try? phone.deliverQueued(through: other) }
+        }
+        await hold.allHeld()
+        // Sooner than the wait below gives up: a blocked pool then fails on the outcome.
+        hold.releaseAtTheLatest(after: 120)
+
+        var running: [Task<String, Never>] = []
+        var closers: [InMemoryConnection] = []
+        for unit in units {
+            let (a, b) = InMemoryConnection.makePair()
+            let (phone, watch) = (unit.queued.phone, unit.queued.watch)
+            running += [Task { await phone.run(over: a) }, Task { await watch.run(over: b) }]
+            closers.append(a)
+        }
+        // Each phone's loop took the watch's hello, whose handshake takes the batches back.
+        for unit in units {
+            let phone = unit.queued.phone
+            try await withDeadline("each phone's loop to take the watch's hello", within: .seconds(180)) {
+                while phone.sessionLoopTurns == 0 { await Task.yield() }
+            }
+        }
+
+        let outcome = await hold.taskRunsBesideTheHeldCalls()
+        #expect(outcome == .ranBeside,
+                "\(phones) live re-baselines waiting for a queued round kept every other task from running: their handshakes block the cooperative pool")
+
+        for unit in units {
+            let watch = unit.queued.home.watches[0]
+            try await eventually(watch, "the re-baseline on the watch") {
+                try watch.storedValue(for: TestKeys.steps) == nil && watch.storedValue(for: TestKeys.daily["p1"]) == 101
+            }
+            #expect(try unit.queued.phoneBox.outgoingMessages().allSatisfy {
+                if case .batch(_, _, _, let entries) = try QueuedMessage(frame: $0.frame) { !entries.contains { $0.key == TestKeys.steps.name } } else { true }
+            }, "a superseded batch is still queued")
+        }
+        for connection in closers { await connection.close() }
+        let sessions = running
+        try await withDeadline("the sessions to end") { for task in sessions { _ = await task.value } }
     }
 }

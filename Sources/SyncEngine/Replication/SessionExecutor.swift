@@ -23,13 +23,16 @@ final class SessionExecutor: TaskExecutor {
     }
 
     /// Runs `work` where it is called, unless the loop runs on the pool
-    /// (`onPool`) and another thread holds `store`'s writer at this moment
-    /// (an app's large batch, another watch's apply): then on `spare`, made
-    /// on first need, so that waiting for the write lock holds no thread of
-    /// the pool. The common case costs one load; a hop only when it would wait.
-    static func awayFromABusyWriter<T>(_ store: SyncStore, onPool: Bool, spare: inout SessionExecutor?,
+    /// (`onPool`) and either another thread holds `store`'s writer at this
+    /// moment (an app's large batch, another watch's apply) or `blocks` (a
+    /// handshake: it records its peer, may sync the WAL, and may take queued
+    /// batches back from the mailboxes, waiting for a round that posts and
+    /// syncing each spool): then on `spare`, made on first need, so that the
+    /// wait holds no thread of the pool. The common case costs one load; a
+    /// hop only when it would wait.
+    static func awayFromABusyWriter<T>(_ store: SyncStore, onPool: Bool, blocks: Bool = false, spare: inout SessionExecutor?,
                                         _ work: () async throws -> T) async rethrows -> T {
-        guard onPool, store.database.writerIsBusy else { return try await work() }
+        guard onPool, blocks || store.database.writerIsBusy else { return try await work() }
         let executor = spare ?? SessionExecutor(label: "SyncEngine.SyncPeer.writerWait")
         spare = executor
         return try await withTaskExecutorPreference(executor) { try await work() }

@@ -323,7 +323,8 @@ public final class SyncPeer: Sendable {
                     tickTimer = nil  // (a tick of a timer replaced after it fired leaves the newer timer in place)
                 }
                 if case .releaseHeld = input { releaseTimer = nil }
-                let frames = await SessionExecutor.awayFromABusyWriter(store, onPool: onPool, spare: &writerWait) { () async -> [Frame] in
+                let handshake = if case .frame(_, .success(.hello)) = input { true } else { false }
+                let frames = await SessionExecutor.awayFromABusyWriter(store, onPool: onPool, blocks: handshake, spare: &writerWait) { () async -> [Frame] in
                     switch input {
                     case .frame(let frame, let decoded):
                         if case .success(.hello(let hello)) = decoded { await syncBeforeReceipt(answering: hello) }
