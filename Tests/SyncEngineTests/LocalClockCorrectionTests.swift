@@ -78,6 +78,54 @@ import Testing
         #expect(pair.watch.syncCounters.versionsRefused == 1)
     }
 
+    /// A key written while the clock ran ahead, and not written again: once
+    /// the clock is set right (the next write finds it so), the store writes
+    /// it again with a version the watch accepts, and it arrives. Before, the
+    /// watch never got it: the phone kept the refused version for good.
+    @Test func aKeyWrittenWithTheClockAheadGoesOutOnceTheClockIsSetRight() async throws {
+        let pair = try Pair()
+        try await pair.phone.set(3, for: TestKeys.daily["g"])
+        Link(pair.phone, pair.watch).connect()
+        #expect(try await pair.watch.get(TestKeys.daily["g"]) == 3)
+        // A value and a removal made while the clock ran ahead: the watch refuses both.
+        pair.phoneClock.setSkew(Self.twoYears)
+        try await pair.phone.set(1, for: TestKeys.daily["e"])
+        try await pair.phone.remove(TestKeys.daily["g"])
+        Link(pair.phone, pair.watch).connect()
+        #expect(pair.watch.syncCounters.versionsRefused == 2)
+        #expect(try await pair.watch.get(TestKeys.daily["e"]) == 0)
+        #expect(try await pair.watch.get(TestKeys.daily["g"]) == 3)
+        pair.phoneClock.setSkew(0)
+        // Another key's write finds the clock set right; the store's queue then writes e again.
+        try await pair.phone.set(5, for: TestKeys.steps)
+        _ = try await pair.phone.performBlocking {}
+        let info = try #require(try pair.phone.entryInfo(forKey: TestKeys.daily["e"].name))
+        #expect(info.version.physicalMilliseconds <= pair.phoneClock.nowMilliseconds())
+        #expect(try await pair.phone.get(TestKeys.daily["e"]) == 1)
+        Link(pair.phone, pair.watch).connect()
+        #expect(try await pair.watch.get(TestKeys.daily["e"]) == 1)
+        #expect(try await pair.watch.get(TestKeys.steps) == 5)
+        #expect(try await pair.watch.get(TestKeys.daily["g"]) == 0, "the removal made with the clock ahead")
+        #expect(pair.watch.syncCounters.versionsRefused == 2, "only the first refusals: what went again was taken")
+    }
+
+    /// The same across a restart: a store that opens with rows it wrote past
+    /// the bound writes them again.
+    @Test func aKeyWrittenWithTheClockAheadGoesOutAfterARestart() async throws {
+        var pair = try Pair()
+        try await Self.writeWithClockAhead(pair, keys: ["f"])
+        try Self.reopenPhone(&pair)
+        let info = try #require(try pair.phone.entryInfo(forKey: TestKeys.daily["f"].name))
+        #expect(info.version.physicalMilliseconds == pair.phoneClock.nowMilliseconds())
+        Link(pair.phone, pair.watch).connect()
+        #expect(try await pair.watch.get(TestKeys.daily["f"]) == 1)
+        #expect(pair.watch.syncCounters.versionsRefused == 1)
+        // Once is enough: the next open writes nothing.
+        let written = info.version
+        try Self.reopenPhone(&pair)
+        #expect(try pair.phone.entryInfo(forKey: TestKeys.daily["f"].name)?.version == written)
+    }
+
     /// A clock that drifted ahead in steps, each under the bound, then set
     /// right: it stops following the time past the bound, and may go on from
     /// below a version it issued within it. A write over that version still

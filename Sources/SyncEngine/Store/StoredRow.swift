@@ -297,6 +297,17 @@ extension SyncStore {
                    coalesce((SELECT max(acked_through) FROM sync_peers), 0))
         """
 
+    /// `sequenceFloorSQL` at open, in one pass over the entries, with a third
+    /// column: 1 when node `?2` (this device) wrote a row past the bound `?1`
+    /// (its wall clock ran far ahead), else 0.
+    static let openFloorSQL = """
+        SELECT coalesce(max(CASE WHEN ver <= ?1 THEN ver END), 0),
+               max(coalesce((SELECT max(change_seq) FROM entries), 0),
+                   coalesce((SELECT max(acked_through) FROM sync_peers), 0)),
+               coalesce(max(ver > ?1 AND node = ?2), 0)
+        FROM entries
+        """
+
     /// The largest packed version this device accepts now: its wall clock plus
     /// `StoreOptions.maxRemoteClockAhead`, within `HLCTimestamp.maxPacked`.
     func versionBound() -> Int64 {

@@ -29,6 +29,26 @@ extension SyncStore {
         return finishLocalCommit(outcome)
     }
 
+    /// Commits, in one transaction, the writes `collect` makes under the
+    /// write lock, each as a new row even where it keeps the value the key
+    /// holds (`reissueWritesFromAClockAhead`: a new version for the same value).
+    func commitLocal(rewriting collect: (SQLiteConnection) throws -> [BackendWrite], writtenAt now: Int64) throws -> [StoreChange] {
+        let started = ContinuousClock.now
+        let outcome = try database.write({ conn -> LocalCommitOutcome in
+            var outcome = LocalCommitOutcome(writtenAt: now, startedAt: started)
+            let writes = try collect(conn)
+            var preparation = LocalRowPreparation()
+            preparation.rewritesUnchanged = true
+            let prepared = try prepareLocalRows(writes, descriptors: writes.map { $0.descriptor! }, preparation: &preparation,
+                                                loadRows: { try loadRows(conn, keys: $0, valueFile: .ifReadable) },
+                                                loadRow: { try loadRow(conn, key: $0, valueFile: .ifReadable) })
+            try saveLocalRows(prepared, into: &outcome, conn)
+            try runWillCommitHooks(outcome)
+            return outcome
+        }, onCommit: localCommitDidCommit)
+        return finishLocalCommit(outcome)
+    }
+
     /// Commits the writes `body` collects, in one transaction: a batch of
     /// 2,048 writes or more is saved chunk by chunk while `body` still runs,
     /// holding the write lock from its 2,048th write (`BulkWritePipeline`); a
@@ -145,7 +165,7 @@ extension SyncStore {
             // read moves the legacy value in, and the removed value comes back.
             let shadowsLegacy = bytes == nil && earlier == nil && descriptors[i].legacyName != nil && (current?.version ?? .zero) == .zero
             let unchanged = !shadowsLegacy && keptAlike && (bytes.map { new in current?.bytes.map { $0 == new } ?? false } ?? (current?.bytes == nil))
-            if unchanged {
+            if unchanged && !preparation.rewritesUnchanged {
                 // No row: the key keeps the row it had before this write (if any).
                 if let earlier { preparation.written[key] = earlier } else { preparation.written.removeValue(forKey: key) }
                 if bytes != nil { prepared.skipped += 1 }
@@ -284,6 +304,8 @@ struct LocalRowPreparation: Sendable {
     var written: [String: Int] = [:]
     /// The value of each row prepared so far, by row.
     var values: [[UInt8]?] = []
+    /// Whether a write of the value its key holds still makes a row (a new version).
+    var rewritesUnchanged = false
 }
 
 /// Rows of one chunk of local writes, ready to save but for their versions and sequence numbers.

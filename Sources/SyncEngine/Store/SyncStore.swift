@@ -94,7 +94,8 @@ public final class SyncStore: KeyValueBackend {
         self.cache = StoreCache(maxCachedValueSize: options.maxCachedValueSize)
 
         let requestedDirectory = options.valueDirectory.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
-        let setup = try database.write { conn -> (node: UInt32, salt: [UInt8], verifier: String?, storedRole: String?, floor: Int64, seq: Int64, valueDirectory: String?) in
+        let setup = try database.write { conn -> (node: UInt32, salt: [UInt8], verifier: String?, storedRole: String?, floor: Int64, seq: Int64,
+                                                  valueDirectory: String?, wroteAhead: Bool) in
             var meta = try SyncStore.readMeta(conn)
             // A damaged node id (not a number, 0 or the mailbox's unknown peer: no node's) is replaced as a lost one.
             let reserved: Set<UInt32> = [0, MailboxReplicator.unknownPeer]
@@ -112,11 +113,13 @@ public final class SyncStore: KeyValueBackend {
             // A commit log row numbered past what any log reaches (a damaged file) made SQLite number the
             // next rows at random, below where other processes look: they missed those commits.
             try conn.execute("DELETE FROM sync_commit_log WHERE id > \(SyncStore.maxLogID)")
-            let floorStmt = try conn.statement(SyncStore.sequenceFloorSQL)
+            let floorStmt = try conn.statement(SyncStore.openFloorSQL)
             floorStmt.bind(1, SyncStore.versionBound(now: options.clock.nowMilliseconds(), ahead: options.maxRemoteClockAhead))
+            floorStmt.bind(2, Int64(UInt32(meta["node_id"] ?? "") ?? 0))
             _ = try floorStmt.step()
             let floor = floorStmt.int64(0)
             var seq = floorStmt.int64(1)
+            let wroteAhead = floorStmt.int64(2) != 0
             try floorStmt.run()
             let lowestCursor = try conn.integer("SELECT coalesce(min(acked_through), 0) FROM sync_peers")
             if seq > SyncStore.maxSequence || lowestCursor < 0 {
@@ -134,7 +137,7 @@ public final class SyncStore: KeyValueBackend {
                     valueDirectory = requestedDirectory
                 }
             }
-            return (UInt32(meta["node_id"] ?? "") ?? 0, salt, meta["at_rest_verifier"], meta["role"], floor, seq, valueDirectory)
+            return (UInt32(meta["node_id"] ?? "") ?? 0, salt, meta["at_rest_verifier"], meta["role"], floor, seq, valueDirectory, wroteAhead)
         }
         if let storedRole = setup.storedRole, storedRole != role.rawValue {
             throw SyncError(.invalidConfiguration, "the store at \(path) belongs to a \(storedRole), not a \(role); open it with role \(storedRole) or use another file")
@@ -143,8 +146,9 @@ public final class SyncStore: KeyValueBackend {
             try ValueFiles(directory: $0, syncCommits: { try database.syncCommittedBeforeFileChanges() })
         } ?? RowValueStorage()
         nextSeq = Mutex(setup.seq + 1)
+        let clockSetRight = ClockSetRight()
         clock = HybridLogicalClock(node: setup.node, physical: options.clock, floor: setup.floor, maxAhead: options.maxRemoteClockAhead,
-                                   dropped: SyncStore.clockDropped(options.logger))
+                                   dropped: SyncStore.clockDropped(options.logger, then: clockSetRight))
 
         // A master key is needed only for encrypted keys this device can hold: a shared registry
         // may declare an encrypted phoneOnly key that a watch never sees.
@@ -201,6 +205,15 @@ public final class SyncStore: KeyValueBackend {
             try sealPlaintextOfEncryptedKeys()
         } catch let error as SyncError where error.code == .storageFull {
             logger.warning("sealing the values of keys now declared encrypted waits for room", metadata: ["error": "\(error)"])
+        }
+        // Writes made while the wall clock ran far ahead go out again once it is right: at open, and
+        // whenever the clock stops following a far-future time it issued (on the store's queue).
+        if setup.wroteAhead { reissueWritesFromAClockAheadLogged() }
+        clockSetRight.target.withLock {
+            $0 = { [weak self] in
+                guard let store = self else { return }
+                store.blockingWork.async { [weak store] in store?.reissueWritesFromAClockAheadLogged() }
+            }
         }
     }
 
