@@ -34,6 +34,7 @@ extension SyncStore {
         return try commitLocal(rewriting: { conn in
             // Again under the write lock: what is still past the bound, as it is now.
             var writes: [BackendWrite] = []
+            var descriptors: [KeyDescriptor] = []
             for key in try SyncStore.keysWrittenPast(bound, by: nodeID, conn) {
                 guard let row = try loadRow(conn, key: key, valueFile: .ifReadable), row.deleted || row.value != nil else { continue }
                 let bytes = row.deleted ? nil : row.value
@@ -41,8 +42,9 @@ extension SyncStore {
                     continue
                 }
                 writes.append(BackendWrite(key: key, descriptor: descriptor, bytes: bytes, decoded: nil))
+                descriptors.append(descriptor)
             }
-            return writes
+            return (writes, descriptors)
         }, writtenAt: now).count
     }
 

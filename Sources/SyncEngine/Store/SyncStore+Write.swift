@@ -15,31 +15,26 @@ extension SyncStore {
         let started = ContinuousClock.now
         // Every write is checked before the transaction begins.
         let descriptors = try checkedDescriptors(writes)
-        let now = physicalClock.nowMilliseconds()
-        let outcome = try database.write({ conn -> LocalCommitOutcome in
-            var outcome = LocalCommitOutcome(writtenAt: now, startedAt: started)
-            var preparation = LocalRowPreparation()
-            let prepared = try prepareLocalRows(writes, descriptors: descriptors, preparation: &preparation,
-                                                loadRows: { try loadRows(conn, keys: $0, valueFile: .ifReadable) },
-                                                loadRow: { try loadRow(conn, key: $0, valueFile: .ifReadable) })
-            try saveLocalRows(prepared, into: &outcome, conn)
-            try runWillCommitHooks(outcome)
-            return outcome
-        }, onCommit: localCommitDidCommit)
-        return finishLocalCommit(outcome)
+        return try commitLocalRows(writtenAt: physicalClock.nowMilliseconds(), startedAt: started) { _ in (writes, descriptors) }
     }
 
     /// Commits, in one transaction, the writes `collect` makes under the
-    /// write lock, each as a new row even where it keeps the value the key
-    /// holds (`reissueWritesFromAClockAhead`: a new version for the same value).
-    func commitLocal(rewriting collect: (SQLiteConnection) throws -> [BackendWrite], writtenAt now: Int64) throws -> [StoreChange] {
-        let started = ContinuousClock.now
+    /// write lock (each with its checked declaration), each as a new row even
+    /// where it keeps the value the key holds (`reissueWritesFromAClockAhead`:
+    /// a new version for the same value).
+    func commitLocal(rewriting collect: (SQLiteConnection) throws -> (writes: [BackendWrite], descriptors: [KeyDescriptor]),
+                     writtenAt now: Int64) throws -> [StoreChange] {
+        try commitLocalRows(writtenAt: now, startedAt: .now, rewritesUnchanged: true, collect)
+    }
+
+    private func commitLocalRows(writtenAt now: Int64, startedAt started: ContinuousClock.Instant, rewritesUnchanged: Bool = false,
+                                 _ collect: (SQLiteConnection) throws -> (writes: [BackendWrite], descriptors: [KeyDescriptor])) throws -> [StoreChange] {
         let outcome = try database.write({ conn -> LocalCommitOutcome in
             var outcome = LocalCommitOutcome(writtenAt: now, startedAt: started)
-            let writes = try collect(conn)
+            let (writes, descriptors) = try collect(conn)
             var preparation = LocalRowPreparation()
-            preparation.rewritesUnchanged = true
-            let prepared = try prepareLocalRows(writes, descriptors: writes.map { $0.descriptor! }, preparation: &preparation,
+            preparation.rewritesUnchanged = rewritesUnchanged
+            let prepared = try prepareLocalRows(writes, descriptors: descriptors, preparation: &preparation,
                                                 loadRows: { try loadRows(conn, keys: $0, valueFile: .ifReadable) },
                                                 loadRow: { try loadRow(conn, key: $0, valueFile: .ifReadable) })
             try saveLocalRows(prepared, into: &outcome, conn)
