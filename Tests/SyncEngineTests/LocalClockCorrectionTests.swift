@@ -109,6 +109,23 @@ import Testing
         #expect(pair.watch.syncCounters.versionsRefused == 2, "only the first refusals: what went again was taken")
     }
 
+    /// The same when the app writes nothing after the correction: a live
+    /// session's tick finds the clock set right.
+    @Test func aKeyWrittenWithTheClockAheadGoesOutOverASessionWithoutAnotherWrite() async throws {
+        let pair = try Pair()
+        pair.phoneClock.setSkew(Self.twoYears)
+        try await pair.phone.set(1, for: TestKeys.daily["h"])
+        pair.phoneClock.setSkew(0)
+        let config = ReplicationConfiguration(pairingEpoch: pair.pairing.epoch)
+        let phone = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(50))
+        let watch = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(50))
+        let (a, b) = InMemoryConnection.makePair()
+        let running = [Task { await phone.run(over: a) }, Task { await watch.run(over: b) }]
+        try await eventually(pair.watch, "h on the watch") { try pair.watch.storedValue(for: TestKeys.daily["h"]) == 1 }
+        await a.close()
+        for task in running { _ = await task.value }
+    }
+
     /// The same across a restart: a store that opens with rows it wrote past
     /// the bound writes them again.
     @Test func aKeyWrittenWithTheClockAheadGoesOutAfterARestart() async throws {

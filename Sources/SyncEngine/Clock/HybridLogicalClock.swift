@@ -116,6 +116,17 @@ public final class HybridLogicalClock: Sendable {
         if let drop, let dropped { dropped(drop, milliseconds) }
     }
 
+    /// Stops following a far-future time it issued once the wall clock reads
+    /// far behind it (set right), as the next `now()` would, without issuing
+    /// a time: `dropped` hears of it then. For a device that writes nothing
+    /// after the correction (a session's tick asks).
+    public func followWallClock() {
+        guard maxAhead != nil, let milliseconds = try? wallMilliseconds() else { return }
+        var drop: Int64?
+        state.withLock { drop = follow(&$0, milliseconds: milliseconds) }
+        report(drop, milliseconds: milliseconds)
+    }
+
     /// A new timestamp for a local event, greater than every earlier one.
     /// Throws `clock-out-of-range` when no larger version can be issued.
     public func now() throws -> HLCTimestamp {

@@ -335,7 +335,9 @@ public final class SyncPeer: Sendable {
                         }
                         gate.release()
                         return frames
-                    case .tick: return endpoint.tick(now: now)
+                    case .tick:
+                        store.clock.followWallClock()  // writes made while it ran far ahead go out again once it is set right
+                        return endpoint.tick(now: now)
                     case .localChange:
                         localChangeSignalled.lower()  // before reading: a commit from now on signals again
                         let commits = store.localCommitInstants
