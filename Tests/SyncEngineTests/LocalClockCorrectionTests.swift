@@ -126,6 +126,26 @@ import Testing
         for task in running { _ = await task.value }
     }
 
+    /// The same through the mailbox alone: a queued round finds the clock
+    /// set right and posts the key again, written with a version the watch takes.
+    @Test func aKeyWrittenWithTheClockAheadGoesOutThroughTheMailboxWithoutAnotherWrite() async throws {
+        let pair = try Pair()
+        let folder = TempFolder()
+        let (phone, phoneBox, watch, watchBox) = try QueuedDeliveryTests().peers(pair, directory: folder.path)
+        pair.phoneClock.setSkew(Self.twoYears)
+        try await pair.phone.set(1, for: TestKeys.daily["k"])
+        _ = try phone.deliverQueued(through: phoneBox)
+        _ = try watch.deliverQueued(through: watchBox)
+        #expect(pair.watch.syncCounters.versionsRefused == 1)
+        pair.phoneClock.setSkew(0)
+        for _ in 0..<2 {
+            _ = try phone.deliverQueued(through: phoneBox)
+            _ = try watch.deliverQueued(through: watchBox)
+        }
+        #expect(try pair.watch.storedValue(for: TestKeys.daily["k"]) == 1)
+        #expect(pair.watch.syncCounters.versionsRefused == 1)
+    }
+
     /// The same across a restart: a store that opens with rows it wrote past
     /// the bound writes them again.
     @Test func aKeyWrittenWithTheClockAheadGoesOutAfterARestart() async throws {

@@ -119,12 +119,15 @@ public final class HybridLogicalClock: Sendable {
     /// Stops following a far-future time it issued once the wall clock reads
     /// far behind it (set right), as the next `now()` would, without issuing
     /// a time: `dropped` hears of it then. For a device that writes nothing
-    /// after the correction (a session's tick asks).
-    public func followWallClock() {
-        guard maxAhead != nil, let milliseconds = try? wallMilliseconds() else { return }
+    /// after the correction (a session's tick and a queued round ask).
+    /// Returns whether it stopped following one.
+    @discardableResult
+    public func followWallClock() -> Bool {
+        guard maxAhead != nil, let milliseconds = try? wallMilliseconds() else { return false }
         var drop: Int64?
         state.withLock { drop = follow(&$0, milliseconds: milliseconds) }
         report(drop, milliseconds: milliseconds)
+        return drop != nil
     }
 
     /// A new timestamp for a local event, greater than every earlier one.

@@ -39,6 +39,8 @@ extension SyncPeer {
         try store.checkOpen()
         try ReplicationLock.acquire(for: store)
         defer { ReplicationLock.release(for: store) }
+        // Writes made while the clock ran far ahead, written again before this round posts (the clock was set right).
+        if store.clock.followWallClock() { store.reissueWritesFromAClockAheadLogged() }
         var configuration = self.configuration
         configuration.pairingEpoch = mailbox.pairingEpoch
         let key = QueuedDriverKey(mailbox)
