@@ -90,8 +90,9 @@ import Testing
         // Then each phone writes, and each watch's loop takes a frame that needs the writer.
         for pair in pairs { try pair.phone.setNow(2, for: TestKeys.steps) }
         for (peer, before) in zip(peers, turns) {
+            let watch = peer.watch
             try await withDeadline("each watch's loop to take the phone's batch", within: .seconds(180)) {
-                while peer.watch.sessionLoopTurns == before { await Task.yield() }
+                await watch.sessionLoopTurns(exceeding: before)
             }
         }
 
@@ -171,7 +172,7 @@ import Testing
         for unit in units {
             let phone = unit.queued.phone
             try await withDeadline("each phone's loop to take the watch's hello", within: .seconds(180)) {
-                while phone.sessionLoopTurns == 0 { await Task.yield() }
+                await phone.sessionLoopTurns(exceeding: 0)
             }
         }
 

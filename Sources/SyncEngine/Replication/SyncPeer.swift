@@ -25,7 +25,7 @@ public final class SyncPeer: Sendable {
     /// Bumped when a session applied entries that the other sessions must send
     /// (only while there are several): their idea of "idle" is then stale.
     private let forwarded = Atomic<Int>(0)
-    private let loopTurns = Atomic<Int>(0)
+    private let loopTurns = LoopTurns()
     /// Publishes `isReachable` each time it changes (`reachabilityChanges()`).
     let reachabilityHub = Broadcaster<Bool>()
     /// Queued delivery's state per mailbox (`SyncPeer+Mailbox`).
@@ -99,7 +99,11 @@ public final class SyncPeer: Sendable {
     /// The turns its session loops took so far for anything but a tick or an idle
     /// check: frames, local changes, manual requests, held commits released.
     @_spi(Testing)
-    public var sessionLoopTurns: Int { loopTurns.load(ordering: .relaxed) }
+    public var sessionLoopTurns: Int { loopTurns.value }
+
+    /// Returns once the session loops took more than `turns` turns in all.
+    @_spi(Testing)
+    public func sessionLoopTurns(exceeding turns: Int) async { await loopTurns.wait(exceeding: turns) }
 
     /// The peers (node ids) with an established session right now.
     public var connectedPeers: [UInt32] {
@@ -314,7 +318,7 @@ public final class SyncPeer: Sendable {
             for await input in inputs {
                 switch input {
                 case .tick, .describeIdle: break
-                default: loopTurns.add(1, ordering: .relaxed)
+                default: loopTurns.add()
                 }
                 let now = clock.nowMilliseconds()
                 let generation = self.generation
