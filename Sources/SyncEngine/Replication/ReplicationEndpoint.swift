@@ -176,7 +176,8 @@ package final class ReplicationEndpoint {
                 }
                 // With caught-up notices, what the notice would remove is marked, and what the
                 // baseline does not bring back goes once the phone caught up: values it brings never go.
-                let known = try port.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node, mismatched: peer.mismatchedKeys,
+                let known = try port.applyRebaseline(purgedThrough: notice.purgedThrough, from: peer.node,
+                                                       mismatched: peer.mismatchedKeys.union(mismatchedAtStart),
                                                        acknowledgedBefore: cursorAtStart, generation: notice.generation,
                                                        removal: peer.protocolVersion >= ReplicationSession.caughtUpProtocol
                                                            && !configuration.testingFaults.removeRebaselinedAtOnce ? .atCaughtUp : .immediately)
@@ -469,6 +470,11 @@ package final class ReplicationEndpoint {
     /// phone's receipt): a re-baseline notice concerns only what the peer
     /// had acknowledged, or received, by then.
     var cursorAtStart: Int64?
+    /// The keys recorded as declared differently when this session was
+    /// established: what the peer acknowledged of them by then, it passed
+    /// over. A re-baseline notice that arrives once their repair finished
+    /// (the notice lost and sent again) still leaves those entries alone.
+    var mismatchedAtStart: Set<String> = []
     /// How far the peer's stream is received (protocol 3), and how far the store has it recorded.
     var receivedStream = ReceivedStream()
     /// When applying a batch last recorded `receivedStream`.
@@ -525,6 +531,7 @@ package final class ReplicationEndpoint {
                     session.stream = StreamProgress(cursor: record.cursor)
                     cursorRecordedAt = port.nowMilliseconds()  // the store holds the session's cursor
                     cursorAtStart = record.cursor
+                    mismatchedAtStart = record.mismatched
                     noticesActedOn = []
                     let received = try port.receivedThrough(from: peer.node)
                     receivedStream = ReceivedStream(through: received.through, anchor: received.anchor)
