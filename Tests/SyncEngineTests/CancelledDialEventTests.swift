@@ -12,16 +12,8 @@ import Testing
 @Suite(.timeLimit(.minutes(5))) struct CancelledDialEventTests {
     @Test func stoppingTheLoopDuringAHandshakeIsNoError() async throws {
         let pair = try Pair()
-        let secret = PairingSecret.generate()
-        let watch = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
-        // Bound, not accepting yet: the socket connects, and nobody answers the hello.
-        let silent = try await TCPListener(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: secret))
-        let (writes, wrote) = AsyncStream.makeStream(of: Void.self)
-        var tcp = TCPConfiguration(secret: secret, handshakeTimeout: .seconds(600))
-        tcp.onWireByteCount = { direction, _ in if direction == .outbound { wrote.yield() } }
         let events = pair.watch.peerEvents()
-        let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: silent.port, configuration: tcp) }
-        try await first(of: writes, "the watch's hello")
+        let (silent, client) = try await DialWhileClosingTests.dialASilentPhone(from: pair)
 
         client.cancel()
         let ended = await Result {

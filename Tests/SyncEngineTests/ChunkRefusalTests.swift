@@ -155,10 +155,7 @@ import Testing
         let first = try #require(link.frames.first { (sent: (from: String, frame: Frame)) -> Bool in
             sent.from == "a" && (try? SyncMessage(frame: sent.frame))?.asChunk?.index == 0
         }).frame
-        pair.watch.close()
-        var options = StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch.key")))
-        options.maxValueSize = 150_000
-        pair.watch = try SyncStore(path: pair.folder.file("watch.sqlite"), role: .watch, registry: try TestKeys.registry(), options: options)
+        try Self.reopenWatchWithASmallerLimit(&pair)
         let watchEvents = pair.watch.events()
         let again = Link(pair.phone, pair.watch)
         again.connect()
@@ -278,10 +275,7 @@ import Testing
         first.connect()
         for index in 0..<2 { _ = first.b.receive(chunk(index), now: first.now) }
         #expect(try pair.watch.partialTransfers().map(\.received) == [2])
-        pair.watch.close()
-        var options = StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch.key")))
-        options.maxValueSize = 150_000
-        pair.watch = try SyncStore(path: pair.folder.file("watch.sqlite"), role: .watch, registry: try TestKeys.registry(), options: options)
+        try Self.reopenWatchWithASmallerLimit(&pair)
         let watchEvents = pair.watch.events()
         let again = Link(pair.phone, pair.watch)
         again.connect()
@@ -296,5 +290,13 @@ import Testing
         pair.watch.close()
         let events = try await all(of: watchEvents, "the watch's events")
         #expect(ValueLimitMismatchTests.errors(events, containing: TestKeys.blob.name).count == 1, "\(events)")
+    }
+
+    /// The watch's app starts again with `maxValueSize` 150,000 (under the chunked value's size).
+    static func reopenWatchWithASmallerLimit(_ pair: inout Pair) throws {
+        pair.watch.close()
+        var options = StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch.key")))
+        options.maxValueSize = 150_000
+        pair.watch = try SyncStore(path: pair.folder.file("watch.sqlite"), role: .watch, registry: try TestKeys.registry(), options: options)
     }
 }

@@ -10,15 +10,7 @@ import Testing
 @Suite(.timeLimit(.minutes(5))) struct DialWhileClosingTests {
     @Test func closingTheStoreEndsADialWaitingForItsHandshake() async throws {
         let pair = try Pair()
-        let secret = PairingSecret.generate()
-        let watch = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
-        // Bound, not accepting yet: the socket connects, and nobody answers the hello.
-        let silent = try await TCPListener(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: secret))
-        let (writes, wrote) = AsyncStream.makeStream(of: Void.self)
-        var tcp = TCPConfiguration(secret: secret, handshakeTimeout: .seconds(600))
-        tcp.onWireByteCount = { direction, _ in if direction == .outbound { wrote.yield() } }
-        let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: silent.port, configuration: tcp) }
-        try await first(of: writes, "the watch's hello")
+        let (silent, client) = try await Self.dialASilentPhone(from: pair)
 
         pair.watch.close()
         let ended = await Result {
@@ -27,5 +19,21 @@ import Testing
         client.cancel()
         await silent.close()
         try ended.get()
+    }
+
+    /// The watch of `pair` keeps a connection up (`maintainConnection`) to a
+    /// phone that accepts the socket and never answers (bound, not accepting
+    /// yet; a handshake timeout of 600 s): returns once the watch's hello is
+    /// written, with the listener and the dialing task.
+    static func dialASilentPhone(from pair: Pair) async throws -> (silent: TCPListener, client: Task<Void, Never>) {
+        let secret = PairingSecret.generate()
+        let watch = SyncPeer(store: pair.watch, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
+        let silent = try await TCPListener(host: "127.0.0.1", port: 0, configuration: TCPConfiguration(secret: secret))
+        let (writes, wrote) = AsyncStream.makeStream(of: Void.self)
+        var tcp = TCPConfiguration(secret: secret, handshakeTimeout: .seconds(600))
+        tcp.onWireByteCount = { direction, _ in if direction == .outbound { wrote.yield() } }
+        let client = Task { await watch.maintainConnection(host: "127.0.0.1", port: silent.port, configuration: tcp) }
+        try await first(of: writes, "the watch's hello")
+        return (silent, client)
     }
 }

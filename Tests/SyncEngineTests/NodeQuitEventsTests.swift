@@ -10,19 +10,10 @@ import Testing
 @Suite struct NodeQuitEventsTests {
     @Test(arguments: ["quit", "SIGTERM", "SIGINT"])
     func aQuittingNodePrintsTheEndOfItsSession(how: String) async throws {
-        let folder = TempFolder()
-        let keys = folder.file("keys.json")
-        try Data(NodeMultiPairingTests.keys.utf8).write(to: URL(fileURLWithPath: keys))
-        let secretFile = folder.file("pair.secret")
-        try PairingSecret.generate().write(to: secretFile)
-
-        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
-                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
-        defer { phone.stop() }
-        let listening = try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
-        let port = try #require(listening["port"] as? Int)
-        let watch = try NodeProcess(["--role", "watch", "--db", folder.file("watch.sqlite"), "--keys", keys,
-                                     "--secret-file", secretFile, "--connect", "127.0.0.1:\(port)"])
+        let setup = try await ListeningPhoneNode()
+        let phone = setup.phone
+        defer { setup.phone.stop() }
+        let watch = try setup.watch()
         defer { watch.stop() }
         try await watch.next("the watch's session") { $0["event"] as? String == "connected" }
         try await phone.next("the phone's session") { $0["event"] as? String == "connected" }
@@ -40,8 +31,7 @@ import Testing
         try await phone.next("the phone's disconnected line") { $0["event"] as? String == "disconnected" }
 
         // The phone quitting with a watch connected says so too.
-        let second = try NodeProcess(["--role", "watch", "--db", folder.file("watch.sqlite"), "--keys", keys,
-                                      "--secret-file", secretFile, "--connect", "127.0.0.1:\(port)"])
+        let second = try setup.watch()
         defer { second.stop() }
         try await phone.next("the phone's second session") { $0["event"] as? String == "connected" }
         phone.send("quit")

@@ -9,16 +9,10 @@ import Testing
 /// `quit` were never reported at all.
 @Suite struct NodeQuitRejectionsTests {
     @Test func aQuittingNodeReportsEveryRejectionTheLimitHeldBack() async throws {
-        let folder = TempFolder()
-        let keys = folder.file("keys.json")
-        try Data(NodeMultiPairingTests.keys.utf8).write(to: URL(fileURLWithPath: keys))
-        let secretFile = folder.file("pair.secret")
-        try PairingSecret.generate().write(to: secretFile)
-        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
-                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
-        defer { phone.stop() }
-        let listening = try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
-        let port = try #require(listening["port"] as? Int)
+        let setup = try await ListeningPhoneNode()
+        let phone = setup.phone
+        defer { setup.phone.stop() }
+        let port = setup.port
 
         // Strangers of another pairing, more than the 10 reported at once.
         let strangers = 30

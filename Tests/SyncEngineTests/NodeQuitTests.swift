@@ -13,19 +13,10 @@ import Testing
     /// file kept the position of the first of two quick writes.
     @Test(arguments: ["quit", "SIGTERM", "SIGINT"])
     func quittingRecordsHowFarThePeersChangesWereReceived(how: String) async throws {
-        let folder = TempFolder()
-        let keys = folder.file("keys.json")
-        try Data(NodeMultiPairingTests.keys.utf8).write(to: URL(fileURLWithPath: keys))
-        let secretFile = folder.file("pair.secret")
-        try PairingSecret.generate().write(to: secretFile)
-
-        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
-                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
-        defer { phone.stop() }
-        let listening = try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
-        let port = try #require(listening["port"] as? Int)
-        let watch = try NodeProcess(["--role", "watch", "--db", folder.file("watch.sqlite"), "--keys", keys,
-                                     "--secret-file", secretFile, "--connect", "127.0.0.1:\(port)"])
+        let setup = try await ListeningPhoneNode()
+        let phone = setup.phone
+        defer { setup.phone.stop() }
+        let watch = try setup.watch()
         defer { watch.stop() }
 
         for steps in [1, 2] {
@@ -48,10 +39,10 @@ import Testing
         // A node that quit closed its store: each `.sqlite` alone holds everything (no `-wal` left to copy).
         let copies = TempFolder()
         for name in ["phone.sqlite", "watch.sqlite"] {
-            #expect(!FileManager.default.fileExists(atPath: folder.file(name + "-wal")), "\(name)-wal left after the node ended (\(how))")
-            try FileManager.default.copyItem(atPath: folder.file(name), toPath: copies.file(name))
+            #expect(!FileManager.default.fileExists(atPath: setup.folder.file(name + "-wal")), "\(name)-wal left after the node ended (\(how))")
+            try FileManager.default.copyItem(atPath: setup.folder.file(name), toPath: copies.file(name))
         }
-        let registry = try KeyRegistry.load(jsonFile: keys)
+        let registry = try KeyRegistry.load(jsonFile: setup.keys)
         let phoneStore = try SyncStore(path: copies.file("phone.sqlite"), role: .phone, registry: registry)
         defer { phoneStore.close() }
         let watchStore = try SyncStore(path: copies.file("watch.sqlite"), role: .watch, registry: registry)
