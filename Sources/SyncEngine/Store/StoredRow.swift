@@ -286,21 +286,14 @@ extension SyncStore {
         return top + Int64(rowids.count)
     }
 
-    /// The highest version in the file up to the bound `?1` (a row further in
-    /// the future, e.g. from a peer before versions were bounded, does not drag
-    /// the clock), and the highest change sequence an entry holds or a peer
-    /// acknowledged (queued changes are entries' own sequences): a reopened
-    /// store numbers its next change above both.
-    static let sequenceFloorSQL = """
-        SELECT coalesce((SELECT max(ver) FROM entries WHERE ver <= ?1), 0),
-               max(coalesce((SELECT max(change_seq) FROM entries), 0),
-                   coalesce((SELECT max(acked_through) FROM sync_peers), 0))
-        """
-
-    /// `sequenceFloorSQL` at open, in one pass over the entries, with a third
-    /// column: 1 when node `?2` (this device) wrote a row past the bound `?1`
+    /// In one pass over the entries: the highest version in the file up to
+    /// the bound `?1` (a row further in the future, e.g. from a peer before
+    /// versions were bounded, does not drag the clock); the highest change
+    /// sequence an entry holds or a peer acknowledged (queued changes are
+    /// entries' own sequences): a reopened store numbers its next change above
+    /// both; and 1 when node `?2` (this device) wrote a row past the bound
     /// (its wall clock ran far ahead), else 0.
-    static let openFloorSQL = """
+    static let sequenceFloorSQL = """
         SELECT coalesce(max(CASE WHEN ver <= ?1 THEN ver END), 0),
                max(coalesce((SELECT max(change_seq) FROM entries), 0),
                    coalesce((SELECT max(acked_through) FROM sync_peers), 0)),

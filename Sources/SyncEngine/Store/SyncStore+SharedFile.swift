@@ -184,6 +184,7 @@ extension SyncStore: TransactionObserver {
             // Fell behind the log's retention (or a row is unreadable): start from the file itself.
             let floor = try conn.statement(SyncStore.sequenceFloorSQL)
             floor.bind(1, versionBound())
+            floor.bind(2, Int64(nodeID))
             _ = try floor.step()
             clock.observe(HLCTimestamp(packed: floor.int64(0), node: nodeID))
             seqHigh = max(seqHigh, min(floor.int64(1), SyncStore.maxSequence))

@@ -113,7 +113,7 @@ public final class SyncStore: KeyValueBackend {
             // A commit log row numbered past what any log reaches (a damaged file) made SQLite number the
             // next rows at random, below where other processes look: they missed those commits.
             try conn.execute("DELETE FROM sync_commit_log WHERE id > \(SyncStore.maxLogID)")
-            let floorStmt = try conn.statement(SyncStore.openFloorSQL)
+            let floorStmt = try conn.statement(SyncStore.sequenceFloorSQL)
             floorStmt.bind(1, SyncStore.versionBound(now: options.clock.nowMilliseconds(), ahead: options.maxRemoteClockAhead))
             floorStmt.bind(2, Int64(UInt32(meta["node_id"] ?? "") ?? 0))
             _ = try floorStmt.step()
