@@ -52,17 +52,8 @@ import Testing
         let watch = try NodeProcess(["--role", "watch", "--db", folder.file("watch.sqlite"), "--keys", keys,
                                      "--secret-file", secretFile, "--connect", "127.0.0.1:\(port)"])
         defer { watch.stop() }
-        phone.send("put health:steps 77")
-        #expect(try await phone.reply("put health:steps")["ok"] as? Bool == true)
-        try await watch.next("health:steps to reach the watch") {
-            $0["event"] as? String == "change" && $0["key"] as? String == "health:steps"
-        }
-        watch.send("get health:steps")
-        #expect(try await watch.reply("get health:steps")["value"] as? Int == 77)
-        phone.send("quit")
-        watch.send("quit")
-        #expect(try await exitStatus(of: phone.process, "the phone node to quit") == 0)
-        try await exitStatus(of: watch.process, "the watch node to quit")
+        try await expectSteps(77, from: phone, toReach: watch, "health:steps to reach the watch")
+        try await quitBoth(phone: phone, watch: watch)
     }
 
     /// How many of `pid`'s descriptors are numbered below `limit` (those it may open are).

@@ -89,6 +89,27 @@ func json(_ line: String) -> [String: Any] {
     (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:]
 }
 
+/// `put health:steps <value>` on `phone`; waits for the change on `watch`
+/// (`what` names the wait) and reads the value back there.
+func expectSteps(_ value: Int, from phone: NodeProcess, toReach watch: NodeProcess, _ what: String,
+                 sourceLocation: SourceLocation = #_sourceLocation) async throws {
+    phone.send("put health:steps \(value)")
+    #expect(try await phone.reply("put health:steps", sourceLocation: sourceLocation)["ok"] as? Bool == true, sourceLocation: sourceLocation)
+    try await watch.next(what, sourceLocation: sourceLocation) {
+        $0["event"] as? String == "change" && $0["key"] as? String == "health:steps"
+    }
+    watch.send("get health:steps")
+    #expect(try await watch.reply("get health:steps", sourceLocation: sourceLocation)["value"] as? Int == value, sourceLocation: sourceLocation)
+}
+
+/// Sends `quit` to both nodes and waits for them to exit; the phone must exit with 0.
+func quitBoth(phone: NodeProcess, watch: NodeProcess, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+    phone.send("quit")
+    watch.send("quit")
+    #expect(try await exitStatus(of: phone.process, "the phone node to quit", sourceLocation: sourceLocation) == 0, sourceLocation: sourceLocation)
+    try await exitStatus(of: watch.process, "the watch node to quit", sourceLocation: sourceLocation)
+}
+
 @Suite struct NodeProcessTests {
     /// A node may print the events a command caused before the command's own
     /// reply (the request-manual answer did on a busy CI run): `reply` must
@@ -187,17 +208,8 @@ func json(_ line: String) -> [String: Any] {
         let watch = try NodeProcess(["--role", "watch", "--db", folder.file("watch2.sqlite"), "--keys", keys,
                                      "--secret-file", watch2Secret, "--connect", "127.0.0.1:\(port)"])
         defer { watch.stop() }
-        phone.send("put health:steps 77")
-        #expect(try await phone.reply("put health:steps")["ok"] as? Bool == true)
-        try await watch.next("health:steps to change on the second watch") {
-            $0["event"] as? String == "change" && $0["key"] as? String == "health:steps"
-        }
-        watch.send("get health:steps")
-        #expect(try await watch.reply("get health:steps")["value"] as? Int == 77)
-        phone.send("quit")
-        watch.send("quit")
-        #expect(try await exitStatus(of: phone.process, "the phone node to quit") == 0)
-        try await exitStatus(of: watch.process, "the watch node to quit")
+        try await expectSteps(77, from: phone, toReach: watch, "health:steps to change on the second watch")
+        try await quitBoth(phone: phone, watch: watch)
     }
 
     @Test func theSamePairingTwiceIsRefused() async throws {
