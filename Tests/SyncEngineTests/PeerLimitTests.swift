@@ -214,6 +214,11 @@ import Testing
         let console = NodeConsole(store: stores.phone, peer: SyncPeer(store: stores.phone, configuration: ReplicationConfiguration(pairingEpoch: "node")),
                                   output: JSONLineWriter())
         #expect(try console.status()["peers"] as? [String] == ["abc"])
+        let details = try #require(try console.status()["peerDetails"] as? [[String: Any]])
+        #expect(details.count == 1)
+        #expect(details.first?["node"] as? String == "abc" && details.first?["role"] as? String == "watch", "\(details)")
+        #expect(details.first?["pairing"] as? String == "node" && details.first?["connected"] as? Bool == false, "\(details)")
+        #expect(details.first?["lastSeen"] as? Int64 == stores.phoneClock.nowMilliseconds(), "\(details)")
         let bad = await console.execute("forget-peer not-hex")
         #expect(bad["ok"] as? Bool == false && (bad["error"] as? String)?.contains("hex") == true, "\(bad)")
         let forgotten = await console.execute("forget-peer abc")
@@ -221,6 +226,7 @@ import Testing
         let again = await console.execute("forget-peer ABC")
         #expect(again["ok"] as? Bool == true && again["forgotten"] as? Bool == false, "\(again)")
         #expect(try console.status()["peers"] as? [String] == [])
+        #expect((try console.status()["peerDetails"] as? [[String: Any]])?.isEmpty == true)
 
         let old = stores.phone.nodeID
         let renewed = await console.execute("renew-node-id")
