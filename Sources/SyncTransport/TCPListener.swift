@@ -93,10 +93,14 @@ public final class TCPListener: Service, Sendable {
         // Owns each accepted channel from its initializer on, so that none is
         // ever dropped without `executeThenClose` (apple/swift-nio #2637).
         let children = ChildChannelRegistry()
+        let acceptFailures = AcceptFailureReporter()
         let server: NIOAsyncChannel<TransportChannel, Never>
         do {
             server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+                .serverChannelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(acceptFailures) }
+                }
                 .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
                 .childChannelOption(.writeBufferWaterMark, value: TCPTransport.waterMark(configuration))
                 .bind(host: host, port: port) { channel in
@@ -113,6 +117,7 @@ public final class TCPListener: Service, Sendable {
         var logger = configuration.logger
         logger[metadataKey: "listener"] = "\(host):\(boundPort)"
         let reporter = RejectionReporter(limit: configuration.rejectionReportLimit, logger: logger)
+        acceptFailures.reporter.withLock { $0 = reporter }
         let (takerWaits, takerWaited) = AsyncStream.makeStream(of: Int.self, bufferingPolicy: .bufferingNewest(8))
         self.takerWaits = takerWaits
         let untaken = AsyncBoundedQueue<any FrameConnection>(capacity: .max, onConsumerWait: { takerWaited.yield($0) })
@@ -335,5 +340,23 @@ final class ChildChannelRegistry: Sendable {
 
     private static func close(_ child: TransportChannel) async {
         try? await child.asyncChannel.executeThenClose { _, _ in }
+    }
+}
+
+/// Reports a failed `accept` (out of file descriptors, say) as a rejection:
+/// NIO's accept backoff, after it on the server channel's pipeline, retries a
+/// second later and says nothing, so a phone out of descriptors would turn
+/// its watches away in silence.
+private final class AcceptFailureReporter: ChannelInboundHandler, Sendable {
+    typealias InboundIn = Any
+    /// Set once the listener is bound (it names the bound port in its logs).
+    let reporter = Mutex<RejectionReporter?>(nil)
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if error is IOError {
+            reporter.withLock { $0 }?.report(TransportError(
+                .tooManyConnections, "could not accept a connection (\(error)); accepting again in 1 s"))
+        }
+        context.fireErrorCaught(error)
     }
 }

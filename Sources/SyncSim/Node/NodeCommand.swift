@@ -15,7 +15,7 @@ public struct NodeCommand: AsyncParsableCommand {
             Commands, one per line: put KEY JSON | get KEY | delete KEY | sync | request-manual | status | wait-idle SECONDS | forget-peer NODE | renew-node-id | quit
             Every command is answered with one JSON line: {"ok":true,...} or {"ok":false,"error":"...","code":"..."}.
             Events are JSON lines too, the first {"event":"listening","port":N} when listening.
-            {"event":"rejected","error":"...","suppressed":N,"peer":"tcp:HOST:PORT"}: a peer failed the handshake
+            {"event":"rejected","error":"...","suppressed":N,"peer":"tcp:HOST:PORT"}: a peer failed the handshake (or, without "peer", an accept failed: too-many-connections)
             (rate limited: it stands for this rejection and N others not reported on their own).
             """)
 
