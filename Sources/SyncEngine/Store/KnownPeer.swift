@@ -32,20 +32,19 @@ extension SyncStore {
     /// an old id from another watch; it can only wait for the horizon.
     public func knownPeerDetails() throws -> [KnownPeer] {
         try checkOpen()
-        let rows = try database.read { conn -> [(node: UInt32, role: String, epoch: String, lastSeen: Int64)] in
+        let live = livePeers.withLock { Set($0.keys) }
+        return try database.read { conn in
             let stmt = try conn.statement("SELECT peer_node, peer_role, epoch, last_seen FROM sync_peers ORDER BY peer_node")
             defer { stmt.reset() }
-            var rows: [(node: UInt32, role: String, epoch: String, lastSeen: Int64)] = []
+            var peers: [KnownPeer] = []
             while try stmt.step() {
-                rows.append((UInt32(truncatingIfNeeded: stmt.int64(0)), stmt.string(1), stmt.string(2), stmt.int64(3)))
+                let node = UInt32(truncatingIfNeeded: stmt.int64(0))
+                // A file damaged by hand could name another role: the peer's role is the counterpart of ours.
+                peers.append(KnownPeer(node: node, role: DeviceRole(rawValue: stmt.string(1)) ?? role.counterpart,
+                                       pairingEpoch: stmt.string(2), lastSeenMilliseconds: stmt.int64(3),
+                                       isConnected: live.contains(node)))
             }
-            return rows
-        }
-        let live = livePeers.withLock { Set($0.keys) }
-        return rows.map { row in
-            // A file damaged by hand could name another role: the peer's role is the counterpart of ours.
-            KnownPeer(node: row.node, role: DeviceRole(rawValue: row.role) ?? role.counterpart, pairingEpoch: row.epoch,
-                      lastSeenMilliseconds: row.lastSeen, isConnected: live.contains(row.node))
+            return peers
         }
     }
 }

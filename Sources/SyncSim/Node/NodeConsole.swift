@@ -201,11 +201,12 @@ struct NodeConsole {
         let counters = store.syncCounters
         let pending = try store.pendingSummary()
         let cache = store.cacheStatistics
+        let peers = try store.knownPeerDetails()
         var status: [String: Any] = [
             "ok": true, "role": store.role.rawValue, "node": String(store.nodeID, radix: 16), "connected": peer.isConnected,
-            "peers": try store.knownPeers().map { String($0, radix: 16) },
+            "peers": peers.map { String($0.node, radix: 16) },
             // The same peers with what the store knows of each (node ids in hex, as in `peers`).
-            "peerDetails": try store.knownPeerDetails().map { known -> [String: Any] in
+            "peerDetails": peers.map { known -> [String: Any] in
                 ["node": String(known.node, radix: 16), "role": known.role.rawValue, "pairing": known.pairingEpoch,
                  "lastSeen": known.lastSeenMilliseconds, "connected": known.isConnected]
             },
