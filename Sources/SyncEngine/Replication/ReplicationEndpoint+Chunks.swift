@@ -17,6 +17,31 @@ extension ReplicationEndpoint {
         }
     }
 
+    /// The value of each large value's version whose chunks this session
+    /// staged last, and the values another value of their version replaced
+    /// since (a resolver's merge): late copies of their chunks are passed over.
+    struct ChunkValueLog {
+        /// Versions and values remembered at most, each list; the oldest go first.
+        static let capacity = 16
+        private(set) var latest: [IncomingTransfer] = []
+        private(set) var superseded: [IncomingTransfer] = []
+
+        /// Notes a chunk of `transfer` staged: another value of its version staged before is superseded.
+        mutating func staged(_ transfer: IncomingTransfer) {
+            if let index = latest.firstIndex(where: { $0.key == transfer.key && $0.version == transfer.version }) {
+                let before = latest.remove(at: index)
+                if before.value != transfer.value, !superseded.contains(before) {
+                    superseded.append(before)
+                    if superseded.count > Self.capacity { superseded.removeFirst() }
+                }
+            }
+            latest.append(transfer)
+            if latest.count > Self.capacity { latest.removeFirst() }
+        }
+
+        func isSuperseded(_ transfer: IncomingTransfer) -> Bool { superseded.contains(transfer) }
+    }
+
     /// Partly received large values a hello names at most (each with a key of up to 1 KiB).
     static let maxAnnouncedPartialTransfers = 64
 
@@ -39,6 +64,8 @@ extension ReplicationEndpoint {
             if let upper { try complete(upper: upper) }
             return
         }
+        let checksum = Checksum.crc32(bytes)
+        try checkOneValuePerVersion(row, value: SyncMessage.ChunkedValue(totalSize: bytes.count, totalChecksum: checksum))
         let count = (bytes.count + configuration.chunkSize - 1) / configuration.chunkSize
         var start = 0
         if let partial = session.knownPeer?.partialTransfers.first(where: { $0.key == row.key && $0.version == row.entry.version }) {
@@ -47,9 +74,28 @@ extension ReplicationEndpoint {
         session.stream.transferRanges[StreamProgress.TransferID(key: row.key, seq: row.seq)] = .some(upper)
         let probes = start > 0 && (session.knownPeer?.protocolVersion ?? 1) >= SyncMessage.valueProtocol
         session.stream.transfer = StreamProgress.Transfer(upper: upper, key: row.key, seq: row.seq, entry: row.entry, bytes: bytes, count: count, next: start,
-                                                          checksum: Checksum.crc32(bytes), range: upper.map { session.stream.messageRange(through: $0, anchor: port.latestVersion()) },
+                                                          checksum: checksum, range: upper.map { session.stream.messageRange(through: $0, anchor: port.latestVersion()) },
                                                           resumedAt: probes ? start : nil)
     }
+
+    /// Before protocol 5 a chunk acknowledgement names key, version and index
+    /// only, and a lossy link may deliver a copy of one late: a session of such
+    /// a peer sends one value of a large value's version at most. The other (a
+    /// resolver's merge since) ends it, and the next session sends it whole;
+    /// else a late copy of the first value's acknowledgement would be taken for
+    /// the second's chunk of that index, and a `complete` one would end its
+    /// transfer and move the cursor past a value the peer never got.
+    func checkOneValuePerVersion(_ row: OutboundRow, value: SyncMessage.ChunkedValue) throws {
+        guard let peer = session.knownPeer, peer.protocolVersion < SyncMessage.valueProtocol else { return }
+        if let sent = chunkValuesSent[row.key], sent.version == row.entry.version, sent.value != value {
+            throw SyncError(.closed, "the session ends so that the new value of \(PeerText.escaped(row.key)) at version \(row.entry.version) (a resolver's merge) goes whole in the next one: a peer of protocol \(peer.protocolVersion) acknowledges chunks by key, version and index only, and this session sent another value of that version")
+        }
+        if chunkValuesSent.count >= Self.maxValuesSentRemembered { chunkValuesSent.removeAll() }
+        chunkValuesSent[row.key] = (row.entry.version, value)
+    }
+
+    /// Large values whose version and value a session of a peer before protocol 5 remembers at most.
+    static let maxValuesSentRemembered = 4_096
 
     /// The acknowledgement of the chunk a transfer resumed at (protocol 5):
     /// the transfer goes on after the chunks of its value the receiver holds
@@ -192,6 +238,15 @@ extension ReplicationEndpoint {
             }
             return [ack(complete: true, restsOnCommit: true)]  // the acknowledgement rests on that commit
         }
+        if chunkValues.isSuperseded(transfer) {
+            // A late copy of a chunk of a value whose staged chunks another value of its version
+            // replaced in this session (a resolver's merge since: a sender moves on to the merge and
+            // never back). Staged, it would drop the merge's chunks this side acknowledged, which never
+            // come again. From protocol 5 on its acknowledgement names its value and answers only its
+            // own chunk; before, an acknowledgement names key, version and index, and the sender would
+            // take it for the merge's chunk of that index: none then.
+            return byValue ? [ack(complete: false)] : []
+        }
         guard Checksum.crc32(chunk.bytes) == chunk.checksum else {
             emit(.error(SyncError(.malformedMessage, "chunk \(chunk.index) of \(entry.key) failed its checksum; waiting for a resend")))
             return []
@@ -210,6 +265,7 @@ extension ReplicationEndpoint {
             // session. (From protocol 5 on the acknowledgement says none are staged: they come.)
             throw try droppingStagedChunks(of: entry, because: "the transfer of \(entry.key) resumed from chunks of another value of its version")
         }
+        chunkValues.staged(transfer)
         guard staged.contiguous >= chunk.count else {
             receiving = transfer
             return [ack(complete: false, staged: staged.contiguous)]

@@ -437,6 +437,10 @@ package final class ReplicationEndpoint {
     package internal(set) var entriesApplied = 0
     /// The large value from the peer that is partly received (more chunks will come).
     var receiving: IncomingTransfer?
+    /// Which value of each large value's version this session staged chunks of (`ChunkValueLog`).
+    var chunkValues = ChunkValueLog()
+    /// The version and value of each large value this session began to send, with a peer before protocol 5 (`checkOneValuePerVersion`).
+    var chunkValuesSent: [String: (version: HLCTimestamp, value: SyncMessage.ChunkedValue)] = [:]
 
     /// Whether a large value from the peer is partly received and still
     /// wanted: not once this store holds that version or a newer one of its
