@@ -270,6 +270,22 @@ extension SameVersionTransferTests {
 
 
 extension SameVersionTransferTests {
+    /// The phone's large tags (released: a large value is manual) and a
+    /// second watch Y whose small tags are older: once Y's reach the phone, it
+    /// merges them in at its own version, a second value of that version.
+    static func largeValueAndAnOlderWrite() async throws -> (pair: Pair, other: SyncStore, fromPhone: [String], fromOther: [String]) {
+        let pair = try Pair()
+        let other = try SyncStore(path: pair.folder.file("watch-y.sqlite"), role: .watch, registry: try TestKeys.registry(),
+                                  options: StoreOptions(clock: ManualClock(), encryption: .keyFile(path: pair.folder.file("watch-y.key"))))
+        let fromPhone = MergedValueLaneTests.tags("phone", count: 8_000)
+        let fromOther = MergedValueLaneTests.tags("watch-y", count: 2)
+        try await other.set(fromOther, for: TestKeys.tags)
+        pair.phoneClock.advance(by: 1_000)
+        try await pair.phone.set(fromPhone, for: TestKeys.tags)
+        try pair.phone.requestManualSync()
+        return (pair, other, fromPhone, fromOther)
+    }
+
     /// The phone's large value reaches watch X; then watch Y's concurrent
     /// write reaches the phone, which merges it in at the same version and
     /// sends the merge to X. A late copy of a chunk of the value before (the
@@ -280,15 +296,7 @@ extension SameVersionTransferTests {
     /// acknowledgement was taken for the merge's chunk and the copy replaced
     /// the merge's staged chunks: the merge did not complete in that session.
     @Test func aLateCopyOfAChunkOfTheValueBeforeAMergeLeavesTheMergeToComplete() async throws {
-        let pair = try Pair()
-        let other = try SyncStore(path: pair.folder.file("watch-y.sqlite"), role: .watch, registry: try TestKeys.registry(),
-                                  options: StoreOptions(clock: ManualClock(), encryption: .keyFile(path: pair.folder.file("watch-y.key"))))
-        let fromPhone = MergedValueLaneTests.tags("phone", count: 8_000)
-        let fromOther = MergedValueLaneTests.tags("watch-y", count: 2)
-        try await other.set(fromOther, for: TestKeys.tags)
-        pair.phoneClock.advance(by: 1_000)
-        try await pair.phone.set(fromPhone, for: TestKeys.tags)
-        try pair.phone.requestManualSync()
+        let (pair, other, fromPhone, fromOther) = try await SameVersionTransferTests.largeValueAndAnOlderWrite()
         // X takes the phone's value; a copy of each of its chunks is kept.
         let toX = Link(pair.phone, pair.watch)
         var before: [Frame] = []
@@ -336,15 +344,7 @@ extension SameVersionTransferTests {
     /// sending B; a sender of an older build would not, and X takes its B.
     @Test(arguments: [1...1, 1...4, 1...SyncMessage.highestProtocolVersion] as [ClosedRange<UInt16>])
     func aLateChunkOfAValueAMergeReplacedLeavesTheMergeToComplete(protocols: ClosedRange<UInt16>) async throws {
-        let pair = try Pair()
-        let other = try SyncStore(path: pair.folder.file("watch-y.sqlite"), role: .watch, registry: try TestKeys.registry(),
-                                  options: StoreOptions(clock: ManualClock(), encryption: .keyFile(path: pair.folder.file("watch-y.key"))))
-        let fromPhone = MergedValueLaneTests.tags("phone", count: 8_000)
-        let fromOther = MergedValueLaneTests.tags("watch-y", count: 2)
-        try await other.set(fromOther, for: TestKeys.tags)
-        pair.phoneClock.advance(by: 1_000)
-        try await pair.phone.set(fromPhone, for: TestKeys.tags)
-        try pair.phone.requestManualSync()
+        let (pair, other, fromPhone, fromOther) = try await SameVersionTransferTests.largeValueAndAnOlderWrite()
         // Every chunk of A is held back on its way to X; X's first hello is kept.
         let toX = Link(pair.phone, pair.watch, protocolRange: protocols)
         let watchStart = toX.b.start(now: toX.now)
@@ -409,15 +409,7 @@ extension SameVersionTransferTests {
     /// session stayed open without X ever getting B (fuzz seed 407002756).
     @Test(arguments: [1...1, 1...4] as [ClosedRange<UInt16>])
     func aSecondValueOfAVersionWaitsForTheNextSessionOfAnOlderProtocol(protocols: ClosedRange<UInt16>) async throws {
-        let pair = try Pair()
-        let other = try SyncStore(path: pair.folder.file("watch-y.sqlite"), role: .watch, registry: try TestKeys.registry(),
-                                  options: StoreOptions(clock: ManualClock(), encryption: .keyFile(path: pair.folder.file("watch-y.key"))))
-        let fromPhone = MergedValueLaneTests.tags("phone", count: 8_000)
-        let fromOther = MergedValueLaneTests.tags("watch-y", count: 2)
-        try await other.set(fromOther, for: TestKeys.tags)
-        pair.phoneClock.advance(by: 1_000)
-        try await pair.phone.set(fromPhone, for: TestKeys.tags)
-        try pair.phone.requestManualSync()
+        let (pair, other, fromPhone, fromOther) = try await SameVersionTransferTests.largeValueAndAnOlderWrite()
         let toX = Link(pair.phone, pair.watch, protocolRange: protocols)
         toX.connect()
         #expect(Set(try pair.watch.storedValue(for: TestKeys.tags) ?? []) == Set(fromPhone))
