@@ -331,17 +331,18 @@ extension SameVersionTransferTests {
 extension SameVersionTransferTests {
     /// The phone's large value A is on its way in chunks to watch X, which
     /// stages the first two; watch Y's write reaches the phone, which merges
-    /// it in at A's version (value B). A late copy of X's first hello resets
-    /// the phone's session toward X (a lossy link duplicates), so the phone
-    /// no longer knows A's chunks are in flight and sends B at once. X gets
-    /// B's first chunk, then a late copy of a chunk of A, then the rest of B.
-    /// The late copy is passed over (acknowledged from protocol 5 on, when
-    /// its acknowledgement names its value): B completes in the same session.
-    /// Before, it replaced the B chunk X had staged and acknowledged, B never
-    /// added up, and the session stayed open with the transfer unfinished
-    /// (fuzz seed 407002756, over protocol 1; the same on every protocol).
-    /// Before protocol 5 this build's phone ends the session instead of
-    /// sending B; a sender of an older build would not, and X takes its B.
+    /// it in at A's version (value B). A late copy of X's first hello starts
+    /// the phone's session over (a lossy link duplicates): it forgets what it
+    /// had in flight, and A's chunks are still on the link. The phone then
+    /// ends the session rather than send B, so that B goes in the next one
+    /// with nothing of A on the link. Before, it sent B at once.
+    ///
+    /// A sender of an older build still sends B: X gets B's first chunk,
+    /// then a late copy of a chunk of A, then the rest of B. The late copy
+    /// is passed over (acknowledged by its value from protocol 5 on), and B
+    /// completes. Before, it replaced the B chunk X had staged and
+    /// acknowledged, and B never added up (fuzz seeds 407002756 over
+    /// protocol 1, 417000248 over protocol 7).
     @Test(arguments: [1...1, 1...4, 1...SyncMessage.highestProtocolVersion] as [ClosedRange<UInt16>])
     func aLateChunkOfAValueAMergeReplacedLeavesTheMergeToComplete(protocols: ClosedRange<UInt16>) async throws {
         let (pair, other, fromPhone, fromOther) = try await SameVersionTransferTests.largeValueAndAnOlderWrite()
@@ -363,28 +364,23 @@ extension SameVersionTransferTests {
         // Y's write reaches the phone, which merges it in at A's version.
         Link(pair.phone, other).connect()
         let merged = try #require(try pair.phone.rawValue(forKey: TestKeys.tags.name))
-        // The late copy of X's hello: the phone's session starts over and sends B, held back too.
+        // The late copy of X's hello: the phone's session starts over, and ends rather than send B.
         var merge: [Frame] = []
         let keepMerge = { (frame: Frame) -> Bool in
-            // (An error the phone ends its session with stays with it: X plays a peer of an older build's.)
+            // (The error the phone ends its session with stays with it: X plays the peer of an older build's.)
             if frame.type == SyncMessage.MessageType.error.rawValue { return true }
             guard let chunk = MergedValueLaneTests.chunk(in: frame) else { return false }
             if chunk.totalChecksum == Checksum.crc32(merged) { merge.append(frame) }
             return true
         }
         toX.run([], [watchHello], droppingToB: keepMerge)
-        let olderProtocol = protocols.upperBound < SyncMessage.valueProtocol
-        if olderProtocol {
-            // Before protocol 5 the phone sends no second value of a version in a session: it ends it
-            // (`aSecondValueOfAVersionWaitsForTheNextSessionOfAnOlderProtocol`). A sender of an older
-            // build would send B: its chunks are taken from a session toward a new watch.
-            #expect(toX.a.failure?.code == .closed)
-            #expect(merge.isEmpty)
-            let third = try SyncStore(path: pair.folder.file("watch-z.sqlite"), role: .watch, registry: try TestKeys.registry(),
-                                      options: StoreOptions(clock: ManualClock(), encryption: .keyFile(path: pair.folder.file("watch-z.key"))))
-            let toZ = Link(pair.phone, third, protocolRange: protocols)
-            toZ.run(toZ.a.start(now: toZ.now), toZ.b.start(now: toZ.now), droppingToB: keepMerge)
-        }
+        #expect(toX.a.failure?.code == .closed)
+        #expect(merge.isEmpty)
+        // B's chunks as an older build would send them, taken from a session toward a new watch.
+        let third = try SyncStore(path: pair.folder.file("watch-z.sqlite"), role: .watch, registry: try TestKeys.registry(),
+                                  options: StoreOptions(clock: ManualClock(), encryption: .keyFile(path: pair.folder.file("watch-z.key"))))
+        let toZ = Link(pair.phone, third, protocolRange: protocols)
+        toZ.run(toZ.a.start(now: toZ.now), toZ.b.start(now: toZ.now), droppingToB: keepMerge)
         try #require(merge.count >= 4)
         // B's first chunk, a late copy of A's third, then the rest of B.
         toX.run([merge[0]], [])
@@ -393,7 +389,11 @@ extension SameVersionTransferTests {
         toX.settle()
         #expect(toX.b.failure == nil)
         #expect(Set(try pair.watch.storedValue(for: TestKeys.tags) ?? []) == Set(fromPhone + fromOther))
-        if !olderProtocol { #expect(toX.a.failure == nil && toX.a.isIdle && toX.b.isIdle) }
+        // The next session of this build's phone has nothing more to send.
+        toX.b.connectionLost()
+        let again = Link(pair.phone, pair.watch, protocolRange: protocols)
+        again.connect()
+        #expect(again.a.failure == nil && again.b.failure == nil && again.a.isIdle && again.b.isIdle)
     }
 }
 

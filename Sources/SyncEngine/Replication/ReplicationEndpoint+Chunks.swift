@@ -78,17 +78,29 @@ extension ReplicationEndpoint {
                                                           resumedAt: probes ? start : nil)
     }
 
-    /// Before protocol 5 a chunk acknowledgement names key, version and index
-    /// only, and a lossy link may deliver a copy of one late: a session of such
-    /// a peer sends one value of a large value's version at most. The other (a
-    /// resolver's merge since) ends it, and the next session sends it whole;
-    /// else a late copy of the first value's acknowledgement would be taken for
-    /// the second's chunk of that index, and a `complete` one would end its
-    /// transfer and move the cursor past a value the peer never got.
+    /// Whether this session may send `value` of `row`'s version, another
+    /// value of that version (a resolver's merge) having gone before; else
+    /// it ends, and the next session sends the value whole, with nothing of
+    /// the other on the link:
+    /// - before protocol 5 a chunk acknowledgement names key, version and
+    ///   index only, and a lossy link may deliver a copy of one late: a
+    ///   session sends one value of a version at most, else a late copy of an
+    ///   acknowledgement of the first value's chunk would be taken for the
+    ///   second's chunk of that index (a `complete` one would end its transfer
+    ///   and move the cursor past a value the peer never got);
+    /// - on any protocol, a session that started over on a new hello of the
+    ///   peer forgot what it had in flight: chunks of the other value left
+    ///   then may still be on the link, and would reach the peer among the
+    ///   new value's and replace those it staged.
     func checkOneValuePerVersion(_ row: OutboundRow, value: SyncMessage.ChunkedValue) throws {
-        guard let peer = session.knownPeer, peer.protocolVersion < SyncMessage.valueProtocol else { return }
+        guard let peer = session.knownPeer else { return }
+        let what = "the session ends so that the new value of \(PeerText.escaped(row.key)) at version \(row.entry.version) (a resolver's merge) goes whole in the next one"
+        if session.chunksLeftOnTheLink.contains(where: { $0.key == row.key && $0.version == row.entry.version && $0.value != value }) {
+            throw SyncError(.closed, "\(what): the session started over on a new hello of the peer while chunks of another value of that version were on their way")
+        }
+        guard peer.protocolVersion < SyncMessage.valueProtocol else { return }
         if let sent = chunkValuesSent[row.key], sent.version == row.entry.version, sent.value != value {
-            throw SyncError(.closed, "the session ends so that the new value of \(PeerText.escaped(row.key)) at version \(row.entry.version) (a resolver's merge) goes whole in the next one: a peer of protocol \(peer.protocolVersion) acknowledges chunks by key, version and index only, and this session sent another value of that version")
+            throw SyncError(.closed, "\(what): a peer of protocol \(peer.protocolVersion) acknowledges chunks by key, version and index only, and this session sent another value of that version")
         }
         if chunkValuesSent.count >= Self.maxValuesSentRemembered { chunkValuesSent.removeAll() }
         chunkValuesSent[row.key] = (row.entry.version, value)

@@ -173,6 +173,8 @@ struct ReplicationSession {
         case .idle, .failed, .closed: false
         }
     }
+    /// What was in flight of large values when the session last started over (`noteChunksLeftOnTheLink`).
+    private(set) var chunksLeftOnTheLink: [ChunksLeftOnTheLink] = []
     var isEstablished: Bool { established != nil }
     /// The peer, while established.
     var peer: Peer? { established?.peer }
@@ -265,6 +267,7 @@ struct ReplicationSession {
             var actions: [Action] = []
             if !hello.isReply { actions.append(.send(self.hello(isReply: true))) }
             if !isEstablished || !hello.isReply {
+                if let before = established { noteChunksLeftOnTheLink(before) }
                 state = .established(Established(peer: validated))
                 actions.append(.established(validated))
             } else {
@@ -273,6 +276,30 @@ struct ReplicationSession {
                 withEstablished(ReplicationSession.sendsData)
             }
             return actions
+        }
+    }
+
+    /// A large value's version and value whose chunks were unacknowledged
+    /// when the session started over on a new hello of the peer (perhaps a
+    /// late copy of its first): copies of those chunks, and of their
+    /// acknowledgements, may still be on the link.
+    struct ChunksLeftOnTheLink: Sendable, Equatable {
+        var key: String
+        var version: HLCTimestamp
+        var value: SyncMessage.ChunkedValue
+    }
+
+    /// Values remembered in `chunksLeftOnTheLink` at most; the oldest go first.
+    static let maxChunksLeftOnTheLink = 64
+
+    private mutating func noteChunksLeftOnTheLink(_ before: Established) {
+        for flight in before.inFlight.values {
+            guard case .chunk(let chunk) = flight.message else { continue }
+            let left = ChunksLeftOnTheLink(key: chunk.entry.key, version: chunk.entry.version,
+                                           value: SyncMessage.ChunkedValue(totalSize: chunk.totalSize, totalChecksum: chunk.totalChecksum))
+            guard !chunksLeftOnTheLink.contains(left) else { continue }
+            chunksLeftOnTheLink.append(left)
+            if chunksLeftOnTheLink.count > Self.maxChunksLeftOnTheLink { chunksLeftOnTheLink.removeFirst() }
         }
     }
 
