@@ -239,14 +239,17 @@ extension SyncStore {
             // watch's old writes again, among them values the phone deleted and purged since).
             upsert.bind(5, self.role == .watch ? 1 : 0)
             try upsert.run()
-            if self.role == .phone, let knownEpoch, knownEpoch != epoch {
-                // The node was met through another pairing: what came from it may have come from
-                // another device with its node id (a copied store), and goes to this one too; and how
-                // far its stream was received tells nothing of this device's stream.
+            if self.role == .phone, knownEpoch != epoch {
+                // The node is not known under this pairing: met through another one, or not known at all
+                // (new, or forgotten since it last came: `peerHorizon`, `forgetPeer`). What came from it
+                // may have come from another device with its node id (a copied store, under its own
+                // pairing, while this one was away), and goes to this one too: the device it came from
+                // holds it already, and takes it as such.
                 let origin = try conn.statement("UPDATE entries SET origin_peer = 0 WHERE origin_peer = ?1")
                 origin.bind(1, Int64(node))
                 try origin.run()
-                try SyncStore.deleteMeta(conn, SyncStore.receivedThroughName(node))
+                // Met through another pairing: how far its stream was received tells nothing of this device's stream.
+                if knownEpoch != nil { try SyncStore.deleteMeta(conn, SyncStore.receivedThroughName(node)) }
             }
             let returned = try conn.statement("DELETE FROM sync_forgotten_peers WHERE peer_node = ?1")
             returned.bind(1, Int64(node))
