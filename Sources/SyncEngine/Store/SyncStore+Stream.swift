@@ -239,12 +239,12 @@ extension SyncStore {
             // watch's old writes again, among them values the phone deleted and purged since).
             upsert.bind(5, self.role == .watch ? 1 : 0)
             try upsert.run()
-            if self.role == .phone, knownEpoch != epoch {
-                // The node is not known under this pairing: met through another one, or not known at all
-                // (new, or forgotten since it last came: `peerHorizon`, `forgetPeer`). What came from it
-                // may have come from another device with its node id (a copied store, under its own
-                // pairing, while this one was away), and goes to this one too: the device it came from
-                // holds it already, and takes it as such.
+            if self.role == .phone, knownEpoch != epoch, try knownEpoch != nil || SyncStore.wasForgotten(conn, node: node) {
+                // The node is not known under this pairing: met through another one, or forgotten since
+                // it last came (`peerHorizon`, `forgetPeer`). What came from it may have come from
+                // another device with its node id (a copied store, under its own pairing, while this one
+                // was away), and goes to this one too: the device it came from holds it already, and
+                // takes it as such. (A node never met has sent nothing: no entry to look for.)
                 let origin = try conn.statement("UPDATE entries SET origin_peer = 0 WHERE origin_peer = ?1")
                 origin.bind(1, Int64(node))
                 try origin.run()
@@ -350,6 +350,14 @@ extension SyncStore {
                                       mismatched: SyncStore.names(stmt.string(2)), registries: stmt.blob(3)))
         }
         return records
+    }
+
+    /// Whether `node` is among the peers this store forgot (and not back since).
+    static func wasForgotten(_ conn: SQLiteConnection, node: UInt32) throws -> Bool {
+        let stmt = try conn.statement("SELECT 1 FROM sync_forgotten_peers WHERE peer_node = ?1")
+        defer { stmt.reset() }
+        stmt.bind(1, Int64(node))
+        return try stmt.step()
     }
 
     /// The peers whose cursors say what still waits (pending changes, `peerHas`,
