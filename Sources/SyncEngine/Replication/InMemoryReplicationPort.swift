@@ -264,6 +264,9 @@ package final class InMemoryReplicationPort: ReplicationPort {
     package func purgedThrough() throws -> Int64 { 0 }
     package func owesQueuedCaughtUp(in pairingEpoch: String) throws -> Bool { false }
     package func settleQueuedCaughtUp(in pairingEpoch: String) throws {}
+    package func owesLiveCaughtUp(to peer: UInt32) throws -> Bool { false }
+    package func settleLiveCaughtUp(for peer: UInt32) throws {}
+    package func queueLiveCaughtUp(for peer: UInt32, in pairingEpoch: String) throws {}
     package func rebaselineGeneration(for peer: UInt32) throws -> Int64 { 0 }
     package var liveRebaselineCount: Int { 0 }
     package func registerQueuedSpool(_ mailbox: Mailbox) {}

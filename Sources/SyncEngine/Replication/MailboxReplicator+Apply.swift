@@ -41,4 +41,16 @@ extension MailboxReplicator {
         for conflict in outcome.conflicts { emit(.conflictResolved(key: conflict.key, winner: conflict.winner, rule: conflict.rule)) }
         return plan
     }
+
+    /// The entries of `rows` as a queued batch carries them: a large value whole
+    /// (a row whose key changed since is left out: a later row carries it).
+    func entries(of rows: [OutboundRow]) throws -> [WireEntry] {
+        try rows.compactMap { row in
+            guard row.isLarge else { return row.entry }
+            guard let value = try port.largeValue(key: row.key, seq: row.seq) else { return nil }
+            var entry = row.entry
+            entry.value = value
+            return entry
+        }
+    }
 }

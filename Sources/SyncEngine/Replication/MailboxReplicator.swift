@@ -497,6 +497,16 @@ package final class MailboxReplicator {
             rebaselinePosted = true
             generation = try port.rebaselineGeneration(for: node)
             postedGeneration = generation
+        } else if node != Self.unknownPeer, try port.owesLiveCaughtUp(to: node) {
+            // A live re-baseline whose sessions ended before the watch acknowledged a caught-up notice:
+            // the watch keeps what its notice marked. The rest of the baseline goes here, announced,
+            // and ends with the marker (below), which removes what is still marked.
+            let announcement = QueuedMessage.caughtUpFollows(header)
+            try mailbox.post(announcement.frame())
+            onPost?(announcement)
+            report.messagesPosted += 1
+            try port.queueLiveCaughtUp(for: node, in: configuration.pairingEpoch)
+            owesCaughtUp = true
         }
         var rangeStart = posted
         while true {
@@ -557,18 +567,6 @@ package final class MailboxReplicator {
         postedSinceRetry = true
         report.messagesPosted += 1
         report.entriesPosted += count
-    }
-
-    /// The entries of `rows` as a queued batch carries them: a large value whole
-    /// (a row whose key changed since is left out: a later row carries it).
-    private func entries(of rows: [OutboundRow]) throws -> [WireEntry] {
-        try rows.compactMap { row in
-            guard row.isLarge else { return row.entry }
-            guard let value = try port.largeValue(key: row.key, seq: row.seq) else { return nil }
-            var entry = row.entry
-            entry.value = value
-            return entry
-        }
     }
 
     private func excluded(_ key: String) -> Bool {

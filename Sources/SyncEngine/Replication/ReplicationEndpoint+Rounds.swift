@@ -42,4 +42,18 @@ extension ReplicationEndpoint {
         session.stream.inRound = false
         session.stream.roundEnd = nil
     }
+
+    /// Once every repaired key's changes were acknowledged, the peer's record
+    /// of mismatched keys is what this session found.
+    func finishRepairIfDone() throws {
+        guard session.stream.finishRepairIfDone(), let peer = session.knownPeer else { return }
+        try port.setMismatchedKeys(ReplicationSession.declared(peer.mismatchedKeys, in: port.registry.wireDeclarations(from: port.role)), for: peer.node)
+    }
+
+    /// The watch acknowledged a caught-up notice: it removed what a re-baseline notice marked.
+    func settleLiveCaughtUp() throws {
+        guard let peer = session.knownPeer else { return }
+        try port.settleLiveCaughtUp(for: peer.node)
+        owesLiveCaughtUp = false
+    }
 }

@@ -135,6 +135,7 @@ package final class ReplicationEndpoint {
                 }
                 try acknowledgeDurably(SyncMessage.acknowledgement(of: batch.id, applied: plan.applied, rejected: plan.rejected).frame(), into: &out)
             case .ack(let ack):
+                if owesLiveCaughtUp, session.isCaughtUpNotice(ack.batchID) { try settleLiveCaughtUp() }
                 if case .batch? = session.acknowledgeBatch(ack.batchID) {
                     if let upper = session.stream.batchRanges.removeValue(forKey: ack.batchID) { try complete(upper: upper) }
                     if session.stream.repairBatches.remove(ack.batchID) != nil { try finishRepairIfDone() }
@@ -426,13 +427,6 @@ package final class ReplicationEndpoint {
         return session.stream.scan >= position
     }
 
-    /// Once every repaired key's changes were acknowledged, the peer's record
-    /// of mismatched keys is what this session found.
-    func finishRepairIfDone() throws {
-        guard session.stream.finishRepairIfDone(), let peer = session.knownPeer else { return }
-        try port.setMismatchedKeys(ReplicationSession.declared(peer.mismatchedKeys, in: port.registry.wireDeclarations(from: port.role)), for: peer.node)
-    }
-
     /// Entries from the peer that changed this store, in this session so far.
     package internal(set) var entriesApplied = 0
     /// The large value from the peer that is partly received (more chunks will come).
@@ -479,6 +473,8 @@ package final class ReplicationEndpoint {
     /// over. A re-baseline notice that arrives once their repair finished
     /// (the notice lost and sent again) still leaves those entries alone.
     var mismatchedAtStart: Set<String> = []
+    /// A phone's re-baseline notice waits for the watch to acknowledge a caught-up notice (`SyncStore.owesLiveCaughtUp`).
+    var owesLiveCaughtUp = false
     /// How far the peer's stream is received (protocol 3), and how far the store has it recorded.
     var receivedStream = ReceivedStream()
     /// When applying a batch last recorded `receivedStream`.
@@ -556,6 +552,7 @@ package final class ReplicationEndpoint {
                         out.append(encoded(session.sendRebaseline(purgedThrough: purged, generation: try port.rebaselineGeneration(for: peer.node),
                                                                   now: now)))
                     }
+                    owesLiveCaughtUp = try port.role == .phone && port.owesLiveCaughtUp(to: peer.node)
                     // Keys declared differently are passed over; remember them (with those of earlier
                     // sessions) so that, once both sides agree, their changes are sent whatever the cursor.
                     session.stream.repairedNames = record.mismatched.subtracting(peer.mismatchedKeys)

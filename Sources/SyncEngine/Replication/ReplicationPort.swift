@@ -139,6 +139,12 @@ package protocol ReplicationPort: AnyObject {
     func owesQueuedCaughtUp(in pairingEpoch: String) throws -> Bool
     /// The caught-up marker owed for the mailbox of `pairingEpoch` is posted.
     func settleQueuedCaughtUp(in pairingEpoch: String) throws
+    /// On a phone: `peer` has not acknowledged a live caught-up notice since its last live re-baseline notice.
+    func owesLiveCaughtUp(to peer: UInt32) throws -> Bool
+    /// On a phone: `peer` acknowledged a live caught-up notice.
+    func settleLiveCaughtUp(for peer: UInt32) throws
+    /// On a phone: the caught-up marker owed to `peer` goes through the mailbox of `pairingEpoch` (announced there).
+    func queueLiveCaughtUp(for peer: UInt32, in pairingEpoch: String) throws
     /// The phone announced a caught-up marker at the end of its next queued
     /// baseline: marks wait for it (durable before it returns).
     func expectQueuedCaughtUp() throws
@@ -370,6 +376,9 @@ package final class SQLiteReplicationPort: ReplicationPort {
     package func owesQueuedCaughtUp(in pairingEpoch: String) throws -> Bool { try store.owesQueuedCaughtUp(in: pairingEpoch) }
 
     package func settleQueuedCaughtUp(in pairingEpoch: String) throws { try store.settleQueuedCaughtUp(in: pairingEpoch) }
+    package func owesLiveCaughtUp(to peer: UInt32) throws -> Bool { try store.owesLiveCaughtUp(to: peer) }
+    package func settleLiveCaughtUp(for peer: UInt32) throws { try store.settleLiveCaughtUp(for: peer) }
+    package func queueLiveCaughtUp(for peer: UInt32, in pairingEpoch: String) throws { try store.queueLiveCaughtUp(for: peer, in: pairingEpoch) }
 
     package func expectQueuedCaughtUp() throws { try store.expectQueuedCaughtUp() }
 

@@ -436,6 +436,11 @@ struct ReplicationSession {
         }
     }
 
+    /// Whether `id` is the caught-up notice this session awaits an acknowledgement of.
+    func isCaughtUpNotice(_ id: UInt64) -> Bool {
+        established?.caughtUpNotice?.id == id
+    }
+
     /// A batch ack: the payload it acknowledges, once (duplicates return nil).
     mutating func acknowledgeBatch(_ id: UInt64) -> Payload? {
         withEstablished { established in

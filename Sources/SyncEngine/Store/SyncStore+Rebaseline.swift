@@ -67,7 +67,12 @@ extension SyncStore {
             // posted before, for whichever node, never pass for this baseline's, and a watch met
             // through the mailbox adopts the unknown peer's (`adoptRebaselineGeneration`).
             try SyncStore.writeMeta(conn, Self.rebaselineGenerationMeta(peer), String(try SyncStore.latestRebaselineGeneration(conn) &+ 1))
-            if let pairingEpoch { try SyncStore.writeMeta(conn, Self.queuedCaughtUpOwedMeta(pairingEpoch), "1") }
+            if let pairingEpoch {
+                try SyncStore.writeMeta(conn, Self.queuedCaughtUpOwedMeta(pairingEpoch), "1")
+                try SyncStore.deleteMeta(conn, Self.liveCaughtUpOwedMeta(peer))
+            } else {
+                try SyncStore.writeMeta(conn, Self.liveCaughtUpOwedMeta(peer), "1")
+            }
         }
         try syncCommitted()
         logger.notice("re-baselining a watch after purging tombstones", metadata: ["peer": "\(String(peer, radix: 16))"])
@@ -134,6 +139,37 @@ extension SyncStore {
     /// On a phone: the caught-up marker of the mailbox of `pairingEpoch` is posted.
     func settleQueuedCaughtUp(in pairingEpoch: String) throws {
         try database.write { conn in try SyncStore.deleteMeta(conn, Self.queuedCaughtUpOwedMeta(pairingEpoch)) }
+    }
+
+    /// On a phone: a live re-baseline notice went to `peer`, and no caught-up
+    /// notice of a live session with it was acknowledged since. Until one is,
+    /// the watch keeps what the notice marked; a mailbox that takes over the
+    /// baseline ends it with an announced caught-up marker instead
+    /// (`queueLiveCaughtUp(for:in:)`).
+    static func liveCaughtUpOwedMeta(_ peer: UInt32) -> String { "rebaseline_live_caught_up_owed_\(peer)" }
+
+    /// On a phone: whether `peer` has not acknowledged a live caught-up notice
+    /// since the last live re-baseline notice it was sent.
+    func owesLiveCaughtUp(to peer: UInt32) throws -> Bool {
+        try meta(Self.liveCaughtUpOwedMeta(peer)) != nil
+    }
+
+    /// On a phone: `peer` acknowledged a live caught-up notice, and removed
+    /// what a re-baseline notice marked. (Lost to a power cut, a mailbox
+    /// posts a marker that finds nothing marked.)
+    func settleLiveCaughtUp(for peer: UInt32) throws {
+        try database.write { conn in try SyncStore.deleteMeta(conn, Self.liveCaughtUpOwedMeta(peer)) }
+    }
+
+    /// On a phone whose mailbox of `pairingEpoch` has just been posted the
+    /// announcement of a caught-up marker for `peer`: the marker is owed
+    /// there, and no longer to a live session. On stable storage before it returns.
+    func queueLiveCaughtUp(for peer: UInt32, in pairingEpoch: String) throws {
+        try database.write { conn in
+            try SyncStore.writeMeta(conn, Self.queuedCaughtUpOwedMeta(pairingEpoch), "1")
+            try SyncStore.deleteMeta(conn, Self.liveCaughtUpOwedMeta(peer))
+        }
+        try syncCommitted()
     }
 
     /// On a watch: the phone announced that the queued baseline after its next
