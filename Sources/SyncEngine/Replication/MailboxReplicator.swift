@@ -481,6 +481,7 @@ package final class MailboxReplicator {
             if posted == 0 { purgedWhenUnknownStreamBegan = purged }
         }
         postedThrough = posted
+        let owesLiveCaughtUp = try node != Self.unknownPeer && port.owesLiveCaughtUp(to: node)
         if posted == 0, !rebaselinePosted,
            let purged = try port.rebaselineNotice(for: node, cursor: cursor, queuedIn: configuration.pairingEpoch) {
             // A watch the phone has no cursor for, after tombstones were purged (a forgotten
@@ -489,7 +490,11 @@ package final class MailboxReplicator {
             // Announced first: the baseline ends with a caught-up marker (below), so the watch
             // keeps what the notice marks until all of the baseline came.
             owesCaughtUp = true
-            for message in [QueuedMessage.caughtUpFollows(header), .rebaseline(header, purgedThrough: purged)] {
+            // After a live notice whose caught-up the watch never acknowledged, announced again after
+            // this one: a watch that acted on the live notice passes this one over (and with it the
+            // announcement before it), and this baseline's marker ends both (it is the newer one).
+            let again = owesLiveCaughtUp ? [QueuedMessage.caughtUpFollows(header)] : []
+            for message in [QueuedMessage.caughtUpFollows(header), .rebaseline(header, purgedThrough: purged)] + again {
                 try mailbox.post(message.frame())
                 onPost?(message)
                 report.messagesPosted += 1
@@ -497,7 +502,7 @@ package final class MailboxReplicator {
             rebaselinePosted = true
             generation = try port.rebaselineGeneration(for: node)
             postedGeneration = generation
-        } else if node != Self.unknownPeer, try port.owesLiveCaughtUp(to: node) {
+        } else if owesLiveCaughtUp {
             // A live re-baseline whose sessions ended before the watch acknowledged a caught-up notice:
             // the watch keeps what its notice marked. The rest of the baseline goes here, announced,
             // and ends with the marker (below), which removes what is still marked.

@@ -55,7 +55,8 @@ extension MailboxReplicator {
             guard let queued = try? QueuedMessage(frame: message.frame), queued.header.node == node else { continue }
             switch queued {
             case .caughtUpFollows:
-                rebaseline = [message]
+                // Announced again after its notice (a live notice's caught-up was owed): one re-baseline.
+                if superseded == nil, rebaseline.count == 2 { rebaseline.append(message) } else { rebaseline = [message] }
                 superseded = nil
             case .rebaseline:
                 rebaseline.append(message)
