@@ -19,6 +19,8 @@ final class TCPConnection: FrameConnection {
         var lastHeard = ContinuousClock.now
         var lastSent = ContinuousClock.now
         var readerWaitsForConsumer = false
+        /// The reader reached the end of the stream (or failed) and ended the connection.
+        var readerEnded = false
     }
 
     let peerDescription: String
@@ -235,13 +237,29 @@ final class TCPConnection: FrameConnection {
                 }
             }
         } catch is CancellationError {
+            channel.close(promise: nil)
+            return
         } catch {
             let failure = Self.transportError(error)
             state.withLock { if $0.closeReason == nil, !$0.closing { $0.closeReason = failure } }
+            channel.close(promise: nil)
+            return
         }
-        // Everything queued was written (or the connection failed): close the socket.
+        // Everything queued was written. Closed by `close()`: end our side only, so
+        // that the peer reads our frames, then the end, and closes its side; the
+        // reader takes what the peer sent meanwhile and ends at its end of stream.
+        // Closed at once with the peer's bytes unread, the socket would be reset:
+        // the peer would report a failure, and lose what it had not read yet.
+        if !state.withLock({ $0.readerEnded }) {
+            channel.close(mode: .output, promise: nil)
+            try? await Task.sleep(for: min(Self.closeLinger, configuration.handshakeTimeout))
+        }
         channel.close(promise: nil)
     }
+
+    /// How long a closing connection waits for the peer to close its side
+    /// (a peer that stopped reading), after its own frames were written.
+    static let closeLinger = Duration.seconds(1)
 
     private func heartbeatLoop() async {
         let interval = configuration.heartbeatInterval
@@ -309,6 +327,7 @@ final class TCPConnection: FrameConnection {
             if state.closeReason == nil, let failure, !state.closing { state.closeReason = failure }
             let wasClosing = state.closing
             state.closing = true
+            state.readerEnded = true
             return (state.closeReason, wasClosing)
         }
         if let reason {
