@@ -28,6 +28,8 @@ public protocol FrameConnection: Sendable {
     func send(_ frame: Frame) async throws
 
     /// Closes the connection; `inbound` finishes. Safe to call more than once.
+    /// Over TCP, what was sent is written first, and the frames the peer
+    /// sent meanwhile still reach `inbound` until the peer closes its side.
     func close() async
 
     /// A short, human-readable description of the remote end (never a secret).
