@@ -106,6 +106,8 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
         }
         if let previous {
             await previous.close()
+            // Closed or cancelled (the app or node stopping): no backoff to announce.
+            if closed.isOpen || Task.isCancelled { return nil }
             let lasted = ContinuousClock.now - (established ?? .now)
             let delay = state.withLock { $0.backoff.connectionEnded(after: lasted) }
             if lasted < policy.resetAfter {

@@ -122,4 +122,24 @@ import Testing
         #expect(sessions >= 1)
         #expect(dialer.attempts <= 20, "\(dialer.attempts) dials in 2 s: no backoff")
     }
+    /// A dialer whose task was cancelled (the app or node stopping) ends
+    /// without a word about backing off: it logged "the connection ended soon
+    /// after it was established; backing off" with a retry delay as it stopped.
+    @Test func aCancelledDialerStopsWithoutBackingOff() async throws {
+        let logs = LogCapture()
+        let dialer = ReconnectingDialer(
+            policy: ReconnectPolicy(initialDelay: .milliseconds(1), jitter: 0, resetAfter: .seconds(3_600)),
+            seed: 1, logger: logs.logger, sleep: { try await Task.sleep(for: $0) }
+        ) { InMemoryConnection.makePair().0 }
+        let next = await Task {
+            var iterator = dialer.makeAsyncIterator()
+            let first = await iterator.next()
+            withUnsafeCurrentTask { $0?.cancel() }
+            return (first != nil, await iterator.next() == nil)
+        }.value
+        #expect(next == (true, true))
+        #expect(!logs.all.contains { $0.contains("backing off") }, "\(logs.all)")
+        #expect(dialer.attempts == 1)
+        await dialer.close()
+    }
 }
