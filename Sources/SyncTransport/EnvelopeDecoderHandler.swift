@@ -189,4 +189,7 @@ final class SocketActivityHandler: ChannelInboundHandler {
 struct TransportChannel: Sendable {
     var asyncChannel: NIOAsyncChannel<Envelope, ByteBuffer>
     var activity: SocketActivity
+    /// The peer's address, taken when an accepted socket is set up: once the
+    /// socket has closed (a stranger refused before its turn), NIO no longer knows it.
+    var peer: String?
 }

@@ -105,7 +105,8 @@ public final class TCPListener: Service, Sendable {
                 .childChannelOption(.writeBufferWaterMark, value: TCPTransport.waterMark(configuration))
                 .bind(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        let child = try TCPTransport.configurePipeline(channel, handshakeFrames: 2, configuration: configuration)
+                        var child = try TCPTransport.configurePipeline(channel, handshakeFrames: 2, configuration: configuration)
+                        child.peer = TCPTransport.describePeer(channel)
                         children.register(child)
                         return child
                     }
@@ -228,7 +229,7 @@ public final class TCPListener: Service, Sendable {
             try await withThrowingDiscardingTaskGroup { group in
                 for try await accepted in inbound {
                     guard let child = children.take(accepted) else { continue }
-                    let peer = TCPTransport.describePeer(child.asyncChannel.channel)
+                    let peer = child.peer ?? TCPTransport.describePeer(child.asyncChannel.channel)
                     let limit = configuration.maxPendingHandshakes
                     let admitted = handshakes.withLock { count -> Bool in
                         guard count < max(1, limit) else { return false }

@@ -92,7 +92,7 @@ public enum TCPTransport {
         let asyncChannel = transportChannel.asyncChannel
         let activity = transportChannel.activity
         let channel = asyncChannel.channel
-        let peer = describePeer(channel)
+        let peer = transportChannel.peer ?? describePeer(channel)
         var logger = configuration.logger
         logger[metadataKey: "peer"] = "\(peer)"
         logger[metadataKey: "role"] = "\(role)"

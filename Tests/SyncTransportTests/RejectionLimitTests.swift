@@ -96,4 +96,30 @@ import Glibc
         let later = start + .seconds(60)
         #expect((0..<4).map { _ in bucket.take(now: later) } == [true, true, true, false])
     }
+
+    /// A stranger whose garbage was refused and whose socket was closed
+    /// before the accept loop took it is still reported with its address:
+    /// it was "tcp:unknown" (the address is gone once the socket closed), in
+    /// most reports of a node under a flood.
+    @Test func aStrangerClosedBeforeItsTurnIsReportedWithItsAddress() async throws {
+        let listener = try await TCPListener(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
+        // Not running yet: the socket is accepted and its garbage refused (the
+        // socket closed) before the accept loop takes it.
+        await Self.flood(port: listener.port, count: 3)
+        let running = Task { try await listener.run() }
+        let reports = try await withDeadline("the three rejections") {
+            var reports: [TCPListener.Rejection] = []
+            for await report in listener.rejectionReports {
+                reports.append(report)
+                if reports.count == 3 { break }
+            }
+            return reports
+        }
+        await listener.close()
+        _ = await running.result
+        #expect(reports.map(\.suppressed) == [0, 0, 0])
+        for report in reports {
+            #expect(report.peer?.hasPrefix("tcp:127.0.0.1:") == true, "\(report)")
+        }
+    }
 }
