@@ -29,7 +29,8 @@ public protocol FrameConnection: Sendable {
 
     /// Closes the connection; `inbound` finishes. Safe to call more than once.
     /// Over TCP, what was sent is written first, and the frames the peer
-    /// sent meanwhile still reach `inbound` until the peer closes its side.
+    /// sent meanwhile still reach `inbound` until the peer closes its side
+    /// (at most a second; from a cancelled task, `close()` returns at once).
     func close() async
 
     /// A short, human-readable description of the remote end (never a secret).

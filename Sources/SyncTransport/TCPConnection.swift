@@ -119,8 +119,14 @@ final class TCPConnection: FrameConnection {
             group.cancelAll()
         }
         // The caller was cancelled before the socket closed (its wait ended, and the grace
-        // period's timer with it): close it now, or it stays open while the peer reads nothing.
-        if !closed.isOpen { channel.close(promise: nil) }
+        // period's timer with it; an app going to the background): the writer still ends our
+        // side and the reader reads to the peer's end, but within `closeLinger` the socket is
+        // closed, even while the writer waits for room on a socket the peer does not read.
+        if !closed.isOpen {
+            let linger = TimeAmount.nanoseconds(Int64(min(Self.closeLinger, grace) / .nanoseconds(1)))
+            let deadline = channel.eventLoop.scheduleTask(in: linger) { channel.close(promise: nil) }
+            channel.closeFuture.whenComplete { _ in deadline.cancel() }
+        }
     }
 
     /// Returns once the socket is closed and `inbound` is finished.
