@@ -108,8 +108,10 @@ import Testing
     /// the peer's frames unread in the socket, so the kernel reset it: the
     /// peer saw "connection reset by peer" (a failure, logged as a warning)
     /// for an app that only stopped, and a consumer that still read lost the
-    /// frames written before the close.
-    @Test func closeWithFramesUnreadEndsAsClosedOnBothSides() async throws {
+    /// frames written before the close. From a cancelled task (an app going
+    /// to the background), `close()` returns at once and the same close goes on.
+    @Test(arguments: [false, true])
+    func closeWithFramesUnreadEndsAsClosedOnBothSides(fromCancelledTask: Bool) async throws {
         let (receiver, sender, listener) = try await connect()
         // 48 KiB: more than the receiver's reader takes in before it waits for
         // room (its 4 KiB buffer and NIO's few reads), less than the sockets hold.
@@ -124,7 +126,13 @@ import Testing
         }
         #expect(await tcpSender.socketRefusesWrites() == false, "the sender's socket took every frame")
         #expect(receiver.statistics.framesReceived < count, "frames wait unread in the receiver's socket")
-        let closing = Task { await receiver.close() }
+        let closing = Task {
+            if fromCancelledTask { withUnsafeCurrentTask { $0?.cancel() } }
+            await receiver.close()
+        }
+        if fromCancelledTask {
+            try await withDeadline("close() from a cancelled task, before anything is read") { await closing.value }
+        }
         let received = try await inboundEnd(of: receiver)
         #expect(received.error == nil)
         #expect(received.frames.count == count, "every frame written before the close is read")
@@ -132,36 +140,6 @@ import Testing
         let senderEnd = try await inboundEnd(of: sender)
         #expect(senderEnd.error == nil, "the peer sees a close, not a reset: \(String(describing: senderEnd.error))")
         try await withDeadline("close() once the peer closed too") { await closing.value }
-        await sender.close()
-        await listener.close()
-    }
-
-    /// The same close from a cancelled task (an app going to the background):
-    /// `close()` returns at once, and the socket still ends as closed, not
-    /// reset. It was closed at once, and the peer saw "connection reset by peer".
-    @Test func closeFromACancelledTaskStillEndsAsClosed() async throws {
-        let (receiver, sender, listener) = try await connect()
-        let count = 48
-        let tcpSender = try #require(sender as? TCPConnection)
-        for index in 0..<count {
-            try await sender.send(Frame(type: 1, payload: [UInt8(index)] + randomBytes(1 << 10, seed: UInt64(index))))
-        }
-        try await first(of: receiver.readerSuspensions, "the receiver's reader to wait for room")
-        try await withDeadline("the sender to write every frame") {
-            while tcpSender.pendingOutboundBytes > 0 { await Task.yield() }
-        }
-        #expect(receiver.statistics.framesReceived < count, "frames wait unread in the receiver's socket")
-        try await withDeadline("close() from a cancelled task") {
-            await Task {
-                withUnsafeCurrentTask { $0?.cancel() }
-                await receiver.close()
-            }.value
-        }
-        let received = try await inboundEnd(of: receiver)
-        #expect(received.error == nil)
-        #expect(received.frames.count == count, "every frame written before the close is read")
-        let senderEnd = try await inboundEnd(of: sender)
-        #expect(senderEnd.error == nil, "the peer sees a close, not a reset: \(String(describing: senderEnd.error))")
         await sender.close()
         await listener.close()
     }
