@@ -177,3 +177,25 @@ extension PeerEvent {
         #expect(try store.encodedValue(forKey: "a") == Array("7".utf8))
     }
 }
+
+/// A command line that is not UTF-8 is refused, naming why. `syncsim node`
+/// read it with each bad byte replaced by U+FFFD, so `put KEY "\xFF\xFE"`
+/// stored two replacement characters the script never sent, and answered ok.
+@Suite struct NodeNonUTF8LineTests {
+    @Test func aLineThatIsNotUTF8IsRefusedAndStoresNothing() async throws {
+        let node = try await ListeningPhoneNode()
+        defer { node.phone.stop() }
+        node.phone.send(bytes: Array("put health:steps \"".utf8) + [0xFF, 0xFE] + Array("\"\n".utf8))
+        let refused = try await node.phone.reply("a put whose line is not UTF-8")
+        #expect(refused["ok"] as? Bool == false)
+        #expect(refused["code"] as? String == "invalid-command")
+        #expect((refused["error"] as? String)?.contains("UTF-8") == true, "\(refused)")
+        node.phone.send("get health:steps")
+        let value = try await node.phone.reply("get")
+        #expect(value["present"] as? Bool == false, "nothing was stored: \(value)")
+        node.phone.send("put health:steps \"é\"")
+        #expect(try await node.phone.reply("a put of UTF-8 text")["ok"] as? Bool == true)
+        node.phone.send("quit")
+        _ = try await node.phone.reply("quit")
+    }
+}

@@ -25,6 +25,11 @@ final class NodeProcess: Sendable {
         input.fileHandleForWriting.write(Data((command + "\n").utf8))
     }
 
+    /// Writes `bytes` to the child's stdin as they are (text that is not UTF-8, say).
+    func send(bytes: [UInt8]) {
+        input.fileHandleForWriting.write(Data(bytes))
+    }
+
     /// Kills the child if it still runs (SIGKILL: a stuck child cannot ignore it) and waits, up to 10 s, for it to be reaped.
     func stop() {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }

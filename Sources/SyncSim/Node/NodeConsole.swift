@@ -56,7 +56,12 @@ struct NodeConsole {
 
     func run() async {
         let input = NodeConsole.standardInputLines()
-        for await line in input {
+        for await read in input {
+            guard case .text(let line) = read else {
+                // Not read with its bad bytes replaced: a put would store text the script never sent.
+                output.write(Self.invalid("a line of \(read.byteCount) bytes is not UTF-8 text; commands and their JSON values are UTF-8"))
+                continue
+            }
             let trimmed = NodeConsole.commandText(line)
             if trimmed.isEmpty { continue }
             if trimmed == "quit" {
@@ -74,11 +79,44 @@ struct NodeConsole {
         line.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    /// Lines of stdin, read on a thread of their own.
-    static func standardInputLines() -> AsyncStream<String> {
+    /// A line of stdin: its text, or its length when it is not UTF-8.
+    enum InputLine: Equatable {
+        case text(String)
+        case notUTF8(byteCount: Int)
+
+        /// The line's bytes, without its newline, as a command line.
+        init(_ bytes: some Collection<UInt8>) {
+            if let text = String(validating: bytes, as: UTF8.self) { self = .text(text) } else { self = .notUTF8(byteCount: bytes.count) }
+        }
+
+        var byteCount: Int {
+            switch self {
+            case .text(let text): text.utf8.count
+            case .notUTF8(let count): count
+            }
+        }
+    }
+
+    /// Lines of stdin, read on a thread of their own (not `readLine`, which
+    /// replaces bytes that are not UTF-8 with U+FFFD).
+    static func standardInputLines() -> AsyncStream<InputLine> {
         AsyncStream { continuation in
             let thread = Thread {
-                while let line = readLine(strippingNewline: true) { continuation.yield(line) }
+                var buffer: UnsafeMutablePointer<CChar>?
+                var capacity = 0
+                // A stream of its own over descriptor 0: nothing else in the process reads stdin.
+                guard let input = fdopen(STDIN_FILENO, "r") else {
+                    continuation.finish()
+                    return
+                }
+                while true {
+                    let count = getline(&buffer, &capacity, input)
+                    guard count >= 0, let start = buffer else { break }
+                    var bytes = UnsafeRawBufferPointer(start: start, count: count)
+                    if bytes.last == UInt8(ascii: "\n") { bytes = UnsafeRawBufferPointer(rebasing: bytes.dropLast()) }
+                    continuation.yield(InputLine(bytes))
+                }
+                free(buffer)
                 continuation.finish()
             }
             thread.start()
