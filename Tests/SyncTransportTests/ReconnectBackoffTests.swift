@@ -127,9 +127,10 @@ import Testing
     /// after it was established; backing off" with a retry delay as it stopped.
     @Test func aCancelledDialerStopsWithoutBackingOff() async throws {
         let logs = LogCapture()
+        let recorder = SleepRecorder()
         let dialer = ReconnectingDialer(
             policy: ReconnectPolicy(initialDelay: .milliseconds(1), jitter: 0, resetAfter: .seconds(3_600)),
-            seed: 1, logger: logs.logger, sleep: { try await Task.sleep(for: $0) }
+            seed: 1, logger: logs.logger, sleep: recorder.sleep
         ) { InMemoryConnection.makePair().0 }
         let next = await Task {
             var iterator = dialer.makeAsyncIterator()
@@ -139,6 +140,7 @@ import Testing
         }.value
         #expect(next == (true, true))
         #expect(!logs.all.contains { $0.contains("backing off") }, "\(logs.all)")
+        #expect(recorder.recorded.isEmpty, "no wait before a redial that will not come")
         #expect(dialer.attempts == 1)
         await dialer.close()
     }
