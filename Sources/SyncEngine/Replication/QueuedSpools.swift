@@ -55,8 +55,9 @@ extension MailboxReplicator {
             guard let queued = try? QueuedMessage(frame: message.frame), queued.header.node == node else { continue }
             switch queued {
             case .caughtUpFollows:
-                // Announced again after its notice (a live notice's caught-up was owed): one re-baseline.
-                if superseded == nil, rebaseline.count == 2 { rebaseline.append(message) } else { rebaseline = [message] }
+                // Announced again right after its notice (a live notice's caught-up was owed): one re-baseline.
+                let followsItsNotice = superseded == nil && rebaseline.count == 2  // [announcement, notice]
+                if followsItsNotice { rebaseline.append(message) } else { rebaseline = [message] }
                 superseded = nil
             case .rebaseline:
                 rebaseline.append(message)

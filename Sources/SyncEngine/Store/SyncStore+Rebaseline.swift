@@ -68,8 +68,7 @@ extension SyncStore {
             // through the mailbox adopts the unknown peer's (`adoptRebaselineGeneration`).
             try SyncStore.writeMeta(conn, Self.rebaselineGenerationMeta(peer), String(try SyncStore.latestRebaselineGeneration(conn) &+ 1))
             if let pairingEpoch {
-                try SyncStore.writeMeta(conn, Self.queuedCaughtUpOwedMeta(pairingEpoch), "1")
-                try SyncStore.deleteMeta(conn, Self.liveCaughtUpOwedMeta(peer))
+                try SyncStore.oweQueuedCaughtUp(conn, to: peer, in: pairingEpoch)
             } else {
                 try SyncStore.writeMeta(conn, Self.liveCaughtUpOwedMeta(peer), "1")
             }
@@ -165,11 +164,14 @@ extension SyncStore {
     /// announcement of a caught-up marker for `peer`: the marker is owed
     /// there, and no longer to a live session. On stable storage before it returns.
     func queueLiveCaughtUp(for peer: UInt32, in pairingEpoch: String) throws {
-        try database.write { conn in
-            try SyncStore.writeMeta(conn, Self.queuedCaughtUpOwedMeta(pairingEpoch), "1")
-            try SyncStore.deleteMeta(conn, Self.liveCaughtUpOwedMeta(peer))
-        }
+        try database.write { conn in try SyncStore.oweQueuedCaughtUp(conn, to: peer, in: pairingEpoch) }
         try syncCommitted()
+    }
+
+    /// The caught-up marker owed to `peer` goes through the mailbox of `pairingEpoch`, not a live session.
+    private static func oweQueuedCaughtUp(_ conn: SQLiteConnection, to peer: UInt32, in pairingEpoch: String) throws {
+        try writeMeta(conn, queuedCaughtUpOwedMeta(pairingEpoch), "1")
+        try deleteMeta(conn, liveCaughtUpOwedMeta(peer))
     }
 
     /// On a watch: the phone announced that the queued baseline after its next

@@ -57,9 +57,13 @@ struct NodeConsole {
     func run() async {
         let input = NodeConsole.standardInputLines()
         for await read in input {
-            guard case .text(let line) = read else {
+            let line: String
+            switch read {
+            case .text(let text):
+                line = text
+            case .notUTF8(let byteCount):
                 // Not read with its bad bytes replaced: a put would store text the script never sent.
-                output.write(Self.invalid("a line of \(read.byteCount) bytes is not UTF-8 text; commands and their JSON values are UTF-8"))
+                output.write(Self.invalid("a line of \(byteCount) bytes is not UTF-8 text; commands and their JSON values are UTF-8"))
                 continue
             }
             let trimmed = NodeConsole.commandText(line)
@@ -80,20 +84,13 @@ struct NodeConsole {
     }
 
     /// A line of stdin: its text, or its length when it is not UTF-8.
-    enum InputLine: Equatable {
+    enum InputLine {
         case text(String)
         case notUTF8(byteCount: Int)
 
         /// The line's bytes, without its newline, as a command line.
         init(_ bytes: some Collection<UInt8>) {
             if let text = String(validating: bytes, as: UTF8.self) { self = .text(text) } else { self = .notUTF8(byteCount: bytes.count) }
-        }
-
-        var byteCount: Int {
-            switch self {
-            case .text(let text): text.utf8.count
-            case .notUTF8(let count): count
-            }
         }
     }
 
