@@ -206,6 +206,12 @@ public final class SyncStore: KeyValueBackend {
         } catch let error as SyncError where error.code == .storageFull {
             logger.warning("sealing the values of keys now declared encrypted waits for room", metadata: ["error": "\(error)"])
         }
+        do {
+            // With the key names in NFC: what an app update now syncs goes.
+            try assignLanesForCurrentDeclarations()
+        } catch let error as SyncError where error.code == .storageFull {
+            logger.warning("moving the entries of keys the registry now syncs to their lanes waits for room", metadata: ["error": "\(error)"])
+        }
         // Writes made while the wall clock ran far ahead go out again once it is right: at open, and
         // whenever the clock stops following a far-future time it issued (on the store's queue).
         if setup.wroteAhead { reissueWritesFromAClockAheadLogged() }

@@ -488,15 +488,23 @@ struct InvariantChecker {
     }
 
     /// Keys whose latest version waits, by the rules, in a manual lane: a
-    /// pending manual-lane entry on its writer with no sync since its write,
+    /// pending manual-lane entry on its writer with no sync since its write
+    /// (or since the update that made its key sync, for a write its app kept
+    /// on the device),
     /// or a resolver's merge (another size than the write of its version: a
-    /// merge over the limit waits for the next sync, one made after it).
+    /// merge over the limit waits for the next sync, one made after it);
+    /// not one its node's app now declares automatic (an update made a manual
+    /// key automatic: what waited goes).
     func heldBack(nodes: [Snapshot], model: WriteModel) -> Set<String> {
         var held = Set<String>()
         for node in nodes {
             for (key, info) in node.entries where info.isPending && info.lane == .manual {
+                if let d = declaration(key, on: node.nodeID), d.replicates(from: node.role), d.policy == .automaticSmall,
+                   info.isDeleted || info.size <= SyncPolicy.automaticLimit {
+                    continue
+                }
                 if let write = model.write(key: key, version: info.version), write.nodeID == node.nodeID, write.size == info.size,
-                   model.syncedAfter(order: write.order, nodeID: node.nodeID) {
+                   model.syncedAfter(order: model.releaseOrder(of: write), nodeID: node.nodeID) {
                     continue
                 }
                 held.insert(key)

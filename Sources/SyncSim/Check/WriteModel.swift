@@ -29,6 +29,8 @@ struct WriteModel {
     /// The last re-baseline per node: it queues every entry again, and manual
     /// entries wait for a sync made after it.
     private(set) var rebaselines: [UInt32: Int] = [:]
+    /// The last app update per node (`updateApp`).
+    private(set) var appUpdates: [UInt32: Int] = [:]
     private var nextOrder = 0
 
     mutating func recordWrite(node: DeviceRole, nodeID: UInt32, key: String, version: HLCTimestamp, deleted: Bool, size: Int,
@@ -40,6 +42,11 @@ struct WriteModel {
 
     mutating func recordSync(node: DeviceRole, nodeID: UInt32) {
         syncs.append(Sync(node: node, nodeID: nodeID, order: nextOrder))
+        nextOrder += 1
+    }
+
+    mutating func recordAppUpdate(nodeID: UInt32) {
+        appUpdates[nodeID] = nextOrder
         nextOrder += 1
     }
 
@@ -59,6 +66,7 @@ struct WriteModel {
         for i in writes.indices where writes[i].nodeID == old { writes[i].nodeID = new }
         for i in syncs.indices where syncs[i].nodeID == old { syncs[i].nodeID = new }
         if let order = rebaselines.removeValue(forKey: old) { rebaselines[new] = max(order, rebaselines[new] ?? order) }
+        if let order = appUpdates.removeValue(forKey: old) { appUpdates[new] = max(order, appUpdates[new] ?? order) }
     }
 
     /// The write that produced `version` on `nodeID`, if the model has it.
@@ -73,6 +81,16 @@ struct WriteModel {
         guard let write = write(key: key, version: version), write.nodeID == nodeID,
               !syncedAfter(order: write.order, nodeID: nodeID, visible: visible) else { return nil }
         return write
+    }
+
+    /// The model event a sync must follow to release `write`: the write, or
+    /// for a write its app kept on the device (`never`, or an availability
+    /// that does not replicate from it), the update that made its key sync,
+    /// which files it in the manual lane where the key is manual now.
+    func releaseOrder(of write: Write) -> Int {
+        guard let declared = write.declaration, !declared.replicates(from: write.node),
+              let update = appUpdates[write.nodeID], update > write.order else { return write.order }
+        return update
     }
 
     /// Whether `nodeID` requested a manual sync after model event `order`;

@@ -239,11 +239,14 @@ public struct ScenarioGenerator: Sendable {
             var declared = keys
             for _ in 0..<u.nextInt(in: 1...2) {
                 let index = u.nextInt(in: 0...(declared.count - 1))
-                switch u.nextInt(in: 0...3) {
+                switch u.nextInt(in: 0...5) {
                 case 0: declared.remove(at: index)
                 case 1: declared[index].policy = declared[index].policy == .automaticSmall ? .manual : .automaticSmall
                 case 2: declared[index].availability = declared[index].availability == .all ? .phoneWithWatchSync : .all
-                default: declared[index].valueType = declared[index].valueType == nil ? "Int" : nil
+                case 3: declared[index].valueType = declared[index].valueType == nil ? "Int" : nil
+                // The older app kept the key on the device: what it wrote there goes once the app is updated.
+                case 4: declared[index].policy = declared[index].policy == .never ? .automaticSmall : .never
+                default: declared[index].availability = declared[index].availability == .all ? (older == .phone ? .phoneOnly : .watchOnly) : .all
                 }
                 if declared.isEmpty { break }
             }

@@ -1,0 +1,57 @@
+/// Lanes kept in step with the key declarations an app update changes.
+///
+/// A change takes its lane when it is written: `none` for a key that stays on
+/// this device (`never`, or an availability that does not replicate from it),
+/// `manual` until `sync()`, `automatic`. An app update that makes a key sync
+/// (`never` to `automaticSmall` or `manual`, `phoneOnly` to `all`, `manual` to
+/// `automaticSmall`) would otherwise leave what was written before where it
+/// was: the devices would keep different values of a key they now share until
+/// it is written again.
+extension SyncStore {
+    /// The registry fingerprint the lanes were last assigned under.
+    static let lanesRegistryMeta = "lanes_registry"
+
+    /// At open, once per registry: entries of keys that now sync from this
+    /// device but wait in a lane that does not send them move to the lane a
+    /// change of theirs takes now. One that becomes `automatic` joins the stream
+    /// with a new change sequence, after every peer's cursor (as `sync()`
+    /// releases a change), its version unchanged: each peer applies it by its
+    /// version, as any change. Nothing moves the other way: a key that no
+    /// longer syncs is passed over by every session, whatever its lane.
+    func assignLanesForCurrentDeclarations() throws {
+        let fingerprint = SyncStore.hex(registry.fingerprint(for: role))
+        guard try meta(SyncStore.lanesRegistryMeta) != fingerprint else { return }
+        let moved = try database.write { conn -> Int in
+            let select = try conn.statement("SELECT key, lane, size, deleted, origin_peer FROM entries WHERE lane IN (0, 2) ORDER BY change_seq, key")
+            var moves: [(key: String, lane: SyncLane)] = []
+            var lookups = KeyRegistry.FamilyLookupMemo()
+            while try select.step() {
+                let key = select.string(0)
+                guard let descriptor = registry.registered(forEntry: key, memo: &lookups)?.descriptor,
+                      descriptor.replicates(from: role) else { continue }
+                let held = SyncLane(rawValue: select.int(1)) ?? .none
+                // An entry taken from a peer goes on automatically, as `apply` files it.
+                let lane = select.int64(4) != 0
+                    ? SyncLane.automatic
+                    : self.lane(for: descriptor, size: select.byteCount(2), deleted: select.int(3) != 0)
+                if (held == .none && lane != .none) || (held == .manual && lane == .automatic) { moves.append((key, lane)) }
+            }
+            select.reset()
+            let release = try conn.statement("UPDATE entries SET lane = ?2, change_seq = ?3 WHERE key = ?1")
+            let wait = try conn.statement("UPDATE entries SET lane = ?2 WHERE key = ?1")
+            for move in moves {
+                let stmt = move.lane.isSent ? release : wait
+                stmt.reset()
+                stmt.bind(1, move.key)
+                stmt.bind(2, move.lane.rawValue)
+                if move.lane.isSent { stmt.bind(3, takeSeq()) }
+                try stmt.run()
+            }
+            try SyncStore.writeMeta(conn, SyncStore.lanesRegistryMeta, fingerprint)
+            return moves.count
+        }
+        if moved > 0 {
+            logger.notice("entries of keys the registry now syncs joined their lanes", metadata: ["entries": "\(moved)"])
+        }
+    }
+}

@@ -1,0 +1,98 @@
+import Foundation
+@testable import SyncEngine
+import Testing
+
+/// An app update that makes a key sync (`never` to automatic, `phoneOnly` to
+/// `all`, `manual` to automatic) sends what was written before it: it did
+/// not, and the two devices kept different values of a key they now share
+/// until it was written again.
+@Suite struct AppUpdateLaneTests {
+    enum Before {
+        static let units = Key<String>("units", default: "metric", availability: .all, policy: .never)
+        static let plan = Key<String>("plan", default: "", availability: .all, policy: .manual)
+        static let streak = Key<Int>("streak", default: 0, availability: .phoneOnly, policy: .automaticSmall)
+        static let draft = Key<String>("draft", default: "", availability: .all, policy: .never)
+        static let face = Key<String>("face", default: "", availability: .phoneWithWatchSync, policy: .automaticSmall)
+        static let days = KeyFamily<Int>("day", default: 0, availability: .all, policy: .never)
+        static let all: [any KeyDeclaration] = [units, plan, streak, draft, face, days]
+    }
+
+    enum After {
+        static let units = Key<String>("units", default: "metric", availability: .all, policy: .automaticSmall)
+        static let plan = Key<String>("plan", default: "", availability: .all, policy: .automaticSmall)
+        static let streak = Key<Int>("streak", default: 0, availability: .all, policy: .automaticSmall)
+        static let draft = Key<String>("draft", default: "", availability: .all, policy: .manual)
+        static let face = Key<String>("face", default: "", availability: .all, policy: .automaticSmall)
+        static let days = KeyFamily<Int>("day", default: 0, availability: .all, policy: .automaticSmall)
+        static let all: [any KeyDeclaration] = [units, plan, streak, draft, face, days]
+    }
+
+    /// Both stores closed and opened again with `keys`, as an app update does.
+    static func update(_ pair: inout Pair, to keys: [any KeyDeclaration]) throws {
+        let registry = try KeyRegistry(keys)
+        pair.phone.close()
+        pair.watch.close()
+        pair.phone = try SyncStore(path: pair.folder.file("phone.sqlite"), role: .phone, registry: registry,
+                                   options: StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("phone.key"))))
+        pair.watch = try SyncStore(path: pair.folder.file("watch.sqlite"), role: .watch, registry: registry,
+                                   options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch.key"))))
+    }
+
+    @Test func valuesWrittenBeforeAnUpdateThatMakesTheirKeysSyncGoAndConverge() async throws {
+        var pair = try Pair(keys: Before.all)
+        try await pair.phone.set("metric-phone", for: Before.units)
+        try await pair.phone.set("intervals", for: Before.plan)
+        try await pair.phone.set(12, for: Before.streak)
+        try await pair.phone.set(7, for: Before.days["mon"])
+        try await pair.phone.remove(Before.days["tue"])
+        pair.watchClock.advance(by: 1_000)
+        try await pair.watch.set("imperial-watch", for: Before.units)
+        try await pair.watch.set(3, for: Before.days["tue"])
+        Link(pair.phone, pair.watch).connect()
+        #expect(try pair.watch.entryInfo(forKey: Before.streak.name) == nil, "nothing of those keys crosses before the update")
+        #expect(try pair.watch.storedValue(for: Before.units) == "imperial-watch")
+
+        try Self.update(&pair, to: After.all)
+        Link(pair.phone, pair.watch).connect()
+        for store in [pair.phone, pair.watch] {
+            #expect(try store.storedValue(for: After.streak) == 12, "\(store.role)")
+            #expect(try store.storedValue(for: After.plan) == "intervals", "\(store.role)")
+            #expect(try store.storedValue(for: After.units) == "imperial-watch", "\(store.role): the later write wins on both")
+            #expect(try store.storedValue(for: After.days["mon"]) == 7, "\(store.role)")
+            #expect(try store.storedValue(for: After.days["tue"]) == 3, "\(store.role): the watch's later write over the phone's removal")
+        }
+        #expect(try pair.phone.pendingSummary().total == 0)
+        #expect(try pair.watch.pendingSummary().total == 0)
+
+        // Once per registry: opening again with it moves nothing.
+        let sequence = try #require(try pair.phone.entryInfo(forKey: After.streak.name)).changeSequence
+        try Self.update(&pair, to: After.all)
+        #expect(try pair.phone.entryInfo(forKey: After.streak.name)?.changeSequence == sequence)
+    }
+
+    /// A key that becomes manual waits for `sync()`, as a change of a manual
+    /// key does; a copy the watch took from the phone goes on automatically,
+    /// and never back to the phone.
+    @Test func aKeyThatBecomesManualWaitsAndACopyTakenFromThePhoneIsNotSentBack() async throws {
+        var pair = try Pair(keys: Before.all)
+        try await pair.phone.set("draft", for: Before.draft)
+        try await pair.phone.set("round", for: Before.face)
+        Link(pair.phone, pair.watch).connect()
+        #expect(try pair.watch.storedValue(for: Before.face) == "round")
+        #expect(try pair.watch.entryInfo(forKey: Before.face.name)?.lane == SyncLane.none)
+        let received = pair.phone.syncCounters.entriesReceived
+
+        try Self.update(&pair, to: After.all)
+        #expect(try pair.phone.entryInfo(forKey: After.draft.name)?.lane == .manual)
+        #expect(try pair.phone.pendingSummary().manualWaiting == 1)
+        #expect(try pair.watch.entryInfo(forKey: After.face.name)?.lane == .automatic)
+        Link(pair.phone, pair.watch).connect()
+        #expect(try pair.watch.entryInfo(forKey: After.draft.name) == nil, "a manual change waits for sync()")
+        #expect(pair.phone.syncCounters.entriesReceived == received, "the watch sent the phone's own value back")
+        #expect(try pair.watch.pendingSummary(for: pair.phone.nodeID).total == 0)
+
+        #expect(try pair.phone.requestManualSync() == 1)
+        Link(pair.phone, pair.watch).connect()
+        #expect(try pair.watch.storedValue(for: After.draft) == "draft")
+    }
+}
