@@ -70,6 +70,25 @@ import Testing
         #expect(try pair.phone.entryInfo(forKey: After.streak.name)?.changeSequence == sequence)
     }
 
+    /// A key an update stopped syncing and a later one syncs again: what was
+    /// written before the first, and had not gone, goes (each session had
+    /// passed over it while the key stayed on the device, and moved past it).
+    @Test func aKeyThatSyncsAgainAfterAnUpdateThatKeptItLocalSendsWhatHadNotGone() async throws {
+        var pair = try Pair(keys: After.all)
+        try await pair.phone.set(12, for: After.streak)
+        try await pair.phone.set(7, for: After.days["mon"])
+        try Self.update(&pair, to: Before.all)  // streak phoneOnly, the days never
+        Link(pair.phone, pair.watch).connect()
+        #expect(try pair.watch.entryInfo(forKey: After.streak.name) == nil)
+        #expect(try pair.watch.entryInfo(forKey: After.days["mon"].name) == nil)
+
+        try Self.update(&pair, to: After.all)
+        Link(pair.phone, pair.watch).connect()
+        #expect(try pair.watch.storedValue(for: After.streak) == 12)
+        #expect(try pair.watch.storedValue(for: After.days["mon"]) == 7)
+        #expect(try pair.phone.pendingSummary().total == 0)
+    }
+
     /// A key that becomes manual waits for `sync()`, as a change of a manual
     /// key does; a copy the watch took from the phone goes on automatically,
     /// and never back to the phone.

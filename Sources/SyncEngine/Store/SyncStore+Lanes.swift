@@ -10,31 +10,44 @@
 extension SyncStore {
     /// The registry fingerprint the lanes were last assigned under.
     static let lanesRegistryMeta = "lanes_registry"
+    /// The declarations (names) that synced from this device under that registry, one a line.
+    static let syncingDeclarationsMeta = "lanes_syncing_declarations"
 
     /// At open, once per registry: entries of keys that now sync from this
     /// device but wait in a lane that does not send them move to the lane a
     /// change of theirs takes now. One that becomes `automatic` joins the stream
     /// with a new change sequence, after every peer's cursor (as `sync()`
     /// releases a change), its version unchanged: each peer applies it by its
-    /// version, as any change. Nothing moves the other way: a key that no
-    /// longer syncs is passed over by every session, whatever its lane.
+    /// version, as any change. A key that did not sync under the registry of the
+    /// last open and syncs now has every entry queued again that way: while it
+    /// stayed on the device, sessions passed over what was still in the stream
+    /// and moved their cursors past it. Nothing moves the other way: a key that
+    /// no longer syncs is passed over by every session, whatever its lane.
     func assignLanesForCurrentDeclarations() throws {
         let fingerprint = SyncStore.hex(registry.fingerprint(for: role))
-        guard try meta(SyncStore.lanesRegistryMeta) != fingerprint else { return }
+        let recorded = try database.read { conn in try SyncStore.readMeta(conn) }
+        guard recorded[SyncStore.lanesRegistryMeta] != fingerprint else { return }
+        let syncing = Set(registry.descriptors.filter { $0.replicates(from: role) }.map(\.name))
+        // Unknown before this build recorded them: only the lanes are set right.
+        let syncedBefore = recorded[SyncStore.syncingDeclarationsMeta].map { Set($0.split(separator: "\n").map(String.init)) }
+        let startsSyncing = syncedBefore.map { syncing.subtracting($0) } ?? []
         let moved = try database.write { conn -> Int in
-            let select = try conn.statement("SELECT key, lane, size, deleted, origin_peer FROM entries WHERE lane IN (0, 2) ORDER BY change_seq, key")
+            let select = try conn.statement("SELECT key, lane, size, deleted, origin_peer FROM entries ORDER BY change_seq, key")
             var moves: [(key: String, lane: SyncLane)] = []
             var lookups = KeyRegistry.FamilyLookupMemo()
             while try select.step() {
+                let held = SyncLane(rawValue: select.int(1)) ?? .none
                 let key = select.string(0)
                 guard let descriptor = registry.registered(forEntry: key, memo: &lookups)?.descriptor,
                       descriptor.replicates(from: role) else { continue }
-                let held = SyncLane(rawValue: select.int(1)) ?? .none
                 // An entry taken from a peer goes on automatically, as `apply` files it.
                 let lane = select.int64(4) != 0
                     ? SyncLane.automatic
                     : self.lane(for: descriptor, size: select.byteCount(2), deleted: select.int(3) != 0)
-                if (held == .none && lane != .none) || (held == .manual && lane == .automatic) { moves.append((key, lane)) }
+                let requeued = startsSyncing.contains(descriptor.name) && (held != .manual || lane != .manual)
+                if requeued || (held == .none && lane != .none) || (held == .manual && lane == .automatic) {
+                    moves.append((key, held == .released && lane == .manual ? .released : lane))
+                }
             }
             select.reset()
             let release = try conn.statement("UPDATE entries SET lane = ?2, change_seq = ?3 WHERE key = ?1")
@@ -47,6 +60,7 @@ extension SyncStore {
                 if move.lane.isSent { stmt.bind(3, takeSeq()) }
                 try stmt.run()
             }
+            try SyncStore.writeMeta(conn, SyncStore.syncingDeclarationsMeta, syncing.sorted().joined(separator: "\n"))
             try SyncStore.writeMeta(conn, SyncStore.lanesRegistryMeta, fingerprint)
             return moves.count
         }
