@@ -1,5 +1,5 @@
 import Foundation
-@testable import SyncEngine
+@_spi(Testing) @testable import SyncEngine
 import Testing
 
 /// An app update that makes a key sync (`never` to automatic, `phoneOnly` to
@@ -113,5 +113,37 @@ import Testing
         #expect(try pair.phone.requestManualSync() == 1)
         Link(pair.phone, pair.watch).connect()
         #expect(try pair.watch.storedValue(for: After.draft) == "draft")
+    }
+
+    static let vfs = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full")
+
+    /// The update opens on a full disk: the entries move once there is room,
+    /// at a session's tick, and go.
+    @Test func aFullDiskAtTheUpdatePutsTheMoveOffUntilThereIsRoom() async throws {
+        let folder = TempFolder()
+        var options = StoreOptions()
+        options.vfsName = Self.vfs.name
+        options.externalChangePollInterval = nil
+        func open(_ role: DeviceRole, _ keys: [any KeyDeclaration]) throws -> SyncStore {
+            var options = options
+            options.encryption = .keyFile(path: folder.file("\(role).key"))
+            return try SyncStore(path: folder.file("\(role).sqlite"), role: role, registry: KeyRegistry(keys), options: options)
+        }
+        var phone = try open(.phone, Before.all)
+        try await phone.set(12, for: Before.streak)
+        phone.close()
+
+        Self.vfs.setDiskFull(true)
+        defer { Self.vfs.setDiskFull(false) }
+        phone = try open(.phone, After.all)
+        #expect(try phone.entryInfo(forKey: After.streak.name)?.lane == SyncLane.none, "moved on a full disk")
+        Self.vfs.setDiskFull(false)
+        let watch = try open(.watch, After.all)
+        let link = Link(phone, watch)
+        link.connect()
+        #expect(try watch.entryInfo(forKey: After.streak.name) == nil, "nothing moves before a tick")
+        link.run(link.a.tick(now: link.now + 1_000), [])
+        #expect(try phone.entryInfo(forKey: After.streak.name)?.lane == .automatic)
+        #expect(try watch.storedValue(for: After.streak) == 12)
     }
 }

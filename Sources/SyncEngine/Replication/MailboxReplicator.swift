@@ -119,6 +119,7 @@ package final class MailboxReplicator {
         var report = QueuedDeliveryReport()
         do {
             if peerNode == nil { peerNode = try initialPeerNode() }
+            port.retryDeferredWork()
             try port.whileQueuedPosting { try withdrawSuperseded() }
             let outboxWasEmpty = try mailbox.outgoingCount() == 0
             try announceNodeRenewal(into: &report)

@@ -272,6 +272,7 @@ package final class ReplicationEndpoint {
         guard failure == nil else { return [] }
         if awaitsPeerReceipt, let timedOut = receiptTimedOut(now: now) { return timedOut }
         recordDeferredCursor(dueOnly: true)
+        port.retryDeferredWork()
         let actions = session.tick(now: now).map { action -> ReplicationSession.Action in
             guard case .send(.batch(let batch)) = action else { return action }
             return .send(.batch(current(batch)))

@@ -186,6 +186,8 @@ package protocol ReplicationPort: AnyObject {
     func discardStagedChunks(key: String, before version: HLCTimestamp) throws
     /// Transfers staged and not complete (for the hello).
     func partialTransfers() throws -> [PartialTransfer]
+    /// Housekeeping put off for room (a full disk), tried again at most every few seconds.
+    func retryDeferredWork()
 }
 
 extension ReplicationPort {
@@ -328,6 +330,7 @@ package final class SQLiteReplicationPort: ReplicationPort {
     }
 
     package func syncCommitted() throws { try store.syncCommitted() }
+    package func retryDeferredWork() { store.assignDeferredLanes() }
 
     package func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord {
         try store.recordPeer(node: node, role: role, epoch: epoch)

@@ -68,4 +68,28 @@ extension SyncStore {
             logger.notice("entries of keys the registry now syncs joined their lanes", metadata: ["entries": "\(moved)"])
         }
     }
+
+    /// The lane pass a full disk put off at open, tried again from sessions'
+    /// ticks and queued rounds, at most every `deferredLanesInterval`: once it
+    /// runs, what it moved goes as a local change does.
+    func assignDeferredLanes() {
+        let now = physicalClock.nowMilliseconds()
+        let due = deferredLanes.withLock { last -> Bool in
+            guard let tried = last, now - tried >= SyncStore.deferredLanesInterval || now < tried else { return false }
+            last = now
+            return true
+        }
+        guard due, !closed.load(ordering: .relaxed) else { return }
+        do {
+            try assignLanesForCurrentDeclarations()
+            deferredLanes.withLock { $0 = nil }
+            localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
+            localWrites.publish(SyncStore.thisDevice)
+        } catch {
+            logger.debug("moving the entries of keys the registry now syncs still waits", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// How often a lane pass put off at open is tried again: 5 s.
+    static let deferredLanesInterval: Int64 = 5_000
 }

@@ -68,6 +68,9 @@ public final class SyncStore: KeyValueBackend {
     /// When tombstones were last purged (physical milliseconds), to purge after
     /// acknowledgements at most once a minute.
     let purgeState = Mutex<Int64>(0)
+    /// When the lane pass a full disk put off at open was last tried (physical
+    /// milliseconds); nil when none waits (`assignDeferredLanes`).
+    let deferredLanes = Mutex<Int64?>(nil)
     /// Peers (node ids) with an established session right now, with how many
     /// sessions each: they are being seen, and are never forgotten.
     let livePeers = Mutex<[UInt32: Int]>([:])
@@ -210,6 +213,7 @@ public final class SyncStore: KeyValueBackend {
             // With the key names in NFC: what an app update now syncs goes.
             try assignLanesForCurrentDeclarations()
         } catch let error as SyncError where error.code == .storageFull {
+            deferredLanes.withLock { $0 = 0 }
             logger.warning("moving the entries of keys the registry now syncs to their lanes waits for room", metadata: ["error": "\(error)"])
         }
         // Writes made while the wall clock ran far ahead go out again once it is right: at open, and
