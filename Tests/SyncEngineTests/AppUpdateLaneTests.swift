@@ -28,14 +28,38 @@ import Testing
     }
 
     /// Both stores closed and opened again with `keys`, as an app update does.
-    static func update(_ pair: inout Pair, to keys: [any KeyDeclaration]) throws {
+    static func update(_ pair: inout Pair, to keys: [any KeyDeclaration], configure: (inout StoreOptions) -> Void = { _ in }) throws {
         let registry = try KeyRegistry(keys)
         pair.phone.close()
         pair.watch.close()
-        pair.phone = try SyncStore(path: pair.folder.file("phone.sqlite"), role: .phone, registry: registry,
-                                   options: StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("phone.key"))))
-        pair.watch = try SyncStore(path: pair.folder.file("watch.sqlite"), role: .watch, registry: registry,
-                                   options: StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch.key"))))
+        var phoneOptions = StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("phone.key")))
+        configure(&phoneOptions)
+        var watchOptions = StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch.key")))
+        configure(&watchOptions)
+        pair.phone = try SyncStore(path: pair.folder.file("phone.sqlite"), role: .phone, registry: registry, options: phoneOptions)
+        pair.watch = try SyncStore(path: pair.folder.file("watch.sqlite"), role: .watch, registry: registry, options: watchOptions)
+    }
+
+    /// A delete made while the key stayed on the device, older than the
+    /// tombstone retention when the update opens the store: it goes, and
+    /// wins over the watch's earlier value. The open purged it first, as a
+    /// local delete nobody would ask for, and the watch's value came back.
+    @Test func aDeleteKeptLocalPastTheRetentionGoesWhenTheKeySyncs() async throws {
+        let retention: (inout StoreOptions) -> Void = { $0.tombstoneRetention = .seconds(10) }
+        var pair = try Pair(keys: Before.all, configure: retention)
+        try await pair.watch.set("watch", for: Before.units)
+        pair.phoneClock.advance(by: 1_000)
+        try await pair.phone.set("phone", for: Before.units)
+        try await pair.phone.remove(Before.units)
+        Link(pair.phone, pair.watch).connect()  // the phone knows its watch: it purges
+        pair.phoneClock.advance(by: 60_000)
+        pair.watchClock.advance(by: 60_000)
+
+        try Self.update(&pair, to: After.all, configure: retention)
+        Link(pair.phone, pair.watch).connect()
+        for store in [pair.phone, pair.watch] {
+            #expect(try store.entryInfo(forKey: After.units.name)?.isDeleted == true, "\(store.role): the phone's later delete")
+        }
     }
 
     @Test func valuesWrittenBeforeAnUpdateThatMakesTheirKeysSyncGoAndConverge() async throws {

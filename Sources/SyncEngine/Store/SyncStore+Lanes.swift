@@ -73,9 +73,10 @@ extension SyncStore {
     /// ticks and queued rounds, at most every `deferredLanesInterval`: once it
     /// runs, what it moved goes as a local change does.
     func assignDeferredLanes() {
-        let now = physicalClock.nowMilliseconds()
         let due = deferredLanes.withLock { last -> Bool in
-            guard let tried = last, now - tried >= SyncStore.deferredLanesInterval || now < tried else { return false }
+            guard let tried = last else { return false }  // the common case: nothing put off, no clock read
+            let now = physicalClock.nowMilliseconds()
+            guard now - tried >= SyncStore.deferredLanesInterval || now < tried else { return false }
             last = now
             return true
         }

@@ -190,12 +190,6 @@ public final class SyncStore: KeyValueBackend {
         }
         if options.renewsNodeIDWhenRestored { try checkDeviceMarker() }
         try assignLanesAfterMigration()
-        do {
-            try purgeTombstones()
-        } catch let error as SyncError where error.code == .storageFull {
-            // Housekeeping: a full device still opens its store and reads it (the purge runs again later).
-            logger.warning("purging tombstones at open waits for room", metadata: ["error": "\(error)"])
-        }
         try startSharedFileTracking()
         do {
             // After the tracking starts: its commit is observed as any other (value files, other processes).
@@ -215,6 +209,13 @@ public final class SyncStore: KeyValueBackend {
         } catch let error as SyncError where error.code == .storageFull {
             deferredLanes.withLock { $0 = 0 }
             logger.warning("moving the entries of keys the registry now syncs to their lanes waits for room", metadata: ["error": "\(error)"])
+        }
+        do {
+            // After the lanes: a delete an update made sync waits in its lane, not purged as a local one.
+            try purgeTombstones()
+        } catch let error as SyncError where error.code == .storageFull {
+            // Housekeeping: a full device still opens its store and reads it (the purge runs again later).
+            logger.warning("purging tombstones at open waits for room", metadata: ["error": "\(error)"])
         }
         // Writes made while the wall clock ran far ahead go out again once it is right: at open, and
         // whenever the clock stops following a far-future time it issued (on the store's queue).
