@@ -113,6 +113,23 @@ import Testing
         #expect(try pair.phone.pendingSummary().total == 0)
     }
 
+    /// A value of another encoding than the key's now stays where it was:
+    /// the peer would refuse it (`policy-violation`), and the writer would
+    /// report the refusal.
+    @Test func aValueOfAnEncodingTheUpdateChangedStaysOnTheDevice() async throws {
+        let before = Key<String>("motto", default: "", availability: .all, policy: .never)
+        let after = Key<String>("motto", default: "", availability: .all, policy: .automaticSmall, serializer: .string)
+        var pair = try Pair(keys: [before])
+        try await pair.phone.set("carpe diem", for: before)
+        Link(pair.phone, pair.watch).connect()
+        try Self.update(&pair, to: [after])
+        #expect(try pair.phone.entryInfo(forKey: after.name)?.lane == SyncLane.none)
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        #expect(pair.watch.syncCounters.entriesRejected == 0, "the watch refused the old encoding")
+        #expect(try pair.watch.entryInfo(forKey: after.name) == nil)
+    }
+
     /// A key that becomes manual waits for `sync()`, as a change of a manual
     /// key does; a copy the watch took from the phone goes on automatically,
     /// and never back to the phone.

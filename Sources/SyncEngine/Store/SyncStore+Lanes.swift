@@ -32,14 +32,15 @@ extension SyncStore {
         let syncedBefore = recorded[SyncStore.syncingDeclarationsMeta].map { Set($0.split(separator: "\n").map(String.init)) }
         let startsSyncing = syncedBefore.map { syncing.subtracting($0) } ?? []
         let moved = try database.write { conn -> Int in
-            let select = try conn.statement("SELECT key, lane, size, deleted, origin_peer FROM entries ORDER BY change_seq, key")
+            let select = try conn.statement("SELECT key, lane, size, deleted, origin_peer, encoding FROM entries ORDER BY change_seq, key")
             var moves: [(key: String, lane: SyncLane)] = []
             var lookups = KeyRegistry.FamilyLookupMemo()
             while try select.step() {
                 let held = SyncLane(rawValue: select.int(1)) ?? .none
                 let key = select.string(0)
+                // An entry of another encoding than the key's now (an update changed it) would be refused by the peer.
                 guard let descriptor = registry.registered(forEntry: key, memo: &lookups)?.descriptor,
-                      descriptor.replicates(from: role) else { continue }
+                      descriptor.replicates(from: role), select.string(5) == descriptor.encoding else { continue }
                 // An entry taken from a peer goes on automatically, as `apply` files it.
                 let lane = select.int64(4) != 0
                     ? SyncLane.automatic
