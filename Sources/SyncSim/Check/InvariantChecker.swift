@@ -13,6 +13,8 @@ struct InvariantChecker {
     let declaredDifferently: Set<String>
     /// The registry of each node (by id) that runs an older app.
     var olderApps: [UInt32: KeyRegistry] = [:]
+    /// The newest tombstone version each node (by id) had purged when its app was last updated.
+    var purgedBeforeUpdate: [UInt32: Int64] = [:]
     var log = ViolationLog()
     /// Watches known to be re-baselined (their own mark, or the phone's
     /// record of the notices it sent), from every check so far: one that is
@@ -41,6 +43,7 @@ struct InvariantChecker {
     mutating func follow(_ old: UInt32, to new: UInt32) {
         inherited[new] = (inherited.removeValue(forKey: old) ?? []).union(inherited[new] ?? []).union([old])
         if let app = olderApps.removeValue(forKey: old) { olderApps[new] = app }
+        if let purged = purgedBeforeUpdate.removeValue(forKey: old) { purgedBeforeUpdate[new] = purged }
         if rebaselinedWatches.contains(old) { rebaselinedWatches.insert(new) }
     }
 
@@ -369,7 +372,8 @@ struct InvariantChecker {
             // key is deleted either way, and nothing the app holds is lost.
             let purgedDelete = write.deleted && entry.isDeleted && write.version.packed <= (nodes.map(\.purgedThrough).max() ?? 0)
             if entry.version < write.version && !purgedDelete
-                && !unsentBeforePurgedDelete(write.key, entry.version, nodes: nodes, model: model) {
+                && !unsentBeforePurgedDelete(write.key, entry.version, nodes: nodes, model: model)
+                && !supersededByPurgedLocalDelete(write, model: model) {
                 log.violate(.noLostAcknowledgedWrite, "\(label): \(node.name) holds \(write.key) at \(entry.version), older than its acknowledged write \(write.version)")
             }
         }
@@ -484,6 +488,19 @@ struct InvariantChecker {
             } else if phone.values[key] != watch.values[key] {
                 log.violate(.convergence, "\(label): \(key) has the same version \(a!.version) but different values on the phone and the \(watch.name)")
             }
+        }
+    }
+
+    /// Whether `write` was superseded by a delete its node's app kept on the
+    /// device (`never`, or an availability that does not replicate from it)
+    /// whose tombstone the node purged, as a local one, before an update made
+    /// the key sync: a peer's older value of the key may then come back
+    /// (README: a declaration an app update changes).
+    func supersededByPurgedLocalDelete(_ write: WriteModel.Write, model: WriteModel) -> Bool {
+        guard let purged = purgedBeforeUpdate[write.nodeID] else { return false }
+        return model.writes.contains { delete in
+            delete.deleted && delete.nodeID == write.nodeID && delete.key == write.key && delete.version >= write.version
+                && delete.declaration.map { !$0.replicates(from: delete.node) } == true && delete.version.packed <= purged
         }
     }
 

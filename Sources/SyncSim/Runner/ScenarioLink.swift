@@ -96,6 +96,7 @@ final class RunState {
     /// `node` runs the current app from now on (`updateApp`, or a new watch in its place).
     func updateApp(of node: SimNode) {
         checker.olderApps[node.nodeID] = nil
+        checker.purgedBeforeUpdate[node.nodeID] = node.purgedThrough
         model.recordAppUpdate(nodeID: node.nodeID)
         node.registry = registry
         node.runsOlderApp = false

@@ -177,9 +177,17 @@ final class SimNode {
     /// Up, with room to store what it receives: a node that can settle with its peers.
     var canSettle: Bool { isUp && !diskFull }
 
+    /// The newest tombstone version the store purged, as of the last time it was up.
+    private var purgedThroughWhenDown: Int64 = 0
+    /// The newest tombstone version the node's store purged (as of its last time up, while it is down).
+    var purgedThrough: Int64 { store.flatMap { try? $0.purgedThrough() } ?? purgedThroughWhenDown }
+
     /// Stops without closing: the objects are dropped, the file stays.
     func crash() {
-        if let store { add(store.syncCounters) }
+        if let store {
+            add(store.syncCounters)
+            if let purged = try? store.purgedThrough() { purgedThroughWhenDown = purged }
+        }
         store = nil
         observation?.cancel()
         observation = nil
