@@ -195,8 +195,10 @@ final class ScenarioRunner<Link: ScenarioLink> {
             let watch = state.node(name ?? .watch)
             // The backup is taken before the old device goes (it may be the one restored).
             let source = sourceName.map { state.node($0) }
-            let copiedNodeID = source?.store?.nodeID
             let backup = try source?.backUp(to: "\(state.folder)/backup-\(String(nextWatchID, radix: 16)).sqlite")
+            // The id the copy holds is read from the copy: over TCP the source's
+            // session may renew its node id while the runner copies the file.
+            let copiedNodeID = try backup.flatMap { try SyncStore.inspect(path: $0.store).nodeID }
             if let source, backup != nil { state.checker.inherit(nextWatchID, from: source.nodeID) }
             if backup != nil, !marker { state.checker.hasUnmarkedCopies = true }
             await link.willReplace(watch)
