@@ -27,17 +27,22 @@ import Testing
         static let all: [any KeyDeclaration] = [units, plan, streak, draft, face, days]
     }
 
-    /// Both stores closed and opened again with `keys`, as an app update does.
-    static func update(_ pair: inout Pair, to keys: [any KeyDeclaration], configure: (inout StoreOptions) -> Void = { _ in }) throws {
+    /// Both stores (or only `role`'s) closed and opened again with `keys`, as an app update does.
+    static func update(_ pair: inout Pair, to keys: [any KeyDeclaration], only role: DeviceRole? = nil,
+                       configure: (inout StoreOptions) -> Void = { _ in }) throws {
         let registry = try KeyRegistry(keys)
-        pair.phone.close()
-        pair.watch.close()
-        var phoneOptions = StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("phone.key")))
-        configure(&phoneOptions)
-        var watchOptions = StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch.key")))
-        configure(&watchOptions)
-        pair.phone = try SyncStore(path: pair.folder.file("phone.sqlite"), role: .phone, registry: registry, options: phoneOptions)
-        pair.watch = try SyncStore(path: pair.folder.file("watch.sqlite"), role: .watch, registry: registry, options: watchOptions)
+        if role != .watch {
+            pair.phone.close()
+            var options = StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("phone.key")))
+            configure(&options)
+            pair.phone = try SyncStore(path: pair.folder.file("phone.sqlite"), role: .phone, registry: registry, options: options)
+        }
+        if role != .phone {
+            pair.watch.close()
+            var options = StoreOptions(clock: pair.watchClock, encryption: .keyFile(path: pair.folder.file("watch.key")))
+            configure(&options)
+            pair.watch = try SyncStore(path: pair.folder.file("watch.sqlite"), role: .watch, registry: registry, options: options)
+        }
     }
 
     /// A delete made while the key stayed on the device, older than the
@@ -154,6 +159,56 @@ import Testing
         #expect(try pair.phone.requestManualSync() == 1)
         Link(pair.phone, pair.watch).connect()
         #expect(try pair.watch.storedValue(for: After.draft) == "draft")
+    }
+
+    /// An update that makes an automatic key `manual`: a change written
+    /// before it that had not gone waits for `sync()`, as one written after
+    /// it does (it went without one); a change the watch already has is not
+    /// queued again.
+    @Test func aChangeNotYetSentOfAKeyThatBecomesManualWaitsForSync() async throws {
+        let noteBefore = Key<String>("note", default: "", availability: .all, policy: .automaticSmall)
+        let countBefore = Key<Int>("count", default: 0, availability: .all, policy: .automaticSmall)
+        let noteAfter = Key<String>("note", default: "", availability: .all, policy: .manual)
+        let countAfter = Key<Int>("count", default: 0, availability: .all, policy: .manual)
+        var pair = try Pair(keys: [noteBefore, countBefore])
+        try await pair.phone.set(1, for: countBefore)
+        Link(pair.phone, pair.watch).connect()
+        try await pair.phone.set("draft", for: noteBefore)  // the watch is away
+
+        try Self.update(&pair, to: [noteAfter, countAfter])
+        #expect(try pair.phone.entryInfo(forKey: noteAfter.name)?.lane == .manual)
+        #expect(try pair.phone.entryInfo(forKey: countAfter.name)?.lane == .automatic, "the watch has it: nothing to wait for")
+        #expect(try pair.phone.pendingSummary().manualWaiting == 1)
+        Link(pair.phone, pair.watch).connect()
+        #expect(try pair.watch.entryInfo(forKey: noteAfter.name) == nil, "a change of a key now manual went without sync()")
+
+        #expect(try pair.phone.requestManualSync() == 1)
+        Link(pair.phone, pair.watch).connect()
+        #expect(try pair.watch.storedValue(for: noteAfter) == "draft")
+        #expect(try pair.phone.pendingSummary().total == 0)
+    }
+
+    /// The same when the watch's app was updated first: the phone's change
+    /// was passed over while the two declared the key differently (the
+    /// session moved past it), and goes once they agree, but only with
+    /// `sync()` now that the phone's app declares the key `manual` too.
+    @Test func aChangePassedOverWhileTheAppsDifferedWaitsForSyncWhenTheKeyBecomesManual() async throws {
+        let noteBefore = Key<String>("note", default: "", availability: .all, policy: .automaticSmall)
+        let noteAfter = Key<String>("note", default: "", availability: .all, policy: .manual)
+        var pair = try Pair(keys: [noteBefore])
+        try Self.update(&pair, to: [noteAfter], only: .watch)
+        try await pair.phone.set("draft", for: noteBefore)
+        Link(pair.phone, pair.watch).connect()
+        #expect(try pair.watch.entryInfo(forKey: noteAfter.name) == nil, "declared differently: not sent")
+
+        try Self.update(&pair, to: [noteAfter], only: .phone)
+        #expect(try pair.phone.entryInfo(forKey: noteAfter.name)?.lane == .manual)
+        Link(pair.phone, pair.watch).connect()
+        #expect(try pair.watch.entryInfo(forKey: noteAfter.name) == nil, "a change of a key now manual went without sync()")
+
+        #expect(try pair.phone.requestManualSync() == 1)
+        Link(pair.phone, pair.watch).connect()
+        #expect(try pair.watch.storedValue(for: noteAfter) == "draft")
     }
 
     static let vfs = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full")

@@ -6,7 +6,8 @@
 /// (`never` to `automaticSmall` or `manual`, `phoneOnly` to `all`, `manual` to
 /// `automaticSmall`) would otherwise leave what was written before where it
 /// was: the devices would keep different values of a key they now share until
-/// it is written again.
+/// it is written again. One that makes an automatic key `manual` would send
+/// without `sync()` what had not gone yet.
 extension SyncStore {
     /// The registry fingerprint the lanes were last assigned under.
     static let lanesRegistryMeta = "lanes_registry"
@@ -21,8 +22,10 @@ extension SyncStore {
     /// version, as any change. A key that did not sync under the registry of the
     /// last open and syncs now has every entry queued again that way: while it
     /// stayed on the device, sessions passed over what was still in the stream
-    /// and moved their cursors past it. Nothing moves the other way: a key that
-    /// no longer syncs is passed over by every session, whatever its lane.
+    /// and moved their cursors past it. A change of this device in the stream
+    /// that some peer has not acknowledged, of a key now `manual` (or over the
+    /// limit), waits for `sync()` as a change of that key written now would.
+    /// A key that no longer syncs keeps its lanes: every session passes over it.
     func assignLanesForCurrentDeclarations() throws {
         let fingerprint = SyncStore.hex(registry.fingerprint(for: role))
         let recorded = try database.read { conn in try SyncStore.readMeta(conn) }
@@ -32,7 +35,13 @@ extension SyncStore {
         let syncedBefore = recorded[SyncStore.syncingDeclarationsMeta].map { Set($0.split(separator: "\n").map(String.init)) }
         let startsSyncing = syncedBefore.map { syncing.subtracting($0) } ?? []
         let moved = try database.write { conn -> Int in
-            let select = try conn.statement("SELECT key, lane, size, deleted, origin_peer, encoding FROM entries ORDER BY change_seq, key")
+            let select = try conn.statement("SELECT key, lane, size, deleted, origin_peer, encoding, change_seq FROM entries ORDER BY change_seq, key")
+            let peers = try SyncStore.peerRecords(conn)
+            // Whether a change of this device has not reached some peer (any peer, when none is known yet):
+            // it is after that peer's cursor, or its key was declared differently there (passed over).
+            func waitsForSomePeer(_ seq: Int64, _ name: String) -> Bool {
+                peers.isEmpty || peers.contains { seq > $0.cursor || $0.mismatched.contains(name) }
+            }
             var moves: [(key: String, lane: SyncLane)] = []
             var lookups = KeyRegistry.FamilyLookupMemo()
             while try select.step() {
@@ -46,7 +55,9 @@ extension SyncStore {
                     ? SyncLane.automatic
                     : self.lane(for: descriptor, size: select.byteCount(2), deleted: select.int(3) != 0)
                 let requeued = startsSyncing.contains(descriptor.name) && (held != .manual || lane != .manual)
-                if requeued || (held == .none && lane != .none) || (held == .manual && lane == .automatic) {
+                // A change of this device not yet with every peer, of a key now manual, waits for `sync()`.
+                let heldForSync = held == .automatic && lane == .manual && waitsForSomePeer(select.int64(6), descriptor.name)
+                if requeued || heldForSync || (held == .none && lane != .none) || (held == .manual && lane == .automatic) {
                     moves.append((key, held == .released && lane == .manual ? .released : lane))
                 }
             }
@@ -66,7 +77,7 @@ extension SyncStore {
             return moves.count
         }
         if moved > 0 {
-            logger.notice("entries of keys the registry now syncs joined their lanes", metadata: ["entries": "\(moved)"])
+            logger.notice("entries moved to the lanes the updated key declarations give them", metadata: ["entries": "\(moved)"])
         }
     }
 

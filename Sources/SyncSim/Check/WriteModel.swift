@@ -84,13 +84,15 @@ struct WriteModel {
     }
 
     /// The model event a sync must follow to release `write`: the write, or
-    /// for a write its app kept on the device (`never`, or an availability
-    /// that does not replicate from it), the update that made its key sync,
-    /// which files it in the manual lane where the key is manual now.
+    /// for a write that did not wait for a sync when it was made (its app kept
+    /// it on the device: `never`, or an availability that does not replicate
+    /// from it; or sent it on its own: automatic), the update after it, which
+    /// files it in the manual lane where the key is manual now.
     func releaseOrder(of write: Write) -> Int {
-        guard let declared = write.declaration, !declared.replicates(from: write.node),
-              let update = appUpdates[write.nodeID], update > write.order else { return write.order }
-        return update
+        guard let declared = write.declaration, let update = appUpdates[write.nodeID], update > write.order else { return write.order }
+        let waitedForSync = declared.replicates(from: write.node)
+            && (declared.policy == .manual || (declared.policy == .automaticSmall && !write.deleted && write.size > SyncPolicy.automaticLimit))
+        return waitedForSync ? write.order : update
     }
 
     /// Whether `nodeID` requested a manual sync after model event `order`;
