@@ -93,11 +93,14 @@ let package = Package(
         .executableTarget(name: "WatchApp", dependencies: ["SharedKeys", "SyncEngine", "SyncTransport"], path: "Examples/WatchApp"),
         // Wait helpers with deadlines, shared by the test targets.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
+        // Bounds a plain `swift test` to four tests per core, as `scripts/test` does.
+        .target(name: "CTestParallelism", path: "Tests/CTestParallelism"),
         .testTarget(
             name: "SyncTransportTests",
             dependencies: [
                 "SyncTransport",
                 "TestSupport",
+                "CTestParallelism",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
@@ -111,6 +114,7 @@ let package = Package(
             dependencies: [
                 "SyncEngine",
                 "TestSupport",
+                "CTestParallelism",
                 "SyncTransport",
                 "SyncSim",
                 "CSQLite",
