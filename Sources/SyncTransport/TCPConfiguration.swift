@@ -35,6 +35,12 @@ public struct TCPConfiguration: Sendable {
     public var deadPeerTimeout: Duration
     /// The handshake must finish within this time, or the connection closes with `.timeout`.
     public var handshakeTimeout: Duration
+    /// How long a closing connection, its own frames written, waits for the
+    /// peer to close its side while it still reads what the peer sends (at
+    /// most `handshakeTimeout`; 1 s by default). Then the socket closes:
+    /// frames of the peer not read by then are dropped, and a peer that had
+    /// stopped reading sees a reset.
+    public var closeLinger: Duration = .seconds(1)
     /// Bytes of frames `send` may queue before it suspends; also the socket
     /// write buffer's high-water mark. Bounds the sender's memory when the
     /// peer reads slowly.

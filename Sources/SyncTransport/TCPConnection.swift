@@ -123,7 +123,7 @@ final class TCPConnection: FrameConnection {
         // side and the reader reads to the peer's end, but within `closeLinger` the socket is
         // closed, even while the writer waits for room on a socket the peer does not read.
         if !closed.isOpen {
-            let linger = TimeAmount.nanoseconds(Int64(min(Self.closeLinger, grace) / .nanoseconds(1)))
+            let linger = TimeAmount.nanoseconds(Int64(closeLinger / .nanoseconds(1)))
             let deadline = channel.eventLoop.scheduleTask(in: linger) { channel.close(promise: nil) }
             channel.closeFuture.whenComplete { _ in deadline.cancel() }
         }
@@ -258,14 +258,17 @@ final class TCPConnection: FrameConnection {
         // the peer would report a failure, and lose what it had not read yet.
         if !state.withLock({ $0.readerEnded }) {
             channel.close(mode: .output, promise: nil)
-            try? await Task.sleep(for: min(Self.closeLinger, configuration.handshakeTimeout))
+            try? await Task.sleep(for: closeLinger)
         }
         channel.close(promise: nil)
     }
 
     /// How long a closing connection waits for the peer to close its side
-    /// (a peer that stopped reading), after its own frames were written.
-    static let closeLinger = Duration.seconds(1)
+    /// (a peer that stopped reading), after its own frames were written:
+    /// `TCPConfiguration.closeLinger`, within zero and `handshakeTimeout`.
+    var closeLinger: Duration {
+        max(.zero, min(configuration.closeLinger, configuration.handshakeTimeout))
+    }
 
     private func heartbeatLoop() async {
         let interval = configuration.heartbeatInterval

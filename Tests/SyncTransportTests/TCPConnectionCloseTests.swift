@@ -10,12 +10,15 @@ import Testing
     static let bound = 4 << 10
     static let frameCount = 32  // 32 KiB: far more than the receiver's 4 KiB buffer holds
 
-    /// A receiver with a small inbound buffer, its peer's end, and the listener.
-    private func connect() async throws -> (receiver: TCPConnection, sender: any FrameConnection, listener: TCPListener) {
+    /// A receiver with a small inbound buffer (and `closeLinger`, if given), its peer's end, and the listener.
+    private func connect(closeLinger: Duration? = nil) async throws -> (receiver: TCPConnection, sender: any FrameConnection, listener: TCPListener) {
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
         let receiver = try await TCPTransport.connectTCP(
             host: "127.0.0.1", port: listener.port,
-            configuration: testConfiguration(secret) { $0.maxBufferedInboundBytes = Self.bound })
+            configuration: testConfiguration(secret) {
+                $0.maxBufferedInboundBytes = Self.bound
+                if let closeLinger { $0.closeLinger = closeLinger }
+            })
         let sender = try await first(of: listener.connections, "the sending connection")
         return (receiver, sender, listener)
     }
@@ -110,9 +113,12 @@ import Testing
     /// for an app that only stopped, and a consumer that still read lost the
     /// frames written before the close. From a cancelled task (an app going
     /// to the background), `close()` returns at once and the same close goes on.
+    /// The linger is the handshake timeout here (10 s): with the default 1 s,
+    /// a test process busy enough to read the 48 frames more slowly closed
+    /// the socket on the unread ones (19 of 48 read in one CI run).
     @Test(arguments: [false, true])
     func closeWithFramesUnreadEndsAsClosedOnBothSides(fromCancelledTask: Bool) async throws {
-        let (receiver, sender, listener) = try await connect()
+        let (receiver, sender, listener) = try await connect(closeLinger: .seconds(10))
         // 48 KiB: more than the receiver's reader takes in before it waits for
         // room (its 4 KiB buffer and NIO's few reads), less than the sockets hold.
         let count = 48
