@@ -253,6 +253,10 @@ import Testing
         }
         let notJSON = await console.execute("put a {bad")
         #expect((notJSON["error"] as? String)?.contains("not JSON") == true, "\(notJSON)")
+        // Why it is not, when the parser says: JSON nested past its depth is JSON to the eye.
+        let deep = await console.execute("put a " + String(repeating: "[", count: 3_000) + String(repeating: "]", count: 3_000))
+        #expect((deep["error"] as? String)?.contains("nested") == true, "\(deep)")
+        #expect((deep["error"] as? String)?.contains("NSCocoaErrorDomain") == false, "\(deep)")
         // Bytes of a JSON key that are not JSON (a tool wrote them): a code, not Foundation's text.
         try store.setEncoded(Array("plain text".utf8), forKey: "a")
         let get = await console.execute("get a")

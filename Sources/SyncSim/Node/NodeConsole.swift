@@ -125,8 +125,13 @@ struct NodeConsole {
         do {
             switch (parts.first ?? "", parts.count) {
             case ("put", 3):
-                guard let object = try? JSONSerialization.jsonObject(with: Data(parts[2].utf8), options: [.fragmentsAllowed]) else {
-                    return Self.invalid("put takes KEY and a JSON value (1234, \"text\", {\"a\":1}); '\(parts[2].prefix(40))' is not JSON")
+                let object: Any
+                do {
+                    object = try JSONSerialization.jsonObject(with: Data(parts[2].utf8), options: [.fragmentsAllowed])
+                } catch {
+                    // The parser's own reason, when it gives one ("Too many nested arrays or dictionaries …").
+                    let reason = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String).map { ": \($0)" } ?? ""
+                    return Self.invalid("put takes KEY and a JSON value (1234, \"text\", {\"a\":1}); '\(parts[2].prefix(40))' is not JSON\(reason)")
                 }
                 let bytes: [UInt8]
                 if let encoding = rawEncoding(of: parts[1]) {
