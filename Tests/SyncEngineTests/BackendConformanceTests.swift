@@ -147,6 +147,10 @@ extension BackendKind {
         #expect(face?.code == .writeNotAllowed)
         let unknown = await #expect(throws: SyncError.self) { try await store.set(1, for: Key<Int>("nobody", default: 0)) }
         #expect(unknown?.code == .unknownKey)
+        // A name of any length: the message quotes a bounded part of it, and says how long it is.
+        let long = await #expect(throws: SyncError.self) { try await store.set(1, for: Key<Int>(String(repeating: "x", count: 100_000), default: 0)) }
+        #expect(long?.code == .unknownKey)
+        #expect((long.map { "\($0)".utf8.count } ?? .max) < 1_000 && "\(long.map { "\($0)" } ?? "")".contains("100000 bytes"))
         let mismatched = await #expect(throws: SyncError.self) {
             try await store.set(1, for: Key<Int>("steps", in: Namespace("health").child("daily"), default: 0, policy: .manual))
         }

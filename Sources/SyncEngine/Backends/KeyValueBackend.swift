@@ -156,7 +156,9 @@ extension KeyRegistry {
             throw SyncError(.invalidKey, "key name \(String(name.prefix(64)).debugDescription) contains the NUL character (U+0000), which no key name may hold")
         }
         guard let registered = descriptor(forEntry: name) else {
-            throw SyncError(.unknownKey, "key '\(name)' is not in this store's registry; add it to the keys given to KeyRegistry")
+            // A name of any length may be asked for: the message quotes a bounded part of it.
+            let shown = name.utf8.count <= KeyName.maxBytes ? "'\(name)'" : "'\(name.prefix(64))…' (\(name.utf8.count) bytes)"
+            throw SyncError(.unknownKey, "key \(shown) is not in this store's registry; add it to the keys given to KeyRegistry")
         }
         if var declared {
             declared.name = registered.name
@@ -317,7 +319,7 @@ extension KeyValueBackend {
     public func set<Value>(_ value: Value, for key: Key<Value>) async throws {
         let descriptor = try registry.governingDescriptor(for: key.name, declared: key.descriptor)
         let write = BackendWrite(key: key.name, descriptor: descriptor, bytes: try key.serializer.encode(value), decoded: value)
-        try await performBlocking { try self.commit([write]) }
+        _ = try await performBlocking { try self.commit([write]) }
     }
 
     /// Synchronous form of `set`, for property wrappers and benchmarks.
@@ -331,7 +333,7 @@ extension KeyValueBackend {
     public func remove<Value>(_ key: Key<Value>) async throws {
         let descriptor = try registry.governingDescriptor(for: key.name, declared: key.descriptor)
         let write = BackendWrite(key: key.name, descriptor: descriptor, bytes: nil, decoded: nil)
-        try await performBlocking { try self.commit([write]) }
+        _ = try await performBlocking { try self.commit([write]) }
     }
 
     /// Synchronous form of `remove`.
