@@ -238,8 +238,11 @@ import Testing
         let link = Link(phone, watch)
         link.connect()
         #expect(try watch.entryInfo(forKey: After.streak.name) == nil, "nothing moves before a tick")
+        // Not idle meanwhile: a session that said so would see no reason to tick again (fuzz seed 499800562).
+        #expect(link.a.idleBlockers.contains { $0.contains("wait for room") }, "\(link.a.idleBlockers)")
         link.run(link.a.tick(now: link.now + 1_000), [])
         #expect(try phone.entryInfo(forKey: After.streak.name)?.lane == .automatic)
         #expect(try watch.storedValue(for: After.streak) == 12)
+        #expect(link.a.idleBlockers.isEmpty, "\(link.a.idleBlockers)")
     }
 }

@@ -325,6 +325,7 @@ package final class InMemoryReplicationPort: ReplicationPort {
     package func pairingEpoch(ofPeer node: UInt32) throws -> String? { peers[node]?.epoch }
     package func refusesNewPeer(_ node: UInt32) throws -> Bool { false }  // keeps every peer
     package func retryDeferredWork() {}  // puts nothing off
+    package var defersWork: Bool { false }
     package func queuedPeerRenewsNodeID(in epoch: String) throws -> Bool { queuedRenewals.contains(epoch) }
     package func noteQueuedPeerRenewsNodeID(in epoch: String) throws { queuedRenewals.insert(epoch) }
 

@@ -22,6 +22,8 @@ extension ReplicationEndpoint {
             return reasons.count >= limit
         }
         if let failure, note("failed: \(failure)") { return reasons }
+        // An app update's lane pass a full disk put off: what it moves goes once it runs (a tick retries it).
+        if port.defersWork, note("entries an app update moves wait for room on the disk") { return reasons }
         if awaitsPeerReceipt, note("waits for the peer's receipt") { return reasons }
         if let flights = session.established?.inFlight, !flights.isEmpty,
            note("\(flights.count) unacknowledged (\(Set(flights.values.map(\.payload.kind)).sorted().joined(separator: ", ")))") {

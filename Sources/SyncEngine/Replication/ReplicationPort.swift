@@ -188,6 +188,8 @@ package protocol ReplicationPort: AnyObject {
     func partialTransfers() throws -> [PartialTransfer]
     /// Housekeeping put off for room (a full disk), tried again at most every few seconds.
     func retryDeferredWork()
+    /// Whether such housekeeping waits: changes may join the stream once it runs.
+    var defersWork: Bool { get }
 }
 
 extension ReplicationPort {
@@ -331,6 +333,7 @@ package final class SQLiteReplicationPort: ReplicationPort {
 
     package func syncCommitted() throws { try store.syncCommitted() }
     package func retryDeferredWork() { store.assignDeferredLanes() }
+    package var defersWork: Bool { store.deferredLanes.withLock { $0 != nil } }
 
     package func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord {
         try store.recordPeer(node: node, role: role, epoch: epoch)
