@@ -153,11 +153,11 @@ extension KeyRegistry {
     /// caller's own, whose name may be a family member's).
     func governingDescriptor(for name: String, declared: KeyDescriptor?) throws -> KeyDescriptor {
         guard !KeyName.containsNUL(name) else {
-            throw SyncError(.invalidKey, "key name \(String(name.prefix(64)).debugDescription) contains the NUL character (U+0000), which no key name may hold")
+            throw SyncError(.invalidKey, "key name \(KeyName.excerpt(name)) contains the NUL character (U+0000), which no key name may hold")
         }
         guard let registered = descriptor(forEntry: name) else {
             // A name of any length may be asked for: the message quotes a bounded part of it.
-            let shown = name.utf8.count <= KeyName.maxBytes ? "'\(name)'" : "'\(name.prefix(64))…' (\(name.utf8.count) bytes)"
+            let shown = name.utf8.count <= KeyName.maxBytes ? "'\(name)'" : "\(KeyName.excerpt(name))… (\(name.utf8.count) bytes)"
             throw SyncError(.unknownKey, "key \(shown) is not in this store's registry; add it to the keys given to KeyRegistry")
         }
         if var declared {
@@ -176,7 +176,7 @@ extension KeyRegistry {
         let descriptor = try known ?? governingDescriptor(for: name, declared: nil)
         let nameBytes = name.utf8.count
         if nameBytes > KeyName.maxBytes, descriptor.replicates(from: .phone) || descriptor.replicates(from: .watch) {
-            throw SyncError(.invalidKey, "key name \(String(name.prefix(64)).debugDescription)… has \(nameBytes) bytes, more than the \(KeyName.maxBytes) a replicated key's name may have (what a peer accepts)")
+            throw SyncError(.invalidKey, "key name \(KeyName.excerpt(name))… has \(nameBytes) bytes, more than the \(KeyName.maxBytes) a replicated key's name may have (what a peer accepts)")
         }
         guard descriptor.availability.canWrite(on: role) else {
             throw SyncError(.writeNotAllowed, "key '\(name)' is \(descriptor.availability.rawValue) and cannot be written on the \(role); write it on the \(role.counterpart)")

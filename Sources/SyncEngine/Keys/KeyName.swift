@@ -22,6 +22,10 @@ package enum KeyName {
         return canonical
     }
 
+    /// The first 64 characters of `name`, quoted and escaped, for a message
+    /// about a name that may be of any length.
+    package static func excerpt(_ name: String) -> String { String(name.prefix(64)).debugDescription }
+
     /// Whether `name` holds U+0000, which no key name may: C strings (and
     /// SQLite's, and a log's) end there, so "day:a\0b" would be "day:a".
     package static func containsNUL(_ name: String) -> Bool { name.utf8.contains(0) }
