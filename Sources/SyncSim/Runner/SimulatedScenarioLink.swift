@@ -20,6 +20,8 @@ final class SimulatedScenarioLink: ScenarioLink {
         var epoch = 1
         /// Set by `replaceWatch`: the phone re-baselines when the first session with the new watch is established.
         var awaitingRebaseline = false
+        /// The node id the phone's endpoint of the current session was established with, once it was.
+        var establishedPeer: UInt32?
 
         init(watch: SimNode, link: SimulatedLink) {
             self.watch = watch
@@ -183,6 +185,7 @@ final class SimulatedScenarioLink: ScenarioLink {
         pair.phoneEndpoint = nil
         pair.watchEndpoint = nil
         pair.reconnectAt = nil
+        pair.establishedPeer = nil
         guard let ps = phone.store, let ws = watch.store else { return }
         sessions += 1
         let pe = ReplicationEndpoint(store: ps, configuration: state.replication(of: phone, epoch: pair.pairingEpoch))
@@ -205,7 +208,27 @@ final class SimulatedScenarioLink: ScenarioLink {
             pair.awaitingRebaseline = false
             state.model.recordRebaseline(nodeID: state.phone.nodeID)
         }
+        replaceOlderSessions(of: pair)
         noteFailures(pair)
+    }
+
+    /// As a phone's `SyncPeer` does: a session newly established with a node
+    /// replaces any other session with that node, through any pairing (one
+    /// device runs one session at a time; two devices with one node id, a
+    /// copied store, then end up with one of them refused and renewing).
+    func replaceOlderSessions(of pair: Pair) {
+        guard pair.establishedPeer == nil, let phoneEndpoint = pair.phoneEndpoint, phoneEndpoint.isEstablished,
+              let node = phoneEndpoint.peerNode else { return }
+        pair.establishedPeer = node
+        for other in pairs where other !== pair && other.establishedPeer == node && other.phoneEndpoint?.failure == nil {
+            other.link.dropInFlight()
+            other.phoneEndpoint?.connectionLost()
+            other.watchEndpoint?.connectionLost()
+            other.phoneEndpoint = nil
+            other.watchEndpoint = nil
+            other.establishedPeer = nil
+            other.reconnectAt = now + 500
+        }
     }
 
     /// A failed session is replaced by a new one after a short pause (a reconnect).
