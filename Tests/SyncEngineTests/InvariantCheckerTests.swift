@@ -78,6 +78,48 @@ import Testing
         #expect(!manualResult(delete, sentBy: .watch, deleted: true).passed, "a delete waits for the sync too")
     }
 
+    /// A key an older app declared automatic and the update declares manual:
+    /// a change written before the update that had not gone yet waits for a
+    /// sync after the update; one that had gone (a peer may hold it) is not
+    /// judged; one written after the update waits for a sync after it.
+    @Test func aChangeAnUpdateMadeManualIsFlaggedUntilASyncAfterTheUpdate() throws {
+        let older = try KeyRegistry([units, token, Key<String>("notes", default: "", availability: .all, policy: .automaticSmall), pin])
+        let before = HLCTimestamp(packed: 1 << 16, node: 2), after = HLCTimestamp(packed: 2 << 16, node: 2)
+        func frame(_ version: HLCTimestamp) -> Frame {
+            SyncMessage.batch(.init(id: 1, entries: [WireEntry(key: "notes", version: version, base: .zero, deleted: false,
+                                                              encoding: "json", value: Array("\"x\"".utf8))])).frame()
+        }
+        /// Runs `steps`; `.send(v)` observes the watch sending version `v`.
+        enum Step { case write(HLCTimestamp), update, sync, send(HLCTimestamp) }
+        func manualResult(_ steps: [Step]) -> InvariantResult {
+            var model = WriteModel()
+            var checker = InvariantChecker(registry: registry, declaredDifferently: ["notes"])
+            checker.olderApps[2] = older
+            for step in steps {
+                switch step {
+                case .write(let v):
+                    let declared = (checker.olderApps[2] ?? registry).descriptor(forEntry: "notes")
+                    model.recordWrite(node: .watch, nodeID: 2, key: "notes", version: v, deleted: false, size: 3, declaration: declared)
+                case .update:
+                    checker.olderApps[2] = nil
+                    model.recordAppUpdate(nodeID: 2)
+                case .sync: model.recordSync(node: .watch, nodeID: 2)
+                case .send(let v): checker.observe(frame(v), from: .watch, senderID: 2, model: model, at: 0)
+                }
+            }
+            return checker.log.results[.manualUntilSync]!
+        }
+        let unsent = manualResult([.write(before), .update, .send(before)])
+        #expect(!unsent.passed, "not sent before the update, sent after it without a sync")
+        #expect(unsent.violations.first?.contains("without a sync after the app update that made the key manual") == true, "\(unsent.violations)")
+        #expect(!manualResult([.write(before), .sync, .update, .send(before)]).passed, "a sync before the update does not release it")
+        #expect(manualResult([.write(before), .update, .sync, .send(before)]).passed)
+        #expect(manualResult([.write(before), .send(before), .update, .send(before)]).passed, "it went before the update")
+        let later = manualResult([.update, .write(after), .send(after)])
+        #expect(!later.passed && later.violations.first?.contains("without a sync after the write") == true, "\(later.violations)")
+        #expect(manualResult([.update, .write(after), .sync, .send(after)]).passed)
+    }
+
     /// Queued declarations, like a hello's, name no key that never leaves the sender.
     @Test func localOnlyKeyInQueuedDeclarationsIsFlagged() {
         let header = QueuedHeader(protocolVersion: 6, node: 1, role: .phone, pairingEpoch: "e", registryFingerprint: [])

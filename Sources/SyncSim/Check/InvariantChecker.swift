@@ -26,6 +26,17 @@ struct InvariantChecker {
     /// A watch was set up from a copy that keeps its source's node id (no
     /// device marker): its phone may refuse that node id through the mailbox.
     var hasUnmarkedCopies = false
+    /// When each entry was first sent, by any node, as a model order (a node
+    /// other than its writer sends it only after its writer did): an entry
+    /// that had gone before an app update made its key manual may stay where
+    /// it was (a peer may hold it).
+    var firstSent: [SentEntry: Int] = [:]
+
+    /// An entry by its key and version.
+    struct SentEntry: Hashable {
+        var key: String
+        var version: HLCTimestamp
+    }
 
     init(registry: KeyRegistry, declaredDifferently: Set<String> = []) {
         self.registry = registry
@@ -244,11 +255,30 @@ struct InvariantChecker {
     /// An entry (a value or a delete) of a key its writer declares `manual`
     /// goes out from that writer only after a `sync` there made after the
     /// write. Forwarded by another node, it was released by its writer's sync
-    /// before (checked when the writer sent it). Keys the apps declare
-    /// differently are left out: an update may change a key's policy.
+    /// before (checked when the writer sent it). For a key the apps declare
+    /// differently, the writer's app when it wrote decides: a write made
+    /// under the app that declares the key `manual` waits for a sync after
+    /// it; one that went on its own (automatic) or stayed on the device
+    /// waits for a sync after the update that made the key manual, unless
+    /// it went before that update (a peer may have acknowledged it, and
+    /// then it stays where it was).
     private mutating func checkManual(_ key: String, version: HLCTimestamp, from sender: DeviceRole, senderID: UInt32, model: WriteModel,
                                       time: Int64, visible: Int?) {
-        guard !isDeclaredDifferently(key), let d = declaration(key, on: senderID), d.policy == .manual else { return }
+        let entry = SentEntry(key: key, version: version)
+        let sentBefore = firstSent[entry]
+        if sentBefore == nil { firstSent[entry] = model.currentOrder }
+        guard let d = declaration(key, on: senderID), d.policy == .manual else { return }
+        if isDeclaredDifferently(key) {
+            guard let write = model.write(key: key, version: version), write.nodeID == senderID else { return }
+            let release = model.releaseOrder(of: write)
+            if release != write.order, let sentBefore, sentBefore <= release { return }
+            log.checked(.manualUntilSync)
+            if !model.syncedAfter(order: release, nodeID: senderID, visible: visible) {
+                let after = release == write.order ? "the write" : "the app update that made the key manual"
+                log.violate(.manualUntilSync, "t=\(time) \(sender) sent manual key \(key) (version \(version)\(write.deleted ? ", a delete" : "")) without a sync after \(after)")
+            }
+            return
+        }
         log.checked(.manualUntilSync)
         if let write = model.unreleasedWrite(key: key, version: version, by: senderID, visible: visible) {
             log.violate(.manualUntilSync, "t=\(time) \(sender) sent manual key \(key) (version \(version)\(write.deleted ? ", a delete" : "")) without a sync after the write")

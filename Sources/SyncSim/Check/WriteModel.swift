@@ -32,6 +32,8 @@ struct WriteModel {
     /// The last app update per node (`updateApp`).
     private(set) var appUpdates: [UInt32: Int] = [:]
     private var nextOrder = 0
+    /// The order the next model event gets: everything recorded so far comes before it.
+    var currentOrder: Int { nextOrder }
 
     mutating func recordWrite(node: DeviceRole, nodeID: UInt32, key: String, version: HLCTimestamp, deleted: Bool, size: Int,
                               declaration: KeyDescriptor? = nil) {
