@@ -211,20 +211,26 @@ import Testing
         #expect(try pair.watch.storedValue(for: noteAfter) == "draft")
     }
 
+    /// One file system per test whose disk fills up (tests run in parallel).
     static let vfs = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full")
+    static let vfsHeldStream = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-stream")
+    static let vfsHeldRepair = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-repair")
+
+    /// Opens a device's store in `folder` with `keys`, on `vfs` (whose disk a test fills).
+    static func opener(_ folder: TempFolder, vfs: CrashVFS) -> (DeviceRole, [any KeyDeclaration]) throws -> SyncStore {
+        { role, keys in
+            var options = StoreOptions(encryption: .keyFile(path: folder.file("\(role).key")))
+            options.vfsName = vfs.name
+            options.externalChangePollInterval = nil
+            return try SyncStore(path: folder.file("\(role).sqlite"), role: role, registry: KeyRegistry(keys), options: options)
+        }
+    }
 
     /// The update opens on a full disk: the entries move once there is room,
     /// at a session's tick, and go.
     @Test func aFullDiskAtTheUpdatePutsTheMoveOffUntilThereIsRoom() async throws {
         let folder = TempFolder()
-        var options = StoreOptions()
-        options.vfsName = Self.vfs.name
-        options.externalChangePollInterval = nil
-        func open(_ role: DeviceRole, _ keys: [any KeyDeclaration]) throws -> SyncStore {
-            var options = options
-            options.encryption = .keyFile(path: folder.file("\(role).key"))
-            return try SyncStore(path: folder.file("\(role).sqlite"), role: role, registry: KeyRegistry(keys), options: options)
-        }
+        let open = Self.opener(folder, vfs: Self.vfs)
         var phone = try open(.phone, Before.all)
         try await phone.set(12, for: Before.streak)
         phone.close()
@@ -244,5 +250,68 @@ import Testing
         #expect(try phone.entryInfo(forKey: After.streak.name)?.lane == .automatic)
         #expect(try watch.storedValue(for: After.streak) == 12)
         #expect(link.a.idleBlockers.isEmpty, "\(link.a.idleBlockers)")
+    }
+
+    /// The update that makes an automatic key `manual` opens on a full disk:
+    /// until the put-off pass runs, a change written before it that had not
+    /// gone must not go without `sync()` either. The sessions sent it
+    /// (fuzz seed 501002081).
+    @Test func aFullDiskAtTheUpdateHoldsTheStreamUntilTheMoveRan() async throws {
+        let noteBefore = Key<String>("note", default: "", availability: .all, policy: .automaticSmall)
+        let noteAfter = Key<String>("note", default: "", availability: .all, policy: .manual)
+        let folder = TempFolder()
+        let open = Self.opener(folder, vfs: Self.vfsHeldStream)
+        var phone = try open(.phone, [noteBefore])
+        try await phone.set("draft", for: noteBefore)  // no watch met yet: it has not gone
+        phone.close()
+
+        Self.vfsHeldStream.setDiskFull(true)
+        defer { Self.vfsHeldStream.setDiskFull(false) }
+        phone = try open(.phone, [noteAfter])
+        #expect(try phone.entryInfo(forKey: noteAfter.name)?.lane == .automatic, "moved on a full disk")
+        Self.vfsHeldStream.setDiskFull(false)
+        let watch = try open(.watch, [noteAfter])
+        let link = Link(phone, watch)
+        link.connect()
+        #expect(try watch.entryInfo(forKey: noteAfter.name) == nil, "went without sync() before the pass ran")
+
+        link.run(link.a.tick(now: link.now + 1_000), [])
+        #expect(try phone.entryInfo(forKey: noteAfter.name)?.lane == .manual)
+        #expect(try watch.entryInfo(forKey: noteAfter.name) == nil, "went without sync()")
+        #expect(try phone.requestManualSync() == 1)
+        link.settle()
+        #expect(try watch.storedValue(for: noteAfter) == "draft")
+    }
+
+    /// The same when the watch's app was updated first and the phone's
+    /// change was passed over: the session read the repair (the changes of
+    /// the keys declared alike again) before the put-off pass ran, and sent
+    /// it once it had run, without `sync()`.
+    @Test func aFullDiskAtTheUpdateHoldsARepairUntilTheMoveRan() async throws {
+        let noteBefore = Key<String>("note", default: "", availability: .all, policy: .automaticSmall)
+        let noteAfter = Key<String>("note", default: "", availability: .all, policy: .manual)
+        let folder = TempFolder()
+        let open = Self.opener(folder, vfs: Self.vfsHeldRepair)
+        var phone = try open(.phone, [noteBefore])
+        let watch = try open(.watch, [noteAfter])
+        try await phone.set("draft", for: noteBefore)
+        Link(phone, watch).connect()
+        #expect(try watch.entryInfo(forKey: noteAfter.name) == nil, "declared differently: not sent")
+        phone.close()
+
+        Self.vfsHeldRepair.setDiskFull(true)
+        defer { Self.vfsHeldRepair.setDiskFull(false) }
+        phone = try open(.phone, [noteAfter])
+        #expect(try phone.entryInfo(forKey: noteAfter.name)?.lane == .automatic, "moved on a full disk")
+        Self.vfsHeldRepair.setDiskFull(false)
+        let link = Link(phone, watch)
+        link.connect()
+        link.run(link.a.tick(now: link.now + 1_000), [])
+        #expect(try phone.entryInfo(forKey: noteAfter.name)?.lane == .manual)
+        link.settle()
+        #expect(try watch.entryInfo(forKey: noteAfter.name) == nil, "went without sync()")
+        #expect(try phone.requestManualSync() == 1)
+        link.settle()
+        #expect(try watch.storedValue(for: noteAfter) == "draft")
     }
 }

@@ -435,6 +435,8 @@ package final class MailboxReplicator {
         }
         // Once the registries agree again nothing is passed over; what was, goes in one repair batch.
         mismatchedForPeer = agree ? [] : record?.mismatched ?? []
+        // A lane pass a full disk put off may hold stream changes for `sync()`: none go until it ran.
+        if port.defersWork { if let record { peerNode = record.node }; return }
         if agree, let record, !record.mismatched.isEmpty, !repairPosted || outboxWasEmpty {
             try postRepair(record, into: &report)
         }

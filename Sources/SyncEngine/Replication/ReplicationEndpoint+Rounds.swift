@@ -45,6 +45,17 @@ extension ReplicationEndpoint {
 
     /// Once every repaired key's changes were acknowledged, the peer's record
     /// of mismatched keys is what this session found.
+    /// Reads the changes of the keys declared alike again (`repairedNames`), unless a lane pass
+    /// a full disk put off may still hold some of them for `sync()`: the pump reads them once it ran.
+    func readRepairRows(for peer: UInt32) throws {
+        guard !session.stream.repairedNames.isEmpty else { return }
+        repairAwaitsLanes = port.defersWork
+        guard !repairAwaitsLanes else { return }
+        session.stream.repairRows = try port.rows(declaredBy: session.stream.repairedNames, for: peer, maxEntries: Int.max)
+            .filter { !excluded($0.key) }
+        try finishRepairIfDone()
+    }
+
     func finishRepairIfDone() throws {
         guard session.stream.finishRepairIfDone(), let peer = session.knownPeer else { return }
         try port.setMismatchedKeys(ReplicationSession.declared(peer.mismatchedKeys, in: port.registry.wireDeclarations(from: port.role)), for: peer.node)

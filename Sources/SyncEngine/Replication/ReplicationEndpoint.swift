@@ -305,9 +305,12 @@ package final class ReplicationEndpoint {
         // Cleared first: a pump that sends nothing never asks to be called again.
         pumpStoppedEarly = false
         guard session.isEstablished, failure == nil, !awaitsPeerReceipt, let peer = session.knownPeer else { return [] }
+        // A lane pass a full disk put off may hold stream changes for `sync()`: none go until it ran.
+        if port.defersWork { return [] }
         coalescing.heldSince = nil  // whatever was held is read now
         var out: [Frame] = []
         do {
+            if repairAwaitsLanes { try readRepairRows(for: peer.node) }
             while session.hasCapacity {
                 if out.count >= framesPerPump {
                     pumpStoppedEarly = true
@@ -476,6 +479,8 @@ package final class ReplicationEndpoint {
     var mismatchedAtStart: Set<String> = []
     /// A phone's re-baseline notice waits for the watch to acknowledge a caught-up notice (`SyncStore.owesLiveCaughtUp`).
     var owesLiveCaughtUp = false
+    /// The repair's changes are read once a lane pass a full disk put off ran (`readRepairRows`).
+    var repairAwaitsLanes = false
     /// How far the peer's stream is received (protocol 3), and how far the store has it recorded.
     var receivedStream = ReceivedStream()
     /// When applying a batch last recorded `receivedStream`.
@@ -565,10 +570,7 @@ package final class ReplicationEndpoint {
                     // peer's registry are then applied key by key (`MailboxReplicator`).
                     let registries = port.registry.fingerprint(for: port.role) + peer.registryFingerprint
                     if record.registries != registries { try port.recordRegistries(registries, for: peer.node) }
-                    if !session.stream.repairedNames.isEmpty {
-                        session.stream.repairRows = try port.rows(declaredBy: session.stream.repairedNames, for: peer.node, maxEntries: Int.max).filter { !excluded($0.key) }
-                        try finishRepairIfDone()
-                    }
+                    try readRepairRows(for: peer.node)
                 } catch let error as SyncError {
                     return out + fail(error, notifyPeer: true)
                 } catch {
