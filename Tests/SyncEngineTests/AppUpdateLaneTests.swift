@@ -1,5 +1,6 @@
 import Foundation
-@_spi(Testing) @testable import SyncEngine
+@_spi(Testing) @_spi(Benchmarks) @testable import SyncEngine
+import SyncTransport
 import Testing
 
 /// An app update that makes a key sync (`never` to automatic, `phoneOnly` to
@@ -215,6 +216,7 @@ import Testing
     static let vfs = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full")
     static let vfsHeldStream = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-stream")
     static let vfsHeldRepair = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-repair")
+    static let vfsHeldQueue = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-queue")
 
     /// Opens a device's store in `folder` with `keys`, on `vfs` (whose disk a test fills).
     static func opener(_ folder: TempFolder, vfs: CrashVFS) -> (DeviceRole, [any KeyDeclaration]) throws -> SyncStore {
@@ -313,5 +315,31 @@ import Testing
         #expect(try phone.requestManualSync() == 1)
         link.settle()
         #expect(try watch.storedValue(for: noteAfter) == "draft")
+    }
+
+    /// Through the mailbox too: a queued round while the put-off pass still
+    /// waits posts none of the stream.
+    @Test func aFullDiskAtTheUpdateHoldsTheQueuedStreamUntilTheMoveRan() async throws {
+        let noteBefore = Key<String>("note", default: "", availability: .all, policy: .automaticSmall)
+        let noteAfter = Key<String>("note", default: "", availability: .all, policy: .manual)
+        let folder = TempFolder()
+        let open = Self.opener(folder, vfs: Self.vfsHeldQueue)
+        var phone = try open(.phone, [noteBefore])
+        try await phone.set("draft", for: noteBefore)  // no watch met yet: it has not gone
+        phone.close()
+
+        Self.vfsHeldQueue.setDiskFull(true)
+        defer { Self.vfsHeldQueue.setDiskFull(false) }
+        phone = try open(.phone, [noteAfter])
+        #expect(try phone.entryInfo(forKey: noteAfter.name)?.lane == .automatic, "moved on a full disk")
+        let secret = PairingSecret.generate()
+        let mailbox = try Mailbox(directory: folder.file("mailbox"), role: .phone, secret: secret)
+        let peer = SyncPeer(store: phone, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
+        _ = try peer.deliverQueued(through: mailbox)
+        let posted = try mailbox.outgoingMessages().flatMap { message -> [String] in
+            guard case .batch(_, _, _, let entries) = try QueuedMessage(frame: message.frame) else { return [] }
+            return entries.map(\.key)
+        }
+        #expect(!posted.contains(noteAfter.name), "posted without sync() before the pass ran")
     }
 }
