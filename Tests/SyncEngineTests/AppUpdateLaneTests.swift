@@ -254,35 +254,53 @@ import Testing
         #expect(link.a.idleBlockers.isEmpty, "\(link.a.idleBlockers)")
     }
 
+    /// A key an update makes `manual`, before and after.
+    enum Note {
+        static let automatic = Key<String>("note", default: "", availability: .all, policy: .automaticSmall)
+        static let manual = Key<String>("note", default: "", availability: .all, policy: .manual)
+    }
+
+    /// The phone's store, after `before` ran on it under the app that declares
+    /// `note` automatic, opened again under the one that declares it `manual`
+    /// on a full disk (the lane pass put off); the disk has room again after,
+    /// unless `keepsFull` (then the caller frees it).
+    static func phoneUpdatedOnAFullDisk(_ open: (DeviceRole, [any KeyDeclaration]) throws -> SyncStore, vfs: CrashVFS,
+                                        keepsFull: Bool = false, before: (SyncStore) async throws -> Void) async throws -> SyncStore {
+        let phone = try open(.phone, [Note.automatic])
+        try await before(phone)
+        phone.close()
+        vfs.setDiskFull(true)
+        defer { if !keepsFull { vfs.setDiskFull(false) } }
+        let updated = try open(.phone, [Note.manual])
+        #expect(try updated.entryInfo(forKey: Note.manual.name)?.lane == .automatic, "moved on a full disk")
+        return updated
+    }
+
+    /// Once a tick ran the put-off pass, the change waits for `sync()`, then goes.
+    static func expectHeldUntilSync(_ link: Link, _ phone: SyncStore, _ watch: SyncStore) throws {
+        link.run(link.a.tick(now: link.now + 1_000), [])
+        #expect(try phone.entryInfo(forKey: Note.manual.name)?.lane == .manual)
+        link.settle()
+        #expect(try watch.entryInfo(forKey: Note.manual.name) == nil, "went without sync()")
+        #expect(try phone.requestManualSync() == 1)
+        link.settle()
+        #expect(try watch.storedValue(for: Note.manual) == "draft")
+    }
+
     /// The update that makes an automatic key `manual` opens on a full disk:
     /// until the put-off pass runs, a change written before it that had not
     /// gone must not go without `sync()` either. The sessions sent it
     /// (fuzz seed 501002081).
     @Test func aFullDiskAtTheUpdateHoldsTheStreamUntilTheMoveRan() async throws {
-        let noteBefore = Key<String>("note", default: "", availability: .all, policy: .automaticSmall)
-        let noteAfter = Key<String>("note", default: "", availability: .all, policy: .manual)
         let folder = TempFolder()
         let open = Self.opener(folder, vfs: Self.vfsHeldStream)
-        var phone = try open(.phone, [noteBefore])
-        try await phone.set("draft", for: noteBefore)  // no watch met yet: it has not gone
-        phone.close()
-
-        Self.vfsHeldStream.setDiskFull(true)
-        defer { Self.vfsHeldStream.setDiskFull(false) }
-        phone = try open(.phone, [noteAfter])
-        #expect(try phone.entryInfo(forKey: noteAfter.name)?.lane == .automatic, "moved on a full disk")
-        Self.vfsHeldStream.setDiskFull(false)
-        let watch = try open(.watch, [noteAfter])
+        // No watch met yet: the change has not gone.
+        let phone = try await Self.phoneUpdatedOnAFullDisk(open, vfs: Self.vfsHeldStream) { try await $0.set("draft", for: Note.automatic) }
+        let watch = try open(.watch, [Note.manual])
         let link = Link(phone, watch)
         link.connect()
-        #expect(try watch.entryInfo(forKey: noteAfter.name) == nil, "went without sync() before the pass ran")
-
-        link.run(link.a.tick(now: link.now + 1_000), [])
-        #expect(try phone.entryInfo(forKey: noteAfter.name)?.lane == .manual)
-        #expect(try watch.entryInfo(forKey: noteAfter.name) == nil, "went without sync()")
-        #expect(try phone.requestManualSync() == 1)
-        link.settle()
-        #expect(try watch.storedValue(for: noteAfter) == "draft")
+        #expect(try watch.entryInfo(forKey: Note.manual.name) == nil, "went without sync() before the pass ran")
+        try Self.expectHeldUntilSync(link, phone, watch)
     }
 
     /// The same when the watch's app was updated first and the phone's
@@ -290,48 +308,28 @@ import Testing
     /// the keys declared alike again) before the put-off pass ran, and sent
     /// it once it had run, without `sync()`.
     @Test func aFullDiskAtTheUpdateHoldsARepairUntilTheMoveRan() async throws {
-        let noteBefore = Key<String>("note", default: "", availability: .all, policy: .automaticSmall)
-        let noteAfter = Key<String>("note", default: "", availability: .all, policy: .manual)
         let folder = TempFolder()
         let open = Self.opener(folder, vfs: Self.vfsHeldRepair)
-        var phone = try open(.phone, [noteBefore])
-        let watch = try open(.watch, [noteAfter])
-        try await phone.set("draft", for: noteBefore)
-        Link(phone, watch).connect()
-        #expect(try watch.entryInfo(forKey: noteAfter.name) == nil, "declared differently: not sent")
-        phone.close()
-
-        Self.vfsHeldRepair.setDiskFull(true)
-        defer { Self.vfsHeldRepair.setDiskFull(false) }
-        phone = try open(.phone, [noteAfter])
-        #expect(try phone.entryInfo(forKey: noteAfter.name)?.lane == .automatic, "moved on a full disk")
-        Self.vfsHeldRepair.setDiskFull(false)
+        let watch = try open(.watch, [Note.manual])
+        let phone = try await Self.phoneUpdatedOnAFullDisk(open, vfs: Self.vfsHeldRepair) { phone in
+            try await phone.set("draft", for: Note.automatic)
+            Link(phone, watch).connect()
+            #expect(try watch.entryInfo(forKey: Note.manual.name) == nil, "declared differently: not sent")
+        }
         let link = Link(phone, watch)
         link.connect()
-        link.run(link.a.tick(now: link.now + 1_000), [])
-        #expect(try phone.entryInfo(forKey: noteAfter.name)?.lane == .manual)
-        link.settle()
-        #expect(try watch.entryInfo(forKey: noteAfter.name) == nil, "went without sync()")
-        #expect(try phone.requestManualSync() == 1)
-        link.settle()
-        #expect(try watch.storedValue(for: noteAfter) == "draft")
+        try Self.expectHeldUntilSync(link, phone, watch)
     }
 
     /// Through the mailbox too: a queued round while the put-off pass still
     /// waits posts none of the stream.
     @Test func aFullDiskAtTheUpdateHoldsTheQueuedStreamUntilTheMoveRan() async throws {
-        let noteBefore = Key<String>("note", default: "", availability: .all, policy: .automaticSmall)
-        let noteAfter = Key<String>("note", default: "", availability: .all, policy: .manual)
         let folder = TempFolder()
         let open = Self.opener(folder, vfs: Self.vfsHeldQueue)
-        var phone = try open(.phone, [noteBefore])
-        try await phone.set("draft", for: noteBefore)  // no watch met yet: it has not gone
-        phone.close()
-
-        Self.vfsHeldQueue.setDiskFull(true)
         defer { Self.vfsHeldQueue.setDiskFull(false) }
-        phone = try open(.phone, [noteAfter])
-        #expect(try phone.entryInfo(forKey: noteAfter.name)?.lane == .automatic, "moved on a full disk")
+        let phone = try await Self.phoneUpdatedOnAFullDisk(open, vfs: Self.vfsHeldQueue, keepsFull: true) {
+            try await $0.set("draft", for: Note.automatic)
+        }
         let secret = PairingSecret.generate()
         let mailbox = try Mailbox(directory: folder.file("mailbox"), role: .phone, secret: secret)
         let peer = SyncPeer(store: phone, configuration: ReplicationConfiguration(pairingEpoch: secret.epoch))
@@ -340,6 +338,6 @@ import Testing
             guard case .batch(_, _, _, let entries) = try QueuedMessage(frame: message.frame) else { return [] }
             return entries.map(\.key)
         }
-        #expect(!posted.contains(noteAfter.name), "posted without sync() before the pass ran")
+        #expect(!posted.contains(Note.manual.name), "posted without sync() before the pass ran")
     }
 }

@@ -179,13 +179,7 @@ final class SimulatedScenarioLink: ScenarioLink {
     /// Ends the pair's current session and starts a new one when both nodes are up.
     func startSession(_ pair: Pair) {
         let phone = state.phone, watch = pair.watch
-        pair.link.dropInFlight()
-        pair.phoneEndpoint?.connectionLost()
-        pair.watchEndpoint?.connectionLost()
-        pair.phoneEndpoint = nil
-        pair.watchEndpoint = nil
-        pair.reconnectAt = nil
-        pair.establishedPeer = nil
+        endSession(pair, reconnectAt: nil)
         guard let ps = phone.store, let ws = watch.store else { return }
         sessions += 1
         let pe = ReplicationEndpoint(store: ps, configuration: state.replication(of: phone, epoch: pair.pairingEpoch))
@@ -221,14 +215,19 @@ final class SimulatedScenarioLink: ScenarioLink {
               let node = phoneEndpoint.peerNode else { return }
         pair.establishedPeer = node
         for other in pairs where other !== pair && other.establishedPeer == node && other.phoneEndpoint?.failure == nil {
-            other.link.dropInFlight()
-            other.phoneEndpoint?.connectionLost()
-            other.watchEndpoint?.connectionLost()
-            other.phoneEndpoint = nil
-            other.watchEndpoint = nil
-            other.establishedPeer = nil
-            other.reconnectAt = now + 500
+            endSession(other, reconnectAt: now + 500)
         }
+    }
+
+    /// Ends the pair's session (what is on its link is lost); a new one starts at `reconnectAt`, if given.
+    private func endSession(_ pair: Pair, reconnectAt: Int64?) {
+        pair.link.dropInFlight()
+        pair.phoneEndpoint?.connectionLost()
+        pair.watchEndpoint?.connectionLost()
+        pair.phoneEndpoint = nil
+        pair.watchEndpoint = nil
+        pair.establishedPeer = nil
+        pair.reconnectAt = reconnectAt
     }
 
     /// A failed session is replaced by a new one after a short pause (a reconnect).
