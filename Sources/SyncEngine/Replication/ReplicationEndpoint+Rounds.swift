@@ -43,8 +43,6 @@ extension ReplicationEndpoint {
         session.stream.roundEnd = nil
     }
 
-    /// Once every repaired key's changes were acknowledged, the peer's record
-    /// of mismatched keys is what this session found.
     /// Reads the changes of the keys declared alike again (`repairedNames`), unless a lane pass
     /// a full disk put off may still hold some of them for `sync()`: the pump reads them once it ran.
     func readRepairRows(for peer: UInt32) throws {
@@ -56,6 +54,8 @@ extension ReplicationEndpoint {
         try finishRepairIfDone()
     }
 
+    /// Once every repaired key's changes were acknowledged, the peer's record
+    /// of mismatched keys is what this session found.
     func finishRepairIfDone() throws {
         guard session.stream.finishRepairIfDone(), let peer = session.knownPeer else { return }
         try port.setMismatchedKeys(ReplicationSession.declared(peer.mismatchedKeys, in: port.registry.wireDeclarations(from: port.role)), for: peer.node)

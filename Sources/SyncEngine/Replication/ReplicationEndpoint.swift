@@ -305,9 +305,9 @@ package final class ReplicationEndpoint {
         // Cleared first: a pump that sends nothing never asks to be called again.
         pumpStoppedEarly = false
         guard session.isEstablished, failure == nil, !awaitsPeerReceipt, let peer = session.knownPeer else { return [] }
+        coalescing.heldSince = nil  // whatever was held is read now (or, below, once the pass ran)
         // A lane pass a full disk put off may hold stream changes for `sync()`: none go until it ran.
         if port.defersWork { return [] }
-        coalescing.heldSince = nil  // whatever was held is read now
         var out: [Frame] = []
         do {
             if repairAwaitsLanes { try readRepairRows(for: peer.node) }
