@@ -217,6 +217,7 @@ import Testing
     static let vfsHeldStream = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-stream")
     static let vfsHeldRepair = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-repair")
     static let vfsHeldQueue = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-queue")
+    static let vfsRetried = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-retried")
 
     /// Opens a device's store in `folder` with `keys`, on `vfs` (whose disk a test fills).
     static func opener(_ folder: TempFolder, vfs: CrashVFS) -> (DeviceRole, [any KeyDeclaration]) throws -> SyncStore {
@@ -339,5 +340,31 @@ import Testing
             return entries.map(\.key)
         }
         #expect(!posted.contains(Note.manual.name), "posted without sync() before the pass ran")
+    }
+
+    /// A pass tried in vain while the disk was full is tried again at once
+    /// after a local write commits (the disk has room again), not only 5 s
+    /// after the last try: a queued round right after that write posted
+    /// nothing until then (fuzz seed 501602619).
+    @Test func aPutOffPassRunsAtOnceAfterALocalCommit() async throws {
+        let other = Key<Int>("count", default: 0, availability: .all, policy: .automaticSmall)
+        let folder = TempFolder()
+        let open = Self.opener(folder, vfs: Self.vfsRetried)
+        defer { Self.vfsRetried.setDiskFull(false) }
+        var phone = try open(.phone, [Note.automatic, other])
+        try await phone.set("draft", for: Note.automatic)
+        phone.close()
+        Self.vfsRetried.setDiskFull(true)
+        phone = try open(.phone, [Note.manual, other])
+        let port = SQLiteReplicationPort(phone)
+        port.retryDeferredWork()  // tried, in vain
+        #expect(port.defersWork)
+        Self.vfsRetried.setDiskFull(false)
+        port.retryDeferredWork()
+        #expect(port.defersWork, "tried again within 5 s of the last try, with nothing committed since")
+        try await phone.set(1, for: other)
+        port.retryDeferredWork()
+        #expect(!port.defersWork, "a commit since the last try: the disk has room")
+        #expect(try phone.entryInfo(forKey: Note.manual.name)?.lane == .manual)
     }
 }

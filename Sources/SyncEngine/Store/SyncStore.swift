@@ -69,8 +69,8 @@ public final class SyncStore: KeyValueBackend {
     /// acknowledgements at most once a minute.
     let purgeState = Mutex<Int64>(0)
     /// When the lane pass a full disk put off at open was last tried (physical
-    /// milliseconds); nil when none waits (`assignDeferredLanes`).
-    let deferredLanes = Mutex<Int64?>(nil)
+    /// milliseconds), and `localGeneration` then; nil when none waits (`assignDeferredLanes`).
+    let deferredLanes = Mutex<(triedAt: Int64, generation: Int)?>(nil)
     /// Peers (node ids) with an established session right now, with how many
     /// sessions each: they are being seen, and are never forgotten.
     let livePeers = Mutex<[UInt32: Int]>([:])
@@ -207,7 +207,8 @@ public final class SyncStore: KeyValueBackend {
             // With the key names in NFC: what an app update now syncs goes.
             try assignLanesForCurrentDeclarations()
         } catch let error as SyncError where error.code == .storageFull {
-            deferredLanes.withLock { $0 = 0 }
+            let generation = localGeneration.load(ordering: .sequentiallyConsistent)
+            deferredLanes.withLock { $0 = (triedAt: 0, generation: generation) }
             logger.warning("moving the entries of keys the registry now syncs to their lanes waits for room", metadata: ["error": "\(error)"])
         }
         do {
