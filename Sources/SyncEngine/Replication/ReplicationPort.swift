@@ -333,7 +333,7 @@ package final class SQLiteReplicationPort: ReplicationPort {
 
     package func syncCommitted() throws { try store.syncCommitted() }
     package func retryDeferredWork() { store.assignDeferredLanes() }
-    package var defersWork: Bool { store.deferredLanes.withLock { $0 != nil } }
+    package var defersWork: Bool { store.lanePassWaits }
 
     package func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord {
         try store.recordPeer(node: node, role: role, epoch: epoch)

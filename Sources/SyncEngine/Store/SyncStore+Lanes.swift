@@ -81,6 +81,10 @@ extension SyncStore {
         }
     }
 
+    /// Whether a lane pass a full disk put off at open still waits: the
+    /// stream is held until it runs (it may move changes in it to the manual lane).
+    package var lanePassWaits: Bool { deferredLanes.withLock { $0 != nil } }
+
     /// The lane pass a full disk put off at open, tried again from sessions'
     /// ticks and queued rounds, at most every `deferredLanesInterval`, or at
     /// once after a local change (or queued ones) committed since the last try

@@ -44,7 +44,7 @@ extension SyncStore {
         }
         guard let retention = options.tombstoneRetention else { return 0 }
         // A delete an app update made sync, still in the lane of a local one: not purged as one.
-        guard deferredLanes.withLock({ $0 }) == nil else { return 0 }
+        guard !lanePassWaits else { return 0 }
         let retentionMilliseconds = SyncStore.milliseconds(retention)
         let cutoffMilliseconds = now - retentionMilliseconds
         let cutoff = HLCTimestamp(physicalMilliseconds: max(0, min(cutoffMilliseconds, HLCTimestamp.maxPhysicalMilliseconds)), counter: 0, node: 0).packed

@@ -43,7 +43,7 @@ final class SimNode {
     var diskFull: Bool { disk.isFull }
     /// Whether the node's store holds its stream until a lane pass a full disk
     /// put off runs (an app update's, tried again at ticks at most every 5 s).
-    var holdsStreamForLanes: Bool { store.map { SQLiteReplicationPort($0).defersWork } ?? false }
+    var holdsStreamForLanes: Bool { store?.lanePassWaits ?? false }
     /// What the node's store is told of its free space: none while full,
     /// plenty otherwise (never the machine's own, so runs repeat).
     private let disk = SimDisk()
