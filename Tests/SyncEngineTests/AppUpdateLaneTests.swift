@@ -218,11 +218,13 @@ import Testing
     static let vfsHeldRepair = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-repair")
     static let vfsHeldQueue = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-queue")
     static let vfsRetried = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-retried")
+    static let vfsRetriedAfterApply = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-retried-apply")
 
     /// Opens a device's store in `folder` with `keys`, on `vfs` (whose disk a test fills).
-    static func opener(_ folder: TempFolder, vfs: CrashVFS) -> (DeviceRole, [any KeyDeclaration]) throws -> SyncStore {
+    static func opener(_ folder: TempFolder, vfs: CrashVFS,
+                       clock: any PhysicalClock = SystemClock()) -> (DeviceRole, [any KeyDeclaration]) throws -> SyncStore {
         { role, keys in
-            var options = StoreOptions(encryption: .keyFile(path: folder.file("\(role).key")))
+            var options = StoreOptions(clock: clock, encryption: .keyFile(path: folder.file("\(role).key")))
             options.vfsName = vfs.name
             options.externalChangePollInterval = nil
             return try SyncStore(path: folder.file("\(role).sqlite"), role: role, registry: KeyRegistry(keys), options: options)
@@ -363,6 +365,35 @@ import Testing
         port.retryDeferredWork()
         #expect(port.defersWork, "tried again within 5 s of the last try, with nothing committed since")
         try await phone.set(1, for: other)
+        port.retryDeferredWork()
+        #expect(!port.defersWork, "a commit since the last try: the disk has room")
+        #expect(try phone.entryInfo(forKey: Note.manual.name)?.lane == .manual)
+    }
+
+    /// The same after a peer's batch applied: a live session's apply is a
+    /// commit too (the disk has room), but only local writes and queued
+    /// applies counted, so with only the watch writing the phone's stream
+    /// stayed held up to 5 s after room returned.
+    @Test func aPutOffPassRunsAtOnceAfterAPeersBatchApplied() async throws {
+        let other = Key<Int>("count", default: 0, availability: .all, policy: .automaticSmall)
+        let folder = TempFolder()
+        let clock = ManualClock()  // never 5 s between two tries
+        let open = Self.opener(folder, vfs: Self.vfsRetriedAfterApply, clock: clock)
+        defer { Self.vfsRetriedAfterApply.setDiskFull(false) }
+        var phone = try open(.phone, [Note.automatic, other])
+        try await phone.set("draft", for: Note.automatic)
+        phone.close()
+        Self.vfsRetriedAfterApply.setDiskFull(true)
+        phone = try open(.phone, [Note.manual, other])
+        let port = SQLiteReplicationPort(phone)
+        port.retryDeferredWork()  // tried, in vain
+        #expect(port.defersWork)
+        Self.vfsRetriedAfterApply.setDiskFull(false)
+        port.retryDeferredWork()
+        #expect(port.defersWork, "tried again with nothing committed since")
+        let fromWatch = WireEntry(key: other.name, version: HLCTimestamp(physicalMilliseconds: clock.nowMilliseconds(), counter: 0, node: 0x5157),
+                                  base: .zero, deleted: false, encoding: "json", value: Array("2".utf8))
+        #expect(try phone.applyRemoteBatch([fromWatch], from: .watch) == 1)
         port.retryDeferredWork()
         #expect(!port.defersWork, "a commit since the last try: the disk has room")
         #expect(try phone.entryInfo(forKey: Note.manual.name)?.lane == .manual)

@@ -87,15 +87,16 @@ extension SyncStore {
 
     /// The lane pass a full disk put off at open, tried again from sessions'
     /// ticks and queued rounds, at most every `deferredLanesInterval`, or at
-    /// once after a local change (or queued ones) committed since the last try
-    /// (the disk has room again): once it runs, what it moved goes as a local change does.
+    /// once after any write transaction committed since the last try (a local
+    /// write, a peer's batch, a cursor: the disk has room again): once it
+    /// runs, what it moved goes as a local change does.
     func assignDeferredLanes() {
-        let generation = localGeneration.load(ordering: .sequentiallyConsistent)
+        let commits = database.commitCount
         let due = deferredLanes.withLock { last -> Bool in
             guard let tried = last else { return false }  // the common case: nothing put off, no clock read
             let now = physicalClock.nowMilliseconds()
-            guard now - tried.triedAt >= SyncStore.deferredLanesInterval || now < tried.triedAt || generation != tried.generation else { return false }
-            last = (triedAt: now, generation: generation)
+            guard now - tried.triedAt >= SyncStore.deferredLanesInterval || now < tried.triedAt || commits != tried.commits else { return false }
+            last = (triedAt: now, commits: commits)
             return true
         }
         guard due, !closed.load(ordering: .relaxed) else { return }

@@ -69,8 +69,8 @@ public final class SyncStore: KeyValueBackend {
     /// acknowledgements at most once a minute.
     let purgeState = Mutex<Int64>(0)
     /// When the lane pass a full disk put off at open was last tried (physical
-    /// milliseconds), and `localGeneration` then; nil when none waits (`assignDeferredLanes`).
-    let deferredLanes = Mutex<(triedAt: Int64, generation: Int)?>(nil)
+    /// milliseconds), and the database's commit count then; nil when none waits (`assignDeferredLanes`).
+    let deferredLanes = Mutex<(triedAt: Int64, commits: Int)?>(nil)
     /// Peers (node ids) with an established session right now, with how many
     /// sessions each: they are being seen, and are never forgotten.
     let livePeers = Mutex<[UInt32: Int]>([:])
@@ -207,8 +207,8 @@ public final class SyncStore: KeyValueBackend {
             // With the key names in NFC: what an app update now syncs goes.
             try assignLanesForCurrentDeclarations()
         } catch let error as SyncError where error.code == .storageFull {
-            let generation = localGeneration.load(ordering: .sequentiallyConsistent)
-            deferredLanes.withLock { $0 = (triedAt: 0, generation: generation) }
+            let commits = database.commitCount
+            deferredLanes.withLock { $0 = (triedAt: 0, commits: commits) }
             logger.warning("moving the entries of keys the registry now syncs to their lanes waits for room", metadata: ["error": "\(error)"])
         }
         do {
