@@ -349,25 +349,9 @@ import Testing
     /// after the last try: a queued round right after that write posted
     /// nothing until then (fuzz seed 501602619).
     @Test func aPutOffPassRunsAtOnceAfterALocalCommit() async throws {
-        let other = Key<Int>("count", default: 0, availability: .all, policy: .automaticSmall)
-        let folder = TempFolder()
-        let open = Self.opener(folder, vfs: Self.vfsRetried)
-        defer { Self.vfsRetried.setDiskFull(false) }
-        var phone = try open(.phone, [Note.automatic, other])
-        try await phone.set("draft", for: Note.automatic)
-        phone.close()
-        Self.vfsRetried.setDiskFull(true)
-        phone = try open(.phone, [Note.manual, other])
-        let port = SQLiteReplicationPort(phone)
-        port.retryDeferredWork()  // tried, in vain
-        #expect(port.defersWork)
-        Self.vfsRetried.setDiskFull(false)
-        port.retryDeferredWork()
-        #expect(port.defersWork, "tried again within 5 s of the last try, with nothing committed since")
-        try await phone.set(1, for: other)
-        port.retryDeferredWork()
-        #expect(!port.defersWork, "a commit since the last try: the disk has room")
-        #expect(try phone.entryInfo(forKey: Note.manual.name)?.lane == .manual)
+        try await Self.expectPutOffPassRuns(vfs: Self.vfsRetried) { phone, _ in
+            try await phone.set(1, for: Self.retriedCount)
+        }
     }
 
     /// The same after a peer's batch applied: a live session's apply is a
@@ -375,25 +359,37 @@ import Testing
     /// applies counted, so with only the watch writing the phone's stream
     /// stayed held up to 5 s after room returned.
     @Test func aPutOffPassRunsAtOnceAfterAPeersBatchApplied() async throws {
-        let other = Key<Int>("count", default: 0, availability: .all, policy: .automaticSmall)
+        try await Self.expectPutOffPassRuns(vfs: Self.vfsRetriedAfterApply) { phone, clock in
+            let fromWatch = WireEntry(key: Self.retriedCount.name,
+                                      version: HLCTimestamp(physicalMilliseconds: clock.nowMilliseconds(), counter: 0, node: 0x5157),
+                                      base: .zero, deleted: false, encoding: "json", value: Array("2".utf8))
+            let applied = try phone.applyRemoteBatch([fromWatch], from: .watch)
+            #expect(applied == 1)
+        }
+    }
+
+    static let retriedCount = Key<Int>("count", default: 0, availability: .all, policy: .automaticSmall)
+
+    /// A phone updated on a full disk tries its put-off pass in vain, then
+    /// again once there is room but nothing committed since (it still
+    /// waits); after `commit`, the next try runs it.
+    static func expectPutOffPassRuns(vfs: CrashVFS, after commit: (SyncStore, ManualClock) async throws -> Void) async throws {
         let folder = TempFolder()
         let clock = ManualClock()  // never 5 s between two tries
-        let open = Self.opener(folder, vfs: Self.vfsRetriedAfterApply, clock: clock)
-        defer { Self.vfsRetriedAfterApply.setDiskFull(false) }
-        var phone = try open(.phone, [Note.automatic, other])
+        let open = Self.opener(folder, vfs: vfs, clock: clock)
+        defer { vfs.setDiskFull(false) }
+        var phone = try open(.phone, [Note.automatic, retriedCount])
         try await phone.set("draft", for: Note.automatic)
         phone.close()
-        Self.vfsRetriedAfterApply.setDiskFull(true)
-        phone = try open(.phone, [Note.manual, other])
+        vfs.setDiskFull(true)
+        phone = try open(.phone, [Note.manual, retriedCount])
         let port = SQLiteReplicationPort(phone)
         port.retryDeferredWork()  // tried, in vain
         #expect(port.defersWork)
-        Self.vfsRetriedAfterApply.setDiskFull(false)
+        vfs.setDiskFull(false)
         port.retryDeferredWork()
-        #expect(port.defersWork, "tried again with nothing committed since")
-        let fromWatch = WireEntry(key: other.name, version: HLCTimestamp(physicalMilliseconds: clock.nowMilliseconds(), counter: 0, node: 0x5157),
-                                  base: .zero, deleted: false, encoding: "json", value: Array("2".utf8))
-        #expect(try phone.applyRemoteBatch([fromWatch], from: .watch) == 1)
+        #expect(port.defersWork, "tried again within 5 s of the last try, with nothing committed since")
+        try await commit(phone, clock)
         port.retryDeferredWork()
         #expect(!port.defersWork, "a commit since the last try: the disk has room")
         #expect(try phone.entryInfo(forKey: Note.manual.name)?.lane == .manual)
