@@ -219,6 +219,7 @@ import Testing
     static let vfsHeldQueue = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-queue")
     static let vfsRetried = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-retried")
     static let vfsRetriedAfterApply = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-retried-apply")
+    static let vfsRetriedAfterOther = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-retried-other")
 
     /// Opens a device's store in `folder` with `keys`, on `vfs` (whose disk a test fills).
     static func opener(_ folder: TempFolder, vfs: CrashVFS,
@@ -349,7 +350,7 @@ import Testing
     /// after the last try: a queued round right after that write posted
     /// nothing until then (fuzz seed 501602619).
     @Test func aPutOffPassRunsAtOnceAfterALocalCommit() async throws {
-        try await Self.expectPutOffPassRuns(vfs: Self.vfsRetried) { phone, _ in
+        try await Self.expectPutOffPassRuns(vfs: Self.vfsRetried) { phone, _, _ in
             try await phone.set(1, for: Self.retriedCount)
         }
     }
@@ -359,7 +360,7 @@ import Testing
     /// applies counted, so with only the watch writing the phone's stream
     /// stayed held up to 5 s after room returned.
     @Test func aPutOffPassRunsAtOnceAfterAPeersBatchApplied() async throws {
-        try await Self.expectPutOffPassRuns(vfs: Self.vfsRetriedAfterApply) { phone, clock in
+        try await Self.expectPutOffPassRuns(vfs: Self.vfsRetriedAfterApply) { phone, clock, _ in
             let fromWatch = WireEntry(key: Self.retriedCount.name,
                                       version: HLCTimestamp(physicalMilliseconds: clock.nowMilliseconds(), counter: 0, node: 0x5157),
                                       base: .zero, deleted: false, encoding: "json", value: Array("2".utf8))
@@ -368,12 +369,26 @@ import Testing
         }
     }
 
+    /// The same after another process's commit to the file (an app
+    /// extension's write), which this store learns of as it looks for them.
+    @Test func aPutOffPassRunsAtOnceAfterAnotherProcesssCommit() async throws {
+        try await Self.expectPutOffPassRuns(vfs: Self.vfsRetriedAfterOther) { phone, _, openAnother in
+            let other = try openAnother()
+            defer { other.close() }
+            try await other.set(3, for: Self.retriedCount)
+            try phone.checkForExternalChanges()
+            let seen = try phone.value(for: Self.retriedCount)
+            #expect(seen == 3)
+        }
+    }
+
     static let retriedCount = Key<Int>("count", default: 0, availability: .all, policy: .automaticSmall)
 
     /// A phone updated on a full disk tries its put-off pass in vain, then
     /// again once there is room but nothing committed since (it still
-    /// waits); after `commit`, the next try runs it.
-    static func expectPutOffPassRuns(vfs: CrashVFS, after commit: (SyncStore, ManualClock) async throws -> Void) async throws {
+    /// waits); after `commit` (given the phone, its clock, and a way to open
+    /// another store on its file), the next try runs it.
+    static func expectPutOffPassRuns(vfs: CrashVFS, after commit: (SyncStore, ManualClock, () throws -> SyncStore) async throws -> Void) async throws {
         let folder = TempFolder()
         let clock = ManualClock()  // never 5 s between two tries
         let open = Self.opener(folder, vfs: vfs, clock: clock)
@@ -389,7 +404,7 @@ import Testing
         vfs.setDiskFull(false)
         port.retryDeferredWork()
         #expect(port.defersWork, "tried again within 5 s of the last try, with nothing committed since")
-        try await commit(phone, clock)
+        try await commit(phone, clock) { try open(.phone, [Note.manual, retriedCount]) }
         port.retryDeferredWork()
         #expect(!port.defersWork, "a commit since the last try: the disk has room")
         #expect(try phone.entryInfo(forKey: Note.manual.name)?.lane == .manual)

@@ -88,10 +88,10 @@ extension SyncStore {
     /// The lane pass a full disk put off at open, tried again from sessions'
     /// ticks and queued rounds, at most every `deferredLanesInterval`, or at
     /// once after any write transaction committed since the last try (a local
-    /// write, a peer's batch, a cursor: the disk has room again): once it
-    /// runs, what it moved goes as a local change does.
+    /// write, a peer's batch, a cursor, another process's: the disk has room
+    /// again): once it runs, what it moved goes as a local change does.
     func assignDeferredLanes() {
-        let commits = database.commitCount
+        let commits = commitsSeen
         let due = deferredLanes.withLock { last -> Bool in
             guard let tried = last else { return false }  // the common case: nothing put off, no clock read
             let now = physicalClock.nowMilliseconds()
@@ -109,6 +109,10 @@ extension SyncStore {
             logger.debug("moving the entries of keys the registry now syncs still waits", metadata: ["error": "\(error)"])
         }
     }
+
+    /// Grows with every write transaction this process commits and every
+    /// change it learns of otherwise (another process's commits, queued applies).
+    var commitsSeen: Int { database.commitCount &+ localGeneration.load(ordering: .sequentiallyConsistent) }
 
     /// How often a lane pass put off at open is tried again: 5 s.
     static let deferredLanesInterval: Int64 = 5_000

@@ -69,7 +69,7 @@ public final class SyncStore: KeyValueBackend {
     /// acknowledgements at most once a minute.
     let purgeState = Mutex<Int64>(0)
     /// When the lane pass a full disk put off at open was last tried (physical
-    /// milliseconds), and the database's commit count then; nil when none waits (`assignDeferredLanes`).
+    /// milliseconds), and `commitsSeen` then; nil when none waits (`assignDeferredLanes`).
     let deferredLanes = Mutex<(triedAt: Int64, commits: Int)?>(nil)
     /// Peers (node ids) with an established session right now, with how many
     /// sessions each: they are being seen, and are never forgotten.
@@ -207,7 +207,7 @@ public final class SyncStore: KeyValueBackend {
             // With the key names in NFC: what an app update now syncs goes.
             try assignLanesForCurrentDeclarations()
         } catch let error as SyncError where error.code == .storageFull {
-            let commits = database.commitCount
+            let commits = commitsSeen
             deferredLanes.withLock { $0 = (triedAt: 0, commits: commits) }
             logger.warning("moving the entries of keys the registry now syncs to their lanes waits for room", metadata: ["error": "\(error)"])
         }
