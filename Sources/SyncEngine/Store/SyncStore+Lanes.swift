@@ -91,10 +91,9 @@ extension SyncStore {
     /// write, a peer's batch, a cursor, another process's: the disk has room
     /// again): once it runs, what it moved goes as a local change does.
     func assignDeferredLanes() {
-        let commits = commitsSeen
         let due = deferredLanes.withLock { last -> Bool in
-            guard let tried = last else { return false }  // the common case: nothing put off, no clock read
-            let now = physicalClock.nowMilliseconds()
+            guard let tried = last else { return false }  // the common case: nothing put off, no clock or counter read
+            let now = physicalClock.nowMilliseconds(), commits = commitsSeen
             guard now - tried.triedAt >= SyncStore.deferredLanesInterval || now < tried.triedAt || commits != tried.commits else { return false }
             last = (triedAt: now, commits: commits)
             return true

@@ -187,7 +187,7 @@ final class ScenarioRunner<Link: ScenarioLink> {
                 }
                 mailboxes.check(label: "checkpoint t=\(step.at)", link: link)
                 // The rounds run at one instant: a store that still holds its stream until a lane pass a
-                // full disk put off runs (a tick's retry, up to 5 s on) posted nothing: checked alone.
+                // full disk put off runs (retried at a tick or round, up to 5 s on) posted nothing: checked alone.
                 let holdsStream = state.nodes.contains { $0.isUp && $0.holdsStreamForLanes }
                 if state.phone.isUp, reachable.allSatisfy(\.isUp), reachable.isEmpty || !settled.isEmpty, !holdsStream {
                     settled += queued.filter(\.isUp)

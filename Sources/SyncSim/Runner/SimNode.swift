@@ -42,7 +42,8 @@ final class SimNode {
     /// Whether the node's storage is full (`fillDisk` until `freeDisk`).
     var diskFull: Bool { disk.isFull }
     /// Whether the node's store holds its stream until a lane pass a full disk
-    /// put off runs (an app update's, tried again at ticks at most every 5 s).
+    /// put off runs (an app update's, tried again at a tick or round after a
+    /// commit, else at most every 5 s).
     var holdsStreamForLanes: Bool { store?.lanePassWaits ?? false }
     /// What the node's store is told of its free space: none while full,
     /// plenty otherwise (never the machine's own, so runs repeat).
