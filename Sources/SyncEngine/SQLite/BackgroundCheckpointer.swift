@@ -11,6 +11,14 @@ import Synchronization
 /// grows past `inlineLimit` pages (checkpoints falling behind), the writer
 /// checkpoints itself, as SQLite would, so the file stays bounded. On a
 /// nearly full disk the writer checkpoints itself at `lowSpaceThreshold` pages.
+///
+/// A WAL file that grew past `Database.idleWALSizeLimit` is cut back (to
+/// nothing) once the store has been idle for `trimIdleDelay`, here: a
+/// commit never cuts it (`Database.walSizeLimit` sits above the steady
+/// state), since freeing tens of MB of file can stall the committing
+/// thread for milliseconds (synchronous discards on a disk mounted with
+/// `discard`: 12–70 ms). On a nearly full disk it is cut back at the next
+/// look, idle or not.
 final class BackgroundCheckpointer: Sendable {
     /// WAL pages after which a checkpoint is scheduled: four times SQLite's
     /// own default, fewer checkpoints (and fsyncs) beside the writes, a WAL
@@ -33,6 +41,9 @@ final class BackgroundCheckpointer: Sendable {
     static let lowSpaceThreshold: Int32 = 256
     /// Free bytes under which the disk counts as nearly full.
     static let lowSpaceBytes: Int64 = 64 << 20
+    /// How long the store stays without a commit before a grown WAL file is
+    /// cut back (`StoreOptions.walTrimIdleDelay`).
+    let trimIdleDelay: Duration
 
     let path: String
     /// The VFS the store's connection uses (nil: SQLite's default); the checkpoint must use the same.
@@ -46,6 +57,20 @@ final class BackgroundCheckpointer: Sendable {
     private let lastEnded = Atomic<UInt64>(0)
     /// How many background checkpoints ran.
     let runs = Atomic<Int>(0)
+    /// Commits of the writer's connection (its WAL hook), for the idle trim.
+    private let commits = Atomic<Int>(0)
+    /// Whether the writer found the disk nearly full at its last look: then a
+    /// grown WAL file is cut back at the trim's next look, idle or not.
+    private let diskNearlyFull = Atomic<Bool>(false)
+    /// Whether an idle trim is scheduled on `queue`.
+    private let trimScheduled = Atomic<Bool>(false)
+    /// `commits` when the scheduled idle trim last looked; touched only on `queue`.
+    private let commitsAtTrimLook = Atomic<Int>(-1)
+    /// How many times a grown WAL file was cut back (when idle, or at once on a nearly full disk).
+    let trims = Atomic<Int>(0)
+    /// Each cut of a grown WAL file (for tests).
+    let trimEvents: AsyncStream<Void>
+    private let trimEvent: AsyncStream<Void>.Continuation
     /// The checkpoint connection, opened on first use; touched only on `queue`.
     private let connection = Mutex<OpaquePointer?>(nil)
     /// Free bytes of the store's file system (`StoreOptions.freeSpace`).
@@ -54,11 +79,21 @@ final class BackgroundCheckpointer: Sendable {
     /// `lowSpaceThreshold` on (every 64 pages, not every commit).
     private let nextSpaceLook = Atomic<Int32>(0)
 
-    init(path: String, vfs: String?, corruption: CorruptionFlag, freeSpace: @escaping @Sendable (String) -> Int64? = BackgroundCheckpointer.freeBytes(at:)) {
+    init(path: String, vfs: String?, corruption: CorruptionFlag,
+         freeSpace: @escaping @Sendable (String) -> Int64? = BackgroundCheckpointer.freeBytes(at:),
+         trimIdleDelay: Duration = .seconds(1)) {
         self.path = path
         self.vfs = vfs
         self.corruption = corruption
         self.freeSpace = freeSpace
+        self.trimIdleDelay = max(.zero, trimIdleDelay)
+        (trimEvents, trimEvent) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(8))
+    }
+
+    /// The WAL file's size in bytes (0 when there is none).
+    private var walFileBytes: Int64 {
+        var info = stat()
+        return stat(path + "-wal", &info) == 0 ? Int64(info.st_size) : 0
     }
 
     /// The free bytes (for an unprivileged process) of the file system that holds `path`.
@@ -75,7 +110,9 @@ final class BackgroundCheckpointer: Sendable {
         // A WAL smaller than at the last look has started over since.
         guard pages >= next || pages + 64 < next else { return false }
         nextSpaceLook.store(pages + 64, ordering: .relaxed)
-        return (freeSpace(path).map { $0 < BackgroundCheckpointer.lowSpaceBytes }) ?? false
+        let nearlyFull = (freeSpace(path).map { $0 < BackgroundCheckpointer.lowSpaceBytes }) ?? false
+        diskNearlyFull.store(nearlyFull, ordering: .relaxed)
+        return nearlyFull
     }
 
     /// Installs the hook on the writer's connection (replacing SQLite's automatic checkpoint).
@@ -94,17 +131,43 @@ final class BackgroundCheckpointer: Sendable {
     }
 
     private func walGrew(pages: Int32, writer: OpaquePointer?, name: UnsafePointer<CChar>?) {
+        commits.add(1, ordering: .relaxed)
         if corruption.isSet { return }
         // Inline, the copy completes (no commit lands meanwhile) and the next commit starts the WAL
         // over; in the background, commits that go on meanwhile keep it growing.
         if pages >= BackgroundCheckpointer.inlineLimit
             || (pages >= BackgroundCheckpointer.lowSpaceThreshold && checkpointsEarly(atPages: pages)) {
             _ = sqlite3_wal_checkpoint_v2(writer, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+            scheduleIdleTrim()
             return
         }
         guard pages >= BackgroundCheckpointer.threshold, !stopped.load(ordering: .relaxed),
               !scheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         queue.async { self.checkpointWhenDue() }
+    }
+
+    /// On `queue`: a checkpoint of `mode` through the checkpoint connection,
+    /// opened on first use; its result code, nil when the connection cannot be
+    /// opened (the writer's inline limit still bounds the WAL).
+    @discardableResult
+    private func checkpoint(mode: Int32) -> Int32? {
+        connection.withLock { conn -> Int32? in
+            if conn == nil {
+                var db: OpaquePointer?
+                guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, vfs) == SQLITE_OK, let db else {
+                    sqlite3_close_v2(db)
+                    return nil
+                }
+                // The store's own connection checkpoints when it closes; this one never does.
+                _ = syncengine_db_config_flag(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+                // A connection finds the WAL on its first read: until then a checkpoint through
+                // it does nothing at all (it reports no WAL), so every checkpoint was left to
+                // the writer's inline limit.
+                _ = sqlite3_exec(db, "SELECT 1 FROM sqlite_master LIMIT 1", nil, nil, nil)
+                conn = db
+            }
+            return sqlite3_wal_checkpoint_v2(conn, nil, mode, nil, nil)
+        }
     }
 
     /// On `queue`: runs the scheduled checkpoint once `minimumInterval` has
@@ -126,23 +189,69 @@ final class BackgroundCheckpointer: Sendable {
         defer { lastEnded.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed) }
         guard !stopped.load(ordering: .relaxed), !corruption.isSet else { return }
         runs.add(1, ordering: .relaxed)
-        connection.withLock { conn in
-            if conn == nil {
-                var db: OpaquePointer?
-                if sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, vfs) == SQLITE_OK, let db {
-                    // The store's own connection checkpoints when it closes; this one never does.
-                    _ = syncengine_db_config_flag(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
-                    // A connection finds the WAL on its first read: until then a checkpoint through
-                    // it does nothing at all (it reports no WAL), so every checkpoint was left to
-                    // the writer's inline limit.
-                    _ = sqlite3_exec(db, "SELECT 1 FROM sqlite_master LIMIT 1", nil, nil, nil)
-                    conn = db
-                } else {
-                    sqlite3_close_v2(db)  // the writer's inline limit still bounds the WAL
-                    return
-                }
-            }
-            _ = sqlite3_wal_checkpoint_v2(conn, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+        checkpoint(mode: SQLITE_CHECKPOINT_PASSIVE)
+        scheduleIdleTrim()
+    }
+
+    // MARK: Idle trim
+
+    /// After a checkpoint: looks, `trimIdleDelay` from now, whether the store
+    /// went idle with a grown WAL file (`trimIfIdle`). One look at a time.
+    private func scheduleIdleTrim() {
+        guard !stopped.load(ordering: .relaxed), !trimScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        queue.async {
+            self.commitsAtTrimLook.store(self.commits.load(ordering: .relaxed), ordering: .relaxed)
+            self.lookAgainForIdleTrim()
+        }
+    }
+
+    /// On `queue`: the next look, `trimIdleDelay` from now.
+    private func lookAgainForIdleTrim() {
+        let delay = trimIdleDelay.components
+        let nanoseconds = UInt64(delay.seconds) * 1_000_000_000 + UInt64(delay.attoseconds / 1_000_000_000)
+        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(min(nanoseconds, UInt64(Int.max))))) {
+            if !self.trimIfIdle() { return }
+            self.lookAgainForIdleTrim()
+        }
+    }
+
+    /// On `queue`: cuts the WAL file back to nothing when no commit landed
+    /// since the last look and the file is over `Database.idleWALSizeLimit`
+    /// (a truncating checkpoint: it takes the writer's lock without waiting,
+    /// so a write or a read of the WAL in progress puts it off). Returns
+    /// whether to look again (commits came, or the cut was put off).
+    private func trimIfIdle() -> Bool {
+        guard !stopped.load(ordering: .relaxed), !corruption.isSet else {
+            trimScheduled.store(false, ordering: .releasing)
+            return false
+        }
+        let seen = commits.load(ordering: .relaxed)
+        if seen != commitsAtTrimLook.load(ordering: .relaxed), !diskNearlyFull.load(ordering: .relaxed) {
+            commitsAtTrimLook.store(seen, ordering: .relaxed)
+            return true
+        }
+        guard walFileBytes > Int64(Database.idleWALSizeLimit) else {
+            trimScheduled.store(false, ordering: .releasing)
+            return false
+        }
+        guard let rc = checkpoint(mode: SQLITE_CHECKPOINT_TRUNCATE) else {
+            trimScheduled.store(false, ordering: .releasing)
+            return false
+        }
+        guard rc == SQLITE_OK else { return true }
+        trims.add(1, ordering: .relaxed)
+        trimScheduled.store(false, ordering: .releasing)
+        trimEvent.yield()
+        return false
+    }
+
+    /// Runs the idle trim's look now, as its timer would (tests): true when it cut the WAL back.
+    func trimIfIdleNow() -> Bool {
+        queue.sync {
+            let before = trims.load(ordering: .relaxed)
+            trimScheduled.store(true, ordering: .relaxed)
+            _ = trimIfIdle()
+            return trims.load(ordering: .relaxed) > before
         }
     }
 

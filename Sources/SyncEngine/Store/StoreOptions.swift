@@ -60,6 +60,10 @@ public struct StoreOptions: Sendable {
     /// The free bytes of the file system that holds a path (nil: unknown);
     /// the background checkpointer asks it. Tests give a nearly full disk.
     @_spi(Testing) public var freeSpace: @Sendable (_ path: String) -> Int64? = BackgroundCheckpointer.freeBytes(at:)
+    /// How long the store goes without a commit before a WAL file that grew
+    /// past its steady state is cut back in the background. Tests shorten or
+    /// lengthen it.
+    @_spi(Testing) public var walTrimIdleDelay: Duration = .seconds(1)
 
     /// Remote versions whose time is more than this ahead of this device's
     /// wall clock are refused (entry by entry, with a `versionRefused` event
