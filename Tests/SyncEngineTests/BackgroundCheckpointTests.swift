@@ -204,4 +204,48 @@ import Testing
         }
         #expect(cutsDuringCheckpoints > 0, "no background checkpoint ran before a cut")
     }
+
+    /// A power cut inside the idle trim (a truncating checkpoint: the file
+    /// synced, the WAL started over and cut to nothing) loses no synced
+    /// commit, and the store opens whole.
+    @Test func aPowerCutDuringTheIdleTrimLosesNoSyncedCommit() async throws {
+        let vfs = Self.vfs
+        var random = SeededRandom(seed: UInt64.random(in: 1...UInt64.max))
+        var cutsInsideTheTrim = 0
+        for round in 0..<6 {
+            vfs.disarm()
+            vfs.powerOn()
+            let folder = TempFolder()
+            let path = folder.file("store.sqlite")
+            let registry = try TestKeys.registry()
+            var options = powerCutOptions(vfs: vfs)
+            options.encryption = .keyFile(path: folder.file("store.key"))
+            options.walTrimIdleDelay = .seconds(3_600)  // the trim's looks are taken by hand
+            do {
+                let store = try SyncStore(path: path, role: .phone, registry: registry, options: options)
+                defer { store.close() }
+                try BackgroundCheckpointTests.growTheWAL(of: store)
+                store.waitForBackgroundCheckpoints()
+                for i in 0..<20 { try store.setNow(i, for: TestKeys.daily["late\(i)"]) }
+                try store.syncCommitted()
+                #expect(BackgroundCheckpointTests.size(path + "-wal") > Database.idleWALSizeLimit)
+                #expect(!store.database.trimWALIfIdleNow(), "commits since the last look")
+                // The first round cuts at the trim's first write, truncate or sync; the others at random.
+                vfs.armPowerCut(afterOperations: round == 0 ? 1 : random.nextInt(in: 1...6))
+                _ = store.database.trimWALIfIdleNow()
+                if !vfs.statistics.isPowered { cutsInsideTheTrim += 1 }
+                vfs.powerCut()
+            }
+            vfs.powerOn()
+            var reopen = powerCutOptions()
+            reopen.encryption = .keyFile(path: folder.file("store.key"))
+            let store = try SyncStore(path: path, role: .phone, registry: registry, options: reopen)
+            defer { store.close() }
+            for i in [0, 1, 75_000, 149_998, 149_999] {
+                #expect(try store.storedValue(for: TestKeys.daily["d\(i)"]) == i, "d\(i), round \(round)")
+            }
+            for i in 0..<20 { #expect(try store.storedValue(for: TestKeys.daily["late\(i)"]) == i, "late\(i), round \(round)") }
+        }
+        #expect(cutsInsideTheTrim > 0, "no power cut landed inside the trim")
+    }
 }
