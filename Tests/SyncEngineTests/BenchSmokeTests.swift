@@ -59,6 +59,33 @@ import Testing
         #expect(cpu.value > 0 && cpu.baseline == p50.value)
         #expect(abs((cpu.ratio ?? 0) - cpu.value / p50.value) < 1e-9 * cpu.value / p50.value)
         #expect(try figure("write→visible context switches per write, both peers").value > 0)
+        // The app's own write, timed apart from its way to the peer: never longer than the whole.
+        let write50 = try figure("the app's write (setNow) during write→visible, p50")
+        let write999 = try figure("the app's write (setNow) during write→visible, p99.9")
+        let writeMax = try figure("the app's write (setNow) during write→visible, max")
+        #expect(write50.value > 0 && write50.value <= write999.value && write999.value <= writeMax.value)
+        #expect(writeMax.value <= (try figure("write→visible max").value))
+    }
+
+    /// `--latency-samples` sets how many writes the write→visible phase times,
+    /// within bounds (a run of 5 has no p99).
+    @Test func latencySamplesOptionIsBounded() async throws {
+        var sync = SyncBenchmark(quick: true)
+        #expect(sync.latencySamples == 50)
+        sync.latencySamples = 20
+        let figures = try await sync.run()
+        #expect(figures.contains { $0.name == "the app's write (setNow) during write→visible, max" && $0.value > 0 })
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: syncsimBinary())
+        process.arguments = ["bench", "sync", "--quick", "--latency-samples", "5"]
+        let stderr = Pipe()
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = stderr
+        try process.run()
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        #expect(try await exitStatus(of: process, "syncsim bench sync --latency-samples 5 to exit") != 0)
+        let message = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(message.contains("--latency-samples must be 10...1000000, not 5"), "\(message)")
     }
 
     /// Values over the automatic limit take the chunked path (manual, released

@@ -26,6 +26,9 @@ public struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Run the figures this many times and print each one's median (value, baseline and ratio each the median of its runs).")
     var runs = 1
 
+    @Option(name: .customLong("latency-samples"), help: "With sync: how many single writes its write→visible phase times (default 1000, 50 with --quick; issue 17's p99 target is set on 1000). More reach rarer stalls of the app's write.")
+    var latencySamples: Int?
+
     /// `memory` runs each value size in a child process of its own (this
     /// option, then `--json`), so one size's peak does not include the heap
     /// the allocator kept from the other's gigabyte.
@@ -39,6 +42,9 @@ public struct BenchCommand: AsyncParsableCommand {
 
     public func validate() throws {
         guard runs >= 1 else { throw ValidationError("--runs must be at least 1, not \(runs)") }
+        if let latencySamples, !(10...1_000_000).contains(latencySamples) {
+            throw ValidationError("--latency-samples must be 10...1000000, not \(latencySamples)")
+        }
     }
 
     public func run() async throws {
@@ -62,7 +68,9 @@ public struct BenchCommand: AsyncParsableCommand {
             figures += try StoreBenchmark(quick: quick).run(progress: progress)
         }
         if suite == .sync || suite == .all {
-            figures += try await SyncBenchmark(quick: quick, workload: workload).run(progress: progress)
+            var sync = SyncBenchmark(quick: quick, workload: workload)
+            if let latencySamples { sync.latencySamples = latencySamples }
+            figures += try await sync.run(progress: progress)
         }
         if suite == .burst || suite == .all {
             figures += try await BurstBenchmark(quick: quick).run(progress: progress)

@@ -8,10 +8,13 @@ public struct SyncBenchmark: Sendable {
     public var changed: Int
     /// What the phone writes (`--workload`).
     public var workload: BenchWorkload
+    /// Single writes the write→visible phase times (`--latency-samples`).
+    public var latencySamples: Int
 
     public init(quick: Bool, workload: BenchWorkload = .random) {
         entries = quick ? 2_000 : 100_000
         changed = quick ? 100 : 1_000
+        latencySamples = quick ? 50 : 1_000
         self.workload = workload
     }
 
@@ -66,7 +69,7 @@ public struct SyncBenchmark: Sendable {
 
         let rawInsertRate = Double(entries) / rawInsertSeconds
         let syncRate = Double(entries) / initialSeconds
-        let tcpBenchmark = TCPSyncBenchmark(entries: entries, changed: changed, latencySamples: entries >= 100_000 ? 1_000 : 50,
+        let tcpBenchmark = TCPSyncBenchmark(entries: entries, changed: changed, latencySamples: latencySamples,
                                             workload: workload)
         let tcp = try await tcpBenchmark.run(progress: progress)
         var unsyncedTCP = tcpBenchmark

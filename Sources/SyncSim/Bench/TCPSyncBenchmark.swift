@@ -88,18 +88,22 @@ struct TCPSyncBenchmark {
         let changes = watch.changes(for: probe)
         var iterator = changes.makeAsyncIterator()
         var latencies: [Double] = []
+        var writeTimes: [Double] = []  // the app's `setNow` alone
         let latencyCPUBefore = BenchClock.processCPUSeconds()
         let latencySwitchesBefore = BenchClock.processContextSwitches()
         for i in 0..<samples {
             let begin = ContinuousClock.now
             try phone.setNow("{\"sample\":\(i)}", for: probe)
+            let wrote = ContinuousClock.now
             _ = await iterator.next()
             let took = ContinuousClock.now - begin
-            latencies.append(Double(took.components.seconds) * 1e6 + Double(took.components.attoseconds) / 1e12)
+            latencies.append(Self.microseconds(took))
+            writeTimes.append(Self.microseconds(wrote - begin))
         }
         let latencyCPU = BenchClock.processCPUSeconds() - latencyCPUBefore
         let latencySwitches = BenchClock.processContextSwitches() - latencySwitchesBefore
         latencies.sort()
+        writeTimes.sort()
         client.cancel()
         await listener.close()
         server.cancel()
@@ -172,10 +176,22 @@ struct TCPSyncBenchmark {
             BenchFigure(name: "write→visible p99 (TCP, idle link)", value: p99, unit: "µs", baseline: loopback.roundTripMicroseconds,
                         baselineName: "raw RTT µs", ratio: p99 / loopback.roundTripMicroseconds, target: "≤ 10× RTT"),
             BenchFigure(name: "write→visible max", value: latencies.last ?? 0, unit: "µs"),
+            BenchFigure(name: "the app's write (setNow) during write→visible, p50", value: Self.percentile(writeTimes, 500), unit: "µs"),
+            BenchFigure(name: "the app's write (setNow) during write→visible, p99.9", value: Self.percentile(writeTimes, 999), unit: "µs"),
+            BenchFigure(name: "the app's write (setNow) during write→visible, max", value: writeTimes.last ?? 0, unit: "µs"),
             BenchFigure(name: "write→visible CPU per write, both peers", value: cpuPerWrite, unit: "µs",
                         baseline: p50, baselineName: "write→visible p50 µs", ratio: p50 == 0 ? nil : cpuPerWrite / p50),
             BenchFigure(name: "write→visible context switches per write, both peers", value: samples == 0 ? 0 : Double(latencySwitches) / Double(samples), unit: "switches"),
         ] + floorFigures(floor, p50: p50, p99: p99, roundTrip: loopback.roundTripMicroseconds)
+    }
+
+    static func microseconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) * 1e6 + Double(duration.components.attoseconds) / 1e12
+    }
+
+    /// The `perMille`-th of 1,000 of `sorted` (0 when empty).
+    static func percentile(_ sorted: [Double], _ perMille: Int) -> Double {
+        sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, sorted.count * perMille / 1_000)]
     }
 
     /// The floor of write→visible (`LoopbackBaseline.writeToVisibleFloor`) and the engine's samples against it.
