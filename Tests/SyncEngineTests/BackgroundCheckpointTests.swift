@@ -169,16 +169,22 @@ import Testing
 @Suite(.serialized, .timeLimit(.minutes(5))) struct CheckpointPowerCutTests {
     static let vfs = try! CrashVFS.register(name: "syncengine-tests-crash-checkpoint")
 
+    /// A round's start: the power on, no cut armed, a new folder (kept by the
+    /// caller), the store's path in it and a registry of `TestKeys.daily`.
+    static func freshRound(_ vfs: CrashVFS) throws -> (folder: TempFolder, path: String, registry: KeyRegistry) {
+        vfs.disarm()
+        vfs.powerOn()
+        let folder = TempFolder()
+        return (folder, folder.file("store.sqlite"), try KeyRegistry([TestKeys.daily]))
+    }
+
     @Test func aPowerCutDuringCheckpointsLosesNoSyncedCommit() async throws {
         let vfs = Self.vfs
         var random = SeededRandom(seed: UInt64.random(in: 1...UInt64.max))
         var cutsDuringCheckpoints = 0
         for _ in 0..<6 {
-            vfs.disarm()
-            vfs.powerOn()
-            let folder = TempFolder()
-            let path = folder.file("store.sqlite")
-            let registry = try KeyRegistry([TestKeys.daily])
+            let (folder, path, registry) = try Self.freshRound(vfs)
+            defer { withExtendedLifetime(folder) {} }
             let options = powerCutOptions(vfs: vfs)
             var synced = 0
             do {
@@ -213,13 +219,9 @@ import Testing
         var random = SeededRandom(seed: UInt64.random(in: 1...UInt64.max))
         var cutsInsideTheTrim = 0
         for round in 0..<6 {
-            vfs.disarm()
-            vfs.powerOn()
-            let folder = TempFolder()
-            let path = folder.file("store.sqlite")
-            let registry = try TestKeys.registry()
+            let (folder, path, registry) = try Self.freshRound(vfs)
+            defer { withExtendedLifetime(folder) {} }
             var options = powerCutOptions(vfs: vfs)
-            options.encryption = .keyFile(path: folder.file("store.key"))
             options.walTrimIdleDelay = .seconds(3_600)  // the trim's looks are taken by hand
             do {
                 let store = try SyncStore(path: path, role: .phone, registry: registry, options: options)
@@ -237,9 +239,7 @@ import Testing
                 vfs.powerCut()
             }
             vfs.powerOn()
-            var reopen = powerCutOptions()
-            reopen.encryption = .keyFile(path: folder.file("store.key"))
-            let store = try SyncStore(path: path, role: .phone, registry: registry, options: reopen)
+            let store = try SyncStore(path: path, role: .phone, registry: registry, options: powerCutOptions())
             defer { store.close() }
             for i in [0, 1, 75_000, 149_998, 149_999] {
                 #expect(try store.storedValue(for: TestKeys.daily["d\(i)"]) == i, "d\(i), round \(round)")
