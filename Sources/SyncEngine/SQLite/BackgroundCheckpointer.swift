@@ -245,11 +245,11 @@ final class BackgroundCheckpointer: Sendable {
         return false
     }
 
-    /// Runs the idle trim's look now, as its timer would (tests): true when it cut the WAL back.
+    /// Runs the idle trim's look now, as its timer would (tests): true when it
+    /// cut the WAL back. A look its timer has scheduled still comes.
     func trimIfIdleNow() -> Bool {
         queue.sync {
             let before = trims.load(ordering: .relaxed)
-            trimScheduled.store(true, ordering: .relaxed)
             _ = trimIfIdle()
             return trims.load(ordering: .relaxed) > before
         }
