@@ -97,8 +97,8 @@ struct TCPSyncBenchmark {
             let wrote = ContinuousClock.now
             _ = await iterator.next()
             let took = ContinuousClock.now - begin
-            latencies.append(Self.microseconds(took))
-            writeTimes.append(Self.microseconds(wrote - begin))
+            latencies.append(BenchClock.seconds(took) * 1e6)
+            writeTimes.append(BenchClock.seconds(wrote - begin) * 1e6)
         }
         let latencyCPU = BenchClock.processCPUSeconds() - latencyCPUBefore
         let latencySwitches = BenchClock.processContextSwitches() - latencySwitchesBefore
@@ -119,8 +119,7 @@ struct TCPSyncBenchmark {
         let rate = Double(entries) / syncSeconds
         let rawRate = Double(entries) / rawSeconds
         let wireRate = Double(initialWire) / syncSeconds / 1e6
-        let p50 = latencies.isEmpty ? 0 : latencies[latencies.count / 2]
-        let p99 = latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, latencies.count * 99 / 100)]
+        let p50 = Self.percentile(latencies, 500), p99 = Self.percentile(latencies, 990)
         let cpuPerWrite = samples == 0 ? 0 : latencyCPU * 1e6 / Double(samples)
         let incrementalRate = Double(changed) / incrementalSeconds
         if protocolRange.upperBound < 2 {
@@ -183,10 +182,6 @@ struct TCPSyncBenchmark {
                         baseline: p50, baselineName: "write→visible p50 µs", ratio: p50 == 0 ? nil : cpuPerWrite / p50),
             BenchFigure(name: "write→visible context switches per write, both peers", value: samples == 0 ? 0 : Double(latencySwitches) / Double(samples), unit: "switches"),
         ] + floorFigures(floor, p50: p50, p99: p99, roundTrip: loopback.roundTripMicroseconds)
-    }
-
-    static func microseconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) * 1e6 + Double(duration.components.attoseconds) / 1e12
     }
 
     /// The `perMille`-th of 1,000 of `sorted` (0 when empty).
