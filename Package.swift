@@ -44,6 +44,8 @@ let package = Package(
         .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
         // A SQLite VFS that simulates power loss (unsynced writes dropped), for tests and the simulator.
         .target(name: "CCrashVFS", dependencies: ["CSQLite"]),
+        // A grown WAL file cut back in steps (the background checkpointer's idle trim).
+        .target(name: "CWALTrim", dependencies: ["CSQLite"]),
         .target(
             name: "SyncTransport",
             dependencies: [
@@ -61,6 +63,7 @@ let package = Package(
             dependencies: [
                 "CSQLite",
                 "CCrashVFS",
+                "CWALTrim",
                 "SyncTransport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),

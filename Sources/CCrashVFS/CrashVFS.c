@@ -350,6 +350,7 @@ static int c_truncate(sqlite3_file *p, sqlite3_int64 size) {
         return f->real->pMethods->xTruncate(f->real, size);
     }
     if (v->full && n->size > size) v->freed += n->size - size;
+    if (n->size - size > v->stats.largest_truncation) v->stats.largest_truncation = n->size - size;
     /* Unsynced writes past the new end are gone; so are disk bytes past it. */
     Write **link = &n->head;
     Write *last = NULL;

@@ -16,3 +16,4 @@ static inline int syncengine_sync_open_journal(sqlite3 *db) {
     if (file == 0 || file->pMethods == 0) return SQLITE_NOTFOUND;
     return file->pMethods->xSync(file, SQLITE_SYNC_NORMAL);
 }
+

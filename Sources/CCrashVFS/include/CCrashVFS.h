@@ -64,6 +64,7 @@ typedef struct crashvfs_stats {
     int64_t dropped_writes;  /* unsynced writes thrown away by cuts */
     int64_t kept_writes;     /* unsynced writes that survived cuts */
     int64_t full_writes;     /* writes refused because the disk was full */
+    int64_t largest_truncation; /* the most bytes one truncate took off a file's end */
     int powered;             /* 1 while the power is on */
     int armed;               /* 1 while a cut is armed */
 } crashvfs_stats;

@@ -1,4 +1,5 @@
 import CSQLite
+import CWALTrim
 import Foundation
 import Dispatch
 import Synchronization
@@ -17,7 +18,9 @@ import Synchronization
 /// commit never cuts it (`Database.walSizeLimit` sits above the steady
 /// state), since freeing tens of MB of file can stall the committing
 /// thread for milliseconds (synchronous discards on a disk mounted with
-/// `discard`: 12–70 ms). On a nearly full disk it is cut back at the next
+/// `discard`: 12–70 ms). The cut goes in steps of `trimStepBytes`, each
+/// under a short hold of the writer's lock, so a write that comes in waits
+/// for one step at most. On a nearly full disk it is cut back at the next
 /// look, idle or not.
 final class BackgroundCheckpointer: Sendable {
     /// WAL pages after which a checkpoint is scheduled: four times SQLite's
@@ -68,6 +71,8 @@ final class BackgroundCheckpointer: Sendable {
     private let commitsAtTrimLook = Atomic<Int>(-1)
     /// How many times a grown WAL file was cut back (when idle, or at once on a nearly full disk).
     let trims = Atomic<Int>(0)
+    /// Bytes the idle trim's steps cut off the WAL file, all told (tests).
+    let trimmedBytes = Atomic<Int>(0)
     /// Each cut of a grown WAL file (for tests).
     let trimEvents: AsyncStream<Void>
     private let trimEvent: AsyncStream<Void>.Continuation
@@ -151,10 +156,27 @@ final class BackgroundCheckpointer: Sendable {
     /// opened (the writer's inline limit still bounds the WAL).
     @discardableResult
     private func checkpoint(mode: Int32) -> Int32? {
-        connection.withLock { conn -> Int32? in
+        withConnection { sqlite3_wal_checkpoint_v2($0, nil, mode, nil, nil) }
+    }
+
+    /// The VFS the checkpoint connection opens the store through: `base`
+    /// (nil: SQLite's default), but for the truncate of `walcut_restart`
+    /// (`CWALTrim`). `base` itself if it cannot be registered: the WAL is
+    /// then cut at once, as SQLite's truncating checkpoint does.
+    static func cutVFS(over base: String?) -> String? {
+        var name = [CChar](repeating: 0, count: 256)
+        guard walcut_register_vfs(base, &name, Int32(name.count)) == SQLITE_OK else { return base }
+        return name.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+    }
+
+    /// On `queue`: `body` with the checkpoint connection, opened on first use;
+    /// nil when it cannot be opened.
+    private func withConnection<T: Sendable>(_ body: @Sendable (OpaquePointer) -> T) -> T? {
+        connection.withLock { conn -> T? in
             if conn == nil {
                 var db: OpaquePointer?
-                guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, vfs) == SQLITE_OK, let db else {
+                guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, BackgroundCheckpointer.cutVFS(over: vfs)) == SQLITE_OK,
+                      let db else {
                     sqlite3_close_v2(db)
                     return nil
                 }
@@ -166,7 +188,7 @@ final class BackgroundCheckpointer: Sendable {
                 _ = sqlite3_exec(db, "SELECT 1 FROM sqlite_master LIMIT 1", nil, nil, nil)
                 conn = db
             }
-            return sqlite3_wal_checkpoint_v2(conn, nil, mode, nil, nil)
+            return conn.map(body)
         }
     }
 
@@ -195,6 +217,18 @@ final class BackgroundCheckpointer: Sendable {
 
     // MARK: Idle trim
 
+    /// Bytes cut off a grown WAL file under one hold of the writer's lock.
+    /// Freeing blocks is what costs (synchronous discards on a disk mounted
+    /// with `discard`): on this project's VM, 48–64 MB cut at once took
+    /// 10–20 ms (up to 71 ms with both cores busy), 1 MB at most 0.7 ms.
+    static let trimStepBytes: Int64 = 1 << 20
+    /// The pause between two steps of a cut, in which a writer that found the
+    /// lock taken gets it (SQLite's busy handler sleeps 1 ms, then 2 ms).
+    static let trimStepPause: Duration = .milliseconds(3)
+
+    /// What the idle trim does next.
+    private enum TrimNext { case stop, lookAgain, cutAgain, done }
+
     /// After a checkpoint: looks, `trimIdleDelay` from now, whether the store
     /// went idle with a grown WAL file (`trimIfIdle`). One look at a time.
     private func scheduleIdleTrim() {
@@ -207,50 +241,92 @@ final class BackgroundCheckpointer: Sendable {
 
     /// On `queue`: the next look, `trimIdleDelay` from now.
     private func lookAgainForIdleTrim() {
-        let delay = trimIdleDelay.components
-        let nanoseconds = UInt64(delay.seconds) * 1_000_000_000 + UInt64(delay.attoseconds / 1_000_000_000)
-        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(min(nanoseconds, UInt64(Int.max))))) {
-            if !self.trimIfIdle() { return }
-            self.lookAgainForIdleTrim()
+        after(trimIdleDelay) { self.advance(self.trimIfIdle()) }
+    }
+
+    /// On `queue`: runs `work` on `queue` after `delay`.
+    private func after(_ delay: Duration, _ work: @escaping @Sendable () -> Void) {
+        let parts = delay.components
+        let nanoseconds = UInt64(parts.seconds) * 1_000_000_000 + UInt64(parts.attoseconds / 1_000_000_000)
+        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(min(nanoseconds, UInt64(Int.max)))), execute: work)
+    }
+
+    /// On `queue`: goes on from a look or a step of the cut.
+    private func advance(_ next: TrimNext) {
+        switch next {
+        case .stop: trimScheduled.store(false, ordering: .releasing)
+        case .lookAgain: lookAgainForIdleTrim()
+        case .cutAgain: after(BackgroundCheckpointer.trimStepPause) { self.advance(self.cutStep()) }
+        case .done: finishTrim()
         }
     }
 
-    /// On `queue`: cuts the WAL file back to nothing when no commit landed
-    /// since the last look and the file is over `Database.idleWALSizeLimit`
-    /// (a truncating checkpoint: it takes the writer's lock without waiting,
-    /// so a write or a read of the WAL in progress puts it off). Returns
-    /// whether to look again (commits came, or the cut was put off).
-    private func trimIfIdle() -> Bool {
-        guard !stopped.load(ordering: .relaxed), !corruption.isSet else {
-            trimScheduled.store(false, ordering: .releasing)
-            return false
-        }
+    /// On `queue`: when no commit landed since the last look and the WAL
+    /// file is over `Database.idleWALSizeLimit`, copies what is left of the
+    /// WAL into the file (a passive checkpoint, without the writer's lock),
+    /// starts the WAL over (`walcut_restart`: a truncating checkpoint
+    /// without its truncate, which takes the writer's lock and the readers'
+    /// marks without waiting, so a write or a read of the WAL in progress
+    /// puts it off), then cuts the file back in steps (`cutStep`).
+    private func trimIfIdle() -> TrimNext {
+        guard !stopped.load(ordering: .relaxed), !corruption.isSet else { return .stop }
         let seen = commits.load(ordering: .relaxed)
         if seen != commitsAtTrimLook.load(ordering: .relaxed), !diskNearlyFull.load(ordering: .relaxed) {
             commitsAtTrimLook.store(seen, ordering: .relaxed)
-            return true
+            return .lookAgain
         }
-        guard walFileBytes > Int64(Database.idleWALSizeLimit) else {
-            trimScheduled.store(false, ordering: .releasing)
-            return false
+        guard walFileBytes > Int64(Database.idleWALSizeLimit), let copied = checkpoint(mode: SQLITE_CHECKPOINT_PASSIVE) else { return .stop }
+        guard copied == SQLITE_OK, withConnection({ walcut_restart($0) }) == SQLITE_OK else { return .lookAgain }
+        return cutStep()
+    }
+
+    /// On `queue`: one step of the cut, under a hold of the writer's lock of
+    /// its own (`BEGIN IMMEDIATE`, without waiting): at most `trimStepBytes`
+    /// off the file's end, never into frames a commit wrote since
+    /// (`walcut_step`). A commit since the look stops the cut
+    /// until the store is idle again, unless the disk is nearly full.
+    private func cutStep() -> TrimNext {
+        guard !stopped.load(ordering: .relaxed), !corruption.isSet else { return .stop }
+        let seen = commits.load(ordering: .relaxed)
+        if seen != commitsAtTrimLook.load(ordering: .relaxed), !diskNearlyFull.load(ordering: .relaxed) {
+            commitsAtTrimLook.store(seen, ordering: .relaxed)
+            return .lookAgain
         }
-        guard let rc = checkpoint(mode: SQLITE_CHECKPOINT_TRUNCATE) else {
-            trimScheduled.store(false, ordering: .releasing)
-            return false
-        }
-        guard rc == SQLITE_OK else { return true }
+        return withConnection { db -> TrimNext in
+            guard sqlite3_exec(db, "BEGIN IMMEDIATE", nil, nil, nil) == SQLITE_OK else { return .lookAgain }
+            defer { _ = sqlite3_exec(db, "ROLLBACK", nil, nil, nil) }
+            var left: Int64 = 0
+            var inUse: Int64 = 0
+            let before = walFileBytes
+            guard walcut_step(db, BackgroundCheckpointer.trimStepBytes, &left, &inUse) == SQLITE_OK else { return .stop }
+            trimmedBytes.add(Int(max(0, before - left)), ordering: .relaxed)
+            return left <= inUse ? .done : .cutAgain
+        } ?? .stop
+    }
+
+    /// On `queue`: the cut reached the frames in use (nothing, when idle).
+    private func finishTrim() {
         trims.add(1, ordering: .relaxed)
         trimScheduled.store(false, ordering: .releasing)
         trimEvent.yield()
-        return false
     }
 
-    /// Runs the idle trim's look now, as its timer would (tests): true when it
+    /// Runs the idle trim's look now, as its timer would, with its steps one
+    /// after the other and `betweenSteps` between two (tests): true when it
     /// cut the WAL back. A look its timer has scheduled still comes.
-    func trimIfIdleNow() -> Bool {
+    func trimIfIdleNow(betweenSteps: () -> Void = {}) -> Bool {
         queue.sync {
             let before = trims.load(ordering: .relaxed)
-            _ = trimIfIdle()
+            var next = trimIfIdle()
+            while next == .cutAgain {
+                betweenSteps()
+                next = cutStep()
+            }
+            switch next {
+            case .done: finishTrim()
+            case .stop: trimScheduled.store(false, ordering: .releasing)
+            case .lookAgain, .cutAgain: break
+            }
             return trims.load(ordering: .relaxed) > before
         }
     }

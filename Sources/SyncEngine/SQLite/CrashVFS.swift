@@ -106,6 +106,8 @@ import CSQLite
         public var keptWrites: Int
         /// Writes refused while the disk was full (`setDiskFull`).
         public var fullWrites: Int
+        /// The most bytes one truncate took off the end of a file.
+        public var largestTruncation: Int
         public var isPowered: Bool
         public var isArmed: Bool
     }
@@ -115,6 +117,7 @@ import CSQLite
         _ = crashvfs_get_stats(name, &raw)
         return Statistics(writes: Int(raw.writes), syncs: Int(raw.syncs), operations: Int(raw.operations),
                           unsyncedBytes: Int(raw.unsynced_bytes), cuts: Int(raw.cuts), droppedWrites: Int(raw.dropped_writes),
-                          keptWrites: Int(raw.kept_writes), fullWrites: Int(raw.full_writes), isPowered: raw.powered != 0, isArmed: raw.armed != 0)
+                          keptWrites: Int(raw.kept_writes), fullWrites: Int(raw.full_writes),
+                          largestTruncation: Int(raw.largest_truncation), isPowered: raw.powered != 0, isArmed: raw.armed != 0)
     }
 }

@@ -96,8 +96,9 @@ final class Database: Sendable {
     var walTrims: Int { checkpointer.trims.load(ordering: .relaxed) }
     var walTrimEvents: AsyncStream<Void> { checkpointer.trimEvents }
 
-    /// Runs the idle trim's look now, as its timer would (tests): true when it cut the WAL back.
-    func trimWALIfIdleNow() -> Bool { checkpointer.trimIfIdleNow() }
+    /// Runs the idle trim's look now, as its timer would, with `betweenSteps`
+    /// between two steps of its cut (tests): true when it cut the WAL back.
+    func trimWALIfIdleNow(betweenSteps: () -> Void = {}) -> Bool { checkpointer.trimIfIdleNow(betweenSteps: betweenSteps) }
 
     deinit { close() }
 

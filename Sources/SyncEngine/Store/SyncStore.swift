@@ -304,6 +304,11 @@ public final class SyncStore: KeyValueBackend {
     @_spi(Testing)
     public func waitForBackgroundCheckpoints() { database.drainCheckpoints() }
 
+    /// Takes the idle WAL trim's look now, as its timer would (tests and
+    /// `syncsim bench store`): true when it cut a grown WAL file back.
+    @_spi(Testing)
+    public func trimWALIfIdleNow() -> Bool { database.trimWALIfIdleNow() }
+
     func checkOpen() throws(SyncError) {
         if isClosed { throw SyncError.storeClosed(path) }
     }

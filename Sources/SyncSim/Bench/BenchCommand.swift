@@ -66,6 +66,7 @@ public struct BenchCommand: AsyncParsableCommand {
         var figures: [BenchFigure] = []
         if suite == .store || suite == .all {
             figures += try StoreBenchmark(quick: quick).run(progress: progress)
+            figures += try WALTrimBenchmark(quick: quick).run(progress: progress)
         }
         if suite == .sync || suite == .all {
             var sync = SyncBenchmark(quick: quick, workload: workload)
