@@ -311,15 +311,17 @@ final class BackgroundCheckpointer: Sendable {
         trimEvent.yield()
     }
 
-    /// Runs the idle trim's look now, as its timer would, with its steps one
-    /// after the other and `betweenSteps` between two (tests): true when it
-    /// cut the WAL back. A look its timer has scheduled still comes.
+    /// Runs the idle trim's look now, as its timer would, its steps
+    /// `trimStepPause` apart, with `betweenSteps` between two (tests and
+    /// `syncsim bench store`): true when it cut the WAL back. A look its
+    /// timer has scheduled still comes.
     func trimIfIdleNow(betweenSteps: () -> Void = {}) -> Bool {
         queue.sync {
             let before = trims.load(ordering: .relaxed)
             var next = trimIfIdle()
             while next == .cutAgain {
                 betweenSteps()
+                Thread.sleep(forTimeInterval: BackgroundCheckpointer.trimStepPause / .seconds(1))
                 next = cutStep()
             }
             switch next {

@@ -34,7 +34,8 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
         handle = db
         self.path = path
         self.corruption = corruption ?? CorruptionFlag(path: path)
-        sqlite3_busy_timeout(db, 5_000)
+        // Waits up to about 5 s for a lock, in short sleeps at first (`syncengine_busy_wait`).
+        _ = syncengine_set_busy_wait(db)
         sqlite3_extended_result_codes(db, 1)
     }
 
