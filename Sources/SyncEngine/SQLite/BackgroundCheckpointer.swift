@@ -71,8 +71,6 @@ final class BackgroundCheckpointer: Sendable {
     private let commitsAtTrimLook = Atomic<Int>(-1)
     /// How many times a grown WAL file was cut back (when idle, or at once on a nearly full disk).
     let trims = Atomic<Int>(0)
-    /// Bytes the idle trim's steps cut off the WAL file, all told (tests).
-    let trimmedBytes = Atomic<Int>(0)
     /// Each cut of a grown WAL file (for tests).
     let trimEvents: AsyncStream<Void>
     private let trimEvent: AsyncStream<Void>.Continuation
@@ -261,6 +259,17 @@ final class BackgroundCheckpointer: Sendable {
         }
     }
 
+    /// On `queue`: `.stop` once the checkpointer stopped or the file was
+    /// found damaged; `.lookAgain` when a commit landed since the last look
+    /// (which this one now is), unless the disk is nearly full; else nil.
+    private func stopOrLookAgain() -> TrimNext? {
+        guard !stopped.load(ordering: .relaxed), !corruption.isSet else { return .stop }
+        let seen = commits.load(ordering: .relaxed)
+        guard seen != commitsAtTrimLook.load(ordering: .relaxed), !diskNearlyFull.load(ordering: .relaxed) else { return nil }
+        commitsAtTrimLook.store(seen, ordering: .relaxed)
+        return .lookAgain
+    }
+
     /// On `queue`: when no commit landed since the last look and the WAL
     /// file is over `Database.idleWALSizeLimit`, copies what is left of the
     /// WAL into the file (a passive checkpoint, without the writer's lock),
@@ -269,12 +278,7 @@ final class BackgroundCheckpointer: Sendable {
     /// marks without waiting, so a write or a read of the WAL in progress
     /// puts it off), then cuts the file back in steps (`cutStep`).
     private func trimIfIdle() -> TrimNext {
-        guard !stopped.load(ordering: .relaxed), !corruption.isSet else { return .stop }
-        let seen = commits.load(ordering: .relaxed)
-        if seen != commitsAtTrimLook.load(ordering: .relaxed), !diskNearlyFull.load(ordering: .relaxed) {
-            commitsAtTrimLook.store(seen, ordering: .relaxed)
-            return .lookAgain
-        }
+        if let next = stopOrLookAgain() { return next }
         guard walFileBytes > Int64(Database.idleWALSizeLimit), let copied = checkpoint(mode: SQLITE_CHECKPOINT_PASSIVE) else { return .stop }
         guard copied == SQLITE_OK, withConnection({ walcut_restart($0) }) == SQLITE_OK else { return .lookAgain }
         return cutStep()
@@ -286,20 +290,13 @@ final class BackgroundCheckpointer: Sendable {
     /// (`walcut_step`). A commit since the look stops the cut
     /// until the store is idle again, unless the disk is nearly full.
     private func cutStep() -> TrimNext {
-        guard !stopped.load(ordering: .relaxed), !corruption.isSet else { return .stop }
-        let seen = commits.load(ordering: .relaxed)
-        if seen != commitsAtTrimLook.load(ordering: .relaxed), !diskNearlyFull.load(ordering: .relaxed) {
-            commitsAtTrimLook.store(seen, ordering: .relaxed)
-            return .lookAgain
-        }
+        if let next = stopOrLookAgain() { return next }
         return withConnection { db -> TrimNext in
             guard sqlite3_exec(db, "BEGIN IMMEDIATE", nil, nil, nil) == SQLITE_OK else { return .lookAgain }
             defer { _ = sqlite3_exec(db, "ROLLBACK", nil, nil, nil) }
             var left: Int64 = 0
             var inUse: Int64 = 0
-            let before = walFileBytes
             guard walcut_step(db, BackgroundCheckpointer.trimStepBytes, &left, &inUse) == SQLITE_OK else { return .stop }
-            trimmedBytes.add(Int(max(0, before - left)), ordering: .relaxed)
             return left <= inUse ? .done : .cutAgain
         } ?? .stop
     }
