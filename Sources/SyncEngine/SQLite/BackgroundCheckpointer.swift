@@ -67,10 +67,12 @@ final class BackgroundCheckpointer: Sendable {
     private let diskNearlyFull = Atomic<Bool>(false)
     /// Whether an idle trim is scheduled on `queue`.
     private let trimScheduled = Atomic<Bool>(false)
-    /// `commits` when the scheduled idle trim last looked; touched only on `queue`.
+    /// `commits` when the scheduled idle trim last looked (or was scheduled).
     private let commitsAtTrimLook = Atomic<Int>(-1)
     /// How many times a grown WAL file was cut back (when idle, or at once on a nearly full disk).
     let trims = Atomic<Int>(0)
+    /// How many steps of a cut ran, all told (tests).
+    let trimSteps = Atomic<Int>(0)
     /// Each cut of a grown WAL file (for tests).
     let trimEvents: AsyncStream<Void>
     private let trimEvent: AsyncStream<Void>.Continuation
@@ -231,10 +233,10 @@ final class BackgroundCheckpointer: Sendable {
     /// went idle with a grown WAL file (`trimIfIdle`). One look at a time.
     private func scheduleIdleTrim() {
         guard !stopped.load(ordering: .relaxed), !trimScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        queue.async {
-            self.commitsAtTrimLook.store(self.commits.load(ordering: .relaxed), ordering: .relaxed)
-            self.lookAgainForIdleTrim()
-        }
+        // The commits so far, now: taken on `queue`, a commit made meanwhile would count as before
+        // the look, and the store as idle a whole delay early.
+        commitsAtTrimLook.store(commits.load(ordering: .relaxed), ordering: .relaxed)
+        queue.async { self.lookAgainForIdleTrim() }
     }
 
     /// On `queue`: the next look, `trimIdleDelay` from now.
@@ -297,6 +299,7 @@ final class BackgroundCheckpointer: Sendable {
             var left: Int64 = 0
             var inUse: Int64 = 0
             guard walcut_step(db, BackgroundCheckpointer.trimStepBytes, &left, &inUse) == SQLITE_OK else { return .stop }
+            trimSteps.add(1, ordering: .relaxed)
             return left <= inUse ? .done : .cutAgain
         } ?? .stop
     }

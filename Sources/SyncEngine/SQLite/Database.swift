@@ -95,6 +95,8 @@ final class Database: Sendable {
     /// How many times a grown WAL file was cut back, and each cut (tests).
     var walTrims: Int { checkpointer.trims.load(ordering: .relaxed) }
     var walTrimEvents: AsyncStream<Void> { checkpointer.trimEvents }
+    /// How many steps of the idle trim's cuts ran (tests).
+    var walTrimSteps: Int { checkpointer.trimSteps.load(ordering: .relaxed) }
 
     /// Runs the idle trim's look now, as its timer would, with `betweenSteps`
     /// between two steps of its cut (tests): true when it cut the WAL back.
