@@ -223,7 +223,8 @@ final class BackgroundCheckpointer: Sendable {
     /// 10–20 ms (up to 71 ms with both cores busy), 1 MB at most 0.7 ms.
     static let trimStepBytes: Int64 = 1 << 20
     /// The pause between two steps of a cut, in which a writer that found the
-    /// lock taken gets it (SQLite's busy handler sleeps 1 ms, then 2 ms).
+    /// lock taken gets it (the store's busy handler tries again after 50 µs,
+    /// then 100, 200 and 400 µs: `syncengine_busy_wait`).
     static let trimStepPause: Duration = .milliseconds(3)
 
     /// What the idle trim does next.
