@@ -259,6 +259,13 @@ import Testing
         return (folder, folder.file("store.sqlite"), try KeyRegistry([TestKeys.daily]))
     }
 
+    /// A store through `vfs` whose idle trim looks only when a test takes its look by hand.
+    static func manualTrimOptions(_ vfs: CrashVFS) -> StoreOptions {
+        var options = powerCutOptions(vfs: vfs)
+        options.walTrimIdleDelay = .seconds(3_600)
+        return options
+    }
+
     @Test func aPowerCutDuringCheckpointsLosesNoSyncedCommit() async throws {
         let vfs = Self.vfs
         var random = SeededRandom(seed: UInt64.random(in: 1...UInt64.max))
@@ -297,14 +304,11 @@ import Testing
     /// writer's lock, goes in steps (the crash VFS records the largest
     /// truncate it saw). Before, one truncating checkpoint cut 17.6 MB at once.
     @Test func theIdleTrimNeverTruncatesMoreThanAStepAtOnce() async throws {
+        // A VFS of its own: its largest truncate is this test's alone.
         let vfs = try CrashVFS.register(name: "syncengine-tests-crash-trim-steps")
-        vfs.disarm()
-        vfs.powerOn()
-        let folder = TempFolder()
-        let path = folder.file("store.sqlite")
-        var options = powerCutOptions(vfs: vfs)
-        options.walTrimIdleDelay = .seconds(3_600)
-        let store = try SyncStore(path: path, role: .phone, registry: try KeyRegistry([TestKeys.daily]), options: options)
+        let (folder, path, registry) = try Self.freshRound(vfs)
+        defer { withExtendedLifetime(folder) {} }
+        let store = try SyncStore(path: path, role: .phone, registry: registry, options: Self.manualTrimOptions(vfs))
         defer { store.close() }
         try BackgroundCheckpointTests.growTheWAL(of: store)
         store.waitForBackgroundCheckpoints()
@@ -330,8 +334,7 @@ import Testing
         let vfs = Self.vfs
         let (folder, path, registry) = try Self.freshRound(vfs)
         defer { withExtendedLifetime(folder) {} }
-        var options = powerCutOptions(vfs: vfs)
-        options.walTrimIdleDelay = .seconds(3_600)
+        let options = Self.manualTrimOptions(vfs)
         let rows = 80_000
         var steps = 0
         do {
@@ -375,8 +378,7 @@ import Testing
         for round in 0..<8 {
             let (folder, path, registry) = try Self.freshRound(vfs)
             defer { withExtendedLifetime(folder) {} }
-            var options = powerCutOptions(vfs: vfs)
-            options.walTrimIdleDelay = .seconds(3_600)  // the trim's looks are taken by hand
+            let options = Self.manualTrimOptions(vfs)
             do {
                 let store = try SyncStore(path: path, role: .phone, registry: registry, options: options)
                 defer { store.close() }

@@ -195,9 +195,7 @@ final class BackgroundCheckpointer: Sendable {
     /// On `queue`: runs the scheduled checkpoint once `minimumInterval` has
     /// passed since the last one ended, or comes back then.
     private func checkpointWhenDue() {
-        let interval = BackgroundCheckpointer.minimumInterval.components
-        let intervalNanoseconds = UInt64(interval.seconds) * 1_000_000_000 + UInt64(interval.attoseconds / 1_000_000_000)
-        let due = lastEnded.load(ordering: .relaxed) + intervalNanoseconds
+        let due = lastEnded.load(ordering: .relaxed) + BackgroundCheckpointer.nanoseconds(BackgroundCheckpointer.minimumInterval)
         guard DispatchTime.now().uptimeNanoseconds >= due else {
             queue.asyncAfter(deadline: DispatchTime(uptimeNanoseconds: due)) { self.checkpointWhenDue() }
             return
@@ -247,9 +245,14 @@ final class BackgroundCheckpointer: Sendable {
 
     /// On `queue`: runs `work` on `queue` after `delay`.
     private func after(_ delay: Duration, _ work: @escaping @Sendable () -> Void) {
-        let parts = delay.components
-        let nanoseconds = UInt64(parts.seconds) * 1_000_000_000 + UInt64(parts.attoseconds / 1_000_000_000)
+        let nanoseconds = BackgroundCheckpointer.nanoseconds(delay)
         queue.asyncAfter(deadline: .now() + .nanoseconds(Int(min(nanoseconds, UInt64(Int.max)))), execute: work)
+    }
+
+    /// `duration` in whole nanoseconds (a negative one as none).
+    private static func nanoseconds(_ duration: Duration) -> UInt64 {
+        let parts = max(.zero, duration).components
+        return UInt64(parts.seconds) * 1_000_000_000 + UInt64(parts.attoseconds / 1_000_000_000)
     }
 
     /// On `queue`: goes on from a look or a step of the cut.
