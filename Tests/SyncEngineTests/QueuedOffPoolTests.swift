@@ -43,7 +43,9 @@ import Testing
         for (peer, box) in peers {
             #expect(try QueuedDeliveryTests().queuedKeys(box) == [TestKeys.steps.name], "the outbox of \(peer.store.path)")
         }
-        _ = pairs
+        // An optimized build ends a local's lifetime at its last use: the folders (removed as
+        // they go) and the stores must outlive the rounds, which use them through the peers.
+        withExtendedLifetime((pairs, folders)) {}
     }
 
     /// A phone with more watches than the pool has threads, a mailbox each:
@@ -96,6 +98,7 @@ import Testing
         for box in boxes {
             #expect(try QueuedDeliveryTests().queuedKeys(box) == [TestKeys.steps.name, TestKeys.steps.name], "\(box.directory)")
         }
+        withExtendedLifetime((pair, folders)) {}  // past the rounds, in an optimized build too
     }
 }
 

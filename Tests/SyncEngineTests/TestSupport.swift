@@ -61,7 +61,9 @@ private let openFilesResource = RLIMIT_NOFILE
 private let openFilesCeiling = rlim_t(10_240)
 #endif
 
-/// A temporary folder removed when the value is released.
+/// A temporary folder removed when the value is released. An optimized build
+/// may release it at its last use, not at the end of its scope: a test whose
+/// work goes on in the folder after that keeps it with `withExtendedLifetime`.
 final class TempFolder: Sendable {
     let path: String
     init() {
