@@ -382,6 +382,45 @@ import Testing
         }
     }
 
+    static let vfsSyncRuns = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-sync-runs")
+    static let vfsSyncFull = try! CrashVFS.register(name: "syncengine-tests-app-update-lanes-full-sync-full")
+
+    /// `sync()` while the put-off pass still waits (the disk has room again,
+    /// nothing committed since): the pass runs first, and this sync releases
+    /// the change it moves to the manual lane. It released nothing, and the
+    /// change then waited for the next `sync()` (fuzz seed 507802420).
+    @Test func aSyncWhileAPutOffPassWaitsRunsItAndReleasesWhatItMoved() async throws {
+        let folder = TempFolder()
+        let open = Self.opener(folder, vfs: Self.vfsSyncRuns)
+        let phone = try await Self.phoneUpdatedOnAFullDisk(open, vfs: Self.vfsSyncRuns) { try await $0.set("draft", for: Note.automatic) }
+        #expect(phone.lanePassWaits)
+        #expect(try phone.requestManualSync() == 1)
+        #expect(!phone.lanePassWaits)
+        #expect(try phone.entryInfo(forKey: Note.manual.name)?.lane == .released)
+        let watch = try open(.watch, [Note.manual])
+        Link(phone, watch).connect()
+        #expect(try watch.storedValue(for: Note.manual) == "draft")
+    }
+
+    /// The same while the disk is still full: `sync()` throws `storageFull`,
+    /// as the app's writes do, rather than release nothing and return 0; it
+    /// releases the change once there is room.
+    @Test func aSyncOnAStillFullDiskWithAPassPutOffThrowsStorageFull() async throws {
+        let folder = TempFolder()
+        let open = Self.opener(folder, vfs: Self.vfsSyncFull)
+        defer { Self.vfsSyncFull.setDiskFull(false) }
+        let phone = try await Self.phoneUpdatedOnAFullDisk(open, vfs: Self.vfsSyncFull, keepsFull: true) {
+            try await $0.set("draft", for: Note.automatic)
+        }
+        #expect { try phone.requestManualSync() } throws: { ($0 as? SyncError)?.code == .storageFull }
+        #expect(phone.lanePassWaits)
+        Self.vfsSyncFull.setDiskFull(false)
+        #expect(try phone.requestManualSync() == 1)
+        let watch = try open(.watch, [Note.manual])
+        Link(phone, watch).connect()
+        #expect(try watch.storedValue(for: Note.manual) == "draft")
+    }
+
     static let retriedCount = Key<Int>("count", default: 0, availability: .all, policy: .automaticSmall)
 
     /// A phone updated on a full disk tries its put-off pass in vain, then

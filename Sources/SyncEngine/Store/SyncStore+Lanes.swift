@@ -31,10 +31,13 @@ extension SyncStore {
         let recorded = try database.read { conn in try SyncStore.readMeta(conn) }
         guard recorded[SyncStore.lanesRegistryMeta] != fingerprint else { return }
         let syncing = Set(registry.descriptors.filter { $0.replicates(from: role) }.map(\.name))
-        // Unknown before this build recorded them: only the lanes are set right.
-        let syncedBefore = recorded[SyncStore.syncingDeclarationsMeta].map { Set($0.split(separator: "\n").map(String.init)) }
-        let startsSyncing = syncedBefore.map { syncing.subtracting($0) } ?? []
         let moved = try database.write { conn -> Int in
+            // Read again under the write lock: a put-off pass may run from `sync()` and a session's tick at once.
+            let recorded = try SyncStore.readMeta(conn)
+            guard recorded[SyncStore.lanesRegistryMeta] != fingerprint else { return 0 }
+            // Unknown before this build recorded them: only the lanes are set right.
+            let syncedBefore = recorded[SyncStore.syncingDeclarationsMeta].map { Set($0.split(separator: "\n").map(String.init)) }
+            let startsSyncing = syncedBefore.map { syncing.subtracting($0) } ?? []
             let select = try conn.statement("SELECT key, lane, size, deleted, origin_peer, encoding, change_seq FROM entries ORDER BY change_seq, key")
             let peers = try SyncStore.peerRecords(conn)
             // Whether a change of this device has not reached some peer (any peer, when none is known yet):
@@ -100,13 +103,20 @@ extension SyncStore {
         }
         guard due, !closed.load(ordering: .relaxed) else { return }
         do {
-            try assignLanesForCurrentDeclarations()
-            deferredLanes.withLock { $0 = nil }
+            try runDeferredLanePass()
             localGeneration.wrappingAdd(1, ordering: .sequentiallyConsistent)
             localWrites.publish(SyncStore.thisDevice)
         } catch {
             logger.debug("moving the entries of keys the registry now syncs still waits", metadata: ["error": "\(error)"])
         }
+    }
+
+    /// Runs the lane pass a full disk put off at open, now; throws (the disk
+    /// still full, say) and leaves it put off when it cannot. The caller
+    /// wakes the sessions.
+    func runDeferredLanePass() throws {
+        try assignLanesForCurrentDeclarations()
+        deferredLanes.withLock { $0 = nil }
     }
 
     /// Grows with every write transaction this process commits and every

@@ -36,9 +36,14 @@ extension SyncStore {
     /// Releases every change made so far in the manual lane (and deferred
     /// automatic values) for sending: they join the stream with new sequence
     /// numbers, after every peer's cursor. Returns how many entries that queues.
+    /// Throws `storageFull` while the disk has no room for it.
     @discardableResult
     public func requestManualSync() throws -> Int {
         try checkOpen()
+        // A lane pass a full disk put off at open may still move changes written before it into the
+        // manual lane: it runs first, so that this sync releases them too (else they waited for the
+        // next one). While the disk is still full, this throws, as the app's writes do.
+        if lanePassWaits { try runDeferredLanePass() }
         let count = try database.write { conn -> Int in
             let waiting = try conn.statement("SELECT key FROM entries WHERE lane = 2 ORDER BY change_seq, key")
             var keys: [String] = []
