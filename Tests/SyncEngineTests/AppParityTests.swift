@@ -176,6 +176,38 @@ func withPeers(phone: SyncStore, watch: SyncStore, _ body: (SyncPeer, SyncPeer) 
         #expect(try new.replacing(old).value(for: Self.theme) == "dark")
         #expect(try oldInner.contains(Self.theme) == false)
     }
+
+    /// A store given itself to replace (a migration set up wrongly): a read
+    /// "moved" the value by removing it from the old store, which is the same
+    /// one, so the value was gone and the read returned the default.
+    @Test func replacingAStoreWithItselfKeepsItsValues() async throws {
+        let folder = TempFolder()
+        let store = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: KeyRegistry([Self.theme]))
+        defer { store.close() }
+        try await store.set("dark", for: Self.theme)
+        let migrating = store.replacing(store)
+        #expect(try migrating.value(for: Self.theme) == "dark")
+        #expect(try store.value(for: Self.theme) == "dark")
+        try await migrating.set("light", for: Self.theme)
+        #expect(try store.value(for: Self.theme) == "light", "a write through it stays too")
+        #expect(try migrating.allEntryInfo().map(\.key) == [Self.theme.name])
+    }
+
+    /// The same with another store opened on the same file (by another path
+    /// to it): the read also wrote a tombstone, which replicates to the peers.
+    @Test func replacingAStoreWithAnotherStoreOfTheSameFileKeepsItsValues() async throws {
+        let folder = TempFolder()
+        let registry = try KeyRegistry([Self.theme])
+        let new = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: registry)
+        try FileManager.default.createSymbolicLink(atPath: folder.file("link.sqlite"), withDestinationPath: folder.file("s.sqlite"))
+        let old = try SyncStore(path: folder.file("link.sqlite"), role: .phone, registry: registry)
+        defer { new.close(); old.close() }
+        try await new.set("dark", for: Self.theme)
+        #expect(try new.replacing(old).value(for: Self.theme) == "dark")
+        try new.checkForExternalChanges()
+        #expect(try new.value(for: Self.theme) == "dark")
+        #expect(try new.entryInfo(forKey: Self.theme.name)?.isDeleted == false, "no tombstone written by a read")
+    }
 }
 
 @Suite(.timeLimit(.minutes(5))) struct StoredWrapperTests {

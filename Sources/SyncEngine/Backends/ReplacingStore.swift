@@ -1,3 +1,4 @@
+import Foundation
 import Synchronization
 
 extension KeyValueBackend {
@@ -6,6 +7,8 @@ extension KeyValueBackend {
     /// key that this store has never held copies the old value here, commits
     /// it, and only then removes it from `old`. A crash in between leaves the
     /// value in both; the next read finishes the removal. Nothing is lost.
+    /// Given this store itself, or another store on the same file, there is
+    /// nothing to move: it reads and writes that store and removes nothing.
     ///
     /// ```swift
     /// let store = try SyncStore(path: "secure.sqlite", role: .phone, registry: registry, options: encrypted)
@@ -25,10 +28,33 @@ public final class ReplacingStore: KeyValueBackend {
     public let old: any KeyValueBackend
     /// Keys whose old copy is known to be gone (or not ours to remove) in this process.
     private let settled = Mutex<Set<String>>([])
+    /// `old` is `store`, or a store on the same file: a "move" would remove what it just read.
+    private let sharesStorage: Bool
 
     init(store: any KeyValueBackend, replacing old: any KeyValueBackend) {
         self.store = store
         self.old = old
+        sharesStorage = Self.sameStorage(store, old)
+    }
+
+    /// Whether two backends keep their entries in one place: the same object,
+    /// or stores whose SQLite files are one file (by device and inode).
+    static func sameStorage(_ a: any KeyValueBackend, _ b: any KeyValueBackend) -> Bool {
+        if a === b { return true }
+        guard let first = databaseFile(of: a), let second = databaseFile(of: b) else { return false }
+        var one = stat(), other = stat()
+        guard stat(first, &one) == 0, stat(second, &other) == 0 else { return first == second }
+        return one.st_dev == other.st_dev && one.st_ino == other.st_ino
+    }
+
+    /// The SQLite file a backend keeps its entries in, when it has one.
+    private static func databaseFile(of backend: any KeyValueBackend) -> String? {
+        switch backend {
+        case let store as SyncStore: store.path
+        case let store as FileValueStore: store.syncStore.path
+        case let store as ReplacingStore: databaseFile(of: store.store)
+        default: nil
+        }
     }
 
     public var registry: KeyRegistry { store.registry }
@@ -36,7 +62,7 @@ public final class ReplacingStore: KeyValueBackend {
 
     public func entry(forKey key: String, declaredAs declared: KeyDescriptor?) throws -> BackendEntry? {
         let current = try store.entry(forKey: key, declaredAs: declared)
-        if settled.withLock({ $0.contains(key) }) { return current }
+        if sharesStorage || settled.withLock({ $0.contains(key) }) { return current }
         guard let oldDescriptor = old.registry.descriptor(forEntry: key), oldDescriptor.availability.canWrite(on: old.role),
               let previous = try old.entry(forKey: key, declaredAs: nil), let bytes = previous.bytes else {
             settled.withLock { _ = $0.insert(key) }
@@ -68,6 +94,7 @@ public final class ReplacingStore: KeyValueBackend {
     @discardableResult
     public func commit(_ writes: [BackendWrite]) throws -> [StoreChange] {
         let changes = try store.commit(writes)
+        guard !sharesStorage else { return changes }
         // A key written here never needs its old value again: drop it after the commit.
         for write in writes where !settled.withLock({ $0.contains(write.key) }) {
             if let oldDescriptor = old.registry.descriptor(forEntry: write.key), oldDescriptor.availability.canWrite(on: old.role),
@@ -85,6 +112,7 @@ public final class ReplacingStore: KeyValueBackend {
     /// read brought them back) and `members(of:)` lists them.
     public func allEntryInfo() throws -> [EntryInfo] {
         let current = try store.allEntryInfo()
+        guard !sharesStorage else { return current }
         let held = Set(current.map(\.key))
         let settledKeys = settled.withLock { $0 }
         let moving = try old.allEntryInfo().filter { info in
