@@ -51,6 +51,32 @@ import Testing
         }
     }
 
+    /// A write that fails (here a will-commit hook refuses it) after it caught
+    /// up with another connection's commits: the observers it tells of them may
+    /// write in reply. They were told from inside the failed transaction's
+    /// lock, and their write failed with "used from inside one of its own
+    /// write transactions", as after a write that succeeded they were not.
+    @Test func anObserverOfAnotherWritersChangeMayWriteWhenTheWriteThatFoundItFailed() async throws {
+        let folder = TempFolder()
+        let registry = try KeyRegistry([TestKeys.steps, TestKeys.name, TestKeys.draft])
+        let app = try SyncStore(path: folder.file("shared.sqlite"), role: .phone, registry: registry, options: options(nil))
+        let widget = try SyncStore(path: folder.file("shared.sqlite"), role: .phone, registry: registry, options: options(nil))
+        defer { app.close(); widget.close() }
+        let failures = Mutex<[String]>([])
+        let observation = app.observeChanges(matching: .key(TestKeys.steps.name)) { change in
+            guard change.isFromAnotherProcess else { return }
+            do { try app.setNow("seen", for: TestKeys.name) } catch { failures.withLock { $0.append("\(error)") } }
+        }
+        defer { observation.cancel() }
+        app.addWillCommitHook { changes in
+            if changes.contains(where: { $0.key == TestKeys.draft.name }) { throw SyncError(.invalidConfiguration, "no drafts") }
+        }
+        try await widget.set(5, for: TestKeys.steps)
+        #expect(throws: SyncError.self) { try app.setNow("x", for: TestKeys.draft) }
+        #expect(failures.withLock { $0 } == [], "the observer's write failed: \(failures.withLock { $0 })")
+        #expect(try app.value(for: TestKeys.name) == "seen")
+    }
+
     /// The timer notices other writers without any call; its looks that find
     /// no other writer's commits grow apart (5 ms doubling up to a second
     /// here), a commit of another connection after them is still seen, and

@@ -291,7 +291,11 @@ final class Database: Sendable {
         releaseWriterClaimedForThisThread()
         defer { closeIfAskedFromInside() }
         let observer = self.observer.withLock { $0.value }
-        let result = try connection.withLock { conn in
+        // Set once the transaction ended either way: the observer hears it is unlocked after the
+        // lock is released (its observers may write again), on failure as on success.
+        var ended = false
+        defer { if ended { observer?.transactionUnlocked() } }
+        return try connection.withLock { conn in
             guard conn.isOpen else { throw SyncError.storeClosed(path) }
             markHeld()
             defer { lockHolder.store(0, ordering: .relaxed) }
@@ -304,17 +308,16 @@ final class Database: Sendable {
                     return result
                 }
             } catch {
+                ended = true
                 observer?.transactionEnded(committed: false)
-                observer?.transactionUnlocked()
                 throw error
             }
+            ended = true
             commitGeneration.add(1, ordering: .releasing)
             observer?.transactionEnded(committed: true)
             onCommit(result)
             return result
         }
-        observer?.transactionUnlocked()
-        return result
     }
 
     /// The WAL fsyncs run so far for `syncCommitted` and `syncCommittedAsync`.
