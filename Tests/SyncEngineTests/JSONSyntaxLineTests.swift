@@ -1,5 +1,6 @@
 import Foundation
 @testable import SyncEngine
+import SyncSim
 import Testing
 
 /// Every syntax error of a scenario or key file names its line, as the
@@ -21,5 +22,27 @@ import Testing
     @Test func numbersInsideStringsAreNotTakenForTheBadOne() throws {
         let error = try #require(JSONSyntaxError(validating: Data("{\n\"n\": \"1e400\",\n\"m\": 1e400\n}".utf8)))
         #expect(error.line == 3, "\(error.message)")
+    }
+
+    /// A scenario saved as UTF-16 was refused as "the field '' is given twice
+    /// in one object" (its NUL bytes taken for names): a file in UTF-16 or
+    /// UTF-32, with a byte order mark or without, is now said not to be UTF-8.
+    @Test func aFileInUTF16OrUTF32IsSaidNotToBeUTF8() throws {
+        let text = #"{"description": "d", "seed": 1, "keys": [{"name": "a"}], "timeline": []}"#
+        for encoding: String.Encoding in [.utf16, .utf16LittleEndian, .utf16BigEndian, .utf32, .utf32LittleEndian, .utf32BigEndian] {
+            let data = try #require(text.data(using: encoding))
+            let error = try #require(JSONSyntaxError(validating: data), "\(encoding) was taken for JSON")
+            #expect(error.message.contains("not UTF-8") && error.line == 1, "\(encoding): \(error.message)")
+        }
+        #expect(JSONSyntaxError(validating: Data(text.utf8)) == nil)
+
+        let folder = TempFolder()
+        let scenario = folder.file("utf16.json"), registry = folder.file("keys.json")
+        try #require(text.data(using: .utf16)).write(to: URL(fileURLWithPath: scenario))
+        try #require(#"{"keys": [{"name": "a"}]}"#.data(using: .utf16)).write(to: URL(fileURLWithPath: registry))
+        #expect { _ = try Scenario.load(path: scenario) } throws: {
+            ($0 as? ScenarioError)?.message.contains("not UTF-8") == true && !"\($0)".contains("given twice")
+        }
+        #expect { _ = try KeyRegistry.load(jsonFile: registry) } throws: { "\($0)".contains("not UTF-8") }
     }
 }

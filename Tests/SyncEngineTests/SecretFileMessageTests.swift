@@ -23,6 +23,40 @@ import Testing
         #expect(try PairingSecret.load(from: file) == before)
     }
 
+    /// A symbolic link at `--out` (`ln -s nowhere dang.secret`) was refused with
+    /// the library's "a pairing secret file already exists …; pass overwrite:
+    /// true", though no file was there. Now the message names the link, where
+    /// it points and `--force`, which replaces the link and leaves its target alone.
+    @Test func pairOverASymbolicLinkNamesTheLinkAndForce() throws {
+        let folder = TempFolder()
+        let target = folder.file("target.secret")
+        try PairCommand.parse(["--out", target]).run()
+        let before = try PairingSecret.load(from: target)
+        let dangling = folder.file("dang.secret"), link = folder.file("link.secret")
+        try #require(symlink("nowhere", dangling) == 0 && symlink(target, link) == 0)
+        for (path, pointsTo, dangles) in [(dangling, "nowhere", true), (link, target, false)] {
+            do {
+                try PairCommand.parse(["--out", path]).run()
+                Issue.record("\(path) was replaced without --force")
+            } catch let failure as CommandFailure {
+                #expect(failure.exitCode == Simulation.Exit.runtimeFailure)
+                #expect(failure.message.contains(path) && failure.message.contains("a symbolic link to \(pointsTo)"), "\(failure.message)")
+                #expect(failure.message.contains("does not exist") == dangles, "\(failure.message)")
+                #expect(failure.message.contains("--force") && !failure.message.contains("overwrite"), "\(failure.message)")
+                #expect(!failure.message.contains("a pairing secret file already exists"), "\(failure.message)")
+            }
+        }
+        try PairCommand.parse(["--out", link, "--force"]).run()
+        try PairCommand.parse(["--out", dangling, "--force"]).run()
+        var info = stat()
+        for path in [link, dangling] {
+            #expect(lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFREG, "\(path) is now the secret itself")
+            _ = try PairingSecret.load(from: path)
+        }
+        #expect(try PairingSecret.load(from: target) == before, "the link's target is left alone")
+        #expect(!FileManager.default.fileExists(atPath: folder.file("nowhere")))
+    }
+
     @Test func nodeWithAMissingSecretFileIsToldHowToMakeOne() throws {
         let folder = TempFolder()
         let missing = folder.file("watch.secret")

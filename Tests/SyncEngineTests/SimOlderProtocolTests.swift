@@ -63,6 +63,21 @@ import Testing
         #expect(failure(#"{"watch": 4}"#) == nil)
     }
 
+    /// Since protocol 7 the scenario format's README gave `olderProtocols` as
+    /// 1…6, and it, the README and `fuzz --help` gave the fuzzer's older
+    /// protocols as 1 to 5: each now gives the ranges the code takes and draws.
+    @Test func theHelpAndTheDocsGiveThisBuildsProtocolRanges() throws {
+        let drawn = "1 to \(Scenario.currentProtocol - 1)"
+        let help = FuzzCommand.helpMessage(columns: 10_000)
+        #expect(help.contains("an older session protocol (\(drawn))"), "\(help)")
+        let repository = URL(fileURLWithPath: SimScenarioTests.fixtures).deletingLastPathComponent().deletingLastPathComponent()
+        let readme = try String(contentsOf: repository.appendingPathComponent("README.md"), encoding: .utf8)
+        #expect(readme.contains("speaks an older session protocol (\(drawn))"))
+        let format = try String(contentsOfFile: SimScenarioTests.fixtures + "/README.md", encoding: .utf8)
+        #expect(format.contains("(its highest \(drawn);"))
+        #expect(format.contains(#"`{"watch": 4}`, 1…\#(Scenario.currentProtocol) "#))
+    }
+
     /// About 3 in 10 scenarios start a node with an older protocol (from a
     /// stream of their own: the rest of each is the scenario its seed always
     /// gave, but for an `updateApp` step); they run and pass.

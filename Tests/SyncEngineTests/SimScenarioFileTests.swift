@@ -113,6 +113,10 @@ import Testing
         (#"{"description": "d", "seed": 1, "keys": [{"name": "a"}], "timeline": [{"at": 0, "op": "put", "node": "phone", "key": "a"}]}"#, "timeline[0].value", "give exactly one of 'value' or 'size'"),
         (#"{"description": "d", "seed": 1, "keys": [{"name": "a"}], "timeline": [{"at": 0, "op": "delete", "node": "phone", "key": "b"}]}"#, "timeline[0].key", "key 'b' is not declared in the scenario's keys"),
         (#"[1]"#, "", "expected an object, found an array"),
+        // Whole numbers past Int64 were said to be fractions.
+        (#"{"description": "d", "seed": 99999999999999999999, "keys": [], "timeline": []}"#, "seed", "is out of range: must be in 0...9223372036854775807"),
+        (#"{"description": "d", "seed": 1, "keys": [], "timeline": [{"at": 1e20, "op": "heal"}]}"#, "timeline[0].at", "is out of range: must be in 0...86400000"),
+        (#"{"description": "d", "seed": 1, "keys": [], "timeline": [{"at": -1e20, "op": "heal"}]}"#, "timeline[0].at", "is out of range: must be in 0...86400000"),
     ])
     func wrongFieldsAreNamed(text: String, field: String, message: String) {
         do {

@@ -64,6 +64,23 @@ import Testing
         }
         _ = try FuzzCommand.parse(["--runs", "2", "--seed", "\(Int64.max - 2)", "--out-dir", folder.path])
     }
+
+    /// `write-loop --batch=-1` trapped (a range with its bounds reversed, exit
+    /// 132), `--batch 0` printed -1 for ever and a huge batch never ended:
+    /// `--batch` outside 1...10000 is a usage error (64) now, before any store is made.
+    @Test func writeLoopRefusesABatchSizeOutsideItsRange() async throws {
+        let folder = TempFolder()
+        let db = folder.file("loop.sqlite")
+        for bad in ["-1", "0", "10001", "\(Int.max)"] {
+            #expect(throws: (any Error).self, "--batch \(bad)") { _ = try WriteLoopCommand.parse(["--db", db, "--batch=\(bad)"]) }
+        }
+        _ = try WriteLoopCommand.parse(["--db", db, "--batch", "1"])
+        _ = try WriteLoopCommand.parse(["--db", db, "--batch", "10000"])
+        let refused = try await InputFileThatIsNoRegularFileTests().syncsim(["write-loop", "--db", db, "--batch=-1"])
+        #expect(refused.status == Simulation.Exit.usage, "\(refused.stderr)")
+        #expect(refused.stderr.contains("--batch") && refused.stderr.contains("1...10000"), "\(refused.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: db), "a store was made for a refused command")
+    }
 }
 
 /// `syncsim inspect` of a damaged store listed the rows before the damage and

@@ -149,6 +149,12 @@ package struct JSONSyntaxError: Equatable {
 
     /// Nil when `data` is valid JSON.
     package init?(validating data: Data) {
+        // Foundation reads UTF-16 and UTF-32 too, and the checks below, which take bytes for UTF-8, then misread it.
+        if let encoding = JSONSyntaxError.wideEncoding(of: data) {
+            line = 1
+            message = "the file is not UTF-8 but \(encoding); save it as UTF-8"
+            return
+        }
         do {
             _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
             if let comma = JSONSyntaxError.trailingComma(in: data) {
@@ -176,6 +182,17 @@ package struct JSONSyntaxError: Equatable {
             if data.allSatisfy({ [0x20, 0x09, 0x0A, 0x0D].contains($0) }) { text = "the file is empty" }
             message = text.prefix(1).lowercased() + text.dropFirst()
         }
+    }
+
+    /// What UTF-16 or UTF-32 `data` looks like, from its byte order mark or
+    /// the NUL bytes its first characters have (JSON text starts with an ASCII
+    /// one, a NUL in none of UTF-8's); nil for any other data.
+    static func wideEncoding(of data: Data) -> String? {
+        let head = [UInt8](data.prefix(4))
+        if head == [0x00, 0x00, 0xFE, 0xFF] || head == [0xFF, 0xFE, 0x00, 0x00] { return "UTF-32 (it starts with a byte order mark)" }
+        if head.starts(with: [0xFE, 0xFF]) || head.starts(with: [0xFF, 0xFE]) { return "UTF-16 (it starts with a byte order mark)" }
+        if head.contains(0) { return "UTF-16 or UTF-32 (its first bytes include NULs)" }
+        return nil
     }
 
     /// The line of an error Foundation reports without an offset: the number

@@ -19,7 +19,7 @@ public struct FuzzCommand: AsyncParsableCommand {
     @Flag(help: "No tombstone purges (short retention and peer horizon, purge steps).") var noPurges = false
     @Flag(help: "No node that starts with an older app (keys declared otherwise) and is updated later.") var noAppUpdates = false
     @Flag(help: "No key with the union resolver whose values (some near or over the 100 KB limit) merge.") var noLargeMerges = false
-    @Flag(help: "No node that starts with an app of an older session protocol (1 to 5) and is updated later.") var noOlderProtocols = false
+    @Flag(help: "No node that starts with an app of an older session protocol (\(ScenarioGenerator.olderProtocolRange.lowerBound) to \(ScenarioGenerator.olderProtocolRange.upperBound)) and is updated later.") var noOlderProtocols = false
     @Flag(help: "No node whose disk fills up for a while (its writes and what it receives fail with storage-full).") var noDiskFull = false
     @Flag(help: "No replaced watch set up from a backup of a watch's store (its own, or another's that stays paired).") var noRestoredCopies = false
     @Flag(help: "No node asking its peers for their manual changes (requestManual steps).") var noManualRequests = false

@@ -43,9 +43,11 @@ public struct ScenarioGenerator: Sendable {
     /// sides hold.
     public var largeMerges: Bool
     /// Whether scenarios may start one node with an app of an older session
-    /// protocol (about 3 in 10): its highest protocol 1 to 5, and in most of
-    /// them an `updateApp` step that gives it this build's.
+    /// protocol (about 3 in 10): its highest protocol drawn from
+    /// `olderProtocolRange`, and in most of them an `updateApp` step that gives it this build's.
     public var olderProtocols: Bool
+    /// The highest protocols an older app's node is drawn with: 1 to the one before this build's.
+    public static let olderProtocolRange = 1...Int(Scenario.currentProtocol - 1)
     /// Whether scenarios may fill one node's disk (about 2 in 10): a
     /// `fillDisk` step at a random point and, in most of them, a `freeDisk`
     /// 5–30 steps later (else the disk has room again only at the end).
@@ -264,7 +266,7 @@ public struct ScenarioGenerator: Sendable {
         if olderProtocols, o.nextBool(probability: 0.3), !steps.isEmpty {
             let nodes: [ScenarioNode] = [.phone] + watches
             let older = nodes[o.nextInt(in: 0...(nodes.count - 1))]
-            protocols[older] = UInt16(o.nextInt(in: 1...Int(Scenario.currentProtocol - 1)))
+            protocols[older] = UInt16(o.nextInt(in: Self.olderProtocolRange))
             let updated = steps.contains { if case .updateApp(older) = $0.action { true } else { false } }
             if !updated, o.nextBool(probability: 0.7) {
                 let index = o.nextInt(in: 0...(steps.count - 1))

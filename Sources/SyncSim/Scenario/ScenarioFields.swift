@@ -75,6 +75,11 @@ struct Fields {
             return nil
         }
         guard case .integer(let number) = value else {
+            // A whole number past Int64 (`1e20`, `99999999999999999999`) decodes as a double: out of range, not a fraction.
+            if case .number(let double) = value, double.isFinite, double == double.rounded(), Int64(exactly: double) == nil {
+                let range = range ?? Int64.min...Int64.max
+                throw fail(name, "is out of range: must be in \(range.lowerBound)...\(range.upperBound)")
+            }
             throw fail(name, "expected a whole number, found \(value.typeName == "a number" ? "a fraction" : value.typeName)")
         }
         if let range, !range.contains(number) { throw fail(name, "must be in \(range.lowerBound)...\(range.upperBound)") }

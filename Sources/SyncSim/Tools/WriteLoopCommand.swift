@@ -9,9 +9,19 @@ public struct WriteLoopCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(commandName: "write-loop", abstract: "Crash-test helper: write batches until killed.", shouldDisplay: false)
 
     @Option(help: "The store file.") var db: String
-    @Option(help: "Writes per batch.") var batch: Int = 50
+    @Option(help: "Writes per batch (1...10000).") var batch: Int = 50
+
+    /// The batch sizes taken: at least one write (0 or less wrote nothing, or
+    /// trapped), and few enough that a batch ends in moments.
+    public static let batchRange = 1...10_000
 
     public init() {}
+
+    public func validate() throws {
+        guard Self.batchRange.contains(batch) else {
+            throw ValidationError("--batch must be in \(Self.batchRange.lowerBound)...\(Self.batchRange.upperBound), not \(batch)")
+        }
+    }
 
     public static let family = KeyFamily<Int>("crash", default: -1, availability: .all, policy: .automaticSmall)
 
