@@ -54,4 +54,32 @@ private func syncOnce(config: ReplicationConfiguration, lossy: Bool = false, tic
             try await syncOnce(config: config)
         }
     }
+
+    // MARK: retransmit interval
+
+    /// `retransmitMilliseconds = .max` ("never resend") over an app's own
+    /// transport (`deliversEveryFrame` false) trapped once the session was
+    /// idle: the caught-up notice's renewal multiplied it by four.
+    @Test func theLargestRetransmitIntervalOverALossyTransportSyncsAndGoesIdle() async {
+        await #expect(processExitsWith: .success) {
+            var config = ReplicationConfiguration(pairingEpoch: "test")
+            config.retransmitMilliseconds = .max
+            try await syncOnce(config: config, lossy: true)
+        }
+    }
+
+    /// With `retransmitMilliseconds = .max`, a message resent early (a later
+    /// one was acknowledged first) trapped at the next tick: its backoff is
+    /// the interval times its attempts.
+    @Test func aMessageResentEarlyWithTheLargestRetransmitIntervalWaitsWithoutTrapping() async {
+        await #expect(processExitsWith: .success) {
+            var phone = try ReplicationSessionTests.establishedPhone()
+            phone.retransmitInterval = .max
+            let lost = ReplicationSessionTests.batch(&phone, key: "a", seq: 1, now: 0)
+            guard let acknowledged = ReplicationSessionTests.batch(&phone, key: "b", seq: 2, now: 10).asBatch else { throw WaitFailed(description: "no batch") }
+            _ = phone.acknowledgeBatch(acknowledged.id)
+            let resent = ReplicationSessionTests.retransmissions(&phone, from: 100, through: 1_000)
+            guard resent.map(\.message) == [lost] else { throw WaitFailed(description: "resent \(resent)") }
+        }
+    }
 }

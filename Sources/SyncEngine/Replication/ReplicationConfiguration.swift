@@ -98,6 +98,9 @@ public struct ReplicationConfiguration: Sendable {
     /// is closed (a dialer then connects again). Over a lossy connection the
     /// phone sends its receipt again until it is acknowledged.
     public var receiptTimeoutMilliseconds: Int64 = 10_000
+    /// Over a lossy connection, how long a message may go unacknowledged
+    /// before it is sent again; each try waits one interval more, up to four
+    /// while the peer is silent. `.max` never sends one again.
     public var retransmitMilliseconds: Int64 = 2_000
 
     /// Deliberate engine faults, for proving that tests and the simulator's
