@@ -82,4 +82,159 @@ private func syncOnce(config: ReplicationConfiguration, lossy: Bool = false, tic
             guard resent.map(\.message) == [lost] else { throw WaitFailed(description: "resent \(resent)") }
         }
     }
+
+    // MARK: durations a timer sleeps for
+
+    /// `waitUntilIdle(timeout: .seconds(Int64.max))` ("wait until idle, the
+    /// store closes or I cancel") trapped in the standard library's
+    /// `Task.sleep` ("Not enough bits"); so did `idleBlockers(within:)`.
+    @Test func waitingUntilIdleWithTheLargestTimeoutReturnsOnceIdle() async {
+        await #expect(processExitsWith: .success) {
+            let pair = try Pair()
+            let config = ReplicationConfiguration(pairingEpoch: "test")
+            let phone = SyncPeer(store: pair.phone, configuration: config)
+            let watch = SyncPeer(store: pair.watch, configuration: config)
+            let (a, b) = InMemoryConnection.makePair()
+            let tasks = [Task { await phone.run(over: a) }, Task { await watch.run(over: b) }]
+            try await pair.phone.set(3, for: TestKeys.steps)
+            try await withDeadline("idle") { try await phone.waitUntilIdle(timeout: .seconds(Int64.max)) }
+            let blockers = try await withDeadline("the idle blockers") { await phone.idleBlockers(within: .seconds(Int64.max)) }
+            guard blockers.isEmpty, try pair.watch.value(for: TestKeys.steps) == 3 else { throw WaitFailed(description: "\(blockers)") }
+            await a.close()
+            try await withDeadline("the sessions to end") { for task in tasks { _ = await task.value } }
+        }
+    }
+
+    /// `runQueued(pollInterval: .seconds(Int64.max), quietPollInterval: …)`
+    /// (rounds only on local writes) trapped in its first timer.
+    @Test func runQueuedWithTheLargestPollIntervalsRunsARoundOnEachWrite() async {
+        await #expect(processExitsWith: .success) {
+            let pair = try Pair()
+            let folder = TempFolder()
+            let secret = PairingSecret.generate()
+            let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
+            let phone = SyncPeer(store: pair.phone, configuration: config)
+            let watch = SyncPeer(store: pair.watch, configuration: config)
+            let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
+            let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+            let waits = pair.phone.timedWaits.subscribe()
+            let rounds = Task { await phone.runQueued(through: phoneBox, pollInterval: .seconds(Int64.max), quietPollInterval: .seconds(Int64.max)) }
+            try await first(of: waits, "the timer after the first round") { if case .queuedRound = $0 { true } else { false } }
+            try await pair.phone.set(3, for: TestKeys.steps)
+            try await first(of: waits, "the timer after the write's round") { if case .queuedRound = $0 { true } else { false } }
+            try watch.deliverQueued(through: watchBox)
+            guard try pair.watch.value(for: TestKeys.steps) == 3 else { throw WaitFailed(description: "the write was not posted") }
+            rounds.cancel()
+            try await withDeadline("the rounds to end") { await rounds.value }
+            withExtendedLifetime(folder) {}
+        }
+    }
+
+    /// `storageFullRetryInterval = .seconds(Int64.max)` ("after a full disk,
+    /// only a local write starts a round"): `runQueued`'s pause after the
+    /// round that failed trapped.
+    @Test func theLargestStorageFullRetryIntervalPausesQueuedRoundsUntilAWrite() async {
+        await #expect(processExitsWith: .success) {
+            let stores = try StorageFullTests.PhoneAndWatch()
+            defer { stores.close() }
+            var configuration = stores.configuration
+            configuration.storageFullRetryInterval = .seconds(Int64.max)
+            let phone = SyncPeer(store: stores.phone, configuration: configuration)
+            let watch = SyncPeer(store: stores.watch, configuration: configuration)
+            let (phoneBox, watchBox) = try stores.mailboxes()
+            try await stores.phone.set(4, for: TestKeys.steps)
+            try phone.deliverQueued(through: phoneBox)
+            StorageFullTests.vfs.setDiskFull(true)
+            let waits = stores.watch.timedWaits.subscribe()
+            let rounds = Task { await watch.runQueued(through: watchBox, pollInterval: .milliseconds(5), quietPollInterval: .milliseconds(20)) }
+            try await first(of: waits, "the pause after the round that failed") { if case .queuedRound(let wait) = $0 { wait > .seconds(3_600) } else { false } }
+            StorageFullTests.vfs.setDiskFull(false)
+            try await stores.watch.set(1, for: TestKeys.daily["from-the-watch"])
+            try await eventually(stores.watch, "the queued steps on the watch") { try stores.watch.storedValue(for: TestKeys.steps) == 4 }
+            rounds.cancel()
+            try await withDeadline("the rounds to end") { await rounds.value }
+        }
+    }
+
+    /// The same for a dialing loop's pause after a session that failed for a
+    /// full device (`maintainConnection`): it trapped.
+    @Test func theLargestStorageFullRetryIntervalPausesDialingUntilAWrite() async {
+        await #expect(processExitsWith: .success) {
+            let pair = try Pair()
+            var config = ReplicationConfiguration(pairingEpoch: "test")
+            config.storageFullRetryInterval = .seconds(Int64.max)
+            let watch = SyncPeer(store: pair.watch, configuration: config)
+            let waits = pair.watch.timedWaits.subscribe()
+            let pause = Task { await watch.pauseWhileStorageIsFull() }
+            try await first(of: waits, "the pause") { if case .storageFullPause = $0 { true } else { false } }
+            try await pair.watch.set(1, for: TestKeys.steps)
+            try await withDeadline("the pause to end at the write") { await pause.value }
+        }
+    }
+
+    /// `StoreOptions.externalChangePollInterval = .seconds(Int64.max)`: the
+    /// store's poller trapped as soon as it started.
+    @Test func theLargestExternalChangePollIntervalDoesNotTrap() async {
+        await #expect(processExitsWith: .success) {
+            let folder = TempFolder()
+            var options = StoreOptions()
+            options.externalChangePollInterval = .seconds(Int64.max)
+            let store = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: try KeyRegistry([TestKeys.steps]), options: options)
+            try await store.set(1, for: TestKeys.steps)
+            // The poller is a detached task that announces nothing before its first wait: give it a moment to start.
+            try await Task.sleep(for: .milliseconds(100))
+            store.close()
+        }
+    }
+
+    /// `SyncPeer(tickInterval: .seconds(.max), quietTickInterval: …)`: the
+    /// session's first tick timer trapped.
+    @Test func theLargestTickIntervalsStillSync() async {
+        await #expect(processExitsWith: .success) {
+            try await syncOnce(config: ReplicationConfiguration(pairingEpoch: "test"),
+                               tickInterval: .seconds(Int64.max), quietTickInterval: .seconds(Int64.max))
+        }
+    }
+
+    /// `acknowledgementSyncInterval = .seconds(Int64.max)`: the timer for
+    /// the acknowledgements of a second batch within the interval trapped.
+    @Test func theLargestAcknowledgementSyncIntervalStillDelivers() async {
+        await #expect(processExitsWith: .success) {
+            let pair = try Pair()
+            var config = ReplicationConfiguration(pairingEpoch: "test")
+            config.acknowledgementSyncInterval = .seconds(Int64.max)
+            config.burstCoalescing = nil
+            let phone = SyncPeer(store: pair.phone, configuration: config)
+            let watch = SyncPeer(store: pair.watch, configuration: config)
+            let (a, b) = InMemoryConnection.makePair()
+            let tasks = [Task { await phone.run(over: a) }, Task { await watch.run(over: b) }]
+            for value in 1...20 { try await pair.phone.set(value, for: TestKeys.daily["d\(value)"]) }
+            try await eventually(pair.watch, "the writes on the watch") { try pair.watch.value(for: TestKeys.daily["d20"]) == 20 }
+            await a.close()
+            try await withDeadline("the sessions to end") { for task in tasks { _ = await task.value } }
+        }
+    }
+
+    /// `BurstCoalescing` with `gap`, `pause` and `maxDelay` of
+    /// `.seconds(Int64.max)`: the timer of a commit held back trapped.
+    @Test func burstCoalescingWithTheLargestDelaysStillSyncs() async {
+        await #expect(processExitsWith: .success) {
+            var config = ReplicationConfiguration(pairingEpoch: "test")
+            config.burstCoalescing = BurstCoalescing(gap: .seconds(Int64.max), pause: .seconds(Int64.max), maxDelay: .seconds(Int64.max))
+            try await syncOnce(config: config, writes: Array(1...20))
+        }
+    }
+
+    /// A WAL trim delay (`StoreOptions.walTrimIdleDelay`) of
+    /// `.seconds(Int64.max)`: its timer's nanoseconds overflowed and trapped
+    /// after the first background checkpoint.
+    @Test func theLargestWALTrimDelayDoesNotTrap() async {
+        await #expect(processExitsWith: .success) {
+            let folder = TempFolder()
+            let store = try BackgroundCheckpointTests.trimmingStore(in: folder, idleDelay: .seconds(Int64.max))
+            try BackgroundCheckpointTests.growTheWAL(of: store)
+            store.waitForBackgroundCheckpoints()
+            store.close()
+        }
+    }
 }

@@ -123,7 +123,7 @@ extension SyncPeer {
                 timer?.cancel()
                 timerDeadline = .now + wait
                 timer = Task {
-                    try? await Task.sleep(for: wait)
+                    try? await Task.sleep(for: wait.cappedForSleep)
                     if !Task.isCancelled { wake.yield(.timer) }
                 }
             }

@@ -407,7 +407,7 @@ public final class SyncPeer: Sendable {
     private static func timer(at deadline: ContinuousClock.Instant, tolerance: Duration? = nil,
                               _ fire: @escaping @Sendable () -> Void) -> (task: Task<Void, Never>, deadline: ContinuousClock.Instant) {
         (Task {
-            try? await Task.sleep(until: deadline, tolerance: tolerance, clock: .continuous)
+            try? await Task.sleep(until: deadline.cappedForSleep, tolerance: tolerance, clock: .continuous)
             if !Task.isCancelled { fire() }
         }, deadline)
     }
@@ -530,7 +530,7 @@ public final class SyncPeer: Sendable {
         }
         let answers = await withTaskGroup(of: Void.self) { group -> [Int: [String]] in
             group.addTask {
-                try? await Task.sleep(for: timeout)
+                try? await Task.sleep(for: timeout.cappedForSleep)
                 reply.finish()
             }
             var answers: [Int: [String]] = [:]
@@ -570,7 +570,7 @@ public final class SyncPeer: Sendable {
                 return false
             }
             group.addTask {
-                try? await Task.sleep(for: timeout)
+                try? await Task.sleep(for: timeout.cappedForSleep)
                 return false
             }
             group.addTask {

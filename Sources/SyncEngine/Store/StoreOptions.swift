@@ -31,7 +31,7 @@ public struct StoreOptions: Sendable {
     /// How often to look for commits of other processes sharing the file (an
     /// app and its extension) after a look that found some; each look that
     /// finds none doubles the wait, up to a second (or this interval, if
-    /// longer); at least 1 ms. nil only checks before each write and on `checkForExternalChanges()`.
+    /// longer); at least 1 ms, at most 100 years. nil only checks before each write and on `checkForExternalChanges()`.
     public var externalChangePollInterval: Duration? = .milliseconds(100)
     /// How durable a local write is when it returns. Whatever this says, a
     /// batch received from the peer is on stable storage before it is
