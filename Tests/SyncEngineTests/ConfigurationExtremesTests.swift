@@ -237,4 +237,28 @@ private func syncOnce(config: ReplicationConfiguration, lossy: Bool = false, tic
             store.close()
         }
     }
+
+    // MARK: reader connections
+
+    /// `StoreOptions.readerConnections = .max` ("no limit"): the store opened
+    /// and read, but `close()` waited for each of `Int.max` places, one by one,
+    /// and never returned.
+    @Test func theLargestReaderPoolIsTakenAsTheMostAndItsStoreCloses() async throws {
+        let folder = TempFolder()
+        var options = StoreOptions()
+        options.readerConnections = .max
+        #expect(options.readerConnections == StoreOptions.maxReaderConnections)
+        let store = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: try KeyRegistry([TestKeys.steps]), options: options)
+        try await store.set(4, for: TestKeys.steps)
+        store.cache.invalidateAll()
+        #expect(try store.value(for: TestKeys.steps) == 4)
+        try await withDeadline("close() of a store with readerConnections = .max", within: .seconds(10)) {
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                Thread.detachNewThread {
+                    store.close()
+                    done.resume()
+                }
+            }
+        }
+    }
 }
