@@ -30,6 +30,8 @@ public final class SyncPeer: Sendable {
     let reachabilityHub = Broadcaster<Bool>()
     /// Queued delivery's state per mailbox (`SyncPeer+Mailbox`).
     let queuedDrivers = Mutex<[QueuedDriverKey: MailboxReplicator]>([:])
+    /// The thread running a queued round, which holds `queuedDrivers` (0: none).
+    let queuedRoundThread = Atomic<UInt>(0)
     /// Each driver's `peerNode` as its last round left it: read without waiting for a round (`isLive`).
     let queuedPeerNodes = Mutex<[QueuedDriverKey: UInt32]>([:])
     /// Tests only: called by `isLive(through:)` as it begins.
