@@ -41,7 +41,7 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
         logger: Logger = Logger(label: "SyncTransport", factory: { _ in SwiftLogNoOpLogHandler() }),
         connect: @escaping @Sendable () async throws -> any FrameConnection
     ) {
-        self.init(policy: policy, seed: seed, logger: logger, sleep: { try await Task.sleep(for: $0) }, connect: connect)
+        self.init(policy: policy, seed: seed, logger: logger, sleep: { try await Task.sleep(for: $0.cappedForSleep) }, connect: connect)
     }
 
     /// As above, with the wait between attempts replaced (tests record the delays chosen).

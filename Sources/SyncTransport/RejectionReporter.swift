@@ -139,7 +139,7 @@ final class RejectionReporter: Sendable {
         let task = Task { [self] in
             var deadline = when
             while true {
-                do { try await Task.sleep(until: deadline, clock: .continuous) } catch { return }
+                do { try await Task.sleep(until: deadline.cappedForSleep, clock: .continuous) } catch { return }
                 let (rejection, next) = state.withLock { state -> (TCPListener.Rejection?, ContinuousClock.Instant?) in
                     guard !state.finished else { return (nil, nil) }
                     let now = ContinuousClock.now

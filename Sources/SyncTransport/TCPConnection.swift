@@ -112,7 +112,7 @@ final class TCPConnection: FrameConnection {
         let grace = configuration.handshakeTimeout
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
-                try? await Task.sleep(for: grace)
+                try? await Task.sleep(for: grace.cappedForSleep)
                 if !Task.isCancelled { channel.close(promise: nil) }
             }
             await closed.wait()
@@ -265,9 +265,10 @@ final class TCPConnection: FrameConnection {
 
     /// How long a closing connection waits for the peer to close its side
     /// (a peer that stopped reading), after its own frames were written:
-    /// `TCPConfiguration.closeLinger`, within zero and `handshakeTimeout`.
+    /// `TCPConfiguration.closeLinger`, within zero and `handshakeTimeout`
+    /// (and `Duration.longestSleep`).
     var closeLinger: Duration {
-        max(.zero, min(configuration.closeLinger, configuration.handshakeTimeout))
+        max(.zero, min(configuration.closeLinger, configuration.handshakeTimeout)).cappedForSleep
     }
 
     private func heartbeatLoop() async {
@@ -283,7 +284,7 @@ final class TCPConnection: FrameConnection {
                     return
                 }
             } else {
-                do { try await Task.sleep(until: due, clock: .continuous) } catch { return }
+                do { try await Task.sleep(until: due.cappedForSleep, clock: .continuous) } catch { return }
             }
         }
     }
@@ -299,7 +300,7 @@ final class TCPConnection: FrameConnection {
         var grace = Duration.zero
         var silenceSince = ContinuousClock.now
         func sleep(until wake: ContinuousClock.Instant) async -> Bool {
-            do { try await Task.sleep(until: wake, clock: .continuous) } catch { return false }
+            do { try await Task.sleep(until: wake.cappedForSleep, clock: .continuous) } catch { return false }
             let late = ContinuousClock.now - wake
             if late > starvation { grace += late }
             return true

@@ -99,7 +99,7 @@ public enum TCPTransport {
         let timedOut = Mutex(false)
         let timeout = configuration.handshakeTimeout
         let deadline = Task {
-            try await Task.sleep(for: timeout)
+            try await Task.sleep(for: timeout.cappedForSleep)
             timedOut.withLock { $0 = true }
             channel.close(promise: nil)
         }

@@ -34,12 +34,15 @@ public struct ReplicationConfiguration: Sendable {
     /// The smallest chunk a sender cuts (but the last of a value): a receiver
     /// refuses a value announced in more chunks than chunks of this size make.
     static let minimumChunkSize = 1024
-    /// Messages in flight without an acknowledgement (backpressure), at least 1.
+    /// Messages in flight without an acknowledgement (backpressure): 1 to
+    /// 65,536 (a larger setting, such as `.max` for "no limit", is taken as 65,536).
     /// Many small batches may be in flight (single writes, each waiting for the
     /// peer's fsync before its acknowledgement); large ones are bounded by `maxBytesInFlight`.
     public var window = 16 {
-        didSet { window = max(1, window) }
+        didSet { window = min(max(1, window), ReplicationConfiguration.maxWindow) }
     }
+    /// The largest `window`: a session reads twice the window ahead of itself.
+    static let maxWindow = 1 << 16
     /// The least time between two syncs of this device's WAL for the
     /// acknowledgements of one live session (each acknowledgement waits for
     /// its commits to be on stable storage). A batch after a quiet spell is
@@ -95,6 +98,9 @@ public struct ReplicationConfiguration: Sendable {
     /// is closed (a dialer then connects again). Over a lossy connection the
     /// phone sends its receipt again until it is acknowledged.
     public var receiptTimeoutMilliseconds: Int64 = 10_000
+    /// Over a lossy connection, how long a message may go unacknowledged
+    /// before it is sent again; each try waits one interval more, up to four
+    /// while the peer is silent. `.max` never sends one again.
     public var retransmitMilliseconds: Int64 = 2_000
 
     /// Deliberate engine faults, for proving that tests and the simulator's

@@ -378,7 +378,7 @@ struct ReplicationSession {
     mutating func announceCaughtUp(now: Int64) -> SyncMessage? {
         guard let established, established.peer.protocolVersion >= ReplicationSession.caughtUpProtocol else { return nil }
         let renew = retransmits && established.caughtUpNotice == nil
-            && now - established.lastCaughtUpAt >= retransmitInterval * Int64(maxBackoffAttempts)
+            && now - established.lastCaughtUpAt >= ReplicationSession.backoff(retransmitInterval, attempts: maxBackoffAttempts, cap: maxBackoffAttempts)
         guard !established.announcedCaughtUp || renew else { return nil }
         let id = nextBatchID
         nextBatchID += 1
@@ -521,14 +521,14 @@ struct ReplicationSession {
                 var actions: [Action] = []
                 for id in established.inFlight.keys.sorted() {
                     let flight = established.inFlight[id]!
-                    let backoff = interval * Int64(min(flight.attempts, cap))
+                    let backoff = ReplicationSession.backoff(interval, attempts: flight.attempts, cap: cap)
                     guard flight.dueNow || now - flight.sentAt >= backoff else { continue }
                     established.inFlight[id]!.sentAt = now
                     established.inFlight[id]!.attempts += 1
                     established.inFlight[id]!.dueNow = false
                     actions.append(.send(flight.message))
                 }
-                if let notice = established.caughtUpNotice, now - notice.sentAt >= interval * Int64(min(notice.attempts, cap)) {
+                if let notice = established.caughtUpNotice, now - notice.sentAt >= ReplicationSession.backoff(interval, attempts: notice.attempts, cap: cap) {
                     established.caughtUpNotice!.sentAt = now
                     established.caughtUpNotice!.attempts += 1
                     actions.append(.send(.caughtUp(.init(id: notice.id))))
@@ -538,6 +538,14 @@ struct ReplicationSession {
         default:
             return []
         }
+    }
+
+    /// The wait before a resend: `interval` times `attempts` (at most `cap`),
+    /// saturating: `retransmitMilliseconds = .max` ("never resend") waits
+    /// for ever instead of trapping on the product.
+    static func backoff(_ interval: Int64, attempts: Int, cap: Int) -> Int64 {
+        let (product, overflow) = interval.multipliedReportingOverflow(by: Int64(min(attempts, cap)))
+        return overflow ? (interval < 0 ? .min : .max) : product
     }
 
     /// The timers' instants, once the wall clock `now` reads earlier than one

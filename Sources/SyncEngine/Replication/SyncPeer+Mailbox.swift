@@ -32,11 +32,18 @@ extension SyncPeer {
     /// process, or another store of this one, replicates the file
     /// (`replication-lock-unavailable` when its lock file cannot be opened),
     /// and `closed` when the store is closed (nothing is read or posted).
+    /// Throws `invalid-configuration` when called from inside a round of this
+    /// peer (a change observer or will-commit hook the round runs): the round
+    /// acknowledges what it applied itself. Another thread waits for the round.
     /// Mailboxes of one directory, role and pairing are one: an app may make
     /// one for each round (the first made does the rounds of all).
     @discardableResult
     public func deliverQueued(through mailbox: Mailbox) throws -> QueuedDeliveryReport {
         try store.checkOpen()
+        // The round holds `queuedDrivers`, which is not re-entrant: a nested round would trap on it.
+        guard queuedRoundThread.load(ordering: .relaxed) != Database.currentThread else {
+            throw SyncError(.invalidConfiguration, "deliverQueued(through:) was called from inside a queued round of this peer (a change observer or will-commit hook it ran); that round acknowledges what it applied: run another round after it returns")
+        }
         try ReplicationLock.acquire(for: store)
         defer { ReplicationLock.release(for: store) }
         // Writes made while the clock ran far ahead, written again before this round posts (the clock was set right).
@@ -46,6 +53,8 @@ extension SyncPeer {
         let key = QueuedDriverKey(mailbox)
         let store = self.store
         let (report, peerNode) = queuedDrivers.withLock { drivers in
+            queuedRoundThread.store(Database.currentThread, ordering: .relaxed)
+            defer { queuedRoundThread.store(0, ordering: .relaxed) }
             let driver = drivers[key] ?? MailboxReplicator(port: SQLiteReplicationPort(store), reporter: StoreReporter(store),
                                                            configuration: configuration, mailbox: mailbox)
             drivers[key] = driver
@@ -123,7 +132,7 @@ extension SyncPeer {
                 timer?.cancel()
                 timerDeadline = .now + wait
                 timer = Task {
-                    try? await Task.sleep(for: wait)
+                    try? await Task.sleep(for: wait.cappedForSleep)
                     if !Task.isCancelled { wake.yield(.timer) }
                 }
             }

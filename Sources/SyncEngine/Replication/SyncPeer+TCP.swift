@@ -96,7 +96,7 @@ extension SyncPeer {
         let writes = store.localWrites.subscribe(bufferingNewest: 1)  // before the wait is announced: a write then ends it
         store.timedWaits.publish(.storageFullPause(interval))
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { try? await Task.sleep(for: interval) }
+            group.addTask { try? await Task.sleep(for: interval.cappedForSleep) }
             group.addTask { for await _ in writes { return } }
             await group.next()
             group.cancelAll()

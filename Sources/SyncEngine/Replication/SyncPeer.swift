@@ -30,6 +30,8 @@ public final class SyncPeer: Sendable {
     let reachabilityHub = Broadcaster<Bool>()
     /// Queued delivery's state per mailbox (`SyncPeer+Mailbox`).
     let queuedDrivers = Mutex<[QueuedDriverKey: MailboxReplicator]>([:])
+    /// The thread running a queued round, which holds `queuedDrivers` (0: none).
+    let queuedRoundThread = Atomic<UInt>(0)
     /// Each driver's `peerNode` as its last round left it: read without waiting for a round (`isLive`).
     let queuedPeerNodes = Mutex<[QueuedDriverKey: UInt32]>([:])
     /// Tests only: called by `isLive(through:)` as it begins.
@@ -407,7 +409,7 @@ public final class SyncPeer: Sendable {
     private static func timer(at deadline: ContinuousClock.Instant, tolerance: Duration? = nil,
                               _ fire: @escaping @Sendable () -> Void) -> (task: Task<Void, Never>, deadline: ContinuousClock.Instant) {
         (Task {
-            try? await Task.sleep(until: deadline, tolerance: tolerance, clock: .continuous)
+            try? await Task.sleep(until: deadline.cappedForSleep, tolerance: tolerance, clock: .continuous)
             if !Task.isCancelled { fire() }
         }, deadline)
     }
@@ -530,7 +532,7 @@ public final class SyncPeer: Sendable {
         }
         let answers = await withTaskGroup(of: Void.self) { group -> [Int: [String]] in
             group.addTask {
-                try? await Task.sleep(for: timeout)
+                try? await Task.sleep(for: timeout.cappedForSleep)
                 reply.finish()
             }
             var answers: [Int: [String]] = [:]
@@ -570,7 +572,7 @@ public final class SyncPeer: Sendable {
                 return false
             }
             group.addTask {
-                try? await Task.sleep(for: timeout)
+                try? await Task.sleep(for: timeout.cappedForSleep)
                 return false
             }
             group.addTask {

@@ -11,7 +11,7 @@ struct SyncSpacing: Sendable {
     private(set) var lastStart: ContinuousClock.Instant?
 
     init(interval: Duration) {
-        self.interval = max(.zero, interval)
+        self.interval = max(.zero, interval).cappedForSleep
     }
 
     /// The instant to wait for before the next sync, or nil to sync now.

@@ -1,3 +1,5 @@
+import SyncTransport
+
 /// When a session loop's next tick comes (`SyncPeer`): `base` apart while
 /// the session has something to do or a timer of its own pending (a hello
 /// or a message that may be due again); while it is idle, each tick that
@@ -20,9 +22,11 @@ struct TickSchedule: Sendable {
 
     /// `base` is at least 1 ms: a tick interval or poll interval of zero (or
     /// less) ticked in a loop that never rested, the backoff doubling nothing.
+    /// Both are at most `Duration.longestSleep` (`.seconds(.max)` trapped in
+    /// `Task.sleep`, and in the doubling).
     init(base: Duration, quiet: Duration) {
-        self.base = max(base, TickSchedule.shortest)
-        self.quiet = max(quiet, self.base)
+        self.base = max(base, TickSchedule.shortest).cappedForSleep
+        self.quiet = max(quiet.cappedForSleep, self.base)
     }
 
     static let shortest = Duration.milliseconds(1)

@@ -3,6 +3,7 @@ import CWALTrim
 import Foundation
 import Dispatch
 import Synchronization
+import SyncTransport
 
 /// Copies WAL pages into the database file on a queue of its own, with its
 /// own connection, so the commit that crosses the threshold does not pay for
@@ -251,7 +252,7 @@ final class BackgroundCheckpointer: Sendable {
 
     /// `duration` in whole nanoseconds (a negative one as none).
     private static func nanoseconds(_ duration: Duration) -> UInt64 {
-        let parts = max(.zero, duration).components
+        let parts = max(.zero, duration).cappedForSleep.components
         return UInt64(parts.seconds) * 1_000_000_000 + UInt64(parts.attoseconds / 1_000_000_000)
     }
 

@@ -31,7 +31,7 @@ public struct StoreOptions: Sendable {
     /// How often to look for commits of other processes sharing the file (an
     /// app and its extension) after a look that found some; each look that
     /// finds none doubles the wait, up to a second (or this interval, if
-    /// longer); at least 1 ms. nil only checks before each write and on `checkForExternalChanges()`.
+    /// longer); at least 1 ms, at most 100 years. nil only checks before each write and on `checkForExternalChanges()`.
     public var externalChangePollInterval: Duration? = .milliseconds(100)
     /// How durable a local write is when it returns. Whatever this says, a
     /// batch received from the peer is on stable storage before it is
@@ -48,8 +48,13 @@ public struct StoreOptions: Sendable {
     /// `value(for:)`, `entryInfo`, …) beside the one writer, so that a read
     /// never waits behind a write transaction, such as a batch from the peer
     /// being applied and committed. Opened on first use. 0 reads on the
-    /// writer's connection.
-    public var readerConnections = 2
+    /// writer's connection. 0 to 64: each is a SQLite connection of its own
+    /// (a larger setting, such as `.max` for "no limit", is taken as 64).
+    public var readerConnections = 2 {
+        didSet { readerConnections = min(max(0, readerConnections), StoreOptions.maxReaderConnections) }
+    }
+    /// The most `readerConnections`.
+    static let maxReaderConnections = 64
     /// The SQLite VFS to open the file with (a registered name, e.g. a
     /// `CrashVFS`); nil is SQLite's default. For tests and the simulator.
     @_spi(Testing) public var vfsName: String?

@@ -124,7 +124,7 @@ extension SyncStore: TransactionObserver {
             // Holds the store only while it looks: a dropped store is freed at once.
             Task.detached { [weak self] in
                 var looks = TickSchedule(base: interval, quiet: max(interval, SyncStore.quietPollInterval))
-                var wait = interval
+                var wait = interval.cappedForSleep
                 while true {
                     try? await Task.sleep(for: wait)
                     guard let store = self, !store.isClosed else { return }
