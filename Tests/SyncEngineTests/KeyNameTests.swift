@@ -154,6 +154,29 @@ private func utf8(_ text: String) -> [UInt8] { Array(text.utf8) }
         #expect(files == [newFile])
         store.close()
     }
+
+    /// A member of a family whose name is not ASCII ("José"), named in NFD
+    /// to the untyped API: `KeyRegistry.descriptor(forEntry:)` looked families
+    /// up by the name's own UTF-8 bytes and found none (nil), and so an
+    /// `InMemoryStore`, which passed the name on as it came, threw
+    /// `unknown-key` for an uncached `encodedValue(forKey:)` where a
+    /// `SyncStore` (which makes names NFC first) read it.
+    @Test(arguments: BackendKind.allCases)
+    func aFamilyMemberNamedInNFDIsFoundInANonASCIIFamily(_ kind: BackendKind) throws {
+        let family = KeyFamily<Int>(precomposed, default: 0, policy: .never)
+        let registry = try KeyRegistry([family])
+        #expect(registry.descriptor(forEntry: decomposed + ":x")?.name == precomposed)
+        #expect(registry.descriptor(forEntry: precomposed + ":x")?.name == precomposed)
+        #expect(registry.descriptor(forEntry: decomposed + "x:y") == nil)
+        let folder = TempFolder()
+        let store = try kind.make(folder, keys: [family])
+        defer { store.close() }
+        #expect(try store.encodedValue(forKey: decomposed + ":z") == nil)  // not cached: checked against the registry
+        try store.setNow(3, for: family["x"])
+        #expect(try store.encodedValue(forKey: decomposed + ":x") == utf8("3"))
+        try store.setEncoded(utf8("4"), forKey: decomposed + ":y")
+        #expect(try store.value(for: family["y"]) == 4)
+    }
 }
 
 /// A NUL ends a C string: SQLite took "contact:a\0b" for "contact:a".

@@ -50,6 +50,8 @@ public final class InMemoryStore: KeyValueBackend {
     }
 
     public func entry(forKey key: String, declaredAs declared: KeyDescriptor?) throws -> BackendEntry? {
+        // As `SyncStore`: the name in NFC, as every stored name is.
+        let key = KeyName.canonical(key)
         let found = try state.withLock { s -> (entry: BackendEntry?, legacy: (String, KeyDescriptor)?) in
             try InMemoryStore.checkOpen(s)
             let stored = s.entries[key]

@@ -274,9 +274,14 @@ public struct KeyRegistry: Sendable {
         }
     }
 
-    /// The descriptor that governs `entryKey`, if any.
+    /// The descriptor that governs `entryKey`, if any. `entryKey` may be in
+    /// any Unicode normalization form: families are looked up by the UTF-8
+    /// bytes of NFC names, so a name not found is looked up again in NFC
+    /// ("cafe\u{301}:x" is a member of the family "café"); stored names are NFC already.
     public func descriptor(forEntry entryKey: String) -> KeyDescriptor? {
-        registered(forEntry: entryKey)?.descriptor
+        if let found = registered(forEntry: entryKey) { return found.descriptor }
+        let canonical = KeyName.canonical(entryKey)
+        return canonical.utf8.elementsEqual(entryKey.utf8) ? nil : registered(forEntry: canonical)?.descriptor
     }
 
     /// Declarations that replicate from `role`, as canonical lines, sorted.
