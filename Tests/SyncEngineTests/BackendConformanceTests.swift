@@ -254,4 +254,25 @@ extension BackendKind {
         let error = await #expect(throws: SyncError.self) { try await store.set(1, for: TestKeys.steps) }
         #expect(error?.code == .closed)
     }
+
+    /// A key read with another declaration than the registered one
+    /// (`Key<Double>` under the name of a registered `Key<Int>`) throws
+    /// `key-declaration-mismatch` whether or not the cache holds the value:
+    /// before, a read the cache answered skipped the check and decoded the
+    /// `Int`'s bytes as `5.0`, while the same read after a restart threw.
+    @Test(arguments: BackendKind.allCases)
+    func aReadWithAnotherDeclarationThrowsAlsoFromTheCache(_ kind: BackendKind) async throws {
+        let count = Key<Int>("count", default: 0)
+        let countAsDouble = Key<Double>("count", default: 0)
+        let folder = TempFolder()
+        let store = try kind.make(folder, keys: [count])
+        defer { store.close() }
+        try await store.set(5, for: count)
+        #expect(try store.value(for: count) == 5)
+        let error = #expect(throws: SyncError.self) { try store.value(for: countAsDouble) }
+        #expect(error?.code == .keyDeclarationMismatch)
+        let viaGet = await #expect(throws: SyncError.self) { try await store.get(countAsDouble) }
+        #expect(viaGet?.code == .keyDeclarationMismatch)
+        #expect(try store.value(for: count) == 5)
+    }
 }

@@ -299,6 +299,10 @@ extension KeyValueBackend {
 
     /// Decodes stored bytes for `key`, checking that its serializer wrote them.
     func decodeChecked<Value>(_ bytes: [UInt8], encoding: String, for key: Key<Value>) throws -> Value {
+        // A read the cache answers skips the registry check of a miss: a key declared otherwise
+        // (`Key<Double>` for a registered `Key<Int>`) would decode the bytes as its own type
+        // while the value is cached, and throw once it is not. Checked here, before any decode.
+        _ = try registry.governingDescriptor(for: key.name, declared: key.descriptor)
         guard encoding == key.serializer.identifier else {
             throw SyncError(.typeMismatch, "key '\(key.name)' holds a value written with the \(encoding) serializer, but is read as \(Value.self) with \(key.serializer.identifier)")
         }
