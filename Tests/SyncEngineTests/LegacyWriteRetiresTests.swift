@@ -60,4 +60,36 @@ import Testing
         let legacy = try store.entryInfo(forKey: "units")
         #expect(legacy == nil || legacy?.isDeleted == true, "the legacy row is still live")
     }
+
+    /// A key read while neither it nor its legacy name held a value, then a
+    /// value written under the legacy name (by the app, or by an older app on
+    /// the peer): the next read moves it. Before, the first read's absence
+    /// stayed cached, so the key read its default until the app restarted
+    /// and then the moved value, a silent change of value.
+    @Test(arguments: BackendKind.allCases)
+    func aLegacyValueWrittenAfterAReadOfTheAbsentKeyMovesOnTheNextRead(_ kind: BackendKind) async throws {
+        let new = Key<String>("display:units", default: "metric", legacyName: "units")
+        let folder = TempFolder()
+        let store = try kind.make(folder, keys: [Self.old, new])
+        defer { store.close() }
+        #expect(try store.value(for: new) == "metric")
+        #expect(try store.value(for: new) == "metric")
+        try await store.set("imperial", for: Self.old)
+        #expect(try store.value(for: new) == "imperial")
+        #expect(try store.contains(Self.old) == false)
+    }
+
+    /// The same with the legacy value coming from the peer.
+    @Test func aLegacyValueFromThePeerAfterAReadOfTheAbsentKeyMovesOnTheNextRead() throws {
+        let new = Key<String>("display:units", default: "metric", legacyName: "units")
+        let pair = try Pair(keys: [Self.old, new])
+        defer { pair.phone.close(); pair.watch.close() }
+        #expect(try pair.phone.value(for: new) == "metric")
+        try pair.watch.setNow("imperial", for: Self.old)
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        link.settle()
+        #expect(try pair.phone.entryInfo(forKey: "units")?.isDeleted == false)  // arrived (read without the cache)
+        #expect(try pair.phone.value(for: new) == "imperial")
+    }
 }

@@ -33,6 +33,8 @@ public final class InMemoryStore: KeyValueBackend {
     private let state = Mutex(State())
     private let clock: HybridLogicalClock
     private let changeHub = Broadcaster<StoreChange>()
+    /// The keys declaring each legacy name: their cached absence goes when a value comes under it (as in `SyncStore`).
+    private let legacyDependents: [String: [String]]
 
     public init(role: DeviceRole, registry: KeyRegistry, clock: any PhysicalClock = SystemClock(),
                 maxValueSize: Int = 64 * 1024 * 1024, maxCachedValueSize: Int = 64 * 1024) {
@@ -40,6 +42,7 @@ public final class InMemoryStore: KeyValueBackend {
         self.registry = registry
         self.maxValueSize = maxValueSize
         self.maxCachedValueSize = maxCachedValueSize
+        self.legacyDependents = registry.keysByLegacyName
         self.clock = HybridLogicalClock(node: UInt32.random(in: 1...UInt32.max), physical: clock, floor: 0)
     }
 
@@ -123,6 +126,10 @@ public final class InMemoryStore: KeyValueBackend {
                 s.entries[write.key] = Stored(entry: BackendEntry(bytes: write.bytes, encoding: descriptor.encoding, version: version, decoded: write.decoded),
                                               changeSequence: s.sequence)
                 if (write.bytes?.count ?? 0) <= maxCachedValueSize { s.cached.insert(write.key) } else { s.cached.remove(write.key) }
+                // A key that names this one as its legacy name and was read as absent: its next read moves this value.
+                if write.bytes != nil, let dependents = legacyDependents[write.key] {
+                    for dependent in dependents where s.entries[dependent] == nil { s.cached.remove(dependent) }
+                }
                 // The key's first entry retires a value still under its legacy name, as `SyncStore` does.
                 if current == nil, let legacy = descriptor.legacyName, !written.contains(legacy), let old = s.entries[legacy]?.entry, old.bytes != nil {
                     s.sequence += 1

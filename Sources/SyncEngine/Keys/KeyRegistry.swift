@@ -284,6 +284,16 @@ public struct KeyRegistry: Sendable {
         return canonical.utf8.elementsEqual(entryKey.utf8) ? nil : registered(forEntry: canonical)?.descriptor
     }
 
+    /// The keys declaring each legacy name (at most one a name): whose
+    /// absence a cache may hold only until a value comes under that name.
+    var keysByLegacyName: [String: [String]] {
+        var keys: [String: [String]] = [:]
+        for d in descriptors where !d.isFamily {
+            if let legacy = d.legacyName { keys[legacy, default: []].append(d.name) }
+        }
+        return keys
+    }
+
     /// Declarations that replicate from `role`, as canonical lines, sorted.
     func wireDeclarations(from role: DeviceRole) -> [String] {
         descriptors.filter { $0.policy != .never && ($0.availability.replicates(from: role) || $0.availability.replicates(from: role.counterpart)) }

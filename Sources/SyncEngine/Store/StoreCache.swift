@@ -39,9 +39,26 @@ final class StoreCache: Sendable {
     let budget: Int
     let maxSlots = 100_000
 
-    init(maxCachedValueSize: Int = 64 * 1024, budget: Int = 8 * 1024 * 1024) {
+    /// The keys declaring each legacy name (`KeyRegistry.keysByLegacyName`).
+    /// A key with a legacy name read while neither held a value is cached as
+    /// absent (its read tried the move); a value coming under the legacy name
+    /// later (a write, the peer's, another process's) drops that absence, so
+    /// the next read moves the value, as a read after a restart would.
+    let legacyDependents: [String: [String]]
+
+    init(maxCachedValueSize: Int = 64 * 1024, budget: Int = 8 * 1024 * 1024, legacyDependents: [String: [String]] = [:]) {
         self.maxCachedValueSize = maxCachedValueSize
         self.budget = budget
+        self.legacyDependents = legacyDependents
+    }
+
+    /// Drops the cached absence (never written: version zero) of the keys
+    /// whose legacy name is `key`, which has (or may have) a value now.
+    private func dropAbsentDependents(of key: String, in s: inout State) {
+        guard let dependents = legacyDependents[key] else { return }
+        for dependent in dependents {
+            if let slot = s.slots[dependent], slot.bytes == nil, slot.version == .zero { s.slots.removeValue(forKey: dependent) }
+        }
     }
 
     /// The slot for `key`, counting a hit or a miss.
@@ -128,6 +145,9 @@ final class StoreCache: Sendable {
             s.epoch &+= 1
             if rows.count >= StoreCache.bulkRows {
                 guard !s.slots.isEmpty else { return }
+                if !legacyDependents.isEmpty {
+                    for row in rows where row.value != nil { dropAbsentDependents(of: row.key, in: &s) }
+                }
                 for (row, value) in zip(rows, decoded) where s.slots.index(forKey: row.key) != nil {
                     store(row.key, Slot(bytes: row.value, encoding: row.encoding, version: row.version, decoded: value), in: &s)
                 }
@@ -184,6 +204,7 @@ final class StoreCache: Sendable {
     /// A fill does not move the epoch: it only copies what is committed.
     private func store(_ key: String, _ slot: Slot, in s: inout State) {
         if !s.typed.isEmpty { s.typed.removeValue(forKey: key) }
+        if !legacyDependents.isEmpty, slot.bytes != nil { dropAbsentDependents(of: key, in: &s) }
         let size = slot.bytes?.count ?? 0
         guard size <= maxCachedValueSize else {
             if let old = s.slots.removeValue(forKey: key) { s.bytes -= old.bytes?.count ?? 0 }
@@ -212,6 +233,7 @@ final class StoreCache: Sendable {
     func invalidate(_ key: String) {
         state.withLock { s in
             s.epoch &+= 1
+            if !legacyDependents.isEmpty { dropAbsentDependents(of: key, in: &s) }
             s.typed.removeValue(forKey: key)
             s.bytes -= s.slots.removeValue(forKey: key)?.bytes?.count ?? 0
         }
@@ -223,6 +245,7 @@ final class StoreCache: Sendable {
             s.epoch &+= 1
             guard !s.slots.isEmpty else { return }
             for key in keys {
+                if !legacyDependents.isEmpty { dropAbsentDependents(of: key, in: &s) }
                 s.typed.removeValue(forKey: key)
                 s.bytes -= s.slots.removeValue(forKey: key)?.bytes?.count ?? 0
             }

@@ -134,7 +134,8 @@ extension SyncStore {
             return StoreCache.Slot(bytes: bytes, encoding: old.encoding, version: version, decoded: nil)
         }, onCommit: { slot in
             if let slot { cache.store(key, slot) }
-            cache.invalidate(legacy)
+            // Nothing moved: the legacy row is as it was (and dropping it would drop the absence just cached).
+            if slot?.version != .zero { cache.invalidate(legacy) }
         })
         if let slot, slot.bytes != nil {
             publishCommitted([StoreChange(key: key, kind: .set, origin: .local, version: slot.version)])

@@ -94,7 +94,7 @@ public final class SyncStore: KeyValueBackend {
         self.physicalClock = options.clock
         let database = try Database(path: path, options: options)
         self.database = database
-        self.cache = StoreCache(maxCachedValueSize: options.maxCachedValueSize)
+        self.cache = StoreCache(maxCachedValueSize: options.maxCachedValueSize, legacyDependents: registry.keysByLegacyName)
 
         let requestedDirectory = options.valueDirectory.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
         let setup = try database.write { conn -> (node: UInt32, salt: [UInt8], verifier: String?, storedRole: String?, floor: Int64, seq: Int64,
