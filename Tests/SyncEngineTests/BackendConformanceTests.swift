@@ -86,6 +86,27 @@ extension BackendKind {
         #expect(try store.storedValue(for: note) == .some(nil))
     }
 
+    /// A `Key<T?>` whose value was first looked at without its type
+    /// (`contains`, `encodedValue`) after the cache let it go (a restart, a
+    /// change from the peer): the typed read decodes the stored bytes. Before,
+    /// the cache's slot held no decoded value, and a cast of that absent value
+    /// to `T?` succeeded: the read gave `nil` for a stored "hello".
+    @Test(arguments: BackendKind.allCases)
+    func anOptionalKeyLookedAtUntypedFirstReadsItsValue(_ kind: BackendKind) async throws {
+        let note = Key<String?>("note", default: "fallback")
+        let folder = TempFolder()
+        var store = try kind.make(folder, keys: [note])
+        try await store.set("hello", for: note)
+        if kind != .inMemory {
+            store.close()
+            store = try kind.make(folder, keys: [note])
+        }
+        defer { store.close() }
+        #expect(try store.contains(note))
+        #expect(try store.value(for: note) == "hello")
+        #expect(try await store.get(note) == "hello")
+    }
+
     @Test(arguments: BackendKind.allCases)
     func removeLeavesATombstoneAndTheDefault(_ kind: BackendKind) async throws {
         let folder = TempFolder()

@@ -286,7 +286,8 @@ extension KeyValueBackend {
     /// `nil` comes back as `.some(nil)`, distinct from absent.
     public func storedValue<Value>(for key: Key<Value>) throws -> Value? {
         guard let entry = try entry(forKey: key.name, declaredAs: key.descriptor), let bytes = entry.bytes else { return nil }
-        if let decoded = entry.decoded as? Value { return decoded }
+        // Not `entry.decoded as? Value`: an absent decoded value (nil) casts to any `Optional` type.
+        if let decoded = entry.decoded, let value = decoded as? Value { return value }
         return try decode(bytes, encoding: entry.encoding, version: entry.version, for: key)
     }
 

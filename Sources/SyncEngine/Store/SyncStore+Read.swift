@@ -53,7 +53,9 @@ extension SyncStore {
         try checkOpen()
         if let slot = cache.lookup(key.name) {
             guard let bytes = slot.bytes else { return nil }
-            if let decoded = slot.decoded as? Value { return decoded }
+            // Not `slot.decoded as? Value`: an absent decoded value (nil) casts to any `Optional`
+            // type, and a `Key<T?>` read `nil` for a slot filled by an untyped read.
+            if let decoded = slot.decoded, let value = decoded as? Value { return value }
             return try decodeKept(bytes, encoding: slot.encoding, version: slot.version, for: key)
         }
         guard let entry = try entry(forKey: key.name, declaredAs: key.descriptor, counted: false), let bytes = entry.bytes else { return nil }
