@@ -107,6 +107,25 @@ extension BackendKind {
         #expect(try await store.get(note) == "hello")
     }
 
+    /// A nested optional's `.some(nil)` is written as JSON `null`, which reads
+    /// back as `nil`: a read answers what the stored bytes say, what the peer
+    /// and a restart read. Before, the written value was kept decoded, so
+    /// reads gave `.some(nil)` until the cache let it go, then `nil`.
+    @Test(arguments: BackendKind.allCases)
+    func aNestedOptionalReadsAsItsStoredBytesDecode(_ kind: BackendKind) async throws {
+        let level = Key<Int??>("level", default: 7)
+        let folder = TempFolder()
+        let store = try kind.make(folder, keys: [level])
+        defer { store.close() }
+        try await store.set(.some(nil), for: level)
+        let fromBytes = try level.serializer.decode(try #require(try store.encodedValue(forKey: "level")))
+        #expect(fromBytes == nil)
+        #expect(try store.value(for: level) == fromBytes)
+        #expect(try await store.get(level) == fromBytes)
+        try await store.batch { try $0.set(.some(.some(3)), for: level) }
+        #expect(try store.value(for: level) == .some(.some(3)))
+    }
+
     @Test(arguments: BackendKind.allCases)
     func removeLeavesATombstoneAndTheDefault(_ kind: BackendKind) async throws {
         let folder = TempFolder()

@@ -18,6 +18,17 @@ public struct BackendEntry: Sendable {
     }
 }
 
+/// `Optional`, to tell a nested one (`BackendWrite.decodedToKeep`).
+@usableFromInline
+protocol OptionalWrapping {
+    static var wrapsOptional: Bool { get }
+}
+
+extension Optional: OptionalWrapping {
+    @usableFromInline
+    static var wrapsOptional: Bool { Wrapped.self is any OptionalWrapping.Type }
+}
+
 /// One write handed to `KeyValueBackend.commit`.
 public struct BackendWrite: Sendable {
     /// The full key name (a registered key or a family member), kept in
@@ -36,6 +47,15 @@ public struct BackendWrite: Sendable {
         self.key = KeyName.canonical(key)
         self.bytes = bytes
         self.decoded = decoded
+    }
+
+    /// What a typed write keeps decoded beside its bytes: `value`, unless
+    /// its type is a nested optional (`Int??`), whose `.some(nil)` is written
+    /// as the one JSON `null` that reads back as `nil`; kept, reads gave
+    /// `.some(nil)` until the cache let it go (a restart) and `nil` after.
+    @inlinable
+    static func decodedToKeep<Value: Sendable>(_ value: Value) -> (any Sendable)? {
+        (Value.self as? any OptionalWrapping.Type)?.wrapsOptional == true ? nil : value
     }
 
     /// `key` is a typed key's name, already NFC.
@@ -211,7 +231,7 @@ public struct WriteBatch: Sendable {
     @inlinable
     public mutating func set<Value>(_ value: Value, for key: Key<Value>) throws {
         let descriptor = try governingDescriptor(for: key.name, declared: key.descriptor)
-        append(key.name, descriptor: descriptor, bytes: try key.serializer.encode(value), decoded: value)
+        append(key.name, descriptor: descriptor, bytes: try key.serializer.encode(value), decoded: BackendWrite.decodedToKeep(value))
     }
 
     /// The registered declaration of `name`, checked against `declared`.
@@ -323,14 +343,14 @@ extension KeyValueBackend {
     /// committed (or failed). Cancelling the calling task does not stop it.
     public func set<Value>(_ value: Value, for key: Key<Value>) async throws {
         let descriptor = try registry.governingDescriptor(for: key.name, declared: key.descriptor)
-        let write = BackendWrite(key: key.name, descriptor: descriptor, bytes: try key.serializer.encode(value), decoded: value)
+        let write = BackendWrite(key: key.name, descriptor: descriptor, bytes: try key.serializer.encode(value), decoded: BackendWrite.decodedToKeep(value))
         _ = try await performBlocking { try self.commit([write]) }
     }
 
     /// Synchronous form of `set`, for property wrappers and benchmarks.
     public func setNow<Value>(_ value: Value, for key: Key<Value>) throws {
         let descriptor = try registry.governingDescriptor(for: key.name, declared: key.descriptor)
-        try commit([BackendWrite(key: key.name, descriptor: descriptor, bytes: try key.serializer.encode(value), decoded: value)])
+        try commit([BackendWrite(key: key.name, descriptor: descriptor, bytes: try key.serializer.encode(value), decoded: BackendWrite.decodedToKeep(value))])
     }
 
     /// Removes `key`'s value, leaving a tombstone that replicates the delete.
