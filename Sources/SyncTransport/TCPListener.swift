@@ -88,10 +88,11 @@ public final class TCPListener: Service, Sendable {
 
     /// Listens on `host:port` (port 0 picks a free port; see `port`), and
     /// accepts nothing until `run()`. Throws `.connectFailed` when the
-    /// address cannot be bound.
+    /// address cannot be bound, or `port` is not within 0...65535.
     public init(host: String, port: Int, configuration: TCPConfiguration) async throws {
         // Owns each accepted channel from its initializer on, so that none is
         // ever dropped without `executeThenClose` (apple/swift-nio #2637).
+        try TCPTransport.checkPort(port, "cannot listen on \(host):\(port)")
         let children = ChildChannelRegistry()
         let acceptFailures = AcceptFailureReporter()
         let server: NIOAsyncChannel<TransportChannel, Never>
@@ -146,7 +147,8 @@ public final class TCPListener: Service, Sendable {
 
     /// Listens on `host:port` (port 0 picks a free port; see `port`) and
     /// accepts at once: `run()` runs in a task of its own until `close()`.
-    /// Throws `.connectFailed` when the address cannot be bound.
+    /// Throws `.connectFailed` when the address cannot be bound, or `port`
+    /// is not within 0...65535.
     public static func bind(host: String, port: Int, configuration: TCPConfiguration) async throws -> TCPListener {
         let listener = try await TCPListener(host: host, port: port, configuration: configuration)
         // The one task SyncTransport starts for a listener, for callers without

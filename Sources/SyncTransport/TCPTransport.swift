@@ -8,7 +8,8 @@ public enum TCPTransport {
     /// Connects to `host:port`, runs the handshake as the dialer and returns
     /// the connection once both ends proved the pairing secret.
     ///
-    /// Throws `.connectFailed` when the socket cannot connect,
+    /// Throws `.connectFailed` when the socket cannot connect (or `port` is
+    /// not within 0...65535),
     /// `.authenticationFailed` when the listener holds another secret,
     /// `.unsupportedVersion` when no wire version is common (the message names
     /// both ranges), `.timeout` when the handshake takes longer than
@@ -18,6 +19,7 @@ public enum TCPTransport {
     }
 
     static func connectTCP(host: String, port: Int, configuration: TCPConfiguration) async throws -> TCPConnection {
+        try checkPort(port, "cannot connect to \(host):\(port)")
         let channel: TransportChannel
         do {
             channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -33,6 +35,14 @@ public enum TCPTransport {
             throw TransportError(.connectFailed, "cannot connect to \(host):\(port): \(error)")
         }
         return try await establish(channel, role: .dialer, configuration: configuration)
+    }
+
+    /// Throws `.connectFailed` unless `port` is a TCP port: the resolver
+    /// would cut it to 16 bits (65536 is 0, 70000 is 4464).
+    static func checkPort(_ port: Int, _ context: @autoclosure () -> String) throws {
+        guard (0...65535).contains(port) else {
+            throw TransportError(.connectFailed, "\(context()): \(port) is not a TCP port (0...65535)")
+        }
     }
 
     static func waterMark(_ configuration: TCPConfiguration) -> ChannelOptions.Types.WriteBufferWaterMark {
