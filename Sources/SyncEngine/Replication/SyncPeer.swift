@@ -201,13 +201,22 @@ public final class SyncPeer: Sendable {
             if localChangeSignalled.raise() { continuation.yield(.localChange) }
         }
         defer { localWrites.cancel() }
+        // Ends the session from outside its loop. The loop may be suspended in `send` (a peer that
+        // does not read, an app transport's backpressure) and read no input until it returns: the
+        // connection, closed, makes that send throw ("throws once the connection is closed").
+        let endRequested = Mutex<String?>(nil)
+        let end: @Sendable (String) -> Void = { why in
+            endRequested.withLock { $0 = $0 ?? why }
+            continuation.yield(.closed(why))
+            Task { await connection.close() }
+        }
         // Closing the store ends the session (the peer sees the connection close).
-        let storeClosing = store.whenClosed { continuation.yield(.closed(SyncPeer.closedStoreReason(self.store.path))) }
+        let storeClosing = store.whenClosed { end(SyncPeer.closedStoreReason(self.store.path)) }
         defer { storeClosing.cancel() }
         // A session's hello named the store's node id: once the store takes another (its phone
         // refused it through the mailbox, or the app renewed it), the session starts again under it.
         let renewal = store.nodeRenewals.observe(where: { _ in true }) { renewed in
-            continuation.yield(.closed("this store took a new node id (\(String(renewed, radix: 16))); the session starts again under it"))
+            end("this store took a new node id (\(String(renewed, radix: 16))); the session starts again under it")
         }
         defer { renewal.cancel() }
         // Acknowledgements go out once their commits are on stable storage. The fsync runs
@@ -263,14 +272,20 @@ public final class SyncPeer: Sendable {
                 }
             }
             // Off the cooperative pool where the loop's applies wait for the disk (`SessionExecutor.forLoop`).
-            reason = await withTaskExecutorPreference(SessionExecutor.forLoop(of: store)) {
-                await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate,
-                                  localChangeSignalled: localChangeSignalled,
-                                  releaseHeld: { continuation.yield(.releaseHeld) }, tick: { continuation.yield(.tick) },
-                                  endInputs: { continuation.yield(.closed("no more frames")) }) { durable in
-                    awaitingSync.hold(durable, now: .now)
+            reason = await withTaskCancellationHandler {
+                await withTaskExecutorPreference(SessionExecutor.forLoop(of: store)) {
+                    await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate,
+                                      localChangeSignalled: localChangeSignalled,
+                                      releaseHeld: { continuation.yield(.releaseHeld) }, tick: { continuation.yield(.tick) },
+                                      endInputs: { continuation.yield(.closed("no more frames")) }) { durable in
+                        awaitingSync.hold(durable, now: .now)
+                    }
                 }
+            } onCancel: {
+                end(SyncPeer.cancelledReason)
             }
+            // Ended from outside (the store closed, …): that is why, not the failed send it caused.
+            if let why = endRequested.withLock({ $0 }) { reason = why }
             awaitingSync.cancelTimer()
             await connection.close()
             ackSignal.finish()
