@@ -88,4 +88,66 @@ import Testing
         session.cancel()
         _ = try await withDeadline("the cancelled session to end") { await session.value }
     }
+
+    /// An in-memory connection whose `send`, once `stall()` was called, waits
+    /// until the connection is closed (the peer went out of reach), as
+    /// `StalledSendConnection`'s does.
+    final class StallingConnection: FrameConnection {
+        private let base: InMemoryConnection
+        private let stalled = StalledSendConnection()
+        private let stalls = Atomic(false)
+        init(_ base: InMemoryConnection) { self.base = base }
+        var inbound: AsyncThrowingStream<Frame, any Error> { base.inbound }
+        var sendsWaiting: AsyncStream<Void> { stalled.sendsWaiting }
+        var peerDescription: String { base.peerDescription }
+        var statistics: ConnectionStatistics { base.statistics }
+        var deliversEveryFrame: Bool { true }
+        func stall() { stalls.store(true, ordering: .sequentiallyConsistent) }
+
+        func send(_ frame: Frame) async throws {
+            if stalls.load(ordering: .sequentiallyConsistent) { try await stalled.send(frame) } else { try await base.send(frame) }
+        }
+
+        func close() async {
+            await stalled.close()
+            await base.close()
+        }
+    }
+
+    /// Before: a session whose `send` waited for a peer gone out of reach (a
+    /// stale connection, what replacing is for) was told to end when a newer
+    /// session with the same peer began, but never read that, suspended in
+    /// `send`: it ran on beside the newer one for as long as its connection
+    /// lived.
+    @Test func aReplacedSessionWhoseSendWaitsEnds() async throws {
+        let pair = try Pair()
+        let config = ReplicationConfiguration(pairingEpoch: "replace")
+        let phonePeer = SyncPeer(store: pair.phone, configuration: config, tickInterval: .milliseconds(20))
+        let oldWatchPeer = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(20))
+        let newWatchPeer = SyncPeer(store: pair.watch, configuration: config, tickInterval: .milliseconds(20))
+        let (phoneOldBase, watchOld) = InMemoryConnection.makePair()
+        let phoneOld = StallingConnection(phoneOldBase)
+        let phoneOldSession = Task { await phonePeer.run(over: phoneOld) }
+        let watchOldSession = Task { await oldWatchPeer.run(over: watchOld) }
+        try await phonePeer.waitUntilIdle(timeout: waitLimit)
+        phoneOld.stall()
+        try pair.phone.setNow(7, for: TestKeys.steps)
+        try await withDeadline("the old session's send to wait") {
+            for await _ in phoneOld.sendsWaiting { return }
+        }
+
+        let (phoneNew, watchNew) = InMemoryConnection.makePair()
+        let phoneNewSession = Task { await phonePeer.run(over: phoneNew) }
+        let watchNewSession = Task { await newWatchPeer.run(over: watchNew) }
+        let reason = await Result {
+            try await withDeadline("the phone's replaced session to end") { await phoneOldSession.value }
+        }
+        await phoneOld.close()
+        await phoneNew.close()
+        try await withDeadline("every session to end") {
+            _ = await (phoneOldSession.value, watchOldSession.value, phoneNewSession.value, watchNewSession.value)
+        }
+        let why = try reason.get()
+        #expect(why.contains("replaced by a newer session with the same peer"), "\(why)")
+    }
 }

@@ -56,6 +56,8 @@ public final class SyncPeer: Sendable {
         var sessions: [Int: Session] = [:]
         /// Each running session's inputs, for requests from the app.
         var inputs: [Int: AsyncStream<Input>.Continuation] = [:]
+        /// Ends each running session from outside its loop, with the reason (`runSession`'s `end`).
+        var enders: [Int: @Sendable (String) -> Void] = [:]
         var nextSession = 0
         /// Whether the last published aggregate state was idle.
         var idle = false
@@ -210,6 +212,7 @@ public final class SyncPeer: Sendable {
             continuation.yield(.closed(why))
             Task { await connection.close() }
         }
+        state.withLock { $0.enders[session] = end }
         // Closing the store ends the session (the peer sees the connection close).
         let storeClosing = store.whenClosed { end(SyncPeer.closedStoreReason(self.store.path)) }
         defer { storeClosing.cancel() }
@@ -467,14 +470,17 @@ public final class SyncPeer: Sendable {
     /// aggregate: idle when every session is established with nothing pending
     /// or in flight.
     private func updateState(_ session: Int, _ new: Session?) {
-        let (changed, idle, reachability, replaced) = state.withLock { state -> (Bool, Bool, Bool?, [AsyncStream<Input>.Continuation]) in
+        let (changed, idle, reachability, replaced) = state.withLock { state -> (Bool, Bool, Bool?, [@Sendable (String) -> Void]) in
             let old = state.sessions[session]
             state.sessions[session] = new
-            if new == nil { state.inputs[session] = nil }
+            if new == nil {
+                state.inputs[session] = nil
+                state.enders[session] = nil
+            }
             // A session newly established with a peer replaces any other with the same peer: one device
             // runs one session at a time (its replication lock), so the other's connection is stale
             // (half-open, its end not noticed yet) or a buggy or hostile peer's extra one.
-            var replaced: [AsyncStream<Input>.Continuation] = []
+            var replaced: [@Sendable (String) -> Void] = []
             if new == nil { state.replaced.remove(session) }
             // Newly established: a manual request an earlier session with its peer left unanswered is
             // asked again (looked up here, under the lock a session that ends with one takes: `askAgain`).
@@ -487,7 +493,7 @@ public final class SyncPeer: Sendable {
                !state.replaced.contains(session) {
                 for (other, running) in state.sessions where other != session && running.peerNode == peer && !state.replaced.contains(other) {
                     state.replaced.insert(other)
-                    if let input = state.inputs[other] { replaced.append(input) }
+                    if let end = state.enders[other] { replaced.append(end) }
                 }
             }
             let idle = !state.sessions.isEmpty && state.sessions.values.allSatisfy(\.idle)
@@ -498,8 +504,9 @@ public final class SyncPeer: Sendable {
             defer { state.reachable = reachable }
             return (changed, idle, reachable != state.reachable ? reachable : nil, replaced)
         }
-        for input in replaced {
-            input.yield(.closed("replaced by a newer session with the same peer (node \(new?.peerNode.map { String($0, radix: 16) } ?? "?"))"))
+        // Through its `end`: a replaced session may wait in `send` on its stale connection, and read no input.
+        for end in replaced {
+            end("replaced by a newer session with the same peer (node \(new?.peerNode.map { String($0, radix: 16) } ?? "?"))")
         }
         if !replaced.isEmpty, let peer = new?.peerNode { noteReplacement(of: peer) }
         if let reachability { reachabilityHub.publish(reachability) }
