@@ -136,6 +136,18 @@ public final class TCPListener: Service, Sendable {
         logger.info("listening", metadata: ["pairings": "\(configuration.secrets.count)"])
     }
 
+    /// A listener released without `run()` or `close()` (the app's setup failed
+    /// after `init`, say) closes its socket: no task holds it, and its port
+    /// would stay bound, its descriptor open, for the life of the process.
+    deinit {
+        guard phase.withLock({ $0 == .bound }) else { return }
+        server.channel.close(promise: nil)
+        let children = self.children
+        Task { await children.closeRemaining() }
+        _ = untaken.finishTakingQueued()
+        reporter.finish()
+    }
+
     /// The next authenticated connection, as `connections` yields them; nil once
     /// the listener stopped, or when the calling task is cancelled. A cancelled
     /// wait leaves the listener's connections to later calls (`SyncPeer.serve`
