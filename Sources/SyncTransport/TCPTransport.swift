@@ -79,24 +79,33 @@ public enum TCPTransport {
 
     /// Runs the handshake on a fresh channel, then keeps the connection
     /// running in a task of its own. Returns once the handshake succeeded;
-    /// throws (and closes the channel) when it failed.
+    /// throws (and closes the channel) when it failed, or the calling task
+    /// was cancelled (`.closed`, saying so: not the peer's doing).
     static func establish(
         _ transportChannel: TransportChannel, role: TransportRole, configuration: TCPConfiguration
     ) async throws -> TCPConnection {
         let channel = transportChannel.asyncChannel.channel
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<TCPConnection, any Error>) in
-                Task {
-                    await runLifetime(transportChannel, role: role, configuration: configuration, continuation: continuation)
+        let givenUp = Latch()
+        do {
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<TCPConnection, any Error>) in
+                    Task {
+                        await runLifetime(transportChannel, role: role, configuration: configuration, givenUp: givenUp,
+                                          continuation: continuation)
+                    }
                 }
+            } onCancel: {
+                givenUp.open()
+                channel.close(promise: nil)
             }
-        } onCancel: {
-            channel.close(promise: nil)
+        } catch where givenUp.isOpen {
+            // The channel closed by this side reads as "the peer closed the connection".
+            throw TransportError(.closed, "the handshake with \(transportChannel.peer ?? describePeer(channel)) was given up: the task running it was cancelled")
         }
     }
 
     private static func runLifetime(
-        _ transportChannel: TransportChannel, role: TransportRole, configuration: TCPConfiguration,
+        _ transportChannel: TransportChannel, role: TransportRole, configuration: TCPConfiguration, givenUp: Latch,
         continuation: CheckedContinuation<TCPConnection, any Error>
     ) async {
         let asyncChannel = transportChannel.asyncChannel
@@ -136,7 +145,7 @@ public enum TCPTransport {
                     // The listener reports its rejections itself, within a rate
                     // limit (strangers can cause them at will); a dialer's
                     // attempts are paced by its reconnect backoff.
-                    if role == .dialer {
+                    if role == .dialer, !givenUp.isOpen {
                         logger.warning("rejected the peer during the handshake", metadata: ["reason": "\(failure)"])
                     }
                     resumed = true
