@@ -169,6 +169,21 @@ public final class Mailbox: Sendable {
         directory + "/\(sender)-to-\(sender.counterpart)"
     }
 
+    /// The spool at `path`, made again with the mailbox directory when it is
+    /// missing (the directory was removed while this mailbox was in use), as
+    /// `init` makes them: a removed directory must not stop delivery for as
+    /// long as this object lives.
+    private func spoolFolder(_ path: String) throws -> SpoolFolder {
+        do {
+            return try SpoolFolder(path)
+        } catch {
+            guard access(path, F_OK) != 0, errno == ENOENT else { throw error }
+            try MailboxFiles.makeDirectory(directory)
+            try MailboxFiles.makeDirectory(path)
+            return try SpoolFolder(path)
+        }
+    }
+
     /// Where this end posts.
     public var outboxPath: String { Self.spool(directory, from: role) }
     /// Where this end reads.
@@ -185,7 +200,7 @@ public final class Mailbox: Sendable {
     @discardableResult
     public func post(_ frame: Frame, reserve: Bool = false) throws -> UInt64 {
         try nextSequence.withLock { next -> UInt64 in
-            let outbox = try SpoolFolder(outboxPath)
+            let outbox = try spoolFolder(outboxPath)
             let names = try outbox.list()
             // Another `Mailbox` of this spool (an app may make one for each message) may have posted
             // since this one last did: never a sequence the spool used (its message would be replaced,
@@ -272,7 +287,7 @@ public final class Mailbox: Sendable {
     /// `setAside(_:because:)`. Temporary files are never looked at.
     public func next() throws -> MailboxDelivery? {
         // Opened once, never through a symbolic link: what is read, moved aside or pruned is in the spool.
-        let inbox = try SpoolFolder(inboxPath)
+        let inbox = try spoolFolder(inboxPath)
         // A state this end never writes (damaged, or the peer's doing) is set aside and reported; what
         // waits is taken from the first message on (what was accepted left the spool as it was).
         if case .damaged(let what)? = inbox.readState(Self.receiverState) {
@@ -330,7 +345,7 @@ public final class Mailbox: Sendable {
     /// and removes its file. The file goes first: a reader that dies in
     /// between leaves no copy behind to be mistaken for a replay.
     public func accept(_ message: MailboxMessage) throws {
-        let inbox = try SpoolFolder(inboxPath)
+        let inbox = try spoolFolder(inboxPath)
         inbox.remove(message.fileName)
         try inbox.sync()
         if message.sequence > inbox.readNumber(Self.receiverState) ?? 0 {
@@ -342,7 +357,7 @@ public final class Mailbox: Sendable {
     /// protocol version, another key registry): it is recorded as taken (the
     /// queue goes on) and its file kept in `refused/` with `reason`.
     public func setAside(_ message: MailboxMessage, because reason: String) throws {
-        let inbox = try SpoolFolder(inboxPath)
+        let inbox = try spoolFolder(inboxPath)
         if message.sequence > inbox.readNumber(Self.receiverState) ?? 0 {
             try inbox.writeNumber(message.sequence, name: Self.receiverState)
         }

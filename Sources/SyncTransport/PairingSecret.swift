@@ -153,7 +153,8 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
         guard let text = String(validating: contents, as: UTF8.self) else {
             throw TransportError(.badSecretFile, "the pairing secret file \(path) is not text; \(formatHint)")
         }
-        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        // On any line end: `\r\n` is one Character, never split on "\n" (a file from Windows).
+        let lines = text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline)
             .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
         guard lines.first == fileHeader else {
             throw TransportError(

@@ -88,10 +88,11 @@ public final class TCPListener: Service, Sendable {
 
     /// Listens on `host:port` (port 0 picks a free port; see `port`), and
     /// accepts nothing until `run()`. Throws `.connectFailed` when the
-    /// address cannot be bound.
+    /// address cannot be bound, or `port` is not within 0...65535.
     public init(host: String, port: Int, configuration: TCPConfiguration) async throws {
         // Owns each accepted channel from its initializer on, so that none is
         // ever dropped without `executeThenClose` (apple/swift-nio #2637).
+        try TCPTransport.checkPort(port, "cannot listen on \(host):\(port)")
         let children = ChildChannelRegistry()
         let acceptFailures = AcceptFailureReporter()
         let server: NIOAsyncChannel<TransportChannel, Never>
@@ -135,6 +136,18 @@ public final class TCPListener: Service, Sendable {
         logger.info("listening", metadata: ["pairings": "\(configuration.secrets.count)"])
     }
 
+    /// A listener released without `run()` or `close()` (the app's setup failed
+    /// after `init`, say) closes its socket: no task holds it, and its port
+    /// would stay bound, its descriptor open, for the life of the process.
+    deinit {
+        guard phase.withLock({ $0 == .bound }) else { return }
+        server.channel.close(promise: nil)
+        let children = self.children
+        Task { await children.closeRemaining() }
+        _ = untaken.finishTakingQueued()
+        reporter.finish()
+    }
+
     /// The next authenticated connection, as `connections` yields them; nil once
     /// the listener stopped, or when the calling task is cancelled. A cancelled
     /// wait leaves the listener's connections to later calls (`SyncPeer.serve`
@@ -146,7 +159,8 @@ public final class TCPListener: Service, Sendable {
 
     /// Listens on `host:port` (port 0 picks a free port; see `port`) and
     /// accepts at once: `run()` runs in a task of its own until `close()`.
-    /// Throws `.connectFailed` when the address cannot be bound.
+    /// Throws `.connectFailed` when the address cannot be bound, or `port`
+    /// is not within 0...65535.
     public static func bind(host: String, port: Int, configuration: TCPConfiguration) async throws -> TCPListener {
         let listener = try await TCPListener(host: host, port: port, configuration: configuration)
         // The one task SyncTransport starts for a listener, for callers without

@@ -8,7 +8,8 @@ public enum TCPTransport {
     /// Connects to `host:port`, runs the handshake as the dialer and returns
     /// the connection once both ends proved the pairing secret.
     ///
-    /// Throws `.connectFailed` when the socket cannot connect,
+    /// Throws `.connectFailed` when the socket cannot connect (or `port` is
+    /// not within 0...65535),
     /// `.authenticationFailed` when the listener holds another secret,
     /// `.unsupportedVersion` when no wire version is common (the message names
     /// both ranges), `.timeout` when the handshake takes longer than
@@ -18,6 +19,7 @@ public enum TCPTransport {
     }
 
     static func connectTCP(host: String, port: Int, configuration: TCPConfiguration) async throws -> TCPConnection {
+        try checkPort(port, "cannot connect to \(host):\(port)")
         let channel: TransportChannel
         do {
             channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -33,6 +35,14 @@ public enum TCPTransport {
             throw TransportError(.connectFailed, "cannot connect to \(host):\(port): \(error)")
         }
         return try await establish(channel, role: .dialer, configuration: configuration)
+    }
+
+    /// Throws `.connectFailed` unless `port` is a TCP port: the resolver
+    /// would cut it to 16 bits (65536 is 0, 70000 is 4464).
+    static func checkPort(_ port: Int, _ context: @autoclosure () -> String) throws {
+        guard (0...65535).contains(port) else {
+            throw TransportError(.connectFailed, "\(context()): \(port) is not a TCP port (0...65535)")
+        }
     }
 
     static func waterMark(_ configuration: TCPConfiguration) -> ChannelOptions.Types.WriteBufferWaterMark {
@@ -69,24 +79,33 @@ public enum TCPTransport {
 
     /// Runs the handshake on a fresh channel, then keeps the connection
     /// running in a task of its own. Returns once the handshake succeeded;
-    /// throws (and closes the channel) when it failed.
+    /// throws (and closes the channel) when it failed, or the calling task
+    /// was cancelled (`.closed`, saying so: not the peer's doing).
     static func establish(
         _ transportChannel: TransportChannel, role: TransportRole, configuration: TCPConfiguration
     ) async throws -> TCPConnection {
         let channel = transportChannel.asyncChannel.channel
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<TCPConnection, any Error>) in
-                Task {
-                    await runLifetime(transportChannel, role: role, configuration: configuration, continuation: continuation)
+        let givenUp = Latch()
+        do {
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<TCPConnection, any Error>) in
+                    Task {
+                        await runLifetime(transportChannel, role: role, configuration: configuration, givenUp: givenUp,
+                                          continuation: continuation)
+                    }
                 }
+            } onCancel: {
+                givenUp.open()
+                channel.close(promise: nil)
             }
-        } onCancel: {
-            channel.close(promise: nil)
+        } catch where givenUp.isOpen {
+            // The channel closed by this side reads as "the peer closed the connection".
+            throw TransportError(.closed, "the handshake with \(transportChannel.peer ?? describePeer(channel)) was given up: the task running it was cancelled")
         }
     }
 
     private static func runLifetime(
-        _ transportChannel: TransportChannel, role: TransportRole, configuration: TCPConfiguration,
+        _ transportChannel: TransportChannel, role: TransportRole, configuration: TCPConfiguration, givenUp: Latch,
         continuation: CheckedContinuation<TCPConnection, any Error>
     ) async {
         let asyncChannel = transportChannel.asyncChannel
@@ -126,7 +145,7 @@ public enum TCPTransport {
                     // The listener reports its rejections itself, within a rate
                     // limit (strangers can cause them at will); a dialer's
                     // attempts are paced by its reconnect backoff.
-                    if role == .dialer {
+                    if role == .dialer, !givenUp.isOpen {
                         logger.warning("rejected the peer during the handshake", metadata: ["reason": "\(failure)"])
                     }
                     resumed = true

@@ -53,3 +53,31 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: refused).isEmpty, "no .reason left for a file never moved")
     }
 }
+
+/// A mailbox directory removed while its `Mailbox` objects are in use (the
+/// app's shared folder cleaned up, a reset), then used again.
+@Suite struct MailboxDirectoryRemovedTests {
+    /// Before: once the directory was removed, every `post` and `next` of the
+    /// `Mailbox` objects made before threw `mailbox-io` ("cannot read the
+    /// mailbox directory …: No such file or directory") for as long as they
+    /// lived (`runQueued` never delivered again), though making a `Mailbox`
+    /// creates what is missing.
+    @Test func aRemovedDirectoryIsMadeAgainByTheMailboxesInUse() throws {
+        let directory = try temporaryDirectory() + "/mailbox"
+        let secret = PairingSecret.generate()
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret)
+        let watch = try Mailbox(directory: directory, role: .watch, secret: secret)
+        try phone.post(Frame(type: 0x10, payload: [1]))
+        guard case .message(let first)? = try watch.next() else { Issue.record("the first message was not delivered"); return }
+        try watch.accept(first)
+
+        try FileManager.default.removeItem(atPath: directory)
+        #expect(try watch.next() == nil)
+        let sequence = try phone.post(Frame(type: 0x10, payload: [2]))
+        #expect(sequence > first.sequence)
+        guard case .message(let second)? = try watch.next() else { Issue.record("the message posted after the removal was not delivered"); return }
+        #expect(second.frame.payload == [2])
+        try watch.accept(second)
+        #expect(try watch.next() == nil)
+    }
+}

@@ -57,6 +57,19 @@ import Testing
         expectCode(.badSecretFile) { _ = try PairingSecret(bytes: [1, 2]) }
     }
 
+    /// Before: a secret file with Windows line ends (`\r\n`: copied through
+    /// a Windows machine, or written by a tool there) was refused as one that
+    /// "does not start with `syncengine-pairing-v1`", though it did: Swift
+    /// reads `\r\n` as one character, so the text split on `\n` was one
+    /// line, and the trimming of each line's `\r` never came to pass.
+    @Test func loadsAFileWithWindowsLineEnds() throws {
+        let path = try temporaryDirectory() + "/pairing.secret"
+        let secret = PairingSecret.generate()
+        let text = "\(PairingSecret.fileHeader)\r\n\(Data(secret.bytes).base64EncodedString())\r\n"
+        #expect(FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]))
+        #expect(try PairingSecret.load(from: path) == secret)
+    }
+
     @Test func neverPrintsTheSecret() throws {
         let secret = try PairingSecret(bytes: Array(repeating: 0xAB, count: 32))
         let texts = [secret.description, secret.debugDescription, "\(secret)", String(reflecting: secret)]

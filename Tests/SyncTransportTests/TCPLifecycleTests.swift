@@ -5,6 +5,30 @@ import Testing
 @Suite(.timeLimit(.minutes(5))) struct TCPLifecycleTests {
     let secret = PairingSecret.generate()
 
+    /// Before: a dial cancelled during its handshake threw "closed: the peer
+    /// closed the connection during the handshake" and logged the warning
+    /// "rejected the peer during the handshake", though the peer had done
+    /// nothing: this side closed the socket as its task was cancelled.
+    @Test func aDialCancelledDuringItsHandshakeSaysSo() async throws {
+        // Not run: the socket accepts, and nothing answers the dialer's hello.
+        let listener = try await TCPListener(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
+        let logs = LogCapture()
+        let (helloSent, sent) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let configuration = testConfiguration(secret, logs: logs) {
+            $0.onWireBytes = { direction, _ in if direction == .outbound { sent.yield() } }
+        }
+        let dial = Task { try await TCPTransport.connect(host: "127.0.0.1", port: listener.port, configuration: configuration) }
+        _ = try await first(of: helloSent, "the dialer's hello")
+        dial.cancel()
+        let outcome = try await withDeadline("the cancelled dial to end") { await dial.result }
+        await listener.close()
+        if case .success(let connection) = outcome { await connection.close() }
+        guard case .failure(let error) = outcome else { Issue.record("a dial nobody answered succeeded"); return }
+        let failure = try #require(error as? TransportError)
+        #expect(failure.message.contains("cancelled"), "\(failure)")
+        #expect(!logs.all.contains { $0.contains("rejected the peer") }, "\(logs.all)")
+    }
+
     @Test func silentPeerTimesOut() async throws {
         let listener = try await TCPListener.bind(
             host: "127.0.0.1", port: 0,

@@ -174,4 +174,24 @@ import Glibc
         }
         print("listener close stress: \(rounds) rounds, \(accepted) accepted, \(refused) dials refused")
     }
+
+    /// Before: a listener made with `init` and released without `run()` or
+    /// `close()` (an app whose setup failed after it) kept its socket
+    /// listening for the life of the process: its port stayed bound (a retry
+    /// on a fixed port failed with "address in use"), one descriptor leaked
+    /// per listener, and dialers were accepted by the kernel and never answered.
+    @Test func aListenerReleasedWithoutRunOrCloseStopsListening() async throws {
+        var port = 0
+        do {
+            let listener = try await TCPListener(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
+            port = listener.port
+        }
+        let dropped = port
+        try await withDeadline("the released listener's port to refuse connections") {
+            while let descriptor = Self.rawConnect(port: dropped) {
+                close(descriptor)
+                await Task.yield()
+            }
+        }
+    }
 }

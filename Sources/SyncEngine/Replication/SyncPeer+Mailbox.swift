@@ -195,7 +195,9 @@ struct QueuedDriverKey: Hashable, Sendable {
     let pairingEpoch: String
 
     init(_ mailbox: Mailbox) {
-        directory = URL(fileURLWithPath: mailbox.directory).standardizedFileURL.path
+        // Links resolved: one directory reached through a symbolic link and not (`/var` and
+        // `/private/var`) is one mailbox, whose watch is one, never taken for two sharing a node id.
+        directory = URL(fileURLWithPath: mailbox.directory).resolvingSymlinksInPath().standardizedFileURL.path
         role = mailbox.role
         pairingEpoch = mailbox.pairingEpoch
     }

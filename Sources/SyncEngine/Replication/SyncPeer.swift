@@ -56,6 +56,8 @@ public final class SyncPeer: Sendable {
         var sessions: [Int: Session] = [:]
         /// Each running session's inputs, for requests from the app.
         var inputs: [Int: AsyncStream<Input>.Continuation] = [:]
+        /// Ends each running session from outside its loop, with the reason (`runSession`'s `end`).
+        var enders: [Int: @Sendable (String) -> Void] = [:]
         var nextSession = 0
         /// Whether the last published aggregate state was idle.
         var idle = false
@@ -201,13 +203,23 @@ public final class SyncPeer: Sendable {
             if localChangeSignalled.raise() { continuation.yield(.localChange) }
         }
         defer { localWrites.cancel() }
+        // Ends the session from outside its loop. The loop may be suspended in `send` (a peer that
+        // does not read, an app transport's backpressure) and read no input until it returns: the
+        // connection, closed, makes that send throw ("throws once the connection is closed").
+        let endRequested = Mutex<String?>(nil)
+        let end: @Sendable (String) -> Void = { why in
+            endRequested.withLock { $0 = $0 ?? why }
+            continuation.yield(.closed(why))
+            Task { await connection.close() }
+        }
+        state.withLock { $0.enders[session] = end }
         // Closing the store ends the session (the peer sees the connection close).
-        let storeClosing = store.whenClosed { continuation.yield(.closed(SyncPeer.closedStoreReason(self.store.path))) }
+        let storeClosing = store.whenClosed { end(SyncPeer.closedStoreReason(self.store.path)) }
         defer { storeClosing.cancel() }
         // A session's hello named the store's node id: once the store takes another (its phone
         // refused it through the mailbox, or the app renewed it), the session starts again under it.
         let renewal = store.nodeRenewals.observe(where: { _ in true }) { renewed in
-            continuation.yield(.closed("this store took a new node id (\(String(renewed, radix: 16))); the session starts again under it"))
+            end("this store took a new node id (\(String(renewed, radix: 16))); the session starts again under it")
         }
         defer { renewal.cancel() }
         // Acknowledgements go out once their commits are on stable storage. The fsync runs
@@ -263,14 +275,20 @@ public final class SyncPeer: Sendable {
                 }
             }
             // Off the cooperative pool where the loop's applies wait for the disk (`SessionExecutor.forLoop`).
-            reason = await withTaskExecutorPreference(SessionExecutor.forLoop(of: store)) {
-                await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate,
-                                  localChangeSignalled: localChangeSignalled,
-                                  releaseHeld: { continuation.yield(.releaseHeld) }, tick: { continuation.yield(.tick) },
-                                  endInputs: { continuation.yield(.closed("no more frames")) }) { durable in
-                    awaitingSync.hold(durable, now: .now)
+            reason = await withTaskCancellationHandler {
+                await withTaskExecutorPreference(SessionExecutor.forLoop(of: store)) {
+                    await sessionLoop(endpoint, session: session, inputs: inputs, connection: connection, gate: gate,
+                                      localChangeSignalled: localChangeSignalled,
+                                      releaseHeld: { continuation.yield(.releaseHeld) }, tick: { continuation.yield(.tick) },
+                                      endInputs: { continuation.yield(.closed("no more frames")) }) { durable in
+                        awaitingSync.hold(durable, now: .now)
+                    }
                 }
+            } onCancel: {
+                end(SyncPeer.cancelledReason)
             }
+            // Ended from outside (the store closed, …): that is why, not the failed send it caused.
+            if let why = endRequested.withLock({ $0 }) { reason = why }
             awaitingSync.cancelTimer()
             await connection.close()
             ackSignal.finish()
@@ -452,14 +470,17 @@ public final class SyncPeer: Sendable {
     /// aggregate: idle when every session is established with nothing pending
     /// or in flight.
     private func updateState(_ session: Int, _ new: Session?) {
-        let (changed, idle, reachability, replaced) = state.withLock { state -> (Bool, Bool, Bool?, [AsyncStream<Input>.Continuation]) in
+        let (changed, idle, reachability, replaced) = state.withLock { state -> (Bool, Bool, Bool?, [@Sendable (String) -> Void]) in
             let old = state.sessions[session]
             state.sessions[session] = new
-            if new == nil { state.inputs[session] = nil }
+            if new == nil {
+                state.inputs[session] = nil
+                state.enders[session] = nil
+            }
             // A session newly established with a peer replaces any other with the same peer: one device
             // runs one session at a time (its replication lock), so the other's connection is stale
             // (half-open, its end not noticed yet) or a buggy or hostile peer's extra one.
-            var replaced: [AsyncStream<Input>.Continuation] = []
+            var replaced: [@Sendable (String) -> Void] = []
             if new == nil { state.replaced.remove(session) }
             // Newly established: a manual request an earlier session with its peer left unanswered is
             // asked again (looked up here, under the lock a session that ends with one takes: `askAgain`).
@@ -472,7 +493,7 @@ public final class SyncPeer: Sendable {
                !state.replaced.contains(session) {
                 for (other, running) in state.sessions where other != session && running.peerNode == peer && !state.replaced.contains(other) {
                     state.replaced.insert(other)
-                    if let input = state.inputs[other] { replaced.append(input) }
+                    if let end = state.enders[other] { replaced.append(end) }
                 }
             }
             let idle = !state.sessions.isEmpty && state.sessions.values.allSatisfy(\.idle)
@@ -483,8 +504,9 @@ public final class SyncPeer: Sendable {
             defer { state.reachable = reachable }
             return (changed, idle, reachable != state.reachable ? reachable : nil, replaced)
         }
-        for input in replaced {
-            input.yield(.closed("replaced by a newer session with the same peer (node \(new?.peerNode.map { String($0, radix: 16) } ?? "?"))"))
+        // Through its `end`: a replaced session may wait in `send` on its stale connection, and read no input.
+        for end in replaced {
+            end("replaced by a newer session with the same peer (node \(new?.peerNode.map { String($0, radix: 16) } ?? "?"))")
         }
         if !replaced.isEmpty, let peer = new?.peerNode { noteReplacement(of: peer) }
         if let reachability { reachabilityHub.publish(reachability) }
