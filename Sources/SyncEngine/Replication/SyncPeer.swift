@@ -130,23 +130,6 @@ public final class SyncPeer: Sendable {
         store.localGeneration.load(ordering: .sequentiallyConsistent) &+ forwarded.load(ordering: .sequentiallyConsistent)
     }
 
-    /// Releases this device's manual and deferred changes for sending (to
-    /// every peer); returns how many entries that queues. It never brings the
-    /// peer's manual changes: those wait for the peer's own `sync()`, or ask
-    /// for them with `sync(includingPeer: true)` / `requestManualChanges()`.
-    @discardableResult
-    public func sync() throws -> Int { try store.requestManualSync() }
-
-    /// `sync()`, and with `includingPeer` also asks every connected peer for
-    /// its manual changes (`requestManualChanges()`). Returns how many entries
-    /// this device released.
-    @discardableResult
-    public func sync(includingPeer: Bool) throws -> Int {
-        let released = try sync()
-        if includingPeer { requestManualChanges() }
-        return released
-    }
-
     /// Asks every peer with a running session for its manual changes: the
     /// peer releases them as its own `sync()` would, unless its
     /// `ReplicationConfiguration.answersManualRequests` declines. Its answer
