@@ -111,12 +111,7 @@ private func syncOnce(config: ReplicationConfiguration, lossy: Bool = false, tic
         await #expect(processExitsWith: .success) {
             let pair = try Pair()
             let folder = TempFolder()
-            let secret = PairingSecret.generate()
-            let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
-            let phone = SyncPeer(store: pair.phone, configuration: config)
-            let watch = SyncPeer(store: pair.watch, configuration: config)
-            let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
-            let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+            let (phone, phoneBox, watch, watchBox) = try QueuedDeliveryTests().peers(pair, directory: folder.path)
             let waits = pair.phone.timedWaits.subscribe()
             let rounds = Task { await phone.runQueued(through: phoneBox, pollInterval: .seconds(Int64.max), quietPollInterval: .seconds(Int64.max)) }
             try await first(of: waits, "the timer after the first round") { if case .queuedRound = $0 { true } else { false } }
