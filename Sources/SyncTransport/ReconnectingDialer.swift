@@ -41,10 +41,16 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
         logger: Logger = Logger(label: "SyncTransport", factory: { _ in SwiftLogNoOpLogHandler() }),
         connect: @escaping @Sendable () async throws -> any FrameConnection
     ) {
-        self.init(policy: policy, seed: seed, logger: logger, sleep: { try await Task.sleep(for: $0.cappedForSleep) }, connect: connect)
+        self.init(policy: policy, seed: seed, logger: logger, sleep: ReconnectingDialer.timerSleep, connect: connect)
     }
 
-    /// As above, with the wait between attempts replaced (tests record the delays chosen).
+    /// The wait between attempts: `Task.sleep`, for at most
+    /// `Duration.longestSleep` (a policy's "never", `.seconds(Int64.max)`,
+    /// trapped in it).
+    static let timerSleep: @Sendable (Duration) async throws -> Void = { try await Task.sleep(for: $0.cappedForSleep) }
+
+    /// As above, with the wait between attempts replaced (tests record the delays chosen,
+    /// or are told when `timerSleep` begins).
     init(
         policy: ReconnectPolicy, seed: UInt64,
         logger: Logger = Logger(label: "SyncTransport", factory: { _ in SwiftLogNoOpLogHandler() }),

@@ -111,12 +111,7 @@ private func syncOnce(config: ReplicationConfiguration, lossy: Bool = false, tic
         await #expect(processExitsWith: .success) {
             let pair = try Pair()
             let folder = TempFolder()
-            let secret = PairingSecret.generate()
-            let config = ReplicationConfiguration(pairingEpoch: secret.epoch)
-            let phone = SyncPeer(store: pair.phone, configuration: config)
-            let watch = SyncPeer(store: pair.watch, configuration: config)
-            let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: secret)
-            let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: secret)
+            let (phone, phoneBox, watch, watchBox) = try QueuedDeliveryTests().peers(pair, directory: folder.path)
             let waits = pair.phone.timedWaits.subscribe()
             let rounds = Task { await phone.runQueued(through: phoneBox, pollInterval: .seconds(Int64.max), quietPollInterval: .seconds(Int64.max)) }
             try await first(of: waits, "the timer after the first round") { if case .queuedRound = $0 { true } else { false } }
@@ -177,12 +172,16 @@ private func syncOnce(config: ReplicationConfiguration, lossy: Bool = false, tic
     @Test func theLargestExternalChangePollIntervalDoesNotTrap() async {
         await #expect(processExitsWith: .success) {
             let folder = TempFolder()
+            let (waits, wait) = AsyncStream.makeStream(of: Duration.self)
             var options = StoreOptions()
             options.externalChangePollInterval = .seconds(Int64.max)
+            options.externalLookWillWait = { wait.yield($0) }
             let store = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: try KeyRegistry([TestKeys.steps]), options: options)
             try await store.set(1, for: TestKeys.steps)
-            // The poller is a detached task that announces nothing before its first wait: give it a moment to start.
-            try await Task.sleep(for: .milliseconds(100))
+            // Told just before the timer's first `Task.sleep`: the trap came at its start. The wait
+            // told is the one slept, so a timer that would trap fails here even if the process ends first.
+            let firstWait = try await first(of: waits, "the timer's first wait")
+            guard firstWait == .longestSleep else { throw WaitFailed(description: "the timer's first wait is \(firstWait)") }
             store.close()
         }
     }

@@ -51,15 +51,19 @@ import Testing
     /// wait after the first failed dial trapped.
     @Test func aDialerWithTheLargestBackoffWaitsWithoutTrapping() async {
         await #expect(processExitsWith: .success) {
-            let logs = LogCapture()
             let never = Duration.seconds(Int64.max)
-            let dialer = ReconnectingDialer(policy: ReconnectPolicy(initialDelay: never, maxDelay: never, jitter: 0), logger: logs.logger) {
+            let (waits, wait) = AsyncStream.makeStream(of: Duration.self)
+            // The dialer's own wait, told as it begins. The dialing task cannot end before it
+            // returns: a wait that traps does so before the dialer is done.
+            let sleep: @Sendable (Duration) async throws -> Void = { delay in
+                wait.yield(delay)
+                try await ReconnectingDialer.timerSleep(delay)
+            }
+            let dialer = ReconnectingDialer(policy: ReconnectPolicy(initialDelay: never, maxDelay: never, jitter: 0), seed: 1, sleep: sleep) {
                 throw TransportError(.connectFailed, "no peer")
             }
             let dialing = Task { for await _ in dialer {} }
-            try await first(of: logs.lineStream, "the failed dial") { $0.contains("dial attempt failed") }
-            // The wait starts right after the warning; nothing announces it: give it a moment.
-            try await Task.sleep(for: .milliseconds(100))
+            try await first(of: waits, "the wait after the failed dial")
             await dialer.close()
             try await withDeadline("the dialer to end") { await dialing.value }
             guard dialer.attempts == 1 else { throw WaitFailed(description: "\(dialer.attempts) attempts") }

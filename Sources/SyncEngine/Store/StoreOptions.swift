@@ -69,6 +69,12 @@ public struct StoreOptions: Sendable {
     /// past its steady state is cut back in the background. Tests shorten or
     /// lengthen it.
     @_spi(Testing) public var walTrimIdleDelay: Duration = .seconds(1)
+    /// Told each wait the timer that looks for other processes' commits
+    /// (`externalChangePollInterval`) is about to sleep, the first one
+    /// included, just before it sleeps. `SyncStore.timedWaits` cannot show the
+    /// first: it begins while the store is being opened, before anyone can
+    /// subscribe. For tests; nil by default.
+    var externalLookWillWait: (@Sendable (Duration) -> Void)?
 
     /// Remote versions whose time is more than this ahead of this device's
     /// wall clock are refused (entry by entry, with a `versionRefused` event

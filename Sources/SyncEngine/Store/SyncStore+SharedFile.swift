@@ -122,10 +122,12 @@ extension SyncStore: TransactionObserver {
             // process after a quiet spell is seen within a second. No lock is held for it (a
             // process suspended holding a lock on a file in an App Group container is killed).
             // Holds the store only while it looks: a dropped store is freed at once.
+            let willWait = options.externalLookWillWait
             Task.detached { [weak self] in
                 var looks = TickSchedule(base: interval, quiet: max(interval, SyncStore.quietPollInterval))
                 var wait = interval.cappedForSleep
                 while true {
+                    willWait?(wait)
                     try? await Task.sleep(for: wait)
                     guard let store = self, !store.isClosed else { return }
                     let found = (try? store.lookForExternalChangesUnlessBusy()) ?? false
