@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -27,6 +28,9 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
     public static let fileHeader = "syncengine-pairing-v1"
 
     let bytes: [UInt8]
+    /// The id of this pairing (see `id`), derived once when the value is made:
+    /// a listener looks hellos up by it, and a stranger may send hellos at will.
+    private let derivedID: [UInt8]
 
     /// Wraps existing secret bytes; throws `.badSecretFile` unless there are exactly 32.
     public init(bytes: [UInt8]) throws {
@@ -34,7 +38,7 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
             throw TransportError(
                 .badSecretFile, "a pairing secret has \(Self.byteCount) bytes, this one has \(bytes.count)")
         }
-        self.bytes = bytes
+        self.init(unchecked: bytes)
     }
 
     /// A new secret from the system's cryptographically secure generator.
@@ -45,6 +49,7 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
 
     private init(unchecked bytes: [UInt8]) {
         self.bytes = bytes
+        derivedID = Self.deriveID(SymmetricKey(data: bytes))
     }
 
     /// The secret as a CryptoKit key.
@@ -69,10 +74,22 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
     /// HMAC-SHA256(key: secret, "syncengine-pairing-id-v1"). It travels in the
     /// clear and is stable, like a network name: it tells an observer which
     /// connections belong to the same pairing, nothing about the secret.
-    public var id: [UInt8] {
-        Array(HMAC<SHA256>.authenticationCode(for: Array("syncengine-pairing-id-v1".utf8), using: symmetricKey)
-            .prefix(Self.idByteCount))
+    /// Derived once, when the secret is made.
+    public var id: [UInt8] { derivedID }
+
+    private static func deriveID(_ key: SymmetricKey) -> [UInt8] {
+        idDerivations?.count.add(1, ordering: .relaxed)
+        return Array(HMAC<SHA256>.authenticationCode(for: Array("syncengine-pairing-id-v1".utf8), using: key)
+            .prefix(idByteCount))
     }
+
+    /// Counts derivations of pairing ids (an HMAC each) made by the tasks of
+    /// a scope, and the tasks they start: tests bind it with `withValue`.
+    final class DerivationCounter: Sendable {
+        let count = Atomic<Int>(0)
+        var value: Int { count.load(ordering: .relaxed) }
+    }
+    @TaskLocal static var idDerivations: DerivationCounter?
 
     /// `PairingSecret(epoch: …)`: never the secret itself.
     public var description: String { "PairingSecret(epoch: \(epoch))" }

@@ -83,7 +83,9 @@ public struct TCPConfiguration: Sendable {
     /// (the same secret given twice counts once).
     public var secrets: [PairingSecret] {
         var all = [secret]
-        for extra in additionalSecrets where !all.contains(extra) { all.append(extra) }
+        // By id (one per secret, derived when it was made): a phone may hold hundreds.
+        var seen: Set<[UInt8]> = [secret.id]
+        for extra in additionalSecrets where seen.insert(extra.id).inserted { all.append(extra) }
         return all
     }
 
