@@ -112,10 +112,14 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
     /// existing file unless `overwrite` is `true` (then it replaces it
     /// atomically, through a temporary file in the same folder), and never
     /// replaces what is not a regular file (a directory, a FIFO, a device
-    /// such as `/dev/null`, or a symbolic link to one).
+    /// such as `/dev/null`, or a symbolic link to one). Never writes through
+    /// a symbolic link: `overwrite` replaces a link that leads nowhere or to a
+    /// regular file with the secret file itself, and leaves its target alone.
     public func write(to path: String, overwrite: Bool = false) throws {
         var info = stat()
-        if stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
+        if lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFLNK {
+            try Self.checkLink(at: path, overwrite: overwrite)
+        } else if stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
             throw TransportError(
                 .badSecretFile,
                 "\(path) is not a regular file (\(RegularFile.kind(of: info.st_mode))), so it cannot hold a pairing secret; give the path of a file")
@@ -131,6 +135,29 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
             }
         } else {
             try Self.createFile(at: path, contents: Array(text.utf8), displayPath: path)
+        }
+    }
+
+    /// Refuses the symbolic link at `path` unless `overwrite` may replace it
+    /// (it leads nowhere, or to a regular file), saying where it points.
+    private static func checkLink(at path: String, overwrite: Bool) throws {
+        let link = "\(path) is a symbolic link to \((try? FileManager.default.destinationOfSymbolicLink(atPath: path)) ?? "a target it cannot read")"
+        let replace = "a pairing secret is never written through a link; pass overwrite: true to replace the link itself, or give the path of a file"
+        var target = stat()
+        guard stat(path, &target) == 0 else {
+            let code = errno
+            guard !overwrite else { return }
+            throw TransportError(
+                .badSecretFile,
+                code == ENOENT ? "\(link), which does not exist; \(replace)" : "\(link), which cannot be followed (\(describe(code))); \(replace)")
+        }
+        guard target.st_mode & S_IFMT == S_IFREG else {
+            throw TransportError(
+                .badSecretFile,
+                "\(link) (\(RegularFile.kind(of: target.st_mode))), so it cannot hold a pairing secret; give the path of a file")
+        }
+        guard overwrite else {
+            throw TransportError(.badSecretFile, "\(link), a file; \(replace) (its target is left alone)")
         }
     }
 
