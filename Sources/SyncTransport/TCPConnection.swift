@@ -175,8 +175,9 @@ final class TCPConnection: FrameConnection {
         }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.writeLoop(outbound: outbound, sealer: sealer, codec: codec) }
-            group.addTask { await self.heartbeatLoop() }
-            group.addTask { await self.watchdogLoop() }
+            // Zero or less turns either off: it would send heartbeats back to back, or close at once.
+            if configuration.heartbeatInterval > .zero { group.addTask { await self.heartbeatLoop() } }
+            if configuration.deadPeerTimeout > .zero { group.addTask { await self.watchdogLoop() } }
             let failure = await readLoop(&iterator, opener: &opener)
             end(with: failure)
             group.cancelAll()
