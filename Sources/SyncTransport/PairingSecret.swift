@@ -161,8 +161,9 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
         }
     }
 
-    /// Reads a secret written by `write(to:)`. Throws `.badSecretFile` when
-    /// the file is missing, unreadable, readable by group or others, not in
+    /// Reads a secret written by `write(to:)` (through a symbolic link too).
+    /// Throws `.badSecretFile` when the file is missing (a link to nothing is
+    /// named as such), unreadable, readable by group or others, not in
     /// the `syncengine-pairing-v1` format, or not 32 bytes long.
     public static func load(from path: String) throws -> PairingSecret {
         let contents: [UInt8]
@@ -171,6 +172,11 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
         } catch {
             switch error {
             case .missing:
+                if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: path) {
+                    throw TransportError(
+                        .badSecretFile,
+                        "\(path) is a symbolic link to \(target), which does not exist; point it at the pairing secret file, or give that file's path")
+                }
                 throw TransportError(
                     .badSecretFile,
                     "no pairing secret file at \(path); pair the devices first (PairingSecret.generate().write(to:))")

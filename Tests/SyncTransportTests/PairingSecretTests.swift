@@ -115,6 +115,23 @@ import Testing
         #expect(try PairingSecret.load(from: target) == original)
     }
 
+    /// Before: loading through a symbolic link whose target does not exist
+    /// said "no pairing secret file at PATH; pair the devices first", though
+    /// something is at PATH: a link, to be pointed at the secret file, and
+    /// pairing again would not help. Now it names the link and where it points.
+    @Test func loadingThroughADanglingLinkSaysSo() throws {
+        let folder = try temporaryDirectory()
+        let nowhere = folder + "/moved.secret", link = folder + "/pair.secret"
+        try #require(symlink(nowhere, link) == 0)
+        let error = expectCode(.badSecretFile) { _ = try PairingSecret.load(from: link) }
+        let message = error?.message ?? ""
+        #expect(message.contains("\(link) is a symbolic link to \(nowhere), which does not exist"), "\(message)")
+        #expect(!message.contains("no pairing secret file"), "\(message)")
+        // A path that is missing, link or no link, is still told to pair.
+        let missing = expectCode(.badSecretFile) { _ = try PairingSecret.load(from: folder + "/none/pair.secret") }
+        #expect(missing?.message.contains("no pairing secret file") == true)
+    }
+
     @Test func neverPrintsTheSecret() throws {
         let secret = try PairingSecret(bytes: Array(repeating: 0xAB, count: 32))
         let texts = [secret.description, secret.debugDescription, "\(secret)", String(reflecting: secret)]
