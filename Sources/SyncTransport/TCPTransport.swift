@@ -184,7 +184,8 @@ public enum TCPTransport {
         configuration: TCPConfiguration,
         pairings: ListenerPairings?
     ) async throws -> SessionKeys {
-        let codec = FrameCodec(limits: configuration.limits)
+        // The handshake's own bounds: `configuration.limits` hold for the app's frames, after it.
+        let codec = FrameCodec(limits: EnvelopeDecoderHandler.handshakeLimits)
         func write(_ frame: Frame) async throws {
             try await outbound.write(ByteBuffer(bytes: codec.encode(frame, version: 1, allowCompression: false)))
         }

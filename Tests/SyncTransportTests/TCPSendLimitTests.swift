@@ -34,3 +34,30 @@ import Testing
         await listener.close()
     }
 }
+
+/// Small frame limits (`TCPConfiguration.limits`, here 40 bytes on the wire and
+/// 24 inflated, enough for a sealed frame of a few bytes). Before: the handshake's
+/// own frames (a 50-byte hello, a 65-byte challenge) were held to them, so the
+/// dialer failed with "frame of 50 bytes exceeds the 40-byte limit" before
+/// sending anything of the app's, and a listener with such limits refused every
+/// hello as the peer's oversized frame. Now the handshake's frames, fixed and
+/// small, have their own bound (`EnvelopeDecoderHandler.handshakeFrameLimit`), and the limits hold for the app's frames.
+@Suite(.timeLimit(.minutes(5))) struct SmallFrameLimitTests {
+    @Test func endsWithSmallLimitsShakeHandsAndKeepTheirLimitsForFrames() async throws {
+        let secret = PairingSecret.generate()
+        let small: (inout TCPConfiguration) -> Void = { $0.limits = FrameLimits(maxFrameSize: 40, maxInflatedSize: 24) }
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret, small))
+        let dialed = try await TCPTransport.connect(
+            host: "127.0.0.1", port: listener.port, configuration: testConfiguration(secret, small))
+        let accepted = try await first(of: listener.connections, "the listener's connection")
+        try await dialed.send(Frame(type: 1, payload: Array(repeating: 1, count: 24)))
+        #expect(try await receive(1, from: accepted) == [Frame(type: 1, payload: Array(repeating: 1, count: 24))])
+        await expectCode(.oversizedFrame) { try await accepted.send(Frame(type: 2, payload: randomBytes(25, seed: 2))) }
+        try await accepted.send(Frame(type: 2, payload: [2]))
+        #expect(try await receive(1, from: dialed) == [Frame(type: 2, payload: [2])])
+        await dialed.close()
+        #expect(try await inboundEnd(of: accepted).error == nil, "the connection ended normally, by our close")
+        await accepted.close()
+        await listener.close()
+    }
+}
