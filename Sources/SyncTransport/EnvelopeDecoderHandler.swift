@@ -17,6 +17,11 @@ struct EnvelopeDecoderHandler: ByteToMessageDecoder {
     typealias InboundOut = Envelope
 
     static let handshakeFrameLimit = 4096
+    /// The limits of the handshake's frames, whatever `TCPConfiguration.limits`
+    /// say: those are fixed and small (65 bytes at most, an error report about
+    /// a kilobyte), and an app's smaller limits must not refuse them.
+    static let handshakeLimits = FrameLimits(
+        maxFrameSize: handshakeFrameLimit, maxInflatedSize: handshakeFrameLimit, compressionThreshold: Int.max)
 
     let codec: FrameCodec
     let handshakeCodec: FrameCodec
@@ -30,9 +35,7 @@ struct EnvelopeDecoderHandler: ByteToMessageDecoder {
     init(limits: FrameLimits, handshakeFrames: Int, activity: SocketActivity) {
         self.activity = activity
         codec = FrameCodec(limits: limits)
-        var small = limits
-        small.maxFrameSize = min(limits.maxFrameSize, Self.handshakeFrameLimit)
-        handshakeCodec = FrameCodec(limits: small)
+        handshakeCodec = FrameCodec(limits: Self.handshakeLimits)
         self.handshakeFrames = handshakeFrames
         authenticates = handshakeFrames > 0
     }

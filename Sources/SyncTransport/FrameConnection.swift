@@ -25,6 +25,8 @@ public protocol FrameConnection: Sendable {
 
     /// Sends one frame. Suspends while the outbound buffer is full
     /// (backpressure); throws a `TransportError` once the connection is closed.
+    /// Over TCP, a frame beyond `TCPConfiguration.limits` (even once deflated)
+    /// throws `.oversizedFrame`: nothing is sent, the connection stays open.
     func send(_ frame: Frame) async throws
 
     /// Closes the connection; `inbound` finishes. Safe to call more than once.

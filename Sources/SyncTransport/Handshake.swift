@@ -167,8 +167,8 @@ struct DialerHandshake {
 struct ListenerHandshake {
     private enum State { case awaitingHello, awaitingProof(HandshakeTranscript), finished }
     private var state = State.awaitingHello
-    /// The pairings this listener accepts; the first is the primary one.
-    let secrets: [PairingSecret]
+    /// The pairings this listener accepts, by id.
+    let pairings: ListenerPairings
     let versions: ClosedRange<UInt8>
     let nonce: [UInt8]
 
@@ -180,21 +180,15 @@ struct ListenerHandshake {
         secret: PairingSecret, additionalSecrets: [PairingSecret],
         versions: ClosedRange<UInt8> = FrameEnvelope.supportedVersions, nonce: [UInt8] = makeNonce()
     ) {
-        self.secrets = [secret] + additionalSecrets
-        self.versions = versions
-        self.nonce = nonce
+        self.init(
+            pairings: ListenerPairings(primary: secret, additional: additionalSecrets), versions: versions, nonce: nonce)
     }
 
-    /// The secret whose id is `id`, compared in constant time per secret.
-    private func secret(named id: [UInt8]) -> PairingSecret? {
-        var found: PairingSecret?
-        for secret in secrets {
-            let candidate = secret.id
-            var difference: UInt8 = candidate.count == id.count ? 0 : 1
-            for (a, b) in zip(candidate, id) { difference |= a ^ b }
-            if difference == 0, found == nil { found = secret }
-        }
-        return found
+    /// A listener's handshake with the pairings it built once (`TCPListener`).
+    init(pairings: ListenerPairings, versions: ClosedRange<UInt8> = FrameEnvelope.supportedVersions, nonce: [UInt8] = makeNonce()) {
+        self.pairings = pairings
+        self.versions = versions
+        self.nonce = nonce
     }
 
     mutating func receive(_ frame: Frame) -> HandshakeAction {
@@ -235,7 +229,7 @@ struct ListenerHandshake {
             // The id is a stranger's bytes: looked up, never logged or repeated.
             let secret: PairingSecret
             if let pairingID {
-                guard let named = self.secret(named: pairingID) else {
+                guard let named = pairings.secret(named: pairingID) else {
                     return .fail(
                         TransportError(
                             .authenticationFailed,
@@ -246,7 +240,7 @@ struct ListenerHandshake {
                 }
                 secret = named
             } else {
-                secret = secrets[0]
+                secret = pairings.primary
             }
             let transcript = HandshakeTranscript(
                 secret: secret, dialerVersions: hello.versions, version: high,
@@ -273,6 +267,23 @@ struct ListenerHandshake {
             return .establish(transcript.keys(for: .listener))
         case .finished:
             return .fail(TransportError(.protocolViolation, "unexpected frame after the handshake ended"), notify: nil)
+        }
+    }
+}
+
+/// One end's handshake state machine, whichever its role.
+enum HandshakeMachine {
+    case dialer(DialerHandshake)
+    case listener(ListenerHandshake)
+
+    mutating func receive(_ frame: Frame) -> HandshakeAction {
+        switch self {
+        case .dialer(var dialer):
+            defer { self = .dialer(dialer) }
+            return dialer.receive(frame)
+        case .listener(var listener):
+            defer { self = .listener(listener) }
+            return listener.receive(frame)
         }
     }
 }

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -27,6 +28,9 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
     public static let fileHeader = "syncengine-pairing-v1"
 
     let bytes: [UInt8]
+    /// The id of this pairing (see `id`), derived once when the value is made:
+    /// a listener looks hellos up by it, and a stranger may send hellos at will.
+    private let derivedID: [UInt8]
 
     /// Wraps existing secret bytes; throws `.badSecretFile` unless there are exactly 32.
     public init(bytes: [UInt8]) throws {
@@ -34,7 +38,7 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
             throw TransportError(
                 .badSecretFile, "a pairing secret has \(Self.byteCount) bytes, this one has \(bytes.count)")
         }
-        self.bytes = bytes
+        self.init(unchecked: bytes)
     }
 
     /// A new secret from the system's cryptographically secure generator.
@@ -45,6 +49,7 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
 
     private init(unchecked bytes: [UInt8]) {
         self.bytes = bytes
+        derivedID = Self.deriveID(SymmetricKey(data: bytes))
     }
 
     /// The secret as a CryptoKit key.
@@ -69,10 +74,22 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
     /// HMAC-SHA256(key: secret, "syncengine-pairing-id-v1"). It travels in the
     /// clear and is stable, like a network name: it tells an observer which
     /// connections belong to the same pairing, nothing about the secret.
-    public var id: [UInt8] {
-        Array(HMAC<SHA256>.authenticationCode(for: Array("syncengine-pairing-id-v1".utf8), using: symmetricKey)
-            .prefix(Self.idByteCount))
+    /// Derived once, when the secret is made.
+    public var id: [UInt8] { derivedID }
+
+    private static func deriveID(_ key: SymmetricKey) -> [UInt8] {
+        idDerivations?.count.add(1, ordering: .relaxed)
+        return Array(HMAC<SHA256>.authenticationCode(for: Array("syncengine-pairing-id-v1".utf8), using: key)
+            .prefix(idByteCount))
     }
+
+    /// Counts derivations of pairing ids (an HMAC each) made by the tasks of
+    /// a scope, and the tasks they start: tests bind it with `withValue`.
+    final class DerivationCounter: Sendable {
+        let count = Atomic<Int>(0)
+        var value: Int { count.load(ordering: .relaxed) }
+    }
+    @TaskLocal static var idDerivations: DerivationCounter?
 
     /// `PairingSecret(epoch: …)`: never the secret itself.
     public var description: String { "PairingSecret(epoch: \(epoch))" }
@@ -95,10 +112,14 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
     /// existing file unless `overwrite` is `true` (then it replaces it
     /// atomically, through a temporary file in the same folder), and never
     /// replaces what is not a regular file (a directory, a FIFO, a device
-    /// such as `/dev/null`, or a symbolic link to one).
+    /// such as `/dev/null`, or a symbolic link to one). Never writes through
+    /// a symbolic link: `overwrite` replaces a link that leads nowhere or to a
+    /// regular file with the secret file itself, and leaves its target alone.
     public func write(to path: String, overwrite: Bool = false) throws {
         var info = stat()
-        if stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
+        if lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFLNK {
+            try Self.checkLink(at: path, overwrite: overwrite)
+        } else if stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
             throw TransportError(
                 .badSecretFile,
                 "\(path) is not a regular file (\(RegularFile.kind(of: info.st_mode))), so it cannot hold a pairing secret; give the path of a file")
@@ -117,8 +138,32 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
         }
     }
 
-    /// Reads a secret written by `write(to:)`. Throws `.badSecretFile` when
-    /// the file is missing, unreadable, readable by group or others, not in
+    /// Refuses the symbolic link at `path` unless `overwrite` may replace it
+    /// (it leads nowhere, or to a regular file), saying where it points.
+    private static func checkLink(at path: String, overwrite: Bool) throws {
+        let link = "\(path) is a symbolic link to \((try? FileManager.default.destinationOfSymbolicLink(atPath: path)) ?? "a target it cannot read")"
+        let replace = "a pairing secret is never written through a link; pass overwrite: true to replace the link itself, or give the path of a file"
+        var target = stat()
+        guard stat(path, &target) == 0 else {
+            let code = errno
+            guard !overwrite else { return }
+            throw TransportError(
+                .badSecretFile,
+                code == ENOENT ? "\(link), which does not exist; \(replace)" : "\(link), which cannot be followed (\(describe(code))); \(replace)")
+        }
+        guard target.st_mode & S_IFMT == S_IFREG else {
+            throw TransportError(
+                .badSecretFile,
+                "\(link) (\(RegularFile.kind(of: target.st_mode))), so it cannot hold a pairing secret; give the path of a file")
+        }
+        guard overwrite else {
+            throw TransportError(.badSecretFile, "\(link), a file; \(replace) (its target is left alone)")
+        }
+    }
+
+    /// Reads a secret written by `write(to:)` (through a symbolic link too).
+    /// Throws `.badSecretFile` when the file is missing (a link to nothing is
+    /// named as such), unreadable, readable by group or others, not in
     /// the `syncengine-pairing-v1` format, or not 32 bytes long.
     public static func load(from path: String) throws -> PairingSecret {
         let contents: [UInt8]
@@ -127,6 +172,11 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
         } catch {
             switch error {
             case .missing:
+                if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: path) {
+                    throw TransportError(
+                        .badSecretFile,
+                        "\(path) is a symbolic link to \(target), which does not exist; point it at the pairing secret file, or give that file's path")
+                }
                 throw TransportError(
                     .badSecretFile,
                     "no pairing secret file at \(path); pair the devices first (PairingSecret.generate().write(to:))")

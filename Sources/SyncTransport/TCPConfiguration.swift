@@ -27,11 +27,14 @@ public struct TCPConfiguration: Sendable {
     public var namesPairingInHello = true
     /// Frame size limits (checked before buffering a payload).
     public var limits: FrameLimits
-    /// How often an idle connection sends an encrypted heartbeat.
+    /// How often an idle connection sends an encrypted heartbeat. Zero or
+    /// less sends none (a peer's `deadPeerTimeout` then closes a connection
+    /// idle for that long).
     public var heartbeatInterval: Duration
     /// A connection that hears nothing (not even a heartbeat) for this long
     /// while its reader waits closes with `.timeout`. Time the reader spends
-    /// waiting for a slow consumer of `inbound` does not count.
+    /// waiting for a slow consumer of `inbound` does not count. Zero or less:
+    /// never (a dead peer is then noticed only when a write fails).
     public var deadPeerTimeout: Duration
     /// The handshake must finish within this time, or the connection closes with `.timeout`.
     public var handshakeTimeout: Duration
@@ -83,7 +86,9 @@ public struct TCPConfiguration: Sendable {
     /// (the same secret given twice counts once).
     public var secrets: [PairingSecret] {
         var all = [secret]
-        for extra in additionalSecrets where !all.contains(extra) { all.append(extra) }
+        // By id (one per secret, derived when it was made): a phone may hold hundreds.
+        var seen: Set<[UInt8]> = [secret.id]
+        for extra in additionalSecrets where seen.insert(extra.id).inserted { all.append(extra) }
         return all
     }
 

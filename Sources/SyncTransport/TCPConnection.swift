@@ -93,7 +93,30 @@ final class TCPConnection: FrameConnection {
         if let failure = state.withLock({ $0.closing ? ($0.closeReason ?? TransportError(.closed, "the connection is closed")) : nil }) {
             throw TransportError(.closed, "the connection is closed (\(failure.code))")
         }
+        try checkSendable(frame)
         try await outboundQueue.push(frame, cost: frame.payload.count + FrameEnvelope.headerSize)
+    }
+
+    /// Throws `.oversizedFrame` for a frame the writer could never seal within
+    /// `TCPConfiguration.limits`: past `maxInflatedSize`, or past `maxFrameSize`
+    /// once deflated and sealed. Queued, it would close the whole connection
+    /// after `send` returned. Only a payload that does not fit as it is gets
+    /// deflated here (and again by the writer).
+    private func checkSendable(_ frame: Frame) throws {
+        let limits = configuration.limits
+        guard frame.payload.count > limits.maxInflatedSize || frame.payload.count + FrameSealer.tagSize > limits.wireLimit else {
+            return
+        }
+        do {
+            let codec = FrameCodec(limits: limits)
+            let envelope = try codec.makeEnvelope(frame, version: version)
+            try codec.checkWireSize(envelope.payload.count + FrameSealer.tagSize)
+        } catch let error as TransportError where error.code == .oversizedFrame {
+            throw TransportError(
+                .oversizedFrame,
+                "cannot send a frame of type 0x\(hex(frame.type)) and \(frame.payload.count) bytes: \(error.message) "
+                    + "(TCPConfiguration.limits); nothing was sent, and the connection stays open")
+        }
     }
 
     func close() async {
@@ -152,8 +175,9 @@ final class TCPConnection: FrameConnection {
         }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.writeLoop(outbound: outbound, sealer: sealer, codec: codec) }
-            group.addTask { await self.heartbeatLoop() }
-            group.addTask { await self.watchdogLoop() }
+            // Zero or less turns either off: it would send heartbeats back to back, or close at once.
+            if configuration.heartbeatInterval > .zero { group.addTask { await self.heartbeatLoop() } }
+            if configuration.deadPeerTimeout > .zero { group.addTask { await self.watchdogLoop() } }
             let failure = await readLoop(&iterator, opener: &opener)
             end(with: failure)
             group.cancelAll()

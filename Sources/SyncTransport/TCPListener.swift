@@ -70,6 +70,8 @@ public final class TCPListener: Service, Sendable {
     private let server: NIOAsyncChannel<TransportChannel, Never>
     private let children: ChildChannelRegistry
     private let configuration: TCPConfiguration
+    /// The pairings of `configuration`, by id: built once, looked up by every handshake.
+    private let pairings: ListenerPairings
     /// Authenticated connections until `connections` hands them out.
     private let untaken: AsyncBoundedQueue<any FrameConnection>
     /// How many authenticated connections wait to be taken from `connections` (for tests).
@@ -129,11 +131,13 @@ public final class TCPListener: Service, Sendable {
         self.server = server
         self.children = children
         self.configuration = configuration
+        let pairings = ListenerPairings(configuration)
+        self.pairings = pairings
         self.reporter = reporter
         self.logger = logger
         rejections = reporter.rejections
         rejectionReports = reporter.reports
-        logger.info("listening", metadata: ["pairings": "\(configuration.secrets.count)"])
+        logger.info("listening", metadata: ["pairings": "\(pairings.count)"])
     }
 
     /// A listener released without `run()` or `close()` (the app's setup failed
@@ -286,7 +290,7 @@ public final class TCPListener: Service, Sendable {
     /// The listener's handshake on an accepted channel, counted in `handshakes` until it ends.
     private func establishCounted(_ child: TransportChannel, configuration: TCPConfiguration) async throws -> TCPConnection {
         defer { handshakes.withLock { $0 -= 1 } }
-        return try await TCPTransport.establish(child, role: .listener, configuration: configuration)
+        return try await TCPTransport.establish(child, role: .listener, configuration: configuration, pairings: pairings)
     }
 
     /// After accepting ended: closes what the loop never took, finishes the streams.

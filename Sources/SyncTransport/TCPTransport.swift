@@ -80,9 +80,11 @@ public enum TCPTransport {
     /// Runs the handshake on a fresh channel, then keeps the connection
     /// running in a task of its own. Returns once the handshake succeeded;
     /// throws (and closes the channel) when it failed, or the calling task
-    /// was cancelled (`.closed`, saying so: not the peer's doing).
+    /// was cancelled (`.closed`, saying so: not the peer's doing). A listener
+    /// passes the `pairings` it built once from `configuration`.
     static func establish(
-        _ transportChannel: TransportChannel, role: TransportRole, configuration: TCPConfiguration
+        _ transportChannel: TransportChannel, role: TransportRole, configuration: TCPConfiguration,
+        pairings: ListenerPairings? = nil
     ) async throws -> TCPConnection {
         let channel = transportChannel.asyncChannel.channel
         let givenUp = Latch()
@@ -90,8 +92,8 @@ public enum TCPTransport {
             return try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<TCPConnection, any Error>) in
                     Task {
-                        await runLifetime(transportChannel, role: role, configuration: configuration, givenUp: givenUp,
-                                          continuation: continuation)
+                        await runLifetime(transportChannel, role: role, configuration: configuration, pairings: pairings,
+                                          givenUp: givenUp, continuation: continuation)
                     }
                 }
             } onCancel: {
@@ -105,8 +107,8 @@ public enum TCPTransport {
     }
 
     private static func runLifetime(
-        _ transportChannel: TransportChannel, role: TransportRole, configuration: TCPConfiguration, givenUp: Latch,
-        continuation: CheckedContinuation<TCPConnection, any Error>
+        _ transportChannel: TransportChannel, role: TransportRole, configuration: TCPConfiguration,
+        pairings: ListenerPairings?, givenUp: Latch, continuation: CheckedContinuation<TCPConnection, any Error>
     ) async {
         let asyncChannel = transportChannel.asyncChannel
         let activity = transportChannel.activity
@@ -130,7 +132,8 @@ public enum TCPTransport {
                 let keys: SessionKeys
                 do {
                     keys = try await handshake(
-                        role: role, iterator: &iterator, outbound: outbound, activity: activity, configuration: configuration)
+                        role: role, iterator: &iterator, outbound: outbound, activity: activity, configuration: configuration,
+                        pairings: pairings)
                     deadline.cancel()
                     // Only now may frames of full size come: the decoder goes on, reads resume.
                     activity.didAuthenticate()
@@ -178,9 +181,11 @@ public enum TCPTransport {
         iterator: inout NIOAsyncChannelInboundStream<Envelope>.AsyncIterator,
         outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>,
         activity: SocketActivity,
-        configuration: TCPConfiguration
+        configuration: TCPConfiguration,
+        pairings: ListenerPairings?
     ) async throws -> SessionKeys {
-        let codec = FrameCodec(limits: configuration.limits)
+        // The handshake's own bounds: `configuration.limits` hold for the app's frames, after it.
+        let codec = FrameCodec(limits: EnvelopeDecoderHandler.handshakeLimits)
         func write(_ frame: Frame) async throws {
             try await outbound.write(ByteBuffer(bytes: codec.encode(frame, version: 1, allowCompression: false)))
         }
@@ -191,15 +196,21 @@ public enum TCPTransport {
             activity.didDeliver()
             return try codec.openHandshakeEnvelope(envelope)
         }
-        var dialer = DialerHandshake(
-            secret: configuration.secret, versions: configuration.wireVersions, namesPairing: configuration.namesPairingInHello)
-        var listener = ListenerHandshake(
-            secret: configuration.secret, additionalSecrets: Array(configuration.secrets.dropFirst()),
-            versions: configuration.wireVersions)
-        if role == .dialer { try await write(dialer.start()) }
+        // Only this role's machine: a listener looks its pairings up, never derives them again, per handshake.
+        var machine: HandshakeMachine
+        switch role {
+        case .dialer:
+            var dialer = DialerHandshake(
+                secret: configuration.secret, versions: configuration.wireVersions, namesPairing: configuration.namesPairingInHello)
+            try await write(dialer.start())
+            machine = .dialer(dialer)
+        case .listener:
+            machine = .listener(
+                ListenerHandshake(pairings: pairings ?? ListenerPairings(configuration), versions: configuration.wireVersions))
+        }
         while true {
             let frame = try await receive()
-            let action = role == .dialer ? dialer.receive(frame) : listener.receive(frame)
+            let action = machine.receive(frame)
             switch action {
             case .send(let reply):
                 try await write(reply)

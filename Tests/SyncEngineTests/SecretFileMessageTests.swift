@@ -57,6 +57,23 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: folder.file("nowhere")))
     }
 
+    /// Before: `syncsim node --secret-file LINK`, a symbolic link whose target
+    /// is gone, said "no pairing secret file at LINK; make one with `syncsim pair
+    /// --out LINK`", which then refused, the link being there. Now the node
+    /// names the link and where it points, as the library does.
+    @Test func nodeWithADanglingSecretLinkIsToldItIsALink() throws {
+        let folder = TempFolder()
+        let link = folder.file("watch.secret"), nowhere = folder.file("moved.secret")
+        try #require(symlink(nowhere, link) == 0)
+        #expect {
+            _ = try NodeCommand.loadSecrets([link])
+        } throws: { error in
+            let text = "\(error)"
+            return (error as? TransportError)?.code == .badSecretFile
+                && text.contains("\(link) is a symbolic link to \(nowhere), which does not exist") && !text.contains("syncsim pair")
+        }
+    }
+
     @Test func nodeWithAMissingSecretFileIsToldHowToMakeOne() throws {
         let folder = TempFolder()
         let missing = folder.file("watch.secret")

@@ -70,6 +70,68 @@ import Testing
         #expect(try PairingSecret.load(from: path) == secret)
     }
 
+    /// Before: writing a secret at a symbolic link that leads nowhere said "a
+    /// pairing secret file already exists at …; pass overwrite: true to
+    /// replace it", though no file was anywhere (`open` with `O_EXCL` refuses
+    /// any link). Now the message says the path is a symbolic link, where it
+    /// points, that the target does not exist, and that a secret is never
+    /// written through a link: `overwrite: true` replaces the link itself.
+    @Test func writingAtASymbolicLinkSaysSoAndNeverFollowsIt() throws {
+        let folder = try temporaryDirectory()
+        let nowhere = folder + "/nowhere", target = folder + "/target.secret", directory = folder + "/folder"
+        let dangling = folder + "/dangling.secret", linked = folder + "/linked.secret", toFolder = folder + "/folder.secret"
+        let original = PairingSecret.generate()
+        try original.write(to: target)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        try #require(symlink(nowhere, dangling) == 0 && symlink(target, linked) == 0 && symlink(directory, toFolder) == 0)
+
+        let danglingError = expectCode(.badSecretFile) { try PairingSecret.generate().write(to: dangling) }
+        let danglingMessage = danglingError?.message ?? ""
+        #expect(danglingMessage.contains("\(dangling) is a symbolic link to \(nowhere), which does not exist"), "\(danglingMessage)")
+        #expect(danglingMessage.contains("overwrite: true") && !danglingMessage.contains("already exists"), "\(danglingMessage)")
+
+        let linkedError = expectCode(.badSecretFile) { try PairingSecret.generate().write(to: linked) }
+        let linkedMessage = linkedError?.message ?? ""
+        #expect(linkedMessage.contains("\(linked) is a symbolic link to \(target)"), "\(linkedMessage)")
+        #expect(!linkedMessage.contains("does not exist") && linkedMessage.contains("overwrite: true"), "\(linkedMessage)")
+
+        for overwrite in [false, true] {
+            let folderError = expectCode(.badSecretFile) { try PairingSecret.generate().write(to: toFolder, overwrite: overwrite) }
+            let folderMessage = folderError?.message ?? ""
+            #expect(folderMessage.contains("\(toFolder) is a symbolic link to \(directory) (a directory)"), "\(folderMessage)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: nowhere), "nothing was written through the link")
+        #expect(try PairingSecret.load(from: target) == original)
+
+        // `overwrite: true` replaces the link itself, never what it points to.
+        for path in [dangling, linked] {
+            let replacement = PairingSecret.generate()
+            try replacement.write(to: path, overwrite: true)
+            var info = stat()
+            #expect(lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFREG, "\(path) is now the secret file itself")
+            #expect(try PairingSecret.load(from: path) == replacement)
+        }
+        #expect(!FileManager.default.fileExists(atPath: nowhere))
+        #expect(try PairingSecret.load(from: target) == original)
+    }
+
+    /// Before: loading through a symbolic link whose target does not exist
+    /// said "no pairing secret file at PATH; pair the devices first", though
+    /// something is at PATH: a link, to be pointed at the secret file, and
+    /// pairing again would not help. Now it names the link and where it points.
+    @Test func loadingThroughADanglingLinkSaysSo() throws {
+        let folder = try temporaryDirectory()
+        let nowhere = folder + "/moved.secret", link = folder + "/pair.secret"
+        try #require(symlink(nowhere, link) == 0)
+        let error = expectCode(.badSecretFile) { _ = try PairingSecret.load(from: link) }
+        let message = error?.message ?? ""
+        #expect(message.contains("\(link) is a symbolic link to \(nowhere), which does not exist"), "\(message)")
+        #expect(!message.contains("no pairing secret file"), "\(message)")
+        // A path that is missing, link or no link, is still told to pair.
+        let missing = expectCode(.badSecretFile) { _ = try PairingSecret.load(from: folder + "/none/pair.secret") }
+        #expect(missing?.message.contains("no pairing secret file") == true)
+    }
+
     @Test func neverPrintsTheSecret() throws {
         let secret = try PairingSecret(bytes: Array(repeating: 0xAB, count: 32))
         let texts = [secret.description, secret.debugDescription, "\(secret)", String(reflecting: secret)]

@@ -186,7 +186,9 @@ public struct NodeCommand: AsyncParsableCommand {
         var secrets: [PairingSecret] = []
         for path in paths {
             // The library's message for a missing file names its API; a node is told the command.
-            guard FileManager.default.fileExists(atPath: path) else {
+            // A symbolic link to nothing is not missing: the library names it.
+            let isLink = (try? FileManager.default.destinationOfSymbolicLink(atPath: path)) != nil
+            guard FileManager.default.fileExists(atPath: path) || isLink else {
                 throw TransportError(.badSecretFile, "no pairing secret file at \(path); make one with `syncsim pair --out \(path)` and give the same file to both nodes")
             }
             let secret = try PairingSecret.load(from: path)
