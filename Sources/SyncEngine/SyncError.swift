@@ -36,6 +36,10 @@ public struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let masterKeyUnavailable = Code("master-key-unavailable")
         /// A value file of a `FileValueStore` is missing or damaged; its metadata is intact.
         public static let corruptValueFile = Code("corrupt-value-file")
+        /// A value file of a `FileValueStore` is there but cannot be read (no
+        /// permission, a directory in its place, an I/O error). It was left as
+        /// it is and nothing was changed: fix the file and try again.
+        public static let valueFileUnreadable = Code("value-file-unreadable")
         /// Another process, or another `SyncStore` of this one, replicates this store file right now.
         public static let replicationLocked = Code("replication-locked")
         /// The replication lock file (`<store>.sync-lock`) could not be opened

@@ -94,6 +94,38 @@ import Testing
         withExtendedLifetime(folders) {}
     }
 
+    /// The async calls of `@Stored`'s projected value (`$steps.set(_:)`,
+    /// `$steps.remove()`), as the store's own: more than the pool has
+    /// threads, held inside their commit, leave another task a thread, and
+    /// then complete. Before, they committed on the caller's thread of the pool.
+    @Test(arguments: [true, false])
+    func storedValueCallsHeldInTheirCommitLeaveTheCooperativePoolFree(_ setting: Bool) async throws {
+        let calls = ProcessInfo.processInfo.activeProcessorCount + 1
+        let hold = CallHold(count: calls)
+        hold.releaseAtTheLatest(after: 120)
+        let folders = (0..<calls).map { _ in TempFolder() }
+        var values: [StoredValue<Int>] = []
+        for folder in folders {
+            let store = try #require(try BackendKind.sqlite.make(folder) as? SyncStore)
+            try store.setNow(3, for: TestKeys.steps)
+            store.addWillCommitHook { _ in hold.hold() }
+            values.append(StoredValue(TestKeys.steps, store: store))
+        }
+        let running = values.map { value in
+            Task { setting ? try await value.set(7) : try await value.remove() }
+        }
+
+        let outcome = await hold.taskRunsBesideTheHeldCalls()
+        #expect(outcome == .ranBeside,
+                "\(calls) awaited StoredValue.\(setting ? "set" : "remove") calls held in their commit kept every other task from running")
+        for (value, task) in zip(values, running) {
+            try await task.value
+            #expect(try value.store.value(for: TestKeys.steps) == (setting ? 7 : 0))
+            #expect(value.isStored == setting)
+        }
+        withExtendedLifetime(folders) {}
+    }
+
     /// A `get` the cache answers (the value held decoded) stays on the
     /// caller's thread: it returns while the store's queue is busy with a
     /// commit held in its will-commit hook, with the value from before that

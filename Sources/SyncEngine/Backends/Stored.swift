@@ -97,13 +97,19 @@ public final class StoredValue<Value: Codable & Sendable>: Observable, Sendable 
 
     /// Reads the value, throwing the store's errors.
     public func get() async throws -> Value { try await store.get(key) }
-    /// Writes the value, throwing the store's errors.
+    /// Writes the value, throwing the store's errors. Commits off Swift
+    /// concurrency's cooperative pool, as the store's `set` does.
     public func set(_ newValue: Value) async throws {
-        try registrar.withMutation(of: self, keyPath: \.value) { try store.setNow(newValue, for: key) }
+        registrar.willSet(self, keyPath: \.value)
+        defer { registrar.didSet(self, keyPath: \.value) }
+        try await store.set(newValue, for: key)
     }
-    /// Removes the value (reads return the default again).
+    /// Removes the value (reads return the default again). Commits off the
+    /// cooperative pool, as the store's `remove` does.
     public func remove() async throws {
-        try registrar.withMutation(of: self, keyPath: \.value) { try store.removeNow(key) }
+        registrar.willSet(self, keyPath: \.value)
+        defer { registrar.didSet(self, keyPath: \.value) }
+        try await store.remove(key)
     }
     /// Whether a value is stored.
     public var isStored: Bool { (try? store.contains(key)) ?? false }

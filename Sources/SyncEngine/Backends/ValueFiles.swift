@@ -137,17 +137,53 @@ final class ValueFiles: Sendable {
         }
     }
 
-    /// The stored bytes of `key` at `version`; a missing file, or one whose
-    /// bytes do not match its trailer's checksum, is a clear error.
+    /// The stored bytes of `key` at `version`. A missing file, or one whose
+    /// bytes do not match its trailer's checksum, is `corrupt-value-file`; one
+    /// that is there but cannot be read (no permission, a directory in its
+    /// place) is `value-file-unreadable`, naming the file and the reason.
     func read(key: String, version: HLCTimestamp) throws -> [UInt8] {
         let file = path(key: key, version: version)
-        guard let data = FileManager.default.contents(atPath: file) else {
+        let data: [UInt8]
+        switch Self.contents(of: file) {
+        case .success(let contents):
+            data = contents
+        case .failure(let failure) where failure.code == ENOENT:
             throw SyncError(.corruptValueFile, "the value file of key '\(PeerText.escaped(key))' is missing (\(file)); the entry's metadata is intact — restore the file or write the key again")
+        case .failure(let failure):
+            throw SyncError(.valueFileUnreadable, "the value file of key '\(PeerText.escaped(key))' is there but cannot be read (\(file): \(FileWrite.describe(failure.code))); it was left as it is and nothing was changed — fix its permissions, or move what is in its place, and try again")
         }
-        guard let bytes = Self.withoutTrailer([UInt8](data)) else {
+        guard let bytes = Self.withoutTrailer(data) else {
             throw SyncError(.corruptValueFile, "the value file of key '\(PeerText.escaped(key))' does not match its checksum (\(file) is damaged); restore the file or write the key again")
         }
         return bytes
+    }
+
+    /// An `errno` of a failed read.
+    struct ReadFailure: Error {
+        let code: Int32
+    }
+
+    /// The whole content of the file at `path`, or the `errno` that stopped
+    /// the read (`ENOENT` when there is no file; `EACCES`, `EISDIR`, … when
+    /// one is there but cannot be read).
+    static func contents(of path: String) -> Result<[UInt8], ReadFailure> {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return .failure(ReadFailure(code: errno)) }
+        defer { close(descriptor) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { return .failure(ReadFailure(code: errno)) }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(Int(clamping: info.st_size))
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { readBytes(descriptor, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                return .failure(ReadFailure(code: errno))
+            }
+            if count == 0 { return .success(bytes) }
+            bytes += buffer[..<count]
+        }
     }
 
     /// `bytes` followed by the trailer.
@@ -275,4 +311,9 @@ final class ValueFiles: Sendable {
         }
         return SyncError(.database, "cannot \(action) the value file \(file): \(FileWrite.describe(code)); check free space and permissions")
     }
+}
+
+/// `read(2)`, out of reach of `ValueFiles.read(key:version:)`'s name.
+private func readBytes(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int {
+    read(descriptor, buffer, count)
 }

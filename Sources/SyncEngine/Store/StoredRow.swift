@@ -26,7 +26,10 @@ extension SyncStore {
     enum ValueFileRead {
         /// The value; a missing or damaged file throws `.corruptValueFile`.
         case required
-        /// The value when its file is readable, else nil (a write replacing a damaged value).
+        /// The value, or nil when its file is missing or damaged (a write
+        /// replacing a damaged value). A file that is there but cannot be
+        /// read still throws (`.valueFileUnreadable`): it may hold the value,
+        /// and a write must not replace it unseen.
         case ifReadable
         /// Metadata only: the file is not opened.
         case skip
@@ -40,7 +43,14 @@ extension SyncStore {
         if stmt.int(12) != 0 && stmt.int(7) == 0 {
             switch valueFile {
             case .required: value = try readValueFile(key: key, version: version, size: stmt.byteCount(9), encrypted: encrypted)
-            case .ifReadable: value = try? readValueFile(key: key, version: version, size: stmt.byteCount(9), encrypted: encrypted)
+            case .ifReadable:
+                do {
+                    value = try readValueFile(key: key, version: version, size: stmt.byteCount(9), encrypted: encrypted)
+                } catch let error as SyncError where error.code == .valueFileUnreadable {
+                    throw error
+                } catch {
+                    value = nil
+                }
             case .skip: value = nil
             }
         } else if encrypted, let sealed = value {
