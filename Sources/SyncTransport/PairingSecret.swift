@@ -154,7 +154,7 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
         guard target.st_mode & S_IFMT == S_IFREG else {
             throw TransportError(
                 .badSecretFile,
-                "\(link) (\(RegularFile.kind(of: target.st_mode))), so it cannot hold a pairing secret; give the path of a file")
+                "\(link) (\(RegularFile.kind(of: target.st_mode))), not a regular file, so it cannot hold a pairing secret; give the path of a file")
         }
         guard overwrite else {
             throw TransportError(.badSecretFile, "\(link), a file; \(replace) (its target is left alone)")
