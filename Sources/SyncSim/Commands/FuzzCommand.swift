@@ -40,20 +40,11 @@ public struct FuzzCommand: AsyncParsableCommand {
               FileManager.default.isWritableFile(atPath: outDir) else {
             throw ValidationError("--out-dir \(outDir) is not a folder this process can write: a failure could not be kept")
         }
-        do {
-            _ = try Simulation.testingFaults(named: injectFault)
-        } catch {
-            throw ValidationError(error.message)
-        }
+        _ = try Simulation.options(injecting: injectFault)
     }
 
     public func run() async throws {
-        let faults: RunOptions
-        do {
-            faults = RunOptions(testingFaults: try Simulation.testingFaults(named: injectFault))
-        } catch {
-            throw ValidationError(error.message)
-        }
+        let faults = try Simulation.options(injecting: injectFault)
         var fuzzer = Fuzzer(runs: runs, seed: seed, ops: ops, options: faults)
         fuzzer.outDir = outDir
         fuzzer.maxWatches = watches

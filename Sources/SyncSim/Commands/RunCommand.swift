@@ -30,21 +30,18 @@ public struct RunCommand: AsyncParsableCommand {
 
     public init() {}
 
-    /// A seed past Int64.max is a usage error, as a scenario file's `seed` is.
+    /// A seed past Int64.max is a usage error, as a scenario file's `seed` is;
+    /// so is an unknown `--inject-fault` (exit 64, as in `fuzz`).
     public func validate() throws {
         if let seed, seed > UInt64(Int64.max) {
             throw ValidationError("--seed must be at most \(Int64.max), as a scenario file's seed")
         }
+        _ = try Simulation.options(injecting: injectFault)
     }
 
     public func run() async throws {
-        var faults: RunOptions
-        do {
-            faults = RunOptions(seed: seed, testingFaults: try Simulation.testingFaults(named: injectFault))
-            faults.keepStoresIn = keepStores
-        } catch {
-            throw CommandFailure(exitCode: Simulation.Exit.badScenario, error.description)
-        }
+        var faults = try Simulation.options(seed: seed, injecting: injectFault)
+        faults.keepStoresIn = keepStores
         let outcome = await Simulation.run(path: scenario, options: faults, transport: transport)
         // Failures print as every command's do: one line, `syncsim run: error: …`.
         if let error = outcome.scenarioError {
