@@ -133,6 +133,10 @@ struct NodeConsole {
                     let reason = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String).map { ": \($0)" } ?? ""
                     return Self.invalid("put takes KEY and a JSON value (1234, \"text\", {\"a\":1}); '\(parts[2].prefix(40))' is not JSON\(reason)")
                 }
+                // What Foundation lets through and a scenario refuses: a member given twice (one dropped) or a trailing comma.
+                if let syntax = JSONSyntaxError(validating: Data(parts[2].utf8)) {
+                    return Self.invalid("put takes KEY and a JSON value; '\(parts[2].prefix(40))' is not JSON: \(syntax.message)")
+                }
                 let bytes: [UInt8]
                 if let encoding = rawEncoding(of: parts[1]) {
                     // As in a scenario: a string or data key stores a JSON string's bytes as they are.
