@@ -13,7 +13,8 @@ public struct RunCommand: AsyncParsableCommand {
     @Argument(help: "The scenario file (see Fixtures/scenarios/README.md).")
     var scenario: String
 
-    @Option(help: "Override the scenario's seed (0 to Int64.max).")
+    /// `.unconditional`: `--seed -1` is an invalid value, not a missing one (-1 taken for an option).
+    @Option(parsing: .unconditional, help: "Override the scenario's seed (0 to Int64.max).")
     var seed: UInt64?
 
     @Option(help: "sim (virtual time, default) or tcp (real sockets on 127.0.0.1).")
