@@ -54,8 +54,11 @@ struct NodeConsole {
     /// Whether the node syncs live (`--listen` or `--connect`), not only through the mailbox.
     var live = true
 
+    /// The longest line read (`lineLimit`): longer ones are answered once, unread.
+    var lineLimit = NodeConsole.lineLimit
+
     func run() async {
-        let input = NodeConsole.standardInputLines()
+        let input = NodeConsole.inputLines(from: STDIN_FILENO, limit: lineLimit)
         for await read in input {
             let line: String
             switch read {
@@ -64,6 +67,10 @@ struct NodeConsole {
             case .notUTF8(let byteCount):
                 // Not read with its bad bytes replaced: a put would store text the script never sent.
                 output.write(Self.invalid("a line of \(byteCount) bytes is not UTF-8 text; commands and their JSON values are UTF-8"))
+                continue
+            case .tooLong(let byteCount):
+                // Skipped to its newline, never held whole: a writer that sends no newline cannot fill the memory.
+                output.write(Self.invalid("a line of more than \(lineLimit) bytes (\(byteCount) read to its end) is longer than any command; it was skipped"))
                 continue
             }
             let trimmed = NodeConsole.commandText(line)
@@ -81,43 +88,6 @@ struct NodeConsole {
     /// console), which would make `status` an unknown `status\r`.
     static func commandText(_ line: String) -> String {
         line.trimmingCharacters(in: .whitespacesAndNewlines)
-    }
-
-    /// A line of stdin: its text, or its length when it is not UTF-8.
-    enum InputLine {
-        case text(String)
-        case notUTF8(byteCount: Int)
-
-        /// The line's bytes, without its newline, as a command line.
-        init(_ bytes: some Collection<UInt8>) {
-            if let text = String(validating: bytes, as: UTF8.self) { self = .text(text) } else { self = .notUTF8(byteCount: bytes.count) }
-        }
-    }
-
-    /// Lines of stdin, read on a thread of their own (not `readLine`, which
-    /// replaces bytes that are not UTF-8 with U+FFFD).
-    static func standardInputLines() -> AsyncStream<InputLine> {
-        AsyncStream { continuation in
-            let thread = Thread {
-                var buffer: UnsafeMutablePointer<CChar>?
-                var capacity = 0
-                // A stream of its own over descriptor 0: nothing else in the process reads stdin.
-                guard let input = fdopen(STDIN_FILENO, "r") else {
-                    continuation.finish()
-                    return
-                }
-                while true {
-                    let count = getline(&buffer, &capacity, input)
-                    guard count >= 0, let start = buffer else { break }
-                    var bytes = UnsafeRawBufferPointer(start: start, count: count)
-                    if bytes.last == UInt8(ascii: "\n") { bytes = UnsafeRawBufferPointer(rebasing: bytes.dropLast()) }
-                    continuation.yield(InputLine(bytes))
-                }
-                free(buffer)
-                continuation.finish()
-            }
-            thread.start()
-        }
     }
 
     func execute(_ line: String) async -> [String: Any] {
