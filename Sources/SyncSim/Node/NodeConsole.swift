@@ -86,8 +86,11 @@ struct NodeConsole {
     /// A line of input as a command: without the spaces around it and the
     /// carriage return of a CRLF line (a script written on Windows, a serial
     /// console), which would make `status` an unknown `status\r`.
+    /// A leading byte order mark (a command file saved as "UTF-8 with BOM") goes too.
     static func commandText(_ line: String) -> String {
-        line.trimmingCharacters(in: .whitespacesAndNewlines)
+        var text = Substring(line)
+        while text.unicodeScalars.first == "\u{FEFF}" { text = Substring(text.unicodeScalars.dropFirst()) }
+        return text.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     func execute(_ line: String) async -> [String: Any] {
