@@ -49,30 +49,6 @@ public indirect enum JSONValue: Sendable, Hashable, Codable {
         }
     }
 
-    /// The coding path (below this value) of its first whole number past
-    /// Int64, which decoded as a Double and so lost digits
-    /// (`99999999999999999999` as `100000000000000000000`); nil when none.
-    /// Object members are searched in the order of their names.
-    func wholeNumberPastInt64() -> [any CodingKey]? {
-        switch self {
-        case .number(let value):
-            // -2^63 too: a whole number the decoder took as Int64 is `.integer`, so this one was past it.
-            return value.isFinite && value == value.rounded() && value.magnitude >= 0x1p63 ? [] : nil
-        case .array(let items):
-            for (index, item) in items.enumerated() {
-                if let path = item.wholeNumberPastInt64() { return [ElementKey(index)] + path }
-            }
-            return nil
-        case .object(let members):
-            for name in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
-                if let path = members[name]!.wholeNumberPastInt64() { return [FieldKey(name)] + path }
-            }
-            return nil
-        case .null, .bool, .integer, .string:
-            return nil
-        }
-    }
-
     /// The type's name, for error messages.
     var typeName: String {
         switch self {

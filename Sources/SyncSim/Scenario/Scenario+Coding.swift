@@ -247,11 +247,6 @@ enum StepCoding {
             guard (value == nil) != (size == nil) else {
                 throw item.fail("value", "give exactly one of 'value' or 'size'")
             }
-            // A whole number past Int64 went through a Double: stored, it would not be the number the file gives.
-            if let inner = value?.wholeNumberPastInt64() {
-                throw FieldError(codingPath: item.container.codingPath + [FieldKey("value")] + inner,
-                                 message: "is out of range: a whole number in a value must be in \(Int64.min)...\(Int64.max), so that it is stored exactly; give a larger one as a string")
-            }
             // As `syncsim node`'s put: a string or data key takes a JSON string, whose bytes are stored as they are.
             if let value, let descriptor = registry.descriptor(forEntry: k), descriptor.encoding != "json" {
                 guard case .string = value else {

@@ -10,15 +10,6 @@ struct FieldKey: CodingKey, Hashable {
     init?(intValue: Int) { nil }
 }
 
-/// An array element's index, as a coding key.
-struct ElementKey: CodingKey {
-    var intValue: Int?
-    var stringValue: String { intValue.map(String.init) ?? "" }
-    init(_ index: Int) { intValue = index }
-    init?(stringValue: String) { nil }
-    init?(intValue: Int) { self.intValue = intValue }
-}
-
 /// A bad field: its coding path (which `JSONLocator` turns into a line) and what is wrong.
 struct FieldError: Error {
     var codingPath: [any CodingKey]
