@@ -14,6 +14,14 @@ public struct CommandFailure: Error, Sendable, CustomStringConvertible {
     }
 
     public var description: String { message }
+
+    /// The operating system's words for why a file operation failed (Foundation's error wraps them).
+    static func reason(_ error: any Error) -> String {
+        let underlying = (error as? CocoaError)?.underlying ?? (error as NSError).userInfo[NSUnderlyingErrorKey] as? any Error
+        if let posix = underlying as? POSIXError { return String(cString: strerror(posix.code.rawValue)) }
+        if let posix = underlying.map({ $0 as NSError }), posix.domain == NSPOSIXErrorDomain { return String(cString: strerror(Int32(posix.code))) }
+        return (error as NSError).localizedDescription
+    }
 }
 
 extension SyncSimCommands {

@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 @_spi(Testing) import SyncEngine
 
@@ -31,7 +32,11 @@ public enum Simulation {
         public var exitCode: Int32
     }
 
-    /// Named deliberate engine faults for `--inject-fault`.
+    /// The names `--inject-fault` takes, in the order its error lists them.
+    static let knownFaults = ["skip-tombstones", "last-arrival-wins", "ignore-key-mismatch", "remove-rebaselined-at-once"]
+
+    /// Named deliberate engine faults for `--inject-fault`. An unknown name is
+    /// a usage error of `run` and `fuzz` alike (exit 64): `options(seed:injecting:)`.
     @_spi(Testing) public static func testingFaults(named names: [String]) throws(ScenarioError) -> TestingFaults {
         var faults = TestingFaults()
         for name in names {
@@ -41,10 +46,20 @@ public enum Simulation {
             case "ignore-key-mismatch": faults.ignoreKeyMismatch = true
             case "remove-rebaselined-at-once": faults.removeRebaselinedAtOnce = true
             default: throw ScenarioError(file: "--inject-fault", field: "", line: 0,
-                                         message: "unknown fault '\(name)'; use skip-tombstones, last-arrival-wins, ignore-key-mismatch or remove-rebaselined-at-once")
+                                         message: "unknown fault '\(name)'; the known faults are \(knownFaults.joined(separator: ", "))")
             }
         }
         return faults
+    }
+
+    /// Run options with the faults `--inject-fault` names; a name none of
+    /// `knownFaults` is a usage error, listing them.
+    static func options(seed: UInt64? = nil, injecting names: [String]) throws(ValidationError) -> RunOptions {
+        do {
+            return RunOptions(seed: seed, testingFaults: try testingFaults(named: names))
+        } catch {
+            throw ValidationError("--inject-fault: \(error.message)")
+        }
     }
 
     /// How many runs this process runs at once on each transport (twice the

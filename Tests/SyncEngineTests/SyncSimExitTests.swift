@@ -91,6 +91,23 @@ import Testing
         #expect(fault.stderr.contains("Usage: syncsim fuzz"), "\(fault.stderr)")
     }
 
+    /// An unknown `--inject-fault` exited 2 (bad scenario file) from `run`
+    /// but 64 from `fuzz`: it is a bad option in both, so a usage error (64)
+    /// whose message lists every known fault, and no scenario is read.
+    @Test func anUnknownFaultIsAUsageErrorOfRunAndFuzzAlike() async throws {
+        let scenario = SimScenarioTests.fixtures + "/basic-two-way.json"
+        for arguments in [["run", scenario], ["fuzz", "--runs", "1"]] {
+            let result = try await syncsim(arguments + ["--inject-fault", "skip-tombstones", "--inject-fault", "no-such-fault"])
+            #expect(result.status == Simulation.Exit.usage, "\(arguments[0]): \(result.stderr)")
+            #expect(result.stderr.contains("--inject-fault: unknown fault 'no-such-fault'"), "\(arguments[0]): \(result.stderr)")
+            for known in ["skip-tombstones", "last-arrival-wins", "ignore-key-mismatch", "remove-rebaselined-at-once"] {
+                #expect(result.stderr.contains(known), "\(arguments[0]) does not list \(known): \(result.stderr)")
+            }
+            #expect(result.stderr.contains("Usage: syncsim \(arguments[0])"), "\(arguments[0]): \(result.stderr)")
+            #expect(result.stdout.isEmpty, "\(arguments[0]): \(result.stdout)")
+        }
+    }
+
     /// `syncsim` without a subcommand printed the help on stdout and exited 0,
     /// so a script that forgot the subcommand went on as if it had run. It
     /// is a usage error now: the help on stderr, exit 64, nothing on stdout,

@@ -23,10 +23,11 @@ public struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON instead of a table.")
     var json = false
 
-    @Option(help: "Run the figures this many times and print each one's median (value, baseline and ratio each the median of its runs).")
+    /// `.unconditional`, as `--latency-samples`: `--runs -1` is a bad value, not a missing one (-1 taken for an option).
+    @Option(parsing: .unconditional, help: "Run the figures this many times and print each one's median (value, baseline and ratio each the median of its runs).")
     var runs = 1
 
-    @Option(name: .customLong("latency-samples"), help: "With sync: how many single writes its write→visible phase times (default 1000, 50 with --quick; issue 17's p99 target is set on 1000). More reach rarer stalls of the app's write.")
+    @Option(name: .customLong("latency-samples"), parsing: .unconditional, help: "With sync: how many single writes its write→visible phase times (default 1000, 50 with --quick; issue 17's p99 target is set on 1000). More reach rarer stalls of the app's write.")
     var latencySamples: Int?
 
     /// `memory` runs each value size in a child process of its own (this

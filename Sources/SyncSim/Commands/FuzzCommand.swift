@@ -9,11 +9,11 @@ public struct FuzzCommand: AsyncParsableCommand {
         abstract: "Run random scenarios; a failure is written to a file, shrunk, and exits 1.",
         discussion: "Run i uses seed S+i. On failure writes fuzz-failure-<seed>.json and a shrunk fuzz-failure-<seed>-min.json.")
 
-    @Option(help: "How many scenarios.") var runs: Int = 100
-    @Option(help: "The first seed.") var seed: UInt64 = 1
-    @Option(help: "Steps per scenario.") var ops: Int = 50
+    @Option(parsing: .unconditional, help: "How many scenarios.") var runs: Int = 100
+    @Option(parsing: .unconditional, help: "The first seed.") var seed: UInt64 = 1
+    @Option(parsing: .unconditional, help: "Steps per scenario.") var ops: Int = 50
     @Option(help: "Where failure files go.") var outDir: String = "."
-    @Option(help: "The most watches per scenario (1...3); each scenario gets 1 to this many.") var watches: Int = Scenario.maxWatches
+    @Option(parsing: .unconditional, help: "The most watches per scenario (1...3); each scenario gets 1 to this many.") var watches: Int = Scenario.maxWatches
     @Flag(help: "No power cuts inside SQLite transactions.") var noPowerCuts = false
     @Flag(help: "No queued delivery through a mailbox (and no node-down periods it brings).") var noMailbox = false
     @Flag(help: "No tombstone purges (short retention and peer horizon, purge steps).") var noPurges = false
@@ -29,6 +29,8 @@ public struct FuzzCommand: AsyncParsableCommand {
 
     public init() {}
 
+    /// The numeric options parse `.unconditional`ly: `--runs -1` is told
+    /// what is wrong with -1, not "Missing value" (-1 taken for an option).
     public func validate() throws {
         guard runs >= 1 else { throw ValidationError("--runs must be at least 1") }
         guard (1...10_000).contains(ops) else { throw ValidationError("--ops must be in 1...10000") }
@@ -40,20 +42,11 @@ public struct FuzzCommand: AsyncParsableCommand {
               FileManager.default.isWritableFile(atPath: outDir) else {
             throw ValidationError("--out-dir \(outDir) is not a folder this process can write: a failure could not be kept")
         }
-        do {
-            _ = try Simulation.testingFaults(named: injectFault)
-        } catch {
-            throw ValidationError(error.message)
-        }
+        _ = try Simulation.options(injecting: injectFault)
     }
 
     public func run() async throws {
-        let faults: RunOptions
-        do {
-            faults = RunOptions(testingFaults: try Simulation.testingFaults(named: injectFault))
-        } catch {
-            throw ValidationError(error.message)
-        }
+        let faults = try Simulation.options(injecting: injectFault)
         var fuzzer = Fuzzer(runs: runs, seed: seed, ops: ops, options: faults)
         fuzzer.outDir = outDir
         fuzzer.maxWatches = watches

@@ -13,7 +13,8 @@ public struct RunCommand: AsyncParsableCommand {
     @Argument(help: "The scenario file (see Fixtures/scenarios/README.md).")
     var scenario: String
 
-    @Option(help: "Override the scenario's seed (0 to Int64.max).")
+    /// `.unconditional`: `--seed -1` is an invalid value, not a missing one (-1 taken for an option).
+    @Option(parsing: .unconditional, help: "Override the scenario's seed (0 to Int64.max).")
     var seed: UInt64?
 
     @Option(help: "sim (virtual time, default) or tcp (real sockets on 127.0.0.1).")
@@ -30,21 +31,18 @@ public struct RunCommand: AsyncParsableCommand {
 
     public init() {}
 
-    /// A seed past Int64.max is a usage error, as a scenario file's `seed` is.
+    /// A seed past Int64.max is a usage error, as a scenario file's `seed` is;
+    /// so is an unknown `--inject-fault` (exit 64, as in `fuzz`).
     public func validate() throws {
         if let seed, seed > UInt64(Int64.max) {
             throw ValidationError("--seed must be at most \(Int64.max), as a scenario file's seed")
         }
+        _ = try Simulation.options(injecting: injectFault)
     }
 
     public func run() async throws {
-        var faults: RunOptions
-        do {
-            faults = RunOptions(seed: seed, testingFaults: try Simulation.testingFaults(named: injectFault))
-            faults.keepStoresIn = keepStores
-        } catch {
-            throw CommandFailure(exitCode: Simulation.Exit.badScenario, error.description)
-        }
+        var faults = try Simulation.options(seed: seed, injecting: injectFault)
+        faults.keepStoresIn = keepStores
         let outcome = await Simulation.run(path: scenario, options: faults, transport: transport)
         // Failures print as every command's do: one line, `syncsim run: error: …`.
         if let error = outcome.scenarioError {

@@ -36,10 +36,13 @@ public struct NodeCommand: AsyncParsableCommand {
             "Queued delivery through this directory, shared by both nodes of the pairing.",
             discussion: "With or without --listen/--connect: changes go live over TCP while connected and through the mailbox otherwise (DIR/phone-to-watch and DIR/watch-to-phone). One per --secret-file, in the same order: a phone with several watches repeats it, one directory per watch."))
     var mailbox: [String] = []
+    /// The longest stdin line read (`NodeConsole.lineLimit` by default); for tests.
+    @Option(name: .customLong("line-limit"), parsing: .unconditional, help: .hidden) var lineLimit: Int?
 
     public init() {}
 
     public func validate() throws {
+        if let lineLimit, lineLimit < 1 { throw ValidationError("--line-limit must be at least 1") }
         guard (listen == nil) != (connect == nil) || (!mailbox.isEmpty && listen == nil && connect == nil) else {
             throw ValidationError("give exactly one of --listen HOST:PORT or --connect HOST:PORT (or only --mailbox DIR)")
         }
@@ -149,7 +152,8 @@ public struct NodeCommand: AsyncParsableCommand {
             }
             // Outside the group: on quit they end first, their last rounds posting what was written until then.
             let queuedDelivery = queued.map { mailbox in Task { await peer.runQueued(through: mailbox, pollInterval: .milliseconds(100)) } }
-            let console = NodeConsole(store: store, peer: peer, output: output, mailboxes: queued, live: listen != nil || connect != nil)
+            let console = NodeConsole(store: store, peer: peer, output: output, mailboxes: queued, live: listen != nil || connect != nil,
+                                      lineLimit: lineLimit ?? NodeConsole.lineLimit)
             // SIGTERM and SIGINT (Ctrl-C) end the node as `quit` does, and so does
             // stdout that can no longer be written (whoever read its lines is gone).
             await withTaskGroup(of: Void.self) { input in

@@ -54,8 +54,11 @@ struct NodeConsole {
     /// Whether the node syncs live (`--listen` or `--connect`), not only through the mailbox.
     var live = true
 
+    /// The longest line read (`lineLimit`): longer ones are answered once, unread.
+    var lineLimit = NodeConsole.lineLimit
+
     func run() async {
-        let input = NodeConsole.standardInputLines()
+        let input = NodeConsole.inputLines(from: STDIN_FILENO, limit: lineLimit)
         for await read in input {
             let line: String
             switch read {
@@ -64,6 +67,10 @@ struct NodeConsole {
             case .notUTF8(let byteCount):
                 // Not read with its bad bytes replaced: a put would store text the script never sent.
                 output.write(Self.invalid("a line of \(byteCount) bytes is not UTF-8 text; commands and their JSON values are UTF-8"))
+                continue
+            case .tooLong(let byteCount):
+                // Skipped to its newline, never held whole: a writer that sends no newline cannot fill the memory.
+                output.write(Self.invalid("a line of more than \(lineLimit) bytes (\(byteCount) read to its end) is longer than any command; it was skipped"))
                 continue
             }
             let trimmed = NodeConsole.commandText(line)
@@ -79,45 +86,11 @@ struct NodeConsole {
     /// A line of input as a command: without the spaces around it and the
     /// carriage return of a CRLF line (a script written on Windows, a serial
     /// console), which would make `status` an unknown `status\r`.
+    /// A leading byte order mark (a command file saved as "UTF-8 with BOM") goes too.
     static func commandText(_ line: String) -> String {
-        line.trimmingCharacters(in: .whitespacesAndNewlines)
-    }
-
-    /// A line of stdin: its text, or its length when it is not UTF-8.
-    enum InputLine {
-        case text(String)
-        case notUTF8(byteCount: Int)
-
-        /// The line's bytes, without its newline, as a command line.
-        init(_ bytes: some Collection<UInt8>) {
-            if let text = String(validating: bytes, as: UTF8.self) { self = .text(text) } else { self = .notUTF8(byteCount: bytes.count) }
-        }
-    }
-
-    /// Lines of stdin, read on a thread of their own (not `readLine`, which
-    /// replaces bytes that are not UTF-8 with U+FFFD).
-    static func standardInputLines() -> AsyncStream<InputLine> {
-        AsyncStream { continuation in
-            let thread = Thread {
-                var buffer: UnsafeMutablePointer<CChar>?
-                var capacity = 0
-                // A stream of its own over descriptor 0: nothing else in the process reads stdin.
-                guard let input = fdopen(STDIN_FILENO, "r") else {
-                    continuation.finish()
-                    return
-                }
-                while true {
-                    let count = getline(&buffer, &capacity, input)
-                    guard count >= 0, let start = buffer else { break }
-                    var bytes = UnsafeRawBufferPointer(start: start, count: count)
-                    if bytes.last == UInt8(ascii: "\n") { bytes = UnsafeRawBufferPointer(rebasing: bytes.dropLast()) }
-                    continuation.yield(InputLine(bytes))
-                }
-                free(buffer)
-                continuation.finish()
-            }
-            thread.start()
-        }
+        var text = Substring(line)
+        while text.unicodeScalars.first == "\u{FEFF}" { text = Substring(text.unicodeScalars.dropFirst()) }
+        return text.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     func execute(_ line: String) async -> [String: Any] {
@@ -132,6 +105,10 @@ struct NodeConsole {
                     // The parser's own reason, when it gives one ("Too many nested arrays or dictionaries …").
                     let reason = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String).map { ": \($0)" } ?? ""
                     return Self.invalid("put takes KEY and a JSON value (1234, \"text\", {\"a\":1}); '\(parts[2].prefix(40))' is not JSON\(reason)")
+                }
+                // What Foundation lets through and a scenario refuses: a member given twice (one dropped) or a trailing comma.
+                if let syntax = JSONSyntaxError(validating: Data(parts[2].utf8)) {
+                    return Self.invalid("put takes KEY and a JSON value; '\(parts[2].prefix(40))' is not JSON: \(syntax.message)")
                 }
                 let bytes: [UInt8]
                 if let encoding = rawEncoding(of: parts[1]) {

@@ -48,7 +48,13 @@ final class RunState {
         olderRegistries = try scenario.olderApps.mapValues { try KeyRegistry(descriptors: $0) }
         let registry = self.registry, olderRegistries = self.olderRegistries
         folder = (options.temporaryDirectory as NSString).appendingPathComponent(folderPrefix + UUID().uuidString)
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        do {
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        } catch {
+            // Not Foundation's dump: what could not be made, where the folder comes from, and why.
+            throw CommandFailure(exitCode: Simulation.Exit.runtimeFailure,
+                                 "cannot create a folder for the run's stores in \(options.temporaryDirectory) ($SYNCSIM_TMPDIR, else /dev/shm, else the system's temporary folder): \(CommandFailure.reason(error))")
+        }
         let ids = [RunState.phoneNodeID, RunState.watchNodeID] + RunState.moreWatchNodeIDs
         let folder = self.folder
         let cut = Set(scenario.timeline.compactMap { step -> ScenarioNode? in

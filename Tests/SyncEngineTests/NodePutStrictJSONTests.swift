@@ -1,0 +1,41 @@
+import Foundation
+import SyncTransport
+import Testing
+
+/// `syncsim node`'s `put` took what Foundation's parser lets through:
+/// `{"x":1,"x":2}` was stored as `{"x":2}` (one of the two dropped without a
+/// word) and `[1,]` as `[1]`, while a scenario's `value` and a keys file
+/// refuse both. The node refuses them too now, as `invalid-command`, and
+/// stores nothing.
+@Suite struct NodePutStrictJSONTests {
+    @Test func aRepeatedMemberOrATrailingCommaIsRefused() async throws {
+        let folder = TempFolder()
+        let keys = folder.file("keys.json")
+        try Data(#"{"keys":[{"name":"a"}]}"#.utf8).write(to: URL(fileURLWithPath: keys))
+        let secretFile = folder.file("pair.secret")
+        try PairingSecret.generate().write(to: secretFile)
+        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
+                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
+        defer { phone.stop() }
+        try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
+        phone.send(#"put a {"kept":true}"#)
+        #expect(try await phone.reply("put")["ok"] as? Bool == true)
+        let refused = [
+            (#"{"x":1,"x":2}"#, "the field 'x' is given twice in one object"),
+            (#"{"o":{"y":[1],"y":[2]}}"#, "the field 'y' is given twice in one object"),
+            ("[1,]", "a comma before the end of an object or array"),
+            (#"{"x":1,}"#, "a comma before the end of an object or array"),
+        ]
+        for (value, reason) in refused {
+            phone.send("put a \(value)")
+            let reply = try await phone.reply("put a \(value)")
+            #expect(reply["ok"] as? Bool == false && reply["code"] as? String == "invalid-command", "\(value): \(reply)")
+            #expect((reply["error"] as? String)?.contains(reason) == true, "\(value): \(reply)")
+        }
+        // Nothing of them was stored; a string holding such text is still a value like any other.
+        phone.send("get a")
+        #expect(try await phone.reply("get")["value"] as? [String: Bool] == ["kept": true])
+        phone.send(#"put a "{\"x\":1,\"x\":2} [1,]""#)
+        #expect(try await phone.reply("put of a string")["ok"] as? Bool == true)
+    }
+}
