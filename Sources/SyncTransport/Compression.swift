@@ -237,7 +237,7 @@ public enum Compression {
         defer { inflateEnd(&stream) }
 
         // Start small and grow by doubling, never past the limit.
-        var output = [UInt8](repeating: 0, count: min(limit, max(64, bytes.count * 4)))
+        var output = [UInt8](repeating: 0, count: min(limit, max(64, bytes.count.multipliedReportingOverflow(by: 4).overflow ? limit : bytes.count * 4)))
         var probe: [UInt8] = [0]
         var produced = 0
         return try bytes.withUnsafeBufferPointer { input in
@@ -245,7 +245,7 @@ public enum Compression {
             stream.avail_in = UInt32(clamping: input.count)
             while true {
                 if produced == output.count, output.count < limit {
-                    let grown = min(limit, max(64, output.count * 2))
+                    let grown = output.count > limit / 2 ? limit : min(limit, max(64, output.count * 2))  // no overflow on 32 bits
                     output.append(contentsOf: repeatElement(0, count: grown - output.count))
                 }
                 let status: Int32

@@ -2,7 +2,8 @@
 /// opaque payload bytes. SyncTransport never looks inside the payload.
 ///
 /// Types `0xF0...0xFF` are reserved for the transport itself (transport
-/// hello, authentication, heartbeats); the engine uses `0x01...0xEF`.
+/// hello, authentication, heartbeats); the engine uses `0x01...0xEF`, and
+/// `0x00` is no type (TCP's `send` refuses it and those of the transport).
 public struct Frame: Sendable, Hashable {
     /// The message type, chosen by the layer above.
     public var type: UInt8

@@ -21,7 +21,8 @@ public enum MailboxRole: String, Sendable, CaseIterable, CustomStringConvertible
 }
 
 /// How much a mailbox spool (one direction) may hold before `post` refuses
-/// with `mailbox-full`. `Int.max` in any field means no limit.
+/// with `mailbox-full`. `Int.max` in any field means no limit; a negative
+/// one is refused by `Mailbox.init` (`invalid-configuration`).
 public struct MailboxLimits: Sendable, Hashable {
     /// Messages waiting in one direction at most (acknowledgements may use `acknowledgementReserve` more).
     public var maxMessages: Int
@@ -51,6 +52,18 @@ public struct MailboxLimits: Sendable, Hashable {
     }
 
     public static let `default` = MailboxLimits()
+
+    /// Throws `invalid-configuration` naming every negative field.
+    func validate() throws {
+        let fields = [("maxMessages", maxMessages), ("maxBytes", maxBytes), ("maxMessageBytes", maxMessageBytes),
+                      ("acknowledgementReserve", acknowledgementReserve), ("maxRefusedFiles", maxRefusedFiles)]
+        let negative = fields.filter { $0.1 < 0 }.map { "MailboxLimits.\($0.0) is \($0.1)" }
+        guard negative.isEmpty else {
+            throw TransportError(
+                .invalidConfiguration,
+                negative.joined(separator: ", ") + "; a mailbox limit is 0 or more (Int.max for no limit)")
+        }
+    }
 }
 
 /// One message taken from the inbox: its sequence and its opened frame.
@@ -130,8 +143,10 @@ public final class Mailbox: Sendable {
     /// Opens (creating when missing) the mailbox in `directory` for `role`,
     /// sealed with `secret`, and removes the temporary files this end's
     /// writers left when they died before their rename. Throws `mailbox-io`
-    /// when the directories cannot be created.
+    /// when the directories cannot be created, `invalid-configuration` when
+    /// a limit is negative.
     public init(directory: String, role: MailboxRole, secret: PairingSecret, limits: MailboxLimits = .default) throws {
+        try limits.validate()
         self.directory = directory
         self.role = role
         self.secret = secret

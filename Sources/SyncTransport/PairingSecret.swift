@@ -83,13 +83,15 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
             .prefix(idByteCount))
     }
 
-    /// Counts derivations of pairing ids (an HMAC each) made by the tasks of
-    /// a scope, and the tasks they start: tests bind it with `withValue`.
-    final class DerivationCounter: Sendable {
+    /// Counts what the tasks of a scope (and the tasks they start) do: tests
+    /// bind `idDerivations` (an HMAC each) or `folderSyncs` with `withValue`.
+    final class Counter: Sendable {
         let count = Atomic<Int>(0)
         var value: Int { count.load(ordering: .relaxed) }
     }
-    @TaskLocal static var idDerivations: DerivationCounter?
+    @TaskLocal static var idDerivations: Counter?
+    /// Syncs of the secret file's folder made by `write(to:overwrite:)`.
+    @TaskLocal static var folderSyncs: Counter?
 
     /// `PairingSecret(epoch: …)`: never the secret itself.
     public var description: String { "PairingSecret(epoch: \(epoch))" }
@@ -115,6 +117,9 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
     /// such as `/dev/null`, or a symbolic link to one). Never writes through
     /// a symbolic link: `overwrite` replaces a link that leads nowhere or to a
     /// regular file with the secret file itself, and leaves its target alone.
+    /// The file and its folder are synced before it returns (the secret
+    /// survives a power cut); temporary files an earlier write left when its
+    /// process died are removed.
     public func write(to path: String, overwrite: Bool = false) throws {
         var info = stat()
         if lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFLNK {
@@ -124,6 +129,7 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
                 .badSecretFile,
                 "\(path) is not a regular file (\(RegularFile.kind(of: info.st_mode))), so it cannot hold a pairing secret; give the path of a file")
         }
+        Self.removeLeftoverTemporaries(of: path)
         let text = "\(Self.fileHeader)\n\(Data(bytes).base64EncodedString())\n"
         if overwrite {
             let temporary = path + ".tmp-\(UInt32.random(in: 0...UInt32.max))"
@@ -135,6 +141,32 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
             }
         } else {
             try Self.createFile(at: path, contents: Array(text.utf8), displayPath: path)
+        }
+        // The new name must reach stable storage too, or a power cut may take the file away.
+        Self.folderSyncs?.count.add(1, ordering: .relaxed)
+        if let failure = FileWrite.syncFolder(of: path) {
+            throw TransportError(
+                .badSecretFile,
+                "the pairing secret file \(path) was written, but its folder could not be synced (\(Self.describe(failure))), "
+                    + "so it may not survive a power cut; write it again with overwrite: true")
+        }
+    }
+
+    /// Removes the temporary files (`PATH.tmp-N`, N a `UInt32` in decimal)
+    /// that a `write(to:overwrite:)` of `path` left when its process died
+    /// before the rename: copies of a secret, kept by nothing. Any other
+    /// name, and anything that is not a regular file, is left alone.
+    static func removeLeftoverTemporaries(of path: String) {
+        let slash = path.lastIndex(of: "/")
+        let folder = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        let prefix = (slash.map { String(path[path.index(after: $0)...]) } ?? path) + ".tmp-"
+        guard prefix.count > 5, let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return }
+        for name in names where name.hasPrefix(prefix) {
+            let number = name.dropFirst(prefix.count)
+            guard let value = UInt32(number), String(value) == number else { continue }
+            let leftover = folder == "/" ? "/" + name : folder + "/" + name
+            var info = stat()
+            if lstat(leftover, &info) == 0, info.st_mode & S_IFMT == S_IFREG { unlink(leftover) }
         }
     }
 

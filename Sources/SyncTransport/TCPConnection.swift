@@ -86,6 +86,9 @@ final class TCPConnection: FrameConnection {
     var pendingOutboundBytes: Int { outboundQueue.usedCost }
 
     func send(_ frame: Frame) async throws {
+        guard frame.type != 0 else {
+            throw TransportError(.protocolViolation, "frame type 0x00 is not an application type; use 0x01...0xEF")
+        }
         guard frame.type < Frame.firstReservedType else {
             throw TransportError(
                 .protocolViolation, "frame type 0x\(hex(frame.type)) is reserved for the transport; use 0x01...0xEF")

@@ -33,13 +33,15 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
         /// An entry of a mailbox spool named as a message that is no regular
         /// file (a directory, a FIFO, a device): set aside as refused.
         public static let notAMessageFile = Code("not-a-message-file")
+        /// A setting the transport was given cannot work (a negative `MailboxLimits` field).
+        public static let invalidConfiguration = Code("invalid-configuration")
 
         /// Every code this build defines.
         static let all: [Code] = [
             .closed, .truncatedFrame, .oversizedFrame, .badMagic, .unsupportedVersion, .checksumMismatch,
             .decompressionFailed, .authenticationFailed, .decryptionFailed, .protocolViolation, .timeout,
             .connectFailed, .badSecretFile, .mailboxFull, .mailboxIO, .replayedMessage, .tooManyConnections,
-            .storageFull, .notAMessageFile,
+            .storageFull, .notAMessageFile, .invalidConfiguration,
         ]
     }
 

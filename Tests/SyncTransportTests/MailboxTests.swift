@@ -60,6 +60,33 @@ import Testing
         #expect(delivered.messages.map { String(decoding: $0.frame.payload, as: UTF8.self) } == ["one", String(repeating: "two ", count: 1_000)])
     }
 
+    /// Before: negative limits were taken, and `post` refused with "at its
+    /// limit of -1 messages / … bytes". Now the mailbox is not made: an
+    /// `invalid-configuration` error names every negative field.
+    @Test func negativeLimitsAreRefusedWhenTheMailboxIsMade() throws {
+        let directory = try temporaryDirectory()
+        let secret = PairingSecret.generate()
+        let fields: [(String, WritableKeyPath<MailboxLimits, Int>)] = [
+            ("maxMessages", \.maxMessages), ("maxBytes", \.maxBytes), ("maxMessageBytes", \.maxMessageBytes),
+            ("acknowledgementReserve", \.acknowledgementReserve), ("maxRefusedFiles", \.maxRefusedFiles),
+        ]
+        for (name, field) in fields {
+            var limits = MailboxLimits.default
+            limits[keyPath: field] = -1
+            let error = expectCode(.invalidConfiguration) { _ = try Mailbox(directory: directory, role: .phone, secret: secret, limits: limits) }
+            #expect(error?.message.contains("MailboxLimits.\(name) is -1") == true, "\(String(describing: error))")
+            #expect(error?.message.contains("0 or more") == true, "\(String(describing: error))")
+        }
+        let both = MailboxLimits(maxMessages: -1, maxBytes: .min)
+        let error = expectCode(.invalidConfiguration) { _ = try Mailbox(directory: directory, role: .watch, secret: secret, limits: both) }
+        #expect(error?.message.contains("maxMessages is -1, MailboxLimits.maxBytes is \(Int.min)") == true, "\(String(describing: error))")
+        #expect(TransportError.Code.all.contains(.invalidConfiguration))
+        // Zero is a limit (nothing but acknowledgements is posted), not an error.
+        let phone = try Mailbox(directory: directory, role: .phone, secret: secret, limits: MailboxLimits(maxMessages: 0, acknowledgementReserve: 1))
+        expectCode(.mailboxFull) { try phone.post(frame("change")) }
+        try phone.post(frame("acknowledgement"), reserve: true)
+    }
+
     @Test func deliversInOrderWhileEitherSideIsDown() throws {
         let directory = try temporaryDirectory()
         let secret = PairingSecret.generate()

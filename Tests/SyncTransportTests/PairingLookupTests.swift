@@ -14,7 +14,7 @@ import Testing
         let secrets = (0..<500).map { _ in PairingSecret.generate() }
         let stranger = PairingSecret.generate()
         let watch = try #require(secrets.last)
-        let counter = PairingSecret.DerivationCounter()
+        let counter = PairingSecret.Counter()
         try await PairingSecret.$idDerivations.withValue(counter) {
             // Bound inside the scope: the listener's tasks (accept loop, handshakes) count into it too.
             let listener = try await TCPListener.bind(
@@ -53,7 +53,7 @@ import Testing
         }
         #expect(pairings.secret(named: PairingSecret.generate().id) == nil)
         #expect(pairings.secret(named: []) == nil && pairings.secret(named: Array(secrets[5].id.dropLast())) == nil)
-        let counter = PairingSecret.DerivationCounter()
+        let counter = PairingSecret.Counter()
         PairingSecret.$idDerivations.withValue(counter) {
             var listener = ListenerHandshake(pairings: pairings)
             var dialer = DialerHandshake(secret: secrets[40])

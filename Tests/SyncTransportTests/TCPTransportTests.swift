@@ -69,6 +69,26 @@ import Testing
         await server?.close()
     }
 
+    /// Before: `send` took type 0x00 (the peer's reader would deliver it),
+    /// though its refusal of the transport's types says the app's are
+    /// 0x01...0xEF, as `Frame` and the wire format do. Now 0x00 is refused
+    /// with that message too, and the connection goes on.
+    @Test func typeZeroIsRefusedLikeTheTransportsTypes() async throws {
+        let (dialer, accepted, server) = try await connectedPair(.tcp)
+        for type: UInt8 in [0x00, 0xF0, 0xFF] {
+            let error = await expectCode(.protocolViolation) { try await dialer.send(Frame(type: type, payload: [type])) }
+            #expect(error?.message.contains("frame type 0x\(hex(type))") == true, "\(String(describing: error))")
+            #expect(error?.message.contains("use 0x01...0xEF") == true, "\(String(describing: error))")
+        }
+        try await dialer.send(Frame(type: 0x01, payload: [1]))
+        try await dialer.send(Frame(type: 0xEF, payload: [2]))
+        #expect(try await receive(2, from: accepted) == [Frame(type: 0x01, payload: [1]), Frame(type: 0xEF, payload: [2])])
+        await dialer.close()
+        #expect(try await inboundEnd(of: accepted).error == nil, "nothing refused reached the peer")
+        await accepted.close()
+        await server?.close()
+    }
+
     @Test func wrongSecretIsRejectedOnBothSidesAndNothingIsDelivered() async throws {
         let logs = LogCapture()
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret, logs: logs))
