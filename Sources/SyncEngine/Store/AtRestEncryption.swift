@@ -12,7 +12,8 @@ public enum EncryptionKeySource: Sendable {
     /// Same as `.provider(KeyFileMasterKeyProvider(path:))`.
     case keyFile(path: String)
     /// A passphrase stretched with PBKDF2-SHA256 over the store's salt;
-    /// `iterations` from 1 to `UInt32.max` (else `.invalidConfiguration`).
+    /// `iterations` from 1 to `UInt32.max`, and a passphrase that is not
+    /// empty for a new store (else `.invalidConfiguration`).
     case passphrase(String, iterations: Int = 210_000)
     /// A key kept by `provider` (on Apple platforms, one over the Keychain).
     case provider(any MasterKeyProvider)
@@ -54,6 +55,11 @@ struct AtRestCipher: Sendable {
             // PBKDF2 counts rounds in 32 bits: more would trap converting them.
             guard (1...Int(UInt32.max)).contains(iterations) else {
                 throw SyncError(.invalidConfiguration, "PBKDF2 iterations must be from 1 to 4294967295, not \(iterations); the default is 210000")
+            }
+            // An empty passphrase (a setting not loaded yet) seals with a key anyone derives: refused
+            // for a store with no sealed values; one sealed so already still opens with it.
+            guard !passphrase.isEmpty || !mayCreateKeyFile else {
+                throw SyncError(.invalidConfiguration, "the passphrase is empty: values sealed with it would be open to anyone; give a passphrase")
             }
             master = try KDF.Insecure.PBKDF2.deriveKey(from: Array(passphrase.utf8), salt: salt, using: .sha256,
                                                        outputByteCount: 32, unsafeUncheckedRounds: iterations)

@@ -153,14 +153,15 @@ extension SyncStore {
     }
 
     /// `outboundRow`, or nil for a value that can no longer be read (its
-    /// encrypted bytes or its file damaged): it is passed over, and said, so
-    /// that one damaged value does not stop every other change from going.
-    /// Writing the key again replaces it and sends the new value.
+    /// encrypted bytes or its file damaged, or sealed while the store now has
+    /// no master key: an update dropped `.encrypted` and the key with it): it
+    /// is passed over, and said, so that one such value does not stop every
+    /// other change from going. Writing the key again replaces it and sends the new value.
     private func readableOutboundRow(_ stmt: Statement, key: String, seq: Int64, size: Int, deleted: Bool, isLarge: Bool,
                                      for peer: UInt32) throws -> OutboundRow? {
         do {
             return try outboundRow(stmt, key: key, seq: seq, size: size, deleted: deleted, isLarge: isLarge)
-        } catch let error as SyncError where error.code == .decryptionFailed || error.code == .corruptValueFile {
+        } catch let error as SyncError where [.decryptionFailed, .corruptValueFile, .encryptionKeyMissing].contains(error.code) {
             logger.error("a stored value that cannot be read is not sent; write the key again to replace it",
                          metadata: ["key": "\(PeerText.escaped(key))", "error": "\(error)"])
             emit(.error(SyncError(error.code, "key '\(PeerText.escaped(key))' is not sent: \(error.message); write it again to replace it")), peer: peer)
