@@ -324,6 +324,28 @@ final class MemoryKeyProvider: MasterKeyProvider {
         }
     }
 
+    /// A key file path that is a link to nothing was reported as "cannot
+    /// create the key file (errno 17); check the folder exists and is
+    /// writable", though the folder was fine: the link is named now, and
+    /// nothing is made through it.
+    @Test func aDanglingLinkAsTheKeyFileIsNamed() throws {
+        let folder = TempFolder()
+        let keyPath = folder.file("master.key")
+        let target = folder.file("elsewhere.key")
+        try #require(symlink(target, keyPath) == 0)
+        let registry = try KeyRegistry([Key<String>("pin", default: "", security: .encrypted)])
+        do {
+            let store = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: registry,
+                                      options: StoreOptions(encryption: .keyFile(path: keyPath)))
+            store.close()
+            Issue.record("a store opened with a dangling link as its key file")
+        } catch let error as SyncError {
+            #expect(error.code == .keyFile, "\(error)")
+            #expect(error.message.contains("symbolic link") && error.message.contains(target) && !error.message.contains("errno"), "\(error)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: target), "no key was made through the link")
+    }
+
     @Test func aKeyFileOfTheWrongLengthSaysSo() throws {
         let folder = TempFolder()
         let secret = Key<String>("pin", default: "", security: .encrypted)

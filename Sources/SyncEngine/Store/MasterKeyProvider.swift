@@ -49,19 +49,18 @@ public struct KeyFileMasterKeyProvider: MasterKeyProvider {
     public func storeMasterKey(_ newKey: [UInt8]) throws -> [UInt8] {
         let temporary = path + ".tmp-\(UInt32.random(in: 0...UInt32.max))"
         let fd = Foundation.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else {
-            throw SyncError(.keyFile, "cannot create the key file \(path) (errno \(errno)); check the folder exists and is writable")
-        }
+        guard fd >= 0 else { throw Self.cannotCreate(path, errno) }
         defer { unlink(temporary) }
         let written = newKey.withUnsafeBytes { Foundation.write(fd, $0.baseAddress, $0.count) }
         let synced = written == newKey.count && fsync(fd) == 0
         let writeError = errno
         close(fd)
-        guard synced else { throw SyncError(.keyFile, "cannot write the key file \(path) (errno \(writeError))") }
+        guard synced else { throw SyncError(.keyFile, "cannot write the key file \(path): \(String(cString: strerror(writeError)))") }
         guard link(temporary, path) == 0 else {
+            let linkError = errno
             // Another process created it meanwhile: use that one.
-            if errno == EEXIST, let key = try AtRestCipher.loadKeyFile(path) { return key }
-            throw SyncError(.keyFile, "cannot create the key file \(path) (errno \(errno)); check the folder exists and is writable")
+            if linkError == EEXIST, let key = try AtRestCipher.loadKeyFile(path) { return key }
+            throw Self.cannotCreate(path, linkError)
         }
         let folder = Foundation.open((path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent,
                                      O_RDONLY | O_CLOEXEC)
@@ -70,6 +69,18 @@ public struct KeyFileMasterKeyProvider: MasterKeyProvider {
             close(folder)
         }
         return newKey
+    }
+
+    /// Why the key file could not be made at `path`, in words: a symbolic
+    /// link there (a key file is never made through one) is named as such.
+    private static func cannotCreate(_ path: String, _ code: Int32) -> SyncError {
+        var info = stat()
+        if lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFLNK {
+            let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: path)) ?? "a target it cannot read"
+            return SyncError(.keyFile, "cannot create the key file \(path): it is a symbolic link to \(target), which does not exist; "
+                                 + "a key file is never made through a link: remove the link, or point it at the store's key file")
+        }
+        return SyncError(.keyFile, "cannot create the key file \(path): \(String(cString: strerror(code))); check the folder exists and is writable")
     }
 }
 
