@@ -26,8 +26,9 @@ public protocol FrameConnection: Sendable {
     /// Sends one frame. Suspends while the outbound buffer is full
     /// (backpressure); throws a `TransportError` once the connection is closed.
     /// Over TCP, a frame beyond `TCPConfiguration.limits` (even once deflated)
-    /// throws `.oversizedFrame`: nothing is sent, the connection stays open;
-    /// a type outside `0x01...0xEF` throws `.protocolViolation`.
+    /// throws `.oversizedFrame`: nothing is sent, the connection stays open.
+    /// Over any connection (TCP and `InMemoryConnection`), a type outside
+    /// `0x01...0xEF` throws `.protocolViolation` the same way.
     func send(_ frame: Frame) async throws
 
     /// Closes the connection; `inbound` finishes. Safe to call more than once.

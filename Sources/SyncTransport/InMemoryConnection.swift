@@ -31,7 +31,11 @@ public final class InMemoryConnection: FrameConnection {
         return (a, b)
     }
 
+    /// Refuses a type outside `0x01...0xEF` as TCP does (`.protocolViolation`,
+    /// nothing delivered, the connection stays open): a test over this link
+    /// fails where TCP would.
     public func send(_ frame: Frame) async throws {
+        try Frame.checkApplicationType(frame.type)
         let closed = state.withLock { $0.closed }
         guard !closed, let peer = peerBox.withLock({ $0 }) else {
             throw TransportError(.closed, "the in-memory connection is closed")

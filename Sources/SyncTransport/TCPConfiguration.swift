@@ -29,8 +29,18 @@ public struct TCPConfiguration: Sendable {
     public var limits: FrameLimits
     /// How often an idle connection sends an encrypted heartbeat. Zero or
     /// less sends none (a peer's `deadPeerTimeout` then closes a connection
-    /// idle for that long).
-    public var heartbeatInterval: Duration
+    /// idle for that long). A positive interval below
+    /// `minimumHeartbeatInterval` (10 ms) is taken as it, so that a tiny one
+    /// (1 ns) does not send heartbeats back to back.
+    public var heartbeatInterval: Duration {
+        didSet { heartbeatInterval = Self.boundedHeartbeat(heartbeatInterval) }
+    }
+    /// The shortest positive `heartbeatInterval`: 10 ms.
+    public static let minimumHeartbeatInterval: Duration = .milliseconds(10)
+
+    private static func boundedHeartbeat(_ interval: Duration) -> Duration {
+        interval > .zero ? max(interval, minimumHeartbeatInterval) : interval
+    }
     /// A connection that hears nothing (not even a heartbeat) for this long
     /// while its reader waits closes with `.timeout`. Time the reader spends
     /// waiting for a slow consumer of `inbound` does not count. Zero or less:
@@ -119,7 +129,7 @@ public struct TCPConfiguration: Sendable {
     ) {
         self.secret = secret
         self.limits = limits
-        self.heartbeatInterval = heartbeatInterval
+        self.heartbeatInterval = Self.boundedHeartbeat(heartbeatInterval)
         self.deadPeerTimeout = deadPeerTimeout
         self.handshakeTimeout = handshakeTimeout
         self.maxPendingOutboundBytes = maxPendingOutboundBytes

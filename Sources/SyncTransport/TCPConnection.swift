@@ -86,13 +86,7 @@ final class TCPConnection: FrameConnection {
     var pendingOutboundBytes: Int { outboundQueue.usedCost }
 
     func send(_ frame: Frame) async throws {
-        guard frame.type != 0 else {
-            throw TransportError(.protocolViolation, "frame type 0x00 is not an application type; use 0x01...0xEF")
-        }
-        guard frame.type < Frame.firstReservedType else {
-            throw TransportError(
-                .protocolViolation, "frame type 0x\(hex(frame.type)) is reserved for the transport; use 0x01...0xEF")
-        }
+        try Frame.checkApplicationType(frame.type)
         if let failure = state.withLock({ $0.closing ? ($0.closeReason ?? TransportError(.closed, "the connection is closed")) : nil }) {
             throw TransportError(.closed, "the connection is closed (\(failure.code))")
         }

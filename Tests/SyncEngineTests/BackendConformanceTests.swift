@@ -293,6 +293,15 @@ extension BackendKind {
         store.close()
         let error = await #expect(throws: SyncError.self) { try await store.set(1, for: TestKeys.steps) }
         #expect(error?.code == .closed)
+        // Closed wins over what the commit itself would refuse the write for: an `InMemoryStore`
+        // said `unknown-key` and `write-not-allowed` here. (The typed API looks a key's
+        // declaration up before any commit: a key no registry declares is `unknown-key` there.)
+        let unknown = #expect(throws: SyncError.self) { try store.commit([BackendWrite(key: "nobody", bytes: Array("1".utf8))]) }
+        #expect(unknown?.code == .closed)
+        let notAllowed = await #expect(throws: SyncError.self) { try await store.set("blue", for: TestKeys.watchFace) }
+        #expect(notAllowed?.code == .closed)
+        let notAllowedRemoval = #expect(throws: SyncError.self) { try store.removeNow(TestKeys.watchFace) }
+        #expect(notAllowedRemoval?.code == .closed)
     }
 
     /// A key read with another declaration than the registered one

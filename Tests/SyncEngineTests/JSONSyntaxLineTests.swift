@@ -19,6 +19,23 @@ import Testing
         #expect(error.line == line, "\(error.message)")
     }
 
+    /// A lone surrogate escape was reported as Foundation says it ("unexpected
+    /// end of file during string parse", or "unable to convert hex escape
+    /// sequence"): the message names the escape now, with its line.
+    @Test func aLoneSurrogateEscapeIsNamed() throws {
+        for (text, escape, line) in [("{\n\"b\": \"\\ud800\"\n}", #"\ud800"#, 2), ("[\"ok\",\n\n\"\\uDC00\"]", #"\uDC00"#, 3),
+                                     ("\"\\ud83d\\ude00 \\ud83d\"", #"\ud83d"#, 1)] {
+            let error = try #require(JSONSyntaxError(validating: Data(text.utf8)), "\(text)")
+            #expect(error.message.contains("a lone UTF-16 surrogate \(escape) is not a character"), "\(text): \(error.message)")
+            #expect(error.line == line, "\(text): \(error.message)")
+        }
+        // Other errors, beside a pair, are reported as they are.
+        for text in ["[\"\\ud83d\\ude00\", 1e400]", "{\"a\": \"\\ud83d\\ude00\""] {
+            let other = try #require(JSONSyntaxError(validating: Data(text.utf8)), "\(text)")
+            #expect(!other.message.contains("surrogate"), "\(text): \(other.message)")
+        }
+    }
+
     @Test func numbersInsideStringsAreNotTakenForTheBadOne() throws {
         let error = try #require(JSONSyntaxError(validating: Data("{\n\"n\": \"1e400\",\n\"m\": 1e400\n}".utf8)))
         #expect(error.line == 3, "\(error.message)")

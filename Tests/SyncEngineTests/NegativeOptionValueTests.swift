@@ -38,4 +38,20 @@ import Testing
         let samples = Self.message(BenchCommand.self, ["sync", "--latency-samples", "-10"])
         #expect(samples?.contains("--latency-samples must be 10...1000000, not -10") == true, "\(samples ?? "accepted")")
     }
+
+    /// `fuzz --runs 9223372036854775807` without `--seed` said "--seed must
+    /// be at most 0 (Int64.max less --runs)": the user gave no seed, the
+    /// runs were too many. The message names `--runs` first then (still a
+    /// usage error); with `--seed` given, it names the seed as before.
+    @Test func tooManyRunsWithoutASeedNamesTheRuns() throws {
+        let folder = TempFolder()
+        let message = Self.message(FuzzCommand.self, ["--runs", "\(Int64.max)", "--out-dir", folder.path])
+        #expect(message?.contains("--runs \(Int64.max) leaves no seed") == true, "\(message ?? "accepted")")
+        #expect(message?.contains("--seed + --runs must stay within Int64.max") == true, "\(message ?? "accepted")")
+        #expect(message?.contains("--seed must be at most") == false, "\(message ?? "accepted")")
+        _ = try FuzzCommand.parse(["--runs", "\(Int64.max - 1)", "--out-dir", folder.path])
+        let seeded = Self.message(FuzzCommand.self, ["--runs", "\(Int64.max)", "--seed", "1", "--out-dir", folder.path])
+        #expect(seeded?.contains("--seed must be at most 0") == true, "\(seeded ?? "accepted")")
+        _ = try FuzzCommand.parse(["--runs", "\(Int64.max - 1)", "--seed", "1", "--out-dir", folder.path])
+    }
 }

@@ -38,4 +38,37 @@ import Testing
         phone.send(#"put a "{\"x\":1,\"x\":2} [1,]""#)
         #expect(try await phone.reply("put of a string")["ok"] as? Bool == true)
     }
+
+    /// `put a "\ud800"` was refused with Foundation's reason, "Unexpected end
+    /// of file", for a value that ends where it should. The reason names the
+    /// lone surrogate escape now; a pair is one character and is stored.
+    @Test func aLoneSurrogateEscapeIsNamedAsTheReason() async throws {
+        let folder = TempFolder()
+        let keys = folder.file("keys.json")
+        try Data(#"{"keys":[{"name":"a"}]}"#.utf8).write(to: URL(fileURLWithPath: keys))
+        let secretFile = folder.file("pair.secret")
+        try PairingSecret.generate().write(to: secretFile)
+        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
+                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
+        defer { phone.stop() }
+        try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
+        let refused = [
+            (#""\ud800""#, #"\ud800"#),
+            (#"{"x":"a\uD83Db"}"#, #"\uD83D"#),
+            (#"["\udc00"]"#, #"\udc00"#),
+            (#""\ud800\u0041""#, #"\ud800"#),
+        ]
+        for (value, escape) in refused {
+            phone.send("put a \(value)")
+            let reply = try await phone.reply("put a \(value)")
+            #expect(reply["ok"] as? Bool == false && reply["code"] as? String == "invalid-command", "\(value): \(reply)")
+            let error = reply["error"] as? String ?? ""
+            #expect(error.contains("a lone UTF-16 surrogate \(escape) is not a character"), "\(value): \(reply)")
+            #expect(!error.contains("end of file"), "\(value): \(reply)")
+        }
+        phone.send(#"put a "\ud83d\ude00""#)
+        #expect(try await phone.reply("put of a pair")["ok"] as? Bool == true)
+        phone.send("get a")
+        #expect(try await phone.reply("get")["value"] as? String == "\u{1F600}")
+    }
 }

@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Logging
 @_spi(Benchmarks) @_spi(Testing) @testable import SyncEngine
 import Testing
 
@@ -83,6 +84,58 @@ import Testing
         let files = try Self.fileBytes(directory)
         #expect(files.count == 1)
         #expect(!files.contains { $0.contains(subsequence: Array(marker.utf8)) }, "the plaintext stayed on disk")
+        store.close()
+    }
+
+    /// The same state, but the plaintext file cannot be read at that open (a
+    /// directory in its place, which root cannot read either). Before: the
+    /// check passed over it and marked itself done, so the file was never
+    /// checked again and its plaintext stayed on disk. Now the open logs a
+    /// warning, leaves the check unmarked, and the next open seals the file.
+    @Test func aPlaintextFileThatCannotBeReadIsCheckedAgainAtTheNextOpen() async throws {
+        let folder = TempFolder()
+        let directory = folder.file("blobs")
+        let marker = "PIN-\(UUID().uuidString)"
+        let before = try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([Self.plainPin]))
+        try await before.set(marker, for: Self.plainPin)
+        before.close()
+        var options = StoreOptions(encryption: .keyFile(path: folder.file("master.key")))
+        try Self.crashingAfterCommit(directory + "/values") {
+            try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([Self.sealedPin]), options: options).close()
+        }
+        for name in try FileManager.default.contentsOfDirectory(atPath: directory + "/values") where name.contains(".tmp-") {
+            try FileManager.default.removeItem(atPath: directory + "/values/" + name)
+        }
+        var db: OpaquePointer?
+        #expect(sqlite3_open(directory + "/metadata.sqlite", &db) == SQLITE_OK)
+        let sql = "DELETE FROM sync_meta WHERE name = '\(SyncStore.valueFilesResealedMeta)' OR name LIKE '\(ValueFiles.stagedMetaPrefix)%'"
+        #expect(sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK)
+        sqlite3_close(db)
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory + "/values")
+        #expect(names.count == 1)
+        let file = directory + "/values/" + (names.first ?? "")
+        let aside = folder.file("aside")
+        try FileManager.default.moveItem(atPath: file, toPath: aside)
+        try FileManager.default.createDirectory(atPath: file, withIntermediateDirectories: false)
+
+        let (lines, sink) = AsyncStream.makeStream(of: String.self)
+        options.logger = Logger(label: "test") { _ in StreamLogHandler(sink: sink, includesMetadata: true) }
+        let unreadable = try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([Self.sealedPin]), options: options)
+        #expect(try unreadable.syncStore.meta(SyncStore.valueFilesResealedMeta) == nil, "the check marked itself done though it skipped a file")
+        unreadable.close()
+        sink.finish()
+        var logged: [String] = []
+        for await line in lines { logged.append(line) }
+        #expect(logged.contains { $0.hasPrefix("warning") && $0.contains("next open") && $0.contains("count=1") }, "\(logged)")
+
+        // The file readable again: the next open checks it, seals it, and marks the check done.
+        try FileManager.default.removeItem(atPath: file)
+        try FileManager.default.moveItem(atPath: aside, toPath: file)
+        options.logger = SyncStore.disabledLogger
+        let store = try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([Self.sealedPin]), options: options)
+        #expect(try await store.get(Self.sealedPin) == marker)
+        #expect(!(try Self.fileBytes(directory)).contains { $0.contains(subsequence: Array(marker.utf8)) }, "the plaintext stayed on disk")
+        #expect(try store.syncStore.meta(SyncStore.valueFilesResealedMeta) != nil)
         store.close()
     }
 

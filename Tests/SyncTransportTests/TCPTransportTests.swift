@@ -72,9 +72,12 @@ import Testing
     /// Before: `send` took type 0x00 (the peer's reader would deliver it),
     /// though its refusal of the transport's types says the app's are
     /// 0x01...0xEF, as `Frame` and the wire format do. Now 0x00 is refused
-    /// with that message too, and the connection goes on.
-    @Test func typeZeroIsRefusedLikeTheTransportsTypes() async throws {
-        let (dialer, accepted, server) = try await connectedPair(.tcp)
+    /// with that message too, and the connection goes on. The in-memory
+    /// connection took every type (0x00 and 0xF0...0xFF too): a test over it
+    /// passed what TCP refuses. It refuses the same now, with the same error.
+    @Test(arguments: Link.allCases)
+    func typeZeroIsRefusedLikeTheTransportsTypes(over link: Link) async throws {
+        let (dialer, accepted, server) = try await connectedPair(link)
         for type: UInt8 in [0x00, 0xF0, 0xFF] {
             let error = await expectCode(.protocolViolation) { try await dialer.send(Frame(type: type, payload: [type])) }
             #expect(error?.message.contains("frame type 0x\(hex(type))") == true, "\(String(describing: error))")

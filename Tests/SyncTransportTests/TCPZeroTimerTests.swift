@@ -41,4 +41,25 @@ import Testing
         await accepted.close()
         await listener.close()
     }
+
+    /// Before: a positive interval of 1 ns was kept as it was, and the
+    /// connection sent heartbeats back to back (as zero did before it turned
+    /// them off). A positive interval below `minimumHeartbeatInterval`
+    /// (10 ms) is taken as it, given to `init` or set later; zero or less
+    /// stays as given (off), as does any larger interval.
+    @Test func aTinyPositiveHeartbeatIntervalIsTakenAsTheMinimum() {
+        let secret = PairingSecret.generate()
+        for tiny: Duration in [.nanoseconds(1), .microseconds(999), .milliseconds(9)] {
+            #expect(TCPConfiguration(secret: secret, heartbeatInterval: tiny).heartbeatInterval == .milliseconds(10), "\(tiny)")
+            var configuration = TCPConfiguration(secret: secret)
+            configuration.heartbeatInterval = tiny
+            #expect(configuration.heartbeatInterval == .milliseconds(10), "\(tiny)")
+        }
+        for kept: Duration in [.zero, .seconds(-1), .milliseconds(10), .milliseconds(11), .seconds(5)] {
+            #expect(TCPConfiguration(secret: secret, heartbeatInterval: kept).heartbeatInterval == kept, "\(kept)")
+            var configuration = TCPConfiguration(secret: secret)
+            configuration.heartbeatInterval = kept
+            #expect(configuration.heartbeatInterval == kept, "\(kept)")
+        }
+    }
 }

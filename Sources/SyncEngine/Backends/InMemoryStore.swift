@@ -19,6 +19,8 @@ public final class InMemoryStore: KeyValueBackend {
     private struct Stored {
         var entry: BackendEntry
         var changeSequence: Int64
+        /// The lane `SyncStore` files the change in (`SyncStore.lane(for:on:size:deleted:)`).
+        var lane: SyncLane
     }
 
     private struct State {
@@ -83,11 +85,21 @@ public final class InMemoryStore: KeyValueBackend {
                 s.cached.remove(key)
                 throw descriptor.legacySerializerMismatch(legacy: legacy, stored: old.encoding)
             }
-            let entry = BackendEntry(bytes: bytes, encoding: old.encoding, version: try clock.now())
+            // Both versions first: a clock that fails leaves both keys as they were (and the
+            // key's absence uncached), as `SyncStore`'s transaction does.
+            let versions: (HLCTimestamp, HLCTimestamp)
+            do {
+                versions = (try clock.now(), try clock.now())
+            } catch {
+                s.cached.remove(key)
+                throw error
+            }
+            let entry = BackendEntry(bytes: bytes, encoding: old.encoding, version: versions.0)
             s.sequence += 1
-            s.entries[key] = Stored(entry: entry, changeSequence: s.sequence)
+            s.entries[key] = Stored(entry: entry, changeSequence: s.sequence, lane: SyncStore.lane(for: descriptor, on: role, size: bytes.count, deleted: false))
             s.sequence += 1
-            s.entries[legacy] = Stored(entry: BackendEntry(bytes: nil, encoding: old.encoding, version: try clock.now()), changeSequence: s.sequence)
+            s.entries[legacy] = Stored(entry: BackendEntry(bytes: nil, encoding: old.encoding, version: versions.1), changeSequence: s.sequence,
+                                       lane: retiredLane(legacy))
             s.cached.remove(legacy)
             return entry
         }
@@ -103,40 +115,66 @@ public final class InMemoryStore: KeyValueBackend {
         }
     }
 
+    /// The lane of the tombstone that retires a legacy key's value: that of
+    /// its declaration when it is still declared (`SyncStore` keeps such a
+    /// tombstone so the removal replicates), else `none`.
+    private func retiredLane(_ legacy: String) -> SyncLane {
+        registry.descriptor(forEntry: legacy).map { SyncStore.lane(for: $0, on: role, size: 0, deleted: true) } ?? .none
+    }
+
+    /// Writes all of `writes` or none, as `SyncStore`'s transaction does: a
+    /// closed store throws `.closed` before any write is checked, and a clock
+    /// that fails partway (`clock-out-of-range`) leaves the store as it was.
     @discardableResult
     public func commit(_ writes: [BackendWrite]) throws -> [StoreChange] {
+        try state.withLock { try InMemoryStore.checkOpen($0) }
         let checked = try writes.map { write in
             (write, try registry.checkedWrite(write.key, bytes: write.bytes, role: role, maxValueSize: maxValueSize, known: write.descriptor))
         }
         let changes = try state.withLock { s -> [StoreChange] in
             try InMemoryStore.checkOpen(s)
+            // Staged apart, and applied only once every version was issued.
+            var staged: [String: Stored] = [:]
+            var cacheMoves: [(key: String, cached: Bool)] = []
+            var sequence = s.sequence
+            var skipped = 0
+            func stored(_ key: String) -> Stored? { staged[key] ?? s.entries[key] }
+            func stage(_ key: String, _ entry: BackendEntry, lane: SyncLane) {
+                sequence += 1
+                staged[key] = Stored(entry: entry, changeSequence: sequence, lane: lane)
+            }
             var changes: [StoreChange] = []
             var written = Set<String>()
             for (write, descriptor) in checked {
                 defer { written.insert(write.key) }
-                let current = s.entries[write.key]?.entry
+                let current = stored(write.key)?.entry
                 if let bytes = write.bytes, let existing = current?.bytes, existing == bytes {
-                    s.stats.skippedWrites += 1
+                    skipped += 1
                     continue
                 }
                 // A key with a legacy name and no entry of its own keeps the removal (else a read moves the legacy value in).
                 if write.bytes == nil && current?.bytes == nil && !(current == nil && descriptor.legacyName != nil) { continue }
                 let version = try clock.now()
-                s.sequence += 1
-                s.entries[write.key] = Stored(entry: BackendEntry(bytes: write.bytes, encoding: descriptor.encoding, version: version, decoded: write.decoded),
-                                              changeSequence: s.sequence)
-                if (write.bytes?.count ?? 0) <= maxCachedValueSize { s.cached.insert(write.key) } else { s.cached.remove(write.key) }
+                let size = write.bytes?.count ?? 0
+                stage(write.key, BackendEntry(bytes: write.bytes, encoding: descriptor.encoding, version: version, decoded: write.decoded),
+                      lane: SyncStore.lane(for: descriptor, on: role, size: size, deleted: write.bytes == nil))
+                cacheMoves.append((write.key, size <= maxCachedValueSize))
                 // A key that names this one as its legacy name and was read as absent: its next read moves this value.
                 if write.bytes != nil, let dependents = legacyDependents[write.key] {
-                    for dependent in dependents where s.entries[dependent] == nil { s.cached.remove(dependent) }
+                    for dependent in dependents where stored(dependent) == nil { cacheMoves.append((dependent, false)) }
                 }
                 // The key's first entry retires a value still under its legacy name, as `SyncStore` does.
-                if current == nil, let legacy = descriptor.legacyName, !written.contains(legacy), let old = s.entries[legacy]?.entry, old.bytes != nil {
-                    s.sequence += 1
-                    s.entries[legacy] = Stored(entry: BackendEntry(bytes: nil, encoding: old.encoding, version: try clock.now()), changeSequence: s.sequence)
-                    s.cached.remove(legacy)
+                if current == nil, let legacy = descriptor.legacyName, !written.contains(legacy), let old = stored(legacy)?.entry, old.bytes != nil {
+                    stage(legacy, BackendEntry(bytes: nil, encoding: old.encoding, version: try clock.now()), lane: retiredLane(legacy))
+                    cacheMoves.append((legacy, false))
                 }
                 changes.append(StoreChange(key: write.key, kind: write.bytes == nil ? .removed : .set, origin: .local, version: version))
+            }
+            s.entries.merge(staged) { _, new in new }
+            s.sequence = sequence
+            s.stats.skippedWrites += skipped
+            for move in cacheMoves {
+                if move.cached { s.cached.insert(move.key) } else { s.cached.remove(move.key) }
             }
             return changes
         }
@@ -144,13 +182,16 @@ public final class InMemoryStore: KeyValueBackend {
         return changes
     }
 
+    /// Every entry's metadata, ordered by key: its lane, and pending as in a
+    /// `SyncStore` that has no peer yet (this one never has one): a change in
+    /// a lane that sends, or waiting for `sync()` (`manual`), is pending.
     public func allEntryInfo() throws -> [EntryInfo] {
         try state.withLock { s in
             try InMemoryStore.checkOpen(s)
             return s.entries.sorted { $0.key < $1.key }.map { key, stored in
                 EntryInfo(key: key, encoding: stored.entry.encoding, version: stored.entry.version, isDeleted: stored.entry.bytes == nil,
-                          size: stored.entry.bytes?.count ?? 0, changeSequence: stored.changeSequence, lane: .none,
-                          isPending: false, isEncrypted: false)
+                          size: stored.entry.bytes?.count ?? 0, changeSequence: stored.changeSequence, lane: stored.lane,
+                          isPending: stored.lane.isSent || stored.lane == .manual, isEncrypted: false)
             }
         }
     }

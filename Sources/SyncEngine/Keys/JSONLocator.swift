@@ -169,6 +169,10 @@ package struct JSONSyntaxError: Equatable {
             }
         } catch {
             var text = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? "\(error)"
+            if let lone = JSONSyntaxError.loneSurrogate(explaining: text, in: data) {
+                (line, message) = (lone.line, lone.message)
+                return
+            }
             line = 0
             // "Invalid value around character 19." — a 0-based byte offset.
             if let range = text.range(of: " around character ") {
@@ -182,6 +186,53 @@ package struct JSONSyntaxError: Equatable {
             if data.allSatisfy({ [0x20, 0x09, 0x0A, 0x0D].contains($0) }) { text = "the file is empty" }
             message = text.prefix(1).lowercased() + text.dropFirst()
         }
+    }
+
+    /// A clear reason for Foundation's refusal of `data` when it is a lone
+    /// surrogate escape, which Foundation reports as an early end ("Unexpected
+    /// end of file during string parse", even "during JSON parse") or as a
+    /// hex escape it cannot convert: the escape, and the line of its string.
+    /// Nil for any other refusal (a number out of range before it stays that).
+    package static func loneSurrogate(explaining foundationText: String, in data: Data) -> (message: String, line: Int)? {
+        let text = foundationText.lowercased()
+        guard text.contains("surrogate") || text.contains("end of file") || text.contains("hex escape"),
+              let lone = loneSurrogate(in: data) else { return nil }
+        return ("a lone UTF-16 surrogate \(lone.escape) is not a character; write one past U+FFFF as a pair (\\ud83d\\ude00) or as itself", lone.line)
+    }
+
+    /// The first `\u` escape of a UTF-16 surrogate that is not half of a
+    /// pair (a high one not followed at once by a low one, or a low one with
+    /// no high one before it), as written, and the line its string starts on.
+    static func loneSurrogate(in data: Data) -> (escape: String, line: Int)? {
+        let bytes = [UInt8](data)
+        func unit(at i: Int) -> Int? {
+            guard i + 6 <= bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u"),
+                  bytes[(i + 2)..<(i + 6)].allSatisfy({ $0 < 0x80 && Character(Unicode.Scalar($0)).isHexDigit }) else { return nil }
+            return Int(String(decoding: bytes[(i + 2)..<(i + 6)], as: UTF8.self), radix: 16)
+        }
+        var line = 1, start = 1, index = 0, inString = false
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\n") { line += 1 }
+            if byte == UInt8(ascii: "\"") {
+                inString.toggle()
+                start = line
+            } else if inString, byte == UInt8(ascii: "\\") {
+                guard let high = unit(at: index) else {
+                    index += 2
+                    continue
+                }
+                if (0xD800...0xDBFF).contains(high), let low = unit(at: index + 6), (0xDC00...0xDFFF).contains(low) {
+                    index += 12
+                    continue
+                }
+                if (0xD800...0xDFFF).contains(high) { return (String(decoding: bytes[index..<(index + 6)], as: UTF8.self), start) }
+                index += 6
+                continue
+            }
+            index += 1
+        }
+        return nil
     }
 
     /// What UTF-16 or UTF-32 `data` looks like, from its byte order mark or

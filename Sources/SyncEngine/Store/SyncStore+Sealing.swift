@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SyncTransport
 
 extension SyncStore {
     /// At open: seals the values kept in plaintext of keys the registry
@@ -134,16 +135,31 @@ extension SyncStore {
     /// seal's commit and the rename left such a file: the value read as
     /// damaged and its plaintext stayed on disk. Such a file passes its
     /// checksum with the plaintext's size, where a sealed one is longer.
+    ///
+    /// A file that is there but cannot be read (no permission, a directory
+    /// in its place) is not checked: the check is then not marked done, so
+    /// the next open checks again, and a warning says how many were left.
+    /// (A missing file holds no plaintext; a damaged one is a write's to replace.)
     private func resealPlaintextValueFiles(_ cipher: AtRestCipher) throws {
         guard let files = valueStorage as? ValueFiles, try meta(SyncStore.valueFilesResealedMeta) == nil else { return }
+        // Each file left unchecked: its path (a digest of the key) and why.
+        var unchecked: [String] = []
         let candidates = try database.read { conn -> [(key: String, version: HLCTimestamp)] in
             let rows = try conn.statement("SELECT key, ver, node, size FROM entries WHERE encrypted = 1 AND in_file = 1 AND deleted = 0")
             var found: [(key: String, version: HLCTimestamp)] = []
             while try rows.step() {
                 let version = HLCTimestamp(packed: rows.int64(1), node: UInt32(truncatingIfNeeded: rows.int64(2)))
                 let size = rows.int64(3)
+                let path = files.path(key: rows.string(0), version: version)
                 var info = stat()
-                guard stat(files.path(key: rows.string(0), version: version), &info) == 0 else { continue }
+                guard stat(path, &info) == 0 else {
+                    if errno != ENOENT { unchecked.append("\(path): \(FileWrite.describe(errno))") }
+                    continue
+                }
+                guard info.st_mode & S_IFMT == S_IFREG else {
+                    unchecked.append("\(path): not a regular file")
+                    continue
+                }
                 // The plaintext's size, with its trailer or (written before trailers) without.
                 if Int64(info.st_size) == size + Int64(ValueFiles.trailerSize) || Int64(info.st_size) == size {
                     found.append((rows.string(0), version))
@@ -160,18 +176,32 @@ extension SyncStore {
                 row.bind(1, candidate.key)
                 row.bind(2, candidate.version.packed)
                 row.bind(3, Int64(candidate.version.node))
-                guard try row.step(), let bytes = try? files.read(key: candidate.key, version: candidate.version),
-                      Int64(bytes.count) == row.int64(0), (try? cipher.open(bytes, keyName: candidate.key)) == nil else { continue }
+                guard try row.step() else { continue }
+                let bytes: [UInt8]
+                do {
+                    bytes = try files.read(key: candidate.key, version: candidate.version)
+                } catch let error as SyncError where error.code == .valueFileUnreadable {
+                    // Its path, never the message (which names the key).
+                    unchecked.append("\(files.path(key: candidate.key, version: candidate.version)): cannot be read")
+                    continue
+                } catch {
+                    continue
+                }
+                guard Int64(bytes.count) == row.int64(0), (try? cipher.open(bytes, keyName: candidate.key)) == nil else { continue }
                 _ = try valueStorage.place(try cipher.seal(bytes, keyName: candidate.key), deleted: false, key: candidate.key,
                                            version: candidate.version, in: conn)
                 count += 1
             }
             row.reset()
-            try SyncStore.writeMeta(conn, SyncStore.valueFilesResealedMeta, "1")
+            if unchecked.isEmpty { try SyncStore.writeMeta(conn, SyncStore.valueFilesResealedMeta, "1") }
             return count
         }
         if resealed > 0 {
             logger.notice("sealed again value files that held the plaintext of sealed values", metadata: ["count": "\(resealed)"])
+        }
+        if let first = unchecked.first {
+            logger.warning("value files of sealed values that could not be read were not checked for plaintext; they are checked again at the next open",
+                           metadata: ["count": "\(unchecked.count)", "first": "\(first)"])
         }
     }
 

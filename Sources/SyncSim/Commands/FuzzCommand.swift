@@ -10,7 +10,8 @@ public struct FuzzCommand: AsyncParsableCommand {
         discussion: "Run i uses seed S+i. On failure writes fuzz-failure-<seed>.json and a shrunk fuzz-failure-<seed>-min.json.")
 
     @Option(parsing: .unconditional, help: "How many scenarios.") var runs: Int = 100
-    @Option(parsing: .unconditional, help: "The first seed.") var seed: UInt64 = 1
+    /// Nil when not given (`firstSeed` is then 1): the limit's message names `--runs` then.
+    @Option(parsing: .unconditional, help: "The first seed (default: 1).") var seed: UInt64?
     @Option(parsing: .unconditional, help: "Steps per scenario.") var ops: Int = 50
     @Option(help: "Where failure files go.") var outDir: String = "."
     @Option(parsing: .unconditional, help: "The most watches per scenario (1...3); each scenario gets 1 to this many.") var watches: Int = Scenario.maxWatches
@@ -36,7 +37,14 @@ public struct FuzzCommand: AsyncParsableCommand {
         guard (1...10_000).contains(ops) else { throw ValidationError("--ops must be in 1...10000") }
         guard (1...Scenario.maxWatches).contains(watches) else { throw ValidationError("--watches must be in 1...\(Scenario.maxWatches)") }
         // A failure's file must replay: scenario seeds are at most Int64.max.
-        guard seed <= UInt64(Int64.max) - UInt64(runs) else { throw ValidationError("--seed must be at most \(UInt64(Int64.max) - UInt64(runs)) (Int64.max less --runs)") }
+        guard firstSeed <= UInt64(Int64.max) - UInt64(runs) else {
+            guard seed != nil else {
+                // No seed given: the runs are too many for the default one.
+                throw ValidationError("--runs \(runs) leaves no seed: --seed + --runs must stay within Int64.max (\(Int64.max)); "
+                                      + "with the default --seed \(firstSeed), --runs must be at most \(UInt64(Int64.max) - firstSeed)")
+            }
+            throw ValidationError("--seed must be at most \(UInt64(Int64.max) - UInt64(runs)) (Int64.max less --runs)")
+        }
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: outDir, isDirectory: &isDirectory), isDirectory.boolValue,
               FileManager.default.isWritableFile(atPath: outDir) else {
@@ -45,9 +53,12 @@ public struct FuzzCommand: AsyncParsableCommand {
         _ = try Simulation.options(injecting: injectFault)
     }
 
+    /// The seed of the first run: `--seed`, or 1.
+    var firstSeed: UInt64 { seed ?? 1 }
+
     public func run() async throws {
         let faults = try Simulation.options(injecting: injectFault)
-        var fuzzer = Fuzzer(runs: runs, seed: seed, ops: ops, options: faults)
+        var fuzzer = Fuzzer(runs: runs, seed: firstSeed, ops: ops, options: faults)
         fuzzer.outDir = outDir
         fuzzer.maxWatches = watches
         fuzzer.powerCuts = !noPowerCuts
@@ -70,7 +81,7 @@ public struct FuzzCommand: AsyncParsableCommand {
         let rate = Double(completed) / seconds
         guard let failure else {
             let over = transport == .sim ? "" : " over \(transport.rawValue)"
-            print("\(completed) scenarios passed\(over) (seeds \(seed)...\(fuzzer.runSeed(runs - 1)), \(ops) ops each) in \(String(format: "%.1f", seconds)) s: \(String(format: "%.1f", rate)) scenarios/second")
+            print("\(completed) scenarios passed\(over) (seeds \(firstSeed)...\(fuzzer.runSeed(runs - 1)), \(ops) ops each) in \(String(format: "%.1f", seconds)) s: \(String(format: "%.1f", rate)) scenarios/second")
             return
         }
         let path = "\(outDir)/fuzz-failure-\(failure.seed).json"

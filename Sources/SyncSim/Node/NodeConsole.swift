@@ -102,8 +102,11 @@ struct NodeConsole {
                 do {
                     object = try JSONSerialization.jsonObject(with: Data(parts[2].utf8), options: [.fragmentsAllowed])
                 } catch {
-                    // The parser's own reason, when it gives one ("Too many nested arrays or dictionaries …").
-                    let reason = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String).map { ": \($0)" } ?? ""
+                    // The parser's own reason, when it gives one ("Too many nested arrays or dictionaries …"),
+                    // but for a lone surrogate escape, which it reports as an early end of the text.
+                    let text = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String
+                    let reason = JSONSyntaxError.loneSurrogate(explaining: text ?? "", in: Data(parts[2].utf8)).map { ": \($0.message)" }
+                        ?? text.map { ": \($0)" } ?? ""
                     return Self.invalid("put takes KEY and a JSON value (1234, \"text\", {\"a\":1}); '\(parts[2].prefix(40))' is not JSON\(reason)")
                 }
                 // What Foundation lets through and a scenario refuses: a member given twice (one dropped) or a trailing comma.
