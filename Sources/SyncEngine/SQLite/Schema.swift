@@ -266,13 +266,20 @@ enum Schema {
         """,
     ]
 
+    /// Throws `.schemaTooNew` for a store a newer build made; reads only, so
+    /// `Database` calls it before it writes anything (that build's file stays as it was).
+    static func refuseNewer(_ conn: SQLiteConnection) throws {
+        let version = Int(try conn.integer("PRAGMA user_version"))
+        if version > currentVersion {
+            throw SyncError(.schemaTooNew, "the store at \(conn.path) has schema version \(version), newer than this SyncEngine understands (\(currentVersion)); it was left untouched — update the app")
+        }
+    }
+
     /// Brings the schema to `currentVersion` and marks the file with
     /// `applicationID` (a store made before the id gets it here), in one transaction.
     static func migrate(_ conn: SQLiteConnection) throws {
+        try refuseNewer(conn)
         let version = Int(try conn.integer("PRAGMA user_version"))
-        if version > currentVersion {
-            throw SyncError(.schemaTooNew, "the store at \(conn.path) has schema version \(version), newer than this SyncEngine understands (\(currentVersion)); update the app")
-        }
         // The header's schema number damaged: below any version, or 0 in a file that holds a store's tables.
         let holdsTables = version == 0 ? try conn.integer("SELECT count(*) FROM sqlite_master WHERE name = 'entries'") > 0 : false
         if version < 0 || holdsTables {
