@@ -75,6 +75,12 @@ final class Database: Sendable {
         try conn.execute("PRAGMA journal_size_limit=\(Database.walSizeLimit)")
         try conn.execute("PRAGMA foreign_keys=ON")
         try Schema.migrate(conn)
+        do {
+            try Schema.checkShape(conn)
+        } catch {
+            conn.setCheckpointOnClose(false)
+            throw error
+        }
         self.path = path
         corruption = conn.corruption
         syncsDurableWrites = options.durability != .full && options.syncsBeforeAcknowledging

@@ -275,6 +275,42 @@ enum Schema {
         }
     }
 
+    /// Every table of the current schema with its columns, as the migrations make them.
+    static let expectedColumns: [String: Set<String>] = {
+        guard let conn = try? SQLiteConnection(path: ":memory:") else { return [:] }
+        defer { conn.close() }
+        guard (try? migrations.forEach { try conn.execute($0) }) != nil else { return [:] }
+        return (try? columns(conn)) ?? [:]
+    }()
+
+    private static func columns(_ conn: SQLiteConnection) throws -> [String: Set<String>] {
+        let stmt = try conn.statement(
+            "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")
+        defer { stmt.reset() }
+        var tables: [String: Set<String>] = [:]
+        while try stmt.step() { tables[stmt.string(0), default: []].insert(stmt.string(1)) }
+        return tables
+    }
+
+    /// Throws `.databaseCorrupt`, naming what is missing, for a migrated store
+    /// that lacks a table or a column of the current schema (every statement
+    /// on it would fail with SQLite's "no such column"). Reads only.
+    static func checkShape(_ conn: SQLiteConnection) throws {
+        let found = try columns(conn)
+        for (table, columns) in expectedColumns.sorted(by: { $0.key < $1.key }) {
+            guard let present = found[table] else {
+                throw damagedShape(conn.path, "its table \(table) is missing")
+            }
+            if let column = columns.subtracting(present).sorted().first {
+                throw damagedShape(conn.path, "its table \(table) has no column \(column)")
+            }
+        }
+    }
+
+    private static func damagedShape(_ path: String, _ what: String) -> SyncError {
+        SyncError(.databaseCorrupt, "the store at \(path) is damaged: \(what); it was left untouched — restore a backup or move the file aside and open a new store")
+    }
+
     /// Brings the schema to `currentVersion` and marks the file with
     /// `applicationID` (a store made before the id gets it here), in one transaction.
     static func migrate(_ conn: SQLiteConnection) throws {
