@@ -207,7 +207,10 @@ final class Database: Sendable {
     }
 
     private static func foreignFile(_ path: String, id: UInt32) -> SyncError {
-        SyncError(.notADatabase, "the file at \(path) is a SQLite database of another program (application_id 0x\(String(id, radix: 16))), not a SyncEngine store; it was left untouched — open another path")
+        // SQLite reads a log beside the file over its pages: a `-wal` copied from another database shows that one.
+        let log = fileSize(path + "-wal") > 0
+            ? " (or, if the file alone is a store, move aside its log \(path)-wal, which may be another database's)" : ""
+        return SyncError(.notADatabase, "the file at \(path) is a SQLite database of another program (application_id 0x\(String(id, radix: 16))), not a SyncEngine store; it was left untouched — open another path\(log)")
     }
 
     /// `PRAGMA quick_check`: reads every page; a damaged file throws `.databaseCorrupt`.
