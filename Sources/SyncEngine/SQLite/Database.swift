@@ -63,6 +63,8 @@ final class Database: Sendable {
         // The first read: SQLITE_NOTADB gives `.notADatabase`, SQLITE_CORRUPT `.databaseCorrupt` (`SQLiteConnection.error`).
         _ = try conn.integer("SELECT count(*) FROM sqlite_master")
         try Database.checkOwnership(conn)
+        // A newer build's store is refused before anything here writes (the switch to WAL, a checkpoint at close).
+        try Schema.refuseNewer(conn)
         if let limit = options.quickCheckMaxBytes, Database.fileSize(path) + Database.fileSize(path + "-wal") <= Int64(limit) {
             try Database.quickCheck(conn)
         }
@@ -73,6 +75,12 @@ final class Database: Sendable {
         try conn.execute("PRAGMA journal_size_limit=\(Database.walSizeLimit)")
         try conn.execute("PRAGMA foreign_keys=ON")
         try Schema.migrate(conn)
+        do {
+            try Schema.checkShape(conn)
+        } catch {
+            conn.setCheckpointOnClose(false)
+            throw error
+        }
         self.path = path
         corruption = conn.corruption
         syncsDurableWrites = options.durability != .full && options.syncsBeforeAcknowledging
@@ -185,15 +193,24 @@ final class Database: Sendable {
         if id == 0 {
             let version = try conn.integer("PRAGMA user_version")
             let objects = try conn.integer("SELECT count(*) FROM sqlite_master")
-            let hasMeta = try conn.integer("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'sync_meta'") > 0
             if objects == 0 && version == 0 { return }   // new or empty
-            if hasMeta && version >= 1 { return }         // ours, from before the id
+            // Ours, from before the id: our tables with their first columns (another program's
+            // `sync_meta` and a schema version of its own is not enough: migrating it fails, and writes).
+            let shape = try conn.integer("""
+                SELECT (SELECT count(*) FROM pragma_table_info('sync_meta') WHERE name IN ('name', 'value'))
+                     + (SELECT count(*) FROM pragma_table_info('entries') WHERE name IN ('key', 'value', 'encoding', 'ver', 'node'))
+                     + (SELECT count(*) FROM pragma_table_info('sync_peers') WHERE name IN ('peer_node', 'acked_through'))
+                """)
+            if shape == 9 && version >= 1 { return }
         }
         throw foreignFile(conn.path, id: UInt32(truncatingIfNeeded: id))
     }
 
     private static func foreignFile(_ path: String, id: UInt32) -> SyncError {
-        SyncError(.notADatabase, "the file at \(path) is a SQLite database of another program (application_id 0x\(String(id, radix: 16))), not a SyncEngine store; it was left untouched — open another path")
+        // SQLite reads a log beside the file over its pages: a `-wal` copied from another database shows that one.
+        let log = fileSize(path + "-wal") > 0
+            ? " (or, if the file alone is a store, move aside its log \(path)-wal, which may be another database's)" : ""
+        return SyncError(.notADatabase, "the file at \(path) is a SQLite database of another program (application_id 0x\(String(id, radix: 16))), not a SyncEngine store; it was left untouched — open another path\(log)")
     }
 
     /// `PRAGMA quick_check`: reads every page; a damaged file throws `.databaseCorrupt`.

@@ -151,6 +151,10 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
         if primary == SQLITE_NOTADB {
             return SyncError(.notADatabase, "the file at \(path) is not a valid SyncEngine store (\(message)); it was left untouched — move it aside or open another path")
         }
+        if primary == SQLITE_READONLY || primary == SQLITE_CANTOPEN {
+            // A file the app may not write, or a folder where SQLite cannot make the log beside it.
+            return SyncError(.database, "SQLite \(context) failed: \(message) (code \(rc)): the store at \(path) or its log (-wal, -shm) beside it cannot be written; make the file and its folder writable")
+        }
         return SyncError(.database, "SQLite \(context) failed: \(message) (code \(rc))")
     }
 }

@@ -266,13 +266,56 @@ enum Schema {
         """,
     ]
 
+    /// Throws `.schemaTooNew` for a store a newer build made; reads only, so
+    /// `Database` calls it before it writes anything (that build's file stays as it was).
+    static func refuseNewer(_ conn: SQLiteConnection) throws {
+        let version = Int(try conn.integer("PRAGMA user_version"))
+        if version > currentVersion {
+            throw SyncError(.schemaTooNew, "the store at \(conn.path) has schema version \(version), newer than this SyncEngine understands (\(currentVersion)); it was left untouched — update the app")
+        }
+    }
+
+    /// Every table of the current schema with its columns, as the migrations make them.
+    static let expectedColumns: [String: Set<String>] = {
+        guard let conn = try? SQLiteConnection(path: ":memory:") else { return [:] }
+        defer { conn.close() }
+        guard (try? migrations.forEach { try conn.execute($0) }) != nil else { return [:] }
+        return (try? columns(conn)) ?? [:]
+    }()
+
+    private static func columns(_ conn: SQLiteConnection) throws -> [String: Set<String>] {
+        let stmt = try conn.statement(
+            "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")
+        defer { stmt.reset() }
+        var tables: [String: Set<String>] = [:]
+        while try stmt.step() { tables[stmt.string(0), default: []].insert(stmt.string(1)) }
+        return tables
+    }
+
+    /// Throws `.databaseCorrupt`, naming what is missing, for a migrated store
+    /// that lacks a table or a column of the current schema (every statement
+    /// on it would fail with SQLite's "no such column"). Reads only.
+    static func checkShape(_ conn: SQLiteConnection) throws {
+        let found = try columns(conn)
+        for (table, columns) in expectedColumns.sorted(by: { $0.key < $1.key }) {
+            guard let present = found[table] else {
+                throw damagedShape(conn.path, "its table \(table) is missing")
+            }
+            if let column = columns.subtracting(present).sorted().first {
+                throw damagedShape(conn.path, "its table \(table) has no column \(column)")
+            }
+        }
+    }
+
+    private static func damagedShape(_ path: String, _ what: String) -> SyncError {
+        SyncError(.databaseCorrupt, "the store at \(path) is damaged: \(what); it was left untouched — restore a backup or move the file aside and open a new store")
+    }
+
     /// Brings the schema to `currentVersion` and marks the file with
     /// `applicationID` (a store made before the id gets it here), in one transaction.
     static func migrate(_ conn: SQLiteConnection) throws {
+        try refuseNewer(conn)
         let version = Int(try conn.integer("PRAGMA user_version"))
-        if version > currentVersion {
-            throw SyncError(.schemaTooNew, "the store at \(conn.path) has schema version \(version), newer than this SyncEngine understands (\(currentVersion)); update the app")
-        }
         // The header's schema number damaged: below any version, or 0 in a file that holds a store's tables.
         let holdsTables = version == 0 ? try conn.integer("SELECT count(*) FROM sqlite_master WHERE name = 'entries'") > 0 : false
         if version < 0 || holdsTables {
