@@ -2,10 +2,11 @@ import Foundation
 import SyncTransport
 import Testing
 
-/// Where the `syncsim node` quit tests start: a folder with
-/// `NodeMultiPairingTests.keys` and a new pairing secret, and a phone node
-/// listening on a free port of 127.0.0.1. Stop `phone` when done (it keeps
-/// the folder alive until then).
+/// Where the `syncsim node` quit and input tests start: a folder with
+/// `keys` (by default `NodeMultiPairingTests.keys`) and a new pairing secret,
+/// and a phone node listening on a free port of 127.0.0.1, given
+/// `extraArguments` too. Stop `phone` when done (it keeps the folder alive
+/// until then).
 struct ListeningPhoneNode {
     let folder = TempFolder()
     let keys: String
@@ -13,13 +14,13 @@ struct ListeningPhoneNode {
     let phone: NodeProcess
     let port: Int
 
-    init() async throws {
+    init(keys declared: String = NodeMultiPairingTests.keys, extraArguments: [String] = []) async throws {
         keys = folder.file("keys.json")
-        try Data(NodeMultiPairingTests.keys.utf8).write(to: URL(fileURLWithPath: keys))
+        try Data(declared.utf8).write(to: URL(fileURLWithPath: keys))
         secretFile = folder.file("pair.secret")
         try PairingSecret.generate().write(to: secretFile)
         let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
-                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
+                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"] + extraArguments)
         do {
             let listening = try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
             port = try #require(listening["port"] as? Int)

@@ -10,15 +10,9 @@ import Testing
 /// its newline without being kept and answered once; the node goes on.
 @Suite struct NodeLongLineTests {
     @Test func aLinePastTheLimitIsAnsweredOnceAndSkipped() async throws {
-        let folder = TempFolder()
-        let keys = folder.file("keys.json")
-        try Data(#"{"keys":[{"name":"a"}]}"#.utf8).write(to: URL(fileURLWithPath: keys))
-        let secretFile = folder.file("pair.secret")
-        try PairingSecret.generate().write(to: secretFile)
-        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
-                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0", "--line-limit", "1024"])
+        let setup = try await ListeningPhoneNode(keys: #"{"keys":[{"name":"a"}]}"#, extraArguments: ["--line-limit", "1024"])
+        let phone = setup.phone
         defer { phone.stop() }
-        try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
         phone.send("put a \"" + String(repeating: "x", count: 200_000) + "\"")
         let reply = try await phone.reply("the long put")
         #expect(reply["ok"] as? Bool == false && reply["code"] as? String == "invalid-command", "\(reply)")

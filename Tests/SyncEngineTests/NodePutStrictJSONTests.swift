@@ -9,15 +9,9 @@ import Testing
 /// stores nothing.
 @Suite struct NodePutStrictJSONTests {
     @Test func aRepeatedMemberOrATrailingCommaIsRefused() async throws {
-        let folder = TempFolder()
-        let keys = folder.file("keys.json")
-        try Data(#"{"keys":[{"name":"a"}]}"#.utf8).write(to: URL(fileURLWithPath: keys))
-        let secretFile = folder.file("pair.secret")
-        try PairingSecret.generate().write(to: secretFile)
-        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
-                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
+        let setup = try await ListeningPhoneNode(keys: #"{"keys":[{"name":"a"}]}"#)
+        let phone = setup.phone
         defer { phone.stop() }
-        try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
         phone.send(#"put a {"kept":true}"#)
         #expect(try await phone.reply("put")["ok"] as? Bool == true)
         let refused = [
@@ -43,15 +37,9 @@ import Testing
     /// of file", for a value that ends where it should. The reason names the
     /// lone surrogate escape now; a pair is one character and is stored.
     @Test func aLoneSurrogateEscapeIsNamedAsTheReason() async throws {
-        let folder = TempFolder()
-        let keys = folder.file("keys.json")
-        try Data(#"{"keys":[{"name":"a"}]}"#.utf8).write(to: URL(fileURLWithPath: keys))
-        let secretFile = folder.file("pair.secret")
-        try PairingSecret.generate().write(to: secretFile)
-        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
-                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
+        let setup = try await ListeningPhoneNode(keys: #"{"keys":[{"name":"a"}]}"#)
+        let phone = setup.phone
         defer { phone.stop() }
-        try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
         let refused = [
             (#""\ud800""#, #"\ud800"#),
             (#"{"x":"a\uD83Db"}"#, #"\uD83D"#),

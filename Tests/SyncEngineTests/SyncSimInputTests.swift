@@ -9,15 +9,9 @@ import Testing
 @Suite struct SyncSimInputTests {
     /// `wait-idle inf` (or 1e300) trapped converting seconds to milliseconds.
     @Test func waitIdleRefusesNumbersPastAYear() async throws {
-        let folder = TempFolder()
-        let keys = folder.file("keys.json")
-        try Data(#"{"keys":[{"name":"a"}]}"#.utf8).write(to: URL(fileURLWithPath: keys))
-        let secretFile = folder.file("pair.secret")
-        try PairingSecret.generate().write(to: secretFile)
-        let phone = try NodeProcess(["--role", "phone", "--db", folder.file("phone.sqlite"), "--keys", keys,
-                                     "--secret-file", secretFile, "--listen", "127.0.0.1:0"])
+        let setup = try await ListeningPhoneNode(keys: #"{"keys":[{"name":"a"}]}"#)
+        let phone = setup.phone
         defer { phone.stop() }
-        try await phone.next("the phone node to listen") { $0["event"] as? String == "listening" }
         for bad in ["inf", "1e300", "-1", "9e15"] {
             phone.send("wait-idle \(bad)")
             let reply = try await phone.reply("wait-idle \(bad)")
