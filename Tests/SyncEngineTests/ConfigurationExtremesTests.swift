@@ -87,7 +87,7 @@ private func syncOnce(config: ReplicationConfiguration, lossy: Bool = false, tic
 
     /// `waitUntilIdle(timeout: .seconds(Int64.max))` ("wait until idle, the
     /// store closes or I cancel") trapped in the standard library's
-    /// `Task.sleep` ("Not enough bits"); so did `idleBlockers(within:)`.
+    /// task sleep ("Not enough bits"); so did `idleBlockers(within:)`.
     @Test func waitingUntilIdleWithTheLargestTimeoutReturnsOnceIdle() async {
         await #expect(processExitsWith: .success) {
             let pair = try Pair()
@@ -178,7 +178,7 @@ private func syncOnce(config: ReplicationConfiguration, lossy: Bool = false, tic
             options.externalLookWillWait = { wait.yield($0) }
             let store = try SyncStore(path: folder.file("s.sqlite"), role: .phone, registry: try KeyRegistry([TestKeys.steps]), options: options)
             try await store.set(1, for: TestKeys.steps)
-            // Told just before the timer's first `Task.sleep`: the trap came at its start. The wait
+            // Told just before the timer's first wait begins: the trap came at its start. The wait
             // told is the one slept, so a timer that would trap fails here even if the process ends first.
             let firstWait = try await first(of: waits, "the timer's first wait")
             guard firstWait == .longestSleep else { throw WaitFailed(description: "the timer's first wait is \(firstWait)") }

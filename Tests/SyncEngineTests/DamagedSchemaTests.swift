@@ -17,11 +17,7 @@ import Testing
         let folder = TempFolder()
         let path = folder.file("s.sqlite")
         let options = StoreOptions(encryption: .keyFile(path: folder.file("k")))
-        do {
-            let store = try SyncStore(path: path, role: .phone, registry: try TestKeys.registry(), options: options)
-            try await store.set(3, for: TestKeys.steps)
-            store.close()
-        }
+        try await closedStoreWithOneValue(at: path, options: options)
         try rawSQL(path, damage)
         let before = try Data(contentsOf: URL(fileURLWithPath: path))
         #expect {

@@ -12,11 +12,7 @@ import Testing
         let folder = TempFolder()
         let path = folder.file("s.sqlite")
         let options = StoreOptions(encryption: .keyFile(path: folder.file("k")))
-        do {
-            let store = try SyncStore(path: path, role: .phone, registry: try TestKeys.registry(), options: options)
-            try await store.set(3, for: TestKeys.steps)
-            store.close()
-        }
+        try await closedStoreWithOneValue(at: path, options: options)
         // Another database's log, its commit never checkpointed.
         let other = TempFolder()
         var handle: OpaquePointer?

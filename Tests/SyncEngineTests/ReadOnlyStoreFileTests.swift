@@ -27,11 +27,7 @@ struct ReadOnlyStoreFileTests {
         let folder = TempFolder()
         let path = folder.file("s.sqlite")
         let options = StoreOptions(encryption: .keyFile(path: folder.file("k")))
-        do {
-            let store = try SyncStore(path: path, role: .phone, registry: try TestKeys.registry(), options: options)
-            try await store.set(3, for: TestKeys.steps)
-            store.close()
-        }
+        try await closedStoreWithOneValue(at: path, options: options)
         let target = folderReadOnly ? folder.path : path
         try #require(makeUnwritable(target, true, folder: folderReadOnly))
         defer { _ = makeUnwritable(target, false, folder: folderReadOnly) }

@@ -37,6 +37,14 @@ func rawSQL(_ path: String, _ sql: String) throws {
     guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else { throw SyncError(.database, String(cString: sqlite3_errmsg(db))) }
 }
 
+/// A phone store at `path` (keys of `TestKeys`, opened with `options`)
+/// holding steps = 3, closed: the file a test then damages or locks.
+func closedStoreWithOneValue(at path: String, options: StoreOptions) async throws {
+    let store = try SyncStore(path: path, role: .phone, registry: try TestKeys.registry(), options: options)
+    try await store.set(3, for: TestKeys.steps)
+    store.close()
+}
+
 /// Raises this process's soft limit of open files to its hard limit, once
 /// (as the Go runtime does at start): Swift Testing runs the whole suite at
 /// once, and its peak, about 1,100 descriptors (stores, sockets, pipes of

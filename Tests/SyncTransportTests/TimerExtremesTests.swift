@@ -3,7 +3,7 @@ import Testing
 @testable import SyncTransport
 
 /// Durations given as "never" (`.seconds(Int64.max)`) in the transport's
-/// settings: its timers trapped in `Task.sleep` ("Not enough bits"); they now
+/// settings: its timers trapped in the task sleep of the standard library ("Not enough bits"); they now
 /// sleep for `Duration.longestSleep` (100 years). Each body runs in a child
 /// process (an exit test): a trap fails that test instead of killing the run.
 @Suite(.timeLimit(.minutes(3))) struct TimerExtremesTests {
