@@ -1,4 +1,5 @@
 import Synchronization
+import SyncTransport
 
 extension SyncStore {
     /// The entry under `key` through the cache; on a miss the row is read
@@ -81,7 +82,7 @@ extension SyncStore {
         let epoch = cache.epoch
         let slot = try readCommitted { conn -> StoreCache.Slot in
             let row = try loadRow(conn, key: key)
-            return StoreCache.Slot(bytes: row?.deleted == false ? row?.value : nil, encoding: row?.encoding ?? descriptor.encoding,
+            return StoreCache.Slot(bytes: try row.flatMap(SyncStore.liveValue(of:)), encoding: row?.encoding ?? descriptor.encoding,
                                    version: row?.version ?? .zero, decoded: nil)
         }
         if slot.bytes != nil || descriptor.legacyName == nil { cache.fill(key, slot, readSince: epoch) }
@@ -120,7 +121,7 @@ extension SyncStore {
         let now = physicalClock.nowMilliseconds()
         let slot = try database.write({ conn -> StoreCache.Slot? in
             if let current = try loadRow(conn, key: key) {
-                return StoreCache.Slot(bytes: current.deleted ? nil : current.value, encoding: current.encoding, version: current.version, decoded: nil)
+                return StoreCache.Slot(bytes: try SyncStore.liveValue(of: current), encoding: current.encoding, version: current.version, decoded: nil)
             }
             guard let old = try loadRow(conn, key: legacy), !old.deleted, let bytes = old.value else {
                 return StoreCache.Slot(bytes: nil, encoding: descriptor.encoding, version: .zero, decoded: nil)
@@ -219,13 +220,27 @@ extension SyncStore {
                   originPeer: UInt32(truncatingIfNeeded: stmt.int64(8)))
     }
 
-    /// The stored bytes of an entry (decrypted), for tools like `syncsim`.
+    /// The stored bytes of an entry (decrypted), for tools like `syncsim`;
+    /// nil for no entry or a tombstone. A live row without a value (a damaged
+    /// file) throws `.databaseCorrupt`, as every read of its key does.
     public func rawValue(forKey key: String) throws -> [UInt8]? {
         try checkOpen()
         return try readCommitted { conn in
-            guard let row = try loadRow(conn, key: KeyName.canonical(key)), !row.deleted else { return nil }
-            return row.value
+            guard let row = try loadRow(conn, key: KeyName.canonical(key)) else { return nil }
+            return try SyncStore.liveValue(of: row)
         }
+    }
+
+    /// The value of `row`, nil for a tombstone. A live row without one (its
+    /// `value` column NULL and no value file: the engine never writes it, a
+    /// file edited by hand can hold it) throws `.databaseCorrupt` naming the
+    /// key, where it read as no value (the key's default) before.
+    static func liveValue(of row: StoredRow) throws -> [UInt8]? {
+        if row.deleted { return nil }
+        guard let value = row.value else {
+            throw SyncError(.databaseCorrupt, "the store is damaged: key '\(PeerText.escaped(row.key))' has a live row without a value (entries.value is NULL); the other keys still read — write the key again, or restore a backup of the file")
+        }
+        return value
     }
 }
 
