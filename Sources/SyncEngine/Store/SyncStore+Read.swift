@@ -13,9 +13,12 @@ extension SyncStore {
         try checkOpen()
         let slot: StoreCache.Slot
         if counted, let cached = cache.lookup(key) {
-            // Only keys checked against the registry on a miss or a write are in the cache.
+            // Only registered names are in the cache (a miss or a write checked them): a declaration
+            // is checked as a miss checks it, unless this slot was read through an equal one.
+            if let declared, cached.checked != declared { try checkDeclaration(declared, forKey: key) }
             slot = cached
         } else if let loaded = try loadSlot(key, descriptor: try registry.governingDescriptor(for: key, declared: declared)) {
+            if let declared { cache.noteChecked(key, declaredAs: declared) }
             slot = loaded
         } else {
             return nil
@@ -35,24 +38,38 @@ extension SyncStore {
     }
 
     /// The decoded value the cache holds for `name`, its version and bytes (a
-    /// hit is counted), or nil: then `storedValue(for:)` reads (and counts) as usual.
+    /// hit is counted), or nil: then `storedValue(for:)` reads (and counts) as
+    /// usual. Nil too when the registry refuses `declared` for `name` (the
+    /// read then throws what a miss throws).
     @usableFromInline
-    func cachedDecodedValue(forKey name: String) -> (any Sendable, HLCTimestamp, [UInt8])? {
+    func cachedDecodedValue(forKey name: String, declaredAs declared: KeyDescriptor) -> (any Sendable, HLCTimestamp, [UInt8])? {
         if isClosed { return nil }
         guard let hit = cache.decodedHit(name) else { return nil }
+        if hit.checked != declared {
+            guard (try? checkDeclaration(declared, forKey: name)) != nil else { return nil }
+        }
         return (hit.value, hit.version, hit.bytes)
     }
 
-    /// Keeps `box` for the next typed reads of `name`, if its slot still holds `bytes` at `version`.
+    /// Keeps `box` for the next typed reads of `name` through its
+    /// declaration, if its slot still holds `bytes` at `version`.
     @usableFromInline
-    func rememberTyped(_ box: AnyCachedValue, forKey name: String, version: HLCTimestamp, bytes: [UInt8]) {
+    func rememberTyped<Value>(_ box: CachedValue<Value>, forKey name: String, version: HLCTimestamp, bytes: [UInt8]) {
         cache.rememberTyped(name, version: version, bytes: bytes, box: box)
+    }
+
+    /// What a cache miss checks of `declared` (`KeyRegistry.governingDescriptor`),
+    /// for a hit of a slot not read through an equal declaration; noted in the slot once passed.
+    private func checkDeclaration(_ declared: KeyDescriptor, forKey name: String) throws {
+        _ = try registry.governingDescriptor(for: name, declared: declared)
+        cache.noteChecked(name, declaredAs: declared)
     }
 
     /// The cached read path: one cache lookup and a cast when the decoded value is cached.
     public func storedValue<Value>(for key: Key<Value>) throws -> Value? {
         try checkOpen()
         if let slot = cache.lookup(key.name) {
+            if slot.checked != key.descriptor { try checkDeclaration(key.descriptor, forKey: key.name) }
             guard let bytes = slot.bytes else { return nil }
             // Not `slot.decoded as? Value`: an absent decoded value (nil) casts to any `Optional`
             // type, and a `Key<T?>` read `nil` for a slot filled by an untyped read.
@@ -285,5 +302,11 @@ typealias AnyCachedValue = AnyObject & Sendable
 @usableFromInline
 final class CachedValue<Value: Sendable>: Sendable {
     @usableFromInline let value: Value
-    @usableFromInline init(_ value: Value) { self.value = value }
+    /// The declaration the value was read through, checked against the
+    /// registry: a typed read through another one is checked again.
+    @usableFromInline let declaration: KeyDescriptor
+    @usableFromInline init(_ value: Value, declaration: KeyDescriptor) {
+        self.value = value
+        self.declaration = declaration
+    }
 }
