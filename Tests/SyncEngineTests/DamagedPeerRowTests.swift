@@ -68,6 +68,48 @@ import Testing
         #expect(try pair.phone.knownPeerDetails().map(\.role) == [.watch])
     }
 
+    /// Through the mailbox alone, of a watch that said it takes a new node id
+    /// when refused: the damaged epoch is reported, not refused, and the watch
+    /// keeps its node id and gets through.
+    @Test func throughTheMailboxADamagedEpochIsReportedNotRefused() async throws {
+        var pair = try Pair()
+        let pairing = PairingSecret.generate()
+        let folder = TempFolder()
+        let configuration = ReplicationConfiguration(pairingEpoch: pairing.epoch)
+        let watchBox = try Mailbox(directory: folder.path, role: .watch, secret: pairing)
+        let phoneBox = try Mailbox(directory: folder.path, role: .phone, secret: pairing)
+        let watch = SyncPeer(store: pair.watch, configuration: configuration)
+        /// One round of the watch with the phone; the phone's report.
+        func round(_ phone: SyncPeer) throws -> QueuedDeliveryReport {
+            _ = try watch.deliverQueued(through: watchBox)
+            let report = try phone.deliverQueued(through: phoneBox)
+            _ = try watch.deliverQueued(through: watchBox)
+            return report
+        }
+        try await pair.watch.set(1, for: TestKeys.daily["a"])
+        for _ in 0..<3 { _ = try round(SyncPeer(store: pair.phone, configuration: configuration)) }
+        #expect(try pair.phone.storedValue(for: TestKeys.daily["a"]) == 1)
+        #expect(try pair.phone.queuedPeerRenewsNodeID(in: pairing.epoch), "a node of another pairing would be refused")
+        let watchNode = pair.watch.nodeID
+
+        let path = pair.folder.file("phone.sqlite")
+        pair.phone.close()
+        try rawSQL(path, "UPDATE sync_peers SET epoch = CAST(X'70FF' AS TEXT) WHERE peer_node = \(watchNode)")
+        pair.phone = try SyncStore(path: path, role: .phone, registry: try TestKeys.registry(),
+                                   options: StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("phone.key"))))
+        let events = pair.phone.events()
+        try await pair.watch.set(3, for: TestKeys.daily["b"])
+        let phone = SyncPeer(store: pair.phone, configuration: configuration)
+        var refused: [SyncError] = []
+        for _ in 0..<3 { refused += try round(phone).refused }
+        #expect(refused.isEmpty, "no node-id-conflict")
+        #expect(pair.watch.nodeID == watchNode, "the watch keeps its node id")
+        #expect(try pair.phone.storedValue(for: TestKeys.daily["b"]) == 3)
+        #expect(try pair.phone.pairingEpoch(ofPeer: watchNode) == pairing.epoch, "the row is recorded again")
+        let error = try await first(of: events, "the damage's error event") { if case .error = $0 { true } else { false } }
+        #expect({ if case .error(let damage) = error { damage.code == .databaseCorrupt && damage.message.contains("epoch column") } else { false } }())
+    }
+
     /// A node met through another pairing, its row intact, is still refused with `node-id-conflict`.
     @Test func anIntactRowOfAnotherPairingIsStillANodeIDConflict() async throws {
         let pair = try Pair()
