@@ -105,14 +105,14 @@ import Testing
         cache.invalidate("tags")                        // the merge's commit, at the same version
         cache.fill("tags", joined, readSince: cache.epoch)  // another reader reads the merged row
         cache.rememberDecoded("tags", version: version, bytes: before, value: ["a"])  // the first reader, late
-        cache.rememberTyped("tags", version: version, bytes: before, box: CachedValue(["a"]))
+        cache.rememberTyped("tags", version: version, bytes: before, box: CachedValue(["a"], declaration: TestKeys.tags.descriptor))
         #expect(cache.peek("tags")?.decoded == nil)
         #expect(cache.typedBox("tags") == nil)
-        #expect(cache.typedValue("tags", as: [String].self) == nil)
+        #expect(cache.typedValue("tags", as: [String].self, declaredAs: TestKeys.tags.descriptor) == nil)
         cache.rememberDecoded("tags", version: version, bytes: joined.bytes, value: ["a", "b"])
-        cache.rememberTyped("tags", version: version, bytes: joined.bytes ?? [], box: CachedValue(["a", "b"]))
+        cache.rememberTyped("tags", version: version, bytes: joined.bytes ?? [], box: CachedValue(["a", "b"], declaration: TestKeys.tags.descriptor))
         #expect(cache.peek("tags")?.decoded as? [String] == ["a", "b"])
-        #expect(cache.typedValue("tags", as: [String].self) == ["a", "b"])
+        #expect(cache.typedValue("tags", as: [String].self, declaredAs: TestKeys.tags.descriptor) == ["a", "b"])
     }
 
     /// Writers and readers race on one key: every read returns a value at

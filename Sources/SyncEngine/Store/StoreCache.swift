@@ -14,6 +14,10 @@ final class StoreCache: Sendable {
         var encoding: String
         var version: HLCTimestamp
         var decoded: (any Sendable)?
+        /// The last declaration a read of this slot was checked with against
+        /// the registry (`KeyRegistry.governingDescriptor`): a hit through an
+        /// equal one needs no check again; another is checked as a miss is.
+        var checked: KeyDescriptor? = nil
     }
 
     @usableFromInline
@@ -73,41 +77,54 @@ final class StoreCache: Sendable {
         }
     }
 
-    /// The decoded value cached for `key` and its version, counting a hit;
-    /// nil (counting nothing) when the key has no live value or no decoded one.
-    func decodedHit(_ key: String) -> (value: any Sendable, version: HLCTimestamp, bytes: [UInt8])? {
+    /// The decoded value cached for `key`, its version and bytes, and the
+    /// declaration its slot was checked with, counting a hit; nil (counting
+    /// nothing) when the key has no live value or no decoded one.
+    func decodedHit(_ key: String) -> (value: any Sendable, version: HLCTimestamp, bytes: [UInt8], checked: KeyDescriptor?)? {
         state.withLock { s in
             guard let index = s.slots.index(forKey: key) else { return nil }
             let slot = s.slots.values[index]
             guard let bytes = slot.bytes, let decoded = slot.decoded else { return nil }
             s.stats.hits += 1
-            return (decoded, slot.version, bytes)
+            return (decoded, slot.version, bytes, slot.checked)
         }
     }
 
     /// The value of `type` cached for `key` in its typed box, counting a hit;
-    /// nil (counting nothing) when there is no box or it holds another type.
-    /// Compares the box's class instead of casting, and copies nothing else.
+    /// nil (counting nothing) when there is no box, it holds another type, or
+    /// it was checked with another declaration than `declared`. Compares the
+    /// box's class instead of casting, and copies nothing else.
     @inlinable
-    func typedValue<Value: Sendable>(_ key: String, as type: Value.Type) -> Value? {
+    func typedValue<Value: Sendable>(_ key: String, as type: Value.Type, declaredAs declared: KeyDescriptor) -> Value? {
         state.withLock { s -> Value? in
             guard let index = s.typed.index(forKey: key) else { return nil }
             let box = s.typed.values[index]
             guard ObjectIdentifier(Swift.type(of: box)) == ObjectIdentifier(CachedValue<Value>.self) else { return nil }
+            let typed = unsafeDowncast(box, to: CachedValue<Value>.self)
+            guard typed.declaration == declared else { return nil }
             s.stats.hits += 1
-            return unsafeDowncast(box, to: CachedValue<Value>.self).value
+            return typed.value
+        }
+    }
+
+    /// Notes that reads of `key` through `declared` passed the registry's check.
+    func noteChecked(_ key: String, declaredAs declared: KeyDescriptor) {
+        state.withLock { s in
+            guard let index = s.slots.index(forKey: key) else { return }
+            s.slots.values[index].checked = declared
         }
     }
 
     /// The typed box kept for `key`, if any (for tests).
     func typedBox(_ key: String) -> AnyCachedValue? { state.withLock { $0.typed[key] } }
 
-    /// Keeps `box` beside the slot of `key` if it still holds `bytes` at
-    /// `version` (a resolver's merge gives a version other bytes).
-    func rememberTyped(_ key: String, version: HLCTimestamp, bytes: [UInt8], box: AnyCachedValue) {
+    /// Keeps `box` (checked with `declaration`) beside the slot of `key` if it
+    /// still holds `bytes` at `version` (a resolver's merge gives a version other bytes).
+    func rememberTyped<Value>(_ key: String, version: HLCTimestamp, bytes: [UInt8], box: CachedValue<Value>) {
         state.withLock { s in
             guard let index = s.slots.index(forKey: key), s.slots.values[index].version == version,
                   s.slots.values[index].bytes == bytes else { return }
+            s.slots.values[index].checked = box.declaration
             s.typed[key] = box
         }
     }

@@ -14,14 +14,40 @@ import Foundation
 /// caught at open by a marker file (`StoreOptions.renewsNodeIDWhenRestored`).
 extension SyncStore {
     /// The pairing epoch the peer `node` was last recorded under, if this store keeps it.
+    ///
+    /// Throws `.databaseCorrupt`, naming the table and column, for a row this
+    /// engine never writes (a file edited by hand): an epoch that is not UTF-8
+    /// text of at most `maxPairingEpochBytes` (what a hello or a queued header
+    /// carries, and `recordPeer` keeps), or a role other than the counterpart
+    /// of this store's. Such a row tells nothing of the pairing the node was
+    /// met through: it is not a node met through another one (`node-id-conflict`).
     func pairingEpoch(ofPeer node: UInt32) throws -> String? {
         try checkOpen()
         return try database.read { conn in
-            let stmt = try conn.statement("SELECT epoch FROM sync_peers WHERE peer_node = ?1")
+            let stmt = try conn.statement("SELECT CAST(epoch AS BLOB), typeof(epoch), peer_role, typeof(peer_role) FROM sync_peers WHERE peer_node = ?1")
             stmt.bind(1, Int64(node))
             defer { stmt.reset() }
-            return try stmt.step() ? stmt.string(0) : nil
+            guard try stmt.step() else { return nil }
+            let bytes = stmt.blob(0) ?? []
+            guard stmt.string(1) == "text", bytes.count <= SyncStore.maxPairingEpochBytes,
+                  let epoch = String(validating: bytes, as: UTF8.self) else {
+                throw SyncStore.damagedPeerRow(node, column: "epoch")
+            }
+            guard stmt.string(3) == "text", stmt.string(2) == role.counterpart.rawValue else {
+                throw SyncStore.damagedPeerRow(node, column: "peer_role")
+            }
+            return epoch
         }
+    }
+
+    /// The longest pairing epoch a peer's row holds, in UTF-8 bytes: the most
+    /// a hello or a queued header carries (`recordPeer` keeps the epoch both
+    /// sides named).
+    static let maxPairingEpochBytes = 256
+
+    /// The error for the `sync_peers` row of `node` whose `column` holds what this engine never writes there.
+    static func damagedPeerRow(_ node: UInt32, column: String) -> SyncError {
+        SyncError(.databaseCorrupt, "the store is damaged: the sync_peers row of node \(String(node, radix: 16)) holds in its \(column) column a value this engine never writes; the row is recorded again under this session's pairing (the peer is sent everything again, which it applies once) — nothing else was changed")
     }
 
     /// On a phone: whether the watch of pairing `epoch` said (through its

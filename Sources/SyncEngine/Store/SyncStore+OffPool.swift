@@ -16,14 +16,16 @@ extension SyncStore {
     }
 
     /// The value of `key` when the cache holds it decoded (one lookup under
-    /// one lock and a cast, counting a hit), else nil; nil once closed.
-    /// `value(for:)` and `get` answer from it first.
+    /// one lock, a comparison with the declaration the value was checked
+    /// with and a cast, counting a hit), else nil; nil once closed, and when
+    /// the registry refuses `key`'s declaration (the read then throws as a
+    /// miss does). `value(for:)` and `get` answer from it first.
     @inlinable
     public func cachedValue<Value>(for key: Key<Value>) -> Value? {
         if closed.load(ordering: .relaxed) { return nil }
-        if let value = cache.typedValue(key.name, as: Value.self) { return value }
-        if let (decoded, version, bytes) = cachedDecodedValue(forKey: key.name), let value = decoded as? Value {
-            rememberTyped(CachedValue(value), forKey: key.name, version: version, bytes: bytes)
+        if let value = cache.typedValue(key.name, as: Value.self, declaredAs: key.descriptor) { return value }
+        if let (decoded, version, bytes) = cachedDecodedValue(forKey: key.name, declaredAs: key.descriptor), let value = decoded as? Value {
+            rememberTyped(CachedValue(value, declaration: key.descriptor), forKey: key.name, version: version, bytes: bytes)
             return value
         }
         return nil

@@ -1,4 +1,5 @@
 import Synchronization
+import SyncTransport
 
 extension SyncStore {
     /// The entry under `key` through the cache; on a miss the row is read
@@ -12,9 +13,12 @@ extension SyncStore {
         try checkOpen()
         let slot: StoreCache.Slot
         if counted, let cached = cache.lookup(key) {
-            // Only keys checked against the registry on a miss or a write are in the cache.
+            // Only registered names are in the cache (a miss or a write checked them): a declaration
+            // is checked as a miss checks it, unless this slot was read through an equal one.
+            if let declared, cached.checked != declared { try checkDeclaration(declared, forKey: key) }
             slot = cached
         } else if let loaded = try loadSlot(key, descriptor: try registry.governingDescriptor(for: key, declared: declared)) {
+            if let declared { cache.noteChecked(key, declaredAs: declared) }
             slot = loaded
         } else {
             return nil
@@ -34,24 +38,38 @@ extension SyncStore {
     }
 
     /// The decoded value the cache holds for `name`, its version and bytes (a
-    /// hit is counted), or nil: then `storedValue(for:)` reads (and counts) as usual.
+    /// hit is counted), or nil: then `storedValue(for:)` reads (and counts) as
+    /// usual. Nil too when the registry refuses `declared` for `name` (the
+    /// read then throws what a miss throws).
     @usableFromInline
-    func cachedDecodedValue(forKey name: String) -> (any Sendable, HLCTimestamp, [UInt8])? {
+    func cachedDecodedValue(forKey name: String, declaredAs declared: KeyDescriptor) -> (any Sendable, HLCTimestamp, [UInt8])? {
         if isClosed { return nil }
         guard let hit = cache.decodedHit(name) else { return nil }
+        if hit.checked != declared {
+            guard (try? checkDeclaration(declared, forKey: name)) != nil else { return nil }
+        }
         return (hit.value, hit.version, hit.bytes)
     }
 
-    /// Keeps `box` for the next typed reads of `name`, if its slot still holds `bytes` at `version`.
+    /// Keeps `box` for the next typed reads of `name` through its
+    /// declaration, if its slot still holds `bytes` at `version`.
     @usableFromInline
-    func rememberTyped(_ box: AnyCachedValue, forKey name: String, version: HLCTimestamp, bytes: [UInt8]) {
+    func rememberTyped<Value>(_ box: CachedValue<Value>, forKey name: String, version: HLCTimestamp, bytes: [UInt8]) {
         cache.rememberTyped(name, version: version, bytes: bytes, box: box)
+    }
+
+    /// What a cache miss checks of `declared` (`KeyRegistry.governingDescriptor`),
+    /// for a hit of a slot not read through an equal declaration; noted in the slot once passed.
+    private func checkDeclaration(_ declared: KeyDescriptor, forKey name: String) throws {
+        _ = try registry.governingDescriptor(for: name, declared: declared)
+        cache.noteChecked(name, declaredAs: declared)
     }
 
     /// The cached read path: one cache lookup and a cast when the decoded value is cached.
     public func storedValue<Value>(for key: Key<Value>) throws -> Value? {
         try checkOpen()
         if let slot = cache.lookup(key.name) {
+            if slot.checked != key.descriptor { try checkDeclaration(key.descriptor, forKey: key.name) }
             guard let bytes = slot.bytes else { return nil }
             // Not `slot.decoded as? Value`: an absent decoded value (nil) casts to any `Optional`
             // type, and a `Key<T?>` read `nil` for a slot filled by an untyped read.
@@ -81,7 +99,7 @@ extension SyncStore {
         let epoch = cache.epoch
         let slot = try readCommitted { conn -> StoreCache.Slot in
             let row = try loadRow(conn, key: key)
-            return StoreCache.Slot(bytes: row?.deleted == false ? row?.value : nil, encoding: row?.encoding ?? descriptor.encoding,
+            return StoreCache.Slot(bytes: try row.flatMap(SyncStore.liveValue(of:)), encoding: row?.encoding ?? descriptor.encoding,
                                    version: row?.version ?? .zero, decoded: nil)
         }
         if slot.bytes != nil || descriptor.legacyName == nil { cache.fill(key, slot, readSince: epoch) }
@@ -120,7 +138,7 @@ extension SyncStore {
         let now = physicalClock.nowMilliseconds()
         let slot = try database.write({ conn -> StoreCache.Slot? in
             if let current = try loadRow(conn, key: key) {
-                return StoreCache.Slot(bytes: current.deleted ? nil : current.value, encoding: current.encoding, version: current.version, decoded: nil)
+                return StoreCache.Slot(bytes: try SyncStore.liveValue(of: current), encoding: current.encoding, version: current.version, decoded: nil)
             }
             guard let old = try loadRow(conn, key: legacy), !old.deleted, let bytes = old.value else {
                 return StoreCache.Slot(bytes: nil, encoding: descriptor.encoding, version: .zero, decoded: nil)
@@ -219,13 +237,27 @@ extension SyncStore {
                   originPeer: UInt32(truncatingIfNeeded: stmt.int64(8)))
     }
 
-    /// The stored bytes of an entry (decrypted), for tools like `syncsim`.
+    /// The stored bytes of an entry (decrypted), for tools like `syncsim`;
+    /// nil for no entry or a tombstone. A live row without a value (a damaged
+    /// file) throws `.databaseCorrupt`, as every read of its key does.
     public func rawValue(forKey key: String) throws -> [UInt8]? {
         try checkOpen()
         return try readCommitted { conn in
-            guard let row = try loadRow(conn, key: KeyName.canonical(key)), !row.deleted else { return nil }
-            return row.value
+            guard let row = try loadRow(conn, key: KeyName.canonical(key)) else { return nil }
+            return try SyncStore.liveValue(of: row)
         }
+    }
+
+    /// The value of `row`, nil for a tombstone. A live row without one (its
+    /// `value` column NULL and no value file: the engine never writes it, a
+    /// file edited by hand can hold it) throws `.databaseCorrupt` naming the
+    /// key, where it read as no value (the key's default) before.
+    static func liveValue(of row: StoredRow) throws -> [UInt8]? {
+        if row.deleted { return nil }
+        guard let value = row.value else {
+            throw SyncError(.databaseCorrupt, "the store is damaged: key '\(PeerText.escaped(row.key))' has a live row without a value (entries.value is NULL); the other keys still read — write the key again, or restore a backup of the file")
+        }
+        return value
     }
 }
 
@@ -270,5 +302,11 @@ typealias AnyCachedValue = AnyObject & Sendable
 @usableFromInline
 final class CachedValue<Value: Sendable>: Sendable {
     @usableFromInline let value: Value
-    @usableFromInline init(_ value: Value) { self.value = value }
+    /// The declaration the value was read through, checked against the
+    /// registry: a typed read through another one is checked again.
+    @usableFromInline let declaration: KeyDescriptor
+    @usableFromInline init(_ value: Value, declaration: KeyDescriptor) {
+        self.value = value
+        self.declaration = declaration
+    }
 }
