@@ -57,11 +57,12 @@ extension SyncPeer {
     /// while this store holds its file's replication lock: the peer never
     /// sees a second session for this device. Each failed dial is also an
     /// `.error` event with the transport's code (`not-connected` when nothing
-    /// answered, `authentication-failed` for another pairing, …); a dial
-    /// given up as the loop stops (cancelled, graceful shutdown) is none. A
-    /// dial the peer refused for good (`authentication-failed`,
-    /// `unsupported-version`: see `TransportError.Code.isPermanent`) is not
-    /// retried: its event says the dialing stopped, and this returns.
+    /// answered, `authentication-failed` for another pairing, …) and the
+    /// peer's `PeerEvent.address`, `tcp:HOST:PORT`; a dial given up as the
+    /// loop stops (cancelled, graceful shutdown) is none. A dial the peer
+    /// refused for good (`authentication-failed`, `unsupported-version`: see
+    /// `TransportError.Code.isPermanent`) is not retried: its event says the
+    /// dialing stopped, and this returns.
     public func maintainConnection(host: String, port: Int, configuration: TCPConfiguration, policy: ReconnectPolicy) async {
         _ = await keepConnected(host: host, port: port, configuration: configuration, policy: policy)
     }
@@ -85,7 +86,8 @@ extension SyncPeer {
                     ? "the peer at \(host):\(port) refused this device for good; stopped dialing it"
                     : "cannot reach the peer at \(host):\(port)"
                 store.emit(.error((error as? TransportError).map { SyncError($0, context: context) }
-                                  ?? SyncError(.notConnected, "\(context): \(error)")))
+                                  ?? SyncError(.notConnected, "\(context): \(error)")),
+                           address: "tcp:\(host):\(port)")
                 throw error
             }
         }
