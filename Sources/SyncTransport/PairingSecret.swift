@@ -119,7 +119,8 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
     /// regular file with the secret file itself, and leaves its target alone.
     /// The file and its folder are synced before it returns (the secret
     /// survives a power cut); temporary files an earlier write left when its
-    /// process died are removed.
+    /// process died are removed (not those of a write under way: see
+    /// `removeLeftoverTemporaries(of:)`).
     public func write(to path: String, overwrite: Bool = false) throws {
         var info = stat()
         if lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFLNK {
@@ -132,8 +133,10 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
         Self.removeLeftoverTemporaries(of: path)
         let text = "\(Self.fileHeader)\n\(Data(bytes).base64EncodedString())\n"
         if overwrite {
-            let temporary = path + ".tmp-\(UInt32.random(in: 0...UInt32.max))"
-            try Self.createFile(at: temporary, contents: Array(text.utf8), displayPath: path)
+            let (temporary, descriptor) = try Self.createLockedTemporary(for: path)
+            // Locked until after the rename: a remover passes over it while this write is under way.
+            defer { close(descriptor) }
+            try Self.fill(descriptor, at: temporary, contents: Array(text.utf8), displayPath: path)
             guard rename(temporary, path) == 0 else {
                 let code = errno
                 unlink(temporary)
@@ -154,8 +157,12 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
 
     /// Removes the temporary files (`PATH.tmp-N`, N a `UInt32` in decimal)
     /// that a `write(to:overwrite:)` of `path` left when its process died
-    /// before the rename: copies of a secret, kept by nothing. Any other
-    /// name, and anything that is not a regular file, is left alone.
+    /// before the rename: copies of a secret, kept by nothing. A write holds
+    /// an exclusive `flock` on its temporary file from its creation until
+    /// after the rename, and the kernel drops it when the writer dies: a file
+    /// whose lock cannot be taken is another write under way (another
+    /// process's, or this one's) and stays. Any other name, and anything that
+    /// is not a regular file, is left alone.
     static func removeLeftoverTemporaries(of path: String) {
         let slash = path.lastIndex(of: "/")
         let folder = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
@@ -165,9 +172,22 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
             let number = name.dropFirst(prefix.count)
             guard let value = UInt32(number), String(value) == number else { continue }
             let leftover = folder == "/" ? "/" + name : folder + "/" + name
-            var info = stat()
-            if lstat(leftover, &info) == 0, info.st_mode & S_IFMT == S_IFREG { unlink(leftover) }
+            // Non-blocking and not through a link: a FIFO under such a name must not hold the caller.
+            let file = open(leftover, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW)
+            guard file >= 0 else { continue }
+            defer { close(file) }
+            var opened = stat()
+            guard fstat(file, &opened) == 0, opened.st_mode & S_IFMT == S_IFREG,
+                  flock(file, LOCK_EX | LOCK_NB) == 0 else { continue }
+            // Still the file the name leads to (not renamed into place by the write that just ended).
+            if isFile(opened, named: leftover) { unlink(leftover) }
         }
+    }
+
+    /// Whether `name` leads to the file whose status is `opened` (not following a link).
+    private static func isFile(_ opened: stat, named name: String) -> Bool {
+        var named = stat()
+        return lstat(name, &named) == 0 && named.st_dev == opened.st_dev && named.st_ino == opened.st_ino
     }
 
     /// Refuses the symbolic link at `path` unless `overwrite` may replace it
@@ -193,11 +213,34 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
         }
     }
 
+    /// Creates a new `PATH.tmp-N` for a write of `path` and takes its `flock`
+    /// (see `removeLeftoverTemporaries(of:)`), held until the descriptor is
+    /// closed. A remover may open the new file before the lock is taken: when
+    /// it holds the lock or the name no longer leads to the file, another name
+    /// is tried. On a file system without `flock` the file is used unlocked.
+    private static func createLockedTemporary(for path: String) throws -> (name: String, descriptor: Int32) {
+        for _ in 0..<8 {
+            let temporary = path + ".tmp-\(UInt32.random(in: 0...UInt32.max))"
+            let descriptor = try createExclusive(temporary, displayPath: path)
+            let locked = flock(descriptor, LOCK_EX | LOCK_NB) == 0
+            // No locks here (ENOLCK, EOPNOTSUPP): used unlocked, as before the lock.
+            if !locked, errno != EWOULDBLOCK, errno != EINTR { return (temporary, descriptor) }
+            var opened = stat()
+            if locked, fstat(descriptor, &opened) == 0, isFile(opened, named: temporary) { return (temporary, descriptor) }
+            close(descriptor)  // a remover has it: it unlinks the name
+        }
+        throw TransportError(
+            .badSecretFile, "cannot write the pairing secret file \(path): its temporary files kept being removed by another process")
+    }
+
     /// Reads a secret written by `write(to:)` (through a symbolic link too).
     /// Throws `.badSecretFile` when the file is missing (a link to nothing is
     /// named as such), unreadable, readable by group or others, not in
-    /// the `syncengine-pairing-v1` format, or not 32 bytes long.
+    /// the `syncengine-pairing-v1` format, or not 32 bytes long. Removes the
+    /// temporary files of writes whose process died before their rename,
+    /// as `write(to:overwrite:)` does, never those of a write under way.
     public static func load(from path: String) throws -> PairingSecret {
+        removeLeftoverTemporaries(of: path)
         let contents: [UInt8]
         do {
             contents = try RegularFile.read(path, limit: 4096, ownerOnly: true)
@@ -255,6 +298,13 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
     }
 
     private static func createFile(at path: String, contents: [UInt8], displayPath: String) throws {
+        let descriptor = try createExclusive(path, displayPath: displayPath)
+        defer { close(descriptor) }
+        try fill(descriptor, at: path, contents: contents, displayPath: displayPath)
+    }
+
+    /// Creates the file at `path`, mode 0600, refusing one that exists.
+    private static func createExclusive(_ path: String, displayPath: String) throws -> Int32 {
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
             let code = errno
@@ -265,6 +315,11 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
             }
             throw TransportError(.badSecretFile, "cannot create the pairing secret file \(displayPath): \(describe(code))")
         }
+        return descriptor
+    }
+
+    /// Writes `contents` to the new file at `path` and syncs it; removes it on failure.
+    private static func fill(_ descriptor: Int32, at path: String, contents: [UInt8], displayPath: String) throws {
         var failure: Int32?
         if fchmod(descriptor, 0o600) != 0 { failure = errno }
         var offset = 0
@@ -277,7 +332,6 @@ public struct PairingSecret: Sendable, Equatable, CustomStringConvertible, Custo
             }
         }
         if failure == nil, fsync(descriptor) != 0 { failure = errno }
-        close(descriptor)
         if let failure {
             unlink(path)
             throw TransportError(.badSecretFile, "cannot write the pairing secret file \(displayPath): \(describe(failure))")

@@ -17,6 +17,12 @@ import Synchronization
 /// stayed up at least `ReconnectPolicy.resetAfter`, and a growing delay after
 /// one that ended sooner, so a peer that accepts and drops (or refuses the
 /// session) at once is not hammered. Iterate from one task at a time.
+///
+/// A dial that fails for good (`TransportError.Code.isPermanent`: the peer
+/// holds another pairing, or shares no wire version with us) ends the
+/// sequence instead of being retried; `permanentFailure` then says why, and
+/// the logger has it as an error. Dial again with a new dialer once the
+/// devices are paired again or updated.
 public final class ReconnectingDialer: AsyncSequence, Sendable {
     public typealias Element = any FrameConnection
 
@@ -25,6 +31,8 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
         var established: ContinuousClock.Instant?
         var backoff: ReconnectBackoff
         var attempts = 0
+        /// The dial failure that ended the sequence for good.
+        var permanentFailure: TransportError?
     }
 
     private let policy: ReconnectPolicy
@@ -76,6 +84,11 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
     /// The number of dial attempts so far, successful or not.
     public var attempts: Int { state.withLock { $0.attempts } }
 
+    /// The error that ended the sequence for good, if one did: a dial the peer
+    /// refused in a way no retry changes (`TransportError.Code.isPermanent`).
+    /// Nil while dialing, and after a `close()` or a cancellation.
+    public var permanentFailure: TransportError? { state.withLock { $0.permanentFailure } }
+
     /// Stops dialing, closes the current connection and ends the sequence.
     public func close() async {
         closed.open()
@@ -96,7 +109,8 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
         let dialer: ReconnectingDialer
 
         /// Closes the previous connection if still open, then dials until a
-        /// connection is established.
+        /// connection is established; nil once the dialer is closed, the task
+        /// cancelled, or a dial failed for good (`permanentFailure`).
         public mutating func next() async -> (any FrameConnection)? {
             await dialer.nextConnection()
         }
@@ -124,7 +138,12 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
             guard await pause(delay) else { return nil }
         }
         while !closed.isOpen, !Task.isCancelled {
-            state.withLock { $0.attempts += 1 }
+            let ended = state.withLock { state -> Bool in
+                guard state.permanentFailure == nil else { return true }
+                state.attempts += 1
+                return false
+            }
+            if ended { return nil }
             do {
                 guard let connection = try await dial() else { return nil }
                 let accepted = state.withLock { state -> Bool in
@@ -138,6 +157,16 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
                     return nil
                 }
                 return connection
+            } catch let failure as TransportError where failure.code.isPermanent && !closed.isOpen && !Task.isCancelled {
+                // The peer will refuse every later attempt the same way: retrying only hammers it.
+                let attempts = state.withLock { state -> Int in
+                    state.permanentFailure = failure
+                    return state.attempts
+                }
+                logger.error(
+                    "the peer refused the dial for good; stopped dialing",
+                    metadata: ["reason": "\(failure)", "code": "\(failure.code)", "attempts": "\(attempts)"])
+                return nil
             } catch {
                 let (delay, failures) = state.withLock { ($0.backoff.dialFailed(), $0.backoff.failures) }
                 logger.warning(

@@ -40,18 +40,36 @@ import Testing
     }
 
     /// `fuzz --runs 9223372036854775807` without `--seed` said "--seed must
-    /// be at most 0 (Int64.max less --runs)": the user gave no seed, the
-    /// runs were too many. The message names `--runs` first then (still a
-    /// usage error); with `--seed` given, it names the seed as before.
+    /// be at most 0 (Int64.max less --runs)": the user gave no seed. Those
+    /// runs fit the default seed 1 (seeds 1...Int64.max) and are taken now;
+    /// one run more than a given seed leaves is refused, naming the seed.
     @Test func tooManyRunsWithoutASeedNamesTheRuns() throws {
         let folder = TempFolder()
-        let message = Self.message(FuzzCommand.self, ["--runs", "\(Int64.max)", "--out-dir", folder.path])
-        #expect(message?.contains("--runs \(Int64.max) leaves no seed") == true, "\(message ?? "accepted")")
-        #expect(message?.contains("--seed + --runs must stay within Int64.max") == true, "\(message ?? "accepted")")
-        #expect(message?.contains("--seed must be at most") == false, "\(message ?? "accepted")")
-        _ = try FuzzCommand.parse(["--runs", "\(Int64.max - 1)", "--out-dir", folder.path])
-        let seeded = Self.message(FuzzCommand.self, ["--runs", "\(Int64.max)", "--seed", "1", "--out-dir", folder.path])
-        #expect(seeded?.contains("--seed must be at most 0") == true, "\(seeded ?? "accepted")")
-        _ = try FuzzCommand.parse(["--runs", "\(Int64.max - 1)", "--seed", "1", "--out-dir", folder.path])
+        _ = try FuzzCommand.parse(["--runs", "\(Int64.max)", "--out-dir", folder.path])
+        _ = try FuzzCommand.parse(["--runs", "\(Int64.max)", "--seed", "1", "--out-dir", folder.path])
+        let seeded = Self.message(FuzzCommand.self, ["--runs", "\(Int64.max)", "--seed", "2", "--out-dir", folder.path])
+        #expect(seeded?.contains("--seed must be at most 1 with --runs \(Int64.max)") == true, "\(seeded ?? "accepted")")
+    }
+
+    /// `fuzz --seed 9223372036854775807 --runs 1` was refused ("--seed must
+    /// be at most 9223372036854775806"), though its one seed is Int64.max: the
+    /// bound took seed + runs, not the last seed, seed + runs - 1. Ranges that
+    /// pass Int64.max (or a seed past it) are still refused, without overflow.
+    @Test func theLastSeedMayBeInt64Max() throws {
+        let folder = TempFolder()
+        let top = "\(Int64.max)"
+        _ = try FuzzCommand.parse(["--seed", top, "--runs", "1", "--out-dir", folder.path])
+        _ = try FuzzCommand.parse(["--seed", "\(Int64.max - 9)", "--runs", "10", "--out-dir", folder.path])
+        let past = Self.message(FuzzCommand.self, ["--seed", top, "--runs", "2", "--out-dir", folder.path])
+        #expect(past?.contains("--seed must be at most \(Int64.max - 1) with --runs 2") == true, "\(past ?? "accepted")")
+        #expect(past?.contains("--seed + --runs - 1") == true, "\(past ?? "accepted")")
+        let tenPast = Self.message(FuzzCommand.self, ["--seed", "\(Int64.max - 8)", "--runs", "10", "--out-dir", folder.path])
+        #expect(tenPast != nil, "a range past Int64.max was accepted")
+        for seed in ["\(UInt64(Int64.max) + 1)", "\(UInt64.max)"] {
+            let beyond = Self.message(FuzzCommand.self, ["--seed", seed, "--runs", "1", "--out-dir", folder.path])
+            #expect(beyond?.contains("--seed must be at most \(Int64.max) with --runs 1") == true, "\(beyond ?? "accepted")")
+        }
+        let most = Self.message(FuzzCommand.self, ["--seed", "\(UInt64.max)", "--runs", "\(Int64.max)", "--out-dir", folder.path])
+        #expect(most?.contains("--seed must be at most 1") == true, "\(most ?? "accepted")")
     }
 }

@@ -86,13 +86,19 @@ public enum SyncEvent: Sendable, Equatable, CustomStringConvertible {
 public struct PeerEvent: Sendable, Equatable, CustomStringConvertible {
     public let peer: UInt32?
     public let event: SyncEvent
+    /// The address of the peer it concerns when its node id is not known:
+    /// `tcp:HOST:PORT` for a dial that failed (nothing answered, or the
+    /// handshake failed), as `TCPListener.Rejection.peer` names a dialer.
+    public let address: String?
 
-    public init(peer: UInt32?, event: SyncEvent) {
+    public init(peer: UInt32?, event: SyncEvent, address: String? = nil) {
         self.peer = peer
         self.event = event
+        self.address = address
     }
 
     public var description: String {
-        peer.map { "[\(String($0, radix: 16))] \(event)" } ?? event.description
+        if let peer { return "[\(String(peer, radix: 16))] \(event)" }
+        return address.map { "[\($0)] \(event)" } ?? event.description
     }
 }

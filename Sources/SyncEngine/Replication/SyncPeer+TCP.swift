@@ -57,9 +57,19 @@ extension SyncPeer {
     /// while this store holds its file's replication lock: the peer never
     /// sees a second session for this device. Each failed dial is also an
     /// `.error` event with the transport's code (`not-connected` when nothing
-    /// answered, `authentication-failed` for another pairing, …); a dial
-    /// given up as the loop stops (cancelled, graceful shutdown) is none.
+    /// answered, `authentication-failed` for another pairing, …) and the
+    /// peer's `PeerEvent.address`, `tcp:HOST:PORT`; a dial given up as the
+    /// loop stops (cancelled, graceful shutdown) is none. A dial the peer
+    /// refused for good (`authentication-failed`, `unsupported-version`: see
+    /// `TransportError.Code.isPermanent`) is not retried: its event says the
+    /// dialing stopped, and this returns.
     public func maintainConnection(host: String, port: Int, configuration: TCPConfiguration, policy: ReconnectPolicy) async {
+        _ = await keepConnected(host: host, port: port, configuration: configuration, policy: policy)
+    }
+
+    /// `maintainConnection`'s loop; returns the error of a dial the peer
+    /// refused for good when that ended it (nil when cancelled or closed).
+    func keepConnected(host: String, port: Int, configuration: TCPConfiguration, policy: ReconnectPolicy) async -> SyncError? {
         let store = self.store
         let lock = ReplicationLockHold(store: store)
         let dialer = ReconnectingDialer(policy: policy, logger: configuration.logger) {
@@ -71,9 +81,13 @@ extension SyncPeer {
                 // A dial given up (the loop stopping: cancelled, graceful shutdown, the store or dialer
                 // closed) did not fail to reach the peer: this side closed it.
                 if Task.isCancelled { throw error }
-                let context = "cannot reach the peer at \(host):\(port)"
+                let permanent = (error as? TransportError)?.code.isPermanent == true
+                let context = permanent
+                    ? "the peer at \(host):\(port) refused this device for good; stopped dialing it"
+                    : "cannot reach the peer at \(host):\(port)"
                 store.emit(.error((error as? TransportError).map { SyncError($0, context: context) }
-                                  ?? SyncError(.notConnected, "\(context): \(error)")))
+                                  ?? SyncError(.notConnected, "\(context): \(error)")),
+                           address: "tcp:\(host):\(port)")
                 throw error
             }
         }
@@ -85,6 +99,7 @@ extension SyncPeer {
             if ended.failure?.code == .storageFull { await pauseWhileStorageIsFull() }
         }
         lock.release()
+        return dialer.permanentFailure.map { SyncError($0, context: "the peer at \(host):\(port) refused this device for good") }
     }
 
     /// After a session failed because a device's storage is full (this

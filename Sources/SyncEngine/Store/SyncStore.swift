@@ -396,9 +396,9 @@ public final class SyncStore: KeyValueBackend {
     /// Counters of replication traffic and outcomes.
     public var syncCounters: SyncCounters { counters.withLock { $0 } }
 
-    func emit(_ event: SyncEvent, peer: UInt32? = nil) {
+    func emit(_ event: SyncEvent, peer: UInt32? = nil, address: String? = nil) {
         eventHub.publish(event)
-        if peerEventHub.hasSubscribers { peerEventHub.publish(PeerEvent(peer: peer, event: event)) }
+        if peerEventHub.hasSubscribers { peerEventHub.publish(PeerEvent(peer: peer, event: event, address: address)) }
     }
 
     func publishCommitted(_ changes: [StoreChange]) {

@@ -36,14 +36,17 @@ public struct FuzzCommand: AsyncParsableCommand {
         guard runs >= 1 else { throw ValidationError("--runs must be at least 1") }
         guard (1...10_000).contains(ops) else { throw ValidationError("--ops must be in 1...10000") }
         guard (1...Scenario.maxWatches).contains(watches) else { throw ValidationError("--watches must be in 1...\(Scenario.maxWatches)") }
-        // A failure's file must replay: scenario seeds are at most Int64.max.
-        guard firstSeed <= UInt64(Int64.max) - UInt64(runs) else {
+        // A failure's file must replay: scenario seeds are at most Int64.max, the last run's
+        // (--seed + --runs - 1) too. Checked without overflow: runs - 1 is 0...Int64.max - 1.
+        let lastFirstSeed = UInt64(Int64.max) - UInt64(runs - 1)
+        guard firstSeed <= lastFirstSeed else {
             guard seed != nil else {
                 // No seed given: the runs are too many for the default one.
-                throw ValidationError("--runs \(runs) leaves no seed: --seed + --runs must stay within Int64.max (\(Int64.max)); "
-                                      + "with the default --seed \(firstSeed), --runs must be at most \(UInt64(Int64.max) - firstSeed)")
+                throw ValidationError("--runs \(runs) leaves no seed: the last run's seed, --seed + --runs - 1, must stay within Int64.max (\(Int64.max)); "
+                                      + "with the default --seed \(firstSeed), --runs must be at most \(UInt64(Int64.max) - firstSeed + 1)")
             }
-            throw ValidationError("--seed must be at most \(UInt64(Int64.max) - UInt64(runs)) (Int64.max less --runs)")
+            throw ValidationError("--seed must be at most \(lastFirstSeed) with --runs \(runs): the last run's seed, --seed + --runs - 1, "
+                                  + "must stay within Int64.max (\(Int64.max))")
         }
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: outDir, isDirectory: &isDirectory), isDirectory.boolValue,

@@ -17,6 +17,8 @@ public struct NodeCommand: AsyncParsableCommand {
             Events are JSON lines too, the first {"event":"listening","port":N} when listening.
             {"event":"rejected","error":"...","suppressed":N,"peer":"tcp:HOST:PORT"}: a peer failed the handshake (or, without "peer", an accept failed: too-many-connections)
             (rate limited: it stands for this rejection and N others not reported on their own).
+            {"event":"error","error":"...","peer":"tcp:HOST:PORT"}: a dial of --connect failed (nothing answered, or the handshake failed);
+            one the phone refused for good (another pairing, no common wire version) ends the dialing.
             """)
 
     @Option(help: "phone or watch.") var role: DeviceRole
@@ -212,7 +214,12 @@ public struct NodeCommand: AsyncParsableCommand {
             group.addTask {
                 for await record in events {
                     var line = NodeConsole.json(record.event)
-                    if let peer = record.peer { line["peer"] = String(peer, radix: 16) }
+                    if let peer = record.peer {
+                        line["peer"] = String(peer, radix: 16)
+                    } else if let address = record.address {
+                        // A failed dial (its handshake, say): no node id yet, its address as a `rejected` event gives one.
+                        line["peer"] = address
+                    }
                     output.write(line)
                 }
             }

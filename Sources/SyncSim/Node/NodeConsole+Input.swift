@@ -67,4 +67,37 @@ extension NodeConsole {
             thread.start()
         }
     }
+
+    /// Whether the registry declares `key` encrypted: its value is never
+    /// repeated in a reply (what goes to a log or a terminal).
+    func isEncrypted(_ key: String) -> Bool {
+        store.registry.descriptor(forEntry: key)?.security == .encrypted
+    }
+
+    /// The most of a value (or of a parser's reason, which may quote it) a
+    /// reply repeats: 40 Unicode scalars (so one character of endless
+    /// combining marks stays bounded), `…` when cut.
+    static func excerpt(_ text: some StringProtocol, limit: Int = 40) -> String {
+        let scalars = text.unicodeScalars
+        guard scalars.count > limit else { return String(text) }
+        var shown = String.UnicodeScalarView()
+        shown.append(contentsOf: scalars.prefix(limit))
+        return String(shown) + "…"
+    }
+
+    /// A parser's reason, bounded as `excerpt` at 200 scalars.
+    static func bounded(_ reason: String) -> String { excerpt(reason, limit: 200) }
+
+    /// The reply to a `put` of an encrypted key whose value is not JSON: the
+    /// key and where the parser stopped (`character N`, from Foundation's
+    /// reason), nothing of the value or of a reason that could quote it.
+    static func sealedValueNotJSON(key: String, reason: String?) -> [String: Any] {
+        var position = ""
+        if let reason, let range = reason.range(of: "around character ") {
+            let digits = reason[range.upperBound...].prefix { $0.isASCII && $0.isNumber }
+            if let offset = Int(digits) { position = " (it stops being JSON at byte \(offset))" }
+        }
+        return invalid("put takes KEY and a JSON value; the value given for '\(key)' is not JSON\(position); "
+                       + "'\(key)' is declared encrypted, so its value is not repeated here")
+    }
 }

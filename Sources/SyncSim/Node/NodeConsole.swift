@@ -107,11 +107,13 @@ struct NodeConsole {
                     let text = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String
                     let reason = JSONSyntaxError.loneSurrogate(explaining: text ?? "", in: Data(parts[2].utf8)).map { ": \($0.message)" }
                         ?? text.map { ": \($0)" } ?? ""
-                    return Self.invalid("put takes KEY and a JSON value (1234, \"text\", {\"a\":1}); '\(parts[2].prefix(40))' is not JSON\(reason)")
+                    if isEncrypted(parts[1]) { return Self.sealedValueNotJSON(key: parts[1], reason: text) }
+                    return Self.invalid("put takes KEY and a JSON value (1234, \"text\", {\"a\":1}); '\(Self.excerpt(parts[2]))' is not JSON\(Self.bounded(reason))")
                 }
                 // What Foundation lets through and a scenario refuses: a member given twice (one dropped) or a trailing comma.
                 if let syntax = JSONSyntaxError(validating: Data(parts[2].utf8)) {
-                    return Self.invalid("put takes KEY and a JSON value; '\(parts[2].prefix(40))' is not JSON: \(syntax.message)")
+                    if isEncrypted(parts[1]) { return Self.sealedValueNotJSON(key: parts[1], reason: nil) }
+                    return Self.invalid("put takes KEY and a JSON value; '\(Self.excerpt(parts[2]))' is not JSON: \(Self.bounded(syntax.message))")
                 }
                 let bytes: [UInt8]
                 if let encoding = rawEncoding(of: parts[1]) {
