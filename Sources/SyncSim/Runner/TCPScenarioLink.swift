@@ -323,12 +323,7 @@ final class TCPScenarioLink: ScenarioLink {
                 let dialer = ReconnectingDialer(policy: policy, seed: 0) {
                     while true {
                         if !link.isPartitioned(watch), let port = link.port {
-                            do {
-                                return try await TCPTransport.connect(host: "127.0.0.1", port: port, configuration: configuration)
-                            } catch let error as TransportError where error.code.isPermanent && link.port != port {
-                                // The phone stopped (or moved to another port) during the dial: the old port may
-                                // be another listener's now, whose refusal must not end this watch's dialing.
-                            }
+                            return try await TCPTransport.connect(host: "127.0.0.1", port: port, configuration: configuration)
                         }
                         try await Task.sleep(for: .milliseconds(20))
                     }
