@@ -82,6 +82,17 @@ public struct ReconnectBackoff: Sendable {
         return policy.delay(afterFailures: failures, using: &random)
     }
 
+    /// A dial the peer refused (`TransportError.Code.isPermanent`): the
+    /// longest wait the policy gives (jittered), as after many failures.
+    public mutating func dialRefused() -> Duration {
+        failures = max(failures + 1, ReconnectBackoff.refusedFailures)
+        return policy.delay(afterFailures: failures, using: &random)
+    }
+
+    /// Failures counted for a refusal: enough for any multiplier of 1.5 or more
+    /// to reach `maxDelay` from 1 ms (30 s is reached after 26 doublings).
+    static let refusedFailures = 64
+
     /// An established connection ended after `lasted`: the wait before
     /// redialing. `initialDelay` (jittered) if it lasted `resetAfter`;
     /// otherwise it counts as one more failure.

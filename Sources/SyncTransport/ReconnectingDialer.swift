@@ -18,11 +18,13 @@ import Synchronization
 /// one that ended sooner, so a peer that accepts and drops (or refuses the
 /// session) at once is not hammered. Iterate from one task at a time.
 ///
-/// A dial that fails for good (`TransportError.Code.isPermanent`: the peer
-/// holds another pairing, or shares no wire version with us) ends the
-/// sequence instead of being retried; `permanentFailure` then says why, and
-/// the logger has it as an error. Dial again with a new dialer once the
-/// devices are paired again or updated.
+/// A dial the peer refuses (`TransportError.Code.isPermanent`: it holds
+/// another pairing, or shares no wire version with us) is dialed again only
+/// after the policy's longest wait, not hammered: no quicker retry can mend
+/// it, but the devices may be paired again or updated, or the address may
+/// answer with the right peer again. The logger has the first refusal of a
+/// run as an error (the later ones at debug), and `permanentFailure` says why
+/// until a dial connects.
 public final class ReconnectingDialer: AsyncSequence, Sendable {
     public typealias Element = any FrameConnection
 
@@ -31,7 +33,7 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
         var established: ContinuousClock.Instant?
         var backoff: ReconnectBackoff
         var attempts = 0
-        /// The dial failure that ended the sequence for good.
+        /// The refusal of the last dial, until a dial connects.
         var permanentFailure: TransportError?
     }
 
@@ -84,9 +86,10 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
     /// The number of dial attempts so far, successful or not.
     public var attempts: Int { state.withLock { $0.attempts } }
 
-    /// The error that ended the sequence for good, if one did: a dial the peer
-    /// refused in a way no retry changes (`TransportError.Code.isPermanent`).
-    /// Nil while dialing, and after a `close()` or a cancellation.
+    /// How the peer refused the last dial (`TransportError.Code.isPermanent`:
+    /// another pairing, no wire version in common), while the dialer waits
+    /// the policy's longest delay between dials; nil once a dial connects,
+    /// and when the last dial failed otherwise.
     public var permanentFailure: TransportError? { state.withLock { $0.permanentFailure } }
 
     /// Stops dialing, closes the current connection and ends the sequence.
@@ -109,8 +112,7 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
         let dialer: ReconnectingDialer
 
         /// Closes the previous connection if still open, then dials until a
-        /// connection is established; nil once the dialer is closed, the task
-        /// cancelled, or a dial failed for good (`permanentFailure`).
+        /// connection is established; nil once the dialer is closed or the task cancelled.
         public mutating func next() async -> (any FrameConnection)? {
             await dialer.nextConnection()
         }
@@ -138,18 +140,14 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
             guard await pause(delay) else { return nil }
         }
         while !closed.isOpen, !Task.isCancelled {
-            let ended = state.withLock { state -> Bool in
-                guard state.permanentFailure == nil else { return true }
-                state.attempts += 1
-                return false
-            }
-            if ended { return nil }
+            state.withLock { $0.attempts += 1 }
             do {
                 guard let connection = try await dial() else { return nil }
                 let accepted = state.withLock { state -> Bool in
                     guard !closed.isOpen else { return false }
                     state.current = connection
                     state.established = .now
+                    state.permanentFailure = nil
                     return true
                 }
                 guard accepted else {
@@ -157,18 +155,25 @@ public final class ReconnectingDialer: AsyncSequence, Sendable {
                     return nil
                 }
                 return connection
-            } catch let failure as TransportError where failure.code.isPermanent && !closed.isOpen && !Task.isCancelled {
-                // The peer will refuse every later attempt the same way: retrying only hammers it.
-                let attempts = state.withLock { state -> Int in
-                    state.permanentFailure = failure
-                    return state.attempts
+            } catch let refusal as TransportError where refusal.code.isPermanent && !closed.isOpen && !Task.isCancelled {
+                // No quicker retry mends a refusal: the longest wait, and one error log per run of them.
+                let (delay, first, attempts) = state.withLock { state -> (Duration, Bool, Int) in
+                    let first = state.permanentFailure?.code != refusal.code
+                    state.permanentFailure = refusal
+                    return (state.backoff.dialRefused(), first, state.attempts)
                 }
-                logger.error(
-                    "the peer refused the dial for good; stopped dialing",
-                    metadata: ["reason": "\(failure)", "code": "\(failure.code)", "attempts": "\(attempts)"])
-                return nil
+                let metadata: Logger.Metadata = ["reason": "\(refusal)", "code": "\(refusal.code)", "attempts": "\(attempts)", "retryIn": "\(delay)"]
+                if first {
+                    logger.error("the peer refused the dial; dialing it again after the longest wait", metadata: metadata)
+                } else {
+                    logger.debug("the peer refused the dial again", metadata: metadata)
+                }
+                guard await pause(delay) else { return nil }
             } catch {
-                let (delay, failures) = state.withLock { ($0.backoff.dialFailed(), $0.backoff.failures) }
+                let (delay, failures) = state.withLock { state -> (Duration, Int) in
+                    state.permanentFailure = nil
+                    return (state.backoff.dialFailed(), state.backoff.failures)
+                }
                 logger.warning(
                     "dial attempt failed",
                     metadata: ["reason": "\(error)", "failures": "\(failures)", "retryIn": "\(delay)"])

@@ -36,12 +36,14 @@ public struct TransportError: Error, Sendable, Equatable, CustomStringConvertibl
         /// A setting the transport was given cannot work (a negative `MailboxLimits` field).
         public static let invalidConfiguration = Code("invalid-configuration")
 
-        /// Whether no retry can succeed: the peer refused this device's pairing
-        /// (`authentication-failed`: another pairing, or one it no longer holds)
-        /// or shares no wire version with it (`unsupported-version`), and will
-        /// refuse every later attempt the same way until the devices are paired
-        /// again or an app is updated. `ReconnectingDialer` stops on these; every
-        /// other code (refused, reset, timed out, too many connections) may pass.
+        /// Whether no quick retry can succeed: the peer refused this device's
+        /// pairing (`authentication-failed`: another pairing, or one it no longer
+        /// holds) or shares no wire version with it (`unsupported-version`), and
+        /// will refuse every attempt the same way until the devices are paired
+        /// again or an app is updated (or the address answers with another
+        /// device). `ReconnectingDialer` waits its policy's longest delay after
+        /// these; every other code (refused, reset, timed out, too many
+        /// connections) may pass, and backs off as usual.
         public var isPermanent: Bool { self == .authenticationFailed || self == .unsupportedVersion }
 
         /// Every code this build defines.

@@ -3,15 +3,15 @@ import Testing
 @testable import SyncTransport
 
 /// `ReconnectingDialer` retried a dial the peer will never accept (another
-/// pairing's listener, no wire version in common) for ever, logging each
-/// failure. Such a dial now ends the sequence, with the reason in
-/// `permanentFailure` and an error log; a transient failure still backs off
-/// and retries. Each dialer's waits are recorded, not slept, and the last
-/// allowed one stops it, so every test ends by itself even when the dialer
-/// does not stop.
+/// pairing's listener, no wire version in common) with the growing delays of
+/// a transient failure, logging a warning for each. Such a refusal is now
+/// dialed again only after the policy's longest wait, with one error log per
+/// run of refusals; a transient failure still backs off as before. Each
+/// dialer's waits are recorded, not slept, and the last allowed one stops
+/// it, so every test ends by itself.
 @Suite struct PermanentDialFailureTests {
     /// Records the dialer's waits; the `allowed`-th ends the dialer as a
-    /// cancelled wait does, so a dialer that retries for ever still stops.
+    /// cancelled wait does.
     final class BoundedSleeps: Sendable {
         let allowed: Int
         private let delays = Mutex<[Duration]>([])
@@ -40,36 +40,61 @@ import Testing
         return dialer
     }
 
-    @Test func aListenerOfAnotherPairingStopsTheDialer() async throws {
+    @Test func aListenerOfAnotherPairingIsDialedAgainOnlyAfterTheLongestWait() async throws {
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(.generate()))
         let logs = LogCapture()
-        let sleeps = BoundedSleeps(allowed: 5)
+        let sleeps = BoundedSleeps(allowed: 3)
         let dialer = try await Self.dialUntilItEnds(
             port: listener.port, configuration: testConfiguration(.generate(), logs: logs), sleeps: sleeps)
         await listener.close()
-        #expect(dialer.attempts == 1, "\(dialer.attempts) dials of a listener that will never accept")
-        #expect(sleeps.recorded.isEmpty)
-        let failure = try #require(dialer.permanentFailure)
-        #expect(failure.code == .authenticationFailed, "\(failure)")
-        #expect(logs.all.contains { $0.contains("stopped dialing") && $0.contains("authentication-failed") }, "\(logs.all)")
-        // The sequence stays ended: no dial after it.
-        #expect(try await nextConnection(of: dialer) == nil)
-        #expect(dialer.attempts == 1)
+        #expect(dialer.attempts == 3)
+        // Not 1, 2, 4 ms as for a dial nothing answered: the longest wait each time.
+        #expect(sleeps.recorded == [.milliseconds(4), .milliseconds(4), .milliseconds(4)])
+        #expect(dialer.permanentFailure?.code == .authenticationFailed, "\(String(describing: dialer.permanentFailure))")
+        // The dialer's own log: one error for the run of refusals, no warning per dial.
+        #expect(logs.all.filter { $0.hasPrefix("error the peer refused the dial") }.count == 1, "\(logs.all)")
+        #expect(!logs.all.contains { $0.contains("dial attempt failed") }, "\(logs.all)")
     }
 
-    @Test func noWireVersionInCommonStopsTheDialer() async throws {
+    @Test func noWireVersionInCommonIsDialedAgainOnlyAfterTheLongestWait() async throws {
         let secret = PairingSecret.generate()
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
-        let sleeps = BoundedSleeps(allowed: 5)
+        let sleeps = BoundedSleeps(allowed: 2)
         let newer = testConfiguration(secret) { $0.wireVersions = 2...3 }
         let dialer = try await Self.dialUntilItEnds(port: listener.port, configuration: newer, sleeps: sleeps)
         await listener.close()
-        #expect(dialer.attempts == 1)
+        #expect(dialer.attempts == 2)
+        #expect(sleeps.recorded == [.milliseconds(4), .milliseconds(4)])
         #expect(dialer.permanentFailure?.code == .unsupportedVersion, "\(String(describing: dialer.permanentFailure))")
     }
 
-    /// Nothing listening (connection refused) may pass: retried with backoff, as before.
-    @Test func aRefusedConnectionIsStillRetried() async throws {
+    /// The address answers with the right peer again (re-paired, or the right
+    /// phone back): the next dial connects, and the refusal is forgotten.
+    @Test func aRefusalIsForgottenOnceADialConnects() async throws {
+        let secret = PairingSecret.generate()
+        let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(secret))
+        let sleeps = BoundedSleeps(allowed: 5)
+        let dials = Mutex(0)
+        let port = listener.port
+        let dialer = ReconnectingDialer(policy: Self.policy, seed: 1, logger: testConfiguration(secret).logger, sleep: sleeps.sleep) {
+            let dial = dials.withLock { dials -> Int in
+                dials += 1
+                return dials
+            }
+            if dial == 1 { throw TransportError(.authenticationFailed, "the peer holds another pairing") }
+            return try await TCPTransport.connect(host: "127.0.0.1", port: port, configuration: testConfiguration(secret))
+        }
+        let connection = try #require(try await nextConnection(of: dialer))
+        #expect(dialer.attempts == 2)
+        #expect(sleeps.recorded == [.milliseconds(4)])
+        #expect(dialer.permanentFailure == nil)
+        await connection.close()
+        await dialer.close()
+        await listener.close()
+    }
+
+    /// Nothing listening (connection refused) may pass: retried with growing delays, as before.
+    @Test func aRefusedConnectionBacksOffAsBefore() async throws {
         let listener = try await TCPListener.bind(host: "127.0.0.1", port: 0, configuration: testConfiguration(.generate()))
         let port = listener.port
         await listener.close()
@@ -80,7 +105,7 @@ import Testing
         #expect(dialer.permanentFailure == nil)
     }
 
-    @Test func onlyRefusalsNoRetryMendsArePermanent() {
+    @Test func onlyRefusalsNoQuickRetryMendsArePermanent() {
         let permanent = Set(TransportError.Code.all.filter(\.isPermanent))
         #expect(permanent == [.authenticationFailed, .unsupportedVersion])
     }

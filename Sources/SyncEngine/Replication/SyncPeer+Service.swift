@@ -17,9 +17,7 @@ extension SyncPeer {
 
     /// The watch's side as a `Service`: `run()` keeps a session with the peer
     /// at `host:port` up (`maintainConnection`) until graceful shutdown,
-    /// cancellation or closing the store, which ends the session and returns;
-    /// it throws the `SyncError` of a dial the peer refused for good
-    /// (`authentication-failed`, `unsupported-version`), which no retry mends.
+    /// cancellation or closing the store, which ends the session and returns.
     public func dialing(host: String, port: Int, configuration: TCPConfiguration,
                         policy: ReconnectPolicy = ReconnectPolicy()) -> DialingService {
         DialingService(peer: self, host: host, port: port, configuration: configuration, policy: policy)
@@ -51,10 +49,9 @@ extension SyncPeer {
         public let policy: ReconnectPolicy
 
         public func run() async throws {
-            let failure = await cancelWhenGracefulShutdown {
-                await peer.keepConnected(host: host, port: port, configuration: configuration, policy: policy)
+            await cancelWhenGracefulShutdown {
+                await peer.maintainConnection(host: host, port: port, configuration: configuration, policy: policy)
             }
-            if let failure { throw failure }
         }
     }
 }

@@ -60,16 +60,11 @@ extension SyncPeer {
     /// answered, `authentication-failed` for another pairing, …) and the
     /// peer's `PeerEvent.address`, `tcp:HOST:PORT`; a dial given up as the
     /// loop stops (cancelled, graceful shutdown) is none. A dial the peer
-    /// refused for good (`authentication-failed`, `unsupported-version`: see
-    /// `TransportError.Code.isPermanent`) is not retried: its event says the
-    /// dialing stopped, and this returns.
+    /// refused (`authentication-failed`, `unsupported-version`: see
+    /// `TransportError.Code.isPermanent`) is dialed again only after the
+    /// policy's longest wait, until the devices are paired again or updated
+    /// (or the address answers with the right peer again).
     public func maintainConnection(host: String, port: Int, configuration: TCPConfiguration, policy: ReconnectPolicy) async {
-        _ = await keepConnected(host: host, port: port, configuration: configuration, policy: policy)
-    }
-
-    /// `maintainConnection`'s loop; returns the error of a dial the peer
-    /// refused for good when that ended it (nil when cancelled or closed).
-    func keepConnected(host: String, port: Int, configuration: TCPConfiguration, policy: ReconnectPolicy) async -> SyncError? {
         let store = self.store
         let lock = ReplicationLockHold(store: store)
         let dialer = ReconnectingDialer(policy: policy, logger: configuration.logger) {
@@ -83,7 +78,7 @@ extension SyncPeer {
                 if Task.isCancelled { throw error }
                 let permanent = (error as? TransportError)?.code.isPermanent == true
                 let context = permanent
-                    ? "the peer at \(host):\(port) refused this device for good; stopped dialing it"
+                    ? "the peer at \(host):\(port) refused this device; dialing it again after the longest wait (\(policy.maxDelay))"
                     : "cannot reach the peer at \(host):\(port)"
                 store.emit(.error((error as? TransportError).map { SyncError($0, context: context) }
                                   ?? SyncError(.notConnected, "\(context): \(error)")),
@@ -99,7 +94,6 @@ extension SyncPeer {
             if ended.failure?.code == .storageFull { await pauseWhileStorageIsFull() }
         }
         lock.release()
-        return dialer.permanentFailure.map { SyncError($0, context: "the peer at \(host):\(port) refused this device for good") }
     }
 
     /// After a session failed because a device's storage is full (this

@@ -18,7 +18,7 @@ public struct NodeCommand: AsyncParsableCommand {
             {"event":"rejected","error":"...","suppressed":N,"peer":"tcp:HOST:PORT"}: a peer failed the handshake (or, without "peer", an accept failed: too-many-connections)
             (rate limited: it stands for this rejection and N others not reported on their own).
             {"event":"error","error":"...","peer":"tcp:HOST:PORT"}: a dial of --connect failed (nothing answered, or the handshake failed);
-            one the phone refused for good (another pairing, no common wire version) ends the dialing.
+            one the phone refused (another pairing, no common wire version) is dialed again only after the longest wait.
             """)
 
     @Option(help: "phone or watch.") var role: DeviceRole
