@@ -3,7 +3,8 @@ import SyncTransport
 
 /// Changes whose value cannot be read for now are held, not passed over and
 /// lost: a value file that is there but cannot be read
-/// (`value-file-unreadable`).
+/// (`value-file-unreadable`), or a value sealed at rest while the store was
+/// opened without its master key (`encryption-key-missing`).
 ///
 /// Sending reads past such a change, so that every other change still goes
 /// (a peer's cursor moves on), and notes it in `sync_meta` (the name is
@@ -12,8 +13,9 @@ import SyncTransport
 /// reported once, when it is first noted. Each tick of a session (and each
 /// mailbox round) tries the noted values again; one that reads now joins the
 /// stream again with a new sequence, after every peer's cursor, and goes to
-/// every peer. A key written again since is dropped from the notes: its new
-/// change is in the stream already.
+/// every peer (a value sealed without the key waits for a store opened with
+/// it). A key written again since is dropped from the notes: its new change
+/// is in the stream already.
 extension SyncStore {
     /// The `sync_meta` names of held changes: this prefix and the entry's key.
     static let heldMetaPrefix = "held_change:"
@@ -22,6 +24,8 @@ extension SyncStore {
     enum HeldReason: String, Sendable {
         /// Its value file is there but cannot be read.
         case file
+        /// It is sealed and the store has no master key.
+        case key
     }
 
     /// The reason to hold a change whose read failed with `error`; nil for
@@ -29,6 +33,7 @@ extension SyncStore {
     static func heldReason(_ error: SyncError) -> HeldReason? {
         switch error.code {
         case .valueFileUnreadable: .file
+        case .encryptionKeyMissing: .key
         default: nil
         }
     }
@@ -112,14 +117,15 @@ extension SyncStore {
         guard due, !closed.load(ordering: .relaxed) else { return }
         do {
             let held = try heldChanges()
-            guard !held.isEmpty else {
+            // A store's master key stays as it was opened: sealed values wait for an open with it.
+            guard held.contains(where: { $0.reason == .file || cipher != nil }) else {
                 heldRetry.withLock { if $0.notes == notes { $0.due = false } }
                 return
             }
             // Read first, outside the write: a value file may be large.
             var done: [(key: String, seq: Int64, release: Bool)] = []
             try database.read { conn in
-                for change in held {
+                for change in held where change.reason == .file || cipher != nil {
                     do {
                         guard let row = try loadRow(conn, key: change.key, valueFile: .skip), row.changeSeq == change.seq, !row.deleted else {
                             done.append((change.key, change.seq, false))  // written again since: its new change is in the stream

@@ -175,11 +175,11 @@ extension SyncStore {
 
     /// `outboundRow`, or nil for a value that cannot be read, so that one
     /// such value does not stop every other change from going. One that may
-    /// read later (its file there but unreadable) joins `held`, and is sent
-    /// once it reads again. One damaged (its encrypted bytes or its file), or
-    /// sealed while the store now has no master key (an update dropped
-    /// `.encrypted` and the key with it), is passed over, and said: writing
-    /// the key again replaces it and sends the new value.
+    /// read later (its file there but unreadable, or sealed while the store
+    /// has no master key: an update dropped `.encrypted` and the key with it)
+    /// joins `held`, and is sent once it reads again. One damaged (its
+    /// encrypted bytes or its file) is passed over, and said: writing the key
+    /// again replaces it and sends the new value.
     private func readableOutboundRow(_ stmt: Statement, key: String, seq: Int64, size: Int, deleted: Bool, isLarge: Bool,
                                      for peer: UInt32, held: inout [HeldChange]) throws -> OutboundRow? {
         do {
@@ -187,7 +187,7 @@ extension SyncStore {
         } catch let error as SyncError where SyncStore.heldReason(error) != nil {
             held.append(HeldChange(key: key, seq: seq, error: error, reason: SyncStore.heldReason(error) ?? .file))
             return nil
-        } catch let error as SyncError where [.decryptionFailed, .corruptValueFile, .encryptionKeyMissing].contains(error.code) {
+        } catch let error as SyncError where [.decryptionFailed, .corruptValueFile].contains(error.code) {
             logger.error("a stored value that cannot be read is not sent; write the key again to replace it",
                          metadata: ["key": "\(PeerText.escaped(key))", "error": "\(error)"])
             emit(.error(SyncError(error.code, "key '\(PeerText.escaped(key))' is not sent: \(error.message); write it again to replace it")), peer: peer)

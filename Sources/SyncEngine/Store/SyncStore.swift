@@ -226,7 +226,8 @@ public final class SyncStore: KeyValueBackend {
         // Writes made while the wall clock ran far ahead go out again once it is right: at open, and
         // whenever the clock stops following a far-future time it issued (on the store's queue).
         if setup.wroteAhead { reissueWritesFromAClockAheadLogged() }
-        // Changes held for a value that could not be read go once it reads (a file put back while the store was closed).
+        // Changes held for a value that could not be read go once it reads (a file put back while the store was
+        // closed; a store opened with its key again sends its sealed values).
         retryHeldChanges()
         clockSetRight.target.withLock {
             $0 = { [weak self] in
