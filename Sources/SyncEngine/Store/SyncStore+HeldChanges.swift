@@ -142,16 +142,23 @@ extension SyncStore {
             }
             guard !done.isEmpty else { return }
             try database.write { conn in
+                let still = try conn.statement("SELECT 1 FROM entries WHERE key = ?1 AND change_seq = ?2")
                 let release = try conn.statement("UPDATE entries SET change_seq = ?3 WHERE key = ?1 AND change_seq = ?2")
                 let drop = try conn.statement("DELETE FROM sync_meta WHERE name = ?1 AND value LIKE ?2")
                 for change in done {
-                    if change.release {
+                    still.reset()
+                    still.bind(1, change.key)
+                    still.bind(2, change.seq)
+                    // Not released twice (another session's tick may have run this too): no sequence is taken for nothing.
+                    if change.release, try still.step() {
+                        still.reset()
                         release.reset()
                         release.bind(1, change.key)
                         release.bind(2, change.seq)
                         release.bind(3, takeSeq())
                         try release.run()
                     }
+                    still.reset()
                     drop.reset()
                     drop.bind(1, SyncStore.heldMetaPrefix + change.key)
                     drop.bind(2, "\(change.seq) %")
