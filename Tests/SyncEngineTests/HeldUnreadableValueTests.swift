@@ -59,4 +59,41 @@ import Testing
         let reports = seen.filter { if case .error(let error) = $0 { error.message.contains(path) } else { false } }
         #expect(reports.count == 1, "the unreadable value is reported once: \(reports)")
     }
+
+    /// A large value (sent in chunks, read whole when its transfer starts)
+    /// whose file cannot be read is held the same way.
+    @Test func aLargeValueWhoseFileIsUnreadableIsHeldAndSentOnceItReads() async throws {
+        var setUp = try Pair()
+        let phoneFiles = try FileValueStore(directory: setUp.folder.file("phone-files"), role: .phone, registry: setUp.phone.registry,
+                                            options: StoreOptions(clock: setUp.phoneClock, encryption: .keyFile(path: setUp.folder.file("files.key"))))
+        setUp.phone.close()
+        setUp.phone = phoneFiles.syncStore
+        let pair = setUp
+        defer { phoneFiles.close() }
+        let large = Data((0..<(SyncStore.inlineValueLimit * 2)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        try await phoneFiles.set(large, for: TestKeys.blob)
+        try await phoneFiles.set(5, for: TestKeys.steps)
+        let version = try #require(try pair.phone.entryInfo(forKey: TestKeys.blob.name)).version
+        let path = phoneFiles.directory + "/values/" + ValueFiles.fileName(key: TestKeys.blob.name, version: version)
+        let aside = pair.folder.file("aside")
+        try FileManager.default.moveItem(atPath: path, toPath: aside)
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        pair.phone.cache.invalidateAll()
+        #expect(try pair.phone.requestManualSync() == 1, "the large value waits for a manual sync")
+
+        let link = Link(pair.phone, pair.watch)
+        link.connect()
+        link.settle()
+        #expect(try pair.watch.storedValue(for: TestKeys.steps) == 5)
+        #expect(try pair.watch.entryInfo(forKey: TestKeys.blob.name) == nil)
+        #expect(try pair.phone.heldChanges().map(\.key) == [TestKeys.blob.name])
+        #expect(link.a.failure == nil, "the session ended: \(String(describing: link.a.failure))")
+
+        try FileManager.default.removeItem(atPath: path)
+        try FileManager.default.moveItem(atPath: aside, toPath: path)
+        pair.phone.retryHeldChanges()
+        link.settle()
+        #expect(try pair.watch.storedValue(for: TestKeys.blob) == large)
+        #expect(try pair.phone.heldChanges().isEmpty)
+    }
 }
