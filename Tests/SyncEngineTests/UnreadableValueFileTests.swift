@@ -82,10 +82,10 @@ import Testing
         #expect(try store.value(for: TestKeys.tags) == ["a"])
     }
 
-    /// A session does not pass over a value whose file cannot be read (the
-    /// peer would acknowledge past it, and it would never be sent): the
-    /// session ends with the error, and once the file reads again the value
-    /// reaches the watch.
+    /// A session does not lose a value whose file cannot be read (the peer
+    /// acknowledges past it): the error names the file, the change is held,
+    /// and once the file reads again the value reaches the watch
+    /// (`HeldUnreadableValueTests`: the session goes on meanwhile).
     @Test func aSessionSendsTheValueOnceItsFileReadsAgain() async throws {
         var setUp = try Pair()
         let phoneFiles = try FileValueStore(directory: setUp.folder.file("phone-files"), role: .phone, registry: setUp.phone.registry,

@@ -186,7 +186,8 @@ package protocol ReplicationPort: AnyObject {
     func discardStagedChunks(key: String, before version: HLCTimestamp) throws
     /// Transfers staged and not complete (for the hello).
     func partialTransfers() throws -> [PartialTransfer]
-    /// Housekeeping put off for room (a full disk), tried again at most every few seconds.
+    /// Housekeeping put off for room (a full disk), tried again at most every
+    /// few seconds; and changes held for a value that could not be read, sent once it reads.
     func retryDeferredWork()
     /// Whether such housekeeping waits: changes may join the stream once it runs.
     var defersWork: Bool { get }
@@ -332,7 +333,10 @@ package final class SQLiteReplicationPort: ReplicationPort {
     }
 
     package func syncCommitted() throws { try store.syncCommitted() }
-    package func retryDeferredWork() { store.assignDeferredLanes() }
+    package func retryDeferredWork() {
+        store.assignDeferredLanes()
+        store.retryHeldChanges()
+    }
     package var defersWork: Bool { store.lanePassWaits }
 
     package func recordPeer(node: UInt32, role: DeviceRole, epoch: String) throws -> PeerRecord {

@@ -192,7 +192,8 @@ extension SyncStore {
             defer { stmt.reset() }
             guard try stmt.step() else { return nil }
             let row = SyncStore.infoRow(stmt)
-            return EntryInfo(row: row, isPending: isPending(row, peers: try SyncStore.waitingPeerRecords(conn, role: role)))
+            let pending = try isPending(row, peers: SyncStore.waitingPeerRecords(conn, role: role)) || SyncStore.isHeld(conn, key: row.key, seq: row.changeSeq)
+            return EntryInfo(row: row, isPending: pending)
         }
     }
 
@@ -214,12 +215,13 @@ extension SyncStore {
         try checkOpen()
         return try readCommitted { conn in
             let peers = try SyncStore.waitingPeerRecords(conn, role: role)
+            let held = try Dictionary(SyncStore.heldChanges(conn).map { ($0.key, $0.seq) }, uniquingKeysWith: max)
             let stmt = try conn.statement("SELECT \(SyncStore.infoColumns) FROM entries e ORDER BY e.key")
             defer { stmt.reset() }
             var result: [EntryInfo] = []
             while try stmt.step() {
                 let row = SyncStore.infoRow(stmt)
-                result.append(EntryInfo(row: row, isPending: isPending(row, peers: peers)))
+                result.append(EntryInfo(row: row, isPending: isPending(row, peers: peers) || held[row.key] == row.changeSeq))
             }
             return result
         }

@@ -78,9 +78,12 @@ extension SyncStore {
     /// or `maxBytes`; stops before the second large value. Values of large rows
     /// are not loaded. `scannedThrough` is the sequence the scan reached
     /// (past rows `skip` passed over and rows that came from `peer`).
+    /// A change whose value cannot be read now is held (`SyncStore+HeldChanges`)
+    /// and scanned past.
     func pendingRows(for peer: UInt32, after cursor: Int64, maxEntries: Int, maxBytes: Int,
                      skip: (String, Int64) -> Bool) throws -> (rows: [OutboundRow], scannedThrough: Int64) {
-        try database.read { conn in
+        var held: [HeldChange] = []
+        let read = try database.read { conn -> (rows: [OutboundRow], scannedThrough: Int64) in
             let stmt = try conn.statement(SyncStore.pendingRowsSQL)
             stmt.bind(1, cursor)
             stmt.bind(3, SyncStore.inlineValueLimit)
@@ -99,7 +102,8 @@ extension SyncStore {
                 let deleted = stmt.int(3) != 0
                 let isLarge = !deleted && size > SyncStore.inlineValueLimit
                 if isLarge && !rows.isEmpty { break }
-                guard let row = try readableOutboundRow(stmt, key: key, seq: seq, size: size, deleted: deleted, isLarge: isLarge, for: peer) else {
+                guard let row = try readableOutboundRow(stmt, key: key, seq: seq, size: size, deleted: deleted, isLarge: isLarge,
+                                                        for: peer, held: &held) else {
                     scanned = seq
                     continue
                 }
@@ -110,6 +114,20 @@ extension SyncStore {
             }
             return (rows, scanned)
         }
+        try holdOrThrow(held, for: peer)
+        return read
+    }
+
+    /// Notes `held` before the rows read with them are sent; when the notes
+    /// cannot be written, throws the first one's read error (nothing is passed over).
+    private func holdOrThrow(_ held: [HeldChange], for peer: UInt32?) throws {
+        guard let first = held.first else { return }
+        do {
+            try hold(held, for: peer)
+        } catch {
+            logger.warning("a value that cannot be read now could not be noted to be sent later", metadata: ["error": "\(error)"])
+            throw first.error
+        }
     }
 
     /// Every change in the stream for the keys `names` declares (a key, or a
@@ -117,7 +135,8 @@ extension SyncStore {
     /// of those keys agree again after a mismatch.
     func rows(declaredBy names: Set<String>, for peer: UInt32, maxEntries: Int) throws -> [OutboundRow] {
         guard !names.isEmpty else { return [] }
-        return try database.read { conn in
+        var held: [HeldChange] = []
+        let read = try database.read { conn -> [OutboundRow] in
             let stmt = try conn.statement("""
                 SELECT e.key, e.change_seq, e.size, e.deleted, e.encoding, e.ver, e.node, e.base_ver, e.base_node, e.encrypted,
                        CASE WHEN e.size <= ?1 THEN e.value END, e.in_file, e.origin_peer
@@ -133,12 +152,14 @@ extension SyncStore {
                 let size = stmt.byteCount(2)
                 let deleted = stmt.int(3) != 0
                 if let row = try readableOutboundRow(stmt, key: key, seq: stmt.int64(1), size: size, deleted: deleted,
-                                                     isLarge: !deleted && size > SyncStore.inlineValueLimit, for: peer) {
+                                                     isLarge: !deleted && size > SyncStore.inlineValueLimit, for: peer, held: &held) {
                     rows.append(row)
                 }
             }
             return rows
         }
+        try holdOrThrow(held, for: peer)
+        return read
     }
 
     /// Whether a peer accepts `key`'s name. A build before names were bounded
@@ -152,16 +173,21 @@ extension SyncStore {
         return false
     }
 
-    /// `outboundRow`, or nil for a value that can no longer be read (its
-    /// encrypted bytes or its file damaged, or sealed while the store now has
-    /// no master key: an update dropped `.encrypted` and the key with it): it
-    /// is passed over, and said, so that one such value does not stop every
-    /// other change from going. Writing the key again replaces it and sends the new value.
+    /// `outboundRow`, or nil for a value that cannot be read, so that one
+    /// such value does not stop every other change from going. One that may
+    /// read later (its file there but unreadable, or sealed while the store
+    /// has no master key: an update dropped `.encrypted` and the key with it)
+    /// joins `held`, and is sent once it reads again. One damaged (its
+    /// encrypted bytes or its file) is passed over, and said: writing the key
+    /// again replaces it and sends the new value.
     private func readableOutboundRow(_ stmt: Statement, key: String, seq: Int64, size: Int, deleted: Bool, isLarge: Bool,
-                                     for peer: UInt32) throws -> OutboundRow? {
+                                     for peer: UInt32, held: inout [HeldChange]) throws -> OutboundRow? {
         do {
             return try outboundRow(stmt, key: key, seq: seq, size: size, deleted: deleted, isLarge: isLarge)
-        } catch let error as SyncError where [.decryptionFailed, .corruptValueFile, .encryptionKeyMissing].contains(error.code) {
+        } catch let error as SyncError where SyncStore.heldReason(error) != nil {
+            held.append(HeldChange(key: key, seq: seq, error: error, reason: SyncStore.heldReason(error) ?? .file))
+            return nil
+        } catch let error as SyncError where [.decryptionFailed, .corruptValueFile].contains(error.code) {
             logger.error("a stored value that cannot be read is not sent; write the key again to replace it",
                          metadata: ["key": "\(PeerText.escaped(key))", "error": "\(error)"])
             emit(.error(SyncError(error.code, "key '\(PeerText.escaped(key))' is not sent: \(error.message); write it again to replace it")), peer: peer)
@@ -186,11 +212,18 @@ extension SyncStore {
         return OutboundRow(key: key, seq: seq, entry: entry, size: size, isLarge: isLarge)
     }
 
-    /// The full (decrypted) value of a large entry, if it is still at `seq`.
+    /// The full (decrypted) value of a large entry, if it is still at `seq`;
+    /// nil too for one that cannot be read now, which is held (`SyncStore+HeldChanges`).
     func largeValue(key: String, seq: Int64) throws -> [UInt8]? {
-        try database.read { conn in
-            guard let row = try loadRow(conn, key: key), row.changeSeq == seq, !row.deleted else { return nil }
-            return row.value
+        do {
+            return try database.read { conn in
+                guard let row = try loadRow(conn, key: key), row.changeSeq == seq, !row.deleted else { return nil }
+                return row.value
+            }
+        } catch let error as SyncError {
+            guard let reason = SyncStore.heldReason(error) else { throw error }
+            try holdOrThrow([HeldChange(key: key, seq: seq, error: error, reason: reason)], for: nil)
+            return nil
         }
     }
 
@@ -447,7 +480,18 @@ extension SyncStore {
             defer { stmt.reset() }
             // Saturating: a damaged file's time must not overflow.
             let oldest: Int64? = stmt.isNull(3) ? nil : max(0, SyncStore.milliseconds(from: stmt.int64(3), to: now))
-            return PendingSummary(automatic: stmt.int(0), manualReleased: stmt.int(1), manualWaiting: stmt.int(2), oldestPendingAgeMilliseconds: oldest)
+            // Held changes (their value unreadable when they were to go) wait too, behind the cursor.
+            var automatic = 0, released = 0
+            let lane = try conn.statement("SELECT lane, change_seq, origin_peer FROM entries WHERE key = ?1")
+            for change in try SyncStore.heldChanges(conn) where change.seq <= cursor {
+                lane.reset()
+                lane.bind(1, change.key)
+                guard try lane.step(), lane.int64(1) == change.seq, UInt32(truncatingIfNeeded: lane.int64(2)) != peer else { continue }
+                if lane.int(0) == SyncLane.automatic.rawValue { automatic += 1 } else if lane.int(0) == SyncLane.released.rawValue { released += 1 }
+            }
+            lane.reset()
+            return PendingSummary(automatic: stmt.int(0) + automatic, manualReleased: stmt.int(1) + released, manualWaiting: stmt.int(2),
+                                  oldestPendingAgeMilliseconds: oldest)
         }
     }
 
@@ -457,10 +501,12 @@ extension SyncStore {
         try checkOpen()
         return try database.read { conn in
             guard let row = try loadRow(conn, key: KeyName.canonical(key), valueFile: .skip), row.version >= version else { return false }
+            // Held, its value unreadable when it was to go: no peer got it through this store's stream.
+            let held = try SyncStore.isHeld(conn, key: row.key, seq: row.changeSeq)
             let peers = try SyncStore.waitingPeerRecords(conn, role: role)
             guard !peers.isEmpty else { return row.originPeer != 0 }
             return peers.allSatisfy { peer in
-                row.originPeer == peer.node || (row.lane.isSent && row.changeSeq <= peer.cursor)
+                row.originPeer == peer.node || (row.lane.isSent && row.changeSeq <= peer.cursor && !held)
             }
         }
     }

@@ -71,6 +71,11 @@ public final class SyncStore: KeyValueBackend {
     /// When the lane pass a full disk put off at open was last tried (physical
     /// milliseconds), and `commitsSeen` then; nil when none waits (`assignDeferredLanes`).
     let deferredLanes = Mutex<(triedAt: Int64, commits: Int)?>(nil)
+    /// Whether changes held for a value that could not be read may be noted
+    /// (`SyncStore+HeldChanges`): true at open, until a retry finds none to
+    /// try; and how many times notes were written (a retry that read none
+    /// before a new one clears nothing).
+    let heldRetry = Mutex<(due: Bool, notes: Int)>((due: true, notes: 0))
     /// Peers (node ids) with an established session right now, with how many
     /// sessions each: they are being seen, and are never forgotten.
     let livePeers = Mutex<[UInt32: Int]>([:])
@@ -221,6 +226,9 @@ public final class SyncStore: KeyValueBackend {
         // Writes made while the wall clock ran far ahead go out again once it is right: at open, and
         // whenever the clock stops following a far-future time it issued (on the store's queue).
         if setup.wroteAhead { reissueWritesFromAClockAheadLogged() }
+        // Changes held for a value that could not be read go once it reads (a file put back while the store was
+        // closed; a store opened with its key again sends its sealed values).
+        retryHeldChanges()
         clockSetRight.target.withLock {
             $0 = { [weak self] in
                 guard let store = self else { return }
