@@ -68,4 +68,25 @@ import Testing
         #expect(store.cachedValue(for: TestKeys.daily["mon"]) == 7)
         #expect(store.cacheStatistics.hits == 1 && store.cacheStatistics.misses == 0)
     }
+
+    /// A typed hit compares declaration tokens: equal for a key and its family's
+    /// members (the name is not in it), different when anything else differs.
+    @Test func declarationTokensTellDeclarationsApart() {
+        let member = TestKeys.daily["mon"]
+        #expect(member.declarationToken == TestKeys.daily.declarationToken)
+        #expect(member.declarationToken == member.descriptor.declarationToken)
+        #expect(TestKeys.steps.declarationToken == TestKeys.steps.descriptor.declarationToken)
+        let base = TestKeys.steps.descriptor
+        var variants: [KeyDescriptor] = []
+        for change in [{ (d: inout KeyDescriptor) in d.policy = d.policy == .manual ? .never : .manual },
+                       { $0.availability = $0.availability == .phoneOnly ? .all : .phoneOnly },
+                       { $0.security = $0.security == .encrypted ? .none : .encrypted },
+                       { $0.encoding = $0.encoding + "2" }, { $0.isFamily.toggle() }, { $0.resolver = "max" },
+                       { $0.legacyName = "old:steps" }, { $0.valueType = "Double" }] {
+            var changed = base
+            change(&changed)
+            variants.append(changed)
+        }
+        for variant in variants { #expect(variant.declarationToken != base.declarationToken, "\(variant)") }
+    }
 }

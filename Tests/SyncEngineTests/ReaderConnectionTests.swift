@@ -108,11 +108,11 @@ import Testing
         cache.rememberTyped("tags", version: version, bytes: before, box: CachedValue(["a"], declaration: TestKeys.tags.descriptor))
         #expect(cache.peek("tags")?.decoded == nil)
         #expect(cache.typedBox("tags") == nil)
-        #expect(cache.typedValue("tags", as: [String].self, declaredAs: TestKeys.tags.descriptor) == nil)
+        #expect(cache.typedValue("tags", as: [String].self, declarationToken: TestKeys.tags.declarationToken) == nil)
         cache.rememberDecoded("tags", version: version, bytes: joined.bytes, value: ["a", "b"])
         cache.rememberTyped("tags", version: version, bytes: joined.bytes ?? [], box: CachedValue(["a", "b"], declaration: TestKeys.tags.descriptor))
         #expect(cache.peek("tags")?.decoded as? [String] == ["a", "b"])
-        #expect(cache.typedValue("tags", as: [String].self, declaredAs: TestKeys.tags.descriptor) == ["a", "b"])
+        #expect(cache.typedValue("tags", as: [String].self, declarationToken: TestKeys.tags.declarationToken) == ["a", "b"])
     }
 
     /// Writers and readers race on one key: every read returns a value at

@@ -32,6 +32,9 @@ public protocol KeyDeclaration: Sendable {
 /// ```
 public struct Key<Value: Codable & Sendable>: KeyDeclaration {
     public let descriptor: KeyDescriptor
+    /// `descriptor.declarationToken`, computed once: a cached typed read
+    /// compares it with the one its value was checked through.
+    @usableFromInline let declarationToken: Int
     /// Returned by reads when nothing is stored.
     public let defaultValue: Value
     public let serializer: ValueSerializer<Value>
@@ -50,7 +53,16 @@ public struct Key<Value: Codable & Sendable>: KeyDeclaration {
 
     @usableFromInline
     init(descriptor: KeyDescriptor, defaultValue: Value, serializer: ValueSerializer<Value>, resolver: ConflictResolver<Value>?) {
+        self.init(descriptor: descriptor, declarationToken: descriptor.declarationToken, defaultValue: defaultValue,
+                  serializer: serializer, resolver: resolver)
+    }
+
+    /// A key whose `declarationToken` is known (a family's member: its family's).
+    @usableFromInline
+    init(descriptor: KeyDescriptor, declarationToken: Int, defaultValue: Value, serializer: ValueSerializer<Value>,
+         resolver: ConflictResolver<Value>?) {
         self.descriptor = descriptor
+        self.declarationToken = declarationToken
         self.defaultValue = defaultValue
         self.serializer = serializer
         self.resolver = resolver
@@ -66,6 +78,8 @@ public struct Key<Value: Codable & Sendable>: KeyDeclaration {
 /// `<family name>:2026-11-22`. Register the family once; use any member.
 public struct KeyFamily<Value: Codable & Sendable>: KeyDeclaration {
     public let descriptor: KeyDescriptor
+    /// `descriptor.declarationToken`, computed once for every member.
+    @usableFromInline let declarationToken: Int
     public let defaultValue: Value
     public let serializer: ValueSerializer<Value>
     public let resolver: ConflictResolver<Value>?
@@ -77,6 +91,7 @@ public struct KeyFamily<Value: Codable & Sendable>: KeyDeclaration {
         descriptor = KeyDescriptor(name: namespace?.fullName(name) ?? name, availability: availability, policy: policy,
                                    security: security, encoding: serializer.identifier, isFamily: true, resolver: resolver?.name,
                                    valueType: String(describing: Value.self))
+        declarationToken = descriptor.declarationToken
         self.defaultValue = defaultValue
         self.serializer = serializer
         self.resolver = resolver
@@ -87,7 +102,7 @@ public struct KeyFamily<Value: Codable & Sendable>: KeyDeclaration {
     public subscript(id: String) -> Key<Value> {
         var member = descriptor
         member.name = "\(descriptor.name):\(id)"
-        return Key(descriptor: member, defaultValue: defaultValue, serializer: serializer, resolver: resolver)
+        return Key(descriptor: member, declarationToken: declarationToken, defaultValue: defaultValue, serializer: serializer, resolver: resolver)
     }
 
     public var valueTypeName: String { String(describing: Value.self) }

@@ -30,6 +30,23 @@ public struct KeyDescriptor: Sendable, Hashable, Codable, CustomStringConvertibl
     /// not sync, though both are JSON.
     public var valueType: String?
 
+    /// A hash of everything but the name: two declarations of one key that
+    /// differ have different tokens (but for a 64-bit hash's collisions), so
+    /// a cached typed read compares tokens instead of declarations. Valid in
+    /// this process only.
+    var declarationToken: Int {
+        var hasher = Hasher()
+        hasher.combine(availability)
+        hasher.combine(policy)
+        hasher.combine(security)
+        hasher.combine(encoding)
+        hasher.combine(isFamily)
+        hasher.combine(resolver)
+        hasher.combine(legacyName)
+        hasher.combine(valueType)
+        return hasher.finalize()
+    }
+
     public init(name: String, availability: Availability = .all, policy: SyncPolicy = .automaticSmall,
                 security: KeySecurity = .none, encoding: String = "json", isFamily: Bool = false,
                 resolver: String? = nil, legacyName: String? = nil, valueType: String? = nil) {

@@ -92,16 +92,17 @@ final class StoreCache: Sendable {
 
     /// The value of `type` cached for `key` in its typed box, counting a hit;
     /// nil (counting nothing) when there is no box, it holds another type, or
-    /// it was checked with another declaration than `declared`. Compares the
+    /// it was checked through another declaration than the one of
+    /// `declarationToken` (`KeyDescriptor.declarationToken`). Compares the
     /// box's class instead of casting, and copies nothing else.
     @inlinable
-    func typedValue<Value: Sendable>(_ key: String, as type: Value.Type, declaredAs declared: KeyDescriptor) -> Value? {
+    func typedValue<Value: Sendable>(_ key: String, as type: Value.Type, declarationToken: Int) -> Value? {
         state.withLock { s -> Value? in
             guard let index = s.typed.index(forKey: key) else { return nil }
             let box = s.typed.values[index]
             guard ObjectIdentifier(Swift.type(of: box)) == ObjectIdentifier(CachedValue<Value>.self) else { return nil }
             let typed = unsafeDowncast(box, to: CachedValue<Value>.self)
-            guard typed.declaration == declared else { return nil }
+            guard typed.declarationToken == declarationToken else { return nil }
             s.stats.hits += 1
             return typed.value
         }

@@ -23,9 +23,10 @@ extension SyncStore {
     @inlinable
     public func cachedValue<Value>(for key: Key<Value>) -> Value? {
         if closed.load(ordering: .relaxed) { return nil }
-        if let value = cache.typedValue(key.name, as: Value.self, declaredAs: key.descriptor) { return value }
+        if let value = cache.typedValue(key.name, as: Value.self, declarationToken: key.declarationToken) { return value }
         if let (decoded, version, bytes) = cachedDecodedValue(forKey: key.name, declaredAs: key.descriptor), let value = decoded as? Value {
-            rememberTyped(CachedValue(value, declaration: key.descriptor), forKey: key.name, version: version, bytes: bytes)
+            rememberTyped(CachedValue(value, declaration: key.descriptor, declarationToken: key.declarationToken),
+                          forKey: key.name, version: version, bytes: bytes)
             return value
         }
         return nil

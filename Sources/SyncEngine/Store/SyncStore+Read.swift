@@ -307,8 +307,11 @@ final class CachedValue<Value: Sendable>: Sendable {
     /// The declaration the value was read through, checked against the
     /// registry: a typed read through another one is checked again.
     @usableFromInline let declaration: KeyDescriptor
-    @usableFromInline init(_ value: Value, declaration: KeyDescriptor) {
+    /// `declaration.declarationToken`: what a typed read compares.
+    @usableFromInline let declarationToken: Int
+    @usableFromInline init(_ value: Value, declaration: KeyDescriptor, declarationToken: Int? = nil) {
         self.value = value
         self.declaration = declaration
+        self.declarationToken = declarationToken ?? declaration.declarationToken
     }
 }
