@@ -100,6 +100,13 @@ import Testing
             let error = reply["error"] as? String ?? ""
             #expect(!error.contains("unknown command") && error.hasSuffix("use \(usage)"), "\(line): \(reply)")
         }
+        // Only the command word comes back, never the rest of the line: it may be a value (a typo of
+        // `put` before an encrypted key's value, or one argument too many).
+        for line in ["Put vault:pin 1234-5678", "get vault:pin 1234-5678"] {
+            let error = await console.execute(line)["error"] as? String ?? ""
+            #expect(!error.contains("1234") && !error.contains("vault"), "\(line): \(error)")
+        }
+        #expect((await console.execute(String(repeating: "x", count: 100))["error"] as? String ?? "").contains("'\(String(repeating: "x", count: 40))'"))
         // An unknown command still lists every command, in the README's order.
         let unknown = await console.execute("frobnicate")["error"] as? String ?? ""
         #expect(unknown.hasPrefix("unknown command 'frobnicate'"), "\(unknown)")

@@ -177,10 +177,12 @@ struct NodeConsole {
                 return ["ok": true, "idle": true]
             default:
                 // A known command with an argument missing (or one too many) is not an unknown command.
+                // Only the command word is repeated: the rest may be a value, of an encrypted key too.
+                let command = String((parts.first ?? "").unicodeScalars.prefix(40))
                 if let usage = Self.usages[parts.first ?? ""] {
-                    return Self.invalid("'\(line.prefix(40))' is not a whole command: use \(usage)")
+                    return Self.invalid("'\(command)' is not a whole command: use \(usage)")
                 }
-                return Self.invalid("unknown command '\(line.prefix(40))'; use \(Self.usages.values.sorted { Self.order($0) < Self.order($1) }.joined(separator: " | "))")
+                return Self.invalid("unknown command '\(command)'; use \(Self.usages.values.sorted { Self.order($0) < Self.order($1) }.joined(separator: " | "))")
             }
         } catch let error as SyncError {
             return ["ok": false, "error": error.description, "code": error.code.rawValue]
