@@ -8,19 +8,11 @@ import Testing
 /// past its change; a note in the store kept it).
 @Suite(.timeLimit(.minutes(3))) struct HeldUnreadableValueTests {
     @Test func otherKeysSyncWhileAValueFileIsUnreadableAndTheValueGoesOnceItReads() async throws {
-        var setUp = try Pair()
-        let phoneFiles = try FileValueStore(directory: setUp.folder.file("phone-files"), role: .phone, registry: setUp.phone.registry,
-                                            options: StoreOptions(clock: setUp.phoneClock, encryption: .keyFile(path: setUp.folder.file("files.key"))))
-        setUp.phone.close()
-        setUp.phone = phoneFiles.syncStore
-        let pair = setUp
+        let (pair, phoneFiles) = try Pair.withPhoneValueFiles()
         try await phoneFiles.set(["a"], for: TestKeys.tags)
         let version = try #require(try pair.phone.entryInfo(forKey: TestKeys.tags.name)).version
         let path = phoneFiles.directory + "/values/" + ValueFiles.fileName(key: TestKeys.tags.name, version: version)
-        // A directory in the file's place: no user, root included, reads it as a file.
-        let aside = pair.folder.file("aside")
-        try FileManager.default.moveItem(atPath: path, toPath: aside)
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        let aside = try pair.blockValueFile(at: path)
         pair.phone.cache.invalidateAll()
 
         let everything = pair.phone.events()
@@ -63,21 +55,14 @@ import Testing
     /// A large value (sent in chunks, read whole when its transfer starts)
     /// whose file cannot be read is held the same way.
     @Test func aLargeValueWhoseFileIsUnreadableIsHeldAndSentOnceItReads() async throws {
-        var setUp = try Pair()
-        let phoneFiles = try FileValueStore(directory: setUp.folder.file("phone-files"), role: .phone, registry: setUp.phone.registry,
-                                            options: StoreOptions(clock: setUp.phoneClock, encryption: .keyFile(path: setUp.folder.file("files.key"))))
-        setUp.phone.close()
-        setUp.phone = phoneFiles.syncStore
-        let pair = setUp
+        let (pair, phoneFiles) = try Pair.withPhoneValueFiles()
         defer { phoneFiles.close() }
         let large = Data((0..<(SyncStore.inlineValueLimit * 2)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
         try await phoneFiles.set(large, for: TestKeys.blob)
         try await phoneFiles.set(5, for: TestKeys.steps)
         let version = try #require(try pair.phone.entryInfo(forKey: TestKeys.blob.name)).version
         let path = phoneFiles.directory + "/values/" + ValueFiles.fileName(key: TestKeys.blob.name, version: version)
-        let aside = pair.folder.file("aside")
-        try FileManager.default.moveItem(atPath: path, toPath: aside)
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        let aside = try pair.blockValueFile(at: path)
         pair.phone.cache.invalidateAll()
         #expect(try pair.phone.requestManualSync() == 1, "the large value waits for a manual sync")
 
@@ -95,5 +80,26 @@ import Testing
         link.settle()
         #expect(try pair.watch.storedValue(for: TestKeys.blob) == large)
         #expect(try pair.phone.heldChanges().isEmpty)
+    }
+}
+
+extension Pair {
+    /// A pair whose phone keeps its large values in files (`FileValueStore`), and that store.
+    static func withPhoneValueFiles() throws -> (Pair, FileValueStore) {
+        var pair = try Pair()
+        let phoneFiles = try FileValueStore(directory: pair.folder.file("phone-files"), role: .phone, registry: pair.phone.registry,
+                                            options: StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("files.key"))))
+        pair.phone.close()
+        pair.phone = phoneFiles.syncStore
+        return (pair, phoneFiles)
+    }
+
+    /// Puts a directory in the place of the value file at `path` (no user,
+    /// root included, reads it as a file); returns where the file was moved.
+    func blockValueFile(at path: String) throws -> String {
+        let aside = folder.file("aside")
+        try FileManager.default.moveItem(atPath: path, toPath: aside)
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        return aside
     }
 }

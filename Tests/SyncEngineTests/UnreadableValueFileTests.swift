@@ -87,19 +87,12 @@ import Testing
     /// and once the file reads again the value reaches the watch
     /// (`HeldUnreadableValueTests`: the session goes on meanwhile).
     @Test func aSessionSendsTheValueOnceItsFileReadsAgain() async throws {
-        var setUp = try Pair()
-        let phoneFiles = try FileValueStore(directory: setUp.folder.file("phone-files"), role: .phone, registry: setUp.phone.registry,
-                                            options: StoreOptions(clock: setUp.phoneClock, encryption: .keyFile(path: setUp.folder.file("files.key"))))
-        setUp.phone.close()
-        setUp.phone = phoneFiles.syncStore
-        let pair = setUp
+        let (pair, phoneFiles) = try Pair.withPhoneValueFiles()
         defer { phoneFiles.close() }
         try await phoneFiles.set(["a"], for: TestKeys.tags)
         try await phoneFiles.set(5, for: TestKeys.steps)
         let path = try Self.file(of: TestKeys.tags.name, in: phoneFiles)
-        let aside = pair.folder.file("aside")
-        try FileManager.default.moveItem(atPath: path, toPath: aside)
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        let aside = try pair.blockValueFile(at: path)
         phoneFiles.syncStore.cache.invalidateAll()
 
         let events = pair.phone.events()
