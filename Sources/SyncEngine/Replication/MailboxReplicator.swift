@@ -58,15 +58,12 @@ package final class MailboxReplicator {
     /// The node this mailbox's peer named when the store refused it (`maxKnownPeers`).
     var refusedForLimit: UInt32?
 
-    /// How often at most a peer that declares keys differently is asked again
-    /// (our declarations, which it answers with its own) while nothing is in
-    /// flight, and how long posting pauses after a refusal: an answer lost, or
-    /// an update with nothing to send, would otherwise leave those keys
-    /// waiting until a live session.
+    /// How often at most a peer that declares keys differently is asked again (our declarations, which it answers
+    /// with its own) while nothing is in flight, and how long posting pauses after a refusal: an answer lost, or an
+    /// update with nothing to send, would otherwise leave those keys waiting until a live session.
     static let probeInterval: Int64 = 60_000
 
-    /// The stretch a repair batch names: past any stream position, so that its
-    /// acknowledgement never moves the cursor and is known by it.
+    /// The stretch a repair batch names: past any stream position, so that its acknowledgement never moves the cursor and is known by it.
     static let repairRange = (after: Int64.max - 1, through: Int64.max)
     /// Called with each message this end posts (the simulator's invariant checker reads them).
     package var onPost: ((QueuedMessage) -> Void)?
@@ -82,6 +79,8 @@ package final class MailboxReplicator {
     var nodesOfOtherMailboxes: Set<UInt32> = []
     private(set) var learnedPeerNode: UInt32?
     var toldSharedNodes: Set<UInt32> = []
+    /// What this end learnt of other writers of its role in its outbox (`MailboxReplicator+SameRole`).
+    var sameRole = SameRoleOutbox()
     /// A re-baseline notice was posted ahead of the baseline now being posted (from cursor 0).
     private var rebaselinePosted = false
     /// A queued notice's baseline owes its caught-up marker (nil: not read from the store yet).
@@ -122,6 +121,7 @@ package final class MailboxReplicator {
             port.retryDeferredWork()
             try port.whileQueuedPosting { try withdrawSuperseded() }
             let outboxWasEmpty = try mailbox.outgoingCount() == 0
+            try noticeWritersOfThisRole()  // before posting: a spool no one reads fills, and posting then throws
             try announceNodeRenewal(into: &report)
             try receive(into: &report)
             // While no live re-baseline notice takes batches back (`QueuedSpools`).
