@@ -267,10 +267,11 @@ public final class Mailbox: Sendable {
     /// (files that do not open are left out: they are the peer's to refuse).
     public func outgoingMessages() throws -> [MailboxMessage] { try outgoingMessages(after: 0) }
 
-    /// `outgoingMessages()` of sequences above `sequence` only (the others are not opened).
-    package func outgoingMessages(after sequence: UInt64) throws -> [MailboxMessage] {
+    /// `outgoingMessages()` of sequences above `sequence` only, but those in
+    /// `skipping` (the others are not opened).
+    package func outgoingMessages(after sequence: UInt64, skipping: Set<UInt64> = []) throws -> [MailboxMessage] {
         let outbox = try SpoolFolder(outboxPath)
-        return MailboxFiles.messageSequences(named: try outbox.list()).filter { $0 > sequence }.compactMap { sequence in
+        return MailboxFiles.messageSequences(named: try outbox.list()).filter { $0 > sequence && !skipping.contains($0) }.compactMap { sequence in
             let name = Self.fileName(sequence)
             guard let bytes = try? outbox.read(name, limit: limits.maxMessageBytes),
                   let frame = try? open(bytes, sequence: sequence, from: role) else { return nil }

@@ -15,7 +15,7 @@ extension MailboxReplicator {
               configuration.protocolRange.upperBound >= SyncMessage.nodeRenewalProtocol else { return }
         let notice = QueuedMessage.renewsNodeID(header)
         do {
-            try mailbox.post(notice.frame(), reserve: true)
+            try postOwn(notice.frame(), reserve: true)
         } catch let error as TransportError where error.code == .mailboxFull {
             return  // next round (nothing else fits before it either): the peer's inbox is read meanwhile
         }
@@ -70,7 +70,7 @@ extension MailboxReplicator {
         if refusedTakenNodes.contains(sender.node) { return true }
         let error = ofAnotherPairing ? SyncError.nodeIDConflict(node: sender.node) : SyncError.nodeIDShared(node: sender.node, renews: true)
         let refusal = QueuedMessage.refusal(header, code: error.code.rawValue, message: error.message)
-        try mailbox.post(refusal.frame(), reserve: true)
+        try postOwn(refusal.frame(), reserve: true)
         onPost?(refusal)
         refusedTakenNodes.insert(sender.node)
         report.messagesPosted += 1

@@ -13,6 +13,11 @@ struct SameRoleOutbox {
     var firstOwn: (node: UInt32, sequence: UInt64)?
     /// The node ids of this role already reported (once each a process).
     var told: Set<UInt32> = []
+    /// The sequences this replicator posted and the node id each went under,
+    /// not checked yet: known without opening them.
+    var posted: [UInt64: UInt32] = [:]
+    /// How many messages of the outbox the check opened (tests).
+    var opened = 0
 }
 
 extension MailboxReplicator {
@@ -23,19 +28,37 @@ extension MailboxReplicator {
     func noticeWritersOfThisRole() throws {
         let node = port.nodeID
         if let own = sameRole.firstOwn, own.node != node { sameRole.firstOwn = nil }
-        for message in try mailbox.outgoingMessages(after: sameRole.checkedThrough) {
-            sameRole.checkedThrough = max(sameRole.checkedThrough, message.sequence)
+        // This replicator's own posts are known as posted: only the others are opened.
+        let ours = sameRole.posted.filter { $0.key > sameRole.checkedThrough }
+        var writers = ours.map { (sequence: $0.key, node: $0.value) }
+        let others = try mailbox.outgoingMessages(after: sameRole.checkedThrough, skipping: Set(sameRole.posted.keys))
+        sameRole.posted = [:]
+        sameRole.opened += others.count
+        for message in others {
             guard let header = (try? QueuedMessage(frame: message.frame))?.header, header.role == port.role else { continue }
-            if header.node == node {
-                if sameRole.firstOwn == nil { sameRole.firstOwn = (node, message.sequence) }
+            writers.append((message.sequence, header.node))
+        }
+        sameRole.checkedThrough = max(sameRole.checkedThrough, others.map(\.sequence).max() ?? 0, ours.keys.max() ?? 0)
+        for writer in writers.sorted(by: { $0.sequence < $1.sequence }) {
+            if writer.node == node {
+                if sameRole.firstOwn == nil { sameRole.firstOwn = (node, writer.sequence) }
                 continue
             }
-            guard let own = sameRole.firstOwn, message.sequence > own.sequence, sameRole.told.insert(header.node).inserted else { continue }
-            let error = SyncError.sameRoleMailbox(port.role, other: header.node, spool: mailbox.outboxPath)
+            guard let own = sameRole.firstOwn, writer.sequence > own.sequence, sameRole.told.insert(writer.node).inserted else { continue }
+            let error = SyncError.sameRoleMailbox(port.role, other: writer.node, spool: mailbox.outboxPath)
             reporter.logger.error("another end of this mailbox has this end's role", metadata: [
-                "role": "\(port.role)", "node": "\(String(header.node, radix: 16))", "spool": "\(mailbox.outboxPath)"])
+                "role": "\(port.role)", "node": "\(String(writer.node, radix: 16))", "spool": "\(mailbox.outboxPath)"])
             emit(.error(error))
         }
+    }
+
+    /// Posts `frame` to the outbox (`Mailbox.post`), noting its sequence for
+    /// `noticeWritersOfThisRole`, which then need not open it.
+    @discardableResult
+    func postOwn(_ frame: Frame, reserve: Bool = false) throws -> UInt64 {
+        let sequence = try mailbox.post(frame, reserve: reserve)
+        sameRole.posted[sequence] = port.nodeID
+        return sequence
     }
 }
 

@@ -71,7 +71,7 @@ extension MailboxReplicator {
         if message.frame.type != QueuedMessage.MessageType.refusal.rawValue {
             let refusal = QueuedMessage.refusal(header, code: error.code.rawValue, message: error.message)
             // Counted among the messages posted (the round's report, its `queued` event) when it went.
-            if (try? mailbox.post(refusal.frame(), reserve: true)) != nil {
+            if (try? postOwn(refusal.frame(), reserve: true)) != nil {
                 onPost?(refusal)
                 report.messagesPosted += 1
             }

@@ -353,7 +353,7 @@ package final class MailboxReplicator {
         let registries = ourFingerprint + peerFingerprint
         guard again || declarationsPostedFor != registries else { return }
         let message = QueuedMessage.declarations(self.header, port.registry.wireDeclarations(from: port.role), isAnswer: asAnswer)
-        try mailbox.post(message.frame(), reserve: true)
+        try postOwn(message.frame(), reserve: true)
         onPost?(message)
         report.messagesPosted += 1
         declarationsPostedFor = registries
@@ -498,7 +498,7 @@ package final class MailboxReplicator {
             // announcement before it), and this baseline's marker ends both (it is the newer one).
             let again = owesLiveCaughtUp ? [QueuedMessage.caughtUpFollows(header)] : []
             for message in [QueuedMessage.caughtUpFollows(header), .rebaseline(header, purgedThrough: purged)] + again {
-                try mailbox.post(message.frame())
+                try postOwn(message.frame())
                 onPost?(message)
                 report.messagesPosted += 1
             }
@@ -510,7 +510,7 @@ package final class MailboxReplicator {
             // the watch keeps what its notice marked. The rest of the baseline goes here, announced,
             // and ends with the marker (below), which removes what is still marked.
             let announcement = QueuedMessage.caughtUpFollows(header)
-            try mailbox.post(announcement.frame())
+            try postOwn(announcement.frame())
             onPost?(announcement)
             report.messagesPosted += 1
             try port.queueLiveCaughtUp(for: node, in: configuration.pairingEpoch)
@@ -546,7 +546,7 @@ package final class MailboxReplicator {
             // All of a queued notice's baseline is posted (and what came since): the marker
             // follows it (on stable storage, the debt goes only once the marker is posted).
             let marker = QueuedMessage.caughtUp(header)
-            try mailbox.post(marker.frame())
+            try postOwn(marker.frame())
             onPost?(marker)
             report.messagesPosted += 1
             try port.settleQueuedCaughtUp(in: configuration.pairingEpoch)
@@ -567,7 +567,7 @@ package final class MailboxReplicator {
     /// Posts `batch` (a stretch of the stream, or the repair batch) of `count` entries.
     private func postBatch(_ batch: QueuedMessage, entries count: Int, into report: inout QueuedDeliveryReport) throws {
         let frame = batch.frame()
-        try mailbox.post(frame)
+        try postOwn(frame)
         onPost?(batch)
         var delta = SyncCounters()  // counted as a live session counts a batch it sends: entries and payload bytes
         (delta.batchesSent, delta.entriesSent, delta.bytesSent) = (1, count, frame.payload.count)

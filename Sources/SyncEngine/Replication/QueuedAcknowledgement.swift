@@ -67,7 +67,7 @@ extension MailboxReplicator {
     func postAcknowledgement(after: Int64, through: Int64, of plan: ApplyPlan, into report: inout QueuedDeliveryReport) throws {
         for ack in QueuedMessage.acknowledgements(header, after: after, through: through, applied: plan.applied, rejected: plan.rejected,
                                                   maxRejectionBytes: maxQueuedRejectionBytes) {
-            try mailbox.post(ack.frame(), reserve: true)
+            try postOwn(ack.frame(), reserve: true)
             onPost?(ack)
             report.messagesPosted += 1
         }
