@@ -105,12 +105,12 @@ import Testing
         cache.invalidate("tags")                        // the merge's commit, at the same version
         cache.fill("tags", joined, readSince: cache.epoch)  // another reader reads the merged row
         cache.rememberDecoded("tags", version: version, bytes: before, value: ["a"])  // the first reader, late
-        cache.rememberTyped("tags", version: version, bytes: before, box: CachedValue(["a"], declaration: TestKeys.tags.descriptor))
+        cache.rememberTyped("tags", version: version, bytes: before, box: CachedValue(["a"], declarationToken: TestKeys.tags.declarationToken))
         #expect(cache.peek("tags")?.decoded == nil)
         #expect(cache.typedBox("tags") == nil)
         #expect(cache.typedValue("tags", as: [String].self, declarationToken: TestKeys.tags.declarationToken) == nil)
         cache.rememberDecoded("tags", version: version, bytes: joined.bytes, value: ["a", "b"])
-        cache.rememberTyped("tags", version: version, bytes: joined.bytes ?? [], box: CachedValue(["a", "b"], declaration: TestKeys.tags.descriptor))
+        cache.rememberTyped("tags", version: version, bytes: joined.bytes ?? [], box: CachedValue(["a", "b"], declarationToken: TestKeys.tags.declarationToken))
         #expect(cache.peek("tags")?.decoded as? [String] == ["a", "b"])
         #expect(cache.typedValue("tags", as: [String].self, declarationToken: TestKeys.tags.declarationToken) == ["a", "b"])
     }

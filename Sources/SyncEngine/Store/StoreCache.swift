@@ -14,10 +14,11 @@ final class StoreCache: Sendable {
         var encoding: String
         var version: HLCTimestamp
         var decoded: (any Sendable)?
-        /// The last declaration a read of this slot was checked with against
-        /// the registry (`KeyRegistry.governingDescriptor`): a hit through an
-        /// equal one needs no check again; another is checked as a miss is.
-        var checked: KeyDescriptor? = nil
+        /// The `KeyDescriptor.declarationToken` of the last declaration a read
+        /// of this slot was checked with against the registry
+        /// (`KeyRegistry.governingDescriptor`): a hit through an equal one
+        /// needs no check again; another is checked as a miss is.
+        var checkedToken: Int? = nil
     }
 
     @usableFromInline
@@ -80,13 +81,13 @@ final class StoreCache: Sendable {
     /// The decoded value cached for `key`, its version and bytes, and the
     /// declaration its slot was checked with, counting a hit; nil (counting
     /// nothing) when the key has no live value or no decoded one.
-    func decodedHit(_ key: String) -> (value: any Sendable, version: HLCTimestamp, bytes: [UInt8], checked: KeyDescriptor?)? {
+    func decodedHit(_ key: String) -> (value: any Sendable, version: HLCTimestamp, bytes: [UInt8], checkedToken: Int?)? {
         state.withLock { s in
             guard let index = s.slots.index(forKey: key) else { return nil }
             let slot = s.slots.values[index]
             guard let bytes = slot.bytes, let decoded = slot.decoded else { return nil }
             s.stats.hits += 1
-            return (decoded, slot.version, bytes, slot.checked)
+            return (decoded, slot.version, bytes, slot.checkedToken)
         }
     }
 
@@ -108,24 +109,24 @@ final class StoreCache: Sendable {
         }
     }
 
-    /// Notes that reads of `key` through `declared` passed the registry's check.
-    func noteChecked(_ key: String, declaredAs declared: KeyDescriptor) {
+    /// Notes that reads of `key` through the declaration of `declarationToken` passed the registry's check.
+    func noteChecked(_ key: String, declarationToken: Int) {
         state.withLock { s in
             guard let index = s.slots.index(forKey: key) else { return }
-            s.slots.values[index].checked = declared
+            s.slots.values[index].checkedToken = declarationToken
         }
     }
 
     /// The typed box kept for `key`, if any (for tests).
     func typedBox(_ key: String) -> AnyCachedValue? { state.withLock { $0.typed[key] } }
 
-    /// Keeps `box` (checked with `declaration`) beside the slot of `key` if it
+    /// Keeps `box` (checked through its declaration) beside the slot of `key` if it
     /// still holds `bytes` at `version` (a resolver's merge gives a version other bytes).
     func rememberTyped<Value>(_ key: String, version: HLCTimestamp, bytes: [UInt8], box: CachedValue<Value>) {
         state.withLock { s in
             guard let index = s.slots.index(forKey: key), s.slots.values[index].version == version,
                   s.slots.values[index].bytes == bytes else { return }
-            s.slots.values[index].checked = box.declaration
+            s.slots.values[index].checkedToken = box.declarationToken
             s.typed[key] = box
         }
     }

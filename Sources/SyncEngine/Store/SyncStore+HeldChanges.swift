@@ -122,9 +122,9 @@ extension SyncStore {
                 heldRetry.withLock { if $0.notes == notes { $0.due = false } }
                 return
             }
-            // Read first, outside the write: a value file may be large.
+            // Read first, on a reader connection and outside the write: a value file may be large.
             var done: [(key: String, seq: Int64, release: Bool)] = []
-            try database.read { conn in
+            try database.readCommitted { conn in
                 for change in held where change.reason == .file || cipher != nil {
                     do {
                         guard let row = try loadRow(conn, key: change.key, valueFile: .skip), row.changeSeq == change.seq, !row.deleted else {

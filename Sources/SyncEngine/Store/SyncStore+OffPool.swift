@@ -24,9 +24,9 @@ extension SyncStore {
     public func cachedValue<Value>(for key: Key<Value>) -> Value? {
         if closed.load(ordering: .relaxed) { return nil }
         if let value = cache.typedValue(key.name, as: Value.self, declarationToken: key.declarationToken) { return value }
-        if let (decoded, version, bytes) = cachedDecodedValue(forKey: key.name, declaredAs: key.descriptor), let value = decoded as? Value {
-            rememberTyped(CachedValue(value, declaration: key.descriptor, declarationToken: key.declarationToken),
-                          forKey: key.name, version: version, bytes: bytes)
+        if let (decoded, version, bytes) = cachedDecodedValue(forKey: key.name, declaredAs: key.descriptor, token: key.declarationToken),
+           let value = decoded as? Value {
+            rememberTyped(CachedValue(value, declarationToken: key.declarationToken), forKey: key.name, version: version, bytes: bytes)
             return value
         }
         return nil

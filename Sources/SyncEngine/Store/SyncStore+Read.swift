@@ -15,10 +15,10 @@ extension SyncStore {
         if counted, let cached = cache.lookup(key) {
             // Only registered names are in the cache (a miss or a write checked them): a declaration
             // is checked as a miss checks it, unless this slot was read through an equal one.
-            if let declared, cached.checked != declared { try checkDeclaration(declared, forKey: key) }
+            if let declared, cached.checkedToken != declared.declarationToken { try checkDeclaration(declared, forKey: key) }
             slot = cached
         } else if let loaded = try loadSlot(key, descriptor: try registry.governingDescriptor(for: key, declared: declared)) {
-            if let declared { cache.noteChecked(key, declaredAs: declared) }
+            if let declared { cache.noteChecked(key, declarationToken: declared.declarationToken) }
             slot = loaded
         } else {
             return nil
@@ -42,11 +42,11 @@ extension SyncStore {
     /// usual. Nil too when the registry refuses `declared` for `name` (the
     /// read then throws what a miss throws).
     @usableFromInline
-    func cachedDecodedValue(forKey name: String, declaredAs declared: KeyDescriptor) -> (any Sendable, HLCTimestamp, [UInt8])? {
+    func cachedDecodedValue(forKey name: String, declaredAs declared: KeyDescriptor, token: Int) -> (any Sendable, HLCTimestamp, [UInt8])? {
         if isClosed { return nil }
         guard let hit = cache.decodedHit(name) else { return nil }
-        if hit.checked != declared {
-            guard (try? checkDeclaration(declared, forKey: name)) != nil else { return nil }
+        if hit.checkedToken != token {
+            guard (try? checkDeclaration(declared, forKey: name, token: token)) != nil else { return nil }
         }
         return (hit.value, hit.version, hit.bytes)
     }
@@ -60,16 +60,16 @@ extension SyncStore {
 
     /// What a cache miss checks of `declared` (`KeyRegistry.governingDescriptor`),
     /// for a hit of a slot not read through an equal declaration; noted in the slot once passed.
-    private func checkDeclaration(_ declared: KeyDescriptor, forKey name: String) throws {
+    private func checkDeclaration(_ declared: KeyDescriptor, forKey name: String, token: Int? = nil) throws {
         _ = try registry.governingDescriptor(for: name, declared: declared)
-        cache.noteChecked(name, declaredAs: declared)
+        cache.noteChecked(name, declarationToken: token ?? declared.declarationToken)
     }
 
     /// The cached read path: one cache lookup and a cast when the decoded value is cached.
     public func storedValue<Value>(for key: Key<Value>) throws -> Value? {
         try checkOpen()
         if let slot = cache.lookup(key.name) {
-            if slot.checked != key.descriptor { try checkDeclaration(key.descriptor, forKey: key.name) }
+            if slot.checkedToken != key.declarationToken { try checkDeclaration(key.descriptor, forKey: key.name, token: key.declarationToken) }
             guard let bytes = slot.bytes else { return nil }
             // Not `slot.decoded as? Value`: an absent decoded value (nil) casts to any `Optional`
             // type, and a `Key<T?>` read `nil` for a slot filled by an untyped read.
@@ -304,14 +304,12 @@ typealias AnyCachedValue = AnyObject & Sendable
 @usableFromInline
 final class CachedValue<Value: Sendable>: Sendable {
     @usableFromInline let value: Value
-    /// The declaration the value was read through, checked against the
-    /// registry: a typed read through another one is checked again.
-    @usableFromInline let declaration: KeyDescriptor
-    /// `declaration.declarationToken`: what a typed read compares.
+    /// The `KeyDescriptor.declarationToken` of the declaration the value was
+    /// read through, checked against the registry: a typed read through
+    /// another one is checked again.
     @usableFromInline let declarationToken: Int
-    @usableFromInline init(_ value: Value, declaration: KeyDescriptor, declarationToken: Int? = nil) {
+    @usableFromInline init(_ value: Value, declarationToken: Int) {
         self.value = value
-        self.declaration = declaration
-        self.declarationToken = declarationToken ?? declaration.declarationToken
+        self.declarationToken = declarationToken
     }
 }
