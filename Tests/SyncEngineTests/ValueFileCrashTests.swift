@@ -53,6 +53,28 @@ import Testing
         again.close()
     }
 
+    /// Leaves in `directory` the state that crash left before the fix: `marker`
+    /// written plain, the key made sealed by an open that crashed after its
+    /// commit, the staged (sealed) file deleted as unreferenced (as the open
+    /// before the fix did), and neither the notes of staged files nor the
+    /// check for plaintext files known (as before the fix).
+    static func plaintextFileUnderASealedRow(_ marker: String, directory: String, options: StoreOptions) async throws {
+        let before = try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([plainPin]))
+        try await before.set(marker, for: plainPin)
+        before.close()
+        try crashingAfterCommit(directory + "/values") {
+            try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([sealedPin]), options: options).close()
+        }
+        for name in try FileManager.default.contentsOfDirectory(atPath: directory + "/values") where name.contains(".tmp-") {
+            try FileManager.default.removeItem(atPath: directory + "/values/" + name)
+        }
+        var db: OpaquePointer?
+        #expect(sqlite3_open(directory + "/metadata.sqlite", &db) == SQLITE_OK)
+        let sql = "DELETE FROM sync_meta WHERE name = '\(SyncStore.valueFilesResealedMeta)' OR name LIKE '\(ValueFiles.stagedMetaPrefix)%'"
+        #expect(sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK)
+        sqlite3_close(db)
+    }
+
     /// The state that crash left before the fix (the row sealed, the file
     /// still the plaintext, the staged file gone): the next open seals the
     /// file again.
@@ -60,23 +82,8 @@ import Testing
         let folder = TempFolder()
         let directory = folder.file("blobs")
         let marker = "PIN-\(UUID().uuidString)"
-        let before = try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([Self.plainPin]))
-        try await before.set(marker, for: Self.plainPin)
-        before.close()
         let options = StoreOptions(encryption: .keyFile(path: folder.file("master.key")))
-        try Self.crashingAfterCommit(directory + "/values") {
-            try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([Self.sealedPin]), options: options).close()
-        }
-        // What the open before the fix did: the staged (sealed) file deleted as unreferenced.
-        for name in try FileManager.default.contentsOfDirectory(atPath: directory + "/values") where name.contains(".tmp-") {
-            try FileManager.default.removeItem(atPath: directory + "/values/" + name)
-        }
-        // …and knew neither the notes of staged files nor the check for plaintext files.
-        var db: OpaquePointer?
-        #expect(sqlite3_open(directory + "/metadata.sqlite", &db) == SQLITE_OK)
-        let sql = "DELETE FROM sync_meta WHERE name = '\(SyncStore.valueFilesResealedMeta)' OR name LIKE '\(ValueFiles.stagedMetaPrefix)%'"
-        #expect(sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK)
-        sqlite3_close(db)
+        try await Self.plaintextFileUnderASealedRow(marker, directory: directory, options: options)
         #expect(try Self.fileBytes(directory).contains { $0.contains(subsequence: Array(marker.utf8)) }, "the crash's state: plaintext under a sealed row")
 
         let store = try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([Self.sealedPin]), options: options)
@@ -96,21 +103,8 @@ import Testing
         let folder = TempFolder()
         let directory = folder.file("blobs")
         let marker = "PIN-\(UUID().uuidString)"
-        let before = try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([Self.plainPin]))
-        try await before.set(marker, for: Self.plainPin)
-        before.close()
         var options = StoreOptions(encryption: .keyFile(path: folder.file("master.key")))
-        try Self.crashingAfterCommit(directory + "/values") {
-            try FileValueStore(directory: directory, role: .phone, registry: KeyRegistry([Self.sealedPin]), options: options).close()
-        }
-        for name in try FileManager.default.contentsOfDirectory(atPath: directory + "/values") where name.contains(".tmp-") {
-            try FileManager.default.removeItem(atPath: directory + "/values/" + name)
-        }
-        var db: OpaquePointer?
-        #expect(sqlite3_open(directory + "/metadata.sqlite", &db) == SQLITE_OK)
-        let sql = "DELETE FROM sync_meta WHERE name = '\(SyncStore.valueFilesResealedMeta)' OR name LIKE '\(ValueFiles.stagedMetaPrefix)%'"
-        #expect(sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK)
-        sqlite3_close(db)
+        try await Self.plaintextFileUnderASealedRow(marker, directory: directory, options: options)
         let names = try FileManager.default.contentsOfDirectory(atPath: directory + "/values")
         #expect(names.count == 1)
         let file = directory + "/values/" + (names.first ?? "")
