@@ -46,6 +46,8 @@ let package = Package(
         .target(name: "CCrashVFS", dependencies: ["CSQLite"]),
         // A grown WAL file cut back in steps (the background checkpointer's idle trim).
         .target(name: "CWALTrim", dependencies: ["CSQLite"]),
+        // SQLite's process-wide allocation statistics off at load (a mutex every connection's allocations took).
+        .target(name: "CSQLiteSetup", dependencies: ["CSQLite"]),
         .target(
             name: "SyncTransport",
             dependencies: [
@@ -64,6 +66,7 @@ let package = Package(
                 "CSQLite",
                 "CCrashVFS",
                 "CWALTrim",
+                "CSQLiteSetup",
                 "SyncTransport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),

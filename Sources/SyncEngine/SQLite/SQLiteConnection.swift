@@ -1,4 +1,5 @@
 import CSQLite
+import CSQLiteSetup
 import Foundation
 import Synchronization
 
@@ -24,6 +25,8 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
     /// `corruption`: the flag of the database this connection serves (a new one when nil).
     init(path: String, vfs: String? = nil, corruption: CorruptionFlag? = nil) throws {
         var db: OpaquePointer?
+        // Also what links in `CSQLiteSetup`, whose setup runs at load.
+        _ = SQLiteLibrary.allocationStatisticsOff
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let rc = sqlite3_open_v2(path, &db, flags, vfs)
         guard rc == SQLITE_OK, let db else {
@@ -282,4 +285,13 @@ struct Statement {
         guard count > 0, let pointer = sqlite3_column_blob(handle, column) else { return [] }
         return [UInt8](UnsafeRawBufferPointer(start: pointer, count: count))
     }
+}
+
+/// SQLite's process-wide setup, done as SyncEngine loads (`CSQLiteSetup`).
+enum SQLiteLibrary {
+    /// True when SQLite's allocation statistics (`SQLITE_CONFIG_MEMSTATUS`)
+    /// are off for this process: then no allocation of any connection takes
+    /// the process-wide mutex they are counted under. False when SQLite was
+    /// already in use as SyncEngine loaded.
+    static var allocationStatisticsOff: Bool { syncengine_sqlite_setup_result() == SQLITE_OK }
 }
