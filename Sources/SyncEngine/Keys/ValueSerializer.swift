@@ -35,11 +35,14 @@ extension ValueSerializer where Value: Codable {
         let decoder = JSONDecoder()
         // Strings, integers and booleans are written directly, byte for byte as JSONEncoder writes them.
         let scalar = JSONScalar.encoder(for: Value.self)
+        // And read back directly when in the form written so (anything else: JSONDecoder decides).
+        let scalarDecoder = JSONScalar.decoder(for: Value.self)
         return ValueSerializer(identifier: "json", encode: { value in
             if let scalar { return scalar(value) }
             return [UInt8](try encoder.encode(value))
         }, decode: { bytes in
-            try decoder.decode(Value.self, from: Data(bytes))
+            if let scalarDecoder, let value = scalarDecoder(bytes) { return value }
+            return try decoder.decode(Value.self, from: Data(bytes))
         })
     }
 
@@ -95,6 +98,86 @@ enum JSONScalar {
         if type == String.self { return { string($0 as! String) } }
         if type == Int.self { return { Array(String($0 as! Int).utf8) } }
         if type == Bool.self { return { ($0 as! Bool) ? Array("true".utf8) : Array("false".utf8) } }
+        return nil
+    }
+
+    /// A direct decoder when `Value` is `String`, `Int` or `Bool`; nil
+    /// otherwise. It gives nil for bytes in any form but the plain one a
+    /// JSON encoder writes (white space, `\u` escapes, `-0`, a number past
+    /// `Int`, anything malformed): `JSONDecoder` reads those, as before.
+    static func decoder<Value>(for type: Value.Type) -> (@Sendable ([UInt8]) -> Value?)? {
+        if type == String.self { return { bytes in stringValue(bytes).map { $0 as! Value } } }
+        if type == Int.self { return { bytes in intValue(bytes).map { $0 as! Value } } }
+        if type == Bool.self { return { bytes in boolValue(bytes).map { $0 as! Value } } }
+        return nil
+    }
+
+    /// The text of a JSON string literal whose escapes are all of one
+    /// character (`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`) and whose
+    /// bytes are UTF-8; nil for anything else.
+    static func stringValue(_ bytes: [UInt8]) -> String? {
+        bytes.withUnsafeBufferPointer { literal -> String? in
+            let quote = UInt8(ascii: "\""), backslash = UInt8(ascii: "\\")
+            guard literal.count >= 2, literal[0] == quote, literal[literal.count - 1] == quote else { return nil }
+            let body = UnsafeBufferPointer(rebasing: literal[1..<(literal.count - 1)])
+            guard let first = body.firstIndex(where: { $0 < 0x20 || $0 == quote || $0 == backslash }) else {
+                return String(validating: body, as: UTF8.self)
+            }
+            var text: [UInt8] = []
+            text.reserveCapacity(body.count)
+            text.append(contentsOf: UnsafeBufferPointer(rebasing: body[..<first]))
+            var index = first
+            while index < body.count {
+                let byte = body[index]
+                // A bare control character or quote: not a string literal (the closing quote ended it).
+                if byte < 0x20 || byte == quote { return nil }
+                guard byte == backslash else {
+                    text.append(byte)
+                    index += 1
+                    continue
+                }
+                // An escape that would take the closing quote leaves the literal unclosed.
+                guard index + 1 < body.count else { return nil }
+                switch body[index + 1] {
+                case quote: text.append(quote)
+                case backslash: text.append(backslash)
+                case UInt8(ascii: "/"): text.append(UInt8(ascii: "/"))
+                case UInt8(ascii: "b"): text.append(0x08)
+                case UInt8(ascii: "f"): text.append(0x0C)
+                case UInt8(ascii: "n"): text.append(0x0A)
+                case UInt8(ascii: "r"): text.append(0x0D)
+                case UInt8(ascii: "t"): text.append(0x09)
+                default: return nil
+                }
+                index += 2
+            }
+            return String(validating: text, as: UTF8.self)
+        }
+    }
+
+    /// A whole number as a JSON encoder writes one (digits, `-` before all
+    /// but zero, no leading zero) that fits `Int`; nil for anything else.
+    static func intValue(_ bytes: [UInt8]) -> Int? {
+        let negative = bytes.first == UInt8(ascii: "-")
+        let digits = bytes.dropFirst(negative ? 1 : 0)
+        let zero = UInt8(ascii: "0"), nine = UInt8(ascii: "9")
+        guard let first = digits.first, (zero...nine).contains(first), first != zero || (digits.count == 1 && !negative) else { return nil }
+        var value = 0
+        for digit in digits {
+            guard (zero...nine).contains(digit) else { return nil }
+            let (shifted, shiftOverflow) = value.multipliedReportingOverflow(by: 10)
+            let units = Int(digit - zero)
+            let (next, overflow) = negative ? shifted.subtractingReportingOverflow(units) : shifted.addingReportingOverflow(units)
+            guard !shiftOverflow, !overflow else { return nil }
+            value = next
+        }
+        return value
+    }
+
+    /// `true` or `false`, exactly; nil for anything else.
+    static func boolValue(_ bytes: [UInt8]) -> Bool? {
+        if bytes.elementsEqual("true".utf8) { return true }
+        if bytes.elementsEqual("false".utf8) { return false }
         return nil
     }
 
