@@ -48,16 +48,7 @@ extension MailboxReplicator {
         // The watch of another mailbox (of this pairing or not) named this node id first in this process.
         let sharedWithAnotherMailbox = nodesOfOtherMailboxes.contains(sender.node) && learnedPeerNode != sender.node
         guard configuration.protocolRange.upperBound >= SyncMessage.nodeRenewalProtocol else { return false }
-        let bound: String?
-        do {
-            bound = try port.pairingEpoch(ofPeer: sender.node)
-        } catch let error as SyncError where error.code == .databaseCorrupt {
-            // A row this engine never wrote is no node of another pairing: the damage is reported,
-            // and the sender is recorded again under this pairing.
-            reporter.logger.error("a damaged sync_peers row was taken for a peer not known yet", metadata: ["error": "\(error)"])
-            emit(.error(error))
-            bound = nil
-        }
+        let bound = try port.pairingEpoch(ofPeer: sender.node, reportingDamageTo: reporter, as: peerNode)
         let ofAnotherPairing = bound != nil && bound != configuration.pairingEpoch
         guard sharedWithAnotherMailbox || ofAnotherPairing else { return false }
         guard try port.queuedPeerRenewsNodeID(in: configuration.pairingEpoch) else {

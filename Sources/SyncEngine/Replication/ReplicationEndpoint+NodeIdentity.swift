@@ -12,21 +12,10 @@ extension ReplicationEndpoint {
     /// the peer again under its pairing.
     func nodeIDConflict(with peer: ReplicationSession.Peer) throws -> SyncError? {
         guard port.role == .phone, peer.protocolVersion >= SyncMessage.nodeRenewalProtocol,
-              let bound = try boundPairingEpoch(ofPeer: peer.node), bound != configuration.pairingEpoch else { return nil }
+              let bound = try port.pairingEpoch(ofPeer: peer.node, reportingDamageTo: reporter, as: session.knownPeer?.node),
+              bound != configuration.pairingEpoch else { return nil }
         // (The other pairing's epoch stays here: the refusal goes to a device of another pairing.)
         return SyncError.nodeIDConflict(node: peer.node)
-    }
-
-    /// The pairing epoch `node` is recorded under (`ReplicationPort.pairingEpoch(ofPeer:)`);
-    /// nil, the damage reported (`.databaseCorrupt`), when its row is damaged.
-    private func boundPairingEpoch(ofPeer node: UInt32) throws -> String? {
-        do {
-            return try port.pairingEpoch(ofPeer: node)
-        } catch let error as SyncError where error.code == .databaseCorrupt {
-            reporter.logger.error("a damaged sync_peers row was taken for a peer not known yet", metadata: ["error": "\(error)"])
-            emit(.error(error))
-            return nil
-        }
     }
 
     /// On a watch whose phone ended the session with `node-id-conflict`: this

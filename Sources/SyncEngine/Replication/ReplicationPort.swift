@@ -194,6 +194,21 @@ package protocol ReplicationPort: AnyObject {
 }
 
 extension ReplicationPort {
+    /// `pairingEpoch(ofPeer:)`, live and through the mailbox alike, but a
+    /// damaged row of `node` (one this engine never writes: `.databaseCorrupt`)
+    /// gives nil, its damage logged and reported to `reporter` as concerning
+    /// `peer`. Such a row tells of no node of another pairing (it is no
+    /// `node-id-conflict`): the peer is recorded again under this pairing.
+    func pairingEpoch(ofPeer node: UInt32, reportingDamageTo reporter: any ReplicationReporter, as peer: UInt32?) throws -> String? {
+        do {
+            return try pairingEpoch(ofPeer: node)
+        } catch let error as SyncError where error.code == .databaseCorrupt {
+            reporter.logger.error("a damaged sync_peers row was taken for a peer not known yet", metadata: ["error": "\(error)"])
+            reporter.report(.error(error), peer: peer)
+            return nil
+        }
+    }
+
     /// `apply` without passing over the changes it adds for `peer`'s cursor.
     func apply(_ entries: [WireEntry], from peer: UInt32, completing: ChunkedVersion?, durable: Bool,
                receivedThrough: (through: Int64, anchor: Int64)?,

@@ -184,10 +184,12 @@ extension SyncStore {
                                      for peer: UInt32, held: inout [HeldChange]) throws -> OutboundRow? {
         do {
             return try outboundRow(stmt, key: key, seq: seq, size: size, deleted: deleted, isLarge: isLarge)
-        } catch let error as SyncError where SyncStore.heldReason(error) != nil {
-            held.append(HeldChange(key: key, seq: seq, error: error, reason: SyncStore.heldReason(error) ?? .file))
-            return nil
-        } catch let error as SyncError where [.decryptionFailed, .corruptValueFile].contains(error.code) {
+        } catch let error as SyncError {
+            if let reason = SyncStore.heldReason(error) {
+                held.append(HeldChange(key: key, seq: seq, error: error, reason: reason))
+                return nil
+            }
+            guard [.decryptionFailed, .corruptValueFile].contains(error.code) else { throw error }
             logger.error("a stored value that cannot be read is not sent; write the key again to replace it",
                          metadata: ["key": "\(PeerText.escaped(key))", "error": "\(error)"])
             emit(.error(SyncError(error.code, "key '\(PeerText.escaped(key))' is not sent: \(error.message); write it again to replace it")), peer: peer)
