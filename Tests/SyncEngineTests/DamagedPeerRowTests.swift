@@ -44,11 +44,7 @@ import Testing
         #expect(try pair.phone.storedValue(for: TestKeys.daily["a"]) == 1)
         let watchNode = pair.watch.nodeID
 
-        let path = pair.folder.file("phone.sqlite")
-        pair.phone.close()
-        try rawSQL(path, "UPDATE sync_peers SET \(column) = \(value) WHERE peer_node = \(watchNode)")
-        pair.phone = try SyncStore(path: path, role: .phone, registry: try TestKeys.registry(),
-                                   options: StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("phone.key"))))
+        try pair.reopen(.phone, after: "UPDATE sync_peers SET \(column) = \(value) WHERE peer_node = \(watchNode)")
         try await pair.watch.set(3, for: TestKeys.daily["b"])
         try await pair.phone.set(4, for: TestKeys.steps)
 
@@ -92,11 +88,7 @@ import Testing
         #expect(try pair.phone.queuedPeerRenewsNodeID(in: pairing.epoch), "a node of another pairing would be refused")
         let watchNode = pair.watch.nodeID
 
-        let path = pair.folder.file("phone.sqlite")
-        pair.phone.close()
-        try rawSQL(path, "UPDATE sync_peers SET epoch = CAST(X'70FF' AS TEXT) WHERE peer_node = \(watchNode)")
-        pair.phone = try SyncStore(path: path, role: .phone, registry: try TestKeys.registry(),
-                                   options: StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("phone.key"))))
+        try pair.reopen(.phone, after: "UPDATE sync_peers SET epoch = CAST(X'70FF' AS TEXT) WHERE peer_node = \(watchNode)")
         let events = pair.phone.events()
         try await pair.watch.set(3, for: TestKeys.daily["b"])
         let phone = SyncPeer(store: pair.phone, configuration: configuration)

@@ -9,12 +9,6 @@ import Testing
 @Suite(.timeLimit(.minutes(5))) struct LocalClockCorrectionTests {
     static let twoYears: Int64 = 2 * 365 * 24 * 3_600_000
 
-    private static func reopenPhone(_ pair: inout Pair) throws {
-        pair.phone.close()
-        pair.phone = try SyncStore(path: pair.folder.file("phone.sqlite"), role: .phone, registry: try TestKeys.registry(),
-                                   options: StoreOptions(clock: pair.phoneClock, encryption: .keyFile(path: pair.folder.file("phone.key"))))
-    }
-
     /// The phone writes while its clock reads two years ahead: the watch refuses it.
     private static func writeWithClockAhead(_ pair: Pair, keys: [String]) async throws {
         pair.phoneClock.setSkew(twoYears)
@@ -32,7 +26,7 @@ import Testing
     @Test func aWriteOverARowWrittenWithTheClockAheadReachesThePeerAfterARestart() async throws {
         var pair = try Pair()
         try await Self.writeWithClockAhead(pair, keys: ["a"])
-        try Self.reopenPhone(&pair)
+        try pair.reopen(.phone)
         try await pair.phone.set(2, for: TestKeys.daily["a"])
         let info = try #require(try pair.phone.entryInfo(forKey: TestKeys.daily["a"].name))
         #expect(info.version.physicalMilliseconds == pair.phoneClock.nowMilliseconds())
@@ -151,7 +145,7 @@ import Testing
     @Test func aKeyWrittenWithTheClockAheadGoesOutAfterARestart() async throws {
         var pair = try Pair()
         try await Self.writeWithClockAhead(pair, keys: ["f"])
-        try Self.reopenPhone(&pair)
+        try pair.reopen(.phone)
         let info = try #require(try pair.phone.entryInfo(forKey: TestKeys.daily["f"].name))
         #expect(info.version.physicalMilliseconds == pair.phoneClock.nowMilliseconds())
         Link(pair.phone, pair.watch).connect()
@@ -159,7 +153,7 @@ import Testing
         #expect(pair.watch.syncCounters.versionsRefused == 1)
         // Once is enough: the next open writes nothing.
         let written = info.version
-        try Self.reopenPhone(&pair)
+        try pair.reopen(.phone)
         #expect(try pair.phone.entryInfo(forKey: TestKeys.daily["f"].name)?.version == written)
     }
 
@@ -228,7 +222,7 @@ import Testing
         pair.phoneClock.setSkew(Self.twoYears)
         try await pair.phone.set(1, for: TestKeys.daily["d"])
         pair.phoneClock.setSkew(0)
-        try Self.reopenPhone(&pair)
+        try pair.reopen(.phone)
         pair.watchClock.advance(by: 10)
         try await pair.watch.set(8, for: TestKeys.daily["d"])
         Link(pair.phone, pair.watch).connect()

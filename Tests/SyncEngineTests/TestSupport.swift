@@ -120,6 +120,18 @@ struct Pair {
         phone = try SyncStore(path: folder.file("phone.sqlite"), role: .phone, registry: registry, options: phoneOptions)
         watch = try SyncStore(path: folder.file("watch.sqlite"), role: .watch, registry: registry, options: watchOptions)
     }
+
+    /// Closes the store of `role`, runs `sql` on its file (a damage made by
+    /// hand) when given, and opens it again with `TestKeys`, its clock and its key.
+    mutating func reopen(_ role: DeviceRole, after sql: String? = nil) throws {
+        let name = role == .phone ? "phone" : "watch"
+        (role == .phone ? phone : watch).close()
+        if let sql { try rawSQL(folder.file("\(name).sqlite"), sql) }
+        let store = try SyncStore(path: folder.file("\(name).sqlite"), role: role, registry: try TestKeys.registry(),
+                                  options: StoreOptions(clock: role == .phone ? phoneClock : watchClock,
+                                                        encryption: .keyFile(path: folder.file("\(name).key"))))
+        if role == .phone { phone = store } else { watch = store }
+    }
 }
 
 /// Drives two endpoints by hand, step by step, recording every frame.
