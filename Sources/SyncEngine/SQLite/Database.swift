@@ -97,6 +97,11 @@ final class Database: Sendable {
     /// Returns once every background checkpoint scheduled so far has run.
     func drainCheckpoints() { checkpointer.drain() }
 
+    /// How many times the writer refreshed an idle reader connection after a commit (tests).
+    var readerRefreshes: Int { readers?.refreshes.load(ordering: .relaxed) ?? 0 }
+    /// The pages the idle reader connections read because their caches did not hold them (tests).
+    var idleReaderPageCacheMisses: Int { readers?.idlePageCacheMisses ?? 0 }
+
     /// How many background checkpoints ran (tests).
     var backgroundCheckpointRuns: Int { checkpointer.runs.load(ordering: .relaxed) }
 
@@ -330,6 +335,7 @@ final class Database: Sendable {
                 throw error
             }
             ended = true
+            readers?.refreshIdleConnections()
             commitGeneration.add(1, ordering: .releasing)
             observer?.transactionEnded(committed: true)
             onCommit(result)

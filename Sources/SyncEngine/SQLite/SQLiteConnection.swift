@@ -20,6 +20,12 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
     private var statements: [String: OpaquePointer] = [:]
     /// False once `close()` ran: `handle` is freed and must not be used.
     private(set) var isOpen = true
+    /// The key the last `loadRow` on this connection looked up: what
+    /// `ReaderPool.refreshIdleConnections` looks up again after a commit.
+    var lastLookedUpKey: String?
+    /// Whether a reader connection served a read since the pool last
+    /// refreshed it (`ReaderPool.refreshIdleConnections`).
+    var readSinceRefresh = false
 
     /// Opens `path` through the VFS named `vfs` (SQLite's default when nil).
     /// `corruption`: the flag of the database this connection serves (a new one when nil).
@@ -117,6 +123,14 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
     }
 
     var changes: Int { Int(sqlite3_changes(handle)) }
+
+    /// Pages this connection read from the file (or its WAL) because its page
+    /// cache did not hold them, since it opened (`SQLITE_DBSTATUS_CACHE_MISS`).
+    var pageCacheMisses: Int {
+        var current: Int32 = 0, highest: Int32 = 0
+        sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_MISS, &current, &highest, 0)
+        return Int(current)
+    }
 
     /// The first column of the first row of `sql` (a query or pragma returning one integer).
     func integer(_ sql: String) throws -> Int64 {

@@ -31,6 +31,8 @@ enum Schema {
     static let currentVersion = 12
     /// `PRAGMA application_id` of a SyncEngine store: ASCII "SyEn".
     static let applicationID: Int32 = 0x5379_456E
+    /// Looks a key up in `entries`, reading only what finding its row reads.
+    static let keyLookupSQL = "SELECT 1 FROM entries WHERE key = ?"
 
     static let migrations: [String] = [
         // v1
