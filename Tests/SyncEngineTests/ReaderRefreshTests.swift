@@ -35,14 +35,16 @@ import Testing
         #expect(try store.value(for: Self.notes[Self.name(110)]) == String(repeating: "v", count: 200) + "110")
         let pagesRead = store.database.idleReaderPageCacheMisses - missesBefore
         // Dropped, the cache costs 5 pages here: page 1 and the key's whole path down the b-tree.
-        // Refreshed (on the latest key looked up, the written one), at most the key's interior page and leaf.
+        // Refreshed on the key the app read last (the write's own read does not count), page 1 and
+        // the top of the tree are cached: the next key's own interior page and leaf at most.
         #expect(pagesRead <= 2, "the read after the commit read \(pagesRead) pages: its connection's cache was dropped")
         // The refreshed connection sees the commit.
         #expect(try store.value(for: Self.notes[Self.name(2999)]) == "changed")
     }
 
-    /// The writer refreshes a connection once for each read it served, not
-    /// once for each commit: commits with no reads between them cost nothing more.
+    /// The writer refreshes a connection once for each app's read it served,
+    /// not once for each commit: commits with no reads between them (a
+    /// burst of writes, whose own reads do not count) cost nothing more.
     @Test func aConnectionIsRefreshedOncePerReadItServed() throws {
         let folder = TempFolder()
         let store = try Self.filledStore(folder)

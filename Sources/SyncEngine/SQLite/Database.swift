@@ -311,6 +311,10 @@ final class Database: Sendable {
         if corruption.isSet { throw CorruptionFlag.error(path: path) }
         try refuseUseFromInside()
         releaseWriterClaimedForThisThread()
+        // Last, once the lock is released and the observers heard of the commit (the peers'
+        // senders first): the idle readers move onto the new snapshot (`refreshIdleConnections`).
+        var committed = false
+        defer { if committed { readers?.refreshIdleConnections() } }
         defer { closeIfAskedFromInside() }
         let observer = self.observer.withLock { $0.value }
         // Set once the transaction ended either way: the observer hears it is unlocked after the
@@ -335,7 +339,7 @@ final class Database: Sendable {
                 throw error
             }
             ended = true
-            readers?.refreshIdleConnections()
+            committed = true
             commitGeneration.add(1, ordering: .releasing)
             observer?.transactionEnded(committed: true)
             onCommit(result)

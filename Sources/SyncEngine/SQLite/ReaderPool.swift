@@ -29,7 +29,7 @@ final class ReaderPool: Sendable {
         var closed = false
         /// The threads reading now, one entry per read (`close()` does not wait for its own thread's).
         var readingThreads: [UInt] = []
-        /// The key the latest read given back looked up (`SQLiteConnection.lastLookedUpKey`).
+        /// The key the app's latest read given back looked up (`SQLiteConnection.lastLookedUpKey`).
         var lastLookedUpKey: String?
     }
 
@@ -57,25 +57,25 @@ final class ReaderPool: Sendable {
 
     private func giveBack(_ connection: SQLiteConnection) {
         let thread = Database.currentThread
-        connection.readSinceRefresh = true
         idle.withLock { state in
             if let index = state.readingThreads.firstIndex(of: thread) { state.readingThreads.remove(at: index) }
-            if let key = connection.lastLookedUpKey { state.lastLookedUpKey = key }
+            if connection.readSinceRefresh, let key = connection.lastLookedUpKey { state.lastLookedUpKey = key }
             if state.closed { connection.close() } else { state.connections.append(connection) }
         }
     }
 
-    /// Called by the writer right after a COMMIT: moves each idle connection
-    /// that served a read since it was last refreshed onto the new snapshot,
-    /// by looking up again the key the latest read looked up.
+    /// Called by the committing thread once a commit's write returns (its
+    /// lock released, its observers told): moves each idle connection
+    /// that served an app's read since it was last refreshed onto the new
+    /// snapshot, by looking up again the key the app's latest read looked up.
     ///
     /// A WAL reader that finds a commit it has not seen drops every page it
     /// cached, so the first read after each commit read page 1 and the key's
     /// whole path down the `entries` b-tree again (5–7 pages, 15–45 µs
     /// against 4–5 µs): during an initial sync, one read in 35 and the whole
-    /// p99. Here the writer pays that instead, and the app's next read finds
-    /// the upper pages cached (a leaf at most to read). A read can still come
-    /// between the COMMIT and this refresh and pay it itself.
+    /// p99. Here the committing thread pays that instead, and the app's next
+    /// read finds the upper pages cached (a leaf at most to read). A read can
+    /// still come between the COMMIT and this refresh and pay it itself.
     ///
     /// Never waits: a connection in use, or a pool whose places are all
     /// taken, is left as it is. Errors are left to the app's next read on

@@ -20,12 +20,20 @@ final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Da
     private var statements: [String: OpaquePointer] = [:]
     /// False once `close()` ran: `handle` is freed and must not be used.
     private(set) var isOpen = true
-    /// The key the last `loadRow` on this connection looked up: what
+    /// The key the app's last read on this connection looked up: what
     /// `ReaderPool.refreshIdleConnections` looks up again after a commit.
-    var lastLookedUpKey: String?
-    /// Whether a reader connection served a read since the pool last
-    /// refreshed it (`ReaderPool.refreshIdleConnections`).
+    private(set) var lastLookedUpKey: String?
+    /// Whether a reader connection served an app's read since the pool last
+    /// refreshed it (`ReaderPool.refreshIdleConnections`). A write's own
+    /// reads of the rows it replaces do not count: a burst of writes with no
+    /// read between them pays no refresh.
     var readSinceRefresh = false
+
+    /// Notes a read of `key` for the app (a cache miss), for `ReaderPool.refreshIdleConnections`.
+    func noteAppRead(ofKey key: String) {
+        lastLookedUpKey = key
+        readSinceRefresh = true
+    }
 
     /// Opens `path` through the VFS named `vfs` (SQLite's default when nil).
     /// `corruption`: the flag of the database this connection serves (a new one when nil).

@@ -78,7 +78,6 @@ extension SyncStore {
     func loadRow(_ conn: SQLiteConnection, key: String, valueFile: ValueFileRead = .required) throws -> StoredRow? {
         let stmt = try conn.statement(SyncStore.loadRowSQL)
         stmt.bind(1, key)
-        conn.lastLookedUpKey = key
         defer { stmt.reset() }
         return try stmt.step() ? decodeRow(stmt, valueFile: valueFile) : nil
     }

@@ -98,6 +98,7 @@ extension SyncStore {
     private func loadSlot(_ key: String, descriptor: KeyDescriptor) throws -> StoreCache.Slot? {
         let epoch = cache.epoch
         let slot = try readCommitted { conn -> StoreCache.Slot in
+            conn.noteAppRead(ofKey: key)
             let row = try loadRow(conn, key: key)
             return StoreCache.Slot(bytes: try row.flatMap(SyncStore.liveValue(of:)), encoding: row?.encoding ?? descriptor.encoding,
                                    version: row?.version ?? .zero, decoded: nil)
@@ -186,9 +187,11 @@ extension SyncStore {
     /// The value is not read (a large one would be read whole for its version).
     public func entryInfo(forKey key: String) throws -> EntryInfo? {
         try checkOpen()
+        let name = KeyName.canonical(key)
         return try readCommitted { conn in
+            conn.noteAppRead(ofKey: name)
             let stmt = try conn.statement("SELECT \(SyncStore.infoColumns) FROM entries e WHERE e.key = ?")
-            stmt.bind(1, KeyName.canonical(key))
+            stmt.bind(1, name)
             defer { stmt.reset() }
             guard try stmt.step() else { return nil }
             let row = SyncStore.infoRow(stmt)
@@ -244,8 +247,10 @@ extension SyncStore {
     /// file) throws `.databaseCorrupt`, as every read of its key does.
     public func rawValue(forKey key: String) throws -> [UInt8]? {
         try checkOpen()
+        let name = KeyName.canonical(key)
         return try readCommitted { conn in
-            guard let row = try loadRow(conn, key: KeyName.canonical(key)) else { return nil }
+            conn.noteAppRead(ofKey: name)
+            guard let row = try loadRow(conn, key: name) else { return nil }
             return try SyncStore.liveValue(of: row)
         }
     }
