@@ -74,8 +74,9 @@ final class ReaderPool: Sendable {
     /// whole path down the `entries` b-tree again (5–7 pages, 15–45 µs
     /// against 4–5 µs): during an initial sync, one read in 35 and the whole
     /// p99. Here the committing thread pays that instead, and the app's next
-    /// read finds the upper pages cached (a leaf at most to read). A read can
-    /// still come between the COMMIT and this refresh and pay it itself.
+    /// read finds page 1 and the tree's top cached (where its key's path
+    /// leaves the refreshed key's, it still reads the rest). A read can still
+    /// come between the COMMIT and this refresh and pay it all itself.
     ///
     /// Never waits: a connection in use, or a pool whose places are all
     /// taken, is left as it is. Errors are left to the app's next read on
