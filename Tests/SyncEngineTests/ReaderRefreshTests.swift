@@ -2,8 +2,9 @@ import Foundation
 @testable import SyncEngine
 import Testing
 
-/// After a commit, the writer moves the idle reader connections that served
-/// reads onto the new snapshot (`ReaderPool.refreshIdleConnections`), so that
+/// After a commit, the committing thread moves the idle reader connections
+/// that served the app's reads onto the new snapshot
+/// (`ReaderPool.refreshIdleConnections`), so that
 /// the app's next read does not read page 1 and the key's whole path down
 /// the b-tree again (SQLite drops a WAL reader's cached pages when it finds
 /// a commit it has not seen).
@@ -25,6 +26,8 @@ import Testing
     /// `n0000` … `n2999`: key order is number order.
     static func name(_ i: Int) -> String { "n" + String(repeating: "0", count: 4 - String(i).count) + String(i) }
 
+    /// The read after a commit reads at most its key's own interior page and
+    /// leaf, and sees the commit.
     @Test func aReadAfterACommitFindsItsConnectionOnTheNewSnapshot() throws {
         let folder = TempFolder()
         let store = try Self.filledStore(folder)
