@@ -82,10 +82,12 @@ final class ReaderPool: Sendable {
     /// taken, is left as it is. Errors are left to the app's next read on
     /// the connection, which meets them again and reports them.
     func refreshIdleConnections() {
-        let (stale, key) = idle.withLock { state in
-            (state.closed ? [] : state.connections.filter(\.readSinceRefresh).map(ObjectIdentifier.init), state.lastLookedUpKey)
+        // Nothing to do (no read for the app yet, or none since the last refresh) costs one look under the lock.
+        let (stale, lookedUp) = idle.withLock { state -> ([ObjectIdentifier], String?) in
+            guard !state.closed, let key = state.lastLookedUpKey, state.connections.contains(where: \.readSinceRefresh) else { return ([], nil) }
+            return (state.connections.filter(\.readSinceRefresh).map(ObjectIdentifier.init), key)
         }
-        guard let key else { return }
+        guard let key = lookedUp else { return }
         // Oldest first, each given back last: the pool keeps its order, so the app's next read
         // (the last one given back) takes the connection it would have taken.
         for id in stale {

@@ -8,11 +8,12 @@ let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
 /// One SQLite connection with a cache of prepared statements.
 ///
-/// Not thread-safe on its own: `Database` owns it inside a `Mutex`, and it
-/// never escapes a `read`/`write` closure.
-/// Unchecked-sendable because `Mutex.withLock` must hand it out as `sending`: the
-/// Mutex in `Database` serializes every use, and it never escapes those closures.
-final class SQLiteConnection: @unchecked Sendable {  // reason: serialized by Database's Mutex (see above)
+/// Not thread-safe on its own: `Database` owns the writer inside a `Mutex`,
+/// and `ReaderPool` hands each reader to one thread at a time (taken out of
+/// its idle list under its lock, put back after); neither escapes a
+/// `read`/`write` closure.
+/// Unchecked-sendable because `Mutex.withLock` must hand it out as `sending`.
+final class SQLiteConnection: @unchecked Sendable {  // reason: one thread at a time: Database's Mutex or ReaderPool's hand-out (above)
     let handle: OpaquePointer
     let path: String
     /// Set by the first `SQLITE_CORRUPT`; shared with the `Database` that owns this connection.
